@@ -1,0 +1,65 @@
+// Differentiable operations on Variables. Each is its forward function plus its Node, in the .cpp
+// of its family (functions_conv.cpp, functions_norm.cpp, functions_eltwise.cpp, functions_pool.cpp,
+// functions_loss.cpp); each Node says what it saves and in what form.
+// Tested in tests/test_functions.cpp (naive references and central-difference gradient checks).
+#pragma once
+#include <cstdint>
+
+#include "autograd/tape.h"
+
+namespace actlab {
+
+struct Conv2dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t groups = 1;
+};
+// x: (N,C,H,W); w: (K,C/groups,R,S); b: (K) or undefined. Returns (N,K,P,Q).
+// saves: x (lossy_ok: through the policy), w (a parameter: kept by reference, never packed).
+Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dOptions& opt);
+
+// x: (N,D); w: (M,D); b: (M) or undefined. Returns (N,M) = x·wᵀ + b.
+// saves: x (lossy_ok), w (parameter).
+Variable linear(const Variable& x, const Variable& w, const Variable& b);
+
+// Training mode: batch statistics, updates running_mean/var in place. Eval: running statistics.
+// x: (N,C,H,W) or (N,C); gamma, beta: (C). saves (training): x (lossy_ok), mean and invstd (C each).
+Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta, Tensor& running_mean,
+                    Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
+
+// saves: a 1-bit mask (x > 0), exact.
+Variable relu(const Variable& x);
+// saves: a 1-bit gradient mask (0 < x < 6), exact.
+Variable relu6(const Variable& x);
+// saves: nothing.
+Variable add(const Variable& a, const Variable& b);
+// relu(a + b) in one pass (the tail of a residual block). saves: a 1-bit mask, exact.
+Variable add_relu(const Variable& a, const Variable& b);
+// A view with dims start_dim.. merged. saves: nothing (the shape).
+Variable flatten(const Variable& x, int64_t start_dim = 1);
+// Keeps each element with probability 1-p and scales by 1/(1-p) (training only).
+// saves: a 1-bit keep mask, exact. Randomness: philox(seed, stream, element).
+Variable dropout(const Variable& x, float p, bool training, uint64_t seed, uint64_t stream);
+
+struct Pool2dOptions {
+  int64_t kernel = 2;
+  int64_t stride = 2;
+  int64_t padding = 0;
+};
+// saves: u8 argmax index per output element, exact.
+Variable max_pool2d(const Variable& x, const Pool2dOptions& opt);
+// saves: nothing (shapes).
+Variable avg_pool2d(const Variable& x, const Pool2dOptions& opt);
+// (N,C,H,W) -> (N,C). saves: nothing.
+Variable global_avg_pool(const Variable& x);
+// CIFAR ResNet option-A shortcut: x[:, :, ::stride, ::stride] zero-padded on channels to c_out.
+// saves: nothing.
+Variable shortcut_pad(const Variable& x, int64_t stride, int64_t c_out);
+
+// Mean softmax cross-entropy of logits (N,K) against labels (N) i64, optional label smoothing.
+// Returns a scalar of shape (1). saves: the probabilities (N,K), exact.
+Variable cross_entropy(const Variable& logits, const Tensor& labels, float label_smoothing = 0.f);
+// Number of rows whose arg-max equals the label.
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+}  // namespace actlab

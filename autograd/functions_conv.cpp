@@ -1,0 +1,82 @@
+// conv2d and linear: forward plus their nodes.
+#include "autograd/functions.h"
+#include "core/ops.h"
+
+namespace actlab {
+namespace {
+
+ops::ConvParams to_params(const Conv2dOptions& o) { return {o.stride, o.padding, o.groups}; }
+
+// saves: input x (lossy_ok, through the policy), weight w (parameter, by reference).
+class Conv2dNode final : public Node {
+ public:
+  Conv2dNode(const Conv2dOptions& opt, bool has_bias, Shape x_shape)
+      : opt_(opt), has_bias_(has_bias), x_shape_(std::move(x_shape)) {}
+  const char* name() const override { return "Conv2d"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    const Tensor dy = grad_outputs[0].contiguous();
+    const Tensor w = load("weight");
+    std::vector<Tensor> grads(3);
+    const bool need_x = inputs[0].leaf || !inputs[0].node.expired();
+    const bool need_w = inputs[1].leaf || !inputs[1].node.expired();
+    if (need_w) {
+      const Tensor x = load("input");
+      Tensor db;
+      grads[1] = ops::conv2d_backward_weight(dy, x, w.shape(), to_params(opt_), has_bias_, &db);
+      if (has_bias_) grads[2] = db;
+    }
+    if (need_x) grads[0] = ops::conv2d_backward_data(dy, w, x_shape_, to_params(opt_));
+    return grads;
+  }
+ private:
+  Conv2dOptions opt_;
+  bool has_bias_;
+  Shape x_shape_;
+};
+
+// saves: input x (lossy_ok), weight w (parameter, by reference).
+class LinearNode final : public Node {
+ public:
+  explicit LinearNode(bool has_bias) : has_bias_(has_bias) {}
+  const char* name() const override { return "Linear"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    const Tensor dy = grad_outputs[0].contiguous();
+    const Tensor w = load("weight");
+    std::vector<Tensor> grads(3);
+    if (inputs[1].leaf || !inputs[1].node.expired()) {
+      Tensor db;
+      grads[1] = ops::linear_backward_weight(dy, load("input"), has_bias_, &db);
+      if (has_bias_) grads[2] = db;
+    }
+    if (inputs[0].leaf || !inputs[0].node.expired()) grads[0] = ops::linear_backward_data(dy, w);
+    return grads;
+  }
+ private:
+  bool has_bias_;
+};
+
+}  // namespace
+
+Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dOptions& opt) {
+  const Tensor bias = b.defined() ? b.data() : Tensor();
+  Tensor y = ops::conv2d_forward(x.data().contiguous(), w.data(), bias, to_params(opt));
+  auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
+  if (node) {
+    if (w.requires_grad()) node->save("input", x.data().contiguous(), {"conv2d", "input", true, ""});
+    node->save("weight", w.data(), {"conv2d", "weight", false, ""});
+  }
+  return make_output(std::move(y), node);
+}
+
+Variable linear(const Variable& x, const Variable& w, const Variable& b) {
+  const Tensor bias = b.defined() ? b.data() : Tensor();
+  Tensor y = ops::linear_forward(x.data().contiguous(), w.data(), bias);
+  auto node = make_node<LinearNode>({&x, &w, b.defined() ? &b : nullptr}, b.defined());
+  if (node) {
+    if (w.requires_grad()) node->save("input", x.data().contiguous(), {"linear", "input", true, ""});
+    node->save("weight", w.data(), {"linear", "weight", false, ""});
+  }
+  return make_output(std::move(y), node);
+}
+
+}  // namespace actlab

@@ -1,0 +1,36 @@
+// Softmax cross-entropy (saves its probabilities) and top-1 counting.
+#include "autograd/functions.h"
+#include "core/ops.h"
+
+namespace actlab {
+namespace {
+
+// saves: probabilities (N,K) and labels (N), exact.
+class CrossEntropyNode final : public Node {
+ public:
+  explicit CrossEntropyNode(float smoothing) : smoothing_(smoothing) {}
+  const char* name() const override { return "CrossEntropy"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    const float dloss = g[0].item();
+    return {ops::cross_entropy_backward(load("probs"), load("labels"), smoothing_, dloss)};
+  }
+ private:
+  float smoothing_;
+};
+
+}  // namespace
+
+Variable cross_entropy(const Variable& logits, const Tensor& labels, float label_smoothing) {
+  Tensor probs;
+  Tensor loss = ops::cross_entropy_forward(logits.data().contiguous(), labels, label_smoothing, &probs);
+  auto node = make_node<CrossEntropyNode>({&logits}, label_smoothing);
+  if (node) {
+    node->save("probs", probs, {"cross_entropy", "probs", false, ""});
+    node->save("labels", labels, {"cross_entropy", "labels", false, ""});
+  }
+  return make_output(std::move(loss), node);
+}
+
+int64_t count_correct(const Tensor& logits, const Tensor& labels) { return ops::count_correct(logits, labels); }
+
+}  // namespace actlab

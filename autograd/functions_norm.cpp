@@ -1,0 +1,66 @@
+// batch_norm: forward (training or eval) plus its node.
+#include "autograd/functions.h"
+#include "core/ops.h"
+
+namespace actlab {
+namespace {
+
+bool wants_grad(const Node::Edge& e) { return e.leaf || !e.node.expired(); }
+
+// saves (training): input x (lossy_ok), gamma (parameter), mean and invstd (C floats each, exact).
+// saves (eval with grad): input x (lossy_ok), gamma, running mean and var (exact).
+class BatchNormNode final : public Node {
+ public:
+  BatchNormNode(bool training, float eps) : training_(training), eps_(eps) {}
+  const char* name() const override { return "BatchNorm"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    const Tensor dy = grad_outputs[0].contiguous();
+    const Tensor x = load("input");
+    Tensor dgamma, dbeta, dx;
+    if (training_) {
+      dx = ops::batchnorm_backward(dy, x, load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
+    } else {
+      dx = ops::batchnorm_backward_eval(dy, x, load("weight"), load("running_mean"), load("running_var"), eps_,
+                                        &dgamma, &dbeta);
+    }
+    std::vector<Tensor> grads(3);
+    if (wants_grad(inputs[0])) grads[0] = dx;
+    if (wants_grad(inputs[1])) grads[1] = dgamma;
+    if (wants_grad(inputs[2])) grads[2] = dbeta;
+    return grads;
+  }
+ private:
+  bool training_;
+  float eps_;
+};
+
+}  // namespace
+
+Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta, Tensor& running_mean,
+                    Tensor& running_var, bool training, float momentum, float eps) {
+  const Tensor xin = x.data().contiguous();
+  if (!training) {
+    Tensor y = ops::batchnorm_forward_eval(xin, gamma.data(), beta.data(), running_mean, running_var, eps);
+    auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, false, eps);
+    if (node) {
+      node->save("input", xin, {"batchnorm2d", "input", true, ""});
+      node->save("weight", gamma.data(), {"batchnorm2d", "weight", false, ""});
+      node->save("running_mean", running_mean.clone(), {"batchnorm2d", "running_mean", false, ""});
+      node->save("running_var", running_var.clone(), {"batchnorm2d", "running_var", false, ""});
+    }
+    return make_output(std::move(y), node);
+  }
+  Tensor mean, invstd;
+  Tensor y = ops::batchnorm_forward_train(xin, gamma.data(), beta.data(), running_mean, running_var, momentum,
+                                          eps, &mean, &invstd);
+  auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, true, eps);
+  if (node) {
+    node->save("input", xin, {"batchnorm2d", "input", true, ""});
+    node->save("weight", gamma.data(), {"batchnorm2d", "weight", false, ""});
+    node->save("mean", mean, {"batchnorm2d", "mean", false, ""});
+    node->save("invstd", invstd, {"batchnorm2d", "invstd", false, ""});
+  }
+  return make_output(std::move(y), node);
+}
+
+}  // namespace actlab

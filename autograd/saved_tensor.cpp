@@ -1,0 +1,103 @@
+// SavedTensor: packing through the policy in force, the pack-once cache and CacheStats records.
+#include "autograd/saved_tensor.h"
+
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include "compress/exact.h"
+
+namespace actlab {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Identity of a tensor's contents within a step: same storage, same view, same version.
+struct PackKey {
+  uint64_t storage_id;
+  int64_t offset;
+  uint64_t version;
+  Shape shape;
+  Shape strides;
+  const ActivationCachePolicy* policy;
+  bool operator<(const PackKey& o) const {
+    return std::tie(storage_id, offset, version, shape, strides, policy) <
+           std::tie(o.storage_id, o.offset, o.version, o.shape, o.strides, o.policy);
+  }
+};
+
+struct PackState {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  uint64_t packs_this_step = 0;
+  std::map<PackKey, std::weak_ptr<PackedEntry>> cache;
+};
+thread_local PackState t_state;
+
+const ExactPolicy& exact_policy() {
+  static const ExactPolicy* p = new ExactPolicy();
+  return *p;
+}
+
+}  // namespace
+
+void set_pack_seed(uint64_t seed) { t_state.seed = seed; }
+uint64_t pack_step() { return t_state.step; }
+void set_pack_step(uint64_t step) { t_state.step = step; }
+void end_pack_step() {
+  t_state.cache.clear();
+  t_state.packs_this_step = 0;
+  t_state.step += 1;
+}
+
+SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
+  ACTLAB_CHECK(t.defined(), "saving an undefined tensor in ", info.op, " (", info.module_path, ")");
+  const ActivationCachePolicy* policy = &exact_policy();
+  if (info.lossy_ok && t.dtype() == DType::F32) {
+    const ActivationCachePolicy& chosen = current_policy_set().for_module(info.module_path);
+    if (!chosen.is_exact()) policy = &chosen;
+  }
+  PackKey key{t.storage()->id(), t.offset(), t.storage()->version(), t.shape(), t.strides(), policy};
+  if (!policy->is_exact()) {
+    auto it = t_state.cache.find(key);
+    if (it != t_state.cache.end()) {
+      if (auto shared = it->second.lock()) {
+        entry_ = std::move(shared);
+        return;
+      }
+    }
+  }
+  auto entry = std::make_shared<PackedEntry>();
+  entry->policy = policy;
+  entry->info = info;
+  const PackContext ctx{t_state.seed, (t_state.step << 24) | (t_state.packs_this_step++ & 0xFFFFFF)};
+  const auto start = Clock::now();
+  if (policy->is_exact()) {
+    entry->packed = policy->pack(t, info, ctx);
+  } else {
+    const Tensor x = t.contiguous();
+    MemTagScope tag(MemTag::ActivationPacked);
+    entry->packed = policy->pack(x, info, ctx);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const int64_t raw = static_cast<int64_t>(t.nbytes());
+  // Parameters kept by reference cost nothing extra; they stay out of the activation accounting.
+  if (t.storage()->tag() != MemTag::Param)
+    CacheStats::global().record_pack(info, policy->name(), t.shape(), raw,
+                                   static_cast<int64_t>(entry->packed->nbytes()),
+                                   t.dtype() == DType::F32 ? static_cast<int64_t>(policy->expected_bytes(t.shape())) : raw,
+                                   seconds);
+  if (!policy->is_exact()) t_state.cache[key] = entry;
+  entry_ = std::move(entry);
+}
+
+Tensor SavedTensor::unpack() const {
+  ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
+  const auto start = Clock::now();
+  Tensor t = entry_->policy->unpack(*entry_->packed, info_);
+  if (!entry_->policy->is_exact())
+    CacheStats::global().record_unpack(info_, std::chrono::duration<double>(Clock::now() - start).count());
+  return t;
+}
+
+}  // namespace actlab

@@ -1,0 +1,40 @@
+// SavedTensor: a tensor kept for backward, as the activation-cache policy stored it.
+// Owns the pack-once cache key (storage id, offset, version, shape, policy) shared between consumers.
+// Tested in tests/test_autograd.cpp.
+#pragma once
+#include <memory>
+
+#include "compress/policy.h"
+
+namespace actlab {
+
+// A policy's pack plus what is needed to unpack it. Shared when two consumers save one tensor.
+struct PackedEntry {
+  std::unique_ptr<Packed> packed;
+  const ActivationCachePolicy* policy = nullptr;  // owned by the PolicySet in force (outlives the step)
+  SaveInfo info;  // of the first consumer (module path, op)
+};
+
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  // Packs t through the policy for info.module_path when info.lossy_ok, else keeps it exactly;
+  // reuses an identical pack made earlier in this step (pack once).
+  SavedTensor(const Tensor& t, const SaveInfo& info);
+  Tensor unpack() const;
+  size_t nbytes() const { return entry_ ? entry_->packed->nbytes() : 0; }
+  bool defined() const { return entry_ != nullptr; }
+ private:
+  std::shared_ptr<PackedEntry> entry_;
+  SaveInfo info_;
+};
+
+// Seed for stochastic rounding of this run (element i of pack number p in step s draws
+// philox(seed, (s << 24) | p, i)). Set once by the trainer.
+void set_pack_seed(uint64_t seed);
+// Called by the tape at the end of a step: forgets the pack-once cache, advances the step counter.
+void end_pack_step();
+uint64_t pack_step();
+void set_pack_step(uint64_t step);
+
+}  // namespace actlab

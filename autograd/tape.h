@@ -1,0 +1,60 @@
+// The tape: nodes in creation order (already a valid reverse-topological order, so backward is a
+// reverse walk — no graph search). backward() frees each node's saved tensors right after its
+// backward, so saved memory falls layer by layer.
+// Tested in tests/test_autograd.cpp.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace actlab {
+
+class Tape {
+ public:
+  // The tape ops record onto (one per thread).
+  static Tape& current();
+
+  void record(std::shared_ptr<Node> node) { nodes_.push_back(std::move(node)); }
+  size_t size() const { return nodes_.size(); }
+  // Drops every node (and so every saved tensor) without running backward; ends the pack step.
+  void clear();
+  // Bytes held by all saved tensors of the recorded nodes (each shared pack counted per consumer).
+  size_t saved_bytes() const;
+
+  // Runs backward from `root` (seed gradient: ones, or `grad` when given), accumulating into leaf
+  // gradients, then clears the tape.
+  void backward(const Variable& root, const Tensor& grad = Tensor());
+ private:
+  std::vector<std::shared_ptr<Node>> nodes_;
+};
+
+// loss.backward(): Tape::current().backward(loss).
+void backward(const Variable& root, const Tensor& grad = Tensor());
+
+// Creates node N (constructed from args) for an op with these inputs, wires the edges and records it
+// — or returns nullptr when no input needs a gradient or recording is off (then save nothing).
+template <typename N, typename... Args>
+std::shared_ptr<N> make_node(const std::vector<const Variable*>& inputs, Args&&... args);
+
+// Wraps an op's result: a Variable that requires grad and points at `node` (when node is set).
+Variable make_output(Tensor data, const std::shared_ptr<Node>& node, int index = 0);
+
+// ---------------------------------------------------------------- implementation
+namespace detail {
+bool wire_inputs(Node& node, const std::vector<const Variable*>& inputs);
+}
+
+template <typename N, typename... Args>
+std::shared_ptr<N> make_node(const std::vector<const Variable*>& inputs, Args&&... args) {
+  if (!grad_enabled()) return nullptr;
+  bool any = false;
+  for (const Variable* v : inputs) any = any || (v && v->requires_grad());
+  if (!any) return nullptr;
+  auto node = std::make_shared<N>(std::forward<Args>(args)...);
+  detail::wire_inputs(*node, inputs);
+  Tape::current().record(node);
+  return node;
+}
+
+}  // namespace actlab

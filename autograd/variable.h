@@ -1,0 +1,112 @@
+// Variable (a Tensor plus gradient state) and Node (one recorded op with its saved tensors).
+// A Variable is a shared handle: copies refer to the same value and gradient.
+// Nodes are owned by the Tape (autograd/tape.h); a Variable only holds a weak reference to the
+// node that produced it, so clearing the tape frees every saved tensor.
+// Tested in tests/test_autograd.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/saved_tensor.h"
+#include "core/tensor.h"
+
+namespace actlab {
+
+class Node;
+
+struct VariableImpl {
+  Tensor data;
+  Tensor grad;                  // leaves only; persistent across steps (zero_grad marks it stale)
+  bool grad_stale = true;       // true: the next accumulation overwrites instead of adding
+  bool requires_grad = false;
+  std::weak_ptr<Node> grad_fn;  // producing node (non-leaf); expired once the tape is cleared
+  int output_index = 0;
+};
+
+class Variable {
+ public:
+  Variable() = default;
+  explicit Variable(Tensor data, bool requires_grad = false);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& data() const { return impl_->data; }
+  Tensor& data() { return impl_->data; }
+  const Shape& shape() const { return impl_->data.shape(); }
+  int64_t size(int64_t d) const { return impl_->data.size(d); }
+  int64_t dim() const { return impl_->data.dim(); }
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  bool is_leaf() const { return impl_->grad_fn.expired(); }
+  std::shared_ptr<Node> grad_fn() const { return impl_->grad_fn.lock(); }
+
+  // The accumulated gradient of a leaf (undefined before the first backward or while stale).
+  Tensor grad() const { return impl_->grad_stale ? Tensor() : impl_->grad; }
+  // Marks the gradient stale: the next backward writes it instead of adding (no memset needed).
+  void zero_grad() { impl_->grad_stale = true; }
+  // Drops the gradient buffer entirely (frees its memory).
+  void clear_grad() { impl_->grad = Tensor(); impl_->grad_stale = true; }
+
+  const std::shared_ptr<VariableImpl>& impl() const { return impl_; }
+ private:
+  std::shared_ptr<VariableImpl> impl_;
+};
+
+// One recorded operation. Subclasses implement backward() and say what they save, slot by slot,
+// through save()/load() — the only way a node keeps a tensor (so a policy sees every byte).
+class Node {
+ public:
+  struct Edge {
+    std::weak_ptr<Node> node;              // producer of this input (non-leaf), or
+    std::shared_ptr<VariableImpl> leaf;    // a leaf that wants a gradient; both empty: no gradient
+    int index = 0;
+  };
+
+  virtual ~Node() = default;
+  virtual const char* name() const = 0;
+  // grad_outputs[i]: gradient w.r.t. output i (undefined if none reached it; then backward is not
+  // called unless some other output has one). Returns one gradient per input edge (undefined = none).
+  virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
+
+  // Keeps t for backward under the policy in force for this node's module (lossy_ok tensors) or
+  // exactly (everything else). Identical tensors saved twice in one step are packed once.
+  void save(const std::string& slot, const Tensor& t, SaveInfo info);
+  // Returns the tensor saved in slot (reconstructed by the policy for lossy saves).
+  Tensor load(const std::string& slot) const;
+  bool has_saved(const std::string& slot) const;
+  // Frees everything saved; called by the tape right after this node's backward.
+  void release_saved() { saved_.clear(); }
+  size_t saved_bytes() const;
+
+  std::vector<Edge> inputs;
+  std::vector<Tensor> grad_outputs;  // accumulated by the tape during backward
+  std::string module_path;           // module that recorded this node ("layer1.0.conv1")
+ private:
+  std::vector<std::pair<std::string, SavedTensor>> saved_;
+};
+
+// RAII: no recording while alive (evaluation). Per thread.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+ private:
+  bool previous_;
+};
+bool grad_enabled();
+
+// RAII: pushes a component onto the current module path ("layer1" then "0" → "layer1.0").
+class ModulePathScope {
+ public:
+  explicit ModulePathScope(const std::string& name);
+  ~ModulePathScope();
+  ModulePathScope(const ModulePathScope&) = delete;
+  ModulePathScope& operator=(const ModulePathScope&) = delete;
+ private:
+  size_t previous_length_;
+};
+const std::string& current_module_path();
+
+}  // namespace actlab

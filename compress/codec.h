@@ -1,0 +1,149 @@
+// The activation codec arithmetic: bf16 directed rounding, per-plane/per-group min/step, unbiased
+// stochastic rounding, block means and nearest up-sampling indices, as ACTLAB_HD functions shared by the
+// CPU kernels (compress/codec_cpu.cpp) and a future CUDA twin, plus the raw-pointer CPU kernel API.
+// Layouts and closed forms: docs/policies.md. Tested in tests/test_codec.cpp (against naive loops).
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/bf16.h"
+#include "core/hostdevice.h"
+#include "core/philox.h"
+
+namespace actlab {
+
+// ---------------------------------------------------------------- geometry
+// A tensor seen as `planes` independent planes of height × width f32 values (4-D NCHW: N·C planes of H×W;
+// 2-D (N,D): N planes of 1×D). The low-frequency component (LFC) of a plane is its block_h × block_w
+// average pool (kernel = stride, floor mode): lfc_h × lfc_w values; rows/cols past lfc_h·block_h are
+// not pooled (PyTorch floor mode) but are still covered by the nearest up-sampling.
+struct PlaneGeometry {
+  int64_t planes = 0;
+  int64_t height = 0, width = 0;
+  int64_t block_h = 1, block_w = 1;
+  int64_t lfc_h = 0, lfc_w = 0;
+  int bits = 0;  // Q of the codes (0 when the codec stores no codes)
+
+  int64_t plane_elems() const { return height * width; }
+  int64_t lfc_elems() const { return lfc_h * lfc_w; }
+  // Each plane's codes occupy their own byte-aligned run, LSB first, so planes pack in parallel.
+  int64_t code_bytes_per_plane() const { return (static_cast<int64_t>(bits) * plane_elems() + 7) / 8; }
+};
+
+// block = B; the pool kernel per axis is min(B, extent).
+PlaneGeometry make_plane_geometry(int64_t planes, int64_t height, int64_t width, int64_t block, int bits);
+
+// A tensor seen as `samples` rows of sample_elems values, each zero-padded to groups·group_size and split
+// into groups of group_size consecutive elements (ActNN-style per-group quantization).
+struct GroupGeometry {
+  int64_t samples = 0;
+  int64_t sample_elems = 0;
+  int64_t group_size = 1;
+  int bits = 0;
+
+  int64_t groups_per_sample() const { return (sample_elems + group_size - 1) / group_size; }
+  int64_t groups() const { return samples * groups_per_sample(); }
+  int64_t code_bytes_per_group() const { return (static_cast<int64_t>(bits) * group_size + 7) / 8; }
+};
+
+// ---------------------------------------------------------------- per-element arithmetic
+// bf16 rounding toward -inf / +inf (bits of the bf16). Finite inputs only (NaN stays NaN, inf stays inf).
+// Used so the stored min is <= every value and the stored step covers the range: codes never overflow.
+ACTLAB_HD uint16_t bf16_round_down(float f) {
+  const uint32_t u = float_bits(f);
+  const uint32_t truncated = u & 0xFFFF0000u;
+  if ((u & 0x7F800000u) == 0x7F800000u) return float_to_bf16(f);   // inf / NaN
+  if (truncated == u || !(u & 0x80000000u)) return static_cast<uint16_t>(truncated >> 16);  // exact or >0
+  return static_cast<uint16_t>((truncated >> 16) + 1);  // negative: one ulp further from zero
+}
+ACTLAB_HD uint16_t bf16_round_up(float f) {
+  const uint32_t u = float_bits(f);
+  const uint32_t truncated = u & 0xFFFF0000u;
+  if ((u & 0x7F800000u) == 0x7F800000u) return float_to_bf16(f);
+  if (truncated == u || (u & 0x80000000u)) return static_cast<uint16_t>(truncated >> 16);  // exact or <0
+  return static_cast<uint16_t>((truncated >> 16) + 1);
+}
+
+ACTLAB_HD int quant_levels(int bits) { return (1 << bits) - 1; }
+
+// The stored (bf16) min and step of a range [lo, hi] for `bits`-bit codes: min = lo rounded down,
+// step = (hi - min)/levels rounded up, bumped by one bf16 ulp if levels·step (exact in f32: 8+8 bits)
+// still falls short of the f32 range. A constant range gets step 1 (every code is then 0).
+// Guarantee: for every v in [lo, hi], 0 <= fl(fl(v - min)/step) <= levels.
+ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, float hi, int bits) {
+  min_bits = bf16_round_down(lo);
+  const float range = hi - bf16_to_float(min_bits);
+  const float levels = static_cast<float>(quant_levels(bits));
+  uint16_t step = bf16_round_up(range / levels);
+  if (bf16_to_float(step) * levels < range) step = static_cast<uint16_t>(step + 1);
+  if (!(bf16_to_float(step) > 0.f)) step = float_to_bf16(1.f);
+  step_bits = step;
+}
+
+// Unbiased stochastic rounding of v to a code in [0, levels]: with t = (v - min)/step,
+// code = floor(t) + (u < t - floor(t)), u in [0,1) a 24-bit uniform. This is floor(t + u) in exact
+// arithmetic, but it cannot round up past ceil(t) in f32 and so never needs a clamp to stay in range;
+// E[code] = t up to 2^-24. NaN and out-of-range t are clamped into [0, levels].
+ACTLAB_HD uint32_t stochastic_code(float v, float min, float step, float u, int levels) {
+  float t = (v - min) / step;
+  t = fminf(fmaxf(t, 0.f), static_cast<float>(levels));
+  const int lower = static_cast<int>(t);  // t >= 0, so truncation is floor (and vectorizes without SSE4.1)
+  return static_cast<uint32_t>(lower) + (u < t - static_cast<float>(lower) ? 1u : 0u);
+}
+
+// min + code·step. The product is exact in f32 (code <= 8 bits, bf16 step has 8 significant bits),
+// so an FMA contraction gives the same bits as separate multiply and add.
+ACTLAB_HD float dequantize(uint32_t code, float min, float step) {
+  return min + static_cast<float>(code) * step;
+}
+
+// PyTorch's nearest rule src = floor(dst·in/out), in exact integer arithmetic.
+ACTLAB_HD int64_t nearest_source(int64_t dst, int64_t in_size, int64_t out_size) {
+  return dst * in_size / out_size;
+}
+
+// The bf16 LFC value of a block from its f32 sum: sum / area, rounded to nearest even.
+// Summation order (the kernels follow it so results are bit-reproducible): for each block column b,
+// colsum_b = sum over the block's rows top to bottom; block sum = colsum_0 + colsum_1 + ... left to right.
+ACTLAB_HD uint16_t lfc_from_sum(float sum, int64_t area) {
+  return float_to_bf16(sum / static_cast<float>(area));
+}
+
+// Q-bit code `code` of element e in a byte-aligned LSB-first run (bits in {1,2,4,8} so no code
+// straddles a byte).
+ACTLAB_HD uint32_t unpack_code(const uint8_t* run, int64_t e, int bits) {
+  const int64_t bit = e * bits;
+  return (static_cast<uint32_t>(run[bit >> 3]) >> (bit & 7)) & static_cast<uint32_t>(quant_levels(bits));
+}
+
+namespace cpu {
+
+// ---------------------------------------------------------------- CPU kernels (OpenMP over planes)
+// Division-family pack of x: (g.planes, g.height, g.width) f32 contiguous. Per plane p:
+//   with_lfc: L = bf16 block means (written to lfc[p·lfc_elems ..] when lfc != nullptr), R = x − L↑;
+//   otherwise R = x.
+//   codes != nullptr: bits-bit stochastic codes of R → codes[p·code_bytes_per_plane ..] with
+//     mins[p], steps[p] (bf16 bits); element e of plane p draws philox_uniform(seed, stream, p·E + e).
+//   residual != nullptr: R in f32 → residual[p·E ..].
+// Outputs are assigned (never accumulated) and must not alias x; unused outputs may be nullptr.
+void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
+                const float* x, const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream);
+
+// out (g.planes, height, width) f32 = (lfc ? L↑ : 0) + (codes ? dequantized codes : 0). Assigns.
+void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                  const uint16_t* steps, const PlaneGeometry& g);
+
+// Per-group pack of x: (g.samples, g.sample_elems) f32 contiguous. Group j of sample n covers sample
+// elements [j·G, (j+1)·G); elements past sample_elems are zeros (they take part in min/max, as in ActNN)
+// and get code 0. Element d of sample n draws philox_uniform(seed, stream, n·sample_elems + d).
+// codes: g.groups() runs of code_bytes_per_group; mins/steps: g.groups() bf16 bits. Assigns.
+void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
+                uint64_t seed, uint64_t stream);
+
+// out (g.samples, g.sample_elems) f32 = dequantized codes (padding dropped). Assigns.
+void group_unpack(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
+                  const GroupGeometry& g);
+
+}  // namespace cpu
+}  // namespace actlab

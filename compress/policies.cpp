@@ -1,0 +1,188 @@
+// The lossy policies of compress/policies.h: plane views of shapes, the one-buffer pack layouts, the
+// closed-form sizes, and the calls into the CPU codec kernels (compress/codec_cpu.cpp).
+// Tested in tests/test_policies.cpp.
+#include "compress/policies.h"
+
+#include <cstring>
+
+namespace actlab {
+namespace {
+
+bool valid_bits(int bits) { return bits == 1 || bits == 2 || bits == 4 || bits == 8; }
+
+size_t to_size(int64_t v) { return static_cast<size_t>(v); }
+
+// x as a contiguous f32 CPU tensor (a copy only when x is strided).
+Tensor checked_input(const Tensor& x, const std::string& policy) {
+  ACTLAB_CHECK(x.defined(), "policy ", policy, ": cannot pack an undefined tensor");
+  ACTLAB_CHECK(x.dtype() == DType::F32, "policy ", policy, " packs f32 tensors, got ", x.str());
+  ACTLAB_CHECK(x.device().is_cpu(), "policy ", policy, ": no ", x.device().str(), " codec yet, got ", x.str());
+  return x.contiguous();
+}
+
+// A fresh f32 copy of a passthrough pack, allocated under the caller's MemTagScope.
+Tensor unpack_passthrough(const PackedPassthrough& p) {
+  Tensor out = Tensor::empty(p.shape());
+  if (out.nbytes()) std::memcpy(out.raw_data(), p.tensor().raw_data(), out.nbytes());
+  return out;
+}
+
+}  // namespace
+
+PackedPassthrough::PackedPassthrough(const Tensor& x)
+    : copy_(Tensor::empty_tagged(x.shape(), MemTag::ActivationPacked, DType::F32)) {
+  if (copy_.nbytes()) std::memcpy(copy_.raw_data(), x.raw_data(), copy_.nbytes());
+}
+
+// ---------------------------------------------------------------- plane policies
+PlaneSections plane_sections(const PlaneCodecConfig& config, const PlaneGeometry& g) {
+  PlaneSections s;
+  size_t at = 0;
+  s.residual = at;
+  if (config.stores_residual()) at += to_size(g.planes * g.plane_elems()) * 4;
+  s.lfc = at;
+  if (config.stores_lfc()) at += to_size(g.planes * g.lfc_elems()) * 2;
+  s.mins = at;
+  if (config.stores_codes()) at += to_size(g.planes) * 2;
+  s.steps = at;
+  if (config.stores_codes()) at += to_size(g.planes) * 2;
+  s.codes = at;
+  if (config.stores_codes()) at += to_size(g.planes * g.code_bytes_per_plane());
+  s.total = at;
+  return s;
+}
+
+PackedPlanes::PackedPlanes(const Shape& shape, const PlaneCodecConfig& config, const PlaneGeometry& g)
+    : shape_(shape), config_(config), geometry_(g), sections_(plane_sections(config, g)),
+      buffer_(Tensor::empty_tagged({static_cast<int64_t>(sections_.total)}, MemTag::ActivationPacked, DType::U8)) {}
+
+PlaneCodecPolicy::PlaneCodecPolicy(const PlaneCodecConfig& config) : config_(config) {
+  ACTLAB_CHECK(config.block >= 1, "policy block size B must be >= 1, got ", config.block);
+  const bool f32_hfc = config.kind == PlaneCodecKind::HfcOnly && config.bits == 0;
+  ACTLAB_CHECK(f32_hfc || config.kind == PlaneCodecKind::LfcOnly || valid_bits(config.bits),
+               "policy bit width Q must be 1, 2, 4 or 8, got ", config.bits);
+  if (config_.kind == PlaneCodecKind::LfcOnly) config_.bits = 0;
+}
+
+bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
+  int64_t planes = 0, height = 1, width = 1;
+  if (shape.size() == 4) {
+    planes = shape[0] * shape[1], height = shape[2], width = shape[3];
+  } else if (shape.size() == 3) {
+    planes = shape[0] * shape[1], width = shape[2];
+  } else if (shape.size() == 2) {
+    planes = shape[0], width = shape[1];
+  } else {
+    return false;
+  }
+  if (shape_numel(shape) == 0 || height * width == 1) return false;
+  g = make_plane_geometry(planes, height, width, config_.block, config_.bits);
+  return true;
+}
+
+std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+  const Tensor x = checked_input(x_in, name());
+  PlaneGeometry g;
+  if (!plane_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g);
+  cpu::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
+                  x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream);
+  return packed;
+}
+
+Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
+  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
+  const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
+  ACTLAB_CHECK(planes != nullptr && planes->config().kind == config_.kind, "policy ", name(),
+               " cannot unpack a pack it did not make (shape ", shape_str(p.shape()), ")");
+  Tensor out = Tensor::empty(planes->shape());
+  const PlaneGeometry& g = planes->geometry();
+  if (planes->residual()) {
+    std::memcpy(out.raw_data(), planes->residual(), out.nbytes());
+  } else {
+    cpu::plane_unpack(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(), g);
+  }
+  return out;
+}
+
+std::string PlaneCodecPolicy::name() const {
+  const std::string b = std::to_string(config_.block), q = std::to_string(config_.bits);
+  switch (config_.kind) {
+    case PlaneCodecKind::Division: return "division:B=" + b + ",Q=" + q;
+    case PlaneCodecKind::Quant: return "quant:Q=" + q;
+    case PlaneCodecKind::LfcOnly: return "lfc:B=" + b;
+    case PlaneCodecKind::HfcOnly: return config_.bits ? "hfc:B=" + b + ",Q=" + q : "hfc:B=" + b;
+  }
+  return "?";
+}
+
+// Closed forms per docs/policies.md, with P planes of E elements, an h'×w' LFC and Q-bit codes:
+//   division P·(2h'w' + ceil(QE/8) + 4); quant and hfc:Q P·(ceil(QE/8) + 4); lfc P·2h'w';
+//   hfc (f32) and every passthrough 4·numel.
+size_t PlaneCodecPolicy::expected_bytes(const Shape& shape) const {
+  PlaneGeometry g;
+  if (!plane_view(shape, g)) return to_size(shape_numel(shape)) * 4;
+  const int64_t P = g.planes, E = g.plane_elems(), Q = config_.bits;
+  const int64_t lfc = 2 * g.lfc_h * g.lfc_w, hfc = (Q * E + 7) / 8 + 2 + 2;
+  switch (config_.kind) {
+    case PlaneCodecKind::Division: return to_size(P * (lfc + hfc));
+    case PlaneCodecKind::Quant: return to_size(P * hfc);
+    case PlaneCodecKind::LfcOnly: return to_size(P * lfc);
+    case PlaneCodecKind::HfcOnly: return to_size(Q ? P * hfc : P * E * 4);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- per-group policy
+PackedGroups::PackedGroups(const Shape& shape, const GroupGeometry& g)
+    : shape_(shape), geometry_(g),
+      buffer_(Tensor::empty_tagged({g.groups() * (4 + g.code_bytes_per_group())}, MemTag::ActivationPacked,
+                                   DType::U8)) {}
+
+PerGroupPolicy::PerGroupPolicy(int64_t group_size, int bits) : group_size_(group_size), bits_(bits) {
+  ACTLAB_CHECK(group_size >= 1, "policy group size G must be >= 1, got ", group_size);
+  ACTLAB_CHECK(valid_bits(bits), "policy bit width Q must be 1, 2, 4 or 8, got ", bits);
+}
+
+bool PerGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const {
+  const int64_t numel = shape_numel(shape);
+  if (shape.empty() || numel == 0 || numel == shape[0]) return false;
+  g.samples = shape[0];
+  g.sample_elems = numel / shape[0];
+  g.group_size = group_size_;
+  g.bits = bits_;
+  return true;
+}
+
+std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+  const Tensor x = checked_input(x_in, name());
+  GroupGeometry g;
+  if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  auto packed = std::make_unique<PackedGroups>(x.shape(), g);
+  cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed, ctx.stream);
+  return packed;
+}
+
+Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const {
+  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
+  const auto* groups = dynamic_cast<const PackedGroups*>(&p);
+  ACTLAB_CHECK(groups != nullptr, "policy ", name(), " cannot unpack a pack it did not make (shape ",
+               shape_str(p.shape()), ")");
+  Tensor out = Tensor::empty(groups->shape());
+  cpu::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(), groups->geometry());
+  return out;
+}
+
+std::string PerGroupPolicy::name() const {
+  return "pergroup:G=" + std::to_string(group_size_) + ",Q=" + std::to_string(bits_);
+}
+
+// N samples of D elements: N·ceil(D/G)·(ceil(G·Q/8) + 4); D == 1 (and numel 0) is an f32 copy.
+size_t PerGroupPolicy::expected_bytes(const Shape& shape) const {
+  GroupGeometry g;
+  if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
+  const int64_t groups = g.samples * ((g.sample_elems + group_size_ - 1) / group_size_);
+  return to_size(groups * ((group_size_ * bits_ + 7) / 8 + 4));
+}
+
+}  // namespace actlab

@@ -1,0 +1,127 @@
+// The lossy activation-cache policies: DIVISION (division:B,Q), its ablations (quant:Q, lfc:B, hfc:B[,Q])
+// and the ActNN-style per-group baseline (pergroup:G,Q), with the Packed forms they keep until backward.
+// Each pack is ONE allocation under MemTag::ActivationPacked whose size is the closed form of
+// expected_bytes() (docs/policies.md derives them). parse_policy (compress/registry.cpp) builds these.
+// Tested in tests/test_policies.cpp; the codec arithmetic in tests/test_codec.cpp.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "compress/codec.h"
+#include "compress/policy.h"
+
+namespace actlab {
+
+// A tensor kept as an f32 copy (shapes a policy does not compress: a 1×1 plane, D == 1, rank 1 or > 4,
+// empty). nbytes() = 4·numel. The copy is owned: nothing references the packed input.
+class PackedPassthrough final : public Packed {
+ public:
+  explicit PackedPassthrough(const Tensor& x);  // x: contiguous f32 on the CPU
+  size_t nbytes() const override { return copy_.nbytes(); }
+  const Shape& shape() const override { return copy_.shape(); }
+  const Tensor& tensor() const { return copy_; }
+ private:
+  Tensor copy_;
+};
+
+// What the plane policies keep. A tensor is seen as planes (compress/codec.h PlaneGeometry):
+// (N,C,H,W) → N·C planes of H×W; (N,C,L) → N·C planes of 1×L; (N,D) → N planes of 1×D.
+enum class PlaneCodecKind {
+  Division,  // bf16 LFC + Q-bit HFC; backward sees LFC↑ + HFC
+  Quant,     // Q-bit x itself (DIVISION w/o LFC, Fixed Quant)
+  LfcOnly,   // bf16 LFC; backward sees LFC↑ (DIVISION w/o HFC, LFC-ACT)
+  HfcOnly,   // the HFC alone, Q-bit or (bits == 0) f32; backward sees HFC (HFC-ACT)
+};
+
+struct PlaneCodecConfig {
+  PlaneCodecKind kind = PlaneCodecKind::Division;
+  int64_t block = 8;  // B: the LFC pool is min(B, H) × min(B, W)
+  int bits = 2;       // Q ∈ {1,2,4,8}; 0 only for HfcOnly (f32 residual)
+  bool stores_lfc() const { return kind == PlaneCodecKind::Division || kind == PlaneCodecKind::LfcOnly; }
+  bool uses_lfc() const { return kind != PlaneCodecKind::Quant; }
+  bool stores_codes() const { return kind != PlaneCodecKind::LfcOnly && bits > 0; }
+  bool stores_residual() const { return kind == PlaneCodecKind::HfcOnly && bits == 0; }
+};
+
+// The sections of a plane pack, in buffer order (each section's offset keeps its element type aligned):
+// residual f32 [planes·E] | lfc bf16 [planes·lfc_h·lfc_w] | mins bf16 [planes] | steps bf16 [planes] |
+// codes u8 [planes·ceil(Q·E/8)]. Absent sections have size 0.
+struct PlaneSections {
+  size_t residual = 0, lfc = 0, mins = 0, steps = 0, codes = 0;  // byte offsets
+  size_t total = 0;                                              // bytes
+};
+PlaneSections plane_sections(const PlaneCodecConfig& config, const PlaneGeometry& g);
+
+class PackedPlanes final : public Packed {
+ public:
+  PackedPlanes(const Shape& shape, const PlaneCodecConfig& config, const PlaneGeometry& g);
+  size_t nbytes() const override { return buffer_.nbytes(); }
+  const Shape& shape() const override { return shape_; }
+  const PlaneCodecConfig& config() const { return config_; }
+  const PlaneGeometry& geometry() const { return geometry_; }
+  // Section pointers (nullptr when the section is absent). bf16 values are raw bits.
+  uint16_t* lfc() const { return config_.stores_lfc() ? section<uint16_t>(sections_.lfc) : nullptr; }
+  uint16_t* mins() const { return config_.stores_codes() ? section<uint16_t>(sections_.mins) : nullptr; }
+  uint16_t* steps() const { return config_.stores_codes() ? section<uint16_t>(sections_.steps) : nullptr; }
+  uint8_t* codes() const { return config_.stores_codes() ? section<uint8_t>(sections_.codes) : nullptr; }
+  float* residual() const { return config_.stores_residual() ? section<float>(sections_.residual) : nullptr; }
+  const Tensor& buffer() const { return buffer_; }  // every byte of the pack, u8
+ private:
+  template <typename T> T* section(size_t offset) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(buffer_.raw_data()) + offset);
+  }
+  Shape shape_;
+  PlaneCodecConfig config_;
+  PlaneGeometry geometry_;
+  PlaneSections sections_;
+  Tensor buffer_;  // u8, MemTag::ActivationPacked
+};
+
+// division / quant / lfc / hfc. pack: x is f32 on the CPU (made contiguous if it is not).
+class PlaneCodecPolicy final : public ActivationCachePolicy {
+ public:
+  explicit PlaneCodecPolicy(const PlaneCodecConfig& config);  // throws Error on a bad B/Q
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override;
+  std::string name() const override;
+  size_t expected_bytes(const Shape& shape) const override;
+  const PlaneCodecConfig& config() const { return config_; }
+  // The plane view of a shape, or false when it is kept as an f32 copy (rank not 2..4, numel 0, H·W == 1).
+  bool plane_view(const Shape& shape, PlaneGeometry& g) const;
+ private:
+  PlaneCodecConfig config_;
+};
+
+// ActNN-style per-group pack: (N, ...) → N samples of D = numel/N elements, zero-padded to groups of G.
+// Buffer: mins bf16 [groups] | steps bf16 [groups] | codes u8 [groups·ceil(G·Q/8)].
+class PackedGroups final : public Packed {
+ public:
+  PackedGroups(const Shape& shape, const GroupGeometry& g);
+  size_t nbytes() const override { return buffer_.nbytes(); }
+  const Shape& shape() const override { return shape_; }
+  const GroupGeometry& geometry() const { return geometry_; }
+  uint16_t* mins() const { return reinterpret_cast<uint16_t*>(buffer_.raw_data()); }
+  uint16_t* steps() const { return mins() + geometry_.groups(); }
+  uint8_t* codes() const { return reinterpret_cast<uint8_t*>(steps() + geometry_.groups()); }
+  const Tensor& buffer() const { return buffer_; }  // every byte of the pack, u8
+ private:
+  Shape shape_;
+  GroupGeometry geometry_;
+  Tensor buffer_;  // u8, MemTag::ActivationPacked
+};
+
+class PerGroupPolicy final : public ActivationCachePolicy {
+ public:
+  PerGroupPolicy(int64_t group_size, int bits);  // throws Error on a bad G/Q
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override;
+  std::string name() const override;
+  size_t expected_bytes(const Shape& shape) const override;
+  // The group view of a shape, or false when it is kept as an f32 copy (rank 0, numel 0, D == 1).
+  bool group_view(const Shape& shape, GroupGeometry& g) const;
+ private:
+  int64_t group_size_;
+  int bits_;
+};
+
+}  // namespace actlab

@@ -1,0 +1,135 @@
+// PolicySet, the per-thread policy scope, module-path globbing and CacheStats.
+#include "compress/policy.h"
+
+#include <mutex>
+
+#include "compress/exact.h"
+
+namespace actlab {
+namespace {
+thread_local const PolicySet* t_policy_set = nullptr;
+std::mutex g_stats_mutex;
+}  // namespace
+
+bool glob_match(const std::string& pattern, const std::string& text) {
+  // Iterative '*' matching with backtracking to the last star.
+  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == text[t] || pattern[p] == '?')) {
+      ++p; ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+PolicySet::PolicySet() : default_(std::make_shared<ExactPolicy>()) {}
+PolicySet::PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy)
+    : default_(std::move(default_policy)) {
+  ACTLAB_CHECK(default_ != nullptr, "PolicySet needs a default policy");
+}
+
+void PolicySet::add_rule(const std::string& pattern, std::shared_ptr<const ActivationCachePolicy> policy) {
+  ACTLAB_CHECK(!pattern.empty(), "empty module pattern in a policy rule");
+  rules_.emplace_back(pattern, std::move(policy));
+}
+
+void PolicySet::add_rule(const std::string& rule) {
+  const size_t eq = rule.find('=');
+  ACTLAB_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < rule.size(), "bad --policy-rule '", rule,
+               "': expected MODULE_PATTERN=POLICY, e.g. conv1=exact or layer1.*=quant:Q=4");
+  add_rule(rule.substr(0, eq), parse_policy(rule.substr(eq + 1)));
+}
+
+const ActivationCachePolicy& PolicySet::for_module(const std::string& module_path) const {
+  for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
+    if (glob_match(it->first, module_path)) return *it->second;
+  return *default_;
+}
+
+std::string PolicySet::describe() const {
+  std::string s = default_->name();
+  for (const auto& r : rules_) s += "; " + r.first + "=" + r.second->name();
+  return s;
+}
+
+ActivationCacheScope::ActivationCacheScope(const PolicySet& set) : previous_(t_policy_set) { t_policy_set = &set; }
+ActivationCacheScope::~ActivationCacheScope() { t_policy_set = previous_; }
+
+const PolicySet& current_policy_set() {
+  static const PolicySet exact_everywhere;
+  return t_policy_set ? *t_policy_set : exact_everywhere;
+}
+
+// ---------------------------------------------------------------- CacheStats
+CacheStats& CacheStats::global() {
+  static CacheStats* stats = new CacheStats();
+  return *stats;
+}
+
+void CacheStats::record_pack(const SaveInfo& info, const std::string& policy, const Shape& shape,
+                             int64_t bytes_raw, int64_t bytes_packed, int64_t bytes_expected, double seconds) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  const std::string key = info.module_path + "/" + info.op + "/" + info.role;
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    it = index_.emplace(key, entries_.size()).first;
+    CacheEntryStats e;
+    e.module_path = info.module_path;
+    e.op = info.op + (info.role.empty() ? "" : "." + info.role);
+    entries_.push_back(e);
+  }
+  CacheEntryStats& e = entries_[it->second];
+  e.policy = policy;
+  e.shape = shape;
+  e.packs += 1;
+  e.bytes_raw += bytes_raw;
+  e.bytes_packed += bytes_packed;
+  e.bytes_expected += bytes_expected;
+  e.pack_seconds += seconds;
+}
+
+void CacheStats::record_unpack(const SaveInfo& info, double seconds) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  auto it = index_.find(info.module_path + "/" + info.op + "/" + info.role);
+  if (it != index_.end()) entries_[it->second].unpack_seconds += seconds;
+}
+
+void CacheStats::reset() {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  entries_.clear();
+  index_.clear();
+}
+
+std::vector<CacheEntryStats> CacheStats::entries() const {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  return entries_;
+}
+
+int64_t CacheStats::total_raw() const {
+  int64_t s = 0;
+  for (const auto& e : entries()) s += e.bytes_raw;
+  return s;
+}
+int64_t CacheStats::total_packed() const {
+  int64_t s = 0;
+  for (const auto& e : entries()) s += e.bytes_packed;
+  return s;
+}
+int64_t CacheStats::total_expected() const {
+  int64_t s = 0;
+  for (const auto& e : entries()) s += e.bytes_expected;
+  return s;
+}
+
+}  // namespace actlab

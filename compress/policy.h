@@ -1,0 +1,120 @@
+// The activation-cache policy: how a tensor that backward needs is kept between forward and backward.
+// Owns SaveInfo, Packed, ActivationCachePolicy, the policy set in force (default + per-module rules)
+// and CacheStats (per module path: raw, packed and closed-form bytes, pack/unpack time).
+// Tested in tests/test_policy.cpp.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace actlab {
+
+// What a node says about a tensor it saves. lossy_ok: backward tolerates an approximation
+// (conv/linear/batchnorm inputs); false for masks, indices and anything that must stay exact.
+struct SaveInfo {
+  std::string op;           // "conv2d", "linear", "batchnorm2d", "relu", ...
+  std::string role;         // "input", "mask", "indices", ...
+  bool lossy_ok = false;
+  std::string module_path;  // "layer2.0.conv1"
+};
+
+// Where stochastic rounding draws its numbers: element i of this pack uses philox(seed, stream, i).
+struct PackContext {
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+};
+
+// What stays in memory until backward. Packed bytes are allocated under MemTag::ActivationPacked.
+class Packed {
+ public:
+  virtual ~Packed() = default;
+  virtual size_t nbytes() const = 0;     // bytes held until backward
+  virtual const Shape& shape() const = 0;
+};
+
+class ActivationCachePolicy {
+ public:
+  virtual ~ActivationCachePolicy() = default;
+  // x: the tensor to keep (any shape; contiguous f32 for lossy policies). Must not keep a reference
+  // to x unless the policy stores x itself (exact).
+  virtual std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const = 0;
+  // Returns a fresh f32 tensor of p.shape() (exact: the stored tensor itself).
+  virtual Tensor unpack(const Packed& p, const SaveInfo& info) const = 0;
+  virtual std::string name() const = 0;    // the canonical string, parseable by parse_policy
+  // The closed-form number of bytes pack() holds for an f32 tensor of this shape.
+  virtual size_t expected_bytes(const Shape& shape) const = 0;
+  virtual bool is_exact() const { return false; }
+};
+
+// Parses "exact", "division:B=8,Q=2", "quant:Q=2", "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8",
+// "pergroup:G=256,Q=2". Throws Error naming the accepted forms on anything else.
+std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spec);
+// One line per accepted form, for --help and error messages.
+std::string policy_forms();
+
+// The policies in force: a default plus rules "pattern=policy" matched against module paths
+// ("conv1", "layer1.*", "*.bn1"; '*' matches any run of characters, the last matching rule wins).
+class PolicySet {
+ public:
+  PolicySet();  // exact everywhere
+  explicit PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy);
+  void add_rule(const std::string& pattern, std::shared_ptr<const ActivationCachePolicy> policy);
+  void add_rule(const std::string& rule);  // "layer1.*=exact"; throws Error when malformed
+  const ActivationCachePolicy& for_module(const std::string& module_path) const;
+  const ActivationCachePolicy& default_policy() const { return *default_; }
+  std::string describe() const;  // "division:B=8,Q=2; conv1=exact"
+ private:
+  std::shared_ptr<const ActivationCachePolicy> default_;
+  std::vector<std::pair<std::string, std::shared_ptr<const ActivationCachePolicy>>> rules_;
+};
+bool glob_match(const std::string& pattern, const std::string& text);
+
+// The policy set used by autograd while this scope is alive (per thread; default: exact).
+class ActivationCacheScope {
+ public:
+  explicit ActivationCacheScope(const PolicySet& set);
+  ~ActivationCacheScope();
+  ActivationCacheScope(const ActivationCacheScope&) = delete;
+  ActivationCacheScope& operator=(const ActivationCacheScope&) = delete;
+ private:
+  const PolicySet* previous_;
+};
+const PolicySet& current_policy_set();
+
+// Per module path accounting of what went through a policy.
+struct CacheEntryStats {
+  std::string module_path;
+  std::string op;
+  std::string policy;
+  Shape shape;
+  int64_t packs = 0;
+  int64_t bytes_raw = 0;       // f32 bytes of the tensors offered
+  int64_t bytes_packed = 0;    // nbytes() of what was kept
+  int64_t bytes_expected = 0;  // closed form for the same shapes
+  double pack_seconds = 0;
+  double unpack_seconds = 0;
+};
+class CacheStats {
+ public:
+  static CacheStats& global();
+  void record_pack(const SaveInfo& info, const std::string& policy, const Shape& shape, int64_t bytes_raw,
+                   int64_t bytes_packed, int64_t bytes_expected, double seconds);
+  void record_unpack(const SaveInfo& info, double seconds);
+  void reset();
+  void set_enabled(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  std::vector<CacheEntryStats> entries() const;  // in first-seen order
+  int64_t total_raw() const;
+  int64_t total_packed() const;
+  int64_t total_expected() const;
+ private:
+  bool enabled_ = true;
+  std::vector<CacheEntryStats> entries_;
+  std::map<std::string, size_t> index_;  // module_path + "/" + op + "/" + role -> entries_ slot
+};
+
+}  // namespace actlab

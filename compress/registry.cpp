@@ -1,0 +1,104 @@
+// parse_policy: the one place policy strings ("division:B=8,Q=2", ...) become policies, and policy_forms,
+// the accepted forms for --help and error messages. Tested in tests/test_policies.cpp.
+#include <map>
+#include <vector>
+
+#include "compress/exact.h"
+#include "compress/policies.h"
+#include "compress/policy.h"
+
+namespace actlab {
+namespace {
+
+struct Form {
+  const char* name;
+  const char* keys;     // the keys it accepts
+  const char* example;  // canonical form with the defaults
+  const char* what;
+};
+const Form kForms[] = {
+    {"exact", "", "exact", "keep the f32 tensor"},
+    {"division", "BQ", "division:B=8,Q=2", "bf16 BxB-pooled LFC + Q-bit HFC (DIVISION)"},
+    {"quant", "Q", "quant:Q=2", "Q-bit per-(sample,channel) x (Fixed Quant, DIVISION w/o LFC)"},
+    {"lfc", "B", "lfc:B=8", "bf16 LFC only (DIVISION w/o HFC, LFC-ACT)"},
+    {"hfc", "BQ", "hfc:B=8,Q=2 | hfc:B=8", "HFC only, Q-bit or (no Q) f32 (HFC-ACT)"},
+    {"pergroup", "GQ", "pergroup:G=256,Q=2", "ActNN-style Q-bit groups of G elements"},
+};
+
+std::string compact_forms() {
+  std::string s;
+  for (const Form& f : kForms) s += (s.empty() ? "" : " | ") + std::string(f.example);
+  return s + " (B>=1, G>=1, Q in {1,2,4,8}; omitted keys take the defaults shown)";
+}
+
+[[noreturn]] void bad_policy(const std::string& spec, const std::string& why) {
+  ACTLAB_FAIL("bad policy '", spec, "': ", why, "; accepted: ", compact_forms());
+}
+
+// "B=8,Q=2" → {B: 8, Q: 2}, keys restricted to `allowed`; values are positive decimal integers.
+std::map<char, int64_t> parse_args(const std::string& spec, const std::string& args, const std::string& allowed) {
+  std::map<char, int64_t> out;
+  size_t at = 0;
+  while (at <= args.size()) {
+    const size_t comma = std::min(args.find(',', at), args.size());
+    const std::string item = args.substr(at, comma - at);
+    const size_t eq = item.find('=');
+    if (item.empty()) bad_policy(spec, "empty parameter");
+    if (eq != 1 || allowed.find(item[0]) == std::string::npos)
+      bad_policy(spec, "unknown parameter '" + item + "' (this policy takes " +
+                           (allowed.empty() ? std::string("none") : allowed) + ")");
+    const std::string value = item.substr(2);
+    if (value.empty() || value.size() > 9 || value.find_first_not_of("0123456789") != std::string::npos)
+      bad_policy(spec, "parameter " + item.substr(0, 1) + " needs a positive integer, got '" + value + "'");
+    if (!out.emplace(item[0], std::stoll(value)).second) bad_policy(spec, "parameter " + item.substr(0, 1) + " given twice");
+    at = comma + 1;
+  }
+  return out;
+}
+
+int64_t arg_or(const std::map<char, int64_t>& args, char key, int64_t fallback) {
+  const auto it = args.find(key);
+  return it == args.end() ? fallback : it->second;
+}
+
+}  // namespace
+
+std::string policy_forms() {
+  std::string s;
+  for (const Form& f : kForms) s += std::string(f.example) + std::string(24 - std::string(f.example).size(), ' ') + f.what + "\n";
+  return s + "B >= 1 (pool block), G >= 1 (group size), Q in {1,2,4,8}; omitted keys take the defaults shown";
+}
+
+std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  const std::string name = spec.substr(0, colon);
+  const Form* form = nullptr;
+  for (const Form& f : kForms)
+    if (name == f.name) form = &f;
+  if (!form) bad_policy(spec, "unknown policy name '" + name + "'");
+  std::map<char, int64_t> args;
+  if (colon != std::string::npos) {
+    if (colon + 1 == spec.size()) bad_policy(spec, "nothing after ':'");
+    args = parse_args(spec, spec.substr(colon + 1), form->keys);
+  }
+  const int64_t B = arg_or(args, 'B', 8), G = arg_or(args, 'G', 256), Q = arg_or(args, 'Q', 2);
+  if (B < 1) bad_policy(spec, "B must be >= 1");
+  if (G < 1) bad_policy(spec, "G must be >= 1");
+  if (Q != 1 && Q != 2 && Q != 4 && Q != 8) bad_policy(spec, "Q must be 1, 2, 4 or 8, got " + std::to_string(Q));
+
+  if (name == "exact") return std::make_shared<ExactPolicy>();
+  if (name == "pergroup") return std::make_shared<PerGroupPolicy>(G, static_cast<int>(Q));
+  PlaneCodecConfig config;
+  config.block = B;
+  config.bits = static_cast<int>(Q);
+  if (name == "division") config.kind = PlaneCodecKind::Division;
+  if (name == "quant") config.kind = PlaneCodecKind::Quant;
+  if (name == "lfc") config.kind = PlaneCodecKind::LfcOnly;
+  if (name == "hfc") {
+    config.kind = PlaneCodecKind::HfcOnly;
+    if (!args.count('Q')) config.bits = 0;  // hfc:B=8 keeps the f32 residual
+  }
+  return std::make_shared<PlaneCodecPolicy>(config);
+}
+
+}  // namespace actlab

@@ -1,0 +1,253 @@
+// Tracking allocator: statistics per device and tag, the CPU raw backend, and the tag scope.
+#include "core/allocator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace actlab {
+namespace {
+
+class CpuRawAllocator final : public RawAllocator {
+ public:
+  void* raw_allocate(size_t bytes, int) override {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    return std::aligned_alloc(64, rounded);
+  }
+  void raw_free(void* ptr, size_t, int) override { std::free(ptr); }
+};
+
+struct DeviceState {
+  MemoryStats stats;
+  int64_t limit = 0;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::pair<int, int>, DeviceState> devices;  // (type, index)
+  RawAllocator* backends[2] = {nullptr, nullptr};
+  CpuRawAllocator cpu;
+  Registry() { backends[0] = &cpu; }
+
+  DeviceState& state(Device d) {
+    auto& s = devices[{static_cast<int>(d.type), d.index}];
+    s.stats.device = d;
+    return s;
+  }
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: tensors may be freed during static teardown
+  return *r;
+}
+
+thread_local MemTag t_current_tag = MemTag::Other;
+
+void bump(TagStats& s, int64_t bytes) {
+  s.current += bytes;
+  s.allocated += bytes;
+  s.alloc_count += 1;
+  if (s.current > s.peak) s.peak = s.current;
+}
+void drop(TagStats& s, int64_t bytes) {
+  s.current -= bytes;
+  s.freed += bytes;
+  s.free_count += 1;
+}
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%10.2f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+const char* mem_tag_name(MemTag t) {
+  switch (t) {
+    case MemTag::Param: return "param";
+    case MemTag::Grad: return "grad";
+    case MemTag::OptimState: return "optim_state";
+    case MemTag::Activation: return "activation";
+    case MemTag::ActivationPacked: return "activation_packed";
+    case MemTag::Workspace: return "workspace";
+    case MemTag::Data: return "data";
+    case MemTag::Other: return "other";
+  }
+  return "?";
+}
+
+std::string MemoryStats::table() const {
+  std::string out = "memory on " + device.str() + " (MiB)\n";
+  out += "  tag                    current       peak  allocated      freed     allocs\n";
+  auto row = [&](const char* name, const TagStats& s) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %-18s %s %s %s %s %10lld\n", name, mib(s.current).c_str(),
+                  mib(s.peak).c_str(), mib(s.allocated).c_str(), mib(s.freed).c_str(),
+                  static_cast<long long>(s.alloc_count));
+    out += buf;
+  };
+  for (int i = 0; i < kNumMemTags; ++i) row(mem_tag_name(static_cast<MemTag>(i)), by_tag[i]);
+  row("total", total);
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "  reserved %s MiB (peak %s MiB), out-of-memory events %lld\n",
+                mib(reserved).c_str(), mib(reserved_peak).c_str(), static_cast<long long>(oom_count));
+  out += buf;
+  return out;
+}
+
+void RawAllocator::copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                              size_t bytes) {
+  ACTLAB_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "copy from ", src_device.str(), " to ",
+               dst_device.str(), " needs the CUDA backend");
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  const Device owner = dst_device.is_cuda() ? dst_device : src_device;
+  auto& r = registry();
+  RawAllocator* backend = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    backend = r.backends[static_cast<int>(owner.type)];
+  }
+  ACTLAB_CHECK(backend != nullptr, "no backend for device ", owner.str(), " (actlab built without CUDA?)");
+  backend->copy_bytes(dst, dst_device, src, src_device, bytes);
+}
+
+void register_raw_allocator(DeviceType type, RawAllocator* allocator) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.backends[static_cast<int>(type)] = allocator;
+}
+
+bool has_raw_allocator(DeviceType type) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.backends[static_cast<int>(type)] != nullptr;
+}
+
+void* tracked_allocate(Device device, size_t bytes, MemTag tag) {
+  if (bytes == 0) return nullptr;
+  auto& r = registry();
+  RawAllocator* backend = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    backend = r.backends[static_cast<int>(device.type)];
+    ACTLAB_CHECK(backend != nullptr, "no allocator for device ", device.str(),
+                 " (was actlab built with CUDA, and is a GPU present?)");
+    DeviceState& s = r.state(device);
+    if (s.limit > 0 && s.stats.total.current + static_cast<int64_t>(bytes) > s.limit) {
+      s.stats.oom_count += 1;
+      const std::string table = s.stats.table();
+      throw OutOfMemory("out of memory on " + device.str() + ": asked for " + std::to_string(bytes) +
+                        " bytes (" + mem_tag_name(tag) + ") over the limit of " + std::to_string(s.limit) +
+                        " bytes; try a smaller batch or a compressing --policy such as division:B=8,Q=2\n" +
+                        table);
+    }
+  }
+  void* ptr = backend->raw_allocate(bytes, device.index);
+  std::lock_guard<std::mutex> lock(r.mutex);
+  DeviceState& s = r.state(device);
+  if (ptr == nullptr) {
+    s.stats.oom_count += 1;
+    throw OutOfMemory("out of memory on " + device.str() + ": could not allocate " + std::to_string(bytes) +
+                      " bytes (" + mem_tag_name(tag) +
+                      "); try a smaller batch or a compressing --policy such as division:B=8,Q=2\n" +
+                      s.stats.table());
+  }
+  bump(s.stats.total, static_cast<int64_t>(bytes));
+  bump(s.stats.by_tag[static_cast<int>(tag)], static_cast<int64_t>(bytes));
+  const int64_t reserved = backend->reserved_bytes(device.index);
+  s.stats.reserved = reserved >= 0 ? reserved : s.stats.total.current;
+  if (s.stats.reserved > s.stats.reserved_peak) s.stats.reserved_peak = s.stats.reserved;
+  return ptr;
+}
+
+void tracked_free(Device device, void* ptr, size_t bytes, MemTag tag) {
+  if (ptr == nullptr) return;
+  auto& r = registry();
+  RawAllocator* backend = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    backend = r.backends[static_cast<int>(device.type)];
+    DeviceState& s = r.state(device);
+    drop(s.stats.total, static_cast<int64_t>(bytes));
+    drop(s.stats.by_tag[static_cast<int>(tag)], static_cast<int64_t>(bytes));
+  }
+  backend->raw_free(ptr, bytes, device.index);
+  std::lock_guard<std::mutex> lock(r.mutex);
+  DeviceState& s = r.state(device);
+  const int64_t reserved = backend->reserved_bytes(device.index);
+  s.stats.reserved = reserved >= 0 ? reserved : s.stats.total.current;
+}
+
+MemoryStats memory_stats(Device device) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.state(device).stats;
+}
+
+void reset_peak(Device device) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  MemoryStats& s = r.state(device).stats;
+  s.total.peak = s.total.current;
+  for (auto& t : s.by_tag) t.peak = t.current;
+  s.reserved_peak = s.reserved;
+}
+
+void empty_cache(Device device) {
+  auto& r = registry();
+  RawAllocator* backend = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    backend = r.backends[static_cast<int>(device.type)];
+  }
+  if (backend) backend->empty_cache(device.index);
+  std::lock_guard<std::mutex> lock(r.mutex);
+  DeviceState& s = r.state(device);
+  const int64_t reserved = backend ? backend->reserved_bytes(device.index) : -1;
+  s.stats.reserved = reserved >= 0 ? reserved : s.stats.total.current;
+}
+
+void set_memory_limit(Device device, int64_t bytes) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.state(device).limit = bytes;
+}
+
+MemTag current_mem_tag() { return t_current_tag; }
+
+MemTagScope::MemTagScope(MemTag tag) : previous_(t_current_tag) { t_current_tag = tag; }
+MemTagScope::~MemTagScope() { t_current_tag = previous_; }
+
+Buffer::Buffer(size_t bytes, MemTag tag, Device device) : bytes_(bytes), tag_(tag), device_(device) {
+  ptr_ = tracked_allocate(device, bytes, tag);
+}
+Buffer::~Buffer() { reset(); }
+Buffer::Buffer(Buffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), tag_(o.tag_), device_(o.device_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    tag_ = o.tag_;
+    device_ = o.device_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+void Buffer::reset() {
+  if (ptr_) tracked_free(device_, ptr_, bytes_, tag_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+}  // namespace actlab

@@ -1,0 +1,452 @@
+// The fast CPU convolution path: oneDNN primitives (created once per shape, direction and
+// implementation, then cached) with NCHW user memory reordered into the layout the primitive
+// picked, plus an im2col + gemm candidate kept for comparison. The spec lives in conv_ref.cpp.
+// Tested against it in tests/test_cpu_conv.cpp; the candidates are timed in bench/bench_conv.cpp.
+#include "core/cpu/conv.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/allocator.h"
+#include "core/cpu/gemm.h"
+#include "core/error.h"
+
+namespace actlab::cpu {
+
+std::string ConvShape::str() const {
+  std::ostringstream os;
+  os << "N=" << N << " C=" << C << " H=" << H << " W=" << W << " K=" << K << " R=" << R
+     << " S=" << S << " stride=" << stride_h << "x" << stride_w << " pad=" << pad_h << "x"
+     << pad_w << " groups=" << groups;
+  return os.str();
+}
+
+void check_conv_shape(const ConvShape& s) {
+  ACTLAB_CHECK(s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0 && s.K > 0 && s.R > 0 && s.S > 0,
+               "conv2d: sizes must be positive: ", s.str());
+  ACTLAB_CHECK(s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
+               "conv2d: strides must be >= 1 and pads >= 0: ", s.str());
+  ACTLAB_CHECK(s.groups >= 1 && s.C % s.groups == 0 && s.K % s.groups == 0,
+               "conv2d: groups must divide C and K: ", s.str());
+  ACTLAB_CHECK(s.H + 2 * s.pad_h >= s.R && s.W + 2 * s.pad_w >= s.S,
+               "conv2d: kernel larger than the padded input: ", s.str());
+}
+
+namespace {
+
+struct ImplName { ConvImpl impl; const char* name; };
+constexpr std::array<ImplName, 6> kImplNames{{{ConvImpl::Auto, "auto"},
+                                              {ConvImpl::DnnlBlocked, "dnnl-blocked"},
+                                              {ConvImpl::DnnlNhwc, "dnnl-nhwc"},
+                                              {ConvImpl::DnnlPlain, "dnnl-plain"},
+                                              {ConvImpl::DnnlWinograd, "dnnl-wino"},
+                                              {ConvImpl::Im2colGemm, "im2col"}}};
+
+}  // namespace
+
+const char* conv_impl_name(ConvImpl impl) {
+  for (const auto& e : kImplNames)
+    if (e.impl == impl) return e.name;
+  return "?";
+}
+
+ConvImpl conv_impl_from_name(const std::string& name) {
+  std::string known;
+  for (const auto& e : kImplNames) {
+    if (name == e.name) return e.impl;
+    known += std::string(known.empty() ? "" : ", ") + e.name;
+  }
+  ACTLAB_FAIL("unknown conv implementation '", name, "' (known: ", known, ")");
+}
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+enum class Direction { Forward, BackwardData, BackwardWeight };
+const char* direction_name(Direction d) {
+  switch (d) {
+    case Direction::Forward: return "convolution_forward";
+    case Direction::BackwardData: return "convolution_backward_data";
+    case Direction::BackwardWeight: return "convolution_backward_weights";
+  }
+  return "?";
+}
+
+// The measured choice (bench/RESULTS_conv.md): oneDNN's blocked layouts beat plain NCHW,
+// channels-last and im2col on every ResNet/MobileNet layer, reorders included.
+ConvImpl resolve(ConvImpl impl, const ConvShape& s) {
+  return impl == ConvImpl::Auto ? ConvImpl::DnnlBlocked : impl;
+}
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+dnnl::stream& cpu_stream() {  // a stream per thread: oneDNN streams are not meant to be shared
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+// One tensor argument of a primitive: as the user holds it and as the primitive wants it.
+struct Port {
+  memory::desc user_md, prim_md;
+  bool reorder = false;
+  dnnl::reorder to_prim, to_user;  // only the one matching the data flow is created
+};
+
+Port make_port(const memory::desc& user_md, const memory::desc& prim_md, bool is_output) {
+  Port p;
+  p.user_md = user_md;
+  p.prim_md = prim_md;
+  p.reorder = user_md != prim_md;
+  if (p.reorder) {
+    dnnl::engine& eng = cpu_engine();
+    if (is_output)
+      p.to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, prim_md, eng, user_md));
+    else
+      p.to_prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, user_md, eng, prim_md));
+  }
+  return p;
+}
+
+// A ready-to-run primitive for one (shape, direction, implementation, bias?) plus its reorders.
+// Forward: in0 = src, in1 = weights, out = dst. BackwardData: in0 = diff_dst, in1 = weights,
+// out = diff_src. BackwardWeight: in0 = src, in1 = diff_dst, out = diff_weights.
+struct Plan {
+  dnnl::primitive prim;
+  Port in0, in1, out;
+  int in0_arg = 0, in1_arg = 0, out_arg = 0, bias_arg = 0;
+  bool with_bias = false;
+  memory::desc bias_md, scratchpad_md;
+  std::string impl_info;  // oneDNN's kernel name, e.g. "jit:avx512_core"
+};
+
+struct PlanKey {
+  std::array<int64_t, 12> shape;
+  Direction dir;
+  ConvImpl impl;
+  bool with_bias;
+  bool operator<(const PlanKey& o) const {
+    return std::tie(shape, dir, impl, with_bias) < std::tie(o.shape, o.dir, o.impl, o.with_bias);
+  }
+};
+
+struct Descs {
+  memory::desc src, wei, dst, bias, user_src, user_wei, user_dst;
+  memory::dims strides, pad_l, pad_r;
+  dnnl::algorithm alg;
+};
+
+Descs make_descs(const ConvShape& s, ConvImpl impl) {
+  const int64_t P = s.P(), Q = s.Q(), G = s.groups;
+  const memory::dims src_dims{s.N, s.C, s.H, s.W}, dst_dims{s.N, s.K, P, Q};
+  const memory::dims wei_dims = G > 1 ? memory::dims{G, s.K / G, s.C / G, s.R, s.S}
+                                      : memory::dims{s.K, s.C, s.R, s.S};
+  const Tag user_wei_tag = G > 1 ? Tag::goihw : Tag::oihw;
+  const Tag act_tag = impl == ConvImpl::DnnlPlain ? Tag::nchw
+                      : impl == ConvImpl::DnnlNhwc ? Tag::nhwc : Tag::any;
+  const Tag wei_tag = impl == ConvImpl::DnnlPlain ? user_wei_tag : Tag::any;
+  const auto f32 = memory::data_type::f32;
+  Descs d;
+  d.src = memory::desc(src_dims, f32, act_tag);
+  d.dst = memory::desc(dst_dims, f32, act_tag);
+  d.wei = memory::desc(wei_dims, f32, wei_tag);
+  d.bias = memory::desc({s.K}, f32, Tag::x);
+  d.user_src = memory::desc(src_dims, f32, Tag::nchw);
+  d.user_dst = memory::desc(dst_dims, f32, Tag::nchw);
+  d.user_wei = memory::desc(wei_dims, f32, user_wei_tag);
+  d.strides = {s.stride_h, s.stride_w};
+  d.pad_l = {s.pad_h, s.pad_w};
+  // Tight right padding (what the output size really uses), never negative.
+  d.pad_r = {std::max<int64_t>(0, (P - 1) * s.stride_h + s.R - s.H - s.pad_h),
+             std::max<int64_t>(0, (Q - 1) * s.stride_w + s.S - s.W - s.pad_w)};
+  d.alg = impl == ConvImpl::DnnlWinograd ? dnnl::algorithm::convolution_winograd
+                                         : dnnl::algorithm::convolution_direct;
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc make_forward_pd(const Descs& d, bool with_bias,
+                                                          const dnnl::primitive_attr& attr) {
+  using F = dnnl::convolution_forward;
+  const auto prop = dnnl::prop_kind::forward_training;
+  F::desc desc = with_bias ? F::desc(prop, d.alg, d.src, d.wei, d.bias, d.dst, d.strides, d.pad_l,
+                                     d.pad_r)
+                           : F::desc(prop, d.alg, d.src, d.wei, d.dst, d.strides, d.pad_l,
+                                     d.pad_r);
+  return F::primitive_desc(desc, attr, cpu_engine());
+}
+
+std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl impl,
+                                 bool with_bias) {
+  Descs d = make_descs(s, impl);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // scratchpads go through Buffer
+  if (impl == ConvImpl::DnnlWinograd) {
+    try {  // Winograd exists only for some shapes; elsewhere use the direct blocked kernels
+      make_forward_pd(d, false, attr);
+    } catch (const dnnl::error&) {
+      d = make_descs(s, ConvImpl::DnnlBlocked);
+    }
+  }
+  auto plan = std::make_unique<Plan>();
+  plan->with_bias = with_bias;
+  plan->bias_md = d.bias;
+  if (dir == Direction::Forward) {
+    auto pd = make_forward_pd(d, with_bias, attr);
+    plan->prim = dnnl::convolution_forward(pd);
+    plan->in0 = make_port(d.user_src, pd.src_desc(), false);
+    plan->in1 = make_port(d.user_wei, pd.weights_desc(), false);
+    plan->out = make_port(d.user_dst, pd.dst_desc(), true);
+    plan->in0_arg = DNNL_ARG_SRC, plan->in1_arg = DNNL_ARG_WEIGHTS, plan->out_arg = DNNL_ARG_DST;
+    plan->bias_arg = DNNL_ARG_BIAS;
+    plan->scratchpad_md = pd.scratchpad_desc();
+    plan->impl_info = pd.impl_info_str();
+  } else if (dir == Direction::BackwardData) {
+    auto hint = make_forward_pd(d, false, dnnl::primitive_attr());
+    using B = dnnl::convolution_backward_data;
+    B::primitive_desc pd(B::desc(d.alg, d.src, d.wei, d.dst, d.strides, d.pad_l, d.pad_r), attr,
+                         cpu_engine(), hint);
+    plan->prim = B(pd);
+    plan->in0 = make_port(d.user_dst, pd.diff_dst_desc(), false);
+    plan->in1 = make_port(d.user_wei, pd.weights_desc(), false);
+    plan->out = make_port(d.user_src, pd.diff_src_desc(), true);
+    plan->in0_arg = DNNL_ARG_DIFF_DST, plan->in1_arg = DNNL_ARG_WEIGHTS;
+    plan->out_arg = DNNL_ARG_DIFF_SRC;
+    plan->scratchpad_md = pd.scratchpad_desc();
+    plan->impl_info = pd.impl_info_str();
+  } else {
+    auto hint = make_forward_pd(d, with_bias, dnnl::primitive_attr());
+    using B = dnnl::convolution_backward_weights;
+    B::desc desc = with_bias ? B::desc(d.alg, d.src, d.wei, d.bias, d.dst, d.strides, d.pad_l,
+                                       d.pad_r)
+                             : B::desc(d.alg, d.src, d.wei, d.dst, d.strides, d.pad_l, d.pad_r);
+    B::primitive_desc pd(desc, attr, cpu_engine(), hint);
+    plan->prim = B(pd);
+    plan->in0 = make_port(d.user_src, pd.src_desc(), false);
+    plan->in1 = make_port(d.user_dst, pd.diff_dst_desc(), false);
+    plan->out = make_port(d.user_wei, pd.diff_weights_desc(), true);
+    plan->in0_arg = DNNL_ARG_SRC, plan->in1_arg = DNNL_ARG_DIFF_DST;
+    plan->out_arg = DNNL_ARG_DIFF_WEIGHTS, plan->bias_arg = DNNL_ARG_DIFF_BIAS;
+    plan->scratchpad_md = pd.scratchpad_desc();
+    plan->impl_info = pd.impl_info_str();
+  }
+  return plan;
+}
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {
+  static std::map<PlanKey, std::unique_ptr<Plan>> cache;
+  return cache;
+}
+
+// Plans are created once and never move (unique_ptr), so the pointer stays valid until
+// conv_clear_cache().
+const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias) {
+  const PlanKey key{{s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+                     s.groups},
+                    dir, impl, with_bias};
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto& cache = plan_cache();
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias)).first;
+  return *it->second;
+}
+
+// Runs a plan on user pointers: reorders inputs into fresh Workspace buffers where the primitive
+// wants another layout, executes, and reorders the output back. `bias` is an input (forward)
+// or an output (backward weight); nullptr when the plan has none.
+void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, float* bias) {
+  dnnl::engine& eng = cpu_engine();
+  dnnl::stream& strm = cpu_stream();
+  std::vector<Buffer> buffers;  // reorder targets and the scratchpad: alive until the end
+  buffers.reserve(4);
+  auto bind_input = [&](const Port& port, const float* user) {
+    memory user_mem(port.user_md, eng, const_cast<float*>(user));
+    if (!port.reorder) return user_mem;
+    const Buffer& buf = buffers.emplace_back(port.prim_md.get_size(), MemTag::Workspace);
+    memory prim_mem(port.prim_md, eng, buf.data());
+    port.to_prim.execute(strm, user_mem, prim_mem);
+    return prim_mem;
+  };
+  std::unordered_map<int, memory> args;
+  args.emplace(plan.in0_arg, bind_input(plan.in0, in0));
+  args.emplace(plan.in1_arg, bind_input(plan.in1, in1));
+  memory out_user(plan.out.user_md, eng, out);
+  memory out_prim = out_user;
+  if (plan.out.reorder) {
+    const Buffer& buf = buffers.emplace_back(plan.out.prim_md.get_size(), MemTag::Workspace);
+    out_prim = memory(plan.out.prim_md, eng, buf.data());
+  }
+  args.emplace(plan.out_arg, out_prim);
+  if (plan.with_bias) args.emplace(plan.bias_arg, memory(plan.bias_md, eng, bias));
+  if (plan.scratchpad_md.get_size() > 0) {
+    const Buffer& buf = buffers.emplace_back(plan.scratchpad_md.get_size(), MemTag::Workspace);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(plan.scratchpad_md, eng, buf.data()));
+  }
+  plan.prim.execute(strm, args);
+  if (plan.out.reorder) plan.out.to_user.execute(strm, out_prim, out_user);
+  strm.wait();
+}
+
+void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const float* in0,
+              const float* in1, float* out, float* bias) {
+  try {
+    run_plan(get_plan(s, dir, impl, bias != nullptr), in0, in1, out, bias);
+  } catch (const dnnl::error& e) {
+    ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ") failed for ",
+                s.str(), ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
+  }
+}
+
+// ---- im2col + gemm (a candidate kept for comparison; one image at a time)
+
+// col (C*R*S, P*Q) of one image x (C,H,W); zeros where the window leaves the input.
+void im2col(float* col, const float* x, const ConvShape& s) {
+  const int64_t P = s.P(), Q = s.Q(), rows = s.C * s.R * s.S;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t c = row / (s.R * s.S), r = row / s.S % s.R, t = row % s.S;
+    float* dst = col + row * P * Q;
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t h = p * s.stride_h - s.pad_h + r;
+      for (int64_t q = 0; q < Q; ++q) {
+        const int64_t w = q * s.stride_w - s.pad_w + t;
+        dst[p * Q + q] = (h >= 0 && h < s.H && w >= 0 && w < s.W) ? x[(c * s.H + h) * s.W + w]
+                                                                   : 0.f;
+      }
+    }
+  }
+}
+
+// dx (C,H,W) += col (C*R*S, P*Q) scattered back; one thread per channel, so no write races.
+void col2im_add(float* dx, const float* col, const ConvShape& s) {
+  const int64_t P = s.P(), Q = s.Q();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t r = 0; r < s.R; ++r)
+      for (int64_t t = 0; t < s.S; ++t) {
+        const float* src = col + ((c * s.R + r) * s.S + t) * P * Q;
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t h = p * s.stride_h - s.pad_h + r;
+          if (h < 0 || h >= s.H) continue;
+          for (int64_t q = 0; q < Q; ++q) {
+            const int64_t w = q * s.stride_w - s.pad_w + t;
+            if (w >= 0 && w < s.W) dx[(c * s.H + h) * s.W + w] += src[p * Q + q];
+          }
+        }
+      }
+}
+
+bool is_pointwise(const ConvShape& s) {  // 1x1, stride 1, no pad: the image is its own col
+  return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
+         s.pad_w == 0;
+}
+
+void im2col_forward(float* y, const float* x, const float* w, const float* b,
+                    const ConvShape& s) {
+  const int64_t PQ = s.P() * s.Q(), G = s.groups, Kg = s.K / G, CgRS = s.C / G * s.R * s.S;
+  Buffer col_buf(is_pointwise(s) ? 0 : sizeof(float) * s.C * s.R * s.S * PQ, MemTag::Workspace);
+  for (int64_t n = 0; n < s.N; ++n) {
+    const float* xn = x + n * s.C * s.H * s.W;
+    const float* col = xn;
+    if (!is_pointwise(s)) im2col(col_buf.as<float>(), xn, s), col = col_buf.as<float>();
+    float* yn = y + n * s.K * PQ;
+    for (int64_t g = 0; g < G; ++g)
+      gemm(false, false, Kg, PQ, CgRS, 1.f, w + g * Kg * CgRS, CgRS, col + g * CgRS * PQ, PQ,
+           0.f, yn + g * Kg * PQ, PQ);
+    if (b) {
+#pragma omp parallel for schedule(static)
+      for (int64_t k = 0; k < s.K; ++k)
+        for (int64_t i = 0; i < PQ; ++i) yn[k * PQ + i] += b[k];
+    }
+  }
+}
+
+void im2col_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s) {
+  const int64_t PQ = s.P() * s.Q(), G = s.groups, Kg = s.K / G, CgRS = s.C / G * s.R * s.S;
+  const bool pointwise = is_pointwise(s);
+  Buffer col_buf(pointwise ? 0 : sizeof(float) * s.C * s.R * s.S * PQ, MemTag::Workspace);
+  for (int64_t n = 0; n < s.N; ++n) {
+    float* dxn = dx + n * s.C * s.H * s.W;
+    float* col = pointwise ? dxn : col_buf.as<float>();
+    for (int64_t g = 0; g < G; ++g)
+      gemm(true, false, CgRS, PQ, Kg, 1.f, w + g * Kg * CgRS, CgRS, dy + (n * s.K + g * Kg) * PQ,
+           PQ, 0.f, col + g * CgRS * PQ, PQ);
+    if (!pointwise) {
+      std::memset(dxn, 0, sizeof(float) * s.C * s.H * s.W);
+      col2im_add(dxn, col, s);
+    }
+  }
+}
+
+void im2col_backward_weight(float* dw, float* db, const float* dy, const float* x,
+                            const ConvShape& s) {
+  const int64_t PQ = s.P() * s.Q(), G = s.groups, Kg = s.K / G, CgRS = s.C / G * s.R * s.S;
+  Buffer col_buf(is_pointwise(s) ? 0 : sizeof(float) * s.C * s.R * s.S * PQ, MemTag::Workspace);
+  for (int64_t n = 0; n < s.N; ++n) {
+    const float* xn = x + n * s.C * s.H * s.W;
+    const float* col = xn;
+    if (!is_pointwise(s)) im2col(col_buf.as<float>(), xn, s), col = col_buf.as<float>();
+    for (int64_t g = 0; g < G; ++g)
+      gemm(false, true, Kg, CgRS, PQ, 1.f, dy + (n * s.K + g * Kg) * PQ, PQ, col + g * CgRS * PQ,
+           PQ, n == 0 ? 0.f : 1.f, dw + g * Kg * CgRS, CgRS);
+  }
+  if (db) {
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < s.K; ++k) {
+      double acc = 0.0;
+      for (int64_t n = 0; n < s.N; ++n)
+        for (int64_t i = 0; i < PQ; ++i) acc += dy[(n * s.K + k) * PQ + i];
+      db[k] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                    ConvImpl impl) {
+  check_conv_shape(s);
+  impl = resolve(impl, s);
+  if (impl == ConvImpl::Im2colGemm) return im2col_forward(y, x, w, b, s);
+  run_dnnl(Direction::Forward, impl, s, x, w, y, const_cast<float*>(b));
+}
+
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
+                          ConvImpl impl) {
+  check_conv_shape(s);
+  impl = resolve(impl, s);
+  if (impl == ConvImpl::Im2colGemm) return im2col_backward_data(dx, dy, w, s);
+  run_dnnl(Direction::BackwardData, impl, s, dy, w, dx, nullptr);
+}
+
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
+                            const ConvShape& s, ConvImpl impl) {
+  check_conv_shape(s);
+  impl = resolve(impl, s);
+  if (impl == ConvImpl::Im2colGemm) return im2col_backward_weight(dw, db, dy, x, s);
+  run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db);
+}
+
+void conv_clear_cache() {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  plan_cache().clear();
+}
+
+}  // namespace actlab::cpu

@@ -1,0 +1,64 @@
+// CPU 2-D convolution (NCHW fp32, groups incl. depthwise, dilation 1): forward, backward-data and
+// backward-weight through oneDNN (blocked layouts with reorders, primitives cached per shape) plus
+// naive *_ref loops that are the executable spec. Fast path in conv.cpp, spec in conv_ref.cpp.
+// Tested in tests/test_cpu_conv.cpp; timed in bench/bench_conv.cpp (results: bench/RESULTS_conv.md).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace actlab::cpu {
+
+// Input x: (N,C,H,W); weight w: (K, C/groups, R, S); output y: (N,K,P,Q).
+struct ConvShape {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input (N,C,H,W)
+  int64_t K = 0, R = 0, S = 0;         // weight (K, C/groups, R, S)
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, groups = 1;
+  int64_t P() const { return (H + 2 * pad_h - R) / stride_h + 1; }  // output height
+  int64_t Q() const { return (W + 2 * pad_w - S) / stride_w + 1; }  // output width
+  bool depthwise() const { return groups > 1 && groups == C && groups == K; }
+  double flops() const { return 2.0 * N * K * P() * Q() * (C / groups) * R * S; }  // per direction
+  std::string str() const;  // "N=128 C=64 H=32 W=32 K=64 R=3 S=3 stride=1x1 pad=1x1 groups=1"
+};
+// Throws actlab::Error unless every size is positive, pads >= 0, strides >= 1, groups divide C and
+// K, and the output is non-empty.
+void check_conv_shape(const ConvShape& s);
+
+// Which implementation runs. Auto is what the library uses (see conv.cpp for the measured choice);
+// the others exist so bench/bench_conv.cpp can compare the candidates.
+enum class ConvImpl {
+  Auto,          // the measured choice
+  DnnlBlocked,   // oneDNN, memory format `any` (nChw16c / blocked weights), NCHW reordered in and out
+  DnnlNhwc,      // oneDNN on channels-last activations, NCHW transposed in and out
+  DnnlPlain,     // oneDNN on the user's NCHW / OIHW memory directly (no reorders)
+  DnnlWinograd,  // oneDNN Winograd where it applies (3x3 stride 1), else DnnlBlocked
+  Im2colGemm,    // im2col / col2im around cpu::gemm, one image at a time
+};
+const char* conv_impl_name(ConvImpl impl);            // "auto", "dnnl-blocked", ...
+ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an unknown name
+
+// All three fast-path functions: pointers are NCHW / (K,C/groups,R,S) contiguous fp32, outputs
+// must not alias inputs, threads follow omp_set_num_threads, scratch memory (reorders, im2col,
+// oneDNN scratchpads) is allocated per call as MemTag::Workspace Buffers and freed before return.
+
+// y (N,K,P,Q) = conv(x (N,C,H,W), w (K,C/g,R,S)) + b (K). b may be nullptr. Assigns y.
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                    ConvImpl impl = ConvImpl::Auto);
+// dx (N,C,H,W) = transposed conv of dy (N,K,P,Q) with w (K,C/g,R,S). Assigns dx.
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
+                          ConvImpl impl = ConvImpl::Auto);
+// dw (K,C/g,R,S) = sum over n,p,q of dy * x-window; db (K) = sum over n,p,q of dy, skipped when
+// db is nullptr. Assigns dw and db (does not accumulate).
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
+                            const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
+
+// The executable spec: the same contracts, naive loops, double accumulation, single thread.
+void conv2d_forward_ref(float* y, const float* x, const float* w, const float* b,
+                        const ConvShape& s);
+void conv2d_backward_data_ref(float* dx, const float* dy, const float* w, const ConvShape& s);
+void conv2d_backward_weight_ref(float* dw, float* db, const float* dy, const float* x,
+                                const ConvShape& s);
+
+// Drops every cached oneDNN primitive (they are created on first use of a shape and kept).
+void conv_clear_cache();
+
+}  // namespace actlab::cpu

@@ -1,0 +1,23 @@
+// CPU single-precision GEMM: the tuned path (oneDNN's dnnl_sgemm, chosen by measurement over the
+// Debian OpenBLAS, see bench/RESULTS_conv.md) and a naive reference loop used as the spec.
+// Owns nothing but these two functions. Tested in tests/test_cpu_conv.cpp, timed in bench/bench_conv.cpp.
+#pragma once
+#include <cstdint>
+
+namespace actlab::cpu {
+
+// C(M,N) = alpha * op(A) * op(B) + beta * C, row-major, same contract as cblas_sgemm(RowMajor, ...).
+// op(A) is (M,K): A is (M,K) with lda >= K, or (K,M) with lda >= M when trans_a.
+// op(B) is (K,N): B is (K,N) with ldb >= N, or (N,K) with ldb >= K when trans_b.
+// C is (M,N) with ldc >= N and must not alias A or B. beta == 0 overwrites C (NaNs in C are ignored).
+// Threads: OpenMP (omp_set_num_threads). Throws actlab::Error on bad sizes.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+          float* C, int64_t ldc);
+
+// The executable spec: triple loop, double accumulation, single thread. Same contract as gemm.
+void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+              float* C, int64_t ldc);
+
+}  // namespace actlab::cpu

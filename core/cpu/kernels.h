@@ -1,0 +1,162 @@
+// CPU kernels for everything a training step does besides convolution/GEMM: batch norm, ReLU/ReLU6
+// with 1-bit masks, add, dropout, the CIFAR "option A" shortcut, max/avg/global pooling, softmax
+// cross-entropy, accuracy and the fused SGD update. One .cpp per family (kernels_norm, _eltwise,
+// _pool, _loss, _optim). Tested against naive loops and central differences in
+// tests/test_cpu_kernels.cpp.
+//
+// Common contract: raw pointers, outputs first, then inputs, then sizes; tensors are NCHW contiguous
+// f32; outputs are ASSIGNED (never accumulated) unless a comment says otherwise; outputs never alias
+// inputs unless a comment says they may. Loops are OpenMP-parallel (threads follow
+// omp_set_num_threads) and stay serial below kParallelGrain elements, where a fork costs more than
+// the work. Results do not depend on the thread count, except the cross-entropy loss (a parallel
+// double reduction).
+#pragma once
+#include <cstdint>
+
+namespace actlab::cpu {
+
+// Element count below which element-wise loops run on the calling thread only.
+constexpr int64_t kParallelGrain = 32768;
+
+// ---------------------------------------------------------------------------------------------
+// 1-bit masks. Bit i of a mask is bit (i % 32) of word i / 32 (LSB first); a mask for n elements
+// has mask_words(n) words and the unused high bits of the last word are written as 0.
+constexpr int64_t mask_words(int64_t n) { return (n + 31) / 32; }
+inline bool mask_bit(const uint32_t* mask, int64_t i) { return (mask[i >> 5] >> (i & 31)) & 1u; }
+
+// ---------------------------------------------------------------------------------------------
+// Batch norm 2-D. x, y, dy, dx: (N,C,HW) (HW = H·W); per-channel vectors: (C).
+// gamma/beta may be nullptr (affine = false: gamma = 1, beta = 0).
+
+// Training forward with batch statistics over M = N·HW values per channel (M > 1, checked):
+//   save_mean = mean, save_invstd = 1/sqrt(var_biased + eps), y = (x - mean)·invstd·gamma + beta,
+//   running_mean = (1 - momentum)·running_mean + momentum·mean,
+//   running_var  = (1 - momentum)·running_var  + momentum·var_unbiased   (PyTorch semantics).
+// running_mean/running_var are updated in place; both nullptr skips the update
+// (track_running_stats = false). y may alias x. Statistics are accumulated in double.
+void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, float* running_mean,
+                             float* running_var, const float* x, const float* gamma,
+                             const float* beta, int64_t N, int64_t C, int64_t HW, float momentum,
+                             float eps);
+// Inference forward: y = (x - running_mean)/sqrt(running_var + eps)·gamma + beta. y may alias x.
+void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const float* beta,
+                            const float* running_mean, const float* running_var, int64_t N,
+                            int64_t C, int64_t HW, float eps);
+// Training backward through the batch statistics. x_hat is recomputed as (x - save_mean)·save_invstd,
+// so x may be a lossy reconstruction of the forward input (activation compression): only x and the
+// two (C) vectors are needed. With M = N·HW, per channel:
+//   dbeta = Σ dy, dgamma = Σ dy·x_hat,
+//   dx = gamma·invstd·(dy - dbeta/M - x_hat·dgamma/M).
+// Assigns dx, dgamma, dbeta; dgamma/dbeta may be nullptr (not wanted). One pass over (dy, x) for
+// both reductions and one for dx, per channel while its data is hot in cache.
+void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                        const float* gamma, const float* save_mean, const float* save_invstd,
+                        int64_t N, int64_t C, int64_t HW);
+// Backward of batchnorm_forward_eval (running statistics are constants, e.g. frozen BN):
+// dx = dy·gamma/sqrt(running_var + eps); dgamma = Σ dy·x_hat, dbeta = Σ dy (nullptr: skipped).
+void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,
+                             const float* x, const float* gamma, const float* running_mean,
+                             const float* running_var, int64_t N, int64_t C, int64_t HW, float eps);
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise. All arrays have n elements.
+
+// y = max(x, 0) (NaN propagates), mask bit = (x > 0). y may alias x.
+void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n);
+// mask bit = (y > 0) from an already computed ReLU output (e.g. a fused conv+ReLU).
+void relu_mask_from_output(uint32_t* mask, const float* y, int64_t n);
+// dx = mask bit ? dy : 0. dx may alias dy.
+void relu_backward(float* dx, const uint32_t* mask, const float* dy, int64_t n);
+// Fused residual tail of a ResNet block: y = relu(a + b), mask bit = (a + b > 0).
+// y may alias a or b.
+void add_relu_forward(float* y, uint32_t* mask, const float* a, const float* b, int64_t n);
+
+// y = min(max(x, 0), 6) (NaN propagates), mask bit = (0 < x < 6) (where the gradient passes).
+// y may alias x.
+void relu6_forward(float* y, uint32_t* mask, const float* x, int64_t n);
+// dx = mask bit ? dy : 0. dx may alias dy.
+void relu6_backward(float* dx, const uint32_t* mask, const float* dy, int64_t n);
+
+// y = a + b. y may alias a or b.
+void add(float* y, const float* a, const float* b, int64_t n);
+// y += a (ACCUMULATES). y must not alias a.
+void accumulate(float* y, const float* a, int64_t n);
+
+// Inverted dropout: element i is kept iff philox_uniform(seed, stream, i) >= p; kept elements are
+// scaled by 1/(1 - p), dropped ones are 0. keep_mask bit = kept. 0 <= p <= 1 (checked); p = 1
+// drops everything. Deterministic for a given (seed, stream), independent of thread count, and
+// identical to a CUDA kernel drawing the same (seed, stream, i). y may alias x.
+void dropout_forward(float* y, uint32_t* keep_mask, const float* x, int64_t n, float p,
+                     uint64_t seed, uint64_t stream);
+// dx = keep bit ? dy/(1 - p) : 0. dx may alias dy.
+void dropout_backward(float* dx, const uint32_t* keep_mask, const float* dy, int64_t n, float p);
+
+// CIFAR ResNet shortcut "option A" (He et al. 2016): x (N,C_in,H,W) -> y (N,C_out,Ho,Wo) with
+// Ho = ceil(H/stride), Wo = ceil(W/stride): y = x[:, :, ::stride, ::stride] zero-padded on channels,
+// pad_front = (C_out - C_in)/2 channels in front and the rest behind, exactly
+// F.pad(x[:, :, ::s, ::s], (0, 0, 0, 0, p//2, p - p//2)) with p = C_out - C_in >= 0 (checked).
+void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W,
+                          int64_t stride, int64_t C_out);
+// dx (N,C_in,H,W) = dy's matching channels scattered back to the strided positions, 0 elsewhere.
+void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H,
+                           int64_t W, int64_t stride, int64_t C_out);
+
+// ---------------------------------------------------------------------------------------------
+// Pooling 2-D, floor mode. x: (N,C,H,W), y: (N,C,P,Q); window R×S.
+struct Pool2dShape {
+  int64_t N = 0, C = 0, H = 0, W = 0;
+  int64_t R = 0, S = 0;  // window height, width
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int64_t P() const { return (H + 2 * pad_h - R) / stride_h + 1; }  // output height
+  int64_t Q() const { return (W + 2 * pad_w - S) / stride_w + 1; }  // output width
+};
+// Throws actlab::Error unless sizes are positive, strides >= 1, 0 <= pad <= window/2 (PyTorch's
+// rule, so every window holds at least one real input) and the output is non-empty.
+void check_pool_shape(const Pool2dShape& s);
+
+// y = max over the window (padding never wins); argmax (N,C,P,Q) u8 = r·S + s of the winner inside
+// the window (first maximum in row-major window order wins; a NaN wins and sticks). Needs R·S <= 256
+// (checked).
+void maxpool2d_forward(float* y, uint8_t* argmax, const float* x, const Pool2dShape& s);
+// dx (N,C,H,W): zeroed, then dy scattered through argmax (overlapping windows add up). Assigns dx.
+void maxpool2d_backward(float* dx, const float* dy, const uint8_t* argmax, const Pool2dShape& s);
+
+// y = window sum / (R·S) (count_include_pad = true, PyTorch's default; in floor mode every window
+// fits in the padded input, so the divisor is always R·S).
+void avgpool2d_forward(float* y, const float* x, const Pool2dShape& s);
+// dx (N,C,H,W) = Σ over windows covering a position of dy/(R·S). Assigns dx.
+void avgpool2d_backward(float* dx, const float* dy, const Pool2dShape& s);
+
+// y (N,C) = mean over the H·W plane of x (N,C,HW).
+void global_avgpool_forward(float* y, const float* x, int64_t N, int64_t C, int64_t HW);
+// dx (N,C,HW) = dy[n,c]/HW broadcast over the plane. Assigns dx.
+void global_avgpool_backward(float* dx, const float* dy, int64_t N, int64_t C, int64_t HW);
+
+// ---------------------------------------------------------------------------------------------
+// Loss and metrics. logits, probs, dlogits: (N,K); labels: (N) int64 in [0, K) (checked: the error
+// names the first bad label and its row).
+
+// Softmax cross-entropy averaged over the batch, with label smoothing eps in [0, 1] (PyTorch:
+// target = (1 - eps)·onehot + eps/K). loss: one float. probs = softmax(logits), saved for backward.
+// Numerically stable (max-subtracted, log-sum-exp). probs may not alias logits.
+void softmax_cross_entropy_forward(float* loss, float* probs, const float* logits,
+                                   const int64_t* labels, int64_t N, int64_t K, float smoothing);
+// dlogits = (probs - target)/N · dloss. dlogits may alias probs.
+void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int64_t* labels,
+                                    int64_t N, int64_t K, float smoothing, float dloss);
+// Number of rows whose argmax (first maximum wins) equals the label.
+int64_t top1_correct(const float* logits, const int64_t* labels, int64_t N, int64_t K);
+
+// ---------------------------------------------------------------------------------------------
+// SGD, PyTorch semantics, one fused pass over w, grad (and momentum_buf):
+//   g = grad + weight_decay·w
+//   momentum != 0: buf = first_step ? g : momentum·buf + (1 - dampening)·g
+//                  g = nesterov ? g + momentum·buf : buf
+//   w -= lr·g
+// momentum_buf (n) may be nullptr when momentum == 0; nesterov needs momentum > 0 and
+// dampening == 0 (checked, like torch.optim.SGD).
+void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, float lr,
+                float momentum, float dampening, float weight_decay, bool nesterov,
+                bool first_step);
+
+}  // namespace actlab::cpu

@@ -1,0 +1,236 @@
+// CPU element-wise kernels: ReLU / ReLU6 / add+ReLU with 1-bit masks, add, accumulate, Philox
+// dropout, and the CIFAR ResNet "option A" shortcut. Contracts in core/cpu/kernels.h; tested in
+// tests/test_cpu_kernels.cpp.
+// Mask kernels work one 32-element word at a time: a full word is a fixed 32-trip loop the compiler
+// unrolls and vectorizes (bits come from a constant table, not per-lane shifts, which SSE2 lacks),
+// the tail word a short loop.
+#include <algorithm>
+#include <cstring>
+
+#include "core/cpu/kernels.h"
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace actlab::cpu {
+namespace {
+
+// Runs body(first, count) -> uint32_t bits on each 32-element word of n elements in parallel and
+// stores the bits. count is 32 except on the last word.
+template <typename WordFn>
+void for_each_mask_word(uint32_t* mask, int64_t n, WordFn body) {
+  const int64_t words = mask_words(n);
+#pragma omp parallel for schedule(static) if (parallel : n >= kParallelGrain)
+  for (int64_t w = 0; w < words; ++w) {
+    const int64_t first = w * 32;
+    mask[w] = body(first, std::min<int64_t>(32, n - first));
+  }
+}
+
+// Bit j of a mask word as a table entry: SSE2 has no per-lane variable shift, but an AND with a
+// constant vector and a compare vectorize everywhere.
+alignas(64) constexpr uint32_t kBit[32] = {
+    1u << 0,  1u << 1,  1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
+    1u << 8,  1u << 9,  1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
+    1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
+    1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+
+// v if bit j of bits is set, else +0 (also for a NaN v), as a bitwise AND: a `?:` here is
+// "control flow" to GCC's vectorizer without AVX-512 masks.
+inline float keep_if_bit(float v, uint32_t bits, int j) {
+  const uint32_t all_or_none = 0u - static_cast<uint32_t>((bits & kBit[j]) != 0);
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  u &= all_or_none;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+// dx = bit ? dy·scale : 0, one word of the mask at a time.
+void masked_scale(float* dx, const uint32_t* mask, const float* dy, int64_t n, float scale) {
+  const int64_t words = mask_words(n);
+#pragma omp parallel for schedule(static) if (parallel : n >= kParallelGrain)
+  for (int64_t w = 0; w < words; ++w) {
+    const int64_t first = w * 32;
+    const int64_t count = std::min<int64_t>(32, n - first);
+    const uint32_t bits = mask[w];
+    float* d = dx + first;
+    const float* g = dy + first;
+    if (count == 32) {
+#pragma omp simd
+      for (int j = 0; j < 32; ++j) d[j] = keep_if_bit(g[j] * scale, bits, j);
+    } else {
+      for (int j = 0; j < count; ++j) d[j] = keep_if_bit(g[j] * scale, bits, j);
+    }
+  }
+}
+
+// ReLU of one word: y = (v <= 0) ? 0 : v keeps NaN (NaN <= 0 is false); bit = v > 0.
+inline uint32_t relu_word(float* y, const float* x, int64_t count) {
+  uint32_t bits = 0;
+  if (count == 32) {
+#pragma omp simd reduction(| : bits)
+    for (int j = 0; j < 32; ++j) {
+      const float v = x[j];
+      bits |= (v > 0.f) ? kBit[j] : 0u;
+      y[j] = (v <= 0.f) ? 0.f : v;
+    }
+  } else {
+    for (int j = 0; j < count; ++j) {
+      const float v = x[j];
+      bits |= (v > 0.f) ? kBit[j] : 0u;
+      y[j] = (v <= 0.f) ? 0.f : v;
+    }
+  }
+  return bits;
+}
+
+}  // namespace
+
+void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n) {
+  for_each_mask_word(mask, n, [=](int64_t first, int64_t count) {
+    return relu_word(y + first, x + first, count);
+  });
+}
+
+void relu_mask_from_output(uint32_t* mask, const float* y, int64_t n) {
+  for_each_mask_word(mask, n, [=](int64_t first, int64_t count) {
+    const float* v = y + first;
+    uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+    for (int j = 0; j < count; ++j) bits |= (v[j] > 0.f) ? kBit[j] : 0u;
+    return bits;
+  });
+}
+
+void relu_backward(float* dx, const uint32_t* mask, const float* dy, int64_t n) {
+  masked_scale(dx, mask, dy, n, 1.f);
+}
+
+void add_relu_forward(float* y, uint32_t* mask, const float* a, const float* b, int64_t n) {
+  for_each_mask_word(mask, n, [=](int64_t first, int64_t count) {
+    const float* pa = a + first;
+    const float* pb = b + first;
+    float* py = y + first;
+    uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+    for (int j = 0; j < count; ++j) {
+      const float v = pa[j] + pb[j];
+      bits |= (v > 0.f) ? kBit[j] : 0u;
+      py[j] = (v <= 0.f) ? 0.f : v;
+    }
+    return bits;
+  });
+}
+
+void relu6_forward(float* y, uint32_t* mask, const float* x, int64_t n) {
+  for_each_mask_word(mask, n, [=](int64_t first, int64_t count) {
+    const float* px = x + first;
+    float* py = y + first;
+    uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+    for (int j = 0; j < count; ++j) {
+      const float v = px[j];
+      bits |= (v > 0.f && v < 6.f) ? kBit[j] : 0u;
+      py[j] = (v <= 0.f) ? 0.f : ((v >= 6.f) ? 6.f : v);  // NaN fails both tests and passes
+    }
+    return bits;
+  });
+}
+
+void relu6_backward(float* dx, const uint32_t* mask, const float* dy, int64_t n) {
+  masked_scale(dx, mask, dy, n, 1.f);
+}
+
+void add(float* y, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void accumulate(float* y, const float* a, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] += a[i];
+}
+
+void dropout_forward(float* y, uint32_t* keep_mask, const float* x, int64_t n, float p,
+                     uint64_t seed, uint64_t stream) {
+  ACTLAB_CHECK(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got ", p);
+  const float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
+  for_each_mask_word(keep_mask, n, [=](int64_t first, int64_t count) {
+    // philox_bits(seed, stream, i) takes lane i % 4 of block i / 4; a word starts on a block
+    // boundary (32 % 4 == 0), so one Philox call serves four elements here, same numbers.
+    uint32_t bits = 0;
+    for (int64_t j0 = 0; j0 < count; j0 += 4) {
+      const uint64_t block = static_cast<uint64_t>(first + j0) >> 2;
+      const Philox4 c{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                       static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
+      const Philox4 r =
+          philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+      for (int64_t j = j0; j < std::min<int64_t>(count, j0 + 4); ++j) {
+        const float u = static_cast<float>(r.v[j & 3] >> 8) * (1.0f / 16777216.0f);
+        const bool keep = u >= p;
+        bits |= keep ? kBit[j] : 0u;
+        y[first + j] = keep ? x[first + j] * scale : 0.f;
+      }
+    }
+    return bits;
+  });
+}
+
+void dropout_backward(float* dx, const uint32_t* keep_mask, const float* dy, int64_t n, float p) {
+  ACTLAB_CHECK(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got ", p);
+  masked_scale(dx, keep_mask, dy, n, p < 1.f ? 1.f / (1.f - p) : 0.f);
+}
+
+namespace {
+void check_shortcut(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t stride, int64_t C_out) {
+  ACTLAB_CHECK(N > 0 && C_in > 0 && H > 0 && W > 0, "shortcut_pad: sizes must be positive, got N=",
+               N, " C_in=", C_in, " H=", H, " W=", W);
+  ACTLAB_CHECK(stride >= 1, "shortcut_pad: stride must be >= 1, got ", stride);
+  ACTLAB_CHECK(C_out >= C_in, "shortcut_pad: C_out ", C_out, " < C_in ", C_in);
+}
+}  // namespace
+
+void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W,
+                          int64_t stride, int64_t C_out) {
+  check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
+  const int64_t pad_front = (C_out - C_in) / 2;
+#pragma omp parallel for schedule(static) if (parallel : N * C_out * Ho * Wo >= kParallelGrain)
+  for (int64_t nc = 0; nc < N * C_out; ++nc) {
+    const int64_t n = nc / C_out, c = nc % C_out - pad_front;  // c: input channel
+    float* yp = y + nc * Ho * Wo;
+    if (c < 0 || c >= C_in) {
+      std::memset(yp, 0, sizeof(float) * Ho * Wo);
+      continue;
+    }
+    const float* xp = x + (n * C_in + c) * H * W;
+    if (stride == 1) {
+      std::memcpy(yp, xp, sizeof(float) * H * W);
+      continue;
+    }
+    for (int64_t h = 0; h < Ho; ++h)
+      for (int64_t w = 0; w < Wo; ++w) yp[h * Wo + w] = xp[h * stride * W + w * stride];
+  }
+}
+
+void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H,
+                           int64_t W, int64_t stride, int64_t C_out) {
+  check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
+  const int64_t pad_front = (C_out - C_in) / 2;
+#pragma omp parallel for schedule(static) if (parallel : N * C_in * H * W >= kParallelGrain)
+  for (int64_t nc = 0; nc < N * C_in; ++nc) {
+    const int64_t n = nc / C_in, c = nc % C_in;
+    float* dxp = dx + nc * H * W;
+    const float* dyp = dy + (n * C_out + c + pad_front) * Ho * Wo;
+    if (stride == 1) {
+      std::memcpy(dxp, dyp, sizeof(float) * H * W);
+      continue;
+    }
+    std::memset(dxp, 0, sizeof(float) * H * W);
+    for (int64_t h = 0; h < Ho; ++h)
+      for (int64_t w = 0; w < Wo; ++w) dxp[h * stride * W + w * stride] = dyp[h * Wo + w];
+  }
+}
+
+}  // namespace actlab::cpu

@@ -1,0 +1,187 @@
+// CPU batch norm 2-D: training forward (batch statistics + running update), inference forward and
+// the two backwards. Contracts in core/cpu/kernels.h; tested in tests/test_cpu_kernels.cpp.
+// Work is split over channels: one thread owns a channel's N planes for the statistics pass and the
+// apply pass, so the second pass finds the channel still in L2.
+#include <algorithm>
+#include <cmath>
+
+#include "core/cpu/kernels.h"
+#include "core/error.h"
+
+namespace actlab::cpu {
+namespace {
+
+// Inner sums run in float (vectorized) over chunks of this many values, then go to double: the
+// float error stays bounded by the chunk length however large the plane or the batch is.
+constexpr int64_t kChunk = 2048;
+
+// Σ (x - shift) and Σ (x - shift)² over one channel. The shift (any value of the channel) keeps
+// the one-pass variance free of the cancellation E[x²] - E[x]² suffers when |mean| >> std.
+void channel_moments(double& sum, double& sum_sq, const float* x, int64_t N, int64_t C,
+                     int64_t HW, int64_t c, float shift) {
+  sum = 0.0;
+  sum_sq = 0.0;
+  for (int64_t n = 0; n < N; ++n) {
+    const float* plane = x + (n * C + c) * HW;
+    for (int64_t i0 = 0; i0 < HW; i0 += kChunk) {
+      const int64_t i1 = std::min(HW, i0 + kChunk);
+      float s = 0.f, ss = 0.f;
+#pragma omp simd reduction(+ : s, ss)
+      for (int64_t i = i0; i < i1; ++i) {
+        const float d = plane[i] - shift;
+        s += d;
+        ss += d * d;
+      }
+      sum += s;
+      sum_sq += ss;
+    }
+  }
+}
+
+// y = (x - shift)·scale + bias over one channel's N planes. Subtracting the mean first (rather than
+// folding it into bias) avoids cancellation when |mean| >> std; the loop is memory-bound anyway.
+void channel_affine(float* y, const float* x, int64_t N, int64_t C, int64_t HW, int64_t c,
+                    float shift, float scale, float bias) {
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t off = (n * C + c) * HW;
+    const float* xp = x + off;
+    float* yp = y + off;
+#pragma omp simd
+    for (int64_t i = 0; i < HW; ++i) yp[i] = (xp[i] - shift) * scale + bias;
+  }
+}
+
+// Σ dy and Σ dy·(x - mean) over one channel, in one pass.
+void channel_grad_sums(double& sum_dy, double& sum_dy_xc, const float* dy, const float* x,
+                       int64_t N, int64_t C, int64_t HW, int64_t c, float mean) {
+  sum_dy = 0.0;
+  sum_dy_xc = 0.0;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t off = (n * C + c) * HW;
+    const float* dyp = dy + off;
+    const float* xp = x + off;
+    for (int64_t i0 = 0; i0 < HW; i0 += kChunk) {
+      const int64_t i1 = std::min(HW, i0 + kChunk);
+      float s = 0.f, sx = 0.f;
+#pragma omp simd reduction(+ : s, sx)
+      for (int64_t i = i0; i < i1; ++i) {
+        s += dyp[i];
+        sx += dyp[i] * (xp[i] - mean);
+      }
+      sum_dy += s;
+      sum_dy_xc += sx;
+    }
+  }
+}
+
+void check_bn_sizes(int64_t N, int64_t C, int64_t HW) {
+  ACTLAB_CHECK(N > 0 && C > 0 && HW > 0, "batchnorm: sizes must be positive, got N=", N, " C=", C,
+               " HW=", HW);
+}
+
+}  // namespace
+
+void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, float* running_mean,
+                             float* running_var, const float* x, const float* gamma,
+                             const float* beta, int64_t N, int64_t C, int64_t HW, float momentum,
+                             float eps) {
+  check_bn_sizes(N, C, HW);
+  const int64_t M = N * HW;
+  ACTLAB_CHECK(M > 1, "batchnorm (training): need more than 1 value per channel, got N=", N,
+               " HW=", HW);
+  ACTLAB_CHECK((running_mean == nullptr) == (running_var == nullptr),
+               "batchnorm: running_mean and running_var must both be given or both be nullptr");
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t c = 0; c < C; ++c) {
+    const float shift = x[c * HW];  // first value of the channel (n = 0, i = 0)
+    double sum, sum_sq;
+    channel_moments(sum, sum_sq, x, N, C, HW, c, shift);
+    const double mean_shifted = sum / M;
+    const double var = std::max(0.0, sum_sq / M - mean_shifted * mean_shifted);  // biased
+    const double mean = shift + mean_shifted;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    save_mean[c] = static_cast<float>(mean);
+    save_invstd[c] = static_cast<float>(invstd);
+    if (running_mean) {
+      const double var_unbiased = var * M / (M - 1);
+      running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
+      running_var[c] =
+          static_cast<float>((1.0 - momentum) * running_var[c] + momentum * var_unbiased);
+    }
+    const double g = gamma ? gamma[c] : 1.0;
+    const double b = beta ? beta[c] : 0.0;
+    channel_affine(y, x, N, C, HW, c, static_cast<float>(mean), static_cast<float>(g * invstd),
+                   static_cast<float>(b));
+  }
+}
+
+void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const float* beta,
+                            const float* running_mean, const float* running_var, int64_t N,
+                            int64_t C, int64_t HW, float eps) {
+  check_bn_sizes(N, C, HW);
+  // Planes, not channels, are the parallel unit here: no reduction, and N·C balances better.
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t nc = 0; nc < N * C; ++nc) {
+    const int64_t c = nc % C;
+    const double g = gamma ? gamma[c] : 1.0;
+    const double b = beta ? beta[c] : 0.0;
+    const float scale = static_cast<float>(g / std::sqrt(static_cast<double>(running_var[c]) + eps));
+    const float mean = running_mean[c], bias = static_cast<float>(b);
+    const float* xp = x + nc * HW;
+    float* yp = y + nc * HW;
+#pragma omp simd
+    for (int64_t i = 0; i < HW; ++i) yp[i] = (xp[i] - mean) * scale + bias;
+  }
+}
+
+void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                        const float* gamma, const float* save_mean, const float* save_invstd,
+                        int64_t N, int64_t C, int64_t HW) {
+  check_bn_sizes(N, C, HW);
+  const double inv_m = 1.0 / static_cast<double>(N * HW);
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t c = 0; c < C; ++c) {
+    const float mean = save_mean[c];
+    const double invstd = save_invstd[c];
+    double sum_dy, sum_dy_xc;
+    channel_grad_sums(sum_dy, sum_dy_xc, dy, x, N, C, HW, c, mean);
+    if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
+    if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * invstd);
+    // dx = a·dy + k·(x - mean) + b with a = gamma·invstd, k = -a·invstd²·Σdy(x-mean)/M,
+    // b = -a·Σdy/M: the x_hat·dgamma/M term rewritten on (x - mean) so it needs no x_hat buffer.
+    const double a = (gamma ? gamma[c] : 1.0) * invstd;
+    const float af = static_cast<float>(a);
+    const float kf = static_cast<float>(-a * invstd * invstd * sum_dy_xc * inv_m);
+    const float bf = static_cast<float>(-a * sum_dy * inv_m);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t off = (n * C + c) * HW;
+      const float* dyp = dy + off;
+      const float* xp = x + off;
+      float* dxp = dx + off;
+#pragma omp simd
+      for (int64_t i = 0; i < HW; ++i) dxp[i] = af * dyp[i] + kf * (xp[i] - mean) + bf;
+    }
+  }
+}
+
+void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,
+                             const float* x, const float* gamma, const float* running_mean,
+                             const float* running_var, int64_t N, int64_t C, int64_t HW,
+                             float eps) {
+  check_bn_sizes(N, C, HW);
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t c = 0; c < C; ++c) {
+    const float mean = running_mean[c];
+    const double invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
+    if (dgamma || dbeta) {
+      double sum_dy, sum_dy_xc;
+      channel_grad_sums(sum_dy, sum_dy_xc, dy, x, N, C, HW, c, mean);
+      if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
+      if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * invstd);
+    }
+    const float scale = static_cast<float>((gamma ? gamma[c] : 1.0) * invstd);
+    channel_affine(dx, dy, N, C, HW, c, 0.f, scale, 0.f);
+  }
+}
+
+}  // namespace actlab::cpu

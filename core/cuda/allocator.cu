@@ -1,0 +1,134 @@
+// The caching CUDA device allocator: the RawAllocator behind every tracked allocation on cuda:i.
+// Owns every cudaMalloc/cudaFree in actlab. Freed blocks stay cached per device and stream (policy in
+// core/cuda/allocator.h); reserved_bytes counts live + cached blocks. Tested in tests/test_cuda.cpp.
+#include "core/cuda/allocator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "core/allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/context.h"
+
+namespace actlab::cuda {
+namespace {
+
+struct LiveBlock {
+  size_t size = 0;               // the block's size (>= the bytes asked for)
+  cudaStream_t stream = nullptr;  // where it was handed out, and so where it is cached when freed
+};
+
+struct DevicePool {
+  BlockCache cache;
+  std::unordered_map<void*, LiveBlock> live;
+  int64_t reserved = 0;  // bytes held from cudaMalloc: live + cached blocks
+};
+
+class CachingAllocator final : public RawAllocator {
+ public:
+  // Returns nullptr only when the device is out of memory (the tracking layer then throws
+  // OutOfMemory with its stats table). Any other CUDA failure (e.g. a sticky fault left by an
+  // earlier kernel) throws Error: reporting it as out-of-memory would send the user the wrong way.
+  void* raw_allocate(size_t bytes, int device) override {
+    const size_t size = round_block_size(bytes);
+    if (size == 0) return nullptr;
+    cudaStream_t stream = current_stream(device);  // outside the lock: may create the context
+    std::lock_guard<std::mutex> lock(mutex_);
+    DevicePool& pool = pools_[device];
+    BlockCache::Block block = pool.cache.take(stream, size, max_reuse_size(size));
+    if (block.ptr == nullptr) block = malloc_block(pool, device, size);
+    // Short of memory: a cached block too big for the waste bound still beats failing.
+    if (block.ptr == nullptr) block = pool.cache.take(stream, size, SIZE_MAX);
+    if (block.ptr == nullptr) {
+      release_cached(pool, device);  // cached blocks of every size and stream go back to CUDA
+      block = malloc_block(pool, device, size);
+    }
+    if (block.ptr == nullptr) return nullptr;
+    pool.live.emplace(block.ptr, LiveBlock{block.size, stream});
+    return block.ptr;
+  }
+
+  // Caches the block on the stream it was handed out on; later work on that stream is ordered after
+  // every use queued before this free, so the block may be reused at once.
+  void raw_free(void* ptr, size_t bytes, int device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DevicePool& pool = pools_[device];
+    auto it = pool.live.find(ptr);
+    ACTLAB_CHECK(it != pool.live.end(), "cuda:", device, ": freeing ", ptr, " (", bytes,
+                 " bytes), which the CUDA allocator did not hand out or was already freed");
+    pool.cache.put(it->second.stream, {ptr, it->second.size});
+    pool.live.erase(it);
+  }
+
+  int64_t reserved_bytes(int device) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(device);
+    return it == pools_.end() ? 0 : it->second.reserved;
+  }
+
+  void empty_cache(int device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cached(pools_[device], device);
+  }
+
+  // Host<->device and device<->device (same device) copies. Synchronous: returns once the bytes have
+  // landed. Queued on the device's actlab stream, not with plain cudaMemcpy: that stream is
+  // non-blocking, so a copy on the legacy default stream would not wait for the kernels that wrote src.
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                  size_t bytes) override {
+    if (bytes == 0) return;
+    const Device gpu = dst_device.is_cuda() ? dst_device : src_device;
+    cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
+    if (src_device.is_cpu()) kind = cudaMemcpyHostToDevice;
+    if (dst_device.is_cpu()) kind = cudaMemcpyDeviceToHost;
+    ACTLAB_CHECK(kind != cudaMemcpyDeviceToDevice || dst_device == src_device, "copy from ",
+                 src_device.str(), " to ", dst_device.str(), ": copies between two GPUs are not supported yet");
+    cudaStream_t stream = current_stream(gpu.index);
+    DeviceGuard guard(gpu.index);
+    ACTLAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+    ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+ private:
+  // cudaMalloc of exactly `size` bytes; an empty Block when the device is out of memory.
+  BlockCache::Block malloc_block(DevicePool& pool, int device, size_t size) {
+    DeviceGuard guard(device);
+    void* ptr = nullptr;
+    const cudaError_t status = cudaMalloc(&ptr, size);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it so the next launch check does not see it
+      return {};
+    }
+    ACTLAB_CUDA_CHECK(status);
+    pool.reserved += static_cast<int64_t>(size);
+    return {ptr, size};
+  }
+
+  // Returns every cached block of the device to CUDA. Synchronizes the device first, so no queued
+  // kernel can still be using a block being freed (cudaFree also synchronizes, but say it here).
+  void release_cached(DevicePool& pool, int device) {
+    std::vector<BlockCache::Block> blocks = pool.cache.take_all();
+    if (blocks.empty()) return;
+    DeviceGuard guard(device);
+    ACTLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    for (const BlockCache::Block& block : blocks) {
+      pool.reserved -= static_cast<int64_t>(block.size);
+      ACTLAB_CUDA_CHECK(cudaFree(block.ptr));
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::unordered_map<int, DevicePool> pools_;  // by device index
+};
+
+}  // namespace
+
+void install_caching_allocator() {
+  // NOTE: never destroyed, like the tracking registry: tensors may be freed during static teardown.
+  static CachingAllocator* allocator = new CachingAllocator();
+  register_raw_allocator(DeviceType::CUDA, allocator);
+}
+
+}  // namespace actlab::cuda

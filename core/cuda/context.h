@@ -1,0 +1,83 @@
+// Per-device CUDA state every GPU op uses: the stream, the cuBLAS and cuDNN handles bound to it and a
+// growable workspace tracked under MemTag::Workspace; plus DeviceGuard (RAII cudaSetDevice).
+// Implemented in core/cuda/context.cu. Tested in tests/test_cuda.cpp ("cuda context: ...").
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#if defined(ACTLAB_WITH_CUDNN)
+#include <cudnn.h>
+#endif
+
+#include <memory>
+#include <type_traits>
+
+#include "core/allocator.h"
+
+namespace actlab::cuda {
+
+// Makes `device` the calling thread's current device for the scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = -1;
+};
+
+// One device's stream, library handles and workspace. All of actlab's work on the device is queued
+// on stream() (one stream per device for now), so ops are ordered without events. The stream is
+// non-blocking: it does NOT synchronize with the legacy default stream, so nothing in actlab may
+// use stream 0 (copies go through the caching allocator's copy_bytes, on this stream).
+// Not for concurrent use from several threads (the workspace is shared).
+class CudaContext {
+ public:
+  explicit CudaContext(int device);  // makes the stream and handles; the workspace starts empty
+  ~CudaContext();                    // waits for the stream, then releases in reverse order
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  cublasHandle_t cublas() const { return cublas_.get(); }  // bound to stream()
+#if defined(ACTLAB_WITH_CUDNN)
+  cudnnHandle_t cudnn() const { return cudnn_.get(); }     // bound to stream()
+#endif
+
+  // Scratch memory of at least `bytes` on this device (nullptr for 0 before any growth). Grows to
+  // exactly `bytes` when too small and never shrinks; contents are undefined and valid only until the
+  // next workspace() call. Reuse across ops is safe because they all run in order on stream().
+  void* workspace(size_t bytes);
+  size_t workspace_size() const { return workspace_.size(); }
+  void release_workspace() { workspace_.reset(); }  // back to the allocator's cache
+
+  void synchronize() const;  // blocks until all work queued on stream() has finished
+
+ private:
+  struct StreamDeleter { void operator()(std::remove_pointer_t<cudaStream_t>* s) const; };
+  struct CublasDeleter { void operator()(std::remove_pointer_t<cublasHandle_t>* h) const; };
+#if defined(ACTLAB_WITH_CUDNN)
+  struct CudnnDeleter { void operator()(std::remove_pointer_t<cudnnHandle_t>* h) const; };
+#endif
+
+  int device_;
+  // Declaration order is release order reversed: workspace first, then handles, then the stream.
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> stream_;
+  std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, CublasDeleter> cublas_;
+#if defined(ACTLAB_WITH_CUDNN)
+  std::unique_ptr<std::remove_pointer_t<cudnnHandle_t>, CudnnDeleter> cudnn_;
+#endif
+  Buffer workspace_;
+};
+
+// The context of cuda:`device`, created on first use (calls actlab::cuda_init()). Throws Error when
+// the device does not exist. Contexts live until process exit.
+CudaContext& cuda_context(int device);
+
+// cuda_context(device).stream(): the stream all of actlab's work on `device` is queued on.
+cudaStream_t current_stream(int device);
+
+}  // namespace actlab::cuda

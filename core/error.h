@@ -1,0 +1,37 @@
+// actlab::Error and the check macros every library function uses to report bad input.
+// Apps catch Error at main, print its one-line message and exit non-zero.
+// Tested in tests/test_core.cpp.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace actlab {
+
+// A user-facing error: the message names the problem and the offending values.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+[[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
+}  // namespace detail
+
+}  // namespace actlab
+
+// ACTLAB_CHECK(cond, "x has ", n, " dims") throws actlab::Error("file:line: x has 3 dims").
+#define ACTLAB_CHECK(cond, ...)                                                        \
+  do {                                                                                 \
+    if (!(cond)) ::actlab::detail::throw_error(__FILE__, __LINE__,                     \
+                                               ::actlab::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+#define ACTLAB_FAIL(...) \
+  ::actlab::detail::throw_error(__FILE__, __LINE__, ::actlab::detail::concat(__VA_ARGS__))

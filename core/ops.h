@@ -1,0 +1,81 @@
+// Device-agnostic tensor operations (no autograd): each checks shapes, allocates its outputs under
+// the current MemTagScope and dispatches to cpu:: (or, later, cuda::) in exactly one place.
+// The autograd functions (autograd/functions.h) are built on these.
+// Tested through tests/test_functions.cpp and the kernel suites.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace actlab::ops {
+
+struct ConvParams {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t groups = 1;
+};
+// x (N,C,H,W), w (K,C/g,R,S), b (K) or undefined -> (N,K,P,Q).
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p);
+// dy (N,K,P,Q), w -> dx of x_shape.
+Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);
+// dy, x -> dw of w_shape; db (K) when want_bias.
+Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
+                              bool want_bias, Tensor* db);
+
+// x (N,D), w (M,D), b (M) or undefined -> (N,M).
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
+Tensor linear_backward_data(const Tensor& dy, const Tensor& w);  // (N,D)
+// dw (M,D); db (M) when want_bias.
+Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias, Tensor* db);
+
+// x (N,C,...) ; statistics over every dim but 1. save_mean/save_invstd: (C), allocated here.
+Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                               Tensor& running_var, float momentum, float eps, Tensor* save_mean,
+                               Tensor* save_invstd);
+Tensor batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const Tensor& running_mean, const Tensor& running_var, float eps);
+// Returns dx; sets dgamma, dbeta (C).
+Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                          const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta);
+Tensor batchnorm_backward_eval(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                               const Tensor& running_mean, const Tensor& running_var, float eps,
+                               Tensor* dgamma, Tensor* dbeta);
+
+// Masks are I32 tensors of ceil(n/32) words (bit i = element i, LSB first).
+Tensor relu_forward(const Tensor& x, Tensor* mask);
+Tensor relu_backward(const Tensor& dy, const Tensor& mask);
+Tensor relu6_forward(const Tensor& x, Tensor* mask);
+Tensor relu6_backward(const Tensor& dy, const Tensor& mask);
+Tensor add(const Tensor& a, const Tensor& b);
+// relu(a + b) and its mask (the tail of a residual block).
+Tensor add_relu_forward(const Tensor& a, const Tensor& b, Tensor* mask);
+Tensor dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream, Tensor* keep_mask);
+Tensor dropout_backward(const Tensor& dy, const Tensor& keep_mask, float p);
+
+struct PoolParams {
+  int64_t kernel = 2;
+  int64_t stride = 2;
+  int64_t padding = 0;
+};
+Tensor maxpool2d_forward(const Tensor& x, const PoolParams& p, Tensor* argmax);  // argmax: U8 (N,C,P,Q)
+Tensor maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Shape& x_shape, const PoolParams& p);
+Tensor avgpool2d_forward(const Tensor& x, const PoolParams& p);
+Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape, const PoolParams& p);
+Tensor global_avgpool_forward(const Tensor& x);                       // (N,C,H,W) -> (N,C)
+Tensor global_avgpool_backward(const Tensor& dy, const Shape& x_shape);
+Tensor shortcut_pad_forward(const Tensor& x, int64_t stride, int64_t c_out);
+Tensor shortcut_pad_backward(const Tensor& dy, const Shape& x_shape, int64_t stride);
+
+// logits (N,K), labels (N) I64 -> loss (1); probs (N,K) for backward.
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing, Tensor* probs);
+Tensor cross_entropy_backward(const Tensor& probs, const Tensor& labels, float smoothing, float dloss);
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+// One fused SGD step on w (PyTorch semantics). momentum_buf may be undefined when momentum == 0.
+void sgd_update_(Tensor& w, Tensor& momentum_buf, const Tensor& grad, float lr, float momentum, float dampening,
+                 float weight_decay, bool nesterov, bool first_step);
+
+// True when every value of x is finite.
+bool all_finite(const Tensor& x);
+
+}  // namespace actlab::ops

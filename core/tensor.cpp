@@ -1,0 +1,357 @@
+// Tensor and Storage implementation: factories, views, copies, simple in-place arithmetic.
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+namespace actlab {
+namespace {
+std::atomic<uint64_t> g_storage_ids{1};
+
+// Calls f(linear_index_in_logical_order, element_offset) for every element of a strided view.
+template <typename F>
+void for_each_offset(const Shape& shape, const Shape& strides, int64_t offset, F f) {
+  const int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  const int64_t d = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> idx(d, 0);
+  int64_t off = offset;
+  for (int64_t i = 0; i < n; ++i) {
+    f(i, off);
+    for (int64_t k = d - 1; k >= 0; --k) {
+      if (++idx[k] < shape[k]) { off += strides[k]; break; }
+      off -= strides[k] * (shape[k] - 1);
+      idx[k] = 0;
+    }
+  }
+}
+}  // namespace
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t v : s) n *= v;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
+  os << ")";
+  return os.str();
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (int64_t i = static_cast<int64_t>(s.size()) - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+// ---------------------------------------------------------------- Storage
+Storage::Storage(size_t bytes, Device device, MemTag tag)
+    : bytes_(bytes), device_(device), tag_(tag), id_(g_storage_ids.fetch_add(1)) {
+  data_ = tracked_allocate(device, bytes, tag);
+}
+Storage::~Storage() { tracked_free(device_, data_, bytes_, tag_); }
+
+void Storage::retag(MemTag tag) {
+  if (tag == tag_ || data_ == nullptr) { tag_ = tag; return; }
+  // Move the bytes from one tag's books to the other's: account a fresh allocation, free the old one.
+  void* fresh = tracked_allocate(device_, bytes_, tag);
+  copy_bytes(fresh, device_, data_, device_, bytes_);
+  tracked_free(device_, data_, bytes_, tag_);
+  data_ = fresh;
+  tag_ = tag;
+}
+
+// ---------------------------------------------------------------- factories
+Tensor Tensor::empty_tagged(const Shape& shape, MemTag tag, DType dtype, Device device) {
+  for (int64_t v : shape) ACTLAB_CHECK(v >= 0, "negative size in shape ", shape_str(shape));
+  Tensor t;
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  t.storage_ = std::make_shared<Storage>(bytes, device, tag);
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return empty_tagged(shape, current_mem_tag(), dtype, device);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (device.is_cpu()) {
+    if (t.nbytes()) std::memset(t.raw_data(), 0, t.nbytes());
+  } else {
+    std::vector<uint8_t> host(t.nbytes(), 0);
+    copy_bytes(t.raw_data(), device, host.data(), Device::cpu(), t.nbytes());
+  }
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
+  ACTLAB_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
+               " values for shape ", shape_str(shape));
+  Tensor t = empty(shape);
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::randn(const Shape& shape, PhiloxStream& rng, float mean, float std) {
+  Tensor t = empty(shape);
+  float* p = t.data<float>();
+  const int64_t n = t.numel();
+  const uint64_t first = rng.reserve(static_cast<uint64_t>(2 * ((n + 1) / 2)));
+  // Box-Muller on pairs of draws; each pair depends only on its index, so any loop order agrees.
+  for (int64_t i = 0; i < n; i += 2) {
+    float u1 = philox_uniform(rng.seed(), rng.stream(), first + i);
+    const float u2 = philox_uniform(rng.seed(), rng.stream(), first + i + 1);
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    const double r = std::sqrt(-2.0 * std::log(static_cast<double>(u1)));
+    const double theta = 2.0 * M_PI * static_cast<double>(u2);
+    p[i] = mean + std * static_cast<float>(r * std::cos(theta));
+    if (i + 1 < n) p[i + 1] = mean + std * static_cast<float>(r * std::sin(theta));
+  }
+  return t;
+}
+
+Tensor Tensor::rand(const Shape& shape, PhiloxStream& rng, float lo, float hi) {
+  Tensor t = empty(shape);
+  float* p = t.data<float>();
+  const int64_t n = t.numel();
+  const uint64_t first = rng.reserve(static_cast<uint64_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[i] = lo + (hi - lo) * philox_uniform(rng.seed(), rng.stream(), first + i);
+  return t;
+}
+
+// ---------------------------------------------------------------- properties
+int64_t Tensor::size(int64_t d) const {
+  const int64_t nd = dim();
+  if (d < 0) d += nd;
+  ACTLAB_CHECK(d >= 0 && d < nd, "dim ", d, " out of range for ", str());
+  return shape_[d];
+}
+
+Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "undefined";
+  return std::string(dtype_name(dtype_)) + shape_str(shape_);
+}
+
+void* Tensor::raw_data() const {
+  ACTLAB_CHECK(defined(), "use of an undefined tensor");
+  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+// ---------------------------------------------------------------- views
+Tensor Tensor::view(const Shape& shape) const {
+  ACTLAB_CHECK(is_contiguous(), "view of a non-contiguous tensor ", str(), "; use reshape");
+  Shape s = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      ACTLAB_CHECK(infer < 0, "view: more than one -1 in ", shape_str(shape));
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) {
+    ACTLAB_CHECK(known > 0 && numel() % known == 0, "view: cannot infer ", shape_str(shape), " from ", str());
+    s[infer] = numel() / known;
+  }
+  ACTLAB_CHECK(shape_numel(s) == numel(), "view: ", shape_str(shape), " does not match ", str());
+  Tensor t = *this;
+  t.shape_ = s;
+  t.strides_ = contiguous_strides(s);
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  return is_contiguous() ? view(shape) : contiguous().view(shape);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  if (d < 0) d += dim();
+  ACTLAB_CHECK(d >= 0 && d < dim(), "slice: dim ", d, " out of range for ", str());
+  ACTLAB_CHECK(step >= 1, "slice: step must be >= 1, got ", step);
+  end = std::min(end, shape_[d]);
+  ACTLAB_CHECK(start >= 0 && start <= end, "slice: bad range [", start, ",", end, ") for ", str());
+  Tensor t = *this;
+  t.offset_ += start * strides_[d];
+  t.shape_[d] = (end - start + step - 1) / step;
+  t.strides_[d] *= step;
+  return t;
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  if (d < 0) d += dim();
+  ACTLAB_CHECK(d >= 0 && d < dim() && index >= 0 && index < shape_[d], "select: index ", index,
+               " of dim ", d, " out of range for ", str());
+  Tensor t = *this;
+  t.offset_ += index * strides_[d];
+  t.shape_.erase(t.shape_.begin() + d);
+  t.strides_.erase(t.strides_.begin() + d);
+  return t;
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& order) const {
+  ACTLAB_CHECK(static_cast<int64_t>(order.size()) == dim(), "permute: order of ", order.size(),
+               " dims for ", str());
+  Tensor t = *this;
+  std::vector<bool> used(dim(), false);
+  for (int64_t i = 0; i < dim(); ++i) {
+    const int64_t o = order[i];
+    ACTLAB_CHECK(o >= 0 && o < dim() && !used[o], "permute: bad order for ", str());
+    used[o] = true;
+    t.shape_[i] = shape_[o];
+    t.strides_[i] = strides_[o];
+  }
+  return t;
+}
+
+Tensor Tensor::flatten(int64_t start_dim) const {
+  ACTLAB_CHECK(start_dim >= 0 && start_dim < std::max<int64_t>(dim(), 1), "flatten: bad start dim ", start_dim);
+  Shape s(shape_.begin(), shape_.begin() + start_dim);
+  int64_t rest = 1;
+  for (int64_t i = start_dim; i < dim(); ++i) rest *= shape_[i];
+  s.push_back(rest);
+  return reshape(s);
+}
+
+// ---------------------------------------------------------------- copies
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_, device());
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  const Tensor src = contiguous();
+  Tensor t = empty(shape_, dtype_, device);
+  copy_bytes(t.raw_data(), device, src.raw_data(), src.device(), src.nbytes());
+  return t;
+}
+
+std::vector<float> Tensor::to_vector() const {
+  const Tensor c = device().is_cpu() ? contiguous() : to(Device::cpu());
+  const float* p = c.data<float>();
+  return std::vector<float>(p, p + c.numel());
+}
+
+// ---------------------------------------------------------------- in-place
+Tensor& Tensor::fill_(float value) {
+  ACTLAB_CHECK(device().is_cpu(), "fill_ on ", device().str(), " is not supported here");
+  const int64_t n = numel();
+  if (dtype_ == DType::F32 && is_contiguous()) {
+    float* p = data<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = value;
+  } else {
+    char* base = static_cast<char*>(storage_->data());
+    const size_t es = dtype_size(dtype_);
+    for_each_offset(shape_, strides_, offset_, [&](int64_t, int64_t off) {
+      char* dst = base + off * static_cast<int64_t>(es);
+      switch (dtype_) {
+        case DType::F32: *reinterpret_cast<float*>(dst) = value; break;
+        case DType::U8: *reinterpret_cast<uint8_t*>(dst) = static_cast<uint8_t>(value); break;
+        case DType::I32: *reinterpret_cast<int32_t*>(dst) = static_cast<int32_t>(value); break;
+        case DType::I64: *reinterpret_cast<int64_t*>(dst) = static_cast<int64_t>(value); break;
+        default: ACTLAB_FAIL("fill_ not supported for ", dtype_name(dtype_));
+      }
+    });
+  }
+  storage_->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  ACTLAB_CHECK(src.shape_ == shape_, "copy_: shape ", src.str(), " into ", str());
+  ACTLAB_CHECK(src.dtype_ == dtype_, "copy_: dtype ", dtype_name(src.dtype_), " into ", dtype_name(dtype_));
+  if (is_contiguous() && src.is_contiguous()) {
+    copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+  } else {
+    ACTLAB_CHECK(device().is_cpu() && src.device().is_cpu(), "strided copy_ across devices is not supported");
+    const size_t es = dtype_size(dtype_);
+    const char* sbase = static_cast<const char*>(src.storage_->data());
+    std::vector<int64_t> src_offsets(static_cast<size_t>(numel()));
+    for_each_offset(src.shape_, src.strides_, src.offset_, [&](int64_t i, int64_t off) { src_offsets[i] = off; });
+    char* dbase = static_cast<char*>(storage_->data());
+    for_each_offset(shape_, strides_, offset_, [&](int64_t i, int64_t off) {
+      std::memcpy(dbase + off * static_cast<int64_t>(es), sbase + src_offsets[i] * static_cast<int64_t>(es), es);
+    });
+  }
+  storage_->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, float alpha) {
+  ACTLAB_CHECK(other.shape_ == shape_, "add_: shape ", other.str(), " vs ", str());
+  ACTLAB_CHECK(is_contiguous() && other.is_contiguous() && dtype_ == DType::F32 && other.dtype_ == DType::F32,
+               "add_ needs contiguous f32 tensors, got ", str(), " and ", other.str());
+  float* p = data<float>();
+  const float* q = other.data<float>();
+  const int64_t n = numel();
+#pragma omp parallel for if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) p[i] += alpha * q[i];
+  storage_->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::mul_(float value) {
+  ACTLAB_CHECK(is_contiguous() && dtype_ == DType::F32, "mul_ needs a contiguous f32 tensor, got ", str());
+  float* p = data<float>();
+  const int64_t n = numel();
+#pragma omp parallel for if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) p[i] *= value;
+  storage_->bump_version();
+  return *this;
+}
+
+float Tensor::item() const {
+  ACTLAB_CHECK(numel() == 1, "item() of ", str());
+  return to_vector()[0];
+}
+
+float Tensor::at(std::initializer_list<int64_t> index) const {
+  ACTLAB_CHECK(static_cast<int64_t>(index.size()) == dim(), "at: ", index.size(), " indices for ", str());
+  int64_t off = offset_;
+  int64_t k = 0;
+  for (int64_t i : index) {
+    ACTLAB_CHECK(i >= 0 && i < shape_[k], "at: index ", i, " out of range in dim ", k, " of ", str());
+    off += i * strides_[k++];
+  }
+  ACTLAB_CHECK(dtype_ == DType::F32 && device().is_cpu(), "at() needs a CPU f32 tensor");
+  return static_cast<const float*>(storage_->data())[off];
+}
+
+}  // namespace actlab

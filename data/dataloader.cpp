@@ -1,0 +1,155 @@
+// DataLoader: epoch order, batch assembly and the producer/consumer hand-off (see data/dataloader.h).
+// Tested in tests/test_data.cpp.
+#include "data/dataloader.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "core/philox.h"
+
+namespace actlab {
+namespace {
+
+// Shuffle draws use their own Philox stream family (top bits 0x5), apart from augmentation (0xA).
+constexpr uint64_t kShuffleStreamTag = 0x5000000000000000ull;
+
+}  // namespace
+
+DataLoader::DataLoader(const Dataset& dataset, int64_t batch_size, bool shuffle, uint64_t seed,
+                       bool drop_last, TransformConfig transforms, int prefetch_depth)
+    : dataset_(dataset),
+      spec_(dataset.spec()),
+      size_(dataset.size()),
+      batch_size_(batch_size),
+      shuffle_(shuffle),
+      seed_(seed),
+      drop_last_(drop_last),
+      transforms_(std::move(transforms)),
+      prefetch_depth_(static_cast<size_t>(std::max(prefetch_depth, 1))) {
+  ACTLAB_CHECK(batch_size >= 1, "batch size must be >= 1, got ", batch_size);
+  ACTLAB_CHECK(size_ >= 1, "data set '", dataset.name(), "' is empty");
+  ACTLAB_CHECK(!drop_last || batch_size <= size_, "batch size ", batch_size,
+               " is larger than data set '", dataset.name(), "' (", size_,
+               " examples) and drop_last is set: an epoch would have no batches");
+  ACTLAB_CHECK(prefetch_depth >= 1, "prefetch depth must be >= 1, got ", prefetch_depth);
+  ACTLAB_CHECK(spec_.image_bytes() > 0, "data set '", dataset.name(), "' has empty images (",
+               spec_.channels, "x", spec_.height, "x", spec_.width, ")");
+  affine_ = make_pixel_affine(transforms_, spec_.channels);  // validates transforms_
+  num_batches_ = drop_last ? size_ / batch_size : (size_ + batch_size - 1) / batch_size;
+}
+
+DataLoader::~DataLoader() { stop_worker(); }
+
+std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
+  ACTLAB_CHECK(epoch >= 0, "epoch must be >= 0, got ", epoch);
+  std::vector<int64_t> order(static_cast<size_t>(size_));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!shuffle_) return order;
+  PhiloxStream rng(seed_, kShuffleStreamTag ^ static_cast<uint64_t>(epoch));
+  for (int64_t i = size_ - 1; i > 0; --i) {
+    const int64_t j = static_cast<int64_t>(rng.next_below(static_cast<uint64_t>(i) + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+void DataLoader::start_epoch(int64_t epoch) {
+  ACTLAB_CHECK(epoch >= 0, "epoch must be >= 0, got ", epoch);
+  stop_worker();
+  worker_ = std::thread(&DataLoader::worker_main, this, epoch);
+  epoch_started_ = true;  // only once a worker exists that will end the epoch
+}
+
+bool DataLoader::next(Batch& batch) {
+  ACTLAB_CHECK(epoch_started_, "DataLoader::next called before start_epoch()");
+  std::unique_lock<std::mutex> lock(mutex_);
+  produced_.wait(lock, [&] { return !queue_.empty() || worker_done_; });
+  if (!queue_.empty()) {
+    batch = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    consumed_.notify_one();
+    return true;
+  }
+  if (error_) {
+    std::exception_ptr error = std::exchange(error_, nullptr);
+    std::rethrow_exception(error);
+  }
+  return false;
+}
+
+void DataLoader::stop_worker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  consumed_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  std::deque<Batch> dropped;  // freed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped.swap(queue_);
+    stop_ = false;
+    worker_done_ = false;
+    error_ = nullptr;
+  }
+}
+
+void DataLoader::worker_main(int64_t epoch) {
+  try {
+    const std::vector<int64_t> order = epoch_order(epoch);
+    Buffer staging(static_cast<size_t>(spec_.image_bytes()), MemTag::Data);
+    for (int64_t b = 0; b < num_batches_; ++b) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        consumed_.wait(lock, [&] { return stop_ || queue_.size() < prefetch_depth_; });
+        if (stop_) break;
+      }
+      Batch batch = make_batch(order, b, epoch, staging.as<uint8_t>());  // outside the lock
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stop_) break;
+        queue_.push_back(std::move(batch));
+      }
+      produced_.notify_one();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    worker_done_ = true;
+  }
+  produced_.notify_all();
+}
+
+Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t batch_index, int64_t epoch,
+                             uint8_t* staging) const {
+  const int64_t begin = batch_index * batch_size_;
+  const int64_t n = std::min(batch_size_, size_ - begin);
+  const int64_t image_floats = spec_.image_bytes();
+  Batch batch;
+  batch.index = batch_index;
+  batch.images = Tensor::empty_tagged({n, spec_.channels, spec_.height, spec_.width}, MemTag::Data,
+                                      DType::F32);  // (N,C,H,W)
+  batch.labels = Tensor::empty_tagged({n}, MemTag::Data, DType::I64);  // (N)
+  float* images = batch.images.data<float>();
+  int64_t* labels = batch.labels.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t sample = order[static_cast<size_t>(begin + i)];
+    const int64_t label = dataset_.read(sample, staging);
+    ACTLAB_CHECK(label >= 0 && label < spec_.num_classes, "data set '", dataset_.name(),
+                 "': sample ", sample, " has label ", label, ", outside [0, ", spec_.num_classes,
+                 ")");
+    labels[i] = label;
+    const SampleAugment a = draw_augment(transforms_, seed_, static_cast<uint64_t>(epoch),
+                                         static_cast<uint64_t>(sample));
+    transform_image(images + i * image_floats, staging, spec_.channels, spec_.height, spec_.width,
+                    transforms_.crop_padding, a, affine_);
+  }
+  return batch;
+}
+
+}  // namespace actlab

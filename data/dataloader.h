@@ -1,0 +1,91 @@
+// DataLoader: turns a Dataset into a stream of transformed (N,C,H,W) f32 batches, assembled ahead of
+// the consumer on one background thread with a bounded queue. Shuffling and augmentation are pure
+// functions of (seed, epoch, sample index), so every run with a seed sees the same bytes.
+// Tested in tests/test_data.cpp; throughput measured by bench/bench_data.cpp.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "data/transforms.h"
+
+namespace actlab {
+
+struct Batch {
+  Tensor images;       // (N,C,H,W) f32 contiguous, transformed; tagged MemTag::Data
+  Tensor labels;       // (N) i64; tagged MemTag::Data
+  int64_t index = -1;  // batch number within the epoch, 0-based
+};
+
+// Usage:
+//   DataLoader loader(train_set, 128, /*shuffle=*/true, seed, /*drop_last=*/true, transforms);
+//   for (int64_t epoch = 0; epoch < E; ++epoch) {
+//     loader.start_epoch(epoch);
+//     Batch batch;
+//     while (loader.next(batch)) step(batch);
+//   }
+// N = batch_size for every batch except the last one of an epoch when drop_last is false.
+// NOTE: the loader keeps a reference to `dataset`, which must outlive it; dataset.read() is called
+// from the background thread. One consumer thread calls start_epoch/next.
+class DataLoader {
+ public:
+  // Throws Error on batch_size < 1, an empty data set, batch_size > size with drop_last,
+  // prefetch_depth < 1, or transforms that do not fit the data set's channel count.
+  DataLoader(const Dataset& dataset, int64_t batch_size, bool shuffle, uint64_t seed,
+             bool drop_last = false, TransformConfig transforms = {}, int prefetch_depth = 2);
+  ~DataLoader();  // stops and joins the worker, even mid-epoch; drops queued batches
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Starts producing the batches of `epoch` (>= 0); abandons any epoch still in progress.
+  void start_epoch(int64_t epoch);
+  // Moves the next batch into `batch` and returns true, or returns false at the end of the epoch.
+  // An exception thrown while assembling a batch (dataset.read, allocation) is rethrown here, after
+  // the batches that preceded it; the epoch then counts as ended.
+  bool next(Batch& batch);
+
+  int64_t num_batches() const { return num_batches_; }
+  int64_t batch_size() const { return batch_size_; }
+  const Dataset& dataset() const { return dataset_; }
+  // Dataset indices in the order `epoch` visits them: identity without shuffle, otherwise a
+  // Fisher-Yates permutation drawn from PhiloxStream(seed, shuffle stream of epoch).
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+ private:
+  void stop_worker();
+  void worker_main(int64_t epoch);
+  Batch make_batch(const std::vector<int64_t>& order, int64_t batch_index, int64_t epoch,
+                   uint8_t* staging) const;
+
+  const Dataset& dataset_;
+  ImageSpec spec_;
+  int64_t size_;
+  int64_t batch_size_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  TransformConfig transforms_;
+  PixelAffine affine_;
+  size_t prefetch_depth_;
+  int64_t num_batches_;
+
+  // Shared with the worker, guarded by mutex_.
+  std::mutex mutex_;
+  std::condition_variable produced_;  // worker -> consumer: a batch was queued or the worker ended
+  std::condition_variable consumed_;  // consumer -> worker: a slot freed up or stop was requested
+  std::deque<Batch> queue_;
+  bool stop_ = false;
+  bool worker_done_ = false;
+  std::exception_ptr error_;
+
+  std::thread worker_;
+  bool epoch_started_ = false;  // consumer-side only
+};
+
+}  // namespace actlab

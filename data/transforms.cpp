@@ -1,0 +1,132 @@
+// Normalization table, per-sample random choices and the fused crop/flip/normalize image kernel
+// (see data/transforms.h). Tested in tests/test_data.cpp.
+#include "data/transforms.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace actlab {
+namespace {
+
+// The one table of normalization constants (pixel statistics of each training set in [0,1]).
+constexpr ChannelStats kChannelStats[] = {
+    {"fashion-mnist", 1, {0.2860f, 0.f, 0.f}, {0.3530f, 1.f, 1.f}},
+    {"mnist", 1, {0.1307f, 0.f, 0.f}, {0.3081f, 1.f, 1.f}},
+    {"cifar10", 3, {0.4914f, 0.4822f, 0.4465f}, {0.2023f, 0.1994f, 0.2010f}},
+    {"cifar100", 3, {0.5071f, 0.4865f, 0.4409f}, {0.2673f, 0.2564f, 0.2762f}},
+};
+
+// Augmentation draws live in their own Philox stream family (top bits 0xA) so they never overlap
+// the loader's shuffle streams or any other user of the run seed.
+constexpr uint64_t kAugmentStreamTag = 0xA000000000000000ull;
+
+std::string family_of(const std::string& dataset_name) {
+  return dataset_name.substr(0, dataset_name.find('/'));
+}
+
+// Uniform integer in [0, n) from 32 random bits by multiply-shift; bias <= n / 2^32 (negligible for
+// crop offsets of a few pixels, and it keeps exactly one draw per choice).
+int64_t bits_below(uint32_t bits, int64_t n) {
+  return static_cast<int64_t>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(n)) >> 32);
+}
+
+}  // namespace
+
+const ChannelStats& channel_stats(const std::string& dataset_name) {
+  const std::string family = family_of(dataset_name);
+  std::string known;
+  for (const ChannelStats& s : kChannelStats) {
+    if (family == s.dataset) return s;
+    known += known.empty() ? s.dataset : std::string(", ") + s.dataset;
+  }
+  ACTLAB_FAIL("no normalization constants for data set '", dataset_name, "' (known: ", known, ")");
+}
+
+TransformConfig default_transforms(const std::string& dataset_name, bool train) {
+  const ChannelStats& s = channel_stats(dataset_name);
+  TransformConfig config;
+  config.mean.assign(s.mean, s.mean + s.channels);
+  config.std.assign(s.std, s.std + s.channels);
+  const std::string family = family_of(dataset_name);
+  if (train && (family == "cifar10" || family == "cifar100")) {
+    config.crop_padding = 4;
+    config.horizontal_flip = true;
+  }
+  return config;
+}
+
+void validate_transforms(const TransformConfig& config, int64_t channels) {
+  ACTLAB_CHECK(config.crop_padding >= 0, "crop padding must be >= 0, got ", config.crop_padding);
+  ACTLAB_CHECK(config.mean.size() == config.std.size(), "normalization has ", config.mean.size(),
+               " means but ", config.std.size(), " stds");
+  ACTLAB_CHECK(config.mean.empty() || static_cast<int64_t>(config.mean.size()) == channels,
+               "normalization has ", config.mean.size(), " channels, images have ", channels);
+  for (size_t c = 0; c < config.std.size(); ++c)
+    ACTLAB_CHECK(config.std[c] > 0.f, "normalization std[", c, "] must be > 0, got ",
+                 config.std[c]);
+}
+
+SampleAugment draw_augment(const TransformConfig& config, uint64_t seed, uint64_t epoch,
+                           uint64_t sample_index) {
+  const uint64_t stream = kAugmentStreamTag ^ epoch;
+  const uint64_t first = 4 * sample_index;  // one Philox block per sample: draws k = 0, 1, 2
+  const int64_t pad = config.crop_padding;
+  SampleAugment a;
+  a.crop_y = pad;
+  a.crop_x = pad;
+  if (pad > 0) {
+    a.crop_y = bits_below(philox_bits(seed, stream, first + 0), 2 * pad + 1);
+    a.crop_x = bits_below(philox_bits(seed, stream, first + 1), 2 * pad + 1);
+  }
+  if (config.horizontal_flip) a.flip = philox_bits(seed, stream, first + 2) >> 31;
+  return a;
+}
+
+PixelAffine make_pixel_affine(const TransformConfig& config, int64_t channels) {
+  validate_transforms(config, channels);
+  PixelAffine affine;
+  affine.scale.assign(static_cast<size_t>(channels), 1.f / 255.f);
+  affine.shift.assign(static_cast<size_t>(channels), 0.f);
+  for (size_t c = 0; c < config.mean.size(); ++c) {
+    affine.scale[c] = 1.f / (255.f * config.std[c]);
+    affine.shift[c] = -config.mean[c] / config.std[c];
+  }
+  return affine;
+}
+
+void transform_image(float* out, const uint8_t* src, int64_t channels, int64_t height,
+                     int64_t width, int64_t pad, const SampleAugment& a, const PixelAffine& affine) {
+  const int64_t dy = a.crop_y - pad;  // source row = y + dy
+  const int64_t dx = a.crop_x - pad;  // source col = xs + dx
+  // Output columns whose source column lies inside the image; the rest read the zero padding.
+  // No flip: sx = x + dx. Flip: sx = W-1-x + dx.
+  const int64_t x_begin = std::clamp<int64_t>(a.flip ? dx : -dx, 0, width);
+  const int64_t x_end = std::clamp<int64_t>(a.flip ? width + dx : width - dx, x_begin, width);
+  for (int64_t c = 0; c < channels; ++c) {
+    const float scale = affine.scale[c];
+    const float shift = affine.shift[c];  // = the value of a padding pixel (0 * scale + shift)
+    for (int64_t y = 0; y < height; ++y) {
+      float* o = out + (c * height + y) * width;
+      const int64_t sy = y + dy;
+      if (sy < 0 || sy >= height) {
+        std::fill(o, o + width, shift);
+        continue;
+      }
+      const uint8_t* s = src + (c * height + sy) * width;
+      std::fill(o, o + x_begin, shift);
+      if (a.flip) {
+        const int64_t mirror = width - 1 + dx;  // sx = mirror - x
+        for (int64_t x = x_begin; x < x_end; ++x)
+          o[x] = static_cast<float>(s[mirror - x]) * scale + shift;
+      } else {
+        for (int64_t x = x_begin; x < x_end; ++x)
+          o[x] = static_cast<float>(s[x + dx]) * scale + shift;
+      }
+      std::fill(o + x_end, o + width, shift);
+    }
+  }
+}
+
+}  // namespace actlab

@@ -1,0 +1,68 @@
+// Image transforms applied while the loader assembles a batch: u8 -> f32 in [0,1], random crop from a
+// zero-padded image, horizontal flip, per-channel normalization; plus the table of per-data-set
+// normalization constants. Randomness is a pure function of (seed, epoch, sample index), so a batch's
+// bytes do not depend on threads or on batch composition. Tested in tests/test_data.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actlab {
+
+// Per-channel mean/std of a data set's pixels in [0,1] (the values the literature normalizes with).
+struct ChannelStats {
+  const char* dataset;  // "fashion-mnist", "mnist", "cifar10", "cifar100"
+  int channels;
+  float mean[3];
+  float std[3];
+};
+// The table entry for a data set family; a name such as "fashion-mnist/train" matches
+// "fashion-mnist" (the part before '/'). Throws Error listing the known names otherwise.
+const ChannelStats& channel_stats(const std::string& dataset_name);
+
+struct TransformConfig {
+  // Random crop of the original H x W from the image zero-padded by crop_padding on every side
+  // (torchvision's RandomCrop(size, padding)): offsets dy, dx uniform in [0, 2*crop_padding].
+  // 0 disables cropping. The padding is pixel value 0, i.e. -mean/std after normalization.
+  int64_t crop_padding = 0;
+  bool horizontal_flip = false;  // flip with probability 0.5 (after the crop)
+  // Per-channel normalization (x - mean) / std applied to x in [0,1]; both empty = none, otherwise
+  // both must have one entry per channel and std > 0.
+  std::vector<float> mean;
+  std::vector<float> std;
+};
+
+// Normalization from the table, with the usual augmentation when `train`: crop padding 4 plus flip
+// for CIFAR-sized (32x32) data sets, none for the MNIST family.
+TransformConfig default_transforms(const std::string& dataset_name, bool train);
+
+// Throws Error unless `config` is usable for images with `channels` channels.
+void validate_transforms(const TransformConfig& config, int64_t channels);
+
+// One sample's random choices.
+struct SampleAugment {
+  int64_t crop_y = 0;  // top of the crop window in padded coordinates, in [0, 2*pad]
+  int64_t crop_x = 0;
+  bool flip = false;
+};
+
+// The choices for dataset sample `sample_index` in `epoch`: Philox(seed, stream(epoch), 4*index + k).
+// With crop_padding == 0, crop_y = crop_x = pad (identity); without flip, flip is false.
+SampleAugment draw_augment(const TransformConfig& config, uint64_t seed, uint64_t epoch,
+                           uint64_t sample_index);
+
+// Precomputed affine map from u8 to the normalized float: out = px * scale[c] + shift[c], with
+// scale = 1/(255 std), shift = -mean/std (scale = 1/255, shift = 0 without normalization).
+struct PixelAffine {
+  std::vector<float> scale;
+  std::vector<float> shift;
+};
+PixelAffine make_pixel_affine(const TransformConfig& config, int64_t channels);
+
+// out: (C,H,W) f32; src: (C,H,W) u8 (never aliases out). With pad = config.crop_padding:
+//   out[c,y,x] = P(c, y + a.crop_y - pad, xs + a.crop_x - pad) * scale[c] + shift[c],
+//   xs = a.flip ? W-1-x : x, and P = src inside the image, 0 outside (the zero padding).
+void transform_image(float* out, const uint8_t* src, int64_t channels, int64_t height,
+                     int64_t width, int64_t pad, const SampleAugment& a, const PixelAffine& affine);
+
+}  // namespace actlab

@@ -1,0 +1,84 @@
+// Layer constructors (torchvision initialisation) and forwards.
+#include "layers/layers.h"
+
+#include <cmath>
+
+namespace actlab {
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
+               int64_t groups, bool bias, ConvInit init)
+    : in_(in_channels), out_(out_channels), kernel_(kernel), opt_{stride, padding, groups} {
+  ACTLAB_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0 && groups > 0,
+               "Conv2d: bad arguments in=", in_channels, " out=", out_channels, " kernel=", kernel,
+               " stride=", stride, " padding=", padding, " groups=", groups);
+  ACTLAB_CHECK(in_channels % groups == 0 && out_channels % groups == 0, "Conv2d: channels ", in_channels, "->",
+               out_channels, " not divisible by groups ", groups);
+  MemTagScope tag(MemTag::Param);
+  const int64_t fan_in = in_channels / groups * kernel * kernel;
+  const int64_t fan_out = out_channels / groups * kernel * kernel;
+  if (init == ConvInit::KaimingNormalFanOut) {
+    const float std = std::sqrt(2.0f / static_cast<float>(fan_out));
+    weight_ = register_parameter("weight", Tensor::randn({out_channels, in_channels / groups, kernel, kernel},
+                                                         init_rng(), 0.f, std));
+  } else {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    weight_ = register_parameter("weight", Tensor::rand({out_channels, in_channels / groups, kernel, kernel},
+                                                        init_rng(), -bound, bound));
+  }
+  if (bias) {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    bias_ = register_parameter("bias", init == ConvInit::KaimingNormalFanOut
+                                           ? Tensor::zeros({out_channels})
+                                           : Tensor::rand({out_channels}, init_rng(), -bound, bound));
+  }
+}
+
+Variable Conv2d::forward(const Variable& x) { return conv2d(x, weight_, bias_, opt_); }
+
+std::string Conv2d::describe() const {
+  return detail::concat("Conv2d(", in_, "->", out_, ", k=", kernel_, ", s=", opt_.stride, ", p=", opt_.padding,
+                        opt_.groups > 1 ? ", groups=" + std::to_string(opt_.groups) : "",
+                        bias_.defined() ? ", bias" : "", ")");
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_features), out_(out_features) {
+  ACTLAB_CHECK(in_features > 0 && out_features > 0, "Linear: bad sizes ", in_features, "->", out_features);
+  MemTagScope tag(MemTag::Param);
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+  weight_ = register_parameter("weight", Tensor::rand({out_features, in_features}, init_rng(), -bound, bound));
+  if (bias) bias_ = register_parameter("bias", Tensor::rand({out_features}, init_rng(), -bound, bound));
+}
+
+Variable Linear::forward(const Variable& x) { return linear(x, weight_, bias_); }
+
+std::string Linear::describe() const { return detail::concat("Linear(", in_, "->", out_, ")"); }
+
+BatchNorm2d::BatchNorm2d(int64_t channels, float momentum, float eps)
+    : channels_(channels), momentum_(momentum), eps_(eps) {
+  ACTLAB_CHECK(channels > 0, "BatchNorm2d: bad channel count ", channels);
+  MemTagScope tag(MemTag::Param);
+  gamma_ = register_parameter("weight", Tensor::full({channels}, 1.f));
+  beta_ = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean_ = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var_ = register_buffer("running_var", Tensor::full({channels}, 1.f));
+}
+
+Variable BatchNorm2d::forward(const Variable& x) {
+  return batch_norm(x, gamma_, beta_, running_mean_, running_var_, is_training(), momentum_, eps_);
+}
+
+std::string BatchNorm2d::describe() const { return detail::concat("BatchNorm2d(", channels_, ")"); }
+
+Dropout::Dropout(float p) : p_(p) {
+  ACTLAB_CHECK(p >= 0.f && p < 1.f, "Dropout: p must be in [0, 1), got ", p);
+}
+
+Variable Dropout::forward(const Variable& x) { return dropout(x, p_, is_training(), seed_, calls_++); }
+
+Variable Sequential::forward(const Variable& x) {
+  Variable h = x;
+  for (const auto& c : children()) h = (*c.second)(h);
+  return h;
+}
+
+}  // namespace actlab

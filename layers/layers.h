@@ -1,0 +1,136 @@
+// The standard layers: Conv2d, Linear, BatchNorm2d, ReLU, ReLU6, MaxPool2d, AvgPool2d,
+// GlobalAvgPool, Dropout, Flatten, Sequential. Initialisation follows torchvision.
+// Tested in tests/test_layers.cpp.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "layers/module.h"
+
+namespace actlab {
+
+enum class ConvInit { KaimingNormalFanOut, KaimingUniformDefault };
+
+class Conv2d final : public Module {
+ public:
+  // weight (out, in/groups, k, k); bias optional. Init: Kaiming normal, fan_out, gain sqrt(2)
+  // (torchvision's ResNet/MobileNetV2 init) unless `init` says PyTorch's default uniform.
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
+         int64_t groups = 1, bool bias = false, ConvInit init = ConvInit::KaimingNormalFanOut);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "Conv2d"; }
+  std::string describe() const override;
+  const Variable& weight() const { return weight_; }
+  int64_t in_channels() const { return in_; }
+  int64_t out_channels() const { return out_; }
+  int64_t kernel() const { return kernel_; }
+  const Conv2dOptions& options() const { return opt_; }
+ private:
+  int64_t in_, out_, kernel_;
+  Conv2dOptions opt_;
+  Variable weight_, bias_;
+};
+
+class Linear final : public Module {
+ public:
+  // PyTorch's default init: weight and bias U(-1/sqrt(in), 1/sqrt(in)).
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "Linear"; }
+  std::string describe() const override;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+ private:
+  int64_t in_, out_;
+  Variable weight_, bias_;
+};
+
+class BatchNorm2d final : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "BatchNorm2d"; }
+  std::string describe() const override;
+  int64_t channels() const { return channels_; }
+ private:
+  int64_t channels_;
+  float momentum_, eps_;
+  Variable gamma_, beta_;
+  Tensor running_mean_, running_var_;  // share storage with the registered buffers
+};
+
+class ReLU final : public Module {
+ public:
+  Variable forward(const Variable& x) override { return relu(x); }
+  std::string kind() const override { return "ReLU"; }
+};
+
+class ReLU6 final : public Module {
+ public:
+  Variable forward(const Variable& x) override { return relu6(x); }
+  std::string kind() const override { return "ReLU6"; }
+};
+
+class MaxPool2d final : public Module {
+ public:
+  MaxPool2d(int64_t kernel, int64_t stride, int64_t padding = 0) : opt_{kernel, stride, padding} {}
+  Variable forward(const Variable& x) override { return max_pool2d(x, opt_); }
+  std::string kind() const override { return "MaxPool2d"; }
+ private:
+  Pool2dOptions opt_;
+};
+
+class AvgPool2d final : public Module {
+ public:
+  AvgPool2d(int64_t kernel, int64_t stride, int64_t padding = 0) : opt_{kernel, stride, padding} {}
+  Variable forward(const Variable& x) override { return avg_pool2d(x, opt_); }
+  std::string kind() const override { return "AvgPool2d"; }
+ private:
+  Pool2dOptions opt_;
+};
+
+class GlobalAvgPool final : public Module {
+ public:
+  Variable forward(const Variable& x) override { return global_avg_pool(x); }
+  std::string kind() const override { return "GlobalAvgPool"; }
+};
+
+class Flatten final : public Module {
+ public:
+  Variable forward(const Variable& x) override { return flatten(x, 1); }
+  std::string kind() const override { return "Flatten"; }
+};
+
+class Dropout final : public Module {
+ public:
+  explicit Dropout(float p);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "Dropout"; }
+  // Dropout draws philox(seed, stream, i); the stream advances every call.
+  void set_seed(uint64_t seed) { seed_ = seed; }
+ private:
+  float p_;
+  uint64_t seed_ = 0;
+  uint64_t calls_ = 0;
+};
+
+// Runs its children in order; children are named "0", "1", ... (torchvision naming).
+class Sequential final : public Module {
+ public:
+  Sequential() = default;
+  template <typename M> std::shared_ptr<M> add(std::shared_ptr<M> m) {
+    return register_module(std::to_string(size_++), std::move(m));
+  }
+  template <typename M> std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+    ++size_;
+    return register_module(name, std::move(m));
+  }
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "Sequential"; }
+  size_t size() const { return size_; }
+ private:
+  size_t size_ = 0;
+};
+
+}  // namespace actlab

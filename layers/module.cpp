@@ -1,0 +1,86 @@
+// Module bookkeeping: registration, traversal, train/eval, the init random stream.
+#include "layers/module.h"
+
+#include "core/allocator.h"
+
+namespace actlab {
+
+Variable Module::operator()(const Variable& x) {
+  ModulePathScope path(name_);
+  return forward(x);
+}
+
+Variable& Module::register_parameter(const std::string& name, Tensor value) {
+  if (value.storage()->tag() != MemTag::Param) value.storage()->retag(MemTag::Param);
+  params_.emplace_back(name, Variable(std::move(value), true));
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor value) {
+  if (value.storage()->tag() != MemTag::Param) value.storage()->retag(MemTag::Param);
+  buffers_.emplace_back(name, std::move(value));
+  return buffers_.back().second;
+}
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Variable>>* params,
+                     std::vector<std::pair<std::string, Tensor>>* buffers,
+                     std::vector<std::pair<std::string, std::shared_ptr<Module>>>* modules,
+                     const std::shared_ptr<Module>& self) const {
+  const std::string dot = prefix.empty() ? "" : prefix + ".";
+  if (modules) modules->emplace_back(prefix, self);
+  if (params)
+    for (const auto& p : params_) params->emplace_back(dot + p.first, p.second);
+  if (buffers)
+    for (const auto& b : buffers_) buffers->emplace_back(dot + b.first, b.second);
+  for (const auto& c : children_) c.second->collect(dot + c.first, params, buffers, modules, c.second);
+}
+
+std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  collect("", &out, nullptr, nullptr, nullptr);
+  return out;
+}
+
+std::vector<Variable> Module::parameters() const {
+  std::vector<Variable> out;
+  for (auto& p : named_parameters()) out.push_back(p.second);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", nullptr, &out, nullptr, nullptr);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  collect("", nullptr, nullptr, &out, nullptr);
+  return out;
+}
+
+int64_t Module::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : named_parameters()) n += p.second.data().numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_) c.second->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& p : parameters()) p.zero_grad();
+}
+
+namespace {
+PhiloxStream& init_stream() {
+  static PhiloxStream s(0, 0x1A17);
+  return s;
+}
+}  // namespace
+PhiloxStream& init_rng() { return init_stream(); }
+void seed_init(uint64_t seed) { init_stream() = PhiloxStream(seed, 0x1A17); }
+
+}  // namespace actlab

@@ -1,0 +1,62 @@
+// Module: the unit models are built from. Registers parameters, buffers and children by name,
+// knows train/eval, and pushes its name onto the module path while it runs, so saved tensors and
+// memory reports carry paths like "layer2.0.conv1".
+// Tested in tests/test_layers.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace actlab {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // Runs forward() with this module's name pushed onto the module path.
+  Variable operator()(const Variable& x);
+  virtual Variable forward(const Variable& x) = 0;
+  virtual std::string kind() const = 0;  // "Conv2d", "BatchNorm2d", ...
+  virtual std::string describe() const { return kind(); }  // with hyper-parameters
+
+  std::vector<std::pair<std::string, Variable>> named_parameters() const;
+  std::vector<Variable> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;  // depth first, self first ("")
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  int64_t parameter_count() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad();
+
+ protected:
+  Variable& register_parameter(const std::string& name, Tensor value);
+  Tensor& register_buffer(const std::string& name, Tensor value);
+  template <typename M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    m->name_ = name;
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Variable>>* params,
+               std::vector<std::pair<std::string, Tensor>>* buffers,
+               std::vector<std::pair<std::string, std::shared_ptr<Module>>>* modules,
+               const std::shared_ptr<Module>& self) const;
+
+  std::vector<std::pair<std::string, Variable>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+  std::string name_;  // the name its parent registered it under ("" for the root)
+};
+
+// The random stream parameters are initialised from (seed it once per run for reproducibility).
+PhiloxStream& init_rng();
+void seed_init(uint64_t seed);
+
+}  // namespace actlab

@@ -1,0 +1,37 @@
+// SGD step: one fused kernel per parameter (core/ops.h sgd_update_).
+#include "layers/optim/sgd.h"
+
+#include "core/ops.h"
+
+namespace actlab {
+
+Sgd::Sgd(std::vector<Variable> params, const SgdOptions& opt)
+    : params_(std::move(params)), buffers_(params_.size()), opt_(opt) {
+  ACTLAB_CHECK(opt.lr >= 0.f, "SGD: learning rate must be >= 0, got ", opt.lr);
+  ACTLAB_CHECK(opt.momentum >= 0.f, "SGD: momentum must be >= 0, got ", opt.momentum);
+  ACTLAB_CHECK(opt.weight_decay >= 0.f, "SGD: weight decay must be >= 0, got ", opt.weight_decay);
+  ACTLAB_CHECK(!opt.nesterov || (opt.momentum > 0.f && opt.dampening == 0.f),
+               "SGD: Nesterov needs momentum > 0 and dampening 0");
+}
+
+void Sgd::step() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Variable& p = params_[i];
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    bool first = false;
+    if (opt_.momentum != 0.f && !buffers_[i].defined()) {
+      buffers_[i] = Tensor::empty_tagged(p.data().shape(), MemTag::OptimState, DType::F32, p.data().device());
+      first = true;
+    }
+    ops::sgd_update_(p.data(), buffers_[i], g, opt_.lr, opt_.momentum, opt_.dampening, opt_.weight_decay,
+                     opt_.nesterov, first);
+  }
+  ++steps_;
+}
+
+void Sgd::zero_grad() {
+  for (auto& p : params_) p.zero_grad();
+}
+
+}  // namespace actlab

@@ -1,0 +1,304 @@
+// Tests of the codec arithmetic and CPU kernels (compress/codec.h, compress/codec_cpu.cpp): every
+// ACTLAB_HD function against a naive version written here (directed bf16 rounding by search over all bf16
+// values, PyTorch's float nearest rule, double-precision rounding), and the fused plane/group kernels
+// against a per-element naive codec that draws philox_uniform(seed, stream, index) one element at a time,
+// byte for byte.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "compress/codec.h"
+#include "core/allocator.h"
+
+namespace {
+
+using namespace actlab;
+
+// All finite bf16 values, sorted (−0 and +0 compare equal, so either may come back).
+const std::vector<float>& finite_bf16_values() {
+  static const std::vector<float> values = [] {
+    std::vector<float> v;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float f = bf16_to_float(static_cast<uint16_t>(h));
+      if (std::isfinite(f)) v.push_back(f);
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  }();
+  return values;
+}
+float naive_round_down(float f) {
+  const auto& v = finite_bf16_values();
+  return *(std::upper_bound(v.begin(), v.end(), f) - 1);
+}
+float naive_round_up(float f) {
+  const auto& v = finite_bf16_values();
+  return *std::lower_bound(v.begin(), v.end(), f);
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed, float lo = -3.f, float hi = 3.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("codec: bf16 directed rounding matches a search over all bf16 values") {
+  std::mt19937 gen(7);
+  std::vector<float> cases = {0.f, -0.f, 1.f, -1.f, 1e-40f, -1e-40f, 3.0e38f, -3.0e38f, 0.1f, -0.1f};
+  for (int i = 0; i < 3000; ++i) {
+    const float mag = std::ldexp(std::uniform_real_distribution<float>(1.f, 2.f)(gen),
+                                 std::uniform_int_distribution<int>(-130, 120)(gen));
+    cases.push_back(i % 2 ? mag : -mag);
+  }
+  for (float f : cases) {
+    CAPTURE(f);
+    CHECK(bf16_to_float(bf16_round_down(f)) == naive_round_down(f));
+    CHECK(bf16_to_float(bf16_round_up(f)) == naive_round_up(f));
+  }
+}
+
+TEST_CASE("codec: quant_params covers the range with the stored bf16 min and step") {
+  std::mt19937 gen(11);
+  for (int bits : {1, 2, 4, 8}) {
+    const int levels = quant_levels(bits);
+    for (int i = 0; i < 500; ++i) {
+      const float scale = std::ldexp(1.f, std::uniform_int_distribution<int>(-20, 20)(gen));
+      float lo = std::uniform_real_distribution<float>(-1.f, 1.f)(gen) * scale;
+      float hi = lo + std::uniform_real_distribution<float>(0.f, 2.f)(gen) * scale;
+      if (i % 50 == 0) hi = lo;  // constant plane
+      uint16_t min_bits, step_bits;
+      quant_params(min_bits, step_bits, lo, hi, bits);
+      const float min = bf16_to_float(min_bits), step = bf16_to_float(step_bits);
+      CAPTURE(lo);
+      CAPTURE(hi);
+      CHECK(min == naive_round_down(lo));
+      REQUIRE(step > 0.f);
+      CHECK(static_cast<double>(step) * levels >= static_cast<double>(hi) - min);
+      if (hi - min > 0.f) {
+        // Not wasteful: at most two bf16 ulps above the exact step.
+        const double exact = (static_cast<double>(hi) - min) / levels;
+        CHECK(step <= exact * (1.0 + 2.0 / 128.0));
+      }
+      for (float v : {lo, hi, lo + (hi - lo) * 0.37f}) {
+        const float t = (v - min) / step;
+        CHECK(t >= 0.f);
+        CHECK(t <= static_cast<float>(levels));
+      }
+    }
+  }
+}
+
+TEST_CASE("codec: stochastic_code rounds to a neighbour, up with probability frac(t)") {
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  for (int bits : {1, 2, 8}) {
+    const int levels = quant_levels(bits);
+    for (int i = 0; i < 4000; ++i) {
+      const float min = -0.75f, step = 0.125f;
+      const float v = min + unit(gen) * step * levels;
+      const float u = std::floor(unit(gen) * 16777216.f) / 16777216.f;
+      const double t = (static_cast<double>(v) - min) / step;
+      const double lower = std::floor(t);
+      const uint32_t expected = static_cast<uint32_t>(lower) + (u < t - lower ? 1 : 0);
+      CHECK(stochastic_code(v, min, step, u, levels) == std::min<uint32_t>(expected, levels));
+    }
+    // Out of range and NaN inputs clamp into [0, levels].
+    CHECK(stochastic_code(-5.f, 0.f, 1.f, 0.99f, levels) == 0);
+    CHECK(stochastic_code(1e9f, 0.f, 1.f, 0.99f, levels) == static_cast<uint32_t>(levels));
+    CHECK(stochastic_code(std::nanf(""), 0.f, 1.f, 0.5f, levels) <= static_cast<uint32_t>(levels));
+  }
+}
+
+TEST_CASE("codec: nearest_source, lfc_from_sum, dequantize and unpack_code match naive versions") {
+  // PyTorch's rule: scale = (float)in/out, src = min(floor(dst*scale), in-1).
+  for (int64_t out : {1, 4, 6, 7, 10, 14, 16, 28, 32, 56}) {
+    for (int64_t in = 1; in <= out; ++in) {
+      const float scale = static_cast<float>(in) / static_cast<float>(out);
+      for (int64_t dst = 0; dst < out; ++dst) {
+        const int64_t torch_src = std::min<int64_t>(static_cast<int64_t>(std::floor(dst * scale)), in - 1);
+        CHECK(nearest_source(dst, in, out) == torch_src);
+      }
+    }
+  }
+  for (float sum : random_values(200, 5, -100.f, 100.f)) {
+    for (int64_t area : {1, 4, 49, 64}) CHECK(lfc_from_sum(sum, area) == float_to_bf16(sum / static_cast<float>(area)));
+  }
+  for (uint32_t code = 0; code < 256; ++code)
+    CHECK(dequantize(code, -1.5f, 0.0078125f) == static_cast<float>(-1.5 + code * 0.0078125));
+  const std::vector<uint8_t> run = {0xB4, 0x1E, 0xFF, 0x00, 0x5A};
+  for (int bits : {1, 2, 4, 8}) {
+    for (int64_t e = 0; e < 40 / bits; ++e) {
+      uint32_t naive = 0;
+      for (int b = 0; b < bits; ++b) naive |= ((run[(e * bits + b) / 8] >> ((e * bits + b) % 8)) & 1u) << b;
+      CHECK(unpack_code(run.data(), e, bits) == naive);
+    }
+  }
+}
+
+namespace {
+
+// The per-element spec of cpu::plane_pack, written as plainly as possible.
+struct NaivePlanes {
+  std::vector<uint16_t> lfc, mins, steps;
+  std::vector<uint8_t> codes;
+  std::vector<float> residual;
+};
+NaivePlanes naive_plane_pack(const std::vector<float>& x, const PlaneGeometry& g, bool with_lfc, uint64_t seed,
+                             uint64_t stream) {
+  const int64_t E = g.plane_elems();
+  NaivePlanes out;
+  out.lfc.assign(g.planes * g.lfc_elems(), 0);
+  out.codes.assign(g.planes * g.code_bytes_per_plane(), 0);
+  out.mins.assign(g.planes, 0);
+  out.steps.assign(g.planes, 0);
+  out.residual.assign(g.planes * E, 0.f);
+  for (int64_t p = 0; p < g.planes; ++p) {
+    auto X = [&](int64_t h, int64_t w) { return x[p * E + h * g.width + w]; };
+    for (int64_t i = 0; i < g.lfc_h; ++i)
+      for (int64_t j = 0; j < g.lfc_w; ++j) {
+        float sum = 0.f;
+        for (int64_t b = 0; b < g.block_w; ++b) {
+          float col = 0.f;
+          for (int64_t r = 0; r < g.block_h; ++r) col += X(i * g.block_h + r, j * g.block_w + b);
+          sum += col;
+        }
+        out.lfc[p * g.lfc_elems() + i * g.lfc_w + j] = float_to_bf16(sum / static_cast<float>(g.block_h * g.block_w));
+      }
+    float lo = INFINITY, hi = -INFINITY;
+    for (int64_t h = 0; h < g.height; ++h)
+      for (int64_t w = 0; w < g.width; ++w) {
+        const int64_t i = std::min<int64_t>(static_cast<int64_t>(std::floor(h * (float(g.lfc_h) / g.height))), g.lfc_h - 1);
+        const int64_t j = std::min<int64_t>(static_cast<int64_t>(std::floor(w * (float(g.lfc_w) / g.width))), g.lfc_w - 1);
+        const float up = with_lfc ? bf16_to_float(out.lfc[p * g.lfc_elems() + i * g.lfc_w + j]) : 0.f;
+        const float r = with_lfc ? X(h, w) - up : X(h, w);
+        out.residual[p * E + h * g.width + w] = r;
+        lo = std::min(lo, r);
+        hi = std::max(hi, r);
+      }
+    if (g.bits == 0) continue;
+    quant_params(out.mins[p], out.steps[p], lo, hi, g.bits);
+    for (int64_t e = 0; e < E; ++e) {
+      const float u = philox_uniform(seed, stream, static_cast<uint64_t>(p * E + e));
+      const uint32_t code = stochastic_code(out.residual[p * E + e], bf16_to_float(out.mins[p]),
+                                            bf16_to_float(out.steps[p]), u, quant_levels(g.bits));
+      out.codes[p * g.code_bytes_per_plane() + e * g.bits / 8] |= static_cast<uint8_t>(code << (e * g.bits % 8));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte for byte") {
+  const int64_t live_before = memory_stats().total.current;
+  struct Case { int64_t planes, h, w, block; int bits; };
+  const Case cases[] = {{6, 32, 32, 8, 2}, {4, 28, 28, 8, 4}, {15, 7, 7, 8, 2}, {15, 4, 4, 8, 1}, {5, 6, 10, 4, 8},
+                        {7, 14, 14, 8, 2}, {3, 1, 10, 8, 2}, {40, 1, 3, 2, 4}, {2, 9, 5, 3, 1}};
+  uint32_t seed_counter = 1;
+  for (const Case& c : cases) {
+    const PlaneGeometry g = make_plane_geometry(c.planes, c.h, c.w, c.block, c.bits);
+    const int64_t E = g.plane_elems();
+    const std::vector<float> x = random_values(static_cast<size_t>(c.planes * E), seed_counter++);
+    for (bool with_lfc : {true, false}) {
+      CAPTURE(c.h);
+      CAPTURE(c.w);
+      CAPTURE(with_lfc);
+      const uint64_t seed = 1234 + c.bits, stream = 77 + c.planes;
+      const NaivePlanes want = naive_plane_pack(x, g, with_lfc, seed, stream);
+      std::vector<uint16_t> lfc(want.lfc.size(), 0xFFFF), mins(g.planes), steps(g.planes);
+      std::vector<uint8_t> codes(want.codes.size(), 0xAA);
+      std::vector<float> residual(x.size(), -1.f);
+      cpu::plane_pack(with_lfc ? lfc.data() : nullptr, codes.data(), mins.data(), steps.data(), residual.data(),
+                      x.data(), g, with_lfc, seed, stream);
+      if (with_lfc) CHECK(lfc == want.lfc);
+      CHECK(mins == want.mins);
+      CHECK(steps == want.steps);
+      CHECK(codes == want.codes);
+      CHECK(residual == want.residual);
+
+      // Unpack: LFC↑ + dequantized codes, per element.
+      std::vector<float> out(x.size());
+      cpu::plane_unpack(out.data(), with_lfc ? lfc.data() : nullptr, codes.data(), mins.data(), steps.data(), g);
+      bool all_equal = true;
+      for (int64_t p = 0; p < g.planes; ++p)
+        for (int64_t e = 0; e < E; ++e) {
+          const int64_t h = e / g.width, w = e % g.width;
+          const float lfc_up = with_lfc ? bf16_to_float(lfc[p * g.lfc_elems() + nearest_source(h, g.lfc_h, g.height) * g.lfc_w +
+                                                            nearest_source(w, g.lfc_w, g.width)])
+                                        : 0.f;
+          const float deq = bf16_to_float(mins[p]) + static_cast<float>(unpack_code(codes.data() + p * g.code_bytes_per_plane(), e, g.bits)) *
+                                                         bf16_to_float(steps[p]);
+          const float expected = with_lfc ? lfc_up + deq : deq;
+          all_equal = all_equal && out[p * E + e] == expected;
+        }
+      CHECK(all_equal);
+    }
+  }
+  CHECK(memory_stats().total.current == live_before);
+}
+
+TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unpack is LFC↑") {
+  const PlaneGeometry g = make_plane_geometry(64, 16, 16, 8, 2);  // 16k elements: above the parallel threshold
+  const std::vector<float> x = random_values(static_cast<size_t>(64 * 256), 99);
+  std::vector<uint16_t> lfc(64 * 4), mins(64), steps(64);
+  std::vector<uint8_t> codes(64 * 64);
+  cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 5, 6);
+  const NaivePlanes want = naive_plane_pack(x, g, true, 5, 6);
+  CHECK(codes == want.codes);
+  std::vector<float> up(x.size());
+  cpu::plane_unpack(up.data(), lfc.data(), nullptr, nullptr, nullptr, g);
+  bool all_equal = true;
+  for (int64_t p = 0; p < 64; ++p)
+    for (int64_t h = 0; h < 16; ++h)
+      for (int64_t w = 0; w < 16; ++w)
+        all_equal = all_equal && up[p * 256 + h * 16 + w] == bf16_to_float(lfc[p * 4 + (h / 8) * 2 + w / 8]);
+  CHECK(all_equal);
+}
+
+TEST_CASE("codec: group_pack and group_unpack match the per-element spec, padding included") {
+  struct Case { int64_t samples, elems, group; int bits; };
+  for (const Case& c : {Case{3, 300, 256, 2}, Case{4, 10, 4, 4}, Case{2, 7, 16, 1}, Case{5, 64, 8, 8}}) {
+    GroupGeometry g;
+    g.samples = c.samples, g.sample_elems = c.elems, g.group_size = c.group, g.bits = c.bits;
+    const std::vector<float> x = random_values(static_cast<size_t>(c.samples * c.elems), 17 + c.bits, 0.5f, 2.f);
+    std::vector<uint16_t> mins(g.groups()), steps(g.groups());
+    std::vector<uint8_t> codes(g.groups() * g.code_bytes_per_group(), 0xCC);
+    cpu::group_pack(codes.data(), mins.data(), steps.data(), x.data(), g, 42, 9);
+    for (int64_t k = 0; k < g.groups(); ++k) {
+      const int64_t n = k / g.groups_per_sample(), first = (k % g.groups_per_sample()) * c.group;
+      const int64_t count = std::min(c.group, c.elems - first);
+      float lo = count < c.group ? 0.f : INFINITY, hi = count < c.group ? 0.f : -INFINITY;  // zero padding
+      for (int64_t d = 0; d < count; ++d) lo = std::min(lo, x[n * c.elems + first + d]), hi = std::max(hi, x[n * c.elems + first + d]);
+      uint16_t min_bits, step_bits;
+      quant_params(min_bits, step_bits, lo, hi, c.bits);
+      CHECK(mins[k] == min_bits);
+      CHECK(steps[k] == step_bits);
+      const uint8_t* run = codes.data() + k * g.code_bytes_per_group();
+      for (int64_t d = 0; d < c.group; ++d) {
+        uint32_t want = 0;
+        if (d < count) {
+          const uint64_t index = static_cast<uint64_t>(n * c.elems + first + d);
+          want = stochastic_code(x[index], bf16_to_float(min_bits), bf16_to_float(step_bits),
+                                 philox_uniform(42, 9, index), quant_levels(c.bits));
+        }
+        CHECK(unpack_code(run, d, c.bits) == want);
+      }
+    }
+    std::vector<float> out(x.size());
+    cpu::group_unpack(out.data(), codes.data(), mins.data(), steps.data(), g);
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+      const int64_t n = i / c.elems, d = i % c.elems, k = n * g.groups_per_sample() + d / c.group;
+      const float want = dequantize(unpack_code(codes.data() + k * g.code_bytes_per_group(), d % c.group, c.bits),
+                                    bf16_to_float(mins[k]), bf16_to_float(steps[k]));
+      CHECK(out[i] == want);
+    }
+  }
+}

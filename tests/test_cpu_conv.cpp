@@ -1,0 +1,210 @@
+// Tests of the CPU convolution and GEMM backend (core/cpu/conv.h, core/cpu/gemm.h): every fast-path
+// implementation against the naive *_ref loops on many shapes (strides, pads, 1x1/3x3/7x7, groups,
+// depthwise, odd sizes, with and without bias), gemm against gemm_ref, and the *_ref backward
+// against central differences so the spec itself is verified.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/cpu/conv.h"
+#include "core/cpu/gemm.h"
+#include "core/error.h"
+
+namespace {
+
+using actlab::cpu::ConvImpl;
+using actlab::cpu::ConvShape;
+
+std::vector<float> random_vector(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// max |got - want| relative to max |want| (sums over many terms: an elementwise rtol is too strict
+// where the true value is near zero).
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double max_diff = 0.0, max_ref = 1e-6;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i])));
+  }
+  return std::isfinite(max_diff) ? max_diff / max_ref : 1e30;
+}
+
+ConvShape shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R, int64_t S,
+                int64_t stride, int64_t pad, int64_t groups) {
+  ConvShape s;
+  s.N = N, s.C = C, s.H = H, s.W = W, s.K = K, s.R = R, s.S = S;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = pad;
+  s.groups = groups;
+  return s;
+}
+
+std::vector<ConvShape> test_shapes() {
+  std::vector<ConvShape> v = {
+      shape(2, 3, 8, 8, 4, 3, 3, 1, 1, 1),      // stem-like, C=3
+      shape(3, 4, 7, 5, 6, 3, 3, 2, 1, 1),      // odd sizes, N=3, stride 2
+      shape(2, 8, 5, 6, 16, 1, 1, 1, 0, 1),     // 1x1 (no im2col)
+      shape(2, 16, 7, 7, 32, 1, 1, 2, 0, 1),    // 1x1 stride 2 (ResNet projection)
+      shape(2, 3, 11, 9, 8, 7, 7, 2, 3, 1),     // 7x7 stride 2 pad 3 (ImageNet stem)
+      shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1),    // channels not a multiple of 16
+      shape(1, 2, 4, 5, 3, 3, 3, 1, 3, 1),      // pad 3 with a 3x3 kernel
+      shape(2, 8, 6, 6, 12, 3, 3, 1, 1, 2),     // groups 2
+      shape(2, 16, 9, 7, 16, 3, 3, 1, 1, 16),   // depthwise stride 1
+      shape(3, 32, 8, 8, 32, 3, 3, 2, 1, 32),   // depthwise stride 2
+      shape(2, 5, 7, 5, 5, 3, 3, 1, 1, 5),      // depthwise, odd channel count
+      shape(2, 32, 8, 8, 32, 3, 3, 1, 1, 1),    // Winograd-eligible (3x3 s1, C,K % 16 == 0)
+  };
+  ConvShape asym = shape(2, 4, 9, 6, 5, 3, 1, 1, 0, 1);  // different strides and pads per axis
+  asym.stride_h = 2, asym.pad_w = 1;
+  v.push_back(asym);
+  return v;
+}
+
+// Winograd trades a little accuracy for speed; everything else must match the spec to ~1e-5.
+double tolerance(ConvImpl impl) { return impl == ConvImpl::DnnlWinograd ? 1e-3 : 1e-4; }
+
+void check_against_ref(const ConvShape& s, ConvImpl impl, bool with_bias, uint32_t seed) {
+  const size_t x_n = s.N * s.C * s.H * s.W, w_n = s.K * (s.C / s.groups) * s.R * s.S;
+  const size_t y_n = s.N * s.K * s.P() * s.Q();
+  const auto x = random_vector(x_n, seed), w = random_vector(w_n, seed + 1);
+  const auto b = random_vector(s.K, seed + 2), dy = random_vector(y_n, seed + 3);
+  const float* bias = with_bias ? b.data() : nullptr;
+
+  std::vector<float> y(y_n, NAN), y_ref(y_n);  // NaN: the fast path must assign, not accumulate
+  actlab::cpu::conv2d_forward(y.data(), x.data(), w.data(), bias, s, impl);
+  actlab::cpu::conv2d_forward_ref(y_ref.data(), x.data(), w.data(), bias, s);
+  CHECK(relative_error(y, y_ref) < tolerance(impl));
+
+  std::vector<float> dx(x_n, NAN), dx_ref(x_n);
+  actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s, impl);
+  actlab::cpu::conv2d_backward_data_ref(dx_ref.data(), dy.data(), w.data(), s);
+  CHECK(relative_error(dx, dx_ref) < tolerance(impl));
+
+  std::vector<float> dw(w_n, NAN), dw_ref(w_n), db(s.K, NAN), db_ref(s.K);
+  actlab::cpu::conv2d_backward_weight(dw.data(), with_bias ? db.data() : nullptr, dy.data(),
+                                      x.data(), s, impl);
+  actlab::cpu::conv2d_backward_weight_ref(dw_ref.data(), with_bias ? db_ref.data() : nullptr,
+                                          dy.data(), x.data(), s);
+  CHECK(relative_error(dw, dw_ref) < tolerance(impl));
+  if (with_bias) CHECK(relative_error(db, db_ref) < 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("cpu conv: every implementation matches the reference loops") {
+  const int64_t live_before = actlab::memory_stats().total.current;
+  const ConvImpl impls[] = {ConvImpl::Auto, ConvImpl::DnnlBlocked, ConvImpl::DnnlNhwc,
+                            ConvImpl::DnnlPlain, ConvImpl::DnnlWinograd, ConvImpl::Im2colGemm};
+  uint32_t seed = 1;
+  for (ConvImpl impl : impls)
+    for (const ConvShape& s : test_shapes())
+      for (bool with_bias : {false, true}) {
+        CAPTURE(s.str());
+        CAPTURE(actlab::cpu::conv_impl_name(impl));
+        CAPTURE(with_bias);
+        check_against_ref(s, impl, with_bias, seed += 7);
+      }
+  CHECK(actlab::memory_stats().total.current == live_before);  // scratch was all released
+}
+
+TEST_CASE("cpu conv: implementation names round-trip; bad shapes throw") {
+  for (const char* name : {"auto", "dnnl-blocked", "dnnl-nhwc", "dnnl-plain", "dnnl-wino",
+                           "im2col"})
+    CHECK(std::string(actlab::cpu::conv_impl_name(actlab::cpu::conv_impl_from_name(name))) ==
+          name);
+  CHECK_THROWS_AS(actlab::cpu::conv_impl_from_name("cudnn"), actlab::Error);
+  std::vector<float> buf(4096);
+  ConvShape bad = shape(1, 6, 4, 4, 4, 3, 3, 1, 1, 4);  // groups 4 does not divide C=6
+  CHECK_THROWS_AS(actlab::cpu::conv2d_forward(buf.data(), buf.data(), buf.data(), nullptr, bad),
+                  actlab::Error);
+  bad = shape(1, 4, 2, 2, 4, 5, 5, 1, 0, 1);  // kernel larger than the input
+  CHECK_THROWS_AS(actlab::cpu::conv2d_forward_ref(buf.data(), buf.data(), buf.data(), nullptr, bad),
+                  actlab::Error);
+}
+
+TEST_CASE("cpu conv: reference backward matches central differences") {
+  // L = sum(y * g) with fixed g, so dL/dx = backward_data(g), dL/dw = backward_weight(g),
+  // dL/db = sum(g). Conv is linear, so the central difference is exact up to rounding.
+  for (const ConvShape& s : {shape(2, 2, 5, 4, 3, 3, 3, 2, 1, 1), shape(1, 4, 4, 5, 4, 3, 2, 1, 1, 2),
+                             shape(1, 3, 5, 5, 3, 3, 3, 1, 1, 3)}) {
+    CAPTURE(s.str());
+    const size_t x_n = s.N * s.C * s.H * s.W, w_n = s.K * (s.C / s.groups) * s.R * s.S;
+    const size_t y_n = s.N * s.K * s.P() * s.Q();
+    auto x = random_vector(x_n, 11), w = random_vector(w_n, 12), b = random_vector(s.K, 13);
+    const auto g = random_vector(y_n, 14);
+    auto loss = [&]() {
+      std::vector<float> y(y_n);
+      actlab::cpu::conv2d_forward_ref(y.data(), x.data(), w.data(), b.data(), s);
+      double l = 0.0;
+      for (size_t i = 0; i < y_n; ++i) l += static_cast<double>(y[i]) * g[i];
+      return l;
+    };
+    auto numeric = [&](std::vector<float>& v, size_t i) {
+      const float eps = 1e-2f, saved = v[i];
+      v[i] = saved + eps;
+      const double up = loss();
+      v[i] = saved - eps;
+      const double down = loss();
+      v[i] = saved;
+      return (up - down) / (2.0 * eps);
+    };
+    std::vector<float> dx(x_n), dw(w_n), db(s.K);
+    actlab::cpu::conv2d_backward_data_ref(dx.data(), g.data(), w.data(), s);
+    actlab::cpu::conv2d_backward_weight_ref(dw.data(), db.data(), g.data(), x.data(), s);
+    for (size_t i = 0; i < x_n; ++i) CHECK(dx[i] == doctest::Approx(numeric(x, i)).epsilon(1e-3));
+    for (size_t i = 0; i < w_n; ++i) CHECK(dw[i] == doctest::Approx(numeric(w, i)).epsilon(1e-3));
+    for (int64_t k = 0; k < s.K; ++k)
+      CHECK(db[k] == doctest::Approx(numeric(b, k)).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("cpu gemm: matches gemm_ref with transposes, leading dimensions, alpha and beta") {
+  const int64_t M = 7, N = 13, K = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.f, 0.5f}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(beta);
+        const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 4;
+        const auto A = random_vector((ta ? K : M) * lda, 21);
+        const auto B = random_vector((tb ? N : K) * ldb, 22);
+        auto C = random_vector(M * ldc, 23);
+        if (beta == 0.f) std::fill(C.begin(), C.end(), NAN);  // beta 0 must ignore C
+        auto C_ref = C;
+        actlab::cpu::gemm(ta, tb, M, N, K, 1.5f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        actlab::cpu::gemm_ref(ta, tb, M, N, K, 1.5f, A.data(), lda, B.data(), ldb, beta,
+                              C_ref.data(), ldc);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j)
+            CHECK(C[i * ldc + j] == doctest::Approx(C_ref[i * ldc + j]).epsilon(1e-5));
+        if (beta != 0.f)  // the padding between rows is never touched
+          for (int64_t i = 0; i < M; ++i) CHECK(C[i * ldc + N] == C_ref[i * ldc + N]);
+      }
+  // A larger product that goes through the blocked kernels.
+  const int64_t m = 67, n = 129, k = 300;
+  const auto A = random_vector(m * k, 31), B = random_vector(k * n, 32);
+  std::vector<float> C(m * n), C_ref(m * n);
+  actlab::cpu::gemm(false, false, m, n, k, 1.f, A.data(), k, B.data(), n, 0.f, C.data(), n);
+  actlab::cpu::gemm_ref(false, false, m, n, k, 1.f, A.data(), k, B.data(), n, 0.f, C_ref.data(), n);
+  CHECK(relative_error(C, C_ref) < 1e-5);
+  // K == 0: C = beta * C.
+  std::vector<float> c0 = {1.f, 2.f};
+  actlab::cpu::gemm(false, false, 1, 2, 0, 1.f, A.data(), 1, B.data(), 2, 2.f, c0.data(), 2);
+  CHECK(c0[0] == 2.f);
+  CHECK(c0[1] == 4.f);
+  CHECK_THROWS_AS(actlab::cpu::gemm(false, false, 2, 2, 2, 1.f, A.data(), 1, B.data(), 2, 0.f,
+                                    C.data(), 2),
+                  actlab::Error);  // lda 1 < K 2
+}

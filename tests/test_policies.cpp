@@ -1,0 +1,273 @@
+// Tests of the lossy activation-cache policies (compress/policies.h, compress/registry.cpp): round trips
+// over many shapes inside the per-element bound of the stored bf16 step, unbiasedness over many streams,
+// near-lossless and exact-up-to-bf16 settings, nbytes() == expected_bytes() == the closed forms written out
+// here, ActivationPacked accounting, determinism, passthrough, and parse errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "compress/policies.h"
+#include "core/allocator.h"
+
+namespace {
+
+using namespace actlab;
+
+const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {2, 2, 28, 28}, {2, 3, 14, 14}, {3, 5, 7, 7}, {3, 5, 4, 4},
+                                    {4, 3, 1, 1},   {2, 3, 6, 10},  {3, 5, 1, 6},   {4, 10},      {4, 1},
+                                    {2, 3, 5},      {7}};
+const char* kLossy[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
+                        "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4"};
+
+Tensor random_tensor(const Shape& shape, uint64_t seed) {
+  PhiloxStream rng(seed, 3);
+  return Tensor::randn(shape, rng, 0.3f, 1.f);
+}
+
+int64_t live_bytes() { return memory_stats(Device::cpu()).total.current; }
+int64_t packed_live_bytes() { return memory_stats(Device::cpu())[MemTag::ActivationPacked].current; }
+
+// The bound on |unpack(pack(x)) − target| for element i, from what the pack stores: the step of its
+// plane or group (plus f32 rounding of the reconstruction); 0 for codes-free packs.
+float element_bound(const Packed& p, int64_t i, float magnitude) {
+  const float rounding = 1e-6f * (1.f + magnitude);
+  if (const auto* planes = dynamic_cast<const PackedPlanes*>(&p)) {
+    if (!planes->steps()) return rounding;
+    return bf16_to_float(planes->steps()[i / planes->geometry().plane_elems()]) + rounding;
+  }
+  if (const auto* groups = dynamic_cast<const PackedGroups*>(&p)) {
+    const GroupGeometry& g = groups->geometry();
+    const int64_t n = i / g.sample_elems, d = i % g.sample_elems;
+    return bf16_to_float(groups->steps()[n * g.groups_per_sample() + d / g.group_size]) + rounding;
+  }
+  return 0.f;  // passthrough: exact
+}
+
+// What backward should see for `spec` (before quantization noise): x, the LFC↑ or the HFC.
+std::vector<float> target_of(const std::string& spec, const Tensor& x) {
+  const std::string name = spec.substr(0, spec.find(':'));
+  if (name != "lfc" && name != "hfc") return x.to_vector();
+  const int64_t block = std::stoll(spec.substr(spec.find("B=") + 2));
+  auto lfc_policy = parse_policy("lfc:B=" + std::to_string(block));
+  const auto lfc_pack = lfc_policy->pack(x, {}, {});
+  if (dynamic_cast<const PackedPassthrough*>(lfc_pack.get())) return x.to_vector();  // kept as is
+  const std::vector<float> up = lfc_policy->unpack(*lfc_pack, {}).to_vector();
+  if (name == "lfc") return up;
+  std::vector<float> hfc = x.to_vector();
+  for (size_t i = 0; i < hfc.size(); ++i) hfc[i] -= up[i];
+  return hfc;
+}
+
+}  // namespace
+
+TEST_CASE("policies: every policy round-trips every shape inside the bound of its stored step") {
+  const int64_t live_before = live_bytes();
+  for (const char* spec : kLossy) {
+    const auto policy = parse_policy(spec);
+    for (const Shape& shape : kShapes) {
+      INFO(spec);
+      CAPTURE(shape_str(shape));
+      const Tensor x = random_tensor(shape, 11);
+      const auto packed = policy->pack(x, {}, {21, 4});
+      CHECK(packed->shape() == shape);
+      CHECK(packed->nbytes() == policy->expected_bytes(shape));
+      const Tensor out = policy->unpack(*packed, {});
+      REQUIRE(out.shape() == shape);
+      CHECK(out.is_contiguous());
+      CHECK(out.storage() != x.storage());
+      const std::vector<float> got = out.to_vector(), want = target_of(spec, x);
+      int bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - want[i]) <= element_bound(*packed, static_cast<int64_t>(i), std::fabs(want[i])))) ++bad;
+      CHECK(bad == 0);
+    }
+  }
+  CHECK(live_bytes() == live_before);
+}
+
+TEST_CASE("policies: LFC↑ + f32 HFC reconstructs x; division = LFC↑ + its quantized HFC") {
+  for (const Shape& shape : {Shape{2, 3, 28, 28}, Shape{3, 5, 7, 7}, Shape{4, 10}}) {
+    const Tensor x = random_tensor(shape, 5);
+    const auto lfc = parse_policy("lfc:B=8"), hfc = parse_policy("hfc:B=8");
+    const std::vector<float> up = lfc->unpack(*lfc->pack(x, {}, {}), {}).to_vector();
+    const std::vector<float> high = hfc->unpack(*hfc->pack(x, {}, {}), {}).to_vector();
+    const std::vector<float> xs = x.to_vector();
+    int bad = 0;
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (std::fabs(up[i] + high[i] - xs[i]) > 1e-6f * (1.f + std::fabs(xs[i]))) ++bad;
+    CHECK(bad == 0);
+    // The LFC is a pooled map: constant on each up-sampled block (here rows/cols of 8, floor-aligned).
+    if (shape.size() == 4) CHECK(up[0] == up[7]);
+  }
+}
+
+TEST_CASE("policies: stochastic rounding is unbiased over many streams") {
+  const int64_t live_before = live_bytes();
+  {
+    const Shape shape = {2, 3, 6, 10};
+    const Tensor x = random_tensor(shape, 8);
+    const int streams = 256;
+    for (const char* spec : {"division:B=4,Q=2", "quant:Q=1", "hfc:B=8,Q=2", "pergroup:G=32,Q=2"}) {
+      INFO(spec);
+      const auto policy = parse_policy(spec);
+      const std::vector<float> want = target_of(spec, x);
+      std::vector<double> sum(want.size(), 0.0);
+      float max_step = 0.f;
+      for (int s = 0; s < streams; ++s) {
+        const auto packed = policy->pack(x, {}, {2024, static_cast<uint64_t>(s)});
+        const std::vector<float> got = policy->unpack(*packed, {}).to_vector();
+        for (size_t i = 0; i < got.size(); ++i) {
+          sum[i] += got[i];
+          max_step = std::max(max_step, element_bound(*packed, static_cast<int64_t>(i), 0.f));
+        }
+      }
+      // Each draw is one of two neighbours a step apart, so its standard deviation is <= step/2.
+      const double standard_error = max_step / 2.0 / std::sqrt(static_cast<double>(streams));
+      double worst = 0.0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(sum[i] / streams - want[i]));
+      CHECK(worst < 5.0 * standard_error);
+      CHECK(worst > 0.0);  // it is stochastic, not exact
+    }
+  }
+  CHECK(live_bytes() == live_before);
+}
+
+TEST_CASE("policies: division:B=1,Q=8 is near-lossless and lfc:B=1 is x rounded to bf16") {
+  const Tensor x = random_tensor({3, 4, 9, 7}, 13);
+  const std::vector<float> xs = x.to_vector();
+  const auto division = parse_policy("division:B=1,Q=8");
+  const std::vector<float> near = division->unpack(*division->pack(x, {}, {1, 2}), {}).to_vector();
+  const auto lfc = parse_policy("lfc:B=1");
+  const std::vector<float> rounded = lfc->unpack(*lfc->pack(x, {}, {}), {}).to_vector();
+  float max_abs = 0.f, max_err = 0.f;
+  int not_bf16 = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(xs[i]));
+    max_err = std::max(max_err, std::fabs(near[i] - xs[i]));
+    if (rounded[i] != round_bf16(xs[i])) ++not_bf16;
+  }
+  // The residual of a bf16 rounding is < 2^-8 |x|; 255 levels over its range leave < 2^-14 max|x|.
+  CHECK(max_err < std::ldexp(max_abs, -14));
+  CHECK(not_bf16 == 0);
+}
+
+TEST_CASE("policies: nbytes matches the closed forms") {
+  const auto bytes = [](const char* spec, const Shape& shape) {
+    const auto policy = parse_policy(spec);
+    const auto packed = policy->pack(random_tensor(shape, 1), {}, {});
+    CHECK(packed->nbytes() == policy->expected_bytes(shape));
+    return static_cast<int64_t>(packed->nbytes());
+  };
+  // division on (N,C,H,W): N·C·(2·h'·w' + ceil(Q·H·W/8) + 4).
+  CHECK(bytes("division:B=8,Q=2", {2, 64, 32, 32}) == 128 * (2 * 16 + 256 + 4));
+  CHECK(bytes("division:B=8,Q=2", {2, 3, 28, 28}) == 6 * (2 * 9 + 196 + 4));
+  CHECK(bytes("division:B=8,Q=2", {3, 5, 7, 7}) == 15 * (2 * 1 + 13 + 4));
+  CHECK(bytes("division:B=8,Q=4", {2, 3, 6, 10}) == 6 * (2 * 1 + 30 + 4));
+  CHECK(bytes("division:B=8,Q=2", {4, 10}) == 4 * (2 * 1 + 3 + 4));
+  CHECK(bytes("division:B=8,Q=2", {4, 3, 1, 1}) == 4 * 12);  // passthrough
+  CHECK(bytes("quant:Q=1", {3, 5, 4, 4}) == 15 * (2 + 4));
+  CHECK(bytes("lfc:B=4", {2, 3, 6, 10}) == 6 * 2 * 1 * 2);
+  CHECK(bytes("hfc:B=8,Q=8", {2, 3, 5}) == 6 * (5 + 4));
+  CHECK(bytes("hfc:B=8", {2, 3, 5}) == 30 * 4);
+  // pergroup: N·ceil(D/G)·(ceil(G·Q/8) + 4).
+  CHECK(bytes("pergroup:G=256,Q=2", {2, 64, 32, 32}) == 2 * 256 * (64 + 4));
+  CHECK(bytes("pergroup:G=256,Q=2", {3, 5, 7, 7}) == 3 * 1 * (64 + 4));
+  CHECK(bytes("pergroup:G=5,Q=2", {4, 12}) == 4 * 3 * (2 + 4));
+  CHECK(bytes("pergroup:G=256,Q=2", {4, 1}) == 16);  // passthrough
+}
+
+TEST_CASE("policies: ActivationPacked live bytes are the sum of the live packs' nbytes") {
+  const int64_t live_before = live_bytes(), packed_before = packed_live_bytes();
+  {
+    std::vector<std::unique_ptr<Packed>> packs;
+    int64_t sum = 0;
+    for (const char* spec : kLossy) {
+      const auto policy = parse_policy(spec);
+      for (const Shape& shape : kShapes) {
+        packs.push_back(policy->pack(random_tensor(shape, 2), {}, {}));
+        sum += static_cast<int64_t>(packs.back()->nbytes());
+        CHECK(packed_live_bytes() - packed_before == sum);
+      }
+    }
+    packs.resize(packs.size() / 2);  // free half
+    sum = 0;
+    for (const auto& p : packs) sum += static_cast<int64_t>(p->nbytes());
+    CHECK(packed_live_bytes() - packed_before == sum);
+  }
+  CHECK(packed_live_bytes() == packed_before);
+  CHECK(live_bytes() == live_before);
+}
+
+TEST_CASE("policies: packs are deterministic per (seed, stream) and keep no reference to x") {
+  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "hfc:B=4,Q=1", "pergroup:G=64,Q=2"}) {
+    INFO(spec);
+    const auto policy = parse_policy(spec);
+    const Tensor x = random_tensor({2, 3, 14, 14}, 4);
+    const long refs = x.storage().use_count();
+    const auto a = policy->pack(x, {}, {7, 1}), b = policy->pack(x, {}, {7, 1}), c = policy->pack(x, {}, {7, 2});
+    CHECK(x.storage().use_count() == refs);
+    const auto bytes_of = [](const Packed& p) {
+      const Tensor& buffer = dynamic_cast<const PackedPlanes*>(&p) ? dynamic_cast<const PackedPlanes&>(p).buffer()
+                                                                   : dynamic_cast<const PackedGroups&>(p).buffer();
+      const uint8_t* data = static_cast<const uint8_t*>(buffer.raw_data());
+      return std::vector<uint8_t>(data, data + buffer.nbytes());
+    };
+    CHECK(bytes_of(*a) == bytes_of(*b));
+    CHECK(bytes_of(*a) != bytes_of(*c));
+    // A strided view packs like its contiguous copy.
+    const Tensor strided = random_tensor({2, 14, 14, 3}, 4).permute({0, 3, 1, 2});
+    REQUIRE(!strided.is_contiguous());
+    CHECK(bytes_of(*policy->pack(strided, {}, {7, 1})) == bytes_of(*policy->pack(strided.contiguous(), {}, {7, 1})));
+  }
+}
+
+TEST_CASE("policies: 1x1 planes, D == 1 and other ranks pass through exactly as owned copies") {
+  for (const char* spec : kLossy) {
+    const auto policy = parse_policy(spec);
+    for (const Shape& shape : {Shape{4, 3, 1, 1}, Shape{4, 1}, Shape{7}, Shape{2, 1, 2, 1, 3}}) {
+      const bool per_group = std::string(spec).rfind("pergroup", 0) == 0;
+      if (per_group && shape_numel(shape) != shape[0]) continue;  // groups span the whole sample
+      INFO(spec);
+      CAPTURE(shape_str(shape));
+      Tensor x = random_tensor(shape, 6);
+      const std::vector<float> original = x.to_vector();
+      const auto packed = policy->pack(x, {}, {});
+      CHECK(dynamic_cast<const PackedPassthrough*>(packed.get()) != nullptr);
+      CHECK(packed->nbytes() == static_cast<size_t>(x.numel()) * 4);
+      x.fill_(123.f);  // the pack must not see later writes to x
+      CHECK(policy->unpack(*packed, {}).to_vector() == original);
+    }
+  }
+}
+
+TEST_CASE("policies: parse_policy accepts the documented forms and rejects the rest") {
+  CHECK(parse_policy("division")->name() == "division:B=8,Q=2");
+  CHECK(parse_policy("division:Q=4")->name() == "division:B=8,Q=4");
+  CHECK(parse_policy("division:Q=4,B=12")->name() == "division:B=12,Q=4");
+  CHECK(parse_policy("quant")->name() == "quant:Q=2");
+  CHECK(parse_policy("lfc:B=4")->name() == "lfc:B=4");
+  CHECK(parse_policy("hfc:B=8")->name() == "hfc:B=8");
+  CHECK(parse_policy("hfc:Q=2")->name() == "hfc:B=8,Q=2");
+  CHECK(parse_policy("pergroup")->name() == "pergroup:G=256,Q=2");
+  CHECK(parse_policy("exact")->is_exact());
+  for (const char* spec : kLossy) CHECK(parse_policy(parse_policy(spec)->name())->name() == spec);
+
+  for (const char* bad : {"division:B=0", "division:Q=3", "division:B=", "division:B=8,,Q=2", "division:B=8,",
+                          "division:", "division:X=1", "division:B=8,B=4", "division:B=-1", "division:B=1e3",
+                          "quant:B=8", "lfc:Q=2", "pergroup:G=0", "pergroup:B=8", "exact:Q=2", "divison", "",
+                          "hfc:Q=16", "division:b=8"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_policy(bad), Error);
+    try {
+      parse_policy(bad);
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      CHECK(message.find("division:B=8,Q=2") != std::string::npos);
+      CHECK(message.find("pergroup:G=256,Q=2") != std::string::npos);
+      CHECK(message.find('\n') == std::string::npos);
+    }
+  }
+  CHECK(policy_forms().find("hfc:B=8,Q=2") != std::string::npos);
+}

@@ -1,0 +1,152 @@
+// FlagParser implementation.
+#include "train/cli.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace actlab {
+namespace {
+bool parse_int(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+bool parse_float(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+bool parse_bool(const std::string& s, bool* out) {
+  if (s == "true" || s == "1" || s == "yes" || s == "on") { *out = true; return true; }
+  if (s == "false" || s == "0" || s == "no" || s == "off") { *out = false; return true; }
+  return false;
+}
+}  // namespace
+
+FlagParser::FlagParser(std::string program, std::string summary)
+    : program_(std::move(program)), summary_(std::move(summary)) {}
+
+void FlagParser::add(const std::string& name, const std::string& kind, const std::string& default_value,
+                     const std::string& help, bool repeatable) {
+  options_.push_back({name, kind, default_value, help, repeatable, {}});
+}
+
+const FlagParser::Option& FlagParser::find(const std::string& name) const {
+  for (const auto& o : options_)
+    if (o.name == name) return o;
+  ACTLAB_FAIL("internal: option --", name, " was never declared");
+}
+
+bool FlagParser::parse(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return false;
+    ACTLAB_CHECK(arg.size() > 2 && arg.compare(0, 2, "--") == 0, "unexpected argument '", arg,
+                 "' (options start with --; see --help)");
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    Option* opt = nullptr;
+    for (auto& o : options_)
+      if (o.name == name) opt = &o;
+    ACTLAB_CHECK(opt != nullptr, "unknown option --", name, " (see ", program_, " --help)");
+    if (!has_value) {
+      if (opt->kind == "bool") {
+        value = "true";
+      } else {
+        ACTLAB_CHECK(i + 1 < argc, "option --", name, " needs a value");
+        value = argv[++i];
+      }
+    }
+    int64_t iv;
+    double fv;
+    bool bv;
+    if (opt->kind == "int")
+      ACTLAB_CHECK(parse_int(value, &iv), "option --", name, " needs an integer, got '", value, "'");
+    if (opt->kind == "float")
+      ACTLAB_CHECK(parse_float(value, &fv) && std::isfinite(fv), "option --", name, " needs a number, got '", value,
+                   "'");
+    if (opt->kind == "bool")
+      ACTLAB_CHECK(parse_bool(value, &bv), "option --", name, " needs true or false, got '", value, "'");
+    if (!opt->repeatable) opt->values.clear();
+    opt->values.push_back(value);
+  }
+  return true;
+}
+
+std::string FlagParser::help() const {
+  std::ostringstream os;
+  os << "usage: " << program_ << " [options]\n" << summary_ << "\n\noptions:\n";
+  for (const auto& o : options_) {
+    std::string head = "  --" + o.name + (o.kind == "bool" ? "" : " " + std::string(o.kind == "string" ? "S" : o.kind == "int" ? "N" : "X"));
+    if (head.size() < 28) head += std::string(28 - head.size(), ' ');
+    os << head << " " << o.help;
+    if (!o.default_value.empty()) os << " (default: " << o.default_value << ")";
+    if (o.repeatable) os << " [repeatable]";
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string FlagParser::get(const std::string& name) const {
+  const Option& o = find(name);
+  return o.values.empty() ? o.default_value : o.values.back();
+}
+
+int64_t FlagParser::get_int(const std::string& name) const {
+  int64_t v = 0;
+  const std::string s = get(name);
+  ACTLAB_CHECK(parse_int(s, &v), "option --", name, " needs an integer, got '", s, "'");
+  return v;
+}
+
+double FlagParser::get_float(const std::string& name) const {
+  double v = 0;
+  const std::string s = get(name);
+  ACTLAB_CHECK(parse_float(s, &v), "option --", name, " needs a number, got '", s, "'");
+  return v;
+}
+
+bool FlagParser::get_bool(const std::string& name) const {
+  bool v = false;
+  const std::string s = get(name);
+  ACTLAB_CHECK(parse_bool(s, &v), "option --", name, " needs true or false, got '", s, "'");
+  return v;
+}
+
+std::vector<std::string> FlagParser::get_all(const std::string& name) const { return find(name).values; }
+
+bool FlagParser::given(const std::string& name) const { return !find(name).values.empty(); }
+
+std::vector<std::pair<std::string, std::string>> FlagParser::effective() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& o : options_) {
+    if (o.repeatable) {
+      std::string joined;
+      for (const auto& v : o.values) joined += (joined.empty() ? "" : ",") + v;
+      out.emplace_back(o.name, joined);
+    } else {
+      out.emplace_back(o.name, get(o.name));
+    }
+  }
+  return out;
+}
+
+}  // namespace actlab

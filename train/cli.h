@@ -1,0 +1,44 @@
+// A small command-line flag parser shared by the apps: typed options with defaults and help text,
+// `--name value` and `--name=value`, repeatable options, boolean switches, --help output, and one
+// clear Error for an unknown flag, a missing value or a value of the wrong type.
+// Tested in tests/test_train.cpp.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace actlab {
+
+class FlagParser {
+ public:
+  FlagParser(std::string program, std::string summary);
+
+  // Declares an option. `kind` is "string", "int", "float" or "bool" (a switch: --x or --x=false).
+  void add(const std::string& name, const std::string& kind, const std::string& default_value,
+           const std::string& help, bool repeatable = false);
+  // Parses argv; returns false when --help was given (help() has the text). Throws Error on bad input.
+  bool parse(int argc, const char* const* argv);
+  std::string help() const;
+
+  std::string get(const std::string& name) const;
+  int64_t get_int(const std::string& name) const;
+  double get_float(const std::string& name) const;
+  bool get_bool(const std::string& name) const;
+  std::vector<std::string> get_all(const std::string& name) const;  // repeatable options
+  bool given(const std::string& name) const;  // set on the command line (not just the default)
+  // Every option with its effective value, in declaration order ("name=value").
+  std::vector<std::pair<std::string, std::string>> effective() const;
+
+ private:
+  struct Option {
+    std::string name, kind, default_value, help;
+    bool repeatable = false;
+    std::vector<std::string> values;
+  };
+  const Option& find(const std::string& name) const;
+  std::string program_, summary_;
+  std::vector<Option> options_;
+};
+
+}  // namespace actlab

@@ -1,0 +1,128 @@
+// Progress lines, epoch logs, memory reports and the summary.
+#include "train/logging.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/allocator.h"
+
+namespace actlab {
+
+EpochLogger::EpochLogger(const std::string& path) : path_(path) {
+  if (path.empty()) return;
+  const std::string ext = path.size() >= 5 ? path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.')) : "";
+  json_ = ext == ".jsonl" || ext == ".json";
+  file_ = std::fopen(path.c_str(), "w");
+  ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path, "': ", std::strerror(errno));
+  if (!json_) {
+    std::fprintf(file_, "epoch,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,peak_mib,activation_mib,wall_s\n");
+    std::fflush(file_);
+  }
+}
+
+EpochLogger::~EpochLogger() {
+  if (file_) std::fclose(file_);
+}
+
+void EpochLogger::write(const EpochRow& r) {
+  if (!file_) return;
+  const double mib = 1024.0 * 1024.0;
+  if (json_) {
+    std::fprintf(file_,
+                 "{\"epoch\":%lld,\"lr\":%.6g,\"train_loss\":%.6f,\"train_acc\":%.4f,\"test_loss\":%.6f,"
+                 "\"test_acc\":%.4f,\"img_per_s\":%.2f,\"peak_mib\":%.3f,\"activation_mib\":%.3f,\"wall_s\":%.3f}\n",
+                 static_cast<long long>(r.epoch), r.lr, r.train_loss, r.train_acc, r.test_loss, r.test_acc,
+                 r.img_per_s, r.peak_bytes / mib, r.activation_bytes / mib, r.wall_s);
+  } else {
+    std::fprintf(file_, "%lld,%.6g,%.6f,%.4f,%.6f,%.4f,%.2f,%.3f,%.3f,%.3f\n", static_cast<long long>(r.epoch), r.lr,
+                 r.train_loss, r.train_acc, r.test_loss, r.test_acc, r.img_per_s, r.peak_bytes / mib,
+                 r.activation_bytes / mib, r.wall_s);
+  }
+  ACTLAB_CHECK(std::fflush(file_) == 0, "writing log file '", path_, "' failed: ", std::strerror(errno));
+}
+
+Progress::Progress(bool quiet, int64_t every) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO) == 1), every_(every) {}
+
+void Progress::step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss, double acc,
+                    double img_per_s, int64_t live_bytes) {
+  if (quiet_) return;
+  const bool last = step == steps;
+  if (!tty_ && step % every_ != 0 && !last && step != 1) return;
+  const double eta = img_per_s > 0 ? 0 : 0;
+  (void)eta;
+  std::printf("%sepoch %lld/%lld step %lld/%lld  loss %.4f  acc %.2f%%  %.1f img/s  live %s%s",
+              tty_ ? "\r" : "", static_cast<long long>(epoch), static_cast<long long>(epochs),
+              static_cast<long long>(step), static_cast<long long>(steps), loss, acc, img_per_s,
+              format_bytes(live_bytes).c_str(), tty_ ? "   " : "\n");
+  std::fflush(stdout);
+}
+
+void Progress::epoch_done(const EpochRow& r, int64_t epochs) {
+  if (quiet_) return;
+  std::printf("%sepoch %lld/%lld done: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f img/s | "
+              "peak %s | activations %s | %.1f s\n",
+              tty_ ? "\n" : "", static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss,
+              r.train_acc, r.test_loss, r.test_acc, r.img_per_s, format_bytes(r.peak_bytes).c_str(),
+              format_bytes(r.activation_bytes).c_str(), r.wall_s);
+  std::fflush(stdout);
+}
+
+void print_first_step_report(const TrainSummary& s, int64_t activation_bytes, const TrainConfig& c) {
+  std::printf("%s", memory_stats().table().c_str());
+  std::printf("first step: activation memory %s (reference measure: live after forward+loss minus before, "
+              "minus logits and loss, input batch included)\n",
+              format_bytes(activation_bytes).c_str());
+  if (s.saved_raw_bytes > 0 && s.saved_packed_bytes > 0) {
+    std::printf("policy %s on conv/linear/batchnorm inputs: %s raw -> %s kept, %.2fx measured, %.2fx closed form\n",
+                c.policy.c_str(), format_bytes(s.saved_raw_bytes).c_str(), format_bytes(s.saved_packed_bytes).c_str(),
+                static_cast<double>(s.saved_raw_bytes) / static_cast<double>(s.saved_packed_bytes),
+                s.saved_expected_bytes > 0
+                    ? static_cast<double>(s.saved_raw_bytes) / static_cast<double>(s.saved_expected_bytes)
+                    : 0.0);
+  }
+  std::fflush(stdout);
+}
+
+void print_summary(const TrainSummary& s, const TrainConfig& c) {
+  std::printf("summary: %s, %s, policy %s: test accuracy %.2f%% after %lld epochs (%lld steps), "
+              "%.1f img/s median, peak memory %s, activation memory %s, wall %.1f s\n",
+              c.model.c_str(), s.data_note.c_str(), c.policy.c_str(), s.final_test_acc,
+              static_cast<long long>(s.epochs.size()), static_cast<long long>(s.steps), s.median_img_per_s,
+              format_bytes(s.peak_bytes).c_str(), format_bytes(s.activation_bytes).c_str(), s.wall_s);
+  std::fflush(stdout);
+}
+
+void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries) {
+  const bool json = path.size() > 5 && path.substr(path.size() - 5) == ".json";
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  ACTLAB_CHECK(f != nullptr, "cannot write memory report '", tmp, "': ", std::strerror(errno));
+  if (json) std::fprintf(f, "[\n");
+  else std::fprintf(f, "module,op,policy,shape,packs,bytes_raw,bytes_packed,bytes_expected,pack_ms,unpack_ms\n");
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    const std::string shape = shape_str(e.shape);
+    if (json) {
+      std::fprintf(f,
+                   "  {\"module\":\"%s\",\"op\":\"%s\",\"policy\":\"%s\",\"shape\":\"%s\",\"packs\":%lld,"
+                   "\"bytes_raw\":%lld,\"bytes_packed\":%lld,\"bytes_expected\":%lld,\"pack_ms\":%.3f,\"unpack_ms\":%.3f}%s\n",
+                   e.module_path.c_str(), e.op.c_str(), e.policy.c_str(), shape.c_str(),
+                   static_cast<long long>(e.packs), static_cast<long long>(e.bytes_raw),
+                   static_cast<long long>(e.bytes_packed), static_cast<long long>(e.bytes_expected),
+                   e.pack_seconds * 1e3, e.unpack_seconds * 1e3, i + 1 < entries.size() ? "," : "");
+    } else {
+      std::fprintf(f, "%s,%s,%s,\"%s\",%lld,%lld,%lld,%lld,%.3f,%.3f\n", e.module_path.c_str(), e.op.c_str(),
+                   e.policy.c_str(), shape.c_str(), static_cast<long long>(e.packs),
+                   static_cast<long long>(e.bytes_raw), static_cast<long long>(e.bytes_packed),
+                   static_cast<long long>(e.bytes_expected), e.pack_seconds * 1e3, e.unpack_seconds * 1e3);
+    }
+  }
+  if (json) std::fprintf(f, "]\n");
+  const bool ok = std::fflush(f) == 0;
+  std::fclose(f);
+  ACTLAB_CHECK(ok && std::rename(tmp.c_str(), path.c_str()) == 0, "writing memory report '", path, "' failed");
+}
+
+}  // namespace actlab

@@ -1,0 +1,45 @@
+// What a training run prints and writes: progress lines (a live bar on a terminal), per-epoch log
+// rows (CSV or JSON lines, flushed after every epoch so a crash loses nothing written), the
+// first-step memory report and the final summary.
+// Tested in tests/test_train.cpp.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "compress/policy.h"
+#include "train/trainer.h"
+
+namespace actlab {
+
+class EpochLogger {
+ public:
+  // path empty: no log. ".jsonl"/".json" → JSON lines, anything else → CSV.
+  explicit EpochLogger(const std::string& path);
+  ~EpochLogger();
+  EpochLogger(const EpochLogger&) = delete;
+  EpochLogger& operator=(const EpochLogger&) = delete;
+  void write(const EpochRow& row);
+ private:
+  std::FILE* file_ = nullptr;
+  bool json_ = false;
+  std::string path_;
+};
+
+class Progress {
+ public:
+  Progress(bool quiet, int64_t every);
+  void step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss, double acc, double img_per_s,
+            int64_t live_bytes);
+  void epoch_done(const EpochRow& row, int64_t epochs);
+ private:
+  bool quiet_, tty_;
+  int64_t every_;
+};
+
+void print_first_step_report(const TrainSummary& s, int64_t activation_bytes, const TrainConfig& c);
+void print_summary(const TrainSummary& s, const TrainConfig& c);
+// Per-layer table of what the first step saved: module, op, policy, shape, raw/packed/expected bytes.
+void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries);
+
+}  // namespace actlab

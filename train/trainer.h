@@ -1,0 +1,95 @@
+// The training job behind actlab-train: data, model, policy, SGD + schedule, per-step progress,
+// per-epoch evaluation and log rows, memory measured as the DIVISION reference measures it, and a
+// final summary. Tested in tests/test_train.cpp (end to end on real or synthetic data).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compress/policy.h"
+#include "core/allocator.h"
+#include "data/dataset.h"
+#include "layers/module.h"
+
+namespace actlab {
+
+struct TrainConfig {
+  std::string model = "resnet20";
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
+  std::string data_dir;                   // empty: the data set's default location
+  int64_t epochs = 1;
+  int64_t batch_size = 128;
+  double lr = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  bool nesterov = false;
+  std::string schedule = "cosine";        // cosine | step | constant
+  int64_t warmup_epochs = 0;
+  int64_t step_epochs = 30;               // step schedule: decay every N epochs by 0.1
+  double label_smoothing = 0.0;
+  uint64_t seed = 0;
+  int64_t threads = 2;
+  std::string policy = "exact";
+  std::vector<std::string> policy_rules;  // "pattern=policy"
+  bool augment = true;                    // the data set's standard training augmentation
+  int64_t steps_per_epoch = 0;            // 0: full epochs; N: stop each epoch after N steps
+  int64_t train_limit = 0;                // 0: all training samples; N: the first N
+  int64_t test_limit = 0;                 // 0: the whole test split; N: the first N
+  std::string log_file;                   // .csv or .jsonl; one row per epoch
+  std::string memory_report;              // per-layer saved-tensor table of the first step (.csv or .json)
+  bool overwrite = false;                 // allow replacing existing log / report files
+  int64_t print_every = 0;                // 0: about 10 progress lines per epoch
+  int64_t synthetic_size = 2048;          // synthetic data set: training samples (test: a quarter)
+  bool quiet = false;
+};
+
+// Checks every field (and that output files may be written) before anything runs.
+void validate(const TrainConfig& config);
+
+struct EpochRow {
+  int64_t epoch = 0;
+  double lr = 0, train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
+  double img_per_s = 0;            // median over the epoch's steps (first step of the run excluded)
+  int64_t peak_bytes = 0;          // allocator peak over the epoch's training steps (all tags)
+  int64_t activation_bytes = 0;    // reference §5 measure, last step of the epoch
+  double wall_s = 0;
+};
+
+struct TrainSummary {
+  std::vector<EpochRow> epochs;
+  double final_test_acc = 0;
+  double median_img_per_s = 0;
+  int64_t peak_bytes = 0;
+  int64_t activation_bytes = 0;     // allocator bytes after forward+loss minus before, minus logits/loss
+  int64_t saved_raw_bytes = 0;      // f32 bytes offered to the policy in one step (lossy saves)
+  int64_t saved_packed_bytes = 0;   // what the policy kept of them
+  int64_t saved_expected_bytes = 0; // the closed form for the same tensors
+  int64_t steps = 0;
+  double wall_s = 0;
+  std::string data_note;            // e.g. "fashion-mnist from /usr/share/datasets/fashion-mnist"
+};
+
+// Loads the train/test splits named by the config (or throws Error saying what is missing and how to
+// get it).
+struct DataSplits {
+  std::shared_ptr<Dataset> train, test;
+  std::string note;
+};
+DataSplits load_data(const TrainConfig& config);
+
+// Runs the whole job, printing progress to stdout unless config.quiet.
+TrainSummary train(const TrainConfig& config);
+
+// Activation memory of one training step as the reference measures it (§5), for a model on a given
+// input, with the policies in force. Used by the trainer and the memory tables.
+struct StepMemory {
+  int64_t activation_bytes = 0;  // live after forward+loss − live before the batch − logits − loss
+  int64_t peak_bytes = 0;        // allocator peak during the step (excluding data-loader bytes)
+  int64_t base_bytes = 0;        // live before the step (parameters, gradients, optimizer state)
+};
+
+std::string format_bytes(int64_t bytes);  // "45.21 MiB"
+
+}  // namespace actlab
