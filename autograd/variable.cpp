@@ -111,6 +111,8 @@ void Tape::backward(const Variable& root, const Tensor& grad) {
   if (auto node = root.grad_fn()) {
     accumulate(node->grad_outputs[root.impl()->output_index], seed);
   } else {
+    ACTLAB_CHECK(!root.impl()->is_op_output,
+                 "backward through a graph that was already freed (backward runs once per forward)");
     accumulate_leaf(*root.impl(), seed);
     clear();
     return;
@@ -146,6 +148,7 @@ Variable make_output(Tensor data, const std::shared_ptr<Node>& node, int index) 
   if (node) {
     v.impl()->grad_fn = node;
     v.impl()->output_index = index;
+    v.impl()->is_op_output = true;
     if (static_cast<int>(node->grad_outputs.size()) <= index) node->grad_outputs.resize(index + 1);
   }
   return v;
@@ -164,6 +167,8 @@ bool wire_inputs(Node& node, const std::vector<const Variable*>& inputs) {
       node.inputs[i].node = producer;
       node.inputs[i].index = v->impl()->output_index;
     } else {
+      ACTLAB_CHECK(!v->impl()->is_op_output,
+                   "an op's input comes from a graph whose backward already ran; compute it again");
       node.inputs[i].leaf = v->impl();
     }
   }

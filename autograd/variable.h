@@ -23,6 +23,7 @@ struct VariableImpl {
   bool requires_grad = false;
   std::weak_ptr<Node> grad_fn;  // producing node (non-leaf); expired once the tape is cleared
   int output_index = 0;
+  bool is_op_output = false;    // made by an op: once its node is gone, no gradient can flow through it
 };
 
 class Variable {

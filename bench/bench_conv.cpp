@@ -4,9 +4,11 @@
 // the conv time of one training step. --gemm compares dnnl_sgemm with OpenBLAS (loaded at run time).
 // Results: bench/RESULTS_conv.md. Usage: bench_conv [--impl a,b] [--model resnet20|resnet18|mobilenet|all]
 //          [--batch 128] [--reps 5] [--threads 2] [--gemm] [--alloc system|caching|hugepage]
+//          [--stat median|min] [--clock wall|cpu] [--quiet-wait SECONDS]
 #include <dlfcn.h>
 #include <omp.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -88,8 +90,9 @@ std::vector<float> random_vector(size_t n, uint32_t seed) {
   return v;
 }
 
-// The machine may be shared (other builds): before timing a layer, wait (up to 2 minutes) until
+// The machine may be shared (other builds): before timing a layer, wait (up to --quiet-wait s) until
 // the whole machine has been < 15% busy for 0.3 s. Returns false when it never got quiet.
+int g_quiet_wait_s = 120;  // --quiet-wait SECONDS
 bool wait_for_quiet_cpu() {
   auto sample = [](double& busy, double& total) {
     std::FILE* f = std::fopen("/proc/stat", "r");
@@ -105,7 +108,7 @@ bool wait_for_quiet_cpu() {
     return true;
   };
   const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < std::chrono::minutes(2)) {
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(g_quiet_wait_s)) {
     double b0, t0, b1, t1;
     if (!sample(b0, t0)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -115,18 +118,32 @@ bool wait_for_quiet_cpu() {
   return false;
 }
 
+bool g_use_min = false;  // --stat min: the fastest rep (for a machine other jobs share)
+// --clock cpu: process CPU time divided by the thread count instead of wall time. On a machine
+// other jobs keep busy, this (with --threads 1) still measures the work, not the waiting.
+bool g_cpu_clock = false;
+int g_threads = 2;
+
+double now_ms() {
+  if (!g_cpu_clock)
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6) / g_threads;
+}
+
 template <typename F>
 double median_ms(int reps, F&& f) {
   f();  // warm-up: creates the primitives, faults in the pages
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_ms();
     f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    ms.push_back(now_ms() - t0);
   }
   std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return g_use_min ? ms.front() : ms[ms.size() / 2];
 }
 
 struct Timing { double fwd_ms, bwd_data_ms, bwd_weight_ms; };
@@ -311,17 +328,22 @@ int main(int argc, char** argv) {
       else if (a == "--threads") threads = std::stoi(value());
       else if (a == "--gemm") gemm = true;
       else if (a == "--alloc") alloc = value();
+      else if (a == "--stat") g_use_min = value() == "min";
+      else if (a == "--clock") g_cpu_clock = value() == "cpu";
+      else if (a == "--quiet-wait") g_quiet_wait_s = std::stoi(value());
       else ACTLAB_FAIL("unknown argument '", a, "' (see the header of bench/bench_conv.cpp)");
     }
     omp_set_num_threads(threads);
+    g_threads = threads;
     static CachingCpuAllocator caching;
     static HugePageCpuAllocator hugepage;
     ACTLAB_CHECK(alloc == "system" || alloc == "caching" || alloc == "hugepage",
                  "--alloc: system, caching or hugepage");
     if (alloc == "caching") actlab::register_raw_allocator(actlab::DeviceType::CPU, &caching);
     if (alloc == "hugepage") actlab::register_raw_allocator(actlab::DeviceType::CPU, &hugepage);
-    std::printf("bench_conv: batch %lld, %d threads, median of %d reps after 1 warm-up, "
-                "%s allocator\n\n", (long long)batch, threads, reps, alloc.c_str());
+    std::printf("bench_conv: batch %lld, %d threads, %s of %d reps after 1 warm-up, %s, "
+                "%s allocator\n\n", (long long)batch, threads, g_use_min ? "min" : "median", reps,
+                g_cpu_clock ? "process CPU time / threads" : "wall clock", alloc.c_str());
     const auto layers = model_layers(model, batch);
     if (gemm) run_gemm(layers, reps, threads);
     else run_conv(layers, split(impls), reps);

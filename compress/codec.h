@@ -67,6 +67,16 @@ ACTLAB_HD uint16_t bf16_round_up(float f) {
 
 ACTLAB_HD int quant_levels(int bits) { return (1 << bits) - 1; }
 
+// A signed integer with the order of the float (for non-NaN values; −0 sorts just below +0), so min/max
+// reductions run as integer compares: they vectorize on the CPU without fast-math and are atomics on a GPU.
+ACTLAB_HD int32_t float_order_key(float f) {
+  const int32_t i = static_cast<int32_t>(float_bits(f));
+  return i ^ ((i >> 31) & 0x7FFFFFFF);
+}
+ACTLAB_HD float float_from_order_key(int32_t key) {
+  return bits_float(static_cast<uint32_t>(key ^ ((key >> 31) & 0x7FFFFFFF)));
+}
+
 // The stored (bf16) min and step of a range [lo, hi] for `bits`-bit codes: min = lo rounded down,
 // step = (hi - min)/levels rounded up, bumped by one bf16 ulp if levels·step (exact in f32: 8+8 bits)
 // still falls short of the f32 range. A constant range gets step 1 (every code is then 0).
@@ -87,9 +97,10 @@ ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, f
 // E[code] = t up to 2^-24. NaN and out-of-range t are clamped into [0, levels].
 ACTLAB_HD uint32_t stochastic_code(float v, float min, float step, float u, int levels) {
   float t = (v - min) / step;
-  t = fminf(fmaxf(t, 0.f), static_cast<float>(levels));
+  t = t > 0.f ? t : 0.f;  // also maps NaN to 0; plain compares (not fminf) keep the CPU loop vectorized
+  t = t < static_cast<float>(levels) ? t : static_cast<float>(levels);
   const int lower = static_cast<int>(t);  // t >= 0, so truncation is floor (and vectorizes without SSE4.1)
-  return static_cast<uint32_t>(lower) + (u < t - static_cast<float>(lower) ? 1u : 0u);
+  return static_cast<uint32_t>(lower) + static_cast<uint32_t>(u < t - static_cast<float>(lower));
 }
 
 // min + code·step. The product is exact in f32 (code <= 8 bits, bf16 step has 8 significant bits),

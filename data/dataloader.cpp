@@ -1,4 +1,5 @@
-// DataLoader: epoch order, batch assembly and the producer/consumer hand-off (see data/dataloader.h).
+// DataLoader: epoch order, batch assembly and the producer/consumer hand-off
+// (see data/dataloader.h).
 // Tested in tests/test_data.cpp.
 #include "data/dataloader.h"
 

@@ -115,7 +115,8 @@ InMemoryImageDataset make_synthetic_dataset(int64_t n, int64_t channels, int64_t
       const int64_t end = std::min<int64_t>(16, image_bytes - b * 16);
       for (int64_t t = 0; t < end; ++t) {
         const uint32_t byte = (r.v[t >> 2] >> (8 * (t & 3))) & 0xFFu;
-        const int noise = static_cast<int>((byte * static_cast<uint32_t>(span)) >> 8) - noise_amplitude;
+        const int noise =
+            static_cast<int>((byte * static_cast<uint32_t>(span)) >> 8) - noise_amplitude;
         const int64_t j = b * 16 + t;
         const int v = static_cast<int>(std::lround(p[j])) + noise;
         out[j] = static_cast<uint8_t>(std::clamp(v, 0, 255));

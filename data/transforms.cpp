@@ -97,7 +97,8 @@ PixelAffine make_pixel_affine(const TransformConfig& config, int64_t channels) {
 }
 
 void transform_image(float* out, const uint8_t* src, int64_t channels, int64_t height,
-                     int64_t width, int64_t pad, const SampleAugment& a, const PixelAffine& affine) {
+                     int64_t width, int64_t pad, const SampleAugment& a,
+                     const PixelAffine& affine) {
   const int64_t dy = a.crop_y - pad;  // source row = y + dy
   const int64_t dx = a.crop_x - pad;  // source col = xs + dx
   // Output columns whose source column lies inside the image; the rest read the zero padding.

@@ -52,7 +52,9 @@ void put_be32(Bytes& b, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<uint8_t>(v >> shift));
 }
 
-uint8_t test_pixel(int64_t image, int64_t j) { return static_cast<uint8_t>((image * 31 + j * 7) & 255); }
+uint8_t test_pixel(int64_t image, int64_t j) {
+  return static_cast<uint8_t>((image * 31 + j * 7) & 255);
+}
 
 Bytes idx_images(uint32_t count, uint32_t rows, uint32_t cols) {
   Bytes b;
@@ -106,7 +108,8 @@ std::string error_of(const std::function<void()>& f) {
   return "<no error>";
 }
 
-void check_error_names(const std::string& msg, const std::string& file, const std::string& keyword) {
+void check_error_names(const std::string& msg, const std::string& file,
+                       const std::string& keyword) {
   INFO("message: ", msg);
   CHECK(msg.find(file) != std::string::npos);
   CHECK(msg.find(keyword) != std::string::npos);
@@ -260,7 +263,8 @@ TEST_CASE("data: malformed IDX files raise one error naming the file") {
     check_error_names(load_bad_labels(idx_labels(l)), bad, "label 10 at index 4");
     l[4] = 3;  // 3 is fine for 10 classes but not for 3
     write_raw(bad, idx_labels(l));
-    check_error_names(error_of([&] { load_idx_dataset(good_images, bad, 3); }), bad, "out of range");
+    check_error_names(error_of([&] { load_idx_dataset(good_images, bad, 3); }), bad,
+                      "out of range");
   }
   SUBCASE("missing file") {
     const std::string missing = dir.file("no-such-file");

@@ -1,0 +1,156 @@
+// Tests of core/: Philox, bf16, Tensor views and copies, the tracking allocator.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "core/bf16.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+
+using namespace actlab;
+
+TEST_CASE("philox4x32-10 matches the published known-answer vectors") {
+  // Salmon et al. (SC'11) / Random123 kat_vectors for philox4x32_10.
+  Philox4 zero = philox4x32_10(Philox4{{0, 0, 0, 0}}, 0, 0);
+  CHECK(zero.v[0] == 0x6627e8d5u);
+  CHECK(zero.v[1] == 0xe169c58du);
+  CHECK(zero.v[2] == 0xbc57ac4cu);
+  CHECK(zero.v[3] == 0x9b00dbd8u);
+  Philox4 ones = philox4x32_10(Philox4{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu, 0xffffffffu);
+  CHECK(ones.v[0] == 0x408f276du);
+  CHECK(ones.v[1] == 0x41c83b0eu);
+  CHECK(ones.v[2] == 0xa20bc7c6u);
+  CHECK(ones.v[3] == 0x6d5451fdu);
+}
+
+TEST_CASE("philox streams are uniform, reproducible and independent") {
+  double sum = 0, sum2 = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double u = philox_uniform(7, 3, static_cast<uint64_t>(i));
+    CHECK_MESSAGE((u >= 0.0 && u < 1.0), "draw ", i, " = ", u);
+    sum += u;
+    sum2 += u * u;
+  }
+  const double mean = sum / n, var = sum2 / n - mean * mean;
+  CHECK(std::abs(mean - 0.5) < 0.005);
+  CHECK(std::abs(var - 1.0 / 12.0) < 0.002);
+  CHECK(philox_bits(1, 2, 3) == philox_bits(1, 2, 3));
+  CHECK(philox_bits(1, 2, 3) != philox_bits(1, 3, 3));
+  CHECK(philox_bits(1, 2, 3) != philox_bits(2, 2, 3));
+  PhiloxStream s(5, 1);
+  const uint32_t a = s.next_bits();
+  CHECK(a == philox_bits(5, 1, 0));
+  CHECK(s.offset() == 1);
+  int hits[7] = {0};
+  for (int i = 0; i < 7000; ++i) hits[s.next_below(7)]++;
+  for (int h : hits) CHECK(std::abs(h - 1000) < 150);
+}
+
+TEST_CASE("bf16 rounds to nearest even and keeps specials") {
+  CHECK(round_bf16(1.0f) == 1.0f);
+  CHECK(round_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);                          // tie -> even (down)
+  CHECK(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));  // tie -> even (up)
+  CHECK(round_bf16(1.0f + std::ldexp(1.0f, -7)) == 1.0f + std::ldexp(1.0f, -7));    // representable
+  CHECK(round_bf16(-2.5f) == -2.5f);
+  CHECK(std::isinf(round_bf16(INFINITY)));
+  CHECK(std::isnan(round_bf16(NAN)));
+  for (float x : {0.1f, -3.7f, 123.456f, 1e-20f}) CHECK(std::abs(round_bf16(x) - x) <= std::abs(x) * std::ldexp(1.0f, -8));
+}
+
+TEST_CASE("tensor views share storage and index correctly") {
+  PhiloxStream rng(1);
+  Tensor t = Tensor::rand({2, 3, 4}, rng);
+  Tensor s = t.slice(2, 1, 4, 2);  // columns 1, 3
+  CHECK(s.shape() == Shape{2, 3, 2});
+  CHECK(!s.is_contiguous());
+  CHECK(s.at({1, 2, 1}) == t.at({1, 2, 3}));
+  Tensor p = t.permute({2, 0, 1});
+  CHECK(p.at({3, 1, 2}) == t.at({1, 2, 3}));
+  Tensor c = p.contiguous();
+  CHECK(c.is_contiguous());
+  CHECK(c.at({3, 1, 2}) == t.at({1, 2, 3}));
+  CHECK(t.select(1, 2).at({1, 0}) == t.at({1, 2, 0}));
+  Tensor v = t.view({6, -1});
+  CHECK(v.shape() == Shape{6, 4});
+  CHECK(v.storage() == t.storage());
+  CHECK_THROWS_AS(t.view({5, -1}), Error);
+  CHECK_THROWS_AS(s.view({12}), Error);
+  const uint64_t version = t.storage()->version();
+  s.fill_(7.f);
+  CHECK(t.storage()->version() > version);
+  CHECK(t.at({0, 0, 1}) == 7.f);
+  CHECK(t.at({0, 0, 0}) != 7.f);
+}
+
+TEST_CASE("randn has the requested moments and is reproducible") {
+  PhiloxStream a(3), b(3);
+  Tensor x = Tensor::randn({100000}, a, 1.5f, 2.0f);
+  Tensor y = Tensor::randn({100000}, b, 1.5f, 2.0f);
+  const auto xv = x.to_vector(), yv = y.to_vector();
+  CHECK(xv == yv);
+  double m = 0, m2 = 0;
+  for (float v : xv) { m += v; m2 += v * v; }
+  m /= xv.size();
+  const double sd = std::sqrt(m2 / xv.size() - m * m);
+  CHECK(std::abs(m - 1.5) < 0.03);
+  CHECK(std::abs(sd - 2.0) < 0.03);
+}
+
+TEST_CASE("the allocator accounts every byte by tag, peak and limit") {
+  const MemoryStats base = memory_stats();
+  reset_peak();
+  {
+    MemTagScope tag(MemTag::Workspace);
+    Tensor a = Tensor::empty({1024});
+    Tensor b = Tensor::empty_tagged({256}, MemTag::Grad);
+    const MemoryStats s = memory_stats();
+    CHECK(s[MemTag::Workspace].current - base[MemTag::Workspace].current == 4096);
+    CHECK(s[MemTag::Grad].current - base[MemTag::Grad].current == 1024);
+    CHECK(s.total.current - base.total.current == 5120);
+    CHECK(s[MemTag::Workspace].alloc_count == base[MemTag::Workspace].alloc_count + 1);
+  }
+  const MemoryStats after = memory_stats();
+  CHECK(after.total.current == base.total.current);
+  CHECK(after.total.peak >= base.total.current + 5120);
+  reset_peak();
+  CHECK(memory_stats().total.peak == base.total.current);
+
+  set_memory_limit(Device::cpu(), base.total.current + 1000);
+  try {
+    Tensor big = Tensor::empty({1000});
+    FAIL("allocation over the limit did not throw");
+  } catch (const OutOfMemory& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("out of memory") != std::string::npos);
+    CHECK(msg.find("activation_packed") != std::string::npos);  // the stats table
+    CHECK(msg.find("division") != std::string::npos);           // the hint
+  }
+  set_memory_limit(Device::cpu(), 0);
+  CHECK(memory_stats().oom_count == base.oom_count + 1);
+  CHECK(memory_stats().total.current == base.total.current);
+}
+
+TEST_CASE("retag moves bytes between tags; Buffer frees on scope exit") {
+  const MemoryStats base = memory_stats();
+  {
+    Tensor t = Tensor::full({10}, 3.f);
+    t.storage()->retag(MemTag::Param);
+    CHECK(memory_stats()[MemTag::Param].current - base[MemTag::Param].current == 40);
+    CHECK(t.at({9}) == 3.f);
+    Buffer buf(100);
+    CHECK(memory_stats()[MemTag::Workspace].current - base[MemTag::Workspace].current == 100);
+    Buffer moved = std::move(buf);
+    CHECK(buf.data() == nullptr);
+    CHECK(moved.size() == 100);
+  }
+  CHECK(memory_stats().total.current == base.total.current);
+}
+
+TEST_CASE("device strings parse and bad ones are refused") {
+  CHECK(Device::parse("cpu") == Device::cpu());
+  CHECK(Device::parse("cuda:1") == Device::cuda(1));
+  CHECK(Device::parse("cuda").str() == "cuda:0");
+  CHECK_THROWS_AS(Device::parse("gpu"), Error);
+  CHECK_THROWS_AS(Device::parse("cuda:x"), Error);
+}

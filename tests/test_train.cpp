@@ -1,0 +1,144 @@
+// End to end: a ResNet learns on real Fashion-MNIST (or generated data, saying so), memory returns to
+// its baseline after every step with a stable peak, and the app's flag and config checks.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/functions.h"
+#include "data/dataloader.h"
+#include "data/idx.h"
+#include "layers/optim/sgd.h"
+#include "models/registry.h"
+#include "train/cli.h"
+#include "train/trainer.h"
+
+using namespace actlab;
+
+TEST_CASE("a ResNet-20 trains: the loss falls and memory per tag returns to baseline every step") {
+  TrainConfig c;
+  c.dataset = idx_files_present(default_fashion_mnist_dir()) ? "fashion-mnist" : "synthetic";
+  if (c.dataset == "synthetic") MESSAGE("Fashion-MNIST not installed: training on generated data");
+  c.train_limit = 2048;
+  DataSplits data = load_data(c);
+  DataLoader loader(*data.train, 32, true, 0, true, default_transforms("fashion-mnist", false));
+  std::vector<Batch> batches;
+  loader.start_epoch(0);
+  Batch b;
+  while (static_cast<int>(batches.size()) < 40 && loader.next(b)) batches.push_back(b);
+  REQUIRE(batches.size() == 40);
+
+  seed_init(0);
+  auto model = make_model({"resnet20", 1, 10, 28});
+  Sgd opt(model->parameters(), {0.05f, 0.9f, 0.f, 5e-4f, false});
+  std::vector<double> losses;
+  MemoryStats baseline;
+  int64_t peak_step2 = 0;
+  for (int step = 0; step < 40; ++step) {
+    reset_peak();
+    Variable loss;
+    {
+      MemTagScope tag(MemTag::Activation);
+      loss = cross_entropy((*model)(Variable(batches[step].images)), batches[step].labels);
+    }
+    losses.push_back(loss.data().item());
+    opt.zero_grad();
+    backward(loss);
+    loss = Variable();
+    opt.step();
+    const MemoryStats s = memory_stats();
+    if (step == 0) baseline = s;
+    for (int t = 0; t < kNumMemTags; ++t)
+      CHECK_MESSAGE(s.by_tag[t].current == baseline.by_tag[t].current, "step ", step, " tag ",
+                    mem_tag_name(static_cast<MemTag>(t)));
+    if (step == 2) peak_step2 = s.total.peak;
+    if (step == 20) CHECK(s.total.peak == peak_step2);
+  }
+  const double first = (losses[0] + losses[1] + losses[2] + losses[3] + losses[4]) / 5;
+  const double last = (losses[35] + losses[36] + losses[37] + losses[38] + losses[39]) / 5;
+  MESSAGE("loss over the first 5 steps ", first, ", last 5 steps ", last);
+  CHECK(first > 1.9);        // starts near ln(10)
+  CHECK(last < 0.75 * first);  // and clearly learns
+}
+
+TEST_CASE("train() runs a short job, logs one row per epoch and reports memory") {
+  const auto dir = std::filesystem::temp_directory_path() / "actlab_test_train";
+  std::filesystem::create_directories(dir);
+  const std::string log = (dir / "log.csv").string();
+  std::filesystem::remove(log);
+  TrainConfig c;
+  c.dataset = "synthetic";
+  c.synthetic_size = 256;
+  c.epochs = 2;
+  c.batch_size = 32;
+  c.lr = 0.05;
+  c.log_file = log;
+  c.quiet = true;
+  const TrainSummary s = train(c);
+  CHECK(s.epochs.size() == 2);
+  CHECK(s.steps == 16);
+  CHECK(s.activation_bytes > 0);
+  CHECK(s.peak_bytes > s.activation_bytes);
+  CHECK(s.saved_raw_bytes == s.saved_packed_bytes);  // exact policy keeps everything
+  std::ifstream in(log);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) ++lines;
+  CHECK(lines == 3);  // header + 2 epochs
+  // An existing log is never overwritten without --overwrite.
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("already exists"), Error);
+  std::ifstream again(log);
+  lines = 0;
+  while (std::getline(again, line)) ++lines;
+  CHECK(lines == 3);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bad configurations are refused before anything runs") {
+  TrainConfig c;
+  c.batch_size = 0;
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("batch size"), Error);
+  c = TrainConfig();
+  c.epochs = -1;
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("epochs"), Error);
+  c = TrainConfig();
+  c.model = "resnet7";
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("unknown model"), Error);
+  c = TrainConfig();
+  c.policy = "zip";
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("policy"), Error);
+  c = TrainConfig();
+  c.threads = 0;
+  CHECK_THROWS_AS(validate(c), Error);
+  c = TrainConfig();
+  c.dataset = "fashion-mnist";
+  c.data_dir = "/nonexistent/actlab";
+  CHECK_THROWS_WITH_AS(load_data(c), doctest::Contains("/nonexistent/actlab"), Error);
+  c = TrainConfig();
+  c.log_file = "/nonexistent/dir/log.csv";
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("does not exist"), Error);
+}
+
+TEST_CASE("the flag parser: values, switches, repeats, and clear errors") {
+  FlagParser f("prog", "test");
+  f.add("batch-size", "int", "128", "batch");
+  f.add("lr", "float", "0.1", "rate");
+  f.add("quiet", "bool", "", "quiet");
+  f.add("rule", "string", "", "rules", true);
+  const char* ok[] = {"prog", "--batch-size", "64", "--lr=0.5", "--quiet", "--rule", "a=b", "--rule=c=d"};
+  CHECK(f.parse(8, ok));
+  CHECK(f.get_int("batch-size") == 64);
+  CHECK(f.get_float("lr") == 0.5);
+  CHECK(f.get_bool("quiet"));
+  CHECK(f.get_all("rule") == std::vector<std::string>{"a=b", "c=d"});
+  FlagParser g = f;
+  const char* unknown[] = {"prog", "--bogus", "1"};
+  CHECK_THROWS_WITH_AS(g.parse(3, unknown), doctest::Contains("unknown option --bogus"), Error);
+  const char* missing[] = {"prog", "--batch-size"};
+  CHECK_THROWS_WITH_AS(g.parse(2, missing), doctest::Contains("needs a value"), Error);
+  const char* bad[] = {"prog", "--batch-size", "ten"};
+  CHECK_THROWS_WITH_AS(g.parse(3, bad), doctest::Contains("integer"), Error);
+  const char* help[] = {"prog", "--help"};
+  CHECK(!g.parse(2, help));
+  CHECK(g.help().find("--batch-size") != std::string::npos);
+}
