@@ -1,0 +1,111 @@
+// bench_train: median images/s of a full training step (forward, loss, backward, SGD) on random
+// 3x32x32 inputs, the protocol of ../shared/bench/torch_cpu_train.py (warm-up steps, then at least
+// --steps timed steps, continued until --min-time seconds), so the two can be run side by side.
+// Also reports the activation memory of the step (reference §5) for each policy.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "autograd/saved_tensor.h"
+#include "compress/policy.h"
+#include "layers/optim/sgd.h"
+#include "models/registry.h"
+#include "train/cli.h"
+
+using namespace actlab;
+
+namespace {
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep))
+    if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  FlagParser flags("bench_train", "Training-step throughput (median img/s) on random inputs.");
+  flags.add("models", "string", "resnet20,resnet18", "comma-separated models");
+  flags.add("batch", "int", "128", "batch size");
+  flags.add("threads", "int", "2", "CPU threads");
+  flags.add("policies", "string", "exact", "policies separated by ';'");
+  flags.add("warmup", "int", "2", "warm-up steps");
+  flags.add("steps", "int", "8", "minimum timed steps");
+  flags.add("min-time", "float", "4", "keep timing until this many seconds");
+  flags.add("max-steps", "int", "200", "at most this many timed steps");
+  flags.add("image-size", "int", "32", "input size");
+  flags.add("channels", "int", "3", "input channels");
+  try {
+    if (!flags.parse(argc, argv)) {
+      std::printf("%s", flags.help().c_str());
+      return 0;
+    }
+    omp_set_num_threads(static_cast<int>(flags.get_int("threads")));
+    const int64_t B = flags.get_int("batch"), S = flags.get_int("image-size"), C = flags.get_int("channels");
+    std::printf("%-12s %-22s %6s %10s %10s %10s %14s\n", "model", "policy", "batch", "img/s", "best", "steps",
+                "activation");
+    for (const auto& name : split(flags.get("models"), ',')) {
+      for (const auto& policy : split(flags.get("policies"), ';')) {
+        seed_init(0);
+        set_pack_seed(0);
+        auto model = make_model({name, C, 10, S});
+        Sgd opt(model->parameters(), {0.01f, 0.9f, 0.f, 5e-4f, false});
+        PolicySet set(parse_policy(policy));
+        PhiloxStream rng(0, 5);
+        Tensor x = Tensor::randn({B, C, S, S}, rng);
+        Tensor y = Tensor::empty({B}, DType::I64);
+        for (int64_t i = 0; i < B; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(10));
+        int64_t act = 0;
+        auto step = [&]() {
+          const int64_t before = memory_stats().total.current;
+          Variable logits, loss;
+          {
+            ActivationCacheScope scope(set);
+            MemTagScope tag(MemTag::Activation);
+            logits = (*model)(Variable(x));
+            loss = cross_entropy(logits, y);
+          }
+          act = memory_stats().total.current - before - static_cast<int64_t>(logits.data().nbytes()) -
+                static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(x.nbytes());
+          logits = Variable();
+          opt.zero_grad();
+          {
+            MemTagScope tag(MemTag::Activation);
+            backward(loss);
+          }
+          opt.step();
+        };
+        CacheStats::global().set_enabled(false);
+        for (int64_t i = 0; i < flags.get_int("warmup"); ++i) step();
+        std::vector<double> ts;
+        double total = 0;
+        while (static_cast<int64_t>(ts.size()) < flags.get_int("steps") ||
+               (total < flags.get_float("min-time") && static_cast<int64_t>(ts.size()) < flags.get_int("max-steps"))) {
+          const auto t0 = std::chrono::steady_clock::now();
+          step();
+          ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          total += ts.back();
+        }
+        std::vector<double> sorted = ts;
+        std::sort(sorted.begin(), sorted.end());
+        const double med = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                             : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+        std::printf("%-12s %-22s %6lld %10.1f %10.1f %10zu %10.1f MiB\n", name.c_str(), policy.c_str(),
+                    static_cast<long long>(B), B / med, B / sorted.front(), ts.size(), act / 1048576.0);
+        std::fflush(stdout);
+        CacheStats::global().set_enabled(true);
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train: error: %s\n", e.what());
+    return 2;
+  }
+}

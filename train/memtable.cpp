@@ -1,0 +1,70 @@
+// One measured training step on random data.
+#include "train/memtable.h"
+
+#include <chrono>
+
+#include "autograd/functions.h"
+#include "autograd/saved_tensor.h"
+#include "compress/policy.h"
+#include "layers/optim/sgd.h"
+#include "models/registry.h"
+
+namespace actlab {
+
+StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
+  ACTLAB_CHECK(c.batch >= 1, "batch must be >= 1, got ", c.batch);
+  StepMemoryResult r;
+  PolicySet policies(parse_policy(c.policy));
+  const int64_t start = memory_stats().total.current;
+  seed_init(c.seed);
+  set_pack_seed(c.seed);
+  std::shared_ptr<Module> model = make_model({c.model, c.in_channels, c.num_classes, c.image_size});
+  Sgd opt(model->parameters(), {0.01f, 0.9f, 0.f, 5e-4f, false});
+  r.model_only_bytes = memory_stats().total.current - start;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t init = memory_stats().total.current;
+  reset_peak();
+  {
+    PhiloxStream rng(c.seed, 77);
+    Tensor images, labels;
+    {
+      MemTagScope tag(MemTag::Data);
+      images = Tensor::randn({c.batch, c.in_channels, c.image_size, c.image_size}, rng);
+      labels = Tensor::empty({c.batch}, DType::I64);
+      for (int64_t i = 0; i < c.batch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(c.num_classes));
+    }
+    CacheStats::global().reset();
+    Variable logits, loss;
+    {
+      ActivationCacheScope scope(policies);
+      MemTagScope tag(MemTag::Activation);
+      logits = (*model)(Variable(images));
+      loss = cross_entropy(logits, labels);
+    }
+    const int64_t before_backward = memory_stats().total.current;
+    r.activation_bytes = before_backward - init - static_cast<int64_t>(logits.data().nbytes()) -
+                         static_cast<int64_t>(loss.data().nbytes());
+    for (const auto& e : CacheStats::global().entries()) {
+      if (e.op.find(".input") == std::string::npos) continue;
+      r.saved_raw_bytes += e.bytes_raw;
+      r.saved_packed_bytes += e.bytes_packed;
+      r.saved_expected_bytes += e.bytes_expected;
+    }
+    logits = Variable();
+    {
+      MemTagScope tag(MemTag::Activation);
+      backward(loss);
+    }
+    loss = Variable();
+    opt.step();
+    const int64_t after_backward = memory_stats().total.current;
+    r.total_bytes = before_backward + (after_backward - init) - start;
+  }
+  r.peak_bytes = memory_stats().total.peak - start;
+  r.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  end_pack_step();
+  return r;
+}
+
+}  // namespace actlab

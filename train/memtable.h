@@ -1,0 +1,36 @@
+// One training step's memory, measured as the DIVISION reference measures it (reference §5), and the
+// model × batch × policy grid behind actlab-memtable (the shape of the paper's Table 1(a)).
+// Tested in tests/test_memtable.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actlab {
+
+struct StepMemoryConfig {
+  std::string model = "resnet18";
+  int64_t batch = 128;
+  int64_t in_channels = 3;
+  int64_t image_size = 32;
+  int64_t num_classes = 10;
+  std::string policy = "exact";
+  uint64_t seed = 0;
+};
+
+struct StepMemoryResult {
+  int64_t model_only_bytes = 0;       // parameters + buffers (+ gradient buffers once allocated)
+  int64_t activation_bytes = 0;       // before_backward − init − logits − loss (input batch included)
+  int64_t total_bytes = 0;            // before_backward + (after_backward − init), as the reference
+  int64_t peak_bytes = 0;             // the allocator's peak over the step (all tags)
+  int64_t saved_raw_bytes = 0;        // f32 bytes offered to the policy (conv/linear/BN inputs)
+  int64_t saved_packed_bytes = 0;     // what the policy kept of them
+  int64_t saved_expected_bytes = 0;   // the closed form for the same tensors
+  double step_seconds = 0;
+};
+
+// Builds the model, runs one forward + loss + backward + SGD step on random data with the policy in
+// force, and measures. Everything it allocates is freed before it returns.
+StepMemoryResult measure_step_memory(const StepMemoryConfig& config);
+
+}  // namespace actlab
