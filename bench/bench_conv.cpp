@@ -77,6 +77,8 @@ std::vector<Layer> model_layers(const std::string& model, int64_t n) {
     v.push_back({"mobilenet", "dw 144", conv(n, 144, 16, 144, 3, 1, 1, 144), 1, true});
     v.push_back({"mobilenet", "dw 384", conv(n, 384, 4, 384, 3, 1, 1, 384), 1, true});
     v.push_back({"mobilenet", "pw 144->24", conv(n, 144, 16, 24, 1, 1, 0), 1, true});
+    v.push_back({"mobilenet", "pw 24->144", conv(n, 24, 16, 144, 1, 1, 0), 1, true});
+    v.push_back({"mobilenet", "pw 64->384", conv(n, 64, 4, 384, 1, 1, 0), 1, true});
   }
   ACTLAB_CHECK(!v.empty(), "unknown --model '", model, "' (resnet20, resnet18, mobilenet, all)");
   return v;
@@ -146,7 +148,7 @@ double median_ms(int reps, F&& f) {
   return g_use_min ? ms.front() : ms[ms.size() / 2];
 }
 
-struct Timing { double fwd_ms, bwd_data_ms, bwd_weight_ms; };
+struct Timing { double fwd_ms, bwd_data_ms, bwd_weight_ms, workspace_mib; };
 
 Timing time_layer(const ConvShape& s, ConvImpl impl, int reps) {
   const size_t x_n = s.N * s.C * s.H * s.W, w_n = s.K * (s.C / s.groups) * s.R * s.S;
@@ -154,6 +156,8 @@ Timing time_layer(const ConvShape& s, ConvImpl impl, int reps) {
   const auto x = random_vector(x_n, 1), w = random_vector(w_n, 2), dy = random_vector(y_n, 3);
   std::vector<float> y(y_n), dx(x_n), dw(w_n);
   Timing t;
+  actlab::reset_peak();
+  const int64_t workspace_before = actlab::memory_stats()[actlab::MemTag::Workspace].current;
   t.fwd_ms = median_ms(reps, [&] {
     actlab::cpu::conv2d_forward(y.data(), x.data(), w.data(), nullptr, s, impl);
   });
@@ -163,6 +167,8 @@ Timing time_layer(const ConvShape& s, ConvImpl impl, int reps) {
   t.bwd_weight_ms = median_ms(reps, [&] {
     actlab::cpu::conv2d_backward_weight(dw.data(), nullptr, dy.data(), x.data(), s, impl);
   });
+  t.workspace_mib =
+      (actlab::memory_stats()[actlab::MemTag::Workspace].peak - workspace_before) / 1048576.0;
   return t;
 }
 
@@ -179,8 +185,9 @@ std::vector<std::string> split(const std::string& s) {
 
 void run_conv(const std::vector<Layer>& layers, const std::vector<std::string>& impls, int reps) {
   std::printf("| model | layer | N,C,HxW -> K,PxQ (RxS/stride, groups) | x | impl | fwd ms | "
-              "fwd GF/s | bwd-data ms | bwd-data GF/s | bwd-weight ms | bwd-weight GF/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "fwd GF/s | bwd-data ms | bwd-data GF/s | bwd-weight ms | bwd-weight GF/s | "
+              "peak scratch MiB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& impl_name : impls) {
     const ConvImpl impl = actlab::cpu::conv_impl_from_name(impl_name);
     std::string current_model;
@@ -203,13 +210,13 @@ void run_conv(const std::vector<Layer>& layers, const std::vector<std::string>& 
       step_ms += l.count * (t.fwd_ms + t.bwd_weight_ms + (l.needs_dx ? t.bwd_data_ms : 0.0));
       step_gflop += l.count * gflop * (l.needs_dx ? 3.0 : 2.0);
       std::printf("| %s | %s%s | %lld,%lld,%lldx%lld -> %lld,%lldx%lld (%lldx%lld/%lld, g%lld) | %d "
-                  "| %s | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f |\n",
+                  "| %s | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.1f |\n",
                   l.model.c_str(), l.name.c_str(), quiet ? "" : " (busy machine)", (long long)s.N, (long long)s.C,
                   (long long)s.H, (long long)s.W, (long long)s.K, (long long)s.P(),
                   (long long)s.Q(), (long long)s.R, (long long)s.S, (long long)s.stride_h,
                   (long long)s.groups, l.count, impl_name.c_str(), t.fwd_ms, gflop / t.fwd_ms * 1e3,
                   t.bwd_data_ms, gflop / t.bwd_data_ms * 1e3, t.bwd_weight_ms,
-                  gflop / t.bwd_weight_ms * 1e3);
+                  gflop / t.bwd_weight_ms * 1e3, t.workspace_mib);
       std::fflush(stdout);
     }
     print_total();

@@ -175,9 +175,19 @@ struct UpsampleMap {
   }
 };
 
-// urow[w] = LFC row `i` of a plane, nearest-up-sampled to the plane width, in f32.
-ACTLAB_INLINE void upsample_row(float* urow, const uint16_t* lfc_row, const int32_t* col, int64_t width) {
-  for (int64_t w = 0; w < width; ++w) urow[w] = bf16_to_float(lfc_row[col[w]]);
+// up (height × width) = the plane's LFC nearest-up-sampled, in f32: one gather per distinct source row,
+// copies for the rows that repeat it. Lets the residual and reconstruction run as flat loops over the
+// plane, which stay vectorized even when rows are shorter than a vector (4×4, 8×8 maps).
+ACTLAB_INLINE void upsample_plane(float* up, const uint16_t* lfc, const UpsampleMap& map, const PlaneGeometry& g) {
+  for (int64_t h = 0; h < g.height; ++h) {
+    float* row = up + h * g.width;
+    if (h > 0 && map.row[h] == map.row[h - 1]) {
+      std::memcpy(row, row - g.width, static_cast<size_t>(g.width) * 4);
+      continue;
+    }
+    const uint16_t* lfc_row = lfc + map.row[h] * g.lfc_w;
+    for (int64_t w = 0; w < g.width; ++w) row[w] = bf16_to_float(lfc_row[map.col[w]]);
+  }
 }
 
 // Small planes are processed in batches of consecutive planes of about this many elements: their
@@ -199,33 +209,34 @@ struct PlanePackArgs {
   bool with_lfc;
   uint64_t seed, stream;
 };
-// Per-thread scratch of plane_pack for a batch of B·E elements: residuals and uniforms (f32), up-sampled
-// row and column sums (f32), an LFC when it is not stored (bf16), codes (u8).
+// Per-thread scratch of plane_pack for a batch of B·E elements: residuals and uniforms (f32), the
+// up-sampled plane and column sums (f32), an LFC when it is not stored (bf16), codes (u8).
 int64_t plane_scratch_bytes(const PlaneGeometry& g) {
   const int64_t batch = planes_per_batch(g) * g.plane_elems();
-  return ((2 * batch + 2 * g.width) * 4 + g.lfc_elems() * 2 + batch + 63) / 64 * 64;
+  return ((2 * batch + g.plane_elems() + g.width) * 4 + g.lfc_elems() * 2 + batch + 63) / 64 * 64;
 }
 
 // Plane p of a batch: pool (when with_lfc), residual into r_out (or x itself), min/max keys.
 // Returns the values to quantize.
-ACTLAB_INLINE const float* plane_residual(int32_t& lo, int32_t& hi, float* r_out, uint16_t* lfc_out, float* urow,
+ACTLAB_INLINE const float* plane_residual(int32_t& lo, int32_t& hi, float* r_out, uint16_t* lfc_out, float* up,
                                           float* colsum, const float* xp, const PlanePackArgs& a) {
   const PlaneGeometry& g = *a.g;
+  const int64_t E = g.plane_elems();
   lo = INT32_MAX, hi = INT32_MIN;
   if (!a.with_lfc) {
-    min_max_keys(lo, hi, xp, g.plane_elems());
+    min_max_keys(lo, hi, xp, E);
     return xp;
   }
   pool_plane(lfc_out, colsum, xp, g);
-  if (!a.codes && !r_out) return nullptr;
-  for (int64_t h = 0; h < g.height; ++h) {
-    if (h == 0 || a.map->row[h] != a.map->row[h - 1])
-      upsample_row(urow, lfc_out + a.map->row[h] * g.lfc_w, a.map->col.data(), g.width);
-    const float* xrow = xp + h * g.width;
-    float* rrow = r_out + h * g.width;
-    for (int64_t w = 0; w < g.width; ++w) rrow[w] = xrow[w] - urow[w];
-    min_max_keys(lo, hi, rrow, g.width);
+  if (!r_out) return nullptr;
+  if (g.lfc_elems() == 1) {  // a plane no larger than the block (8×8, 4×4 maps): the LFC is one mean
+    const float mean = bf16_to_float(lfc_out[0]);
+    for (int64_t e = 0; e < E; ++e) r_out[e] = xp[e] - mean;
+  } else {
+    upsample_plane(up, lfc_out, *a.map, g);
+    for (int64_t e = 0; e < E; ++e) r_out[e] = xp[e] - up[e];
   }
+  min_max_keys(lo, hi, r_out, E);
   return r_out;
 }
 
@@ -237,8 +248,8 @@ void pack_planes(const PlanePackArgs& a, int64_t first, int64_t last, uint8_t* s
   const bool contiguous_runs = (g.bits * E) % 8 == 0;
   float* rbuf = reinterpret_cast<float*>(scratch);
   float* uniforms = rbuf + batch * E;
-  float* urow = uniforms + batch * E;
-  float* colsum = urow + g.width;
+  float* up = uniforms + batch * E;
+  float* colsum = up + E;
   uint16_t* lfc_scratch = reinterpret_cast<uint16_t*>(colsum + g.width);
   uint8_t* cbuf = reinterpret_cast<uint8_t*>(lfc_scratch + LE);
   for (int64_t p0 = first; p0 < last; p0 += batch) {
@@ -249,7 +260,7 @@ void pack_planes(const PlanePackArgs& a, int64_t first, int64_t last, uint8_t* s
       int32_t lo, hi;
       float* r_out = a.residual ? a.residual + p * E : a.codes ? rbuf + q * E : nullptr;
       if (!a.with_lfc && a.residual) std::memcpy(r_out, a.x + p * E, static_cast<size_t>(E) * 4);
-      const float* r = plane_residual(lo, hi, r_out, a.lfc ? a.lfc + p * LE : lfc_scratch, urow, colsum, a.x + p * E, a);
+      const float* r = plane_residual(lo, hi, r_out, a.lfc ? a.lfc + p * LE : lfc_scratch, up, colsum, a.x + p * E, a);
       if (!a.codes) continue;
       float min, step;
       range_params(min, step, a.mins + p, a.steps + p, lo, hi, g.bits);
@@ -269,9 +280,9 @@ struct PlaneUnpackArgs {
   const PlaneGeometry* g;
   const UpsampleMap* map;
 };
-// Per-thread scratch: up-sampled row (f32) and a batch of codes (u8).
+// Per-thread scratch: the up-sampled plane (f32) and a batch of codes (u8).
 int64_t unpack_scratch_bytes(const PlaneGeometry& g) {
-  return (g.width * 4 + planes_per_batch(g) * g.plane_elems() + 63) / 64 * 64;
+  return (g.plane_elems() * 4 + planes_per_batch(g) * g.plane_elems() + 63) / 64 * 64;
 }
 
 ACTLAB_CODEC_CLONES
@@ -280,8 +291,8 @@ void unpack_planes(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_
   const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   const int64_t batch = planes_per_batch(g);
   const bool contiguous_runs = (g.bits * E) % 8 == 0;
-  float* urow = reinterpret_cast<float*>(scratch);
-  uint8_t* cbuf = scratch + g.width * 4;
+  float* up = reinterpret_cast<float*>(scratch);
+  uint8_t* cbuf = scratch + E * 4;
   for (int64_t p0 = first; p0 < last; p0 += batch) {
     const int64_t nb = std::min(batch, last - p0);
     if (a.codes && contiguous_runs) unpack_run(cbuf, a.codes + p0 * code_bytes, nb * E, g.bits);
@@ -289,25 +300,20 @@ void unpack_planes(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_
       const int64_t p = p0 + q;
       float* op = a.out + p * E;
       const uint8_t* codes = cbuf + q * E;
-      float min = 0.f, step = 0.f;
-      if (a.codes) {
-        if (!contiguous_runs) unpack_run(cbuf + q * E, a.codes + p * code_bytes, E, g.bits);
-        min = bf16_to_float(a.mins[p]), step = bf16_to_float(a.steps[p]);
-        if (!a.lfc) {
-          for (int64_t e = 0; e < E; ++e) op[e] = dequantize(codes[e], min, step);
-          continue;
-        }
+      if (a.lfc && LE > 1) upsample_plane(a.codes ? up : op, a.lfc + p * LE, *a.map, g);
+      const float mean = a.lfc && LE == 1 ? bf16_to_float(a.lfc[p]) : 0.f;  // a one-value LFC
+      if (!a.codes) {
+        if (LE == 1) std::fill(op, op + E, mean);
+        continue;
       }
-      for (int64_t h = 0; h < g.height; ++h) {
-        if (h == 0 || a.map->row[h] != a.map->row[h - 1])
-          upsample_row(urow, a.lfc + p * LE + a.map->row[h] * g.lfc_w, a.map->col.data(), g.width);
-        float* orow = op + h * g.width;
-        const uint8_t* crow = codes + h * g.width;
-        if (a.codes) {
-          for (int64_t w = 0; w < g.width; ++w) orow[w] = urow[w] + dequantize(crow[w], min, step);
-        } else {
-          std::memcpy(orow, urow, static_cast<size_t>(g.width) * 4);
-        }
+      if (!contiguous_runs) unpack_run(cbuf + q * E, a.codes + p * code_bytes, E, g.bits);
+      const float min = bf16_to_float(a.mins[p]), step = bf16_to_float(a.steps[p]);
+      if (a.lfc && LE == 1) {
+        for (int64_t e = 0; e < E; ++e) op[e] = mean + dequantize(codes[e], min, step);
+      } else if (a.lfc) {
+        for (int64_t e = 0; e < E; ++e) op[e] = up[e] + dequantize(codes[e], min, step);
+      } else {
+        for (int64_t e = 0; e < E; ++e) op[e] = dequantize(codes[e], min, step);
       }
     }
   }

@@ -6,17 +6,92 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
+
+#include <sys/mman.h>
 
 namespace actlab {
 namespace {
 
+// The CPU backend caches freed blocks of 64 KiB and more by size class and hands them out again,
+// because touching fresh pages is expensive (measured here: ~3.7 ms per MiB of first touch against
+// 0.05 ms per MiB of rewriting warm memory; glibc returns large freed blocks to the kernel, so every
+// step would fault its activations in again). Size classes are m·2^k with m in [8, 16): at most 12.5%
+// rounding. Blocks of 2 MiB and more are 2 MiB-aligned and advised as transparent huge pages.
+// Small requests go straight to malloc, whose bins already recycle them cheaply.
 class CpuRawAllocator final : public RawAllocator {
  public:
-  void* raw_allocate(size_t bytes, int) override {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    return std::aligned_alloc(64, rounded);
+  static constexpr size_t kCacheMin = 64 * 1024;
+  static constexpr size_t kHuge = 2 * 1024 * 1024;
+
+  static size_t size_class(size_t bytes) {
+    if (bytes < kCacheMin) return (bytes + 63) / 64 * 64;
+    int k = 63 - __builtin_clzll(bytes);  // 2^k <= bytes < 2^(k+1)
+    const size_t step = size_t{1} << (k - 3);
+    return (bytes + step - 1) / step * step;
   }
-  void raw_free(void* ptr, size_t, int) override { std::free(ptr); }
+
+  void* raw_allocate(size_t bytes, int) override {
+    const size_t cls = size_class(bytes);
+    if (cls < kCacheMin) return std::aligned_alloc(64, cls);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(cls);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= cls;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(cls >= kHuge ? kHuge : 64, cls);
+    if (p == nullptr) {
+      empty_cache(0);
+      p = std::aligned_alloc(cls >= kHuge ? kHuge : 64, cls);
+    }
+    if (p == nullptr) return nullptr;
+#ifdef MADV_HUGEPAGE
+    if (cls >= kHuge) ::madvise(p, cls, MADV_HUGEPAGE);
+#endif
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_ += cls;
+    return p;
+  }
+
+  void raw_free(void* ptr, size_t bytes, int) override {
+    const size_t cls = size_class(bytes);
+    if (cls < kCacheMin) {
+      std::free(ptr);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[cls].push_back(ptr);
+    cached_ += cls;
+  }
+
+  // Bytes taken from the system for cached-size blocks (live + cached) plus nothing for small ones:
+  // the tracking layer adds live small bytes itself, so report -1 when nothing is cached.
+  int64_t reserved_bytes(int) const override { return -1; }
+  int64_t cached_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(cached_);
+  }
+
+  void empty_cache(int) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& entry : free_) {
+      for (void* p : entry.second) std::free(p);
+      held_ -= entry.first * entry.second.size();
+    }
+    free_.clear();
+    cached_ = 0;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  size_t held_ = 0;
 };
 
 struct DeviceState {
@@ -44,6 +119,19 @@ Registry& registry() {
 }
 
 thread_local MemTag t_current_tag = MemTag::Other;
+
+// Reserved = what the backend holds from the system: its own figure (CUDA), or live bytes plus the
+// CPU cache.
+void update_reserved(DeviceState& s, RawAllocator* backend, Device device) {
+  const int64_t reserved = backend->reserved_bytes(device.index);
+  if (reserved >= 0) {
+    s.stats.reserved = reserved;
+  } else {
+    const auto* cpu = dynamic_cast<const CpuRawAllocator*>(backend);
+    s.stats.reserved = s.stats.total.current + (cpu ? cpu->cached_bytes() : 0);
+  }
+  if (s.stats.reserved > s.stats.reserved_peak) s.stats.reserved_peak = s.stats.reserved;
+}
 
 void bump(TagStats& s, int64_t bytes) {
   s.current += bytes;
@@ -160,9 +248,7 @@ void* tracked_allocate(Device device, size_t bytes, MemTag tag) {
   }
   bump(s.stats.total, static_cast<int64_t>(bytes));
   bump(s.stats.by_tag[static_cast<int>(tag)], static_cast<int64_t>(bytes));
-  const int64_t reserved = backend->reserved_bytes(device.index);
-  s.stats.reserved = reserved >= 0 ? reserved : s.stats.total.current;
-  if (s.stats.reserved > s.stats.reserved_peak) s.stats.reserved_peak = s.stats.reserved;
+  update_reserved(s, backend, device);
   return ptr;
 }
 
@@ -179,9 +265,7 @@ void tracked_free(Device device, void* ptr, size_t bytes, MemTag tag) {
   }
   backend->raw_free(ptr, bytes, device.index);
   std::lock_guard<std::mutex> lock(r.mutex);
-  DeviceState& s = r.state(device);
-  const int64_t reserved = backend->reserved_bytes(device.index);
-  s.stats.reserved = reserved >= 0 ? reserved : s.stats.total.current;
+  update_reserved(r.state(device), backend, device);
 }
 
 MemoryStats memory_stats(Device device) {
@@ -208,9 +292,7 @@ void empty_cache(Device device) {
   }
   if (backend) backend->empty_cache(device.index);
   std::lock_guard<std::mutex> lock(r.mutex);
-  DeviceState& s = r.state(device);
-  const int64_t reserved = backend ? backend->reserved_bytes(device.index) : -1;
-  s.stats.reserved = reserved >= 0 ? reserved : s.stats.total.current;
+  if (backend) update_reserved(r.state(device), backend, device);
 }
 
 void set_memory_limit(Device device, int64_t bytes) {

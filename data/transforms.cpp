@@ -1,5 +1,5 @@
 // Normalization table, per-sample random choices and the fused crop/flip/normalize image kernel
-// (see data/transforms.h). Tested in tests/test_data.cpp.
+// (see data/transforms.h). Tested in tests/test_data.cpp and tests/test_data_cifar.cpp (reflect).
 #include "data/transforms.h"
 
 #include <algorithm>
@@ -15,7 +15,10 @@ constexpr ChannelStats kChannelStats[] = {
     {"fashion-mnist", 1, {0.2860f, 0.f, 0.f}, {0.3530f, 1.f, 1.f}},
     {"mnist", 1, {0.1307f, 0.f, 0.f}, {0.3081f, 1.f, 1.f}},
     {"cifar10", 3, {0.4914f, 0.4822f, 0.4465f}, {0.2023f, 0.1994f, 0.2010f}},
-    {"cifar100", 3, {0.5071f, 0.4865f, 0.4409f}, {0.2673f, 0.2564f, 0.2762f}},
+    // CIFAR-100 as the DIVISION CIFAR-100 scripts normalize, given there in grey levels
+    // (shared/docs/division-reference.md §4).
+    {"cifar100", 3, {125.3f / 255.f, 123.0f / 255.f, 113.9f / 255.f},
+     {63.0f / 255.f, 62.1f / 255.f, 66.7f / 255.f}},
 };
 
 // Augmentation draws live in their own Philox stream family (top bits 0xA) so they never overlap
@@ -30,6 +33,14 @@ std::string family_of(const std::string& dataset_name) {
 // crop offsets of a few pixels, and it keeps exactly one draw per choice).
 int64_t bits_below(uint32_t bits, int64_t n) {
   return static_cast<int64_t>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(n)) >> 32);
+}
+
+// Mirrors index i into [0, n) without repeating the edge (-1 -> 1, n -> n-2); valid for
+// -n < i < 2n-1, which pad < n guarantees.
+int64_t reflect_index(int64_t i, int64_t n) {
+  if (i < 0) return -i;
+  if (i >= n) return 2 * (n - 1) - i;
+  return i;
 }
 
 }  // namespace
@@ -53,6 +64,9 @@ TransformConfig default_transforms(const std::string& dataset_name, bool train) 
   if (train && (family == "cifar10" || family == "cifar100")) {
     config.crop_padding = 4;
     config.horizontal_flip = true;
+    // The reference CIFAR-100 pipeline is Pad(4, reflect) -> flip -> RandomCrop(32); flipping
+    // before or after a crop whose offsets are uniform and symmetric gives the same distribution.
+    if (family == "cifar100") config.pad_mode = PadMode::Reflect;
   }
   return config;
 }
@@ -89,6 +103,7 @@ PixelAffine make_pixel_affine(const TransformConfig& config, int64_t channels) {
   PixelAffine affine;
   affine.scale.assign(static_cast<size_t>(channels), 1.f / 255.f);
   affine.shift.assign(static_cast<size_t>(channels), 0.f);
+  affine.pad_mode = config.pad_mode;
   for (size_t c = 0; c < config.mean.size(); ++c) {
     affine.scale[c] = 1.f / (255.f * config.std[c]);
     affine.shift[c] = -config.mean[c] / config.std[c];
@@ -99,33 +114,48 @@ PixelAffine make_pixel_affine(const TransformConfig& config, int64_t channels) {
 void transform_image(float* out, const uint8_t* src, int64_t channels, int64_t height,
                      int64_t width, int64_t pad, const SampleAugment& a,
                      const PixelAffine& affine) {
+  const bool reflect = affine.pad_mode == PadMode::Reflect;
+  ACTLAB_CHECK(!reflect || (pad < height && pad < width), "reflect padding ", pad,
+               " needs images larger than the padding, got ", height, "x", width);
   const int64_t dy = a.crop_y - pad;  // source row = y + dy
   const int64_t dx = a.crop_x - pad;  // source col = xs + dx
-  // Output columns whose source column lies inside the image; the rest read the zero padding.
-  // No flip: sx = x + dx. Flip: sx = W-1-x + dx.
+  // Output columns whose source column lies inside the image; the rest read the padding.
+  // No flip: sx = x + dx. Flip: sx = W-1-x + dx = mirror - x.
+  const int64_t mirror = width - 1 + dx;
   const int64_t x_begin = std::clamp<int64_t>(a.flip ? dx : -dx, 0, width);
   const int64_t x_end = std::clamp<int64_t>(a.flip ? width + dx : width - dx, x_begin, width);
   for (int64_t c = 0; c < channels; ++c) {
     const float scale = affine.scale[c];
-    const float shift = affine.shift[c];  // = the value of a padding pixel (0 * scale + shift)
+    const float shift = affine.shift[c];  // = the value of a zero-padding pixel (0 * scale + shift)
     for (int64_t y = 0; y < height; ++y) {
       float* o = out + (c * height + y) * width;
-      const int64_t sy = y + dy;
+      int64_t sy = y + dy;
       if (sy < 0 || sy >= height) {
-        std::fill(o, o + width, shift);
-        continue;
+        if (!reflect) {
+          std::fill(o, o + width, shift);
+          continue;
+        }
+        sy = reflect_index(sy, height);
       }
       const uint8_t* s = src + (c * height + sy) * width;
-      std::fill(o, o + x_begin, shift);
+      if (reflect) {  // at most pad columns on each side: a scalar loop is fine
+        auto mirrored = [&](int64_t x) {
+          const int64_t sx = reflect_index(a.flip ? mirror - x : x + dx, width);
+          return static_cast<float>(s[sx]) * scale + shift;
+        };
+        for (int64_t x = 0; x < x_begin; ++x) o[x] = mirrored(x);
+        for (int64_t x = x_end; x < width; ++x) o[x] = mirrored(x);
+      } else {
+        std::fill(o, o + x_begin, shift);
+        std::fill(o + x_end, o + width, shift);
+      }
       if (a.flip) {
-        const int64_t mirror = width - 1 + dx;  // sx = mirror - x
         for (int64_t x = x_begin; x < x_end; ++x)
           o[x] = static_cast<float>(s[mirror - x]) * scale + shift;
       } else {
         for (int64_t x = x_begin; x < x_end; ++x)
           o[x] = static_cast<float>(s[x + dx]) * scale + shift;
       }
-      std::fill(o + x_end, o + width, shift);
     }
   }
 }

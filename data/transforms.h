@@ -1,7 +1,8 @@
 // Image transforms applied while the loader assembles a batch: u8 -> f32 in [0,1], random crop from a
-// zero-padded image, horizontal flip, per-channel normalization; plus the table of per-data-set
-// normalization constants. Randomness is a pure function of (seed, epoch, sample index), so a batch's
-// bytes do not depend on threads or on batch composition. Tested in tests/test_data.cpp.
+// zero- or reflect-padded image, horizontal flip, per-channel normalization; plus the table of
+// per-data-set normalization constants. Randomness is a pure function of (seed, epoch, sample
+// index), so a batch's bytes do not depend on threads or on batch composition. Tested in
+// tests/test_data.cpp (reflect padding and the CIFAR table in tests/test_data_cifar.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,11 +21,18 @@ struct ChannelStats {
 // "fashion-mnist" (the part before '/'). Throws Error listing the known names otherwise.
 const ChannelStats& channel_stats(const std::string& dataset_name);
 
+// How the crop window reads outside the image.
+//   Zero:    pixel value 0, i.e. -mean/std after normalization (torchvision
+//            RandomCrop(size, padding)), the default.
+//   Reflect: mirror without repeating the edge, index -1 -> 1 and W -> W-2 (torchvision
+//            Pad(p, padding_mode='reflect'), numpy 'reflect'); needs crop_padding < H and < W.
+enum class PadMode { Zero, Reflect };
+
 struct TransformConfig {
-  // Random crop of the original H x W from the image zero-padded by crop_padding on every side
-  // (torchvision's RandomCrop(size, padding)): offsets dy, dx uniform in [0, 2*crop_padding].
-  // 0 disables cropping. The padding is pixel value 0, i.e. -mean/std after normalization.
+  // Random crop of the original H x W from the image padded by crop_padding on every side:
+  // offsets dy, dx uniform in [0, 2*crop_padding]. 0 disables cropping.
   int64_t crop_padding = 0;
+  PadMode pad_mode = PadMode::Zero;
   bool horizontal_flip = false;  // flip with probability 0.5 (after the crop)
   // Per-channel normalization (x - mean) / std applied to x in [0,1]; both empty = none, otherwise
   // both must have one entry per channel and std > 0.
@@ -33,7 +41,8 @@ struct TransformConfig {
 };
 
 // Normalization from the table, with the usual augmentation when `train`: crop padding 4 plus flip
-// for CIFAR-sized (32x32) data sets, none for the MNIST family.
+// for CIFAR-sized (32x32) data sets (zero padding for CIFAR-10, reflect padding for CIFAR-100, as
+// in the DIVISION training scripts), none for the MNIST family.
 TransformConfig default_transforms(const std::string& dataset_name, bool train);
 
 // Throws Error unless `config` is usable for images with `channels` channels.
@@ -51,17 +60,20 @@ struct SampleAugment {
 SampleAugment draw_augment(const TransformConfig& config, uint64_t seed, uint64_t epoch,
                            uint64_t sample_index);
 
-// Precomputed affine map from u8 to the normalized float: out = px * scale[c] + shift[c], with
-// scale = 1/(255 std), shift = -mean/std (scale = 1/255, shift = 0 without normalization).
+// What transform_image needs from a TransformConfig, precomputed once: the affine map from u8 to
+// the normalized float, out = px * scale[c] + shift[c], with scale = 1/(255 std), shift =
+// -mean/std (scale = 1/255, shift = 0 without normalization), and the padding mode.
 struct PixelAffine {
   std::vector<float> scale;
   std::vector<float> shift;
+  PadMode pad_mode = PadMode::Zero;
 };
 PixelAffine make_pixel_affine(const TransformConfig& config, int64_t channels);
 
 // out: (C,H,W) f32; src: (C,H,W) u8 (never aliases out). With pad = config.crop_padding:
 //   out[c,y,x] = P(c, y + a.crop_y - pad, xs + a.crop_x - pad) * scale[c] + shift[c],
-//   xs = a.flip ? W-1-x : x, and P = src inside the image, 0 outside (the zero padding).
+//   xs = a.flip ? W-1-x : x, and P = src inside the image; outside it, 0 (PadMode::Zero) or src at
+//   the mirrored index (PadMode::Reflect, affine.pad_mode). Reflect throws Error unless pad < H, W.
 void transform_image(float* out, const uint8_t* src, int64_t channels, int64_t height,
                      int64_t width, int64_t pad, const SampleAugment& a, const PixelAffine& affine);
 

@@ -5,9 +5,21 @@
 
 namespace actlab {
 
+namespace {
+thread_local ForwardObserver* t_forward_observer = nullptr;
+}  // namespace
+
+ForwardObserver* set_forward_observer(ForwardObserver* observer) {
+  ForwardObserver* previous = t_forward_observer;
+  t_forward_observer = observer;
+  return previous;
+}
+
 Variable Module::operator()(const Variable& x) {
   ModulePathScope path(name_);
-  return forward(x);
+  Variable y = forward(x);
+  if (t_forward_observer) t_forward_observer->on_forward(current_module_path(), *this, y);
+  return y;
 }
 
 Variable& Module::register_parameter(const std::string& name, Tensor value) {

@@ -55,6 +55,18 @@ class Module {
   std::string name_;  // the name its parent registered it under ("" for the root)
 };
 
+// Optional, per-thread observer of module forwards, for inspection tools (models/summary.h): when
+// one is installed, Module::operator() calls it after forward() returns, with the full module path,
+// the module and its output. Costs one pointer test per module call when none is installed.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  virtual void on_forward(const std::string& path, const Module& module, const Variable& output) = 0;
+};
+// Installs `observer` for the calling thread (nullptr removes it); returns the previous one, which
+// the caller restores when done. The observer is not owned.
+ForwardObserver* set_forward_observer(ForwardObserver* observer);
+
 // The random stream parameters are initialised from (seed it once per run for reproducibility).
 PhiloxStream& init_rng();
 void seed_init(uint64_t seed);

@@ -1,34 +1,113 @@
-// Model registry.
+// Model registry: one table of names, descriptions, input-size facts and builders.
 #include "models/registry.h"
 
+#include <functional>
+
+#include "models/mlp.h"
+#include "models/mobilenet_v2.h"
 #include "models/resnet.h"
 
 namespace actlab {
 
-std::vector<std::pair<std::string, std::string>> model_names() {
-  return {
-      {"resnet20", "CIFAR ResNet-20 (He et al.; 0.27M params, option-A shortcuts)"},
-      {"resnet32", "CIFAR ResNet-32 (option-A shortcuts)"},
-      {"resnet56", "CIFAR ResNet-56 (option-A shortcuts)"},
-      {"resnet110", "CIFAR ResNet-110 (option-A shortcuts)"},
-      {"resnet20b", "CIFAR ResNet-20 with 1x1-conv projection shortcuts"},
-      {"resnet18", "CIFAR ResNet-18 (3x3 stem, no max-pool, 11.17M params)"},
-      {"resnet34", "CIFAR ResNet-34 (3x3 stem, no max-pool)"},
+namespace {
+
+struct ModelEntry {
+  const char* name;
+  const char* description;
+  int64_t native_size;     // 32 CIFAR, 224 ImageNet, 0: any
+  int stride2_layers;      // layers that halve H (ceil(H/2)); decides the smallest usable input
+  std::function<std::shared_ptr<Module>(const ModelSpec&)> build;
+};
+
+const std::vector<ModelEntry>& model_table() {
+  static const std::vector<ModelEntry> table = {
+      {"resnet20", "CIFAR ResNet-20 (He et al.; 0.27M params, option-A shortcuts)", 32, 2,
+       [](const ModelSpec& s) { return resnet_cifar_he(20, s.in_channels, s.num_classes); }},
+      {"resnet32", "CIFAR ResNet-32 (option-A shortcuts)", 32, 2,
+       [](const ModelSpec& s) { return resnet_cifar_he(32, s.in_channels, s.num_classes); }},
+      {"resnet56", "CIFAR ResNet-56 (option-A shortcuts)", 32, 2,
+       [](const ModelSpec& s) { return resnet_cifar_he(56, s.in_channels, s.num_classes); }},
+      {"resnet110", "CIFAR ResNet-110 (option-A shortcuts)", 32, 2,
+       [](const ModelSpec& s) { return resnet_cifar_he(110, s.in_channels, s.num_classes); }},
+      {"resnet20b", "CIFAR ResNet-20 with 1x1-conv projection shortcuts", 32, 2,
+       [](const ModelSpec& s) { return resnet_cifar_he(20, s.in_channels, s.num_classes, Shortcut::B); }},
+      {"resnet18", "CIFAR ResNet-18 (3x3 stem, no max-pool, 11.17M params)", 32, 3,
+       [](const ModelSpec& s) { return resnet_torchvision(18, Stem::Cifar, s.in_channels, s.num_classes); }},
+      {"resnet34", "CIFAR ResNet-34 (3x3 stem, no max-pool, 21.28M params)", 32, 3,
+       [](const ModelSpec& s) { return resnet_torchvision(34, Stem::Cifar, s.in_channels, s.num_classes); }},
+      {"resnet50", "CIFAR ResNet-50 (3x3 stem, no max-pool, Bottleneck v1.5, 23.52M params)", 32, 3,
+       [](const ModelSpec& s) { return resnet_torchvision(50, Stem::Cifar, s.in_channels, s.num_classes); }},
+      {"wrn28_10", "CIFAR Wide ResNet-28-10 (pre-activation, widths 160/320/640, 36.48M params)", 32, 2,
+       [](const ModelSpec& s) { return wide_resnet_cifar(28, 10, s.in_channels, s.num_classes); }},
+      {"resnet18_imagenet", "torchvision ResNet-18 (7x7 stem + max-pool, 224x224; 11.69M params)", 224, 5,
+       [](const ModelSpec& s) { return resnet_torchvision(18, Stem::ImageNet, s.in_channels, s.num_classes); }},
+      {"resnet50_imagenet", "torchvision ResNet-50 (7x7 stem + max-pool, 224x224; 25.56M params)", 224, 5,
+       [](const ModelSpec& s) { return resnet_torchvision(50, Stem::ImageNet, s.in_channels, s.num_classes); }},
+      {"wrn50_2_imagenet", "torchvision wide_resnet50_2 (bottleneck width x2, 224x224; 68.88M params)", 224, 5,
+       [](const ModelSpec& s) {
+         return resnet_torchvision(50, Stem::ImageNet, s.in_channels, s.num_classes, 2);
+       }},
+      {"mobilenet_v2", "MobileNetV2 CIFAR, the DIVISION reference's model (ReLU, conv shortcuts; 2.30M params)", 32,
+       3,
+       [](const ModelSpec& s) {
+         return std::make_shared<MobileNetV2>(mobilenet_v2_division_config(s.in_channels, s.num_classes));
+       }},
+      {"mobilenet_v2_torchcifar", "MobileNetV2 CIFAR as in shared/bench/cifar_models.py (ReLU6; 2.24M params)",
+       32, 3,
+       [](const ModelSpec& s) {
+         return std::make_shared<MobileNetV2>(mobilenet_v2_torchcifar_config(s.in_channels, s.num_classes));
+       }},
+      {"mobilenet_v2_imagenet", "torchvision MobileNetV2 (ReLU6, dropout 0.2, 224x224; 3.50M params)", 224, 5,
+       [](const ModelSpec& s) {
+         return std::make_shared<MobileNetV2>(mobilenet_v2_imagenet_config(s.in_channels, s.num_classes));
+       }},
+      {"mlp", "MLP: flatten, 2 hidden layers of 512 with ReLU, Linear to classes", 0, 0,
+       [](const ModelSpec& s) {
+         return std::make_shared<Mlp>(s.in_channels * s.image_size * s.image_size, std::vector<int64_t>{512, 512},
+                                      s.num_classes);
+       }},
   };
+  return table;
 }
 
-std::shared_ptr<Module> make_model(const ModelSpec& spec) {
-  ACTLAB_CHECK(spec.in_channels > 0 && spec.num_classes > 1 && spec.image_size > 0, "bad model spec: ",
-               spec.in_channels, " channels, ", spec.num_classes, " classes, image ", spec.image_size);
-  const std::string& n = spec.name;
-  if (n == "resnet20" || n == "resnet32" || n == "resnet56" || n == "resnet110")
-    return resnet_cifar_he(std::stoi(n.substr(6)), spec.in_channels, spec.num_classes);
-  if (n == "resnet20b") return resnet_cifar_he(20, spec.in_channels, spec.num_classes, Shortcut::B);
-  if (n == "resnet18" || n == "resnet34")
-    return resnet_cifar_basic(std::stoi(n.substr(6)), spec.in_channels, spec.num_classes);
+std::string all_names() {
   std::string names;
-  for (const auto& m : model_names()) names += (names.empty() ? "" : ", ") + m.first;
-  ACTLAB_FAIL("unknown model '", n, "'; available: ", names);
+  for (const auto& m : model_table()) names += (names.empty() ? "" : ", ") + std::string(m.name);
+  return names;
+}
+
+const ModelEntry& find_model(const std::string& name) {
+  for (const auto& m : model_table())
+    if (name == m.name) return m;
+  ACTLAB_FAIL("unknown model '", name, "'; available: ", all_names());
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> model_names() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& m : model_table()) out.emplace_back(m.name, m.description);
+  return out;
+}
+
+int64_t min_image_size(const std::string& name) {
+  const ModelEntry& m = find_model(name);
+  return m.stride2_layers == 0 ? 1 : (int64_t{1} << (m.stride2_layers - 1)) + 1;
+}
+
+int64_t native_image_size(const std::string& name) { return find_model(name).native_size; }
+
+std::shared_ptr<Module> make_model(const ModelSpec& spec) {
+  const ModelEntry& m = find_model(spec.name);
+  ACTLAB_CHECK(spec.in_channels > 0 && spec.num_classes > 1 && spec.image_size > 0, "bad model spec for '",
+               spec.name, "': ", spec.in_channels, " channels, ", spec.num_classes, " classes, image ",
+               spec.image_size);
+  const int64_t min_size = min_image_size(spec.name);
+  ACTLAB_CHECK(spec.image_size >= min_size, "model '", spec.name, "' halves the image ", m.stride2_layers,
+               " times (ceil(H/2) each), so a ", spec.image_size, "x", spec.image_size,
+               " input would reach a stride-2 layer as 1x1; it needs image_size >= ", min_size, " (designed for ",
+               m.native_size, "x", m.native_size, ")");
+  return m.build(spec);
 }
 
 }  // namespace actlab

@@ -1,5 +1,5 @@
-// make_model: the one place model names from the command line become modules.
-// Tested in tests/test_models.cpp.
+// make_model: the one place model names from the command line become modules, and where a model's
+// input-size requirements are checked. Tested in tests/test_models.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -10,14 +10,22 @@
 namespace actlab {
 
 struct ModelSpec {
-  std::string name;         // "resnet20", "resnet18", ...
+  std::string name;         // "resnet20", "resnet18", "mobilenet_v2", ... (see model_names())
   int64_t in_channels = 3;
   int64_t num_classes = 10;
-  int64_t image_size = 32;
+  int64_t image_size = 32;  // square inputs of image_size²; the MLP's input width depends on it
 };
 
+// Builds the named model. Throws, listing every name, for an unknown name; throws for a spec the model
+// cannot take (channels/classes < 1, or an image so small that a stride-2 layer would see a 1×1 map —
+// see min_image_size()).
 std::shared_ptr<Module> make_model(const ModelSpec& spec);
 // Names accepted by make_model, with a one-line description each.
 std::vector<std::pair<std::string, std::string>> model_names();
+// The smallest image size the named model accepts: every stride-2 layer must see at least 2×2, so a
+// model with k stride-2 layers (each maps H to ceil(H/2)) needs H > 2^(k-1). 1 for the MLP.
+int64_t min_image_size(const std::string& name);
+// The image size the model was designed for (32 for CIFAR models, 224 for ImageNet ones, 0 if none).
+int64_t native_image_size(const std::string& name);
 
 }  // namespace actlab

@@ -1,4 +1,5 @@
-// CIFAR ResNets built from BasicBlocks.
+// ResNet blocks and networks: BasicBlock, Bottleneck, ResNet (CIFAR or ImageNet stem), the
+// pre-activation WideBasicBlock and WideResNetCifar, and the depth → configuration factories.
 #include "models/resnet.h"
 
 namespace actlab {
@@ -34,47 +35,162 @@ Variable BasicBlock::forward(const Variable& x) {
   return add_relu(out, identity);
 }
 
-ResNetCifar::ResNetCifar(const std::vector<int64_t>& widths, const std::vector<int64_t>& blocks,
-                         Shortcut shortcut, int64_t in_channels, int64_t num_classes) {
-  ACTLAB_CHECK(widths.size() == blocks.size() && !widths.empty(), "ResNet: widths and blocks differ in length");
-  conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_channels, widths[0], 3, 1, 1));
-  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(widths[0]));
+Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, int64_t width_per_group) {
+  ACTLAB_CHECK(planes * width_per_group % 64 == 0, "Bottleneck: planes ", planes, " x width_per_group ",
+               width_per_group, " is not a multiple of 64");
+  const int64_t width = planes * width_per_group / 64;
+  const int64_t out_planes = planes * kExpansion;
+  conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_planes, width, 1, 1, 0));
+  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(width));
+  conv2_ = register_module("conv2", std::make_shared<Conv2d>(width, width, 3, stride, 1));
+  bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(width));
+  conv3_ = register_module("conv3", std::make_shared<Conv2d>(width, out_planes, 1, 1, 0));
+  bn3_ = register_module("bn3", std::make_shared<BatchNorm2d>(out_planes));
   relu_ = register_module("relu", std::make_shared<ReLU>());
-  int64_t in_planes = widths[0];
-  for (size_t s = 0; s < widths.size(); ++s) {
+  if (stride != 1 || in_planes != out_planes) {
+    downsample_ = register_module("downsample", std::make_shared<Sequential>());
+    downsample_->add(std::make_shared<Conv2d>(in_planes, out_planes, 1, stride, 0));
+    downsample_->add(std::make_shared<BatchNorm2d>(out_planes));
+  }
+}
+
+Variable Bottleneck::forward(const Variable& x) {
+  Variable out = (*relu_)((*bn1_)((*conv1_)(x)));
+  out = (*relu_)((*bn2_)((*conv2_)(out)));
+  out = (*bn3_)((*conv3_)(out));
+  const Variable identity = downsample_ ? (*downsample_)(x) : x;
+  ModulePathScope path("relu");
+  return add_relu(out, identity);
+}
+
+ResNet::ResNet(const ResNetConfig& c) {
+  ACTLAB_CHECK(c.widths.size() == c.blocks.size() && !c.widths.empty(), "ResNet: ", c.widths.size(),
+               " stage widths but ", c.blocks.size(), " block counts");
+  const int64_t stem_width = c.widths[0];
+  if (c.stem == Stem::ImageNet) {
+    conv1_ = register_module("conv1", std::make_shared<Conv2d>(c.in_channels, stem_width, 7, 2, 3));
+  } else {
+    conv1_ = register_module("conv1", std::make_shared<Conv2d>(c.in_channels, stem_width, 3, 1, 1));
+  }
+  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(stem_width));
+  relu_ = register_module("relu", std::make_shared<ReLU>());
+  if (c.stem == Stem::ImageNet) maxpool_ = register_module("maxpool", std::make_shared<MaxPool2d>(3, 2, 1));
+  int64_t in_planes = stem_width;
+  for (size_t s = 0; s < c.widths.size(); ++s) {
     auto stage = register_module("layer" + std::to_string(s + 1), std::make_shared<Sequential>());
-    for (int64_t b = 0; b < blocks[s]; ++b) {
+    for (int64_t b = 0; b < c.blocks[s]; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
-      stage->add(std::make_shared<BasicBlock>(in_planes, widths[s], stride, shortcut));
-      in_planes = widths[s];
+      if (c.block == BlockType::Basic) {
+        stage->add(std::make_shared<BasicBlock>(in_planes, c.widths[s], stride, c.shortcut));
+        in_planes = c.widths[s];
+      } else {
+        stage->add(std::make_shared<Bottleneck>(in_planes, c.widths[s], stride, c.width_per_group));
+        in_planes = c.widths[s] * Bottleneck::kExpansion;
+      }
     }
     stages_.push_back(stage);
   }
   pool_ = register_module("avgpool", std::make_shared<GlobalAvgPool>());
-  fc_ = register_module("fc", std::make_shared<Linear>(in_planes, num_classes));
+  fc_ = register_module("fc", std::make_shared<Linear>(in_planes, c.num_classes));
 }
 
-Variable ResNetCifar::forward(const Variable& x) {
+Variable ResNet::forward(const Variable& x) {
   Variable h = (*relu_)((*bn1_)((*conv1_)(x)));
+  if (maxpool_) h = (*maxpool_)(h);
   for (auto& stage : stages_) h = (*stage)(h);
   return (*fc_)((*pool_)(h));
 }
 
-std::shared_ptr<ResNetCifar> resnet_cifar_he(int depth, int64_t in_channels, int64_t num_classes,
-                                             Shortcut shortcut) {
-  ACTLAB_CHECK(depth >= 8 && (depth - 2) % 6 == 0, "CIFAR ResNet depth must be 6n+2 (20, 32, 56, 110), got ", depth);
-  const int64_t n = (depth - 2) / 6;
-  return std::make_shared<ResNetCifar>(std::vector<int64_t>{16, 32, 64}, std::vector<int64_t>{n, n, n}, shortcut,
-                                       in_channels, num_classes);
+WideBasicBlock::WideBasicBlock(int64_t in_planes, int64_t planes, int64_t stride, float dropout) {
+  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(in_planes));
+  relu1_ = register_module("relu1", std::make_shared<ReLU>());
+  conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_planes, planes, 3, stride, 1));
+  bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
+  relu2_ = register_module("relu2", std::make_shared<ReLU>());
+  if (dropout > 0.f) dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout));
+  conv2_ = register_module("conv2", std::make_shared<Conv2d>(planes, planes, 3, 1, 1));
+  if (stride != 1 || in_planes != planes)
+    shortcut_ = register_module("shortcut", std::make_shared<Conv2d>(in_planes, planes, 1, stride, 0));
 }
 
-std::shared_ptr<ResNetCifar> resnet_cifar_basic(int depth, int64_t in_channels, int64_t num_classes) {
-  std::vector<int64_t> blocks;
-  if (depth == 18) blocks = {2, 2, 2, 2};
-  else if (depth == 34) blocks = {3, 4, 6, 3};
-  else ACTLAB_FAIL("CIFAR BasicBlock ResNet depth must be 18 or 34, got ", depth);
-  return std::make_shared<ResNetCifar>(std::vector<int64_t>{64, 128, 256, 512}, blocks, Shortcut::B, in_channels,
-                                       num_classes);
+Variable WideBasicBlock::forward(const Variable& x) {
+  const Variable pre = (*relu1_)((*bn1_)(x));
+  Variable out = (*relu2_)((*bn2_)((*conv1_)(pre)));
+  if (dropout_) out = (*dropout_)(out);
+  out = (*conv2_)(out);
+  return add(out, shortcut_ ? (*shortcut_)(pre) : x);
+}
+
+WideResNetCifar::WideResNetCifar(int depth, int64_t widen, float dropout, int64_t in_channels,
+                                 int64_t num_classes) {
+  ACTLAB_CHECK(depth >= 10 && (depth - 4) % 6 == 0, "Wide ResNet depth must be 6n+4 (16, 22, 28, 40), got ",
+               depth);
+  ACTLAB_CHECK(widen >= 1, "Wide ResNet widening factor must be >= 1, got ", widen);
+  const int64_t n = (depth - 4) / 6;
+  conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_channels, 16, 3, 1, 1));
+  int64_t in_planes = 16;
+  const int64_t widths[3] = {16 * widen, 32 * widen, 64 * widen};
+  for (int s = 0; s < 3; ++s) {
+    auto stage = register_module("layer" + std::to_string(s + 1), std::make_shared<Sequential>());
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
+      stage->add(std::make_shared<WideBasicBlock>(in_planes, widths[s], stride, dropout));
+      in_planes = widths[s];
+    }
+    stages_.push_back(stage);
+  }
+  bn_final_ = register_module("bn_final", std::make_shared<BatchNorm2d>(in_planes));
+  relu_final_ = register_module("relu_final", std::make_shared<ReLU>());
+  pool_ = register_module("avgpool", std::make_shared<GlobalAvgPool>());
+  fc_ = register_module("fc", std::make_shared<Linear>(in_planes, num_classes));
+}
+
+Variable WideResNetCifar::forward(const Variable& x) {
+  Variable h = (*conv1_)(x);
+  for (auto& stage : stages_) h = (*stage)(h);
+  h = (*relu_final_)((*bn_final_)(h));
+  return (*fc_)((*pool_)(h));
+}
+
+std::shared_ptr<ResNet> resnet_cifar_he(int depth, int64_t in_channels, int64_t num_classes, Shortcut shortcut) {
+  ACTLAB_CHECK(depth >= 8 && (depth - 2) % 6 == 0, "CIFAR ResNet depth must be 6n+2 (20, 32, 56, 110), got ", depth);
+  const int64_t n = (depth - 2) / 6;
+  ResNetConfig c;
+  c.widths = {16, 32, 64};
+  c.blocks = {n, n, n};
+  c.shortcut = shortcut;
+  c.in_channels = in_channels;
+  c.num_classes = num_classes;
+  return std::make_shared<ResNet>(c);
+}
+
+std::shared_ptr<ResNet> resnet_torchvision(int depth, Stem stem, int64_t in_channels, int64_t num_classes,
+                                           int64_t width_factor) {
+  ResNetConfig c;
+  c.stem = stem;
+  c.widths = {64, 128, 256, 512};
+  c.block = depth >= 50 ? BlockType::Bottleneck : BlockType::Basic;
+  switch (depth) {
+    case 18: c.blocks = {2, 2, 2, 2}; break;
+    case 34: case 50: c.blocks = {3, 4, 6, 3}; break;
+    case 101: c.blocks = {3, 4, 23, 3}; break;
+    case 152: c.blocks = {3, 8, 36, 3}; break;
+    default: ACTLAB_FAIL("torchvision ResNet depth must be 18, 34, 50, 101 or 152, got ", depth);
+  }
+  // torchvision widens only the bottleneck's inner 3×3 (wide_resnet50_2); a wide BasicBlock is not a thing.
+  ACTLAB_CHECK(width_factor == 1 || c.block == BlockType::Bottleneck, "width factor ", width_factor,
+               " needs a Bottleneck ResNet (depth >= 50), got depth ", depth);
+  ACTLAB_CHECK(width_factor >= 1, "ResNet width factor must be >= 1, got ", width_factor);
+  c.width_per_group = 64 * width_factor;
+  c.shortcut = Shortcut::B;
+  c.in_channels = in_channels;
+  c.num_classes = num_classes;
+  return std::make_shared<ResNet>(c);
+}
+
+std::shared_ptr<WideResNetCifar> wide_resnet_cifar(int depth, int64_t widen, int64_t in_channels,
+                                                   int64_t num_classes, float dropout) {
+  return std::make_shared<WideResNetCifar>(depth, widen, dropout, in_channels, num_classes);
 }
 
 }  // namespace actlab

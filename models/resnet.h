@@ -1,7 +1,8 @@
-// CIFAR-style ResNets: ResNet-20/32/56/110 (He et al. 2016; 16-32-64 widths, option-A shortcuts) and
-// ResNet-18/34 with a 3×3 stride-1 stem and no max-pool (64-128-256-512, 1×1 projection shortcuts).
-// Parameter names follow torchvision (conv1, bn1, layerK.I.conv1, layerK.I.downsample.0, fc).
-// Tested in tests/test_models.cpp.
+// ResNets: the CIFAR ResNet-20/32/56/110 of He et al. 2016 (16-32-64 widths, option-A shortcuts), the
+// torchvision ResNet family (BasicBlock / Bottleneck v1.5, optionally wide) with either a CIFAR stem
+// (3×3 stride 1, no max-pool) or the ImageNet stem (7×7 stride 2 + 3×3 stride-2 max-pool), and the
+// pre-activation Wide ResNet of Zagoruyko & Komodakis 2016 for CIFAR. Parameter names follow
+// torchvision (conv1, bn1, layerK.I.conv1, layerK.I.downsample.0, fc). Tested in tests/test_models.cpp.
 #pragma once
 #include <memory>
 #include <vector>
@@ -11,7 +12,10 @@
 namespace actlab {
 
 enum class Shortcut { A, B };  // A: subsample + zero-pad channels; B: 1×1 conv + BN
+enum class Stem { Cifar, ImageNet };  // 3×3 s1 conv; 7×7 s2 conv + 3×3 s2 max-pool (spatial /4)
+enum class BlockType { Basic, Bottleneck };
 
+// relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); 3×3 convs, stride on conv1. Output: planes channels.
 class BasicBlock final : public Module {
  public:
   BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Shortcut shortcut);
@@ -25,25 +29,93 @@ class BasicBlock final : public Module {
   int64_t pad_stride_ = 0, pad_out_ = 0;    // option A, when shapes change
 };
 
-class ResNetCifar final : public Module {
+// torchvision Bottleneck (v1.5: the stride sits on the 3×3 conv): 1×1 in→width, 3×3 width→width
+// (stride), 1×1 width→4·planes, each followed by BN; ReLU after the first two and after the residual
+// add. width = planes · width_per_group / 64 (64: ResNet-50; 128: Wide ResNet-50-2). The shortcut is
+// downsample = (1×1 conv stride s, BN) when the stride or the channel count changes.
+class Bottleneck final : public Module {
  public:
-  ResNetCifar(const std::vector<int64_t>& widths, const std::vector<int64_t>& blocks, Shortcut shortcut,
-              int64_t in_channels, int64_t num_classes);
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, int64_t width_per_group = 64);
   Variable forward(const Variable& x) override;
-  std::string kind() const override { return "ResNetCifar"; }
+  std::string kind() const override { return "Bottleneck"; }
+ private:
+  std::shared_ptr<Conv2d> conv1_, conv2_, conv3_;
+  std::shared_ptr<BatchNorm2d> bn1_, bn2_, bn3_;
+  std::shared_ptr<ReLU> relu_;
+  std::shared_ptr<Sequential> downsample_;
+};
+
+// Stem, four (or, for He's CIFAR nets, three) stages layer1.. of blocks, global average pool, fc.
+// Stage s > 0 starts with a stride-2 block. Input (N, in_channels, H, W) → logits (N, num_classes).
+struct ResNetConfig {
+  Stem stem = Stem::Cifar;
+  BlockType block = BlockType::Basic;
+  std::vector<int64_t> widths;  // planes per stage (a Bottleneck stage outputs 4× this)
+  std::vector<int64_t> blocks;  // blocks per stage
+  Shortcut shortcut = Shortcut::B;  // BasicBlock only; Bottleneck always projects
+  int64_t width_per_group = 64;     // Bottleneck only
+  int64_t in_channels = 3;
+  int64_t num_classes = 10;
+};
+
+class ResNet final : public Module {
+ public:
+  explicit ResNet(const ResNetConfig& config);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "ResNet"; }
  private:
   std::shared_ptr<Conv2d> conv1_;
   std::shared_ptr<BatchNorm2d> bn1_;
   std::shared_ptr<ReLU> relu_;
+  std::shared_ptr<MaxPool2d> maxpool_;  // ImageNet stem only
   std::vector<std::shared_ptr<Sequential>> stages_;
   std::shared_ptr<GlobalAvgPool> pool_;
   std::shared_ptr<Linear> fc_;
 };
 
-// depth ∈ {20, 32, 56, 110}: 3 stages of (depth−2)/6 blocks, option-A shortcuts (like the paper).
-std::shared_ptr<ResNetCifar> resnet_cifar_he(int depth, int64_t in_channels, int64_t num_classes,
-                                             Shortcut shortcut = Shortcut::A);
-// depth ∈ {18, 34}: 4 stages of BasicBlocks, option-B shortcuts.
-std::shared_ptr<ResNetCifar> resnet_cifar_basic(int depth, int64_t in_channels, int64_t num_classes);
+// Pre-activation wide basic block (Zagoruyko & Komodakis): o = relu1(bn1(x)); conv1 3×3 (stride);
+// relu2(bn2(·)); optional dropout; conv2 3×3; plus x, or plus shortcut(o) — a bare 1×1 conv, no BN,
+// applied to the pre-activated input as in the authors' code — when the shape changes.
+class WideBasicBlock final : public Module {
+ public:
+  WideBasicBlock(int64_t in_planes, int64_t planes, int64_t stride, float dropout);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "WideBasicBlock"; }
+ private:
+  std::shared_ptr<BatchNorm2d> bn1_, bn2_;
+  std::shared_ptr<ReLU> relu1_, relu2_;
+  std::shared_ptr<Conv2d> conv1_, conv2_, shortcut_;
+  std::shared_ptr<Dropout> dropout_;  // only when p > 0
+};
+
+// WRN-depth-widen for CIFAR: conv1 3×3 in→16; layer1..3 of (depth−4)/6 WideBasicBlocks with widths
+// 16k, 32k, 64k (strides 1, 2, 2); then bn_final + relu_final (pre-activation nets end on BN-ReLU),
+// global average pool, fc. No torchvision counterpart; names follow the ResNet ones above.
+class WideResNetCifar final : public Module {
+ public:
+  WideResNetCifar(int depth, int64_t widen, float dropout, int64_t in_channels, int64_t num_classes);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "WideResNetCifar"; }
+ private:
+  std::shared_ptr<Conv2d> conv1_;
+  std::vector<std::shared_ptr<Sequential>> stages_;
+  std::shared_ptr<BatchNorm2d> bn_final_;
+  std::shared_ptr<ReLU> relu_final_;
+  std::shared_ptr<GlobalAvgPool> pool_;
+  std::shared_ptr<Linear> fc_;
+};
+
+// depth ∈ {20, 32, 56, 110}: 3 stages of (depth−2)/6 BasicBlocks, CIFAR stem, option-A shortcuts
+// by default (like the paper).
+std::shared_ptr<ResNet> resnet_cifar_he(int depth, int64_t in_channels, int64_t num_classes,
+                                        Shortcut shortcut = Shortcut::A);
+// torchvision's resnet{18,34,50,101,152} with the given stem; width_factor 2 with a Bottleneck depth
+// gives wide_resnet{50,101}_2.
+std::shared_ptr<ResNet> resnet_torchvision(int depth, Stem stem, int64_t in_channels, int64_t num_classes,
+                                           int64_t width_factor = 1);
+// depth = 6n+4 (28 for WRN-28-10), widen ≥ 1, dropout in [0, 1).
+std::shared_ptr<WideResNetCifar> wide_resnet_cifar(int depth, int64_t widen, int64_t in_channels,
+                                                   int64_t num_classes, float dropout = 0.f);
 
 }  // namespace actlab

@@ -246,21 +246,27 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
 }
 
 TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unpack is LFC↑") {
-  const PlaneGeometry g = make_plane_geometry(64, 16, 16, 8, 2);  // 16k elements: above the parallel threshold
-  const std::vector<float> x = random_values(static_cast<size_t>(64 * 256), 99);
-  std::vector<uint16_t> lfc(64 * 4), mins(64), steps(64);
-  std::vector<uint8_t> codes(64 * 64);
-  cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 5, 6);
-  const NaivePlanes want = naive_plane_pack(x, g, true, 5, 6);
-  CHECK(codes == want.codes);
-  std::vector<float> up(x.size());
-  cpu::plane_unpack(up.data(), lfc.data(), nullptr, nullptr, nullptr, g);
-  bool all_equal = true;
-  for (int64_t p = 0; p < 64; ++p)
-    for (int64_t h = 0; h < 16; ++h)
-      for (int64_t w = 0; w < 16; ++w)
-        all_equal = all_equal && up[p * 256 + h * 16 + w] == bf16_to_float(lfc[p * 4 + (h / 8) * 2 + w / 8]);
-  CHECK(all_equal);
+  // 64×16×16 is above the parallel threshold (two threads split the planes); 40×7×7 has a 1×1 LFC.
+  for (const PlaneGeometry& g : {make_plane_geometry(64, 16, 16, 8, 2), make_plane_geometry(40, 7, 7, 8, 2)}) {
+    const int64_t E = g.plane_elems(), LE = g.lfc_elems();
+    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 99);
+    std::vector<uint16_t> lfc(g.planes * LE), mins(g.planes), steps(g.planes);
+    std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
+    cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 5, 6);
+    const NaivePlanes want = naive_plane_pack(x, g, true, 5, 6);
+    CHECK(lfc == want.lfc);
+    CHECK(codes == want.codes);
+    std::vector<float> up(x.size());
+    cpu::plane_unpack(up.data(), lfc.data(), nullptr, nullptr, nullptr, g);
+    bool all_equal = true;
+    for (int64_t p = 0; p < g.planes; ++p)
+      for (int64_t h = 0; h < g.height; ++h)
+        for (int64_t w = 0; w < g.width; ++w) {
+          const int64_t i = h * g.lfc_h / g.height, j = w * g.lfc_w / g.width;
+          all_equal = all_equal && up[p * E + h * g.width + w] == bf16_to_float(lfc[p * LE + i * g.lfc_w + j]);
+        }
+    CHECK(all_equal);
+  }
 }
 
 TEST_CASE("codec: group_pack and group_unpack match the per-element spec, padding included") {

@@ -64,6 +64,7 @@ std::vector<ConvShape> test_shapes() {
       shape(3, 32, 8, 8, 32, 3, 3, 2, 1, 32),   // depthwise stride 2
       shape(2, 5, 7, 5, 5, 3, 3, 1, 1, 5),      // depthwise, odd channel count
       shape(2, 32, 8, 8, 32, 3, 3, 1, 1, 1),    // Winograd-eligible (3x3 s1, C,K % 16 == 0)
+      shape(2, 64, 6, 5, 64, 3, 3, 1, 1, 1),    // Auto picks Winograd here (>= 64 channels)
   };
   ConvShape asym = shape(2, 4, 9, 6, 5, 3, 1, 1, 0, 1);  // different strides and pads per axis
   asym.stride_h = 2, asym.pad_w = 1;

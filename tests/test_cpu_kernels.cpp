@@ -1,6 +1,6 @@
-// Tests of the non-conv CPU kernels (core/cpu/kernels.h): every forward against a naive loop written
-// here, mask bits and max-pool indices exactly, every backward against central differences of its
-// own forward (double accumulation), SGD against a hand-rolled torch.optim.SGD loop, dropout
+// Tests of the non-conv CPU kernels (core/cpu/kernels.h): every forward against a naive loop
+// written here, mask bits and max-pool indices exactly, every backward against central differences
+// of its own forward (double accumulation), SGD against a hand-rolled torch.optim.SGD loop, dropout
 // statistics and determinism, label validation. Sizes are odd (N=3, C=5, 7x9) so tails are hit; a
 // few cases run above kParallelGrain so the OpenMP path is compared too.
 #include <doctest/doctest.h>
@@ -77,8 +77,8 @@ constexpr int64_t kN = 3, kC = 5, kH = 7, kW = 9, kHW = kH * kW;
 struct BnRef {
   Vec64 y, mean, invstd, running_mean, running_var;
 };
-BnRef bn_train_ref(const Vec& x, const Vec& gamma, const Vec& beta, Vec64 rm, Vec64 rv,
-                   int64_t N, int64_t C, int64_t HW, double momentum, double eps) {
+BnRef bn_train_ref(const Vec& x, const Vec& gamma, const Vec& beta, Vec64 rm, Vec64 rv, int64_t N,
+                   int64_t C, int64_t HW, double momentum, double eps) {
   BnRef r{Vec64(x.size()), Vec64(C), Vec64(C), rm, rv};
   const double M = double(N * HW);
   for (int64_t c = 0; c < C; ++c) {
@@ -102,13 +102,19 @@ BnRef bn_train_ref(const Vec& x, const Vec& gamma, const Vec& beta, Vec64 rm, Ve
   return r;
 }
 
-TEST_CASE("cpu kernels: batchnorm forward (train) matches the naive loop and updates running stats") {
+TEST_CASE(
+    "cpu kernels: batchnorm forward (train) matches the naive loop and updates running stats") {
   LiveBytesGuard guard;
-  struct Case { int64_t N, C, HW; float offset; };
+  struct Case {
+    int64_t N, C, HW;
+    float offset;
+  };
   // The second case is above kParallelGrain (OpenMP path); the third has |mean| >> std, where a
   // naive one-pass E[x²] - E[x]² variance in float would lose every digit.
   for (const Case& k : {Case{kN, kC, kHW, 0.f}, Case{4, 8, 1024, 0.f}, Case{2, 3, 50, 1000.f}}) {
-    CAPTURE(k.N); CAPTURE(k.C); CAPTURE(k.HW);
+    CAPTURE(k.N);
+    CAPTURE(k.C);
+    CAPTURE(k.HW);
     Vec x = random_vec(k.N * k.C * k.HW, 1, -1.f, 2.f);
     for (float& v : x) v += k.offset;
     const Vec gamma = random_vec(k.C, 2, 0.5f, 1.5f), beta = random_vec(k.C, 3);
@@ -130,14 +136,15 @@ TEST_CASE("cpu kernels: batchnorm forward (train) matches the naive loop and upd
     CHECK(inplace == y);
   }
   Vec one(4), stat(4);
-  CHECK_THROWS_AS(cpu::batchnorm_forward_train(one.data(), stat.data(), stat.data(), nullptr,
-                                               nullptr, one.data(), nullptr, nullptr, 1, 4, 1,
-                                               0.1f, 1e-5f),
-                  actlab::Error);
+  CHECK_THROWS_AS(
+      cpu::batchnorm_forward_train(one.data(), stat.data(), stat.data(), nullptr, nullptr,
+                                   one.data(), nullptr, nullptr, 1, 4, 1, 0.1f, 1e-5f),
+      actlab::Error);
 }
 
 TEST_CASE("cpu kernels: batchnorm forward (eval) matches the naive loop") {
-  const Vec x = random_vec(kN * kC * kHW, 11), gamma = random_vec(kC, 12), beta = random_vec(kC, 13);
+  const Vec x = random_vec(kN * kC * kHW, 11), gamma = random_vec(kC, 12),
+            beta = random_vec(kC, 13);
   const Vec rm = random_vec(kC, 14), rv = random_vec(kC, 15, 0.2f, 3.f);
   Vec y(x.size());
   cpu::batchnorm_forward_eval(y.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
@@ -150,7 +157,8 @@ TEST_CASE("cpu kernels: batchnorm forward (eval) matches the naive loop") {
   check_close(y, want, 1e-5, 1e-5, "y");
 }
 
-TEST_CASE("cpu kernels: batchnorm backward (train) matches central differences through the batch stats") {
+TEST_CASE(
+    "cpu kernels: batchnorm backward (train) matches central differences through the batch stats") {
   LiveBytesGuard guard;
   const Vec x = random_vec(kN * kC * kHW, 21), gamma = random_vec(kC, 22, 0.5f, 1.5f);
   const Vec beta = random_vec(kC, 23), r = random_vec(x.size(), 24);
@@ -180,7 +188,8 @@ TEST_CASE("cpu kernels: batchnorm backward recomputes x_hat from a reconstructed
   // x_hat' = (x' - save_mean)·save_invstd with the saved statistics, not statistics of x'.
   const int64_t N = 4, C = 8, HW = 1024;  // above kParallelGrain
   const Vec xr = random_vec(N * C * HW, 31), dy = random_vec(xr.size(), 32);
-  const Vec gamma = random_vec(C, 33), mean = random_vec(C, 34), invstd = random_vec(C, 35, 0.5f, 2.f);
+  const Vec gamma = random_vec(C, 33), mean = random_vec(C, 34),
+            invstd = random_vec(C, 35, 0.5f, 2.f);
   Vec dx(xr.size()), dgamma(C), dbeta(C);
   cpu::batchnorm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), xr.data(),
                           gamma.data(), mean.data(), invstd.data(), N, C, HW);
@@ -205,8 +214,10 @@ TEST_CASE("cpu kernels: batchnorm backward recomputes x_hat from a reconstructed
 }
 
 TEST_CASE("cpu kernels: batchnorm backward (eval) matches central differences") {
-  const Vec x = random_vec(kN * kC * kHW, 41), gamma = random_vec(kC, 42), beta = random_vec(kC, 43);
-  const Vec rm = random_vec(kC, 44), rv = random_vec(kC, 45, 0.5f, 2.f), r = random_vec(x.size(), 46);
+  const Vec x = random_vec(kN * kC * kHW, 41), gamma = random_vec(kC, 42),
+            beta = random_vec(kC, 43);
+  const Vec rm = random_vec(kC, 44), rv = random_vec(kC, 45, 0.5f, 2.f),
+            r = random_vec(x.size(), 46);
   auto loss = [&](const Vec& xv, const Vec& g, const Vec& b) {
     Vec y(xv.size());
     cpu::batchnorm_forward_eval(y.data(), xv.data(), g.data(), b.data(), rm.data(), rv.data(), kN,
@@ -340,9 +351,13 @@ TEST_CASE("cpu kernels: dropout keeps the right fraction, deterministically, fro
 }
 
 TEST_CASE("cpu kernels: shortcut option A matches F.pad(x[:, :, ::s, ::s]) and its gradient") {
-  struct Case { int64_t C_in, C_out, stride; };
+  struct Case {
+    int64_t C_in, C_out, stride;
+  };
   for (const Case& k : {Case{3, 8, 2}, Case{4, 4, 1}, Case{5, 12, 3}}) {
-    CAPTURE(k.C_in); CAPTURE(k.C_out); CAPTURE(k.stride);
+    CAPTURE(k.C_in);
+    CAPTURE(k.C_out);
+    CAPTURE(k.stride);
     const int64_t Ho = (kH + k.stride - 1) / k.stride, Wo = (kW + k.stride - 1) / k.stride;
     const int64_t front = (k.C_out - k.C_in) / 2;
     const Vec x = random_vec(kN * k.C_in * kHW, 81);
@@ -403,7 +418,10 @@ void for_each_window_tap(const cpu::Pool2dShape& s, F f) {
 TEST_CASE("cpu kernels: max pool values, argmax indices and backward scatter are exact") {
   LiveBytesGuard guard;
   for (const cpu::Pool2dShape& s : pool_shapes()) {
-    CAPTURE(s.R); CAPTURE(s.S); CAPTURE(s.stride_h); CAPTURE(s.pad_h);
+    CAPTURE(s.R);
+    CAPTURE(s.S);
+    CAPTURE(s.stride_h);
+    CAPTURE(s.pad_h);
     const int64_t out = s.N * s.C * s.P() * s.Q();
     // Values on a coarse grid so ties are frequent: the first maximum in window order must win.
     Vec x = random_vec(s.N * s.C * s.H * s.W, 91, 0.f, 4.f);
@@ -450,7 +468,10 @@ TEST_CASE("cpu kernels: max pool values, argmax indices and backward scatter are
 
 TEST_CASE("cpu kernels: average pool (count_include_pad) forward and gradient") {
   for (const cpu::Pool2dShape& s : pool_shapes()) {
-    CAPTURE(s.R); CAPTURE(s.S); CAPTURE(s.stride_h); CAPTURE(s.pad_h);
+    CAPTURE(s.R);
+    CAPTURE(s.S);
+    CAPTURE(s.stride_h);
+    CAPTURE(s.pad_h);
     const int64_t out = s.N * s.C * s.P() * s.Q();
     const Vec x = random_vec(s.N * s.C * s.H * s.W, 101);
     Vec y(out);
@@ -502,7 +523,8 @@ TEST_CASE("cpu kernels: softmax cross-entropy forward, gradient and label checks
     CAPTURE(eps);
     float loss = 0.f;
     Vec probs(N * K);
-    cpu::softmax_cross_entropy_forward(&loss, probs.data(), logits.data(), labels.data(), N, K, eps);
+    cpu::softmax_cross_entropy_forward(&loss, probs.data(), logits.data(), labels.data(), N, K,
+                                       eps);
     double want_loss = 0.0;
     Vec64 want_probs(N * K);
     for (int64_t i = 0; i < N; ++i) {
@@ -548,11 +570,13 @@ TEST_CASE("cpu kernels: softmax cross-entropy forward, gradient and label checks
 
 TEST_CASE("cpu kernels: top1_correct counts argmax hits, first maximum wins") {
   const int64_t N = 5, K = 4;
+  // clang-format off
   const Vec logits = {0, 3, 3, 1,    // tie between 1 and 2: argmax 1
                       2, 0, 0, 2,    // tie between 0 and 3: argmax 0
                       -1, -2, -3, -4,
                       0, 0, 0, 9,
                       5, 6, 7, 8};
+  // clang-format on
   CHECK(cpu::top1_correct(logits.data(), std::vector<int64_t>{1, 0, 0, 3, 3}.data(), N, K) == 5);
   CHECK(cpu::top1_correct(logits.data(), std::vector<int64_t>{2, 3, 0, 3, 0}.data(), N, K) == 2);
 }
@@ -560,10 +584,15 @@ TEST_CASE("cpu kernels: top1_correct counts argmax hits, first maximum wins") {
 TEST_CASE("cpu kernels: sgd_update follows torch.optim.SGD over several steps") {
   const int64_t n = 37;
   const float lr = 0.05f, wd = 5e-4f;
-  struct Case { float momentum, dampening; bool nesterov; };
+  struct Case {
+    float momentum, dampening;
+    bool nesterov;
+  };
   for (const Case& k : {Case{0.f, 0.f, false}, Case{0.9f, 0.f, false}, Case{0.9f, 0.f, true},
                         Case{0.8f, 0.3f, false}}) {
-    CAPTURE(k.momentum); CAPTURE(k.dampening); CAPTURE(k.nesterov);
+    CAPTURE(k.momentum);
+    CAPTURE(k.dampening);
+    CAPTURE(k.nesterov);
     Vec w = random_vec(n, 131), buf(n, 123.f);  // buf garbage: the first step must overwrite it
     Vec64 w_ref = to64(w), buf_ref(n, 0.0);
     for (int step = 0; step < 5; ++step) {
@@ -583,10 +612,12 @@ TEST_CASE("cpu kernels: sgd_update follows torch.optim.SGD over several steps") 
     if (k.momentum > 0) check_close(buf, buf_ref, 1e-5, 1e-6, "momentum_buf");
   }
   Vec w(4), g(4), b(4);
-  CHECK_THROWS_AS(cpu::sgd_update(w.data(), b.data(), g.data(), 4, 0.1f, 0.9f, 0.1f, 0.f, true, false),
-                  actlab::Error);
-  CHECK_THROWS_AS(cpu::sgd_update(w.data(), nullptr, g.data(), 4, 0.1f, 0.9f, 0.f, 0.f, false, true),
-                  actlab::Error);
+  CHECK_THROWS_AS(
+      cpu::sgd_update(w.data(), b.data(), g.data(), 4, 0.1f, 0.9f, 0.1f, 0.f, true, false),
+      actlab::Error);
+  CHECK_THROWS_AS(
+      cpu::sgd_update(w.data(), nullptr, g.data(), 4, 0.1f, 0.9f, 0.f, 0.f, false, true),
+      actlab::Error);
 }
 
 }  // namespace

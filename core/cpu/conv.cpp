@@ -4,8 +4,6 @@
 // Tested against it in tests/test_cpu_conv.cpp; the candidates are timed in bench/bench_conv.cpp.
 #include "core/cpu/conv.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -13,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -85,10 +84,22 @@ const char* direction_name(Direction d) {
   return "?";
 }
 
-// The measured choice (bench/RESULTS_conv.md): oneDNN's blocked layouts beat plain NCHW,
-// channels-last and im2col on every ResNet/MobileNet layer, reorders included.
+// The measured choice (bench/RESULTS_conv.md): oneDNN's blocked layouts (reorders included) beat
+// plain NCHW (2.5-3x), channels-last and im2col + sgemm on the ResNet and MobileNet layers, and
+// Winograd F(4x4,3x3) beats direct by 1.3-2x on 3x3 stride-1 layers with >= 64 channels in and out
+// (relative error ~3e-6 vs 3e-7; slower than direct below 64 channels). Pointwise convs (1x1,
+// stride 1, no pad) are one GEMM per image on NCHW, so plain memory wins there: no reorders.
+bool winograd_pays(const ConvShape& s) {
+  return s.groups == 1 && s.R == 3 && s.S == 3 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.pad_h <= 1 && s.pad_w <= 1 && s.C >= 64 && s.K >= 64 && s.C % 16 == 0 &&
+         s.K % 16 == 0;
+}
 ConvImpl resolve(ConvImpl impl, const ConvShape& s) {
-  return impl == ConvImpl::Auto ? ConvImpl::DnnlBlocked : impl;
+  if (impl != ConvImpl::Auto) return impl;
+  if (winograd_pays(s)) return ConvImpl::DnnlWinograd;
+  const bool pointwise = s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+                         s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
+  return pointwise ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
 }
 
 dnnl::engine& cpu_engine() {

@@ -26,7 +26,9 @@ void check_conv_shape(const ConvShape& s);
 // Which implementation runs. Auto is what the library uses (see conv.cpp for the measured choice);
 // the others exist so bench/bench_conv.cpp can compare the candidates.
 enum class ConvImpl {
-  Auto,          // the measured choice
+  Auto,          // the measured choice: DnnlWinograd for 3x3 stride-1 convs with >= 64 channels
+                 // in and out, DnnlPlain for pointwise (1x1 stride 1), DnnlBlocked for the rest
+                 // (depthwise included: oneDNN's jit_dw kernels)
   DnnlBlocked,   // oneDNN, memory format `any` (nChw16c / blocked weights), NCHW reordered in and out
   DnnlNhwc,      // oneDNN on channels-last activations, NCHW transposed in and out
   DnnlPlain,     // oneDNN on the user's NCHW / OIHW memory directly (no reorders)

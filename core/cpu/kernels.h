@@ -4,9 +4,9 @@
 // _pool, _loss, _optim). Tested against naive loops and central differences in
 // tests/test_cpu_kernels.cpp.
 //
-// Common contract: raw pointers, outputs first, then inputs, then sizes; tensors are NCHW contiguous
-// f32; outputs are ASSIGNED (never accumulated) unless a comment says otherwise; outputs never alias
-// inputs unless a comment says they may. Loops are OpenMP-parallel (threads follow
+// Common contract: raw pointers, outputs first, then inputs, then sizes; tensors are NCHW
+// contiguous f32; outputs are ASSIGNED (never accumulated) unless a comment says otherwise; outputs
+// never alias inputs unless a comment says they may. Loops are OpenMP-parallel (threads follow
 // omp_set_num_threads) and stay serial below kParallelGrain elements, where a fork costs more than
 // the work. Results do not depend on the thread count, except the cross-entropy loss (a parallel
 // double reduction).
@@ -17,6 +17,20 @@ namespace actlab::cpu {
 
 // Element count below which element-wise loops run on the calling thread only.
 constexpr int64_t kParallelGrain = 32768;
+
+// Implementation detail of the kernels_*.cpp files: their hot inner loops are compiled three times
+// (baseline x86-64, x86-64-v3 = AVX2+FMA, x86-64-v4 = AVX-512) and the loader picks one for the
+// machine (GCC target_clones, an ifunc), so a portable build runs the wide code PyTorch's
+// dispatched kernels run, without -march=native. Empty where that does not apply (other compilers
+// or ISAs, or a build that already targets AVX2). NOTE: clones may contract a·b + c into an FMA,
+// so low bits of results can differ between machines (never between runs or thread counts).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__AVX2__)
+#define ACTLAB_CPU_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), noinline))
+#else
+#define ACTLAB_CPU_CLONES
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // 1-bit masks. Bit i of a mask is bit (i % 32) of word i / 32 (LSB first); a mask for n elements
@@ -42,9 +56,9 @@ void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, flo
 void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const float* beta,
                             const float* running_mean, const float* running_var, int64_t N,
                             int64_t C, int64_t HW, float eps);
-// Training backward through the batch statistics. x_hat is recomputed as (x - save_mean)·save_invstd,
-// so x may be a lossy reconstruction of the forward input (activation compression): only x and the
-// two (C) vectors are needed. With M = N·HW, per channel:
+// Training backward through the batch statistics. x_hat is recomputed as
+// (x - save_mean)·save_invstd, so x may be a lossy reconstruction of the forward input (activation
+// compression): only x and the two (C) vectors are needed. With M = N·HW, per channel:
 //   dbeta = Σ dy, dgamma = Σ dy·x_hat,
 //   dx = gamma·invstd·(dy - dbeta/M - x_hat·dgamma/M).
 // Assigns dx, dgamma, dbeta; dgamma/dbeta may be nullptr (not wanted). One pass over (dy, x) for
@@ -92,8 +106,8 @@ void dropout_forward(float* y, uint32_t* keep_mask, const float* x, int64_t n, f
 void dropout_backward(float* dx, const uint32_t* keep_mask, const float* dy, int64_t n, float p);
 
 // CIFAR ResNet shortcut "option A" (He et al. 2016): x (N,C_in,H,W) -> y (N,C_out,Ho,Wo) with
-// Ho = ceil(H/stride), Wo = ceil(W/stride): y = x[:, :, ::stride, ::stride] zero-padded on channels,
-// pad_front = (C_out - C_in)/2 channels in front and the rest behind, exactly
+// Ho = ceil(H/stride), Wo = ceil(W/stride): y = x[:, :, ::stride, ::stride] zero-padded on
+// channels, pad_front = (C_out - C_in)/2 channels in front and the rest behind, exactly
 // F.pad(x[:, :, ::s, ::s], (0, 0, 0, 0, p//2, p - p//2)) with p = C_out - C_in >= 0 (checked).
 void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W,
                           int64_t stride, int64_t C_out);
@@ -115,8 +129,8 @@ struct Pool2dShape {
 void check_pool_shape(const Pool2dShape& s);
 
 // y = max over the window (padding never wins); argmax (N,C,P,Q) u8 = r·S + s of the winner inside
-// the window (first maximum in row-major window order wins; a NaN wins and sticks). Needs R·S <= 256
-// (checked).
+// the window (first maximum in row-major window order wins; a NaN wins and sticks).
+// Needs R·S <= 256 (checked).
 void maxpool2d_forward(float* y, uint8_t* argmax, const float* x, const Pool2dShape& s);
 // dx (N,C,H,W): zeroed, then dy scattered through argmax (overlapping windows add up). Assigns dx.
 void maxpool2d_backward(float* dx, const float* dy, const uint8_t* argmax, const Pool2dShape& s);

@@ -51,7 +51,8 @@ void softmax_cross_entropy_forward(float* loss, float* probs, const float* logit
   check_labels("softmax_cross_entropy_forward", labels, N, K);
   check_smoothing(smoothing);
   double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total) if (parallel : N * K >= kParallelGrain)
+#pragma omp parallel for schedule(static) reduction(+ : total) \
+    if (parallel : N * K >= kParallelGrain)
   for (int64_t i = 0; i < N; ++i)
     total += softmax_ce_row(probs + i * K, logits + i * K, labels[i], K, smoothing);
   *loss = static_cast<float>(total / N);
@@ -63,7 +64,7 @@ void softmax_cross_entropy_backward(float* dlogits, const float* probs, const in
   check_smoothing(smoothing);
   const float scale = dloss / static_cast<float>(N);
   const float off_target = smoothing / static_cast<float>(K);  // target of every class
-  const float on_target = 1.f - smoothing;                      // added on the label
+  const float on_target = 1.f - smoothing;                     // added on the label
 #pragma omp parallel for schedule(static) if (parallel : N * K >= kParallelGrain)
   for (int64_t i = 0; i < N; ++i) {
     const float* p = probs + i * K;
@@ -77,7 +78,8 @@ void softmax_cross_entropy_backward(float* dlogits, const float* probs, const in
 int64_t top1_correct(const float* logits, const int64_t* labels, int64_t N, int64_t K) {
   check_labels("top1_correct", labels, N, K);
   int64_t correct = 0;
-#pragma omp parallel for schedule(static) reduction(+ : correct) if (parallel : N * K >= kParallelGrain)
+#pragma omp parallel for schedule(static) reduction(+ : correct) \
+    if (parallel : N * K >= kParallelGrain)
   for (int64_t i = 0; i < N; ++i) {
     const float* row = logits + i * K;
     int64_t best = 0;

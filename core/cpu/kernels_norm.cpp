@@ -1,7 +1,8 @@
 // CPU batch norm 2-D: training forward (batch statistics + running update), inference forward and
 // the two backwards. Contracts in core/cpu/kernels.h; tested in tests/test_cpu_kernels.cpp.
 // Work is split over channels: one thread owns a channel's N planes for the statistics pass and the
-// apply pass, so the second pass finds the channel still in L2.
+// apply pass, so the second pass finds the channel still in L2. The per-channel loops are
+// ACTLAB_CPU_CLONES functions (AVX2/AVX-512 where the CPU has them).
 #include <algorithm>
 #include <cmath>
 
@@ -17,8 +18,8 @@ constexpr int64_t kChunk = 2048;
 
 // Σ (x - shift) and Σ (x - shift)² over one channel. The shift (any value of the channel) keeps
 // the one-pass variance free of the cancellation E[x²] - E[x]² suffers when |mean| >> std.
-void channel_moments(double& sum, double& sum_sq, const float* x, int64_t N, int64_t C,
-                     int64_t HW, int64_t c, float shift) {
+ACTLAB_CPU_CLONES void channel_moments(double& sum, double& sum_sq, const float* x, int64_t N,
+                                       int64_t C, int64_t HW, int64_t c, float shift) {
   sum = 0.0;
   sum_sq = 0.0;
   for (int64_t n = 0; n < N; ++n) {
@@ -40,8 +41,8 @@ void channel_moments(double& sum, double& sum_sq, const float* x, int64_t N, int
 
 // y = (x - shift)·scale + bias over one channel's N planes. Subtracting the mean first (rather than
 // folding it into bias) avoids cancellation when |mean| >> std; the loop is memory-bound anyway.
-void channel_affine(float* y, const float* x, int64_t N, int64_t C, int64_t HW, int64_t c,
-                    float shift, float scale, float bias) {
+ACTLAB_CPU_CLONES void channel_affine(float* y, const float* x, int64_t N, int64_t C, int64_t HW,
+                                      int64_t c, float shift, float scale, float bias) {
   for (int64_t n = 0; n < N; ++n) {
     const int64_t off = (n * C + c) * HW;
     const float* xp = x + off;
@@ -52,8 +53,9 @@ void channel_affine(float* y, const float* x, int64_t N, int64_t C, int64_t HW, 
 }
 
 // Σ dy and Σ dy·(x - mean) over one channel, in one pass.
-void channel_grad_sums(double& sum_dy, double& sum_dy_xc, const float* dy, const float* x,
-                       int64_t N, int64_t C, int64_t HW, int64_t c, float mean) {
+ACTLAB_CPU_CLONES void channel_grad_sums(double& sum_dy, double& sum_dy_xc, const float* dy,
+                                         const float* x, int64_t N, int64_t C, int64_t HW,
+                                         int64_t c, float mean) {
   sum_dy = 0.0;
   sum_dy_xc = 0.0;
   for (int64_t n = 0; n < N; ++n) {
@@ -71,6 +73,20 @@ void channel_grad_sums(double& sum_dy, double& sum_dy_xc, const float* dy, const
       sum_dy += s;
       sum_dy_xc += sx;
     }
+  }
+}
+
+// dx = a·dy + k·(x - mean) + b over one channel's N planes.
+ACTLAB_CPU_CLONES void channel_backward_dx(float* dx, const float* dy, const float* x, int64_t N,
+                                           int64_t C, int64_t HW, int64_t c, float mean, float a,
+                                           float k, float b) {
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t off = (n * C + c) * HW;
+    const float* dyp = dy + off;
+    const float* xp = x + off;
+    float* dxp = dx + off;
+#pragma omp simd
+    for (int64_t i = 0; i < HW; ++i) dxp[i] = a * dyp[i] + k * (xp[i] - mean) + b;
   }
 }
 
@@ -119,18 +135,12 @@ void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const 
                             const float* running_mean, const float* running_var, int64_t N,
                             int64_t C, int64_t HW, float eps) {
   check_bn_sizes(N, C, HW);
-  // Planes, not channels, are the parallel unit here: no reduction, and N·C balances better.
 #pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
-  for (int64_t nc = 0; nc < N * C; ++nc) {
-    const int64_t c = nc % C;
+  for (int64_t c = 0; c < C; ++c) {
     const double g = gamma ? gamma[c] : 1.0;
-    const double b = beta ? beta[c] : 0.0;
-    const float scale = static_cast<float>(g / std::sqrt(static_cast<double>(running_var[c]) + eps));
-    const float mean = running_mean[c], bias = static_cast<float>(b);
-    const float* xp = x + nc * HW;
-    float* yp = y + nc * HW;
-#pragma omp simd
-    for (int64_t i = 0; i < HW; ++i) yp[i] = (xp[i] - mean) * scale + bias;
+    const float scale =
+        static_cast<float>(g / std::sqrt(static_cast<double>(running_var[c]) + eps));
+    channel_affine(y, x, N, C, HW, c, running_mean[c], scale, beta ? beta[c] : 0.f);
   }
 }
 
@@ -153,14 +163,7 @@ void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
     const float af = static_cast<float>(a);
     const float kf = static_cast<float>(-a * invstd * invstd * sum_dy_xc * inv_m);
     const float bf = static_cast<float>(-a * sum_dy * inv_m);
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t off = (n * C + c) * HW;
-      const float* dyp = dy + off;
-      const float* xp = x + off;
-      float* dxp = dx + off;
-#pragma omp simd
-      for (int64_t i = 0; i < HW; ++i) dxp[i] = af * dyp[i] + kf * (xp[i] - mean) + bf;
-    }
+    channel_backward_dx(dx, dy, x, N, C, HW, c, mean, af, kf, bf);
   }
 }
 

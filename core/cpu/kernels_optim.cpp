@@ -1,6 +1,7 @@
 // CPU fused SGD step (weight decay, momentum with dampening, Nesterov), torch.optim.SGD semantics,
-// one pass over each parameter. Contract in core/cpu/kernels.h; tested in tests/test_cpu_kernels.cpp.
-// The four variants are separate loops so each inner loop is branch-free and vectorizes.
+// one pass over each parameter. Contract in core/cpu/kernels.h; tested in
+// tests/test_cpu_kernels.cpp. The four variants are separate loops so each inner loop is
+// branch-free and vectorizes.
 #include "core/cpu/kernels.h"
 #include "core/error.h"
 

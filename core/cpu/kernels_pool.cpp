@@ -50,14 +50,15 @@ void maxpool_plane(float* y, uint8_t* argmax, const float* x, const Pool2dShape&
 }  // namespace
 
 void check_pool_shape(const Pool2dShape& s) {
-  ACTLAB_CHECK(s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0, "pool2d: input sizes must be positive, got (",
-               s.N, ",", s.C, ",", s.H, ",", s.W, ")");
+  ACTLAB_CHECK(s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0,
+               "pool2d: input sizes must be positive, got (", s.N, ",", s.C, ",", s.H, ",", s.W,
+               ")");
   ACTLAB_CHECK(s.R > 0 && s.S > 0, "pool2d: window must be positive, got ", s.R, "x", s.S);
-  ACTLAB_CHECK(s.stride_h >= 1 && s.stride_w >= 1, "pool2d: strides must be >= 1, got ",
-               s.stride_h, "x", s.stride_w);
+  ACTLAB_CHECK(s.stride_h >= 1 && s.stride_w >= 1, "pool2d: strides must be >= 1, got ", s.stride_h,
+               "x", s.stride_w);
   ACTLAB_CHECK(s.pad_h >= 0 && s.pad_w >= 0 && 2 * s.pad_h <= s.R && 2 * s.pad_w <= s.S,
-               "pool2d: padding ", s.pad_h, "x", s.pad_w, " must be >= 0 and at most half the window ",
-               s.R, "x", s.S);
+               "pool2d: padding ", s.pad_h, "x", s.pad_w,
+               " must be >= 0 and at most half the window ", s.R, "x", s.S);
   ACTLAB_CHECK(s.H + 2 * s.pad_h >= s.R && s.W + 2 * s.pad_w >= s.S, "pool2d: window ", s.R, "x",
                s.S, " larger than padded input ", s.H + 2 * s.pad_h, "x", s.W + 2 * s.pad_w);
 }

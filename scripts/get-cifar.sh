@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Fetches the official binary CIFAR-10 / CIFAR-100 archives, checks their MD5 and unpacks them where
+# data/cifar.h looks (DIR/cifar-10-batches-bin/, DIR/cifar-100-binary/).
+#   scripts/get-cifar.sh [cifar10|cifar100|all] [DIR]     (defaults: cifar10, <repo>/data)
+# Offline: put the archive in DIR yourself and rerun (it is verified and unpacked), or unpack it
+# there. ACTLAB_CIFAR_URL replaces https://www.cs.toronto.edu/~kriz for a mirror.
+# Exit status 0 when the files are in place; otherwise one line on stderr saying what to do.
+set -euo pipefail
+
+die() {
+  echo "get-cifar: $*" >&2
+  exit 1
+}
+
+which="${1:-cifar10}"
+repo_root="$(cd "$(dirname "$0")/.." && pwd)"
+dir="${2:-$repo_root/data}"
+base_url="${ACTLAB_CIFAR_URL:-https://www.cs.toronto.edu/~kriz}"
+[ $# -le 2 ] || die "too many arguments; usage: scripts/get-cifar.sh [cifar10|cifar100|all] [DIR]"
+
+md5_of() {
+  if command -v md5sum >/dev/null 2>&1; then
+    md5sum "$1" | cut -d' ' -f1
+  elif command -v md5 >/dev/null 2>&1; then
+    md5 -q "$1"
+  else
+    die "neither md5sum nor md5 is installed: cannot verify $1"
+  fi
+}
+
+download() {  # url dest; prints the tool's error message on failure
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsSL --connect-timeout 20 --retry 2 -o "$2" "$1" 2>&1
+  elif command -v wget >/dev/null 2>&1; then
+    wget -nv --timeout=20 --tries=3 -O "$2" "$1" 2>&1
+  else
+    echo "neither curl nor wget is installed"
+    return 127
+  fi
+}
+
+# fetch NAME ARCHIVE MD5 SUBFOLDER FILES...: ensures DIR/SUBFOLDER holds FILES.
+fetch() {
+  local name="$1" archive="$2" md5="$3" sub="$4"
+  shift 4
+  local folder missing
+  for folder in "$dir/$sub" "$dir"; do  # the two places data/cifar.cpp looks
+    missing=0
+    for f in "$@"; do [ -f "$folder/$f" ] || missing=1; done
+    if [ $missing -eq 0 ]; then
+      echo "get-cifar: $name already in $folder"
+      return 0
+    fi
+  done
+  mkdir -p "$dir" || die "cannot create $dir"
+  local where="put $archive (md5 $md5, from $base_url/$archive) in $dir and rerun, or unpack it there so that $dir/$sub/ holds $*"
+  local downloaded=0 err got
+  if [ ! -f "$dir/$archive" ]; then
+    echo "get-cifar: downloading $base_url/$archive"
+    if ! err="$(download "$base_url/$archive" "$dir/$archive.part")"; then
+      rm -f "$dir/$archive.part"
+      die "cannot download $base_url/$archive ($(echo "$err" | tail -n 1)); offline? $where"
+    fi
+    mv "$dir/$archive.part" "$dir/$archive"
+    downloaded=1
+  fi
+  got="$(md5_of "$dir/$archive")"
+  if [ "$got" != "$md5" ]; then
+    [ $downloaded -eq 1 ] && rm -f "$dir/$archive"  # a bad download is useless; a file you put there stays
+    die "$dir/$archive has md5 $got, expected $md5: not the official archive (cut short?); replace it and rerun"
+  fi
+  tar -xzf "$dir/$archive" -C "$dir" || die "cannot unpack $dir/$archive into $dir"
+  for f in "$@"; do
+    [ -f "$dir/$sub/$f" ] || die "$dir/$archive unpacked, but $dir/$sub/$f is missing"
+  done
+  echo "get-cifar: $name ready in $dir/$sub (archive kept as $dir/$archive)"
+}
+
+cifar10() {
+  fetch CIFAR-10 cifar-10-binary.tar.gz c32a1d4ab5d03f1284b67883e8d87530 cifar-10-batches-bin \
+    data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin \
+    test_batch.bin
+}
+
+cifar100() {
+  fetch CIFAR-100 cifar-100-binary.tar.gz 03b5dce01913d631647c71ecec9e9cb8 cifar-100-binary \
+    train.bin test.bin
+}
+
+case "$which" in
+  cifar10) cifar10 ;;
+  cifar100) cifar100 ;;
+  all) cifar10 && cifar100 ;;
+  *) die "unknown data set '$which'; usage: scripts/get-cifar.sh [cifar10|cifar100|all] [DIR]" ;;
+esac
