@@ -58,13 +58,15 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
     if (!chosen.is_exact()) policy = &chosen;
   }
   PackKey key{t.storage()->id(), t.offset(), t.storage()->version(), t.shape(), t.strides(), policy};
-  if (!policy->is_exact()) {
-    auto it = t_state.cache.find(key);
-    if (it != t_state.cache.end()) {
-      if (auto shared = it->second.lock()) {
-        entry_ = std::move(shared);
-        return;
-      }
+  const bool is_param = t.storage()->tag() == MemTag::Param;
+  auto it = t_state.cache.find(key);
+  if (it != t_state.cache.end()) {
+    if (auto shared = it->second.lock()) {
+      // Pack once: a second consumer of the same tensor shares the first pack. It is recorded with
+      // zero bytes so per-layer reports list it without counting the memory twice.
+      if (!is_param) CacheStats::global().record_pack(info, policy->name() + " (shared)", t.shape(), 0, 0, 0, 0.0);
+      entry_ = std::move(shared);
+      return;
     }
   }
   auto entry = std::make_shared<PackedEntry>();
@@ -82,12 +84,13 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const int64_t raw = static_cast<int64_t>(t.nbytes());
   // Parameters kept by reference cost nothing extra; they stay out of the activation accounting.
-  if (t.storage()->tag() != MemTag::Param)
+  if (!is_param)
     CacheStats::global().record_pack(info, policy->name(), t.shape(), raw,
-                                   static_cast<int64_t>(entry->packed->nbytes()),
-                                   t.dtype() == DType::F32 ? static_cast<int64_t>(policy->expected_bytes(t.shape())) : raw,
-                                   seconds);
-  if (!policy->is_exact()) t_state.cache[key] = entry;
+                                     static_cast<int64_t>(entry->packed->nbytes()),
+                                     t.dtype() == DType::F32 ? static_cast<int64_t>(policy->expected_bytes(t.shape()))
+                                                             : raw,
+                                     seconds);
+  t_state.cache[key] = entry;
   entry_ = std::move(entry);
 }
 

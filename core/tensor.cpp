@@ -117,6 +117,7 @@ Tensor Tensor::randn(const Shape& shape, PhiloxStream& rng, float mean, float st
   const int64_t n = t.numel();
   const uint64_t first = rng.reserve(static_cast<uint64_t>(2 * ((n + 1) / 2)));
   // Box-Muller on pairs of draws; each pair depends only on its index, so any loop order agrees.
+#pragma omp parallel for if (n > 65536)
   for (int64_t i = 0; i < n; i += 2) {
     float u1 = philox_uniform(rng.seed(), rng.stream(), first + i);
     const float u2 = philox_uniform(rng.seed(), rng.stream(), first + i + 1);
@@ -134,6 +135,7 @@ Tensor Tensor::rand(const Shape& shape, PhiloxStream& rng, float lo, float hi) {
   float* p = t.data<float>();
   const int64_t n = t.numel();
   const uint64_t first = rng.reserve(static_cast<uint64_t>(n));
+#pragma omp parallel for if (n > 65536)
   for (int64_t i = 0; i < n; ++i) p[i] = lo + (hi - lo) * philox_uniform(rng.seed(), rng.stream(), first + i);
   return t;
 }

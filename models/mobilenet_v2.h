@@ -47,7 +47,8 @@ class InvertedResidual final : public Module {
 
 // features.0 = stem Conv-BN-act; features.1..17 = InvertedResidual over (t,c,n,s) = (1,16,1,1),
 // (6,24,2,s2),(6,32,3,2),(6,64,4,2),(6,96,3,1),(6,160,3,2),(6,320,1,1); features.18 = 1×1 320→1280
-// Conv-BN-act; global average pool; classifier = (Dropout, Linear 1280→classes).
+// Conv-BN-act; global average pool (the same as the DIVISION reference's avg_pool2d(4) on its 4×4 map
+// at 32×32, and defined for any input size); classifier = (Dropout, Linear 1280→classes).
 // Input (N, in_channels, H, W) → logits (N, num_classes).
 class MobileNetV2 final : public Module {
  public:

@@ -57,6 +57,18 @@ class ObserverScope {
   ForwardObserver* previous_;
 };
 
+// Puts the model in eval mode and restores the root's previous mode (on every child) on exit.
+class EvalModeScope {
+ public:
+  explicit EvalModeScope(Module& m) : model_(m), was_training_(m.is_training()) { model_.eval(); }
+  ~EvalModeScope() { model_.train(was_training_); }
+  EvalModeScope(const EvalModeScope&) = delete;
+  EvalModeScope& operator=(const EvalModeScope&) = delete;
+ private:
+  Module& model_;
+  bool was_training_;
+};
+
 // 1234567 -> "1,234,567"
 std::string grouped(int64_t v) {
   std::string digits = std::to_string(v < 0 ? -v : v), out;
@@ -79,18 +91,13 @@ ModelSummaryTable summarize_model(Module& model, const Shape& sample_shape) {
   table.input.insert(table.input.end(), sample_shape.begin(), sample_shape.end());
 
   SummaryObserver observer;
-  const bool was_training = model.is_training();
-  model.eval();
-  try {
+  {
+    EvalModeScope eval(model);  // BN running statistics stay untouched, dropout is off
     NoGradGuard no_grad;
     MemTagScope tag(MemTag::Activation);
     ObserverScope scope(&observer);
     table.output = model(Variable(Tensor::zeros(table.input))).shape();
-  } catch (...) {
-    model.train(was_training);
-    throw;
   }
-  model.train(was_training);
 
   for (const auto& [path, pointer] : model.named_modules()) {
     const Module& module = pointer ? *pointer : model;  // NOTE: the root comes without a shared_ptr

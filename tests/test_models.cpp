@@ -251,6 +251,11 @@ TEST_CASE("model_summary: totals equal parameter_count; ResNet-20 MACs from the 
     CHECK(t.total_parameters == model->parameter_count());
     CHECK((t.output == Shape{1, 10}));
     CHECK(model->is_training());  // restored after the eval-mode forward
+    for (const auto& [name, buffer] : model->named_buffers()) {  // a training-mode BN would have moved these
+      if (name.find("running_var") == std::string::npos) continue;
+      const auto v = buffer.to_vector();
+      CHECK_MESSAGE(std::all_of(v.begin(), v.end(), [](float x) { return x == 1.f; }), name);
+    }
     // Expected MACs: a 3×3 conv producing K×P×P from C channels costs K·P²·C·9.
     const int64_t h1 = size, h2 = (size + 1) / 2, h3 = (h2 + 1) / 2;
     int64_t expected = 16 * h1 * h1 * in_ch * 9;                         // stem

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "autograd/functions.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
@@ -62,7 +64,7 @@ TEST_CASE("a ResNet-20 trains: the loss falls and memory per tag returns to base
 }
 
 TEST_CASE("train() runs a short job, logs one row per epoch and reports memory") {
-  const auto dir = std::filesystem::temp_directory_path() / "actlab_test_train";
+  const auto dir = std::filesystem::temp_directory_path() / ("actlab_test_train_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string log = (dir / "log.csv").string();
   std::filesystem::remove(log);
