@@ -18,8 +18,13 @@ int main(int argc, char** argv) {
   std::string models;
   for (const auto& m : model_names()) models += (models.empty() ? "" : ", ") + m.first;
   flags.add("model", "string", "resnet20", "model: " + models);
-  flags.add("dataset", "string", "fashion-mnist", "data set: fashion-mnist, mnist, synthetic");
-  flags.add("data-dir", "string", "", "directory of the data set files (default: the data set's usual place)");
+  flags.add("dataset", "string", "fashion-mnist", "data set: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic");
+  flags.add("data-dir", "string", "",
+            "directory of the data set files (default: Debian's Fashion-MNIST, $ACTLAB_CIFAR_DIR or data/ for CIFAR)");
+  flags.add("image-size", "int", "32", "folder data set: resize/crop images to this size");
+  flags.add("image-channels", "int", "3", "folder data set: 1 (grey) or 3 (RGB)");
+  flags.add("test-fraction", "float", "0.2", "folder data set without train/ and test/: held-out share per class");
+  flags.add("coarse", "bool", "", "cifar100: the 20 coarse labels");
   flags.add("epochs", "int", "1", "training epochs");
   flags.add("batch-size", "int", "128", "mini-batch size");
   flags.add("lr", "float", "0.1", "initial learning rate");
@@ -80,6 +85,10 @@ int main(int argc, char** argv) {
     c.print_every = flags.get_int("print-every");
     c.synthetic_size = flags.get_int("synthetic-size");
     c.quiet = flags.given("quiet") && flags.get_bool("quiet");
+    c.image_size = flags.get_int("image-size");
+    c.image_channels = flags.get_int("image-channels");
+    c.test_fraction = flags.get_float("test-fraction");
+    c.cifar100_coarse = flags.given("coarse") && flags.get_bool("coarse");
     train(c);
     return 0;
   } catch (const OutOfMemory& e) {

@@ -14,7 +14,9 @@
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
 #include "data/dataloader.h"
+#include "data/cifar.h"
 #include "data/idx.h"
+#include "data/image_folder.h"
 #include "layers/optim/schedule.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
@@ -116,8 +118,12 @@ void validate(const TrainConfig& c) {
   bool known_model = false;
   for (const auto& m : model_names()) known_model = known_model || m.first == c.model;
   if (!known_model) make_model({c.model, 1, 10, 28});  // throws the list of models
-  ACTLAB_CHECK(c.dataset == "fashion-mnist" || c.dataset == "mnist" || c.dataset == "synthetic",
-               "unknown data set '", c.dataset, "'; available: fashion-mnist, mnist, synthetic");
+  ACTLAB_CHECK(c.dataset == "fashion-mnist" || c.dataset == "mnist" || c.dataset == "cifar10" ||
+                   c.dataset == "cifar100" || c.dataset == "folder" || c.dataset == "synthetic",
+               "unknown data set '", c.dataset, "'; available: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic");
+  ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
+               "--image-size must be >= 1 and --image-channels 1 or 3");
+  ACTLAB_CHECK(c.test_fraction >= 0 && c.test_fraction < 1, "--test-fraction must be in [0, 1), got ", c.test_fraction);
   PolicySet set(parse_policy(c.policy));
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_writable(c.log_file, c.overwrite, "log file");
@@ -127,24 +133,58 @@ void validate(const TrainConfig& c) {
 
 DataSplits load_data(const TrainConfig& c) {
   DataSplits d;
+  d.family = c.dataset;
   if (c.dataset == "synthetic") {
     d.train = std::make_shared<InMemoryImageDataset>(make_synthetic_dataset(c.synthetic_size, 1, 28, 28, 10, c.seed));
     d.test = std::make_shared<InMemoryImageDataset>(
         make_synthetic_dataset(std::max<int64_t>(1, c.synthetic_size / 4), 1, 28, 28, 10, c.seed + 1));
     d.note = "synthetic 1x28x28, 10 classes (generated)";
+    d.family = "fashion-mnist";
+  } else if (c.dataset == "folder") {
+    ACTLAB_CHECK(!c.data_dir.empty(), "--dataset folder needs --data-dir ROOT (ROOT/train/<class>/*.png|jpg ...)");
+    ImageFolderOptions o;
+    o.channels = c.image_channels;
+    o.size = c.image_size;
+    o.test_fraction = c.test_fraction;
+    o.split_seed = c.seed;
+    ImageFolderData f = load_image_folder(c.data_dir, o);
+    for (const auto& w : f.warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
+    const auto stats = channel_mean_std(f.train);
+    d.train = std::make_shared<InMemoryImageDataset>(f.train);
+    d.test = std::make_shared<InMemoryImageDataset>(f.test);
+    d.note = "image folder " + c.data_dir + " (" + std::to_string(f.class_names.size()) + " classes)";
+    d.train_transforms.mean = d.test_transforms.mean = stats.first;
+    d.train_transforms.std = d.test_transforms.std = stats.second;
+    if (c.augment) {
+      d.train_transforms.crop_padding = c.image_size / 8;
+      d.train_transforms.horizontal_flip = true;
+    }
+  } else if (c.dataset == "cifar10" || c.dataset == "cifar100") {
+    const std::string dir = c.data_dir.empty() ? default_cifar_dir() : c.data_dir;
+    const bool ten = c.dataset == "cifar10";
+    d.train = std::make_shared<InMemoryImageDataset>(ten ? load_cifar10(dir, true)
+                                                         : load_cifar100(dir, true, c.cifar100_coarse));
+    d.test = std::make_shared<InMemoryImageDataset>(ten ? load_cifar10(dir, false)
+                                                        : load_cifar100(dir, false, c.cifar100_coarse));
+    d.note = c.dataset + " from " + dir;
   } else {
-    const std::string dir = !c.data_dir.empty() ? c.data_dir
-                            : c.dataset == "fashion-mnist" ? default_fashion_mnist_dir()
-                                                           : std::string("data/mnist");
+    const bool fashion = c.dataset == "fashion-mnist";
+    const std::string dir = !c.data_dir.empty() ? c.data_dir : fashion ? default_fashion_mnist_dir()
+                                                                       : std::string("data/mnist");
     ACTLAB_CHECK(std::filesystem::is_directory(dir), c.dataset, " data directory '", dir, "' not found",
-                 c.dataset == "fashion-mnist" && c.data_dir.empty()
+                 fashion && c.data_dir.empty()
                      ? " (install Debian's dataset-fashion-mnist package: scripts/setup.sh does)"
                      : " (pass --data-dir)");
-    const bool fashion = c.dataset == "fashion-mnist";
     d.train = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, true) : load_mnist(dir, true));
     d.test = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, false) : load_mnist(dir, false));
     d.note = c.dataset + " from " + dir;
   }
+  if (c.dataset != "folder") {
+    d.train_transforms = default_transforms(d.family, c.augment);
+    d.test_transforms = default_transforms(d.family, false);
+    if (c.dataset == "synthetic") d.train_transforms.crop_padding = 0;
+  }
+  ACTLAB_CHECK(d.test->size() > 0, "the test split of ", d.note, " is empty");
   if (c.train_limit > 0) d.train = std::make_shared<SubsetDataset>(d.train, c.train_limit);
   if (c.test_limit > 0) d.test = std::make_shared<SubsetDataset>(d.test, c.test_limit);
   return d;
@@ -163,12 +203,9 @@ TrainSummary train(const TrainConfig& c) {
   const ImageSpec spec = data.train->spec();
   ACTLAB_CHECK(data.test->spec().channels == spec.channels && data.test->spec().height == spec.height,
                "train and test splits have different image shapes");
-  const std::string family = c.dataset == "synthetic" ? "fashion-mnist" : c.dataset;
-  TransformConfig train_tf = default_transforms(family, c.augment);
-  const TransformConfig test_tf = default_transforms(family, false);
-  if (c.dataset == "synthetic") train_tf.crop_padding = 0;
-  DataLoader train_loader(*data.train, c.batch_size, true, c.seed, true, train_tf);
-  DataLoader test_loader(*data.test, std::min<int64_t>(c.batch_size, 256), false, c.seed, false, test_tf);
+  DataLoader train_loader(*data.train, c.batch_size, true, c.seed, true, data.train_transforms);
+  DataLoader test_loader(*data.test, std::min<int64_t>(c.batch_size, 256), false, c.seed, false,
+                         data.test_transforms);
 
   std::shared_ptr<Module> model = make_model({c.model, spec.channels, spec.num_classes, spec.height});
   Sgd opt(model->parameters(), {static_cast<float>(c.lr), static_cast<float>(c.momentum), 0.f,

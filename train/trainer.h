@@ -11,13 +11,14 @@
 #include "compress/policy.h"
 #include "core/allocator.h"
 #include "data/dataset.h"
+#include "data/transforms.h"
 #include "layers/module.h"
 
 namespace actlab {
 
 struct TrainConfig {
   std::string model = "resnet20";
-  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | cifar100 | folder | synthetic
   std::string data_dir;                   // empty: the data set's default location
   int64_t epochs = 1;
   int64_t batch_size = 128;
@@ -42,6 +43,10 @@ struct TrainConfig {
   bool overwrite = false;                 // allow replacing existing log / report files
   int64_t print_every = 0;                // 0: about 10 progress lines per epoch
   int64_t synthetic_size = 2048;          // synthetic data set: training samples (test: a quarter)
+  int64_t image_size = 32;                // folder data set: images are resized/cropped to this
+  int64_t image_channels = 3;             // folder data set: 1 (grey) or 3 (RGB)
+  double test_fraction = 0.2;             // folder data set without train/ and test/: held-out share
+  bool cifar100_coarse = false;           // cifar100: the 20 coarse labels instead of the 100 fine ones
   bool quiet = false;
 };
 
@@ -76,6 +81,9 @@ struct TrainSummary {
 struct DataSplits {
   std::shared_ptr<Dataset> train, test;
   std::string note;
+  std::string family;                 // normalization / augmentation family ("cifar10", ...)
+  TransformConfig train_transforms;   // the family's standard training augmentation + normalization
+  TransformConfig test_transforms;    // normalization only
 };
 DataSplits load_data(const TrainConfig& config);
 
