@@ -75,7 +75,7 @@ TEST_CASE("saved tensors are released after backward and memory returns to its b
   }
 }
 
-TEST_CASE("NoGradGuard records nothing; backward runs once per forward") {
+TEST_CASE("NoGradGuard records nothing - backward runs once per forward") {
   Variable x = param({3}, 6);
   {
     NoGradGuard guard;

@@ -131,7 +131,7 @@ TEST_CASE("the allocator accounts every byte by tag, peak and limit") {
   CHECK(memory_stats().total.current == base.total.current);
 }
 
-TEST_CASE("retag moves bytes between tags; Buffer frees on scope exit") {
+TEST_CASE("retag moves bytes between tags - Buffer frees on scope exit") {
   const MemoryStats base = memory_stats();
   {
     Tensor t = Tensor::full({10}, 3.f);

@@ -119,7 +119,7 @@ TEST_CASE("cpu conv: every implementation matches the reference loops") {
   CHECK(actlab::memory_stats().total.current == live_before);  // scratch was all released
 }
 
-TEST_CASE("cpu conv: implementation names round-trip; bad shapes throw") {
+TEST_CASE("cpu conv: implementation names round-trip - bad shapes throw") {
   for (const char* name : {"auto", "dnnl-blocked", "dnnl-nhwc", "dnnl-plain", "dnnl-wino",
                            "im2col"})
     CHECK(std::string(actlab::cpu::conv_impl_name(actlab::cpu::conv_impl_from_name(name))) ==

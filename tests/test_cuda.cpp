@@ -183,7 +183,7 @@ TEST_CASE("cuda allocator: tracked stats on cuda:0 (current, reserved, empty_cac
   if (emptied.total.current == 0) CHECK(emptied.reserved == 0);
 }
 
-TEST_CASE("cuda allocator: a freed block is reused for the same size; large requests round to 2 MiB") {
+TEST_CASE("cuda allocator: a freed block is reused for the same size - large requests round to 2 MiB") {
   if (!gpu_or_skip("block reuse on cuda:0")) return;
   const Device gpu = Device::cuda(0);
   const int64_t live = memory_stats(gpu).total.current;
@@ -282,7 +282,7 @@ TEST_CASE("cuda fill: every element of an odd-sized array is written") {
   CHECK(memory_stats(Device::cuda(0)).total.current == live);
 }
 
-TEST_CASE("cuda context: handles are bound to the stream; the workspace grows and is tagged") {
+TEST_CASE("cuda context: handles are bound to the stream - the workspace grows and is tagged") {
   if (!gpu_or_skip("the cuda:0 context")) return;
   cuda::CudaContext& ctx = cuda::cuda_context(0);
   CHECK(&ctx == &cuda::cuda_context(0));

@@ -243,7 +243,7 @@ TEST_CASE("gradcheck: inverted-residual blocks (identity residual, conv shortcut
   CHECK(memory_stats().total.current == live_before);
 }
 
-TEST_CASE("model_summary: totals equal parameter_count; ResNet-20 MACs from the layer shapes") {
+TEST_CASE("model_summary: totals equal parameter_count - ResNet-20 MACs from the layer shapes") {
   const int64_t live_before = memory_stats().total.current;
   for (const auto& [in_ch, size] : std::vector<std::pair<int64_t, int64_t>>{{3, 32}, {1, 28}}) {
     auto model = make_model({"resnet20", in_ch, 10, size});

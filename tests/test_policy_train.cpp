@@ -145,7 +145,7 @@ TEST_CASE("policies in autograd: per-module rules keep chosen layers exact") {
 // Measured here (300 steps, batch 32, Fashion-MNIST): train loss exact 0.849, division 0.849,
 // quant:Q=1 0.881, hfc:B=8,Q=2 0.923, lfc:B=8 1.439. Unbiased 1-bit noise barely hurts this early, so
 // the clearly-worse case is the biased LFC-only policy; quant:Q=1 must not beat DIVISION.
-TEST_CASE("behaviour: ResNet-20 with DIVISION trains like exact; LFC-only clearly does not") {
+TEST_CASE("behaviour: ResNet-20 with DIVISION trains like exact while LFC-only clearly does not") {
   TrainConfig c;
   c.dataset = idx_files_present(default_fashion_mnist_dir()) ? "fashion-mnist" : "synthetic";
   if (c.dataset == "synthetic") MESSAGE("Fashion-MNIST not installed: training on generated data");
