@@ -1,15 +1,49 @@
 // actlab-train: train a model with a chosen activation-cache policy and report accuracy, speed and
-// memory. All work is in train/trainer.cpp; this file maps flags to a TrainConfig and errors to exit codes.
+// memory. All work is in train/trainer.cpp; this file merges checkpoint, config file and flags into a
+// TrainConfig (train/config_file.h) and maps errors (2, 3 out of memory) and stop signals (128+sig)
+// to exit codes. Tested end to end by tests/cli/bad_input.sh and tests/cli/resume.sh.
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <set>
 
 #include "compress/policy.h"
 #include "core/allocator.h"
 #include "models/registry.h"
+#include "train/checkpoint.h"
 #include "train/cli.h"
+#include "train/config_file.h"
 #include "train/trainer.h"
 
 using namespace actlab;
+
+namespace {
+
+// Precedence: built-in defaults < the --resume checkpoint's stored configuration < --config FILE <
+// flags given on the command line.
+TrainConfig effective_config(const FlagParser& flags) {
+  TrainConfig c;
+  const std::string resume = flags.get("resume");
+  if (!resume.empty()) c = config_from_json(checkpoint_state(read_safetensors(resume)).config_json);
+  std::set<std::string> given;
+  for (const auto& o : flags.effective())
+    if (flags.given(o.first)) given.insert(o.first);
+  if (!flags.get("config").empty()) apply_config_file(c, flags.get("config"), given);
+  for (const auto& key : given) {
+    if (!is_config_key(key)) continue;  // config, resume, summary
+    if (key == "policy-rule") {
+      c.policy_rules.clear();
+      for (const auto& r : flags.get_all(key)) set_config_value(c, key, r);
+    } else {
+      set_config_value(c, key, flags.get(key));
+    }
+  }
+  c.resume = resume;
+  c.summary_only = flags.given("summary") && flags.get_bool("summary");
+  return c;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   FlagParser flags("actlab-train",
@@ -50,47 +84,30 @@ int main(int argc, char** argv) {
   flags.add("print-every", "int", "0", "progress line every N steps (0: about 10 per epoch)");
   flags.add("synthetic-size", "int", "2048", "training images of --dataset synthetic");
   flags.add("quiet", "bool", "", "print only errors");
+  flags.add("save-dir", "string", "", "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best");
+  flags.add("resume", "string", "", "continue the run saved in this checkpoint (its configuration is the default)");
+  flags.add("eval-only", "bool", "", "with --resume: evaluate the checkpoint on the test split, no training");
+  flags.add("summary", "bool", "", "print the model's layer table (shapes, parameters, MACs) and exit");
+  flags.add("config", "string", "", "read options from FILE ('key = value' lines; see docs/example.conf)");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
       return 0;
     }
-    TrainConfig c;
-    c.model = flags.get("model");
-    c.dataset = flags.get("dataset");
-    c.data_dir = flags.get("data-dir");
-    c.epochs = flags.get_int("epochs");
-    c.batch_size = flags.get_int("batch-size");
-    c.lr = flags.get_float("lr");
-    c.momentum = flags.get_float("momentum");
-    c.weight_decay = flags.get_float("weight-decay");
-    c.nesterov = flags.given("nesterov") && flags.get_bool("nesterov");
-    c.schedule = flags.get("schedule");
-    c.step_epochs = flags.get_int("step-epochs");
-    c.warmup_epochs = flags.get_int("warmup-epochs");
-    c.label_smoothing = flags.get_float("label-smoothing");
-    const int64_t seed = flags.get_int("seed");
-    ACTLAB_CHECK(seed >= 0, "seed must be >= 0, got ", seed);
-    c.seed = static_cast<uint64_t>(seed);
-    c.threads = flags.get_int("threads");
-    c.policy = flags.get("policy");
-    c.policy_rules = flags.get_all("policy-rule");
-    c.augment = !(flags.given("no-augment") && flags.get_bool("no-augment"));
-    c.steps_per_epoch = flags.get_int("steps-per-epoch");
-    c.train_limit = flags.get_int("train-limit");
-    c.test_limit = flags.get_int("test-limit");
-    c.log_file = flags.get("log");
-    c.memory_report = flags.get("memory-report");
-    c.overwrite = flags.given("overwrite") && flags.get_bool("overwrite");
-    c.print_every = flags.get_int("print-every");
-    c.synthetic_size = flags.get_int("synthetic-size");
-    c.quiet = flags.given("quiet") && flags.get_bool("quiet");
-    c.image_size = flags.get_int("image-size");
-    c.image_channels = flags.get_int("image-channels");
-    c.test_fraction = flags.get_float("test-fraction");
-    c.cifar100_coarse = flags.given("coarse") && flags.get_bool("coarse");
-    train(c);
-    return 0;
+    TrainConfig c = effective_config(flags);
+    install_stop_handlers();
+    const TrainSummary s = train(c);
+    if (!s.interrupted) return 0;
+    const int sig = s.stop_signal != 0 ? s.stop_signal : SIGINT;
+    if (s.stop_checkpoint.empty()) {
+      std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; nothing saved (no --save-dir)\n",
+                   static_cast<long long>(s.stop_epoch), static_cast<long long>(s.stop_step));
+    } else {
+      std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; resume with: actlab-train --resume %s\n",
+                   static_cast<long long>(s.stop_epoch), static_cast<long long>(s.stop_step),
+                   s.stop_checkpoint.c_str());
+    }
+    return 128 + sig;
   } catch (const OutOfMemory& e) {
     std::fprintf(stderr, "actlab-train: error: %s\n", e.what());
     return 3;

@@ -108,7 +108,10 @@ class Dropout final : public Module {
   Variable forward(const Variable& x) override;
   std::string kind() const override { return "Dropout"; }
   // Dropout draws philox(seed, stream, i); the stream advances every call.
-  void set_seed(uint64_t seed) { seed_ = seed; }
+  void set_seed(uint64_t seed) {
+    seed_ = seed;
+    calls_ = 0;
+  }
  private:
   float p_;
   uint64_t seed_ = 0;

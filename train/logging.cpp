@@ -5,18 +5,20 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "core/allocator.h"
 
 namespace actlab {
 
-EpochLogger::EpochLogger(const std::string& path) : path_(path) {
+EpochLogger::EpochLogger(const std::string& path, bool append) : path_(path) {
   if (path.empty()) return;
   const std::string ext = path.size() >= 5 ? path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.')) : "";
   json_ = ext == ".jsonl" || ext == ".json";
-  file_ = std::fopen(path.c_str(), "w");
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
   ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path, "': ", std::strerror(errno));
-  if (!json_) {
+  std::fseek(file_, 0, SEEK_END);
+  if (!json_ && std::ftell(file_) == 0) {
     std::fprintf(file_, "epoch,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,peak_mib,activation_mib,wall_s\n");
     std::fflush(file_);
   }
@@ -45,17 +47,28 @@ void EpochLogger::write(const EpochRow& r) {
 
 Progress::Progress(bool quiet, int64_t every) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO) == 1), every_(every) {}
 
+namespace {
+// "1h02m", "4m05s", "37s"; "?" before a rate is known.
+std::string format_eta(double s) {
+  if (!(s >= 0) || s > 1e8) return "?";
+  const long long t = static_cast<long long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+}  // namespace
+
 void Progress::step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss, double acc,
-                    double img_per_s, int64_t live_bytes) {
+                    double img_per_s, int64_t live_bytes, double eta_s) {
   if (quiet_) return;
   const bool last = step == steps;
   if (!tty_ && step % every_ != 0 && !last && step != 1) return;
-  const double eta = img_per_s > 0 ? 0 : 0;
-  (void)eta;
-  std::printf("%sepoch %lld/%lld step %lld/%lld  loss %.4f  acc %.2f%%  %.1f img/s  live %s%s",
+  std::printf("%sepoch %lld/%lld step %lld/%lld  loss %.4f  acc %.2f%%  %.1f img/s  ETA %s  live %s%s",
               tty_ ? "\r" : "", static_cast<long long>(epoch), static_cast<long long>(epochs),
               static_cast<long long>(step), static_cast<long long>(steps), loss, acc, img_per_s,
-              format_bytes(live_bytes).c_str(), tty_ ? "   " : "\n");
+              format_eta(eta_s).c_str(), format_bytes(live_bytes).c_str(), tty_ ? "   " : "\n");
   std::fflush(stdout);
 }
 

@@ -14,8 +14,9 @@ namespace actlab {
 
 class EpochLogger {
  public:
-  // path empty: no log. ".jsonl"/".json" → JSON lines, anything else → CSV.
-  explicit EpochLogger(const std::string& path);
+  // path empty: no log. ".jsonl"/".json" → JSON lines, anything else → CSV. append (a resumed run):
+  // keep the rows already there and add to them (the CSV header only when the file is empty).
+  explicit EpochLogger(const std::string& path, bool append = false);
   ~EpochLogger();
   EpochLogger(const EpochLogger&) = delete;
   EpochLogger& operator=(const EpochLogger&) = delete;
@@ -28,9 +29,11 @@ class EpochLogger {
 
 class Progress {
  public:
+  // every: steps between lines when stdout is not a terminal (a terminal gets one live line).
   Progress(bool quiet, int64_t every);
+  // eta_s: estimated seconds to the end of the run's training steps (evaluation not included).
   void step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss, double acc, double img_per_s,
-            int64_t live_bytes);
+            int64_t live_bytes, double eta_s);
   void epoch_done(const EpochRow& row, int64_t epochs);
  private:
   bool quiet_, tty_;

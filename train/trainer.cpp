@@ -1,11 +1,13 @@
-// The training loop: setup, steps with memory measurement, evaluation, logging, summary.
+// The training loop: setup, steps with memory measurement, evaluation, logging, checkpoints, summary.
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,9 +19,13 @@
 #include "data/cifar.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
+#include "layers/layers.h"
 #include "layers/optim/schedule.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
+#include "models/summary.h"
+#include "train/checkpoint.h"
+#include "train/config_file.h"
 #include "train/logging.h"
 
 namespace actlab {
@@ -126,8 +132,8 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.test_fraction >= 0 && c.test_fraction < 1, "--test-fraction must be in [0, 1), got ", c.test_fraction);
   PolicySet set(parse_policy(c.policy));
   for (const auto& r : c.policy_rules) set.add_rule(r);
-  check_writable(c.log_file, c.overwrite, "log file");
-  check_writable(c.memory_report, c.overwrite, "memory report");
+  check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
+  check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
   ACTLAB_CHECK(c.log_file.empty() || c.log_file != c.memory_report, "log file and memory report are the same file");
 }
 
@@ -190,148 +196,392 @@ DataSplits load_data(const TrainConfig& c) {
   return d;
 }
 
+// ---------------------------------------------------------------- stop requests
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = record_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;  // a second signal takes the default action
+  ACTLAB_CHECK(sigaction(SIGINT, &sa, nullptr) == 0 && sigaction(SIGTERM, &sa, nullptr) == 0,
+               "installing SIGINT/SIGTERM handlers failed");
+}
+int stop_signal() { return static_cast<int>(g_stop_signal); }
+void request_stop(int signal) { g_stop_signal = signal; }
+
+// ---------------------------------------------------------------- the run
+namespace {
+
+// Dropout masks draw philox(seed, stream, i); reseeding every module from (run seed, global step,
+// module index) before each step makes them a function of the step rather than of how many calls
+// this process made. NOTE: exact across a resume only once Dropout::set_seed also restarts its
+// per-call stream counter (asked of layers/); no model used by the resume tests has dropout.
+void seed_dropout(Module& model, uint64_t seed, int64_t global_step) {
+  uint64_t index = 0;
+  for (const auto& m : model.named_modules()) {
+    if (auto* d = dynamic_cast<Dropout*>(m.second.get()))
+      d->set_seed(fnv1a64(&index, sizeof index, fnv1a64(&global_step, sizeof global_step, seed ^ 0xD509u)));
+    ++index;
+  }
+}
+
+std::string describe_schedule(const LrSchedule& s, int64_t global_step) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s base_lr=%g total_steps=%lld warmup_steps=%lld step_size=%lld lr_now=%.9g",
+                LrSchedule::kind_name(s.kind), s.base_lr, static_cast<long long>(s.total_steps),
+                static_cast<long long>(s.warmup_steps), static_cast<long long>(s.step_size), s.lr_at(global_step));
+  return buf;
+}
+
+void check_resume_compatible(const TrainConfig& now, const TrainConfig& saved, const std::string& path) {
+  auto same = [&](const char* key, const std::string& a, const std::string& b) {
+    ACTLAB_CHECK(a == b, "cannot resume from '", path, "': it was trained with ", key, " ", b, ", this run has ", a,
+                 " (", key, " must match)");
+  };
+  same("model", now.model, saved.model);
+  same("dataset", now.dataset, saved.dataset);
+  same("batch-size", std::to_string(now.batch_size), std::to_string(saved.batch_size));
+  same("seed", std::to_string(now.seed), std::to_string(saved.seed));
+  same("train-limit", std::to_string(now.train_limit), std::to_string(saved.train_limit));
+  same("steps-per-epoch", std::to_string(now.steps_per_epoch), std::to_string(saved.steps_per_epoch));
+  if (now.dataset == "synthetic")
+    same("synthetic-size", std::to_string(now.synthetic_size), std::to_string(saved.synthetic_size));
+}
+
+class Run {
+ public:
+  explicit Run(const TrainConfig& c) : c_(c) {}
+  TrainSummary go();
+
+ private:
+  void setup();
+  void restore();
+  void print_header() const;
+  bool run_epoch(int64_t epoch);  // false: stopped by a request
+  void train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row);
+  void finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start);
+  void stop(int64_t epoch, int64_t step);
+  TrainState state(int64_t epochs_done, int64_t step_in_epoch) const;
+  void save(const std::string& file, const TrainState& st) const;
+
+  TrainConfig c_;
+  DataSplits data_;
+  std::unique_ptr<DataLoader> train_loader_, test_loader_;
+  std::shared_ptr<Module> model_;
+  std::unique_ptr<Sgd> opt_;
+  std::unique_ptr<PolicySet> policies_;
+  LrSchedule sched_;
+  int64_t steps_per_epoch_ = 0;
+  std::unique_ptr<EpochLogger> logger_;
+  std::unique_ptr<Progress> progress_;
+  TrainSummary summary_;
+  std::vector<double> all_rates_, rates_;
+  int64_t global_step_ = 0;
+  int64_t first_epoch_ = 0, resume_step_ = 0;  // where this process starts (resume)
+  double loss_sum_ = 0;                         // running sums of the current epoch
+  int64_t correct_ = 0, seen_ = 0;
+  double best_acc_ = -1;
+  Clock::time_point last_;
+};
+
+void Run::setup() {
+  data_ = load_data(c_);
+  const ImageSpec spec = data_.train->spec();
+  ACTLAB_CHECK(data_.test->spec().channels == spec.channels && data_.test->spec().height == spec.height,
+               "train and test splits have different image shapes");
+  train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms);
+  test_loader_ = std::make_unique<DataLoader>(*data_.test, std::min<int64_t>(c_.batch_size, 256), false, c_.seed, false,
+                                              data_.test_transforms);
+  model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height});
+  opt_ = std::make_unique<Sgd>(model_->parameters(),
+                               SgdOptions{static_cast<float>(c_.lr), static_cast<float>(c_.momentum), 0.f,
+                                          static_cast<float>(c_.weight_decay), c_.nesterov});
+  policies_ = std::make_unique<PolicySet>(parse_policy(c_.policy));
+  for (const auto& r : c_.policy_rules) policies_->add_rule(r);
+  steps_per_epoch_ = c_.steps_per_epoch > 0 ? std::min(c_.steps_per_epoch, train_loader_->num_batches())
+                                            : train_loader_->num_batches();
+  sched_.kind = LrSchedule::parse_kind(c_.schedule);
+  sched_.base_lr = static_cast<float>(c_.lr);
+  sched_.total_steps = steps_per_epoch_ * c_.epochs;
+  sched_.warmup_steps = steps_per_epoch_ * c_.warmup_epochs;
+  sched_.step_size = steps_per_epoch_ * c_.step_epochs;
+  summary_.data_note = data_.note;
+}
+
+void Run::restore() {
+  const SafetensorsFile file = read_safetensors(c_.resume);
+  const TrainState st = checkpoint_state(file);
+  check_resume_compatible(c_, config_from_json(st.config_json), c_.resume);
+  restore_checkpoint(file, *model_, opt_.get());
+  ACTLAB_CHECK(st.step_in_epoch <= steps_per_epoch_, "checkpoint '", c_.resume, "' stopped at step ",
+               st.step_in_epoch, " of an epoch of ", steps_per_epoch_, " steps");
+  ACTLAB_CHECK(c_.eval_only || st.epoch < c_.epochs, "checkpoint '", c_.resume, "' has already completed ", st.epoch,
+               " of ", c_.epochs, " epochs; raise --epochs to train further");
+  first_epoch_ = st.epoch;
+  resume_step_ = st.step_in_epoch;
+  global_step_ = st.global_step;
+  loss_sum_ = st.loss_sum;
+  correct_ = st.correct;
+  seen_ = st.seen;
+  best_acc_ = st.best_acc;
+  if (!c_.quiet)
+    std::printf("resumed from %s: %lld epochs done%s, global step %lld, best test accuracy %.2f%%\n", c_.resume.c_str(),
+                static_cast<long long>(st.epoch),
+                st.step_in_epoch > 0 ? (" + " + std::to_string(st.step_in_epoch) + " steps").c_str() : "",
+                static_cast<long long>(st.global_step), std::max(0.0, st.best_acc));
+}
+
+TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {
+  TrainState st;
+  st.model = c_.model;
+  st.epoch = epochs_done;
+  st.step_in_epoch = step_in_epoch;
+  st.global_step = global_step_;
+  st.pack_step = static_cast<uint64_t>(global_step_);
+  st.seed = c_.seed;
+  st.loss_sum = step_in_epoch > 0 ? loss_sum_ : 0;
+  st.correct = step_in_epoch > 0 ? correct_ : 0;
+  st.seen = step_in_epoch > 0 ? seen_ : 0;
+  st.best_acc = best_acc_;
+  st.lr_schedule = describe_schedule(sched_, global_step_);
+  st.config_json = config_to_json(c_);
+  return st;
+}
+
+void Run::save(const std::string& file, const TrainState& st) const {
+  save_checkpoint((std::filesystem::path(c_.save_dir) / file).string(), *model_, *opt_, st);
+}
+
+void Run::print_header() const {
+  const ImageSpec spec = data_.train->spec();
+  std::printf("actlab-train: %s on %s (%lld train / %lld test images, %lldx%lldx%lld), %lld parameters\n",
+              c_.model.c_str(), data_.note.c_str(), static_cast<long long>(data_.train->size()),
+              static_cast<long long>(data_.test->size()), static_cast<long long>(spec.channels),
+              static_cast<long long>(spec.height), static_cast<long long>(spec.width),
+              static_cast<long long>(model_->parameter_count()));
+  std::printf("policy %s, batch %lld, %lld epochs x %lld steps, lr %g (%s), momentum %g, wd %g, %lld threads, seed %llu\n",
+              policies_->describe().c_str(), static_cast<long long>(c_.batch_size), static_cast<long long>(c_.epochs),
+              static_cast<long long>(steps_per_epoch_), c_.lr, c_.schedule.c_str(), c_.momentum, c_.weight_decay,
+              static_cast<long long>(c_.threads), static_cast<unsigned long long>(c_.seed));
+  std::string line = "config:";
+  for (const auto& e : config_entries(c_)) line += " " + e.first + "=" + e.second;
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row) {
+  const float lr = sched_.lr_at(global_step_);
+  opt_->set_lr(lr);
+  row.lr = lr;
+  // Every random stream of a step is a function of (seed, global step): resume needs no counters.
+  set_pack_step(static_cast<uint64_t>(global_step_));
+  seed_dropout(*model_, c_.seed, global_step_);
+  const int64_t live_before = live_excluding_data(memory_stats());
+  Variable logits, loss;
+  {
+    ActivationCacheScope scope(*policies_);
+    MemTagScope tag(MemTag::Activation);
+    logits = (*model_)(Variable(batch.images));
+    loss = cross_entropy(logits, batch.labels, static_cast<float>(c_.label_smoothing));
+  }
+  const int64_t live_after = live_excluding_data(memory_stats());
+  const int64_t act = live_after - live_before - static_cast<int64_t>(logits.data().nbytes()) -
+                      static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(batch.images.nbytes());
+  const float loss_value = loss.data().item();
+  if (!std::isfinite(loss_value)) {
+    Tape::current().clear();
+    ACTLAB_FAIL("non-finite loss (", loss_value, ") at epoch ", epoch + 1, " step ", step + 1,
+                "; try a smaller --lr (now ", c_.lr, ")");
+  }
+  const int64_t n = batch.labels.size(0);
+  correct_ += count_correct(logits.data(), batch.labels);
+  const bool first = global_step_ == 0;
+  if (first) {
+    for (const auto& e : CacheStats::global().entries()) {
+      if (e.op.find(".input") == std::string::npos) continue;  // lossy saves only
+      summary_.saved_raw_bytes += e.bytes_raw;
+      summary_.saved_packed_bytes += e.bytes_packed;
+      summary_.saved_expected_bytes += e.bytes_expected;
+    }
+  }
+  logits = Variable();
+  opt_->zero_grad();
+  {
+    MemTagScope tag(MemTag::Activation);
+    backward(loss);
+  }
+  loss = Variable();
+  opt_->step();
+  if (first) {
+    CacheStats::global().set_enabled(false);
+    if (!c_.quiet) print_first_step_report(summary_, act, c_);
+    if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, CacheStats::global().entries());
+  }
+  loss_sum_ += static_cast<double>(loss_value) * static_cast<double>(n);
+  seen_ += n;
+  row.activation_bytes = act;
+  summary_.activation_bytes = act;
+  const double dt = seconds_since(last_);
+  last_ = Clock::now();
+  if (!first) rates_.push_back(static_cast<double>(n) / dt);
+  const int64_t steps_left = (steps_per_epoch_ - step - 1) + (c_.epochs - epoch - 1) * steps_per_epoch_;
+  const double rate = rates_.empty() ? static_cast<double>(n) / dt : rates_.back();
+  progress_->step(epoch + 1, c_.epochs, step + 1, steps_per_epoch_, loss_sum_ / static_cast<double>(seen_),
+                  100.0 * static_cast<double>(correct_) / static_cast<double>(seen_), rate,
+                  memory_stats().total.current, static_cast<double>(steps_left * c_.batch_size) / rate);
+}
+
+void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
+  CacheStats::global().set_enabled(true);
+  ACTLAB_CHECK(seen_ > 0, "epoch ", epoch + 1, " had no training batches");
+  row.train_loss = loss_sum_ / static_cast<double>(seen_);
+  row.train_acc = 100.0 * static_cast<double>(correct_) / static_cast<double>(seen_);
+  row.img_per_s = median(rates_);
+  row.peak_bytes = memory_stats().total.peak;
+  const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name());
+  row.test_loss = ev.loss;
+  row.test_acc = ev.acc;
+  row.wall_s = seconds_since(start);
+  all_rates_.insert(all_rates_.end(), rates_.begin(), rates_.end());
+  summary_.peak_bytes = std::max(summary_.peak_bytes, row.peak_bytes);
+  summary_.epochs.push_back(row);
+  const bool best = ev.acc > best_acc_;
+  if (best) best_acc_ = ev.acc;
+  if (!c_.save_dir.empty()) {  // before the log row: a logged epoch always has its checkpoint
+    const TrainState st = state(epoch + 1, 0);
+    save("last.safetensors", st);
+    if (best) save("best.safetensors", st);
+  }
+  logger_->write(row);
+  progress_->epoch_done(row, c_.epochs);
+}
+
+void Run::stop(int64_t epoch, int64_t step) {
+  summary_.interrupted = true;
+  summary_.stop_signal = stop_signal();
+  summary_.stop_epoch = epoch + 1;
+  summary_.stop_step = step;
+  if (c_.save_dir.empty()) return;
+  // The exact mid-epoch state: weights, momentum, the step reached and the epoch's running sums.
+  summary_.stop_checkpoint = (std::filesystem::path(c_.save_dir) / "last.safetensors").string();
+  save("last.safetensors", state(epoch, step));
+}
+
+bool Run::run_epoch(int64_t epoch) {
+  const auto start = Clock::now();
+  model_->train();
+  train_loader_->start_epoch(epoch);
+  reset_peak();
+  rates_.clear();
+  EpochRow row;
+  row.epoch = epoch + 1;
+  Batch batch;
+  int64_t step = 0;
+  if (epoch == first_epoch_ && resume_step_ > 0) {  // resumed mid-epoch: skip the batches already used
+    for (; step < resume_step_; ++step) ACTLAB_CHECK(train_loader_->next(batch), "resume: epoch ended early");
+    row.lr = sched_.lr_at(global_step_ - 1);
+  } else {
+    loss_sum_ = 0;
+    correct_ = seen_ = 0;
+  }
+  last_ = Clock::now();
+  for (; step < steps_per_epoch_; ++step) {
+    const bool stop_now = stop_signal() != 0 || (c_.stop_after_steps > 0 && global_step_ >= c_.stop_after_steps);
+    if (stop_now) {
+      stop(epoch, step);
+      return false;
+    }
+    if (!train_loader_->next(batch)) break;
+    train_step(batch, epoch, step, row);
+    ++global_step_;
+  }
+  finish_epoch(epoch, row, start);
+  return true;
+}
+
+TrainSummary Run::go() {
+  setup();
+  if (c_.summary_only) {
+    const ImageSpec spec = data_.train->spec();
+    std::printf("%s", model_summary(*model_, {spec.channels, spec.height, spec.width}).c_str());
+    return summary_;
+  }
+  if (!c_.resume.empty()) restore();
+  if (c_.eval_only) {
+    const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name());
+    summary_.final_test_loss = ev.loss;
+    summary_.final_test_acc = ev.acc;
+    if (!c_.quiet)
+      std::printf("eval %s on %s: test loss %.4f accuracy %.2f%% (%lld images)\n", c_.resume.c_str(),
+                  data_.note.c_str(), ev.loss, ev.acc, static_cast<long long>(data_.test->size()));
+    return summary_;
+  }
+  if (global_step_ > 0) CacheStats::global().set_enabled(false);  // the first-step report is done
+  if (!c_.log_file.empty()) {
+    const std::string path = c_.log_file + ".config.txt";
+    std::ofstream out(path);
+    out << "# effective configuration of the run logged in " << c_.log_file << "\n" << config_to_text(c_);
+    ACTLAB_CHECK(out.flush().good(), "cannot write '", path, "'");
+  }
+  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty());
+  progress_ = std::make_unique<Progress>(c_.quiet, c_.print_every > 0 ? c_.print_every
+                                                                      : std::max<int64_t>(1, steps_per_epoch_ / 10));
+  if (!c_.quiet) print_header();
+  const auto run_start = Clock::now();
+  for (int64_t epoch = first_epoch_; epoch < c_.epochs; ++epoch)
+    if (!run_epoch(epoch)) break;
+  if (!summary_.epochs.empty()) {
+    summary_.final_test_acc = summary_.epochs.back().test_acc;
+    summary_.final_test_loss = summary_.epochs.back().test_loss;
+  }
+  summary_.best_test_acc = best_acc_;
+  summary_.median_img_per_s = median(all_rates_);
+  summary_.steps = global_step_;
+  summary_.wall_s = seconds_since(run_start);
+  if (!c_.quiet && !summary_.interrupted && !summary_.epochs.empty()) print_summary(summary_, c_);
+  return summary_;
+}
+
+// Creates the save directory and refuses to clobber another run's checkpoints.
+void prepare_save_dir(const TrainConfig& c) {
+  if (c.save_dir.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(c.save_dir, ec);
+  ACTLAB_CHECK(fs::is_directory(c.save_dir), "cannot create save directory '", c.save_dir, "'",
+               ec ? ": " + ec.message() : std::string());
+  ACTLAB_CHECK(::access(c.save_dir.c_str(), W_OK) == 0, "save directory '", c.save_dir, "' is not writable");
+  const fs::path last = fs::path(c.save_dir) / "last.safetensors";
+  ACTLAB_CHECK(!c.resume.empty() || c.overwrite || !fs::exists(last), "'", last.string(),
+               "' already exists; pass --resume ", last.string(), " to continue that run, or --overwrite");
+}
+
+}  // namespace
+
 TrainSummary train(const TrainConfig& c) {
   validate(c);
-  const auto run_start = Clock::now();
+  ACTLAB_CHECK(!c.eval_only || !c.resume.empty(), "--eval-only needs --resume CHECKPOINT");
+  // The run sets the OpenMP thread count and turns the per-pack statistics off after its first step;
+  // whatever way it ends (done, stopped, an error), put both back as they were.
+  struct Restore {
+    int threads = omp_get_max_threads();
+    ~Restore() {
+      omp_set_num_threads(threads);
+      CacheStats::global().set_enabled(true);
+    }
+  } restore;
   omp_set_num_threads(static_cast<int>(c.threads));
   seed_init(c.seed);
   set_pack_seed(c.seed);
   set_pack_step(0);
   CacheStats::global().reset();
-
-  DataSplits data = load_data(c);
-  const ImageSpec spec = data.train->spec();
-  ACTLAB_CHECK(data.test->spec().channels == spec.channels && data.test->spec().height == spec.height,
-               "train and test splits have different image shapes");
-  DataLoader train_loader(*data.train, c.batch_size, true, c.seed, true, data.train_transforms);
-  DataLoader test_loader(*data.test, std::min<int64_t>(c.batch_size, 256), false, c.seed, false,
-                         data.test_transforms);
-
-  std::shared_ptr<Module> model = make_model({c.model, spec.channels, spec.num_classes, spec.height});
-  Sgd opt(model->parameters(), {static_cast<float>(c.lr), static_cast<float>(c.momentum), 0.f,
-                                static_cast<float>(c.weight_decay), c.nesterov});
-  PolicySet policies(parse_policy(c.policy));
-  for (const auto& r : c.policy_rules) policies.add_rule(r);
-
-  const int64_t steps_per_epoch =
-      c.steps_per_epoch > 0 ? std::min(c.steps_per_epoch, train_loader.num_batches()) : train_loader.num_batches();
-  LrSchedule sched;
-  sched.kind = LrSchedule::parse_kind(c.schedule);
-  sched.base_lr = static_cast<float>(c.lr);
-  sched.total_steps = steps_per_epoch * c.epochs;
-  sched.warmup_steps = steps_per_epoch * c.warmup_epochs;
-  sched.step_size = steps_per_epoch * c.step_epochs;
-
-  EpochLogger logger(c.log_file);
-  Progress progress(c.quiet, c.print_every > 0 ? c.print_every : std::max<int64_t>(1, steps_per_epoch / 10));
-  if (!c.quiet) {
-    std::printf("actlab-train: %s on %s (%lld train / %lld test images, %lldx%lldx%lld), %lld parameters\n",
-                c.model.c_str(), data.note.c_str(), static_cast<long long>(data.train->size()),
-                static_cast<long long>(data.test->size()), static_cast<long long>(spec.channels),
-                static_cast<long long>(spec.height), static_cast<long long>(spec.width),
-                static_cast<long long>(model->parameter_count()));
-    std::printf("policy %s, batch %lld, %lld epochs x %lld steps, lr %g (%s), momentum %g, wd %g, %lld threads, seed %llu\n",
-                policies.describe().c_str(), static_cast<long long>(c.batch_size), static_cast<long long>(c.epochs),
-                static_cast<long long>(steps_per_epoch), c.lr, c.schedule.c_str(), c.momentum, c.weight_decay,
-                static_cast<long long>(c.threads), static_cast<unsigned long long>(c.seed));
-    std::fflush(stdout);
-  }
-
-  TrainSummary summary;
-  summary.data_note = data.note;
-  std::vector<double> all_rates;
-  int64_t global_step = 0;
-  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
-    const auto epoch_start = Clock::now();
-    model->train();
-    train_loader.start_epoch(epoch);
-    reset_peak();
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
-    std::vector<double> rates;
-    EpochRow row;
-    row.epoch = epoch + 1;
-    Batch batch;
-    auto last = Clock::now();
-    for (int64_t step = 0; step < steps_per_epoch && train_loader.next(batch); ++step, ++global_step) {
-      const float lr = sched.lr_at(global_step);
-      opt.set_lr(lr);
-      row.lr = lr;
-      const int64_t live_before = live_excluding_data(memory_stats());
-      Variable logits, loss;
-      {
-        ActivationCacheScope scope(policies);
-        MemTagScope tag(MemTag::Activation);
-        logits = (*model)(Variable(batch.images));
-        loss = cross_entropy(logits, batch.labels, static_cast<float>(c.label_smoothing));
-      }
-      const int64_t live_after = live_excluding_data(memory_stats());
-      const int64_t act = live_after - live_before - static_cast<int64_t>(logits.data().nbytes()) -
-                          static_cast<int64_t>(loss.data().nbytes()) +
-                          static_cast<int64_t>(batch.images.nbytes());
-      const float loss_value = loss.data().item();
-      if (!std::isfinite(loss_value)) {
-        Tape::current().clear();
-        ACTLAB_FAIL("non-finite loss (", loss_value, ") at epoch ", epoch + 1, " step ", step + 1,
-                    "; try a smaller --lr (now ", c.lr, ")");
-      }
-      const int64_t n = batch.labels.size(0);
-      correct += count_correct(logits.data(), batch.labels);
-      if (global_step == 0) {
-        summary.saved_raw_bytes = summary.saved_packed_bytes = summary.saved_expected_bytes = 0;
-        for (const auto& e : CacheStats::global().entries()) {
-          if (e.op.find(".input") == std::string::npos) continue;  // lossy saves only
-          summary.saved_raw_bytes += e.bytes_raw;
-          summary.saved_packed_bytes += e.bytes_packed;
-          summary.saved_expected_bytes += e.bytes_expected;
-        }
-      }
-      logits = Variable();
-      opt.zero_grad();
-      {
-        MemTagScope tag(MemTag::Activation);
-        backward(loss);
-      }
-      loss = Variable();
-      opt.step();
-      if (global_step == 0) {
-        CacheStats::global().set_enabled(false);
-        if (!c.quiet) print_first_step_report(summary, act, c);
-        if (!c.memory_report.empty()) write_memory_report(c.memory_report, CacheStats::global().entries());
-      }
-      loss_sum += static_cast<double>(loss_value) * static_cast<double>(n);
-      seen += n;
-      row.activation_bytes = act;
-      summary.activation_bytes = act;
-      const double dt = seconds_since(last);
-      last = Clock::now();
-      if (global_step > 0) rates.push_back(static_cast<double>(n) / dt);
-      progress.step(epoch + 1, c.epochs, step + 1, steps_per_epoch, loss_sum / static_cast<double>(seen),
-                    100.0 * static_cast<double>(correct) / static_cast<double>(seen),
-                    rates.empty() ? static_cast<double>(n) / dt : rates.back(), memory_stats().total.current);
-    }
-    CacheStats::global().set_enabled(true);
-    ACTLAB_CHECK(seen > 0, "epoch ", epoch + 1, " had no training batches");
-    row.train_loss = loss_sum / static_cast<double>(seen);
-    row.train_acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
-    row.img_per_s = median(rates);
-    row.peak_bytes = memory_stats().total.peak;
-    const EvalResult ev = evaluate(*model, test_loader, data.test->name());
-    row.test_loss = ev.loss;
-    row.test_acc = ev.acc;
-    row.wall_s = seconds_since(epoch_start);
-    all_rates.insert(all_rates.end(), rates.begin(), rates.end());
-    summary.peak_bytes = std::max(summary.peak_bytes, row.peak_bytes);
-    summary.epochs.push_back(row);
-    logger.write(row);
-    progress.epoch_done(row, c.epochs);
-  }
-  summary.final_test_acc = summary.epochs.back().test_acc;
-  summary.median_img_per_s = median(all_rates);
-  summary.steps = global_step;
-  summary.wall_s = seconds_since(run_start);
-  if (!c.quiet) print_summary(summary, c);
-  return summary;
+  if (!c.eval_only && !c.summary_only) prepare_save_dir(c);
+  Run run(c);
+  return run.go();
 }
 
 }  // namespace actlab

@@ -1,6 +1,7 @@
 // The training job behind actlab-train: data, model, policy, SGD + schedule, per-step progress,
-// per-epoch evaluation and log rows, memory measured as the DIVISION reference measures it, and a
-// final summary. Tested in tests/test_train.cpp (end to end on real or synthetic data).
+// per-epoch evaluation and log rows, memory measured as the DIVISION reference measures it,
+// checkpoints (save, exact resume, stop on SIGINT/SIGTERM) and a final summary.
+// Tested in tests/test_train.cpp (end to end) and tests/test_checkpoint.cpp (checkpoints, resume).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,11 @@ struct TrainConfig {
   double test_fraction = 0.2;             // folder data set without train/ and test/: held-out share
   bool cifar100_coarse = false;           // cifar100: the 20 coarse labels instead of the 100 fine ones
   bool quiet = false;
+  std::string save_dir;                   // last.safetensors every epoch, best.safetensors on a new best
+  std::string resume;                     // checkpoint to continue from (model, data set, batch, seed must match)
+  bool eval_only = false;                 // with resume: evaluate the checkpoint, no training
+  bool summary_only = false;              // print the model's layer table and return
+  int64_t stop_after_steps = 0;           // tests: behave as on SIGINT after this many global steps
 };
 
 // Checks every field (and that output files may be written) before anything runs.
@@ -74,6 +80,14 @@ struct TrainSummary {
   int64_t steps = 0;
   double wall_s = 0;
   std::string data_note;            // e.g. "fashion-mnist from /usr/share/datasets/fashion-mnist"
+  double final_test_loss = 0;
+  double best_test_acc = -1;        // over the whole run, resumed epochs included (-1: none)
+  // Set when the run stopped early (a signal, or stop_after_steps): the signal (0 for the test hook),
+  // where it stopped (1-based epoch, steps done in it) and the checkpoint written ("" without save_dir).
+  bool interrupted = false;
+  int stop_signal = 0;
+  int64_t stop_epoch = 0, stop_step = 0;
+  std::string stop_checkpoint;
 };
 
 // Loads the train/test splits named by the config (or throws Error saying what is missing and how to
@@ -87,8 +101,18 @@ struct DataSplits {
 };
 DataSplits load_data(const TrainConfig& config);
 
-// Runs the whole job, printing progress to stdout unless config.quiet.
+// Runs the whole job, printing progress to stdout unless config.quiet. With resume it first restores
+// the checkpoint (parameters, BN statistics, momentum, loop position, running sums) and continues
+// where it stopped, producing bit-identical weights to an uninterrupted run on CPU at a fixed thread
+// count. A stop request (signal or stop_after_steps) ends the run after the current step, writes
+// save_dir/last.safetensors (mid-epoch state included) and returns with summary.interrupted set.
 TrainSummary train(const TrainConfig& config);
+
+// SIGINT/SIGTERM handlers that only record the signal (the trainer polls once per step); the second
+// signal of a kind gets the default action, so a second Ctrl-C ends the process at once.
+void install_stop_handlers();
+int stop_signal();               // 0, or the signal number received
+void request_stop(int signal);   // as if `signal` had arrived; 0 clears a request
 
 // Activation memory of one training step as the reference measures it (§5), for a model on a given
 // input, with the policies in force. Used by the trainer and the memory tables.

@@ -62,6 +62,16 @@ check "existing log kept"       "already exists"                   --dataset syn
 check "unwritable log dir"      "does not exist"                   --dataset synthetic --log "$work/no/dir/log.csv"
 check "non-finite loss"         "non-finite loss"                  --dataset synthetic --synthetic-size 64 --batch-size 32 --lr 1e30 --model resnet20
 check "stray argument"          "unexpected argument"              resnet20
+printf '# test config\nmodel = resnet20\nfrobnicate = 1\n' > "$work/unknown.conf"
+printf 'epochs = ten\n' > "$work/badvalue.conf"
+check "missing config file"     "cannot read config file"          --config "$work/nope.conf"
+check "config unknown key"      "unknown.conf:3: unknown key 'frobnicate'" --config "$work/unknown.conf"
+check "config bad value"        "badvalue.conf:1: epochs needs an integer" --config "$work/badvalue.conf"
+check "missing checkpoint"      "cannot open checkpoint"           --resume "$work/nope.safetensors"
+check "empty checkpoint"        "truncated"                        --resume "$work/empty-file"
+check "garbage checkpoint"      "header length|header"             --resume "$log"
+check "eval-only alone"         "eval-only needs --resume"        --eval-only --dataset synthetic
+check "save dir is a file"      "cannot create save directory"     --dataset synthetic --save-dir "$log"
 
 echo "$cases cases, $failures failed"
 [ "$failures" -eq 0 ]

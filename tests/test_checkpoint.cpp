@@ -1,0 +1,323 @@
+// Checkpoints: the strict JSON reader, safetensors round trips, refusal of corrupt or foreign files,
+// atomic writes, and the central promise: a run stopped (at an epoch boundary or mid-epoch) and
+// resumed in fresh objects ends with bit-identical weights to an uninterrupted run.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "autograd/functions.h"
+#include "core/allocator.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/config_file.h"
+#include "train/trainer.h"
+
+using namespace actlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the temp dir, removed with its contents when the test ends.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag)
+      : path(fs::temp_directory_path() / ("actlab_ckpt_" + tag + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+// Error message of f(), or "" when it does not throw.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// One SGD step of a model on a fixed batch, so parameters, BN statistics and momentum are all non-trivial.
+void one_step(Module& model, Sgd& opt, uint64_t seed) {
+  PhiloxStream rng(seed, 7);
+  const Tensor x = Tensor::randn({4, 1, 28, 28}, rng);
+  Tensor y = Tensor::empty({4}, DType::I64);
+  for (int i = 0; i < 4; ++i) y.data<int64_t>()[i] = i;
+  Variable loss = cross_entropy(model(Variable(x)), y);
+  opt.zero_grad();
+  backward(loss);
+  opt.step();
+}
+
+TrainConfig tiny_run(const std::string& policy, const std::string& save_dir) {
+  TrainConfig c;
+  c.model = "resnet20";
+  c.dataset = "synthetic";
+  c.synthetic_size = 256;
+  c.batch_size = 32;  // 8 steps per epoch
+  c.epochs = 3;
+  c.lr = 0.05;
+  c.threads = 1;  // any fixed count is deterministic (tests/cli/resume.sh runs 2); 1 avoids OpenMP spin-waits on a busy machine
+  c.seed = 3;
+  c.policy = policy;
+  c.quiet = true;
+  c.save_dir = save_dir;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("json: strict parsing of the header subset") {
+  const JsonValue v = parse_json(R"( {"a": [1, -2, 30], "b": {"c": "x\"y\u00e9\n"}, "t": true, "n": null} )");
+  REQUIRE(v.kind == JsonValue::Kind::Object);
+  REQUIRE(v.find("a") != nullptr);
+  CHECK(v.find("a")->items.size() == 3);
+  CHECK(v.find("a")->items[1].integer == -2);
+  CHECK(v.find("b")->find("c")->string == "x\"y\xc3\xa9\n");
+  CHECK(v.find("t")->boolean);
+  CHECK(v.find("missing") == nullptr);
+  CHECK(parse_json(json_quote("tab\there \"q\" \x01")).string == "tab\there \"q\" \x01");
+  for (const char* bad : {"", "{", "{\"a\":1,}", "[1 2]", "01", "1.5", "1e3", "{\"a\":1}x", "\"\\q\"", "\"a",
+                          "{\"a\":1,\"a\":2}", "[\"\\ud800\"]", "99999999999999999999", "tru", "{1:2}"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_json(bad), Error);
+  }
+  CHECK(error_of([] { parse_json(std::string(40, '[') + std::string(40, ']')); }).find("nesting") !=
+        std::string::npos);
+  CHECK_THROWS_AS(json_quote("\xff\xfe"), Error);  // not UTF-8
+}
+
+TEST_CASE("checkpoint: save then load into a fresh model gives identical tensors and metadata") {
+  const int64_t live_at_start = memory_stats().total.current;
+  TempDir dir("roundtrip");
+  {
+    seed_init(1);
+    auto model = make_model({"resnet20", 1, 10, 28});
+    Sgd opt(model->parameters(), {0.1f, 0.9f, 0.f, 5e-4f, false});
+    one_step(*model, opt, 1);
+    TrainState st;
+    st.model = "resnet20";
+    st.epoch = 2;
+    st.step_in_epoch = 5;
+    st.global_step = 21;
+    st.pack_step = 21;
+    st.seed = 9;
+    st.loss_sum = 1.0 / 3.0;  // must round-trip exactly
+    st.correct = 17;
+    st.seen = 160;
+    st.best_acc = 12.5;
+    st.lr_schedule = "cosine";
+    st.config_json = "{\"model\":\"resnet20\"}";
+    save_checkpoint(dir.file("a.safetensors"), *model, opt, st);
+
+    seed_init(2);  // different initial weights: everything must come from the file
+    auto fresh = make_model({"resnet20", 1, 10, 28});
+    Sgd fresh_opt(fresh->parameters(), {0.1f, 0.9f, 0.f, 5e-4f, false});
+    const SafetensorsFile file = read_safetensors(dir.file("a.safetensors"));
+    restore_checkpoint(file, *fresh, &fresh_opt);
+    const auto pa = model->named_parameters(), pb = fresh->named_parameters();
+    REQUIRE(pa.size() == pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(pa[i].first);
+      CHECK(same_bits(pa[i].second.data(), pb[i].second.data()));
+      CHECK(same_bits(opt.momentum_buffers()[i], fresh_opt.momentum_buffers()[i]));
+    }
+    const auto ba = model->named_buffers(), bb = fresh->named_buffers();
+    for (size_t i = 0; i < ba.size(); ++i) CHECK(same_bits(ba[i].second, bb[i].second));
+    CHECK(fresh_opt.steps() == opt.steps());
+    const TrainState back = checkpoint_state(file);
+    CHECK(back.epoch == 2);
+    CHECK(back.step_in_epoch == 5);
+    CHECK(back.global_step == 21);
+    CHECK(back.seed == 9);
+    CHECK(back.loss_sum == st.loss_sum);
+    CHECK(back.correct == 17);
+    CHECK(back.seen == 160);
+    CHECK(back.best_acc == 12.5);
+    CHECK(back.config_json == st.config_json);
+    CHECK(file.tensors.size() == pa.size() * 2 + ba.size());  // parameters, momentum, BN statistics
+    // Layout: 8-byte aligned data section, tensors named the torchvision way.
+    const std::string bytes = read_bytes(dir.file("a.safetensors"));
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    CHECK((8 + n) % 8 == 0);
+    CHECK(bytes[8] == '{');
+    CHECK(bytes.find("\"layer1.0.conv1.weight\"") != std::string::npos);
+    CHECK(bytes.find("\"optim.momentum.fc.bias\"") != std::string::npos);
+  }
+  CHECK(memory_stats().total.current == live_at_start);
+}
+
+TEST_CASE("checkpoint: corrupt, truncated, garbage and foreign files are refused with a clear error") {
+  TempDir dir("corrupt");
+  seed_init(0);
+  auto model = make_model({"resnet20", 1, 10, 28});
+  Sgd opt(model->parameters(), {0.1f, 0.9f, 0.f, 5e-4f, false});
+  one_step(*model, opt, 2);
+  TrainState st;
+  st.model = "resnet20";
+  st.config_json = "{}";
+  const std::string good = dir.file("good.safetensors");
+  save_checkpoint(good, *model, opt, st);
+  const std::string bytes = read_bytes(good);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+
+  std::string flipped = bytes;
+  flipped[8 + header_len + 1000] ^= 0x01;
+  write_bytes(dir.file("flip.safetensors"), flipped);
+  CHECK(error_of([&] { read_safetensors(dir.file("flip.safetensors")); }).find("corrupt checkpoint") !=
+        std::string::npos);
+
+  write_bytes(dir.file("trunc.safetensors"), bytes.substr(0, bytes.size() - 100));
+  CHECK(error_of([&] { read_safetensors(dir.file("trunc.safetensors")); }).find("truncated") != std::string::npos);
+  write_bytes(dir.file("short.safetensors"), bytes.substr(0, 5));
+  CHECK(error_of([&] { read_safetensors(dir.file("short.safetensors")); }).find("truncated") != std::string::npos);
+
+  std::string garbage = bytes;
+  garbage.replace(8, 12, "{\"oops\": [1,");
+  write_bytes(dir.file("garbage.safetensors"), garbage);
+  CHECK(error_of([&] { read_safetensors(dir.file("garbage.safetensors")); }).find("header") != std::string::npos);
+  write_bytes(dir.file("huge.safetensors"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10));
+  CHECK(error_of([&] { read_safetensors(dir.file("huge.safetensors")); }).find("header length") != std::string::npos);
+
+  // Overlapping offsets (a hand-made file): the second tensor starts inside the first.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  std::string overlap(8, '\0');
+  const uint64_t hl = header.size();
+  std::memcpy(&overlap[0], &hl, 8);
+  write_bytes(dir.file("overlap.safetensors"), overlap + header + std::string(12, '\0'));
+  CHECK(error_of([&] { read_safetensors(dir.file("overlap.safetensors")); }).find("overlap") != std::string::npos);
+
+  // Another model (3 input channels): the first mismatching tensor is named; nothing is copied.
+  const SafetensorsFile file = read_safetensors(good);
+  auto rgb = make_model({"resnet20", 3, 10, 32});
+  const Tensor before = rgb->named_parameters()[1].second.data().contiguous();
+  const Tensor before_copy = Tensor::empty(before.shape());
+  std::memcpy(before_copy.raw_data(), before.raw_data(), before.nbytes());
+  const std::string mismatch = error_of([&] { restore_checkpoint(file, *rgb, nullptr); });
+  CHECK(mismatch.find("'conv1.weight'") != std::string::npos);
+  CHECK(same_bits(rgb->named_parameters()[1].second.data(), before_copy));
+  auto deeper = make_model({"resnet56", 1, 10, 28});
+  CHECK(error_of([&] { restore_checkpoint(file, *deeper, nullptr); }).find("layer1.3.conv1.weight") !=
+        std::string::npos);
+}
+
+TEST_CASE("checkpoint: a failed write leaves the previous file untouched and no temp file") {
+  TempDir dir("atomic");
+  seed_init(0);
+  auto model = make_model({"mlp", 1, 10, 8});
+  Sgd opt(model->parameters(), {0.1f, 0.9f, 0.f, 5e-4f, false});
+  TrainState st;
+  st.config_json = "{}";
+  CHECK(error_of([&] { save_checkpoint(dir.file("no/such/dir/last.safetensors"), *model, opt, st); })
+            .find("cannot create") != std::string::npos);
+  // The target is a non-empty directory: writing the temp file works, the rename fails.
+  fs::create_directories(dir.path / "last.safetensors" / "keep");
+  CHECK(error_of([&] { save_checkpoint(dir.file("last.safetensors"), *model, opt, st); }).find("renaming") !=
+        std::string::npos);
+  CHECK(fs::is_directory(dir.path / "last.safetensors" / "keep"));
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path)) entries += e.path().filename() == "last.safetensors" ? 0 : 1;
+  CHECK(entries == 0);  // the temp file was removed
+}
+
+TEST_CASE("resume: stopped after epoch 1 or mid-epoch 2, resumed in fresh objects, ends bit-identical") {
+  struct Case {
+    std::string policy;
+    std::vector<int64_t> stop_after;  // global steps (8 per epoch): the end of epoch 1 and/or inside epoch 2
+  };
+  const int64_t steps_per_epoch = 8;  // 256 samples / batch 32
+  for (const Case& k : {Case{"exact", {8, 12}}, Case{"division:B=8,Q=2", {12}}}) {
+    CAPTURE(k.policy);
+    TempDir full("full"), part("part");
+    TrainConfig base = tiny_run(k.policy, full.path.string());
+    train(base);
+    for (const int64_t stop_after : k.stop_after) {
+      CAPTURE(stop_after);
+      TrainConfig first = base;
+      first.save_dir = part.path.string();
+      first.stop_after_steps = stop_after;
+      first.overwrite = true;
+      const TrainSummary s1 = train(first);
+      REQUIRE(s1.interrupted);
+      CHECK(s1.stop_epoch == 2);
+      CHECK(s1.stop_step == stop_after - steps_per_epoch);
+      TrainConfig second = base;  // a fresh model, optimizer, loaders and schedule
+      second.save_dir = part.path.string();
+      second.resume = part.file("last.safetensors");
+      const TrainSummary s2 = train(second);
+      REQUIRE(!s2.interrupted);
+      CHECK(s2.steps == 3 * steps_per_epoch);
+      const SafetensorsFile a = read_safetensors(full.file("last.safetensors"));
+      const SafetensorsFile b = read_safetensors(part.file("last.safetensors"));
+      REQUIRE(a.tensors.size() == b.tensors.size());
+      int differing = 0;
+      for (size_t i = 0; i < a.tensors.size(); ++i) {
+        CHECK(a.tensors[i].first == b.tensors[i].first);
+        differing += same_bits(a.tensors[i].second, b.tensors[i].second) ? 0 : 1;
+      }
+      CHECK(differing == 0);
+      CHECK(a.metadata_value("checksum") == b.metadata_value("checksum"));
+      CHECK(checkpoint_state(b).global_step == 3 * steps_per_epoch);
+    }
+  }
+}
+
+TEST_CASE("resume: incompatible configurations are refused - eval-only reports the saved model") {
+  TempDir dir("compat");
+  TrainConfig c = tiny_run("exact", dir.path.string());
+  c.epochs = 1;
+  const TrainSummary s = train(c);
+  TrainConfig other = c;
+  other.resume = dir.file("last.safetensors");
+  other.epochs = 2;
+  other.batch_size = 64;
+  CHECK(error_of([&] { train(other); }).find("batch-size") != std::string::npos);
+  other = c;
+  other.resume = dir.file("last.safetensors");
+  CHECK(error_of([&] { train(other); }).find("raise --epochs") != std::string::npos);
+  other.eval_only = true;
+  const TrainSummary ev = train(other);
+  CHECK(ev.final_test_acc == s.final_test_acc);
+  CHECK(ev.final_test_loss == s.final_test_loss);
+  // A fresh run into a save dir that holds a checkpoint must not clobber it.
+  CHECK(error_of([&] { train(c); }).find("already exists") != std::string::npos);
+}
+
+TEST_CASE("a stop request ends the run after the current step and records the signal") {
+  TempDir dir("signal");
+  TrainConfig c = tiny_run("exact", dir.path.string());
+  request_stop(SIGTERM);
+  const TrainSummary s = train(c);
+  request_stop(0);
+  CHECK(s.interrupted);
+  CHECK(s.stop_signal == SIGTERM);
+  CHECK(s.stop_epoch == 1);
+  CHECK(s.stop_step == 0);
+  CHECK(s.stop_checkpoint == dir.file("last.safetensors"));
+  CHECK(checkpoint_state(read_safetensors(s.stop_checkpoint)).global_step == 0);
+}

@@ -1,0 +1,105 @@
+// Config files: `key = value` lines with comments, repeatable policy-rule, command-line override,
+// errors naming FILE:LINE, and the text/JSON forms of the effective configuration round-tripping.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "train/config_file.h"
+
+using namespace actlab;
+
+namespace {
+
+struct ConfFile {
+  std::string path;
+  explicit ConfFile(const std::string& text)
+      : path((std::filesystem::temp_directory_path() / ("actlab_conf_" + std::to_string(::getpid()) + ".conf")).string()) {
+    std::ofstream(path) << text;
+  }
+  ~ConfFile() { std::filesystem::remove(path); }
+};
+
+std::string error_of_file(const std::string& text) {
+  ConfFile f(text);
+  TrainConfig c;
+  try {
+    apply_config_file(c, f.path);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.rfind(f.path + ":", 0) == 0);  // starts with FILE:
+    return msg.substr(f.path.size());
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("config file: values, comments, repeatable rules and command-line override") {
+  ConfFile f(
+      "# a ResNet-18 run\n"
+      "\n"
+      "model = resnet18\n"
+      "  policy = division:B=8,Q=2   # the paper's setting\n"
+      "policy-rule = conv1=exact\n"
+      "policy-rule = fc=exact\n"
+      "lr=0.05\n"
+      "nesterov = true\n"
+      "no-augment = yes\n"
+      "epochs = 7\n");
+  TrainConfig c;
+  c.policy_rules = {"from=elsewhere"};
+  apply_config_file(c, f.path, {"epochs"});  // --epochs was given on the command line
+  CHECK(c.model == "resnet18");
+  CHECK(c.policy == "division:B=8,Q=2");
+  CHECK(c.policy_rules == std::vector<std::string>{"conv1=exact", "fc=exact"});
+  CHECK(c.lr == 0.05);
+  CHECK(c.nesterov);
+  CHECK(!c.augment);
+  CHECK(c.epochs == 1);  // the file's value was checked but not applied
+}
+
+TEST_CASE("config file: unknown keys and bad values name the file and line") {
+  CHECK(error_of_file("model = resnet20\n# fine\nbatchsize = 4\n").rfind(":3: unknown key 'batchsize'", 0) == 0);
+  CHECK(error_of_file("epochs = ten\n").rfind(":1: epochs needs an integer, got 'ten'", 0) == 0);
+  CHECK(error_of_file("\nbatch-size = 0\n").rfind(":2: batch size must be >= 1", 0) == 0);
+  CHECK(error_of_file("lr 0.1\n").rfind(":1: expected 'key = value'", 0) == 0);
+  CHECK(error_of_file("model = resnet7\n").find("resnet7") != std::string::npos);
+  CHECK(error_of_file("policy = zip:Q=2\n").rfind(":1:", 0) == 0);
+  CHECK(error_of_file("nesterov = maybe\n").rfind(":1: nesterov needs true or false", 0) == 0);
+  CHECK(error_of_file("resume = x.safetensors\n").find("command line only") != std::string::npos);
+  CHECK(error_of_file("warmup-epochs = 3\n").empty());  // valid alone; checked against epochs later
+  TrainConfig c;
+  CHECK_THROWS_WITH_AS(apply_config_file(c, "/nonexistent/actlab.conf"), doctest::Contains("cannot read"), Error);
+}
+
+TEST_CASE("config: the effective configuration round-trips through text and JSON") {
+  TrainConfig c;
+  c.model = "wrn28_10";
+  c.dataset = "cifar10";
+  c.lr = 0.1 / 3;
+  c.seed = 42;
+  c.policy_rules = {"conv1=exact", "layer1.*=quant:Q=4"};
+  c.augment = false;
+  c.save_dir = "runs/a b";
+  ConfFile f(config_to_text(c));
+  TrainConfig from_text;
+  apply_config_file(from_text, f.path);
+  const TrainConfig from_json = config_from_json(config_to_json(c));
+  CHECK(config_entries(from_text) == config_entries(c));
+  CHECK(config_entries(from_json) == config_entries(c));
+  CHECK(from_json.lr == c.lr);  // bit-exact number text
+  CHECK_THROWS_AS(config_from_json("{\"epochs\": 3}"), Error);  // values are strings
+  CHECK_THROWS_AS(config_from_json("{\"frobnicate\": \"3\"}"), Error);
+}
+
+TEST_CASE("config file: docs/example.conf is valid") {
+  TrainConfig c;
+  apply_config_file(c, std::string(ACTLAB_SOURCE_DIR) + "/docs/example.conf");
+  CHECK(c.model == "resnet18");
+  CHECK(c.policy_rules.size() == 2);
+  CHECK_NOTHROW(validate(c));
+}

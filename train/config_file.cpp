@@ -1,0 +1,232 @@
+// Config-file reading and the TrainConfig <-> key/value table behind it.
+#include "train/config_file.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+namespace actlab {
+namespace {
+
+int64_t to_int(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  ACTLAB_CHECK(!v.empty() && errno == 0 && *end == '\0', key, " needs an integer, got '", v, "'");
+  return x;
+}
+double to_float(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
+  ACTLAB_CHECK(!v.empty() && errno == 0 && *end == '\0' && std::isfinite(x), key, " needs a number, got '", v, "'");
+  return x;
+}
+bool to_bool(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  ACTLAB_FAIL(key, " needs true or false, got '", v, "'");
+}
+std::string num(double v) {  // shortest text that reads back to v
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+std::string flag(bool v) { return v ? "true" : "false"; }
+
+// One row per key: how to set the field from text and how to print it. Field names mirror the
+// actlab-train flags; keep this table and apps/actlab-train.cpp's flag list in step.
+struct Field {
+  const char* key;
+  std::function<void(TrainConfig&, const std::string&)> set;
+  std::function<std::string(const TrainConfig&)> get;
+};
+
+#define ACTLAB_STR(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = v; }, [](const TrainConfig& c) { return c.f; }}
+#define ACTLAB_INT(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = to_int(k, v); }, \
+                          [](const TrainConfig& c) { return std::to_string(c.f); }}
+#define ACTLAB_FLT(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = to_float(k, v); }, \
+                          [](const TrainConfig& c) { return num(c.f); }}
+#define ACTLAB_BOOL(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = to_bool(k, v); }, \
+                           [](const TrainConfig& c) { return flag(c.f); }}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = {
+      ACTLAB_STR("model", model),
+      ACTLAB_STR("dataset", dataset),
+      ACTLAB_STR("data-dir", data_dir),
+      ACTLAB_INT("image-size", image_size),
+      ACTLAB_INT("image-channels", image_channels),
+      ACTLAB_FLT("test-fraction", test_fraction),
+      ACTLAB_BOOL("coarse", cifar100_coarse),
+      ACTLAB_INT("synthetic-size", synthetic_size),
+      ACTLAB_INT("epochs", epochs),
+      ACTLAB_INT("batch-size", batch_size),
+      ACTLAB_FLT("lr", lr),
+      ACTLAB_FLT("momentum", momentum),
+      ACTLAB_FLT("weight-decay", weight_decay),
+      ACTLAB_BOOL("nesterov", nesterov),
+      ACTLAB_STR("schedule", schedule),
+      ACTLAB_INT("step-epochs", step_epochs),
+      ACTLAB_INT("warmup-epochs", warmup_epochs),
+      ACTLAB_FLT("label-smoothing", label_smoothing),
+      {"seed",
+       [](TrainConfig& c, const std::string& v) {
+         const int64_t s = to_int("seed", v);
+         ACTLAB_CHECK(s >= 0, "seed must be >= 0, got ", s);
+         c.seed = static_cast<uint64_t>(s);
+       },
+       [](const TrainConfig& c) { return std::to_string(c.seed); }},
+      ACTLAB_INT("threads", threads),
+      ACTLAB_STR("policy", policy),
+      {"policy-rule", [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },
+       [](const TrainConfig&) { return std::string(); }},  // printed per rule by config_entries
+      {"no-augment", [](TrainConfig& c, const std::string& v) { c.augment = !to_bool("no-augment", v); },
+       [](const TrainConfig& c) { return flag(!c.augment); }},
+      ACTLAB_INT("steps-per-epoch", steps_per_epoch),
+      ACTLAB_INT("train-limit", train_limit),
+      ACTLAB_INT("test-limit", test_limit),
+      ACTLAB_STR("log", log_file),
+      ACTLAB_STR("memory-report", memory_report),
+      ACTLAB_BOOL("overwrite", overwrite),
+      ACTLAB_INT("print-every", print_every),
+      ACTLAB_STR("save-dir", save_dir),
+      ACTLAB_BOOL("eval-only", eval_only),
+      ACTLAB_BOOL("quiet", quiet),
+  };
+  return table;
+}
+#undef ACTLAB_STR
+#undef ACTLAB_INT
+#undef ACTLAB_FLT
+#undef ACTLAB_BOOL
+
+const Field* find_field(const std::string& key) {
+  for (const auto& f : fields())
+    if (key == f.key) return &f;
+  return nullptr;
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+// Range checks of one value on its own: validate() on the defaults with only this key changed.
+// Keys naming output files are checked later, together with --overwrite and --resume.
+void check_value_alone(const std::string& key, const std::string& value) {
+  if (key == "log" || key == "memory-report" || key == "overwrite" || key == "save-dir" || key == "data-dir")
+    return;
+  TrainConfig d;
+  set_config_value(d, key, value);
+  if (key == "warmup-epochs") d.epochs = d.warmup_epochs + 1;
+  if (key == "nesterov") d.momentum = 0.9;
+  validate(d);
+}
+
+}  // namespace
+
+bool is_config_key(const std::string& key) { return find_field(key) != nullptr; }
+
+void set_config_value(TrainConfig& c, const std::string& key, const std::string& value) {
+  const Field* f = find_field(key);
+  ACTLAB_CHECK(f != nullptr, "unknown key '", key, "' (keys are actlab-train's long flag names, e.g. batch-size)");
+  f->set(c, value);
+}
+
+std::vector<std::pair<std::string, std::string>> config_entries(const TrainConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : fields()) {
+    if (std::string(f.key) == "policy-rule") {
+      for (const auto& r : c.policy_rules) out.emplace_back(f.key, r);
+    } else {
+      out.emplace_back(f.key, f.get(c));
+    }
+  }
+  return out;
+}
+
+std::string config_to_text(const TrainConfig& c) {
+  std::string s;
+  for (const auto& e : config_entries(c)) s += e.first + " = " + e.second + "\n";
+  return s;
+}
+
+std::string config_to_json(const TrainConfig& c) {
+  std::string s = "{";
+  for (const auto& f : fields()) {
+    if (s.size() > 1) s += ",";
+    s += json_quote(f.key) + ":";
+    if (std::string(f.key) == "policy-rule") {
+      s += "[";
+      for (size_t i = 0; i < c.policy_rules.size(); ++i) s += (i ? "," : "") + json_quote(c.policy_rules[i]);
+      s += "]";
+    } else {
+      s += json_quote(f.get(c));
+    }
+  }
+  return s + "}";
+}
+
+TrainConfig config_from_json(const std::string& json) {
+  const JsonValue root = parse_json(json, "stored configuration");
+  ACTLAB_CHECK(root.kind == JsonValue::Kind::Object, "stored configuration is not a JSON object");
+  TrainConfig c;
+  for (const auto& m : root.members) {
+    if (m.second.kind == JsonValue::Kind::Array) {
+      ACTLAB_CHECK(m.first == "policy-rule", "stored configuration: '", m.first, "' is an array");
+      for (const auto& r : m.second.items) {
+        ACTLAB_CHECK(r.kind == JsonValue::Kind::String, "stored configuration: policy-rule entries must be strings");
+        set_config_value(c, m.first, r.string);
+      }
+      continue;
+    }
+    ACTLAB_CHECK(m.second.kind == JsonValue::Kind::String, "stored configuration: '", m.first, "' is not a string");
+    set_config_value(c, m.first, m.second.string);
+  }
+  return c;
+}
+
+void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& skip) {
+  std::ifstream in(path);
+  ACTLAB_CHECK(in.good(), "cannot read config file '", path, "'");
+  std::string line;
+  int number = 0;
+  bool rules_reset = false;
+  while (std::getline(in, line)) {
+    ++number;
+    const size_t hash = line.find('#');
+    const std::string body = trim(hash == std::string::npos ? line : line.substr(0, hash));
+    if (body.empty()) continue;
+    try {
+      const size_t eq = body.find('=');
+      ACTLAB_CHECK(eq != std::string::npos, "expected 'key = value', got '", body, "'");
+      const std::string key = trim(body.substr(0, eq)), value = trim(body.substr(eq + 1));
+      ACTLAB_CHECK(!key.empty(), "missing key before '='");
+      ACTLAB_CHECK(key != "config" && key != "resume" && key != "summary",
+                   "'", key, "' cannot be set in a config file (command line only)");
+      ACTLAB_CHECK(is_config_key(key), "unknown key '", key, "' (keys are actlab-train's long flag names)");
+      check_value_alone(key, value);
+      if (skip.count(key)) continue;
+      if (key == "policy-rule" && !rules_reset) {
+        c.policy_rules.clear();
+        rules_reset = true;
+      }
+      set_config_value(c, key, value);
+    } catch (const Error& e) {
+      throw Error(path + ":" + std::to_string(number) + ": " + e.what());
+    }
+  }
+  ACTLAB_CHECK(!in.bad(), "reading config file '", path, "' failed");
+}
+
+}  // namespace actlab

@@ -1,0 +1,36 @@
+// The run configuration as text: one table maps every TrainConfig field to its actlab-train long flag
+// name, and from it come the config-file reader (`key = value` lines, `#` comments, repeatable
+// `policy-rule`), the effective-configuration text and JSON (logs, checkpoints) and the reverse
+// mapping used by --resume. Format documented in docs/example.conf. Tested in tests/test_config_file.cpp.
+#pragma once
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace actlab {
+
+// Sets the field named by the long flag `key` (e.g. "batch-size") from its text form. policy-rule
+// appends one rule. Throws Error for an unknown key or a value of the wrong type / out of range.
+void set_config_value(TrainConfig& c, const std::string& key, const std::string& value);
+// True for keys set_config_value accepts.
+bool is_config_key(const std::string& key);
+
+// Every key with its effective value, in table order; policy-rule appears once per rule.
+std::vector<std::pair<std::string, std::string>> config_entries(const TrainConfig& c);
+// The same as config-file text ("key = value" lines), loadable with apply_config_file.
+std::string config_to_text(const TrainConfig& c);
+// The same as a flat JSON object of strings (policy-rule: an array of strings).
+std::string config_to_json(const TrainConfig& c);
+// Inverse of config_to_json (fields it does not name keep their defaults). Throws Error on bad JSON.
+TrainConfig config_from_json(const std::string& json);
+
+// Reads a config file into `c`. Lines: `key = value`, blank, or `# comment` (a `#` after a value
+// starts a comment too; values cannot contain '#'). Keys are the long flag names without "--";
+// keys listed in `skip` (given on the command line, which overrides the file) are checked but not
+// applied; a file with policy-rule lines replaces c.policy_rules. Errors: "FILE:LINE: ...".
+void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& skip = {});
+
+}  // namespace actlab
