@@ -50,19 +50,20 @@ struct GroupGeometry {
 // ---------------------------------------------------------------- per-element arithmetic
 // bf16 rounding toward -inf / +inf (bits of the bf16). Finite inputs only (NaN stays NaN, inf stays inf).
 // Used so the stored min is <= every value and the stored step covers the range: codes never overflow.
+// Written with selects, not early returns, so the CPU loop over a batch of planes vectorizes.
 ACTLAB_HD uint16_t bf16_round_down(float f) {
   const uint32_t u = float_bits(f);
   const uint32_t truncated = u & 0xFFFF0000u;
-  if ((u & 0x7F800000u) == 0x7F800000u) return float_to_bf16(f);   // inf / NaN
-  if (truncated == u || !(u & 0x80000000u)) return static_cast<uint16_t>(truncated >> 16);  // exact or >0
-  return static_cast<uint16_t>((truncated >> 16) + 1);  // negative: one ulp further from zero
+  const bool special = (u & 0x7F800000u) == 0x7F800000u;  // inf / NaN
+  const uint32_t away = (truncated != u && (u & 0x80000000u)) ? 1u : 0u;  // inexact negative: one ulp down
+  return special ? float_to_bf16(f) : static_cast<uint16_t>((truncated >> 16) + away);
 }
 ACTLAB_HD uint16_t bf16_round_up(float f) {
   const uint32_t u = float_bits(f);
   const uint32_t truncated = u & 0xFFFF0000u;
-  if ((u & 0x7F800000u) == 0x7F800000u) return float_to_bf16(f);
-  if (truncated == u || (u & 0x80000000u)) return static_cast<uint16_t>(truncated >> 16);  // exact or <0
-  return static_cast<uint16_t>((truncated >> 16) + 1);
+  const bool special = (u & 0x7F800000u) == 0x7F800000u;
+  const uint32_t away = (truncated != u && !(u & 0x80000000u)) ? 1u : 0u;  // inexact positive: one ulp up
+  return special ? float_to_bf16(f) : static_cast<uint16_t>((truncated >> 16) + away);
 }
 
 ACTLAB_HD int quant_levels(int bits) { return (1 << bits) - 1; }
@@ -86,15 +87,32 @@ ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, f
   const float range = hi - bf16_to_float(min_bits);
   const float levels = static_cast<float>(quant_levels(bits));
   uint16_t step = bf16_round_up(range / levels);
-  if (bf16_to_float(step) * levels < range) step = static_cast<uint16_t>(step + 1);
-  if (!(bf16_to_float(step) > 0.f)) step = float_to_bf16(1.f);
-  step_bits = step;
+  step = bf16_to_float(step) * levels < range ? static_cast<uint16_t>(step + 1) : step;
+  step_bits = bf16_to_float(step) > 0.f ? step : float_to_bf16(1.f);
+}
+
+// The stochastic-rounding uniform of element `index`: 16 random bits, two per 32-bit Philox word, so
+// one Philox4x32-10 block serves 8 consecutive elements. Element i takes word (i >> 1) & 3 of block
+// i >> 3 (counter = (i >> 3, stream), key = seed), its low half for even i and its high half for odd i;
+// u = bits16 · 2^-16 ∈ [0, 1). Why 16 bits: Philox is the cost of packing, and P(u < f) then exceeds f
+// by less than 2^-16, a rounding bias below 2^-16 of a step, far below the bf16 rounding of the step
+// itself (2^-8 relative): unbiased for every practical purpose, at half the Philox work of 24-bit draws.
+ACTLAB_HD uint32_t philox_bits16(uint64_t seed, uint64_t stream, uint64_t index) {
+  const uint64_t block = index >> 3;
+  const Philox4 c{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                   static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
+  const Philox4 r = philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  return (r.v[(index >> 1) & 3] >> ((index & 1) * 16)) & 0xFFFFu;
+}
+ACTLAB_HD float uniform16(uint32_t bits16) { return static_cast<float>(bits16) * (1.0f / 65536.0f); }
+ACTLAB_HD float philox_uniform16(uint64_t seed, uint64_t stream, uint64_t index) {
+  return uniform16(philox_bits16(seed, stream, index));
 }
 
 // Unbiased stochastic rounding of v to a code in [0, levels]: with t = (v - min)/step,
-// code = floor(t) + (u < t - floor(t)), u in [0,1) a 24-bit uniform. This is floor(t + u) in exact
-// arithmetic, but it cannot round up past ceil(t) in f32 and so never needs a clamp to stay in range;
-// E[code] = t up to 2^-24. NaN and out-of-range t are clamped into [0, levels].
+// code = floor(t) + (u < t - floor(t)), u in [0,1) a 16-bit uniform (philox_uniform16). This is
+// floor(t + u) in exact arithmetic, but it cannot round up past ceil(t) in f32 and so never needs a
+// clamp to stay in range; E[code] = t up to 2^-16. NaN and out-of-range t are clamped into [0, levels].
 ACTLAB_HD uint32_t stochastic_code(float v, float min, float step, float u, int levels) {
   float t = (v - min) / step;
   t = t > 0.f ? t : 0.f;  // also maps NaN to 0; plain compares (not fminf) keep the CPU loop vectorized
@@ -135,7 +153,7 @@ namespace cpu {
 //   with_lfc: L = bf16 block means (written to lfc[p·lfc_elems ..] when lfc != nullptr), R = x − L↑;
 //   otherwise R = x.
 //   codes != nullptr: bits-bit stochastic codes of R → codes[p·code_bytes_per_plane ..] with
-//     mins[p], steps[p] (bf16 bits); element e of plane p draws philox_uniform(seed, stream, p·E + e).
+//     mins[p], steps[p] (bf16 bits); element e of plane p draws philox_uniform16(seed, stream, p·E + e).
 //   residual != nullptr: R in f32 → residual[p·E ..].
 // Outputs are assigned (never accumulated) and must not alias x; unused outputs may be nullptr.
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
@@ -147,7 +165,7 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
 
 // Per-group pack of x: (g.samples, g.sample_elems) f32 contiguous. Group j of sample n covers sample
 // elements [j·G, (j+1)·G); elements past sample_elems are zeros (they take part in min/max, as in ActNN)
-// and get code 0. Element d of sample n draws philox_uniform(seed, stream, n·sample_elems + d).
+// and get code 0. Element d of sample n draws philox_uniform16(seed, stream, n·sample_elems + d).
 // codes: g.groups() runs of code_bytes_per_group; mins/steps: g.groups() bf16 bits. Assigns.
 void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
                 uint64_t seed, uint64_t stream);

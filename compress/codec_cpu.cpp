@@ -1,17 +1,20 @@
-// CPU kernels of the activation codec (declared in compress/codec.h): one fused pass per plane or group,
-// OpenMP over planes. Each plane is read from memory once; pool, residual, min/max, quantize and pack then
-// reuse it from L1. The arithmetic is codec.h's ACTLAB_HD functions, so a CUDA twin can reproduce the
-// packed bytes bit for bit. Tested in tests/test_codec.cpp; measured by bench/bench_compress.cpp.
+// CPU kernels of the activation codec (declared in compress/codec.h), OpenMP over planes (groups).
+// Planes are processed in batches of ~4096 elements that stay in L1: one Philox pass for the batch, then
+// per plane pool → residual → min/max, one vectorized pass over the batch's min/step, per plane quantize,
+// and one bit-pack pass. The 4×4, 7×7 and 8×8 maps run compile-time-sized copies of the per-plane code, so
+// their loops unroll into a few full vectors. The arithmetic is codec.h's ACTLAB_HD functions, so a CUDA
+// twin reproduces the packed bytes bit for bit. Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "compress/codec.h"
 #include "core/allocator.h"
 
-// The plane/group loops are compiled for AVX-512 and AVX2 as well as the baseline and picked at load time
+// The batch loops are compiled for AVX-512 and AVX2 as well as the baseline and picked at load time
 // (GCC function multi-versioning): Philox and the quantizer are 3x faster on AVX-512 than on SSE2. Only
 // IEEE add/sub/mul/div, compares and conversions are used (no contractible a*b+c with an inexact product),
 // so every version produces the same bits.
@@ -46,36 +49,60 @@ PlaneGeometry make_plane_geometry(int64_t planes, int64_t height, int64_t width,
 namespace cpu {
 namespace {
 
-constexpr float kUniformScale = 1.0f / 16777216.0f;  // 2^-24, as philox_uniform
 // Plane loops are worth a thread team only past this many elements.
 constexpr int64_t kParallelElems = 1 << 15;
 
-// u[i] = philox_uniform(seed, stream, base + i) for i < n, computing each Philox block once for its four
-// consecutive indices (philox_uniform recomputes the block per index).
-ACTLAB_INLINE void fill_uniforms(float* u, uint64_t seed, uint64_t stream, uint64_t base, int64_t n) {
+// ---------------------------------------------------------------- building blocks (inlined into clones)
+// u[i] = philox_bits16(seed, stream, base + i) for i < n, computing each Philox block once for its eight
+// consecutive indices. Whole blocks run up to 64 at a time as structure-of-arrays, so each Philox round is a
+// few full-width vector ops (twice the speed of letting the compiler vectorize philox4x32_10 per block);
+// the round is core/philox.h's, and tests/test_codec.cpp checks the result against philox_bits.
+ACTLAB_INLINE void fill_bits16(uint16_t* u, uint64_t seed, uint64_t stream, uint64_t base, int64_t n) {
   if (n <= 0) return;
+  constexpr int kLanes = 64;
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
   const uint64_t end = base + static_cast<uint64_t>(n);
-  const auto block_bits = [&](uint64_t b) {
-    return philox4x32_10(Philox4{{static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), s0, s1}}, k0, k1);
-  };
-  // Blocks wholly inside [base, end) write four lanes without bounds checks (vectorized across blocks).
-  const uint64_t full_begin = (base + 3) >> 2, full_end = end >> 2;
-  for (uint64_t b = full_begin; b < full_end; ++b) {
-    const Philox4 r = block_bits(b);
-    float* dst = u + (b * 4 - base);
-    for (int lane = 0; lane < 4; ++lane) dst[lane] = static_cast<float>(r.v[lane] >> 8) * kUniformScale;
+  const uint64_t full_begin = (base + 7) >> 3, full_end = end >> 3;
+  for (uint64_t b = full_begin; b < full_end; b += kLanes) {
+    const int m = static_cast<int>(std::min<uint64_t>(kLanes, full_end - b));  // blocks in this chunk
+    uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+    for (int l = 0; l < m; ++l) {
+      c0[l] = static_cast<uint32_t>(b + l), c1[l] = static_cast<uint32_t>((b + l) >> 32);
+      c2[l] = s0, c3[l] = s1;
+    }
+    uint32_t key0 = k0, key1 = k1;
+    for (int round = 0; round < 10; ++round) {
+      for (int l = 0; l < m; ++l) {  // philox4x32_10's round, with philox_mulhilo written out
+        const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[l];
+        const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[l];
+        const uint32_t next0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ key0;
+        const uint32_t next2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ key1;
+        c1[l] = static_cast<uint32_t>(p1), c3[l] = static_cast<uint32_t>(p0), c0[l] = next0, c2[l] = next2;
+      }
+      key0 += 0x9E3779B9u;
+      key1 += 0xBB67AE85u;
+    }
+    uint16_t* dst = u + (b * 8 - base);
+    for (int l = 0; l < m; ++l) {
+      const uint32_t words[4] = {c0[l], c1[l], c2[l], c3[l]};
+      for (int w = 0; w < 4; ++w) {
+        dst[8 * l + 2 * w] = static_cast<uint16_t>(words[w]);
+        dst[8 * l + 2 * w + 1] = static_cast<uint16_t>(words[w] >> 16);
+      }
+    }
   }
-  // The partial head and tail blocks (a block is partial when it sticks out of [base, end)).
-  const auto partial = [&](uint64_t b) {
-    const Philox4 r = block_bits(b);
-    for (uint64_t idx = std::max(b * 4, base); idx < std::min(b * 4 + 4, end); ++idx)
-      u[idx - base] = static_cast<float>(r.v[idx & 3] >> 8) * kUniformScale;
+  const auto block_bits = [&](uint64_t blk) {
+    return philox4x32_10(Philox4{{static_cast<uint32_t>(blk), static_cast<uint32_t>(blk >> 32), s0, s1}}, k0, k1);
   };
-  const uint64_t head = base >> 2, tail = (end - 1) >> 2;
-  if (head < full_begin || head >= full_end) partial(head);
-  if (tail != head && tail >= full_end) partial(tail);
+  // The partial head and tail blocks (a block is partial when it sticks out of [base, end)).
+  const auto write = [&](uint64_t blk, uint64_t from, uint64_t to) {
+    const Philox4 r = block_bits(blk);
+    for (uint64_t idx = from; idx < to; ++idx) u[idx - base] = static_cast<uint16_t>(r.v[(idx >> 1) & 3] >> ((idx & 1) * 16));
+  };
+  const uint64_t head = base >> 3, tail = (end - 1) >> 3;
+  if (head < full_begin || head >= full_end) write(head, base, std::min(head * 8 + 8, end));
+  if (tail != head && tail >= full_end) write(tail, tail * 8, end);
 }
 
 // codes[0..n) (one code per byte) → a run of LSB-first kBits-bit fields; n need not fill the last byte.
@@ -94,6 +121,14 @@ ACTLAB_INLINE void pack_bits(uint8_t* run, const uint8_t* codes, int64_t n) {
     run[full] = static_cast<uint8_t>(byte);
   }
 }
+ACTLAB_INLINE void pack_run(uint8_t* run, const uint8_t* codes, int64_t n, int bits) {
+  switch (bits) {
+    case 1: pack_bits<1>(run, codes, n); break;
+    case 2: pack_bits<2>(run, codes, n); break;
+    case 4: pack_bits<4>(run, codes, n); break;
+    default: std::memcpy(run, codes, static_cast<size_t>(n)); break;
+  }
+}
 
 // codes[e] = code e of an LSB-first run, for e < n (one code per byte).
 template <int kBits>
@@ -105,65 +140,25 @@ ACTLAB_INLINE void unpack_bits(uint8_t* codes, const uint8_t* run, int64_t n) {
     for (int k = 0; k < kPerByte; ++k) codes[j * kPerByte + k] = static_cast<uint8_t>((run[j] >> (k * kBits)) & kMask);
   for (int64_t e = full * kPerByte; e < n; ++e) codes[e] = static_cast<uint8_t>(unpack_code(run, e, kBits));
 }
-
 ACTLAB_INLINE void unpack_run(uint8_t* codes, const uint8_t* run, int64_t n, int bits) {
   switch (bits) {
     case 1: unpack_bits<1>(codes, run, n); break;
     case 2: unpack_bits<2>(codes, run, n); break;
     case 4: unpack_bits<4>(codes, run, n); break;
-    default: unpack_bits<8>(codes, run, n); break;
+    default: std::memcpy(codes, run, static_cast<size_t>(n)); break;
   }
 }
 
 // min/max of v[0..n) as float order keys (see float_order_key): integer compares vectorize.
-ACTLAB_INLINE void min_max_keys(int32_t& lo, int32_t& hi, const float* v, int64_t n) {
+ACTLAB_INLINE void min_max_keys(int32_t& lo, int32_t& hi, const float* __restrict v, int64_t n) {
+  int32_t l = INT32_MAX, h = INT32_MIN;
+#pragma GCC unroll 1  // a short constant-count loop is otherwise unrolled into scalar code before vectorizing
   for (int64_t e = 0; e < n; ++e) {
     const int32_t k = float_order_key(v[e]);
-    lo = k < lo ? k : lo;
-    hi = k > hi ? k : hi;
+    l = k < l ? k : l;
+    h = k > h ? k : h;
   }
-}
-
-// codes[e] = stochastic_code(v[e]) for e < n, with uniforms u.
-ACTLAB_INLINE void quantize_codes(uint8_t* codes, const float* v, const float* u, int64_t n, float min, float step,
-                                  int levels) {
-  for (int64_t e = 0; e < n; ++e) codes[e] = static_cast<uint8_t>(stochastic_code(v[e], min, step, u[e], levels));
-}
-
-ACTLAB_INLINE void pack_run(uint8_t* run, const uint8_t* codes, int64_t n, int bits) {
-  switch (bits) {
-    case 1: pack_bits<1>(run, codes, n); break;
-    case 2: pack_bits<2>(run, codes, n); break;
-    case 4: pack_bits<4>(run, codes, n); break;
-    default: pack_bits<8>(run, codes, n); break;
-  }
-}
-
-// The bf16 min/step of a range given as order keys, stored to *min_out/*step_out and returned as f32.
-ACTLAB_INLINE void range_params(float& min, float& step, uint16_t* min_out, uint16_t* step_out, int32_t lo,
-                                int32_t hi, int bits) {
-  quant_params(*min_out, *step_out, float_from_order_key(lo), float_from_order_key(hi), bits);
-  min = bf16_to_float(*min_out);
-  step = bf16_to_float(*step_out);
-}
-
-// lfc[i·lfc_w + j] = bf16 mean of block (i, j) of plane xp, in codec.h's summation order.
-// colsum: scratch of lfc_w·block_w floats.
-ACTLAB_INLINE void pool_plane(uint16_t* lfc, float* colsum, const float* xp, const PlaneGeometry& g) {
-  const int64_t used_w = g.lfc_w * g.block_w, area = g.block_h * g.block_w;
-  for (int64_t i = 0; i < g.lfc_h; ++i) {
-    const float* top = xp + i * g.block_h * g.width;
-    for (int64_t c = 0; c < used_w; ++c) colsum[c] = top[c];
-    for (int64_t r = 1; r < g.block_h; ++r) {
-      const float* row = top + r * g.width;
-      for (int64_t c = 0; c < used_w; ++c) colsum[c] += row[c];
-    }
-    for (int64_t j = 0; j < g.lfc_w; ++j) {
-      float sum = colsum[j * g.block_w];
-      for (int64_t b = 1; b < g.block_w; ++b) sum += colsum[j * g.block_w + b];
-      lfc[i * g.lfc_w + j] = lfc_from_sum(sum, area);
-    }
-  }
+  lo = l, hi = h;
 }
 
 // The nearest-rule source index of every output row and column, computed once per call.
@@ -175,27 +170,81 @@ struct UpsampleMap {
   }
 };
 
-// up (height × width) = the plane's LFC nearest-up-sampled, in f32: one gather per distinct source row,
-// copies for the rows that repeat it. Lets the residual and reconstruction run as flat loops over the
-// plane, which stay vectorized even when rows are shorter than a vector (4×4, 8×8 maps).
-ACTLAB_INLINE void upsample_plane(float* up, const uint16_t* lfc, const UpsampleMap& map, const PlaneGeometry& g) {
-  for (int64_t h = 0; h < g.height; ++h) {
-    float* row = up + h * g.width;
-    if (h > 0 && map.row[h] == map.row[h - 1]) {
-      std::memcpy(row, row - g.width, static_cast<size_t>(g.width) * 4);
-      continue;
+// A plane's extents: compile-time for the common maps (kH, kW > 0 with block B = kB; their loops then
+// unroll into full vectors without alias checks or remainders), else the geometry's (kH = kW = kB = 0).
+template <int kH, int kW, int kB>
+struct Extents {
+  static constexpr bool kFixed = kH > 0 && kW > 0;
+  static constexpr int kBh = kFixed ? (kB < kH ? kB : kH) : 1, kBw = kFixed ? (kB < kW ? kB : kW) : 1;
+  int64_t h, w, bh, bw, lh, lw;
+  explicit Extents(const PlaneGeometry& g)
+      : h(kFixed ? kH : g.height), w(kFixed ? kW : g.width), bh(kFixed ? kBh : g.block_h),
+        bw(kFixed ? kBw : g.block_w), lh(kFixed ? kH / kBh : g.lfc_h), lw(kFixed ? kW / kBw : g.lfc_w) {}
+  int64_t elems() const { return h * w; }
+  int64_t lfc_elems() const { return lh * lw; }
+};
+
+// Source LFC row of plane row h, and up_row[w] = LFC row i nearest-up-sampled to the plane width (f32).
+// Fixed shapes compute the indices (constants after unrolling), others read the map.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE int64_t source_row(int64_t h, const Extents<kH, kW, kB>& x, const UpsampleMap& map) {
+  return x.kFixed ? nearest_source(h, x.lh, x.h) : map.row[h];
+}
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void upsample_row(float* __restrict up_row, const uint16_t* __restrict lfc, int64_t i,
+                                const Extents<kH, kW, kB>& x, const UpsampleMap& map) {
+  const uint16_t* src = lfc + i * x.lw;
+  for (int64_t w = 0; w < x.w; ++w) up_row[w] = bf16_to_float(src[x.kFixed ? nearest_source(w, x.lw, x.w) : map.col[w]]);
+}
+
+// lfc[i·lfc_w + j] = bf16 mean of block (i, j) of plane xp, in codec.h's summation order.
+// colsum: scratch of lfc_w·block_w floats.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void pool_plane(uint16_t* __restrict lfc, float* __restrict colsum, const float* __restrict xp,
+                              const PlaneGeometry& g) {
+  const Extents<kH, kW, kB> x(g);
+  const int64_t lfc_h = x.lh, lfc_w = x.lw;
+  const int64_t used_w = lfc_w * x.bw;
+  for (int64_t i = 0; i < lfc_h; ++i) {
+    const float* top = xp + i * x.bh * x.w;
+    for (int64_t c = 0; c < used_w; ++c) colsum[c] = top[c];
+    for (int64_t r = 1; r < x.bh; ++r)
+      for (int64_t c = 0; c < used_w; ++c) colsum[c] += top[r * x.w + c];
+    for (int64_t j = 0; j < lfc_w; ++j) {
+      float sum = colsum[j * x.bw];
+      for (int64_t b = 1; b < x.bw; ++b) sum += colsum[j * x.bw + b];
+      lfc[i * lfc_w + j] = lfc_from_sum(sum, x.bh * x.bw);
     }
-    const uint16_t* lfc_row = lfc + map.row[h] * g.lfc_w;
-    for (int64_t w = 0; w < g.width; ++w) row[w] = bf16_to_float(lfc_row[map.col[w]]);
   }
 }
 
-// Small planes are processed in batches of consecutive planes of about this many elements: their
-// element indices are contiguous, so one Philox pass and (when Q·E is a multiple of 8, so runs are
-// contiguous too) one bit-pack/unpack pass serve the whole batch and stay vectorized.
-constexpr int64_t kBatchElems = 4096;
-int64_t planes_per_batch(const PlaneGeometry& g) { return std::max<int64_t>(1, kBatchElems / g.plane_elems()); }
+// r = xp − LFC↑ of plane xp (its LFC written to lfc first). up_row: scratch of width floats.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void plane_residual(float* __restrict r, uint16_t* __restrict lfc, float* __restrict colsum,
+                                  float* __restrict up_row, const float* __restrict xp, const UpsampleMap& map,
+                                  const PlaneGeometry& g) {
+  const Extents<kH, kW, kB> x(g);
+  pool_plane<kH, kW, kB>(lfc, colsum, xp, g);
+  if (x.lfc_elems() == 1) {  // one LFC value (8×8, 7×7, 4×4 maps): a flat loop
+    const float mean = bf16_to_float(lfc[0]);
+    for (int64_t e = 0; e < x.elems(); ++e) r[e] = xp[e] - mean;
+    return;
+  }
+  for (int64_t h = 0; h < x.h; ++h) {
+    const int64_t i = source_row(h, x, map);
+    if (h == 0 || i != source_row(h - 1, x, map)) upsample_row(up_row, lfc, i, x, map);
+    for (int64_t w = 0; w < x.w; ++w) r[h * x.w + w] = xp[h * x.w + w] - up_row[w];
+  }
+}
 
+// c[e] = the stochastic code of r[e] with uniform u[e], for e < n.
+ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict r, const uint16_t* __restrict u,
+                                  int64_t n, float min, float step, int levels) {
+#pragma GCC unroll 1
+  for (int64_t e = 0; e < n; ++e) c[e] = static_cast<uint8_t>(stochastic_code(r[e], min, step, uniform16(u[e]), levels));
+}
+
+// ---------------------------------------------------------------- plane pack
 // Everything plane_pack needs, so the per-thread worker is one (cloned) call.
 struct PlanePackArgs {
   uint16_t* lfc;
@@ -209,68 +258,119 @@ struct PlanePackArgs {
   bool with_lfc;
   uint64_t seed, stream;
 };
-// Per-thread scratch of plane_pack for a batch of B·E elements: residuals and uniforms (f32), the
-// up-sampled plane and column sums (f32), an LFC when it is not stored (bf16), codes (u8).
-int64_t plane_scratch_bytes(const PlaneGeometry& g) {
-  const int64_t batch = planes_per_batch(g) * g.plane_elems();
-  return ((2 * batch + g.plane_elems() + g.width) * 4 + g.lfc_elems() * 2 + batch + 63) / 64 * 64;
+
+// Small planes are processed in batches of consecutive planes of about this many elements: their
+// element indices are contiguous, so one Philox pass and (when Q·E is a multiple of 8, so runs are
+// contiguous too) one bit-pack/unpack pass serve the whole batch and stay vectorized.
+constexpr int64_t kBatchElems = 4096;
+int64_t planes_per_batch(const PlaneGeometry& g) { return std::max<int64_t>(1, kBatchElems / g.plane_elems()); }
+
+// Per-thread scratch of plane_pack, carved from one block (each piece 64-byte aligned).
+struct PackScratch {
+  float* r;          // residuals of a batch, f32 [batch·E]
+  uint16_t* bits;    // 16-bit uniforms of a batch [batch·E]
+  uint8_t* codes;    // codes of a batch, one per byte [batch·E]
+  float* colsum;     // [width]
+  float* up_row;     // [width]
+  uint16_t* lfc;     // the LFC of one plane when it is not stored [lfc_elems]
+  int32_t* lo;       // min/max keys per plane [batch]
+  int32_t* hi;
+  float* min;        // stored min/step per plane, as f32 [batch]
+  float* step;
+};
+int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g) {
+  const int64_t batch = planes_per_batch(g), n = batch * g.plane_elems();
+  int64_t at = 0;
+  const auto take = [&](auto& ptr, int64_t count) {
+    ptr = base ? reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(base + at) : nullptr;
+    at += (count * static_cast<int64_t>(sizeof(*ptr)) + 63) / 64 * 64;
+  };
+  take(s.r, n), take(s.bits, n), take(s.codes, n), take(s.colsum, g.width), take(s.up_row, g.width);
+  take(s.lfc, g.lfc_elems()), take(s.lo, batch), take(s.hi, batch), take(s.min, batch), take(s.step, batch);
+  return at;
 }
 
-// Plane p of a batch: pool (when with_lfc), residual into r_out (or x itself), min/max keys.
-// Returns the values to quantize.
-ACTLAB_INLINE const float* plane_residual(int32_t& lo, int32_t& hi, float* r_out, uint16_t* lfc_out, float* up,
-                                          float* colsum, const float* xp, const PlanePackArgs& a) {
+// Planes [p0, p0 + nb) of one batch: uniforms, residuals, ranges, codes, bit runs.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, const PackScratch& s) {
   const PlaneGeometry& g = *a.g;
-  const int64_t E = g.plane_elems();
-  lo = INT32_MAX, hi = INT32_MIN;
-  if (!a.with_lfc) {
-    min_max_keys(lo, hi, xp, E);
-    return xp;
+  const Extents<kH, kW, kB> x(g);
+  const int64_t E = x.elems(), LE = x.lfc_elems(), code_bytes = g.code_bytes_per_plane();
+  if (a.codes) fill_bits16(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
+  for (int64_t q = 0; q < nb; ++q) {  // pool, residual, range
+    const int64_t p = p0 + q;
+    const float* xp = a.x + p * E;
+    float* r = a.residual ? a.residual + p * E : s.r + q * E;
+    if (a.with_lfc && !a.codes && !a.residual) {  // lfc: the pool alone
+      pool_plane<kH, kW, kB>(a.lfc ? a.lfc + p * LE : s.lfc, s.colsum, xp, g);
+    } else if (a.with_lfc) {
+      plane_residual<kH, kW, kB>(r, a.lfc ? a.lfc + p * LE : s.lfc, s.colsum, s.up_row, xp, *a.map, g);
+    } else if (a.residual) {
+      std::memcpy(r, xp, static_cast<size_t>(E) * 4);
+    }
+    if (a.codes) min_max_keys(s.lo[q], s.hi[q], a.with_lfc || a.residual ? r : xp, E);
   }
-  pool_plane(lfc_out, colsum, xp, g);
-  if (!r_out) return nullptr;
-  if (g.lfc_elems() == 1) {  // a plane no larger than the block (8×8, 4×4 maps): the LFC is one mean
-    const float mean = bf16_to_float(lfc_out[0]);
-    for (int64_t e = 0; e < E; ++e) r_out[e] = xp[e] - mean;
+  if (!a.codes) return;
+  const int bits = g.bits, levels = quant_levels(bits);
+  for (int64_t q = 0; q < nb; ++q) {  // vectorized across planes
+    uint16_t min_bits, step_bits;
+    quant_params(min_bits, step_bits, float_from_order_key(s.lo[q]), float_from_order_key(s.hi[q]), bits);
+    a.mins[p0 + q] = min_bits, a.steps[p0 + q] = step_bits;
+    s.min[q] = bf16_to_float(min_bits), s.step[q] = bf16_to_float(step_bits);
+  }
+  for (int64_t q = 0; q < nb; ++q) {
+    const int64_t p = p0 + q;
+    const float* r = a.residual ? a.residual + p * E : a.with_lfc ? s.r + q * E : a.x + p * E;
+    quantize_plane(s.codes + q * E, r, s.bits + q * E, E, s.min[q], s.step[q], levels);
+  }
+  if ((bits * E) % 8 == 0) {  // the runs of the batch are contiguous: one pass
+    pack_run(a.codes + p0 * code_bytes, s.codes, nb * E, bits);
   } else {
-    upsample_plane(up, lfc_out, *a.map, g);
-    for (int64_t e = 0; e < E; ++e) r_out[e] = xp[e] - up[e];
+    for (int64_t q = 0; q < nb; ++q) pack_run(a.codes + (p0 + q) * code_bytes, s.codes + q * E, E, bits);
   }
-  min_max_keys(lo, hi, r_out, E);
-  return r_out;
 }
+
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void pack_range(const PlanePackArgs& a, int64_t first, int64_t last, const PackScratch& s) {
+  const int64_t batch = planes_per_batch(*a.g);
+  for (int64_t p0 = first; p0 < last; p0 += batch) pack_batch<kH, kW, kB>(a, p0, std::min(batch, last - p0), s);
+}
+
+// True when a plane_pack/unpack may run the compile-time-sized copy for h×w planes with block b.
+bool fixed_shape(const PlaneGeometry& g, int64_t h, int64_t w, int64_t b) {
+  return g.height == h && g.width == w && g.block_h == std::min(b, h) && g.block_w == std::min(b, w);
+}
+
+// Calls run.template operator()<H, W, B>() for the first compile-time shape that g has (CIFAR ResNet maps
+// 32², 16², 8², 4² and ImageNet ones 56², 28², 14², 7², all with B = 8), else <0, 0, 0>.
+template <typename Run>
+ACTLAB_INLINE void dispatch_shape(const PlaneGeometry& g, Run&& run) {
+  if (fixed_shape(g, 32, 32, 8)) return run.template operator()<32, 32, 8>();
+  if (fixed_shape(g, 16, 16, 8)) return run.template operator()<16, 16, 8>();
+  if (fixed_shape(g, 8, 8, 8)) return run.template operator()<8, 8, 8>();
+  if (fixed_shape(g, 4, 4, 8)) return run.template operator()<4, 4, 8>();
+  if (fixed_shape(g, 56, 56, 8)) return run.template operator()<56, 56, 8>();
+  if (fixed_shape(g, 28, 28, 8)) return run.template operator()<28, 28, 8>();
+  if (fixed_shape(g, 14, 14, 8)) return run.template operator()<14, 14, 8>();
+  if (fixed_shape(g, 7, 7, 8)) return run.template operator()<7, 7, 8>();
+  run.template operator()<0, 0, 0>();
+}
+
+struct PackRange {  // pack_range for the shape dispatch_shape picks
+  const PlanePackArgs& a;
+  int64_t first, last;
+  const PackScratch& s;
+  template <int kH, int kW, int kB> ACTLAB_INLINE void operator()() const { pack_range<kH, kW, kB>(a, first, last, s); }
+};
 
 ACTLAB_CODEC_CLONES
 void pack_planes(const PlanePackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
-  const PlaneGeometry& g = *a.g;
-  const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
-  const int64_t batch = planes_per_batch(g);
-  const bool contiguous_runs = (g.bits * E) % 8 == 0;
-  float* rbuf = reinterpret_cast<float*>(scratch);
-  float* uniforms = rbuf + batch * E;
-  float* up = uniforms + batch * E;
-  float* colsum = up + E;
-  uint16_t* lfc_scratch = reinterpret_cast<uint16_t*>(colsum + g.width);
-  uint8_t* cbuf = reinterpret_cast<uint8_t*>(lfc_scratch + LE);
-  for (int64_t p0 = first; p0 < last; p0 += batch) {
-    const int64_t nb = std::min(batch, last - p0);
-    if (a.codes) fill_uniforms(uniforms, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
-    for (int64_t q = 0; q < nb; ++q) {
-      const int64_t p = p0 + q;
-      int32_t lo, hi;
-      float* r_out = a.residual ? a.residual + p * E : a.codes ? rbuf + q * E : nullptr;
-      if (!a.with_lfc && a.residual) std::memcpy(r_out, a.x + p * E, static_cast<size_t>(E) * 4);
-      const float* r = plane_residual(lo, hi, r_out, a.lfc ? a.lfc + p * LE : lfc_scratch, up, colsum, a.x + p * E, a);
-      if (!a.codes) continue;
-      float min, step;
-      range_params(min, step, a.mins + p, a.steps + p, lo, hi, g.bits);
-      quantize_codes(cbuf + q * E, r, uniforms + q * E, E, min, step, quant_levels(g.bits));
-      if (!contiguous_runs) pack_run(a.codes + p * code_bytes, cbuf + q * E, E, g.bits);
-    }
-    if (a.codes && contiguous_runs) pack_run(a.codes + p0 * code_bytes, cbuf, nb * E, g.bits);
-  }
+  PackScratch s;
+  carve_pack_scratch(s, scratch, *a.g);
+  dispatch_shape(*a.g, PackRange{a, first, last, s});
 }
 
+// ---------------------------------------------------------------- plane unpack
 struct PlaneUnpackArgs {
   float* out;
   const uint16_t* lfc;
@@ -280,46 +380,79 @@ struct PlaneUnpackArgs {
   const PlaneGeometry* g;
   const UpsampleMap* map;
 };
-// Per-thread scratch: the up-sampled plane (f32) and a batch of codes (u8).
+// Per-thread scratch: a batch of codes (u8) and one up-sampled LFC row (f32).
 int64_t unpack_scratch_bytes(const PlaneGeometry& g) {
-  return (g.plane_elems() * 4 + planes_per_batch(g) * g.plane_elems() + 63) / 64 * 64;
+  return (planes_per_batch(g) * g.plane_elems() + 63) / 64 * 64 + g.width * 4;
 }
 
-ACTLAB_CODEC_CLONES
-void unpack_planes(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
+// op = LFC↑ + dequantized codes of one plane (either term absent when its pointer is null), one pass.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void unpack_plane(float* __restrict op, const uint16_t* __restrict lfc, const uint8_t* __restrict codes,
+                                float min, float step, float* __restrict up_row, const UpsampleMap& map,
+                                const PlaneGeometry& g) {
+  const Extents<kH, kW, kB> x(g);
+  const int64_t E = x.elems();
+  if (lfc && x.lfc_elems() == 1) {  // one LFC value
+    const float mean = bf16_to_float(lfc[0]);
+    if (codes) {
+      for (int64_t e = 0; e < E; ++e) op[e] = mean + dequantize(codes[e], min, step);
+    } else {
+      for (int64_t e = 0; e < E; ++e) op[e] = mean;
+    }
+  } else if (lfc) {
+    for (int64_t h = 0; h < x.h; ++h) {
+      const int64_t i = source_row(h, x, map);
+    if (h == 0 || i != source_row(h - 1, x, map)) upsample_row(up_row, lfc, i, x, map);
+      float* o = op + h * x.w;
+      if (codes) {
+        const uint8_t* c = codes + h * x.w;
+        for (int64_t w = 0; w < x.w; ++w) o[w] = up_row[w] + dequantize(c[w], min, step);
+      } else {
+        std::memcpy(o, up_row, static_cast<size_t>(x.w) * 4);
+      }
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) op[e] = dequantize(codes[e], min, step);
+  }
+}
+
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void unpack_range(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
   const PlaneGeometry& g = *a.g;
   const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   const int64_t batch = planes_per_batch(g);
   const bool contiguous_runs = (g.bits * E) % 8 == 0;
-  float* up = reinterpret_cast<float*>(scratch);
-  uint8_t* cbuf = scratch + E * 4;
+  uint8_t* cbuf = scratch;
+  float* up_row = reinterpret_cast<float*>(scratch + (batch * E + 63) / 64 * 64);
   for (int64_t p0 = first; p0 < last; p0 += batch) {
     const int64_t nb = std::min(batch, last - p0);
     if (a.codes && contiguous_runs) unpack_run(cbuf, a.codes + p0 * code_bytes, nb * E, g.bits);
     for (int64_t q = 0; q < nb; ++q) {
       const int64_t p = p0 + q;
-      float* op = a.out + p * E;
-      const uint8_t* codes = cbuf + q * E;
-      if (a.lfc && LE > 1) upsample_plane(a.codes ? up : op, a.lfc + p * LE, *a.map, g);
-      const float mean = a.lfc && LE == 1 ? bf16_to_float(a.lfc[p]) : 0.f;  // a one-value LFC
-      if (!a.codes) {
-        if (LE == 1) std::fill(op, op + E, mean);
-        continue;
-      }
-      if (!contiguous_runs) unpack_run(cbuf + q * E, a.codes + p * code_bytes, E, g.bits);
-      const float min = bf16_to_float(a.mins[p]), step = bf16_to_float(a.steps[p]);
-      if (a.lfc && LE == 1) {
-        for (int64_t e = 0; e < E; ++e) op[e] = mean + dequantize(codes[e], min, step);
-      } else if (a.lfc) {
-        for (int64_t e = 0; e < E; ++e) op[e] = up[e] + dequantize(codes[e], min, step);
-      } else {
-        for (int64_t e = 0; e < E; ++e) op[e] = dequantize(codes[e], min, step);
-      }
+      if (a.codes && !contiguous_runs) unpack_run(cbuf + q * E, a.codes + p * code_bytes, E, g.bits);
+      const float min = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
+      unpack_plane<kH, kW, kB>(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf + q * E : nullptr, min,
+                           step, up_row, *a.map, g);
     }
   }
 }
 
-// Splits [0, n) evenly over the team and calls f(first, last, scratch of this thread).
+struct UnpackRange {  // unpack_range for the shape dispatch_shape picks
+  const PlaneUnpackArgs& a;
+  int64_t first, last;
+  uint8_t* scratch;
+  template <int kH, int kW, int kB> ACTLAB_INLINE void operator()() const {
+    unpack_range<kH, kW, kB>(a, first, last, scratch);
+  }
+};
+
+ACTLAB_CODEC_CLONES
+void unpack_planes(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
+  dispatch_shape(*a.g, UnpackRange{a, first, last, scratch});
+}
+
+// Splits [0, n) evenly over the team (one contiguous range per thread) and calls
+// f(first, last, scratch of this thread).
 template <typename F>
 void for_each_thread_range(int64_t n, int64_t work, int64_t scratch_bytes, F f) {
   const int threads = work >= kParallelElems ? std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(n))) : 1;
@@ -337,7 +470,8 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
                 const float* x, const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream) {
   const UpsampleMap map(g);
   const PlanePackArgs args{lfc, codes, mins, steps, residual, x, &g, &map, with_lfc, seed, stream};
-  for_each_thread_range(g.planes, g.planes * g.plane_elems(), plane_scratch_bytes(g),
+  PackScratch sizing;
+  for_each_thread_range(g.planes, g.planes * g.plane_elems(), carve_pack_scratch(sizing, nullptr, g),
                         [&](int64_t first, int64_t last, uint8_t* scratch) { pack_planes(args, first, last, scratch); });
 }
 
@@ -351,23 +485,29 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
 
 namespace {
 
+// ---------------------------------------------------------------- per-group pack
 ACTLAB_CODEC_CLONES
 void pack_groups(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
                  uint64_t seed, uint64_t stream, int64_t first, int64_t last, uint8_t* scratch) {
   const int64_t G = g.group_size, per_sample = g.groups_per_sample(), code_bytes = g.code_bytes_per_group();
-  float* uniforms = reinterpret_cast<float*>(scratch);
-  uint8_t* cbuf = scratch + G * 4;
+  const int levels = quant_levels(g.bits);
+  uint16_t* bits = reinterpret_cast<uint16_t*>(scratch);
+  uint8_t* cbuf = scratch + (G * 2 + 63) / 64 * 64;
   for (int64_t k = first; k < last; ++k) {
     const int64_t n = k / per_sample, begin = (k % per_sample) * G;
     const int64_t count = std::min(G, g.sample_elems - begin);
     const uint64_t base = static_cast<uint64_t>(n * g.sample_elems + begin);
     const float* v = x + base;
-    int32_t lo = count < G ? float_order_key(0.f) : float_order_key(v[0]), hi = lo;  // padding zeros count
+    int32_t lo, hi;
     min_max_keys(lo, hi, v, count);
-    float min, step;
-    range_params(min, step, mins + k, steps + k, lo, hi, g.bits);
-    fill_uniforms(uniforms, seed, stream, base, count);
-    quantize_codes(cbuf, v, uniforms, count, min, step, quant_levels(g.bits));
+    if (count < G) lo = std::min(lo, float_order_key(0.f)), hi = std::max(hi, float_order_key(0.f));  // padding
+    uint16_t min_bits, step_bits;
+    quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
+    mins[k] = min_bits, steps[k] = step_bits;
+    const float min = bf16_to_float(min_bits), step = bf16_to_float(step_bits);
+    fill_bits16(bits, seed, stream, base, count);
+    for (int64_t e = 0; e < count; ++e)
+      cbuf[e] = static_cast<uint8_t>(stochastic_code(v[e], min, step, uniform16(bits[e]), levels));
     std::memset(cbuf + count, 0, static_cast<size_t>(G - count));  // padding: code 0
     pack_run(codes + k * code_bytes, cbuf, G, g.bits);
   }
@@ -391,7 +531,7 @@ void unpack_groups(float* out, const uint8_t* codes, const uint16_t* mins, const
 
 void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
                 uint64_t seed, uint64_t stream) {
-  for_each_thread_range(g.groups(), g.samples * g.sample_elems, (g.group_size * 5 + 63) / 64 * 64,
+  for_each_thread_range(g.groups(), g.samples * g.sample_elems, (g.group_size * 3 + 127) / 64 * 64,
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
                           pack_groups(codes, mins, steps, x, g, seed, stream, first, last, scratch);
                         });
