@@ -16,20 +16,12 @@
 using namespace actlab;
 
 namespace {
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep))
-    if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 // Policies contain commas ("division:B=8,Q=2"): split on ';' when present, else on ',' only before a
 // name (a token with ':' or a bare "exact").
 std::vector<std::string> split_policies(const std::string& s) {
-  if (s.find(';') != std::string::npos) return split(s, ';');
+  if (s.find(';') != std::string::npos) return split_list(s, ';');
   std::vector<std::string> out;
-  for (const auto& tok : split(s, ',')) {
+  for (const auto& tok : split_list(s, ',')) {
     const bool starts_policy = tok.find(':') != std::string::npos || tok.find('=') == std::string::npos;
     if (starts_policy || out.empty()) out.push_back(tok);
     else out.back() += "," + tok;
@@ -62,10 +54,10 @@ int main(int argc, char** argv) {
       std::printf("%s", flags.help().c_str());
       return 0;
     }
-    const auto models = split(flags.get("models"), ',');
+    const auto models = split_list(flags.get("models"), ',');
     const auto policies = split_policies(flags.get("policies"));
     std::vector<int64_t> batches;
-    for (const auto& b : split(flags.get("batches"), ',')) {
+    for (const auto& b : split_list(flags.get("batches"), ',')) {
       ACTLAB_CHECK(b.find_first_not_of("0123456789") == std::string::npos && std::stoll(b) > 0,
                    "bad batch size '", b, "'");
       batches.push_back(std::stoll(b));

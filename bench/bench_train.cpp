@@ -20,14 +20,6 @@
 using namespace actlab;
 
 namespace {
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep))
-    if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,8 +43,8 @@ int main(int argc, char** argv) {
     const int64_t B = flags.get_int("batch"), S = flags.get_int("image-size"), C = flags.get_int("channels");
     std::printf("%-12s %-22s %6s %10s %10s %10s %14s\n", "model", "policy", "batch", "img/s", "best", "steps",
                 "activation");
-    for (const auto& name : split(flags.get("models"), ',')) {
-      for (const auto& policy : split(flags.get("policies"), ';')) {
+    for (const auto& name : split_list(flags.get("models"), ',')) {
+      for (const auto& policy : split_list(flags.get("policies"), ';')) {
         seed_init(0);
         set_pack_seed(0);
         auto model = make_model({name, C, 10, S});

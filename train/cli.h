@@ -10,6 +10,9 @@
 
 namespace actlab {
 
+// Splits "a,b,,c" on `sep`, dropping empty items: {"a", "b", "c"}.
+std::vector<std::string> split_list(const std::string& text, char sep);
+
 class FlagParser {
  public:
   FlagParser(std::string program, std::string summary);
