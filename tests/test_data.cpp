@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "temp_dir.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "data/idx.h"
@@ -27,24 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ = fs::temp_directory_path() /
-            ("actlab_test_data_" + std::to_string(ticks) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
- private:
-  fs::path path_;
-};
+using actlab::testing::TempDir;
 
 using Bytes = std::vector<uint8_t>;
 

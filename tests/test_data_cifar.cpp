@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "temp_dir.h"
 #include "data/cifar.h"
 #include "data/dataloader.h"
 #include "data/transforms.h"
@@ -24,26 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class CifarTempDir {
- public:
-  CifarTempDir() {
-    static std::atomic<int> counter{0};
-    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ = fs::temp_directory_path() /
-            ("actlab_test_cifar_" + std::to_string(ticks) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~CifarTempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using actlab::testing::TempDir;
 
 using Bytes = std::vector<uint8_t>;
 constexpr int64_t kPixels = 3 * 32 * 32;
@@ -127,7 +109,7 @@ int64_t cifar_live_bytes() { return memory_stats().total.current; }
 TEST_CASE("data: cifar10 files round-trip exactly, in batch order") {
   const int64_t before = cifar_live_bytes();
   {
-    CifarTempDir dir;
+    TempDir dir;
     write_cifar10(dir / "");
     CHECK(cifar_files_present(dir.str(), 10));
     CHECK_FALSE(cifar_files_present(dir.str(), 100));
@@ -160,7 +142,7 @@ TEST_CASE("data: cifar10 files round-trip exactly, in batch order") {
 TEST_CASE("data: cifar100 fine and coarse labels") {
   const int64_t before = cifar_live_bytes();
   {
-    CifarTempDir dir;
+    TempDir dir;
     write_cifar100(dir / "");
     CHECK(cifar_files_present(dir.str(), 100));
     CHECK_FALSE(cifar_files_present(dir.str(), 10));
@@ -187,7 +169,7 @@ TEST_CASE("data: cifar100 fine and coarse labels") {
 }
 
 TEST_CASE("data: cifar archive subfolders are found") {
-  CifarTempDir dir;
+  TempDir dir;
   write_cifar10(dir / "cifar-10-batches-bin");
   write_cifar100(dir / "cifar-100-binary");
   CHECK(cifar_files_present(dir.str(), 10));
@@ -210,7 +192,7 @@ TEST_CASE("data: cifar archive subfolders are found") {
 TEST_CASE("data: cifar malformed files are errors naming the file") {
   const int64_t before = cifar_live_bytes();
   {
-    CifarTempDir dir;
+    TempDir dir;
     write_cifar10(dir / "");
     write_cifar100(dir / "");
     const std::string batch3 = (dir / "data_batch_3.bin").string();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "temp_dir.h"
 #include "data/image_folder.h"
 
 using namespace actlab;
@@ -25,26 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class FolderTempDir {
- public:
-  FolderTempDir() {
-    static std::atomic<int> counter{0};
-    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ = fs::temp_directory_path() /
-            ("actlab_test_folder_" + std::to_string(ticks) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~FolderTempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using actlab::testing::TempDir;
 
 using Bytes = std::vector<uint8_t>;
 
@@ -119,7 +101,7 @@ ImageFolderOptions crop_only(int64_t channels, int64_t size) {
 TEST_CASE("data: image folder train/test layout decodes PNGs exactly, classes sorted") {
   const int64_t before = folder_live_bytes();
   {
-    FolderTempDir root;
+    TempDir root;
     // Classes created out of order; each train class has two images, named out of order.
     const char* classes[3] = {"zebra", "ant", "mouse"};
     for (int k = 0; k < 3; ++k) {
@@ -156,7 +138,7 @@ TEST_CASE("data: image folder train/test layout decodes PNGs exactly, classes so
 }
 
 TEST_CASE("data: image folder grey and RGB conversion, JPEG") {
-  FolderTempDir root;
+  TempDir root;
   Hwc grey = pattern_image(5, 5, 1, 1);
   Hwc rgb{5, 5, 3, Bytes(75)};
   for (int y = 0; y < 5; ++y)
@@ -252,7 +234,7 @@ TEST_CASE("data: image folder resize and crop on hand-worked images") {
 }
 
 TEST_CASE("data: image folder single tree split is stratified and deterministic") {
-  FolderTempDir root;
+  TempDir root;
   // Grey 3 x 3 images whose pixels all equal a unique id; class a has 10, class b 7.
   const int counts[2] = {10, 7};
   for (int k = 0; k < 2; ++k)
@@ -301,7 +283,7 @@ TEST_CASE("data: image folder single tree split is stratified and deterministic"
 }
 
 TEST_CASE("data: image folder bad trees are errors naming the culprit") {
-  FolderTempDir root;
+  TempDir root;
   const Hwc img = pattern_image(4, 4, 3, 0);
   write_png(root / "train/cat/1.png", img);
   write_png(root / "train/dog/1.png", img);
@@ -326,7 +308,7 @@ TEST_CASE("data: image folder bad trees are errors naming the culprit") {
               "class 'cow' has no folder in"));
   }
   SUBCASE("no class folders, no test folder, no root") {
-    FolderTempDir flat;
+    TempDir flat;
     write_png(flat / "loose.png", img);
     CHECK(has(folder_error([&] { load_image_folder(flat.str(), opts); }), "no class folders"));
     fs::remove_all(root / "test");
