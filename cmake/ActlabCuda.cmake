@@ -1,0 +1,23 @@
+# The CUDA backend's part of the build (owned here so the top-level CMakeLists.txt stays short).
+# actlab_cuda_sources(VAR): appends every CUDA translation unit of the library to VAR.
+# actlab_cuda_link(TARGET): links cudart, cuBLAS and (when found) cuDNN and sets the feature macros.
+
+function(actlab_cuda_sources out_var)
+  file(GLOB cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/cuda/*.cu
+                                           ${PROJECT_SOURCE_DIR}/core/cuda/*.cpp
+                                           ${PROJECT_SOURCE_DIR}/compress/*.cu)
+  set(${out_var} ${${out_var}} ${cuda_sources} PARENT_SCOPE)
+endfunction()
+
+function(actlab_cuda_link target)
+  target_compile_definitions(${target} PUBLIC ACTLAB_WITH_CUDA=1)
+  target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas)
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
+  if(CUDNN_LIBRARY AND CUDNN_INCLUDE_DIR)
+    target_include_directories(${target} PUBLIC ${CUDNN_INCLUDE_DIR})
+    target_link_libraries(${target} PUBLIC ${CUDNN_LIBRARY})
+    target_compile_definitions(${target} PUBLIC ACTLAB_WITH_CUDNN=1)
+  endif()
+  set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+endfunction()
