@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   flags.add("test-limit", "int", "0", "evaluate on the first N test images (0: all)");
   flags.add("log", "string", "", "per-epoch log file (.csv or .jsonl)");
   flags.add("memory-report", "string", "", "per-layer saved-tensor table of the first step (.csv or .json)");
+  flags.add("summary-json", "string", "", "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON");
   flags.add("overwrite", "bool", "", "allow replacing an existing log or memory report");
   flags.add("print-every", "int", "0", "progress line every N steps (0: about 10 per epoch)");
   flags.add("synthetic-size", "int", "2048", "training images of --dataset synthetic");

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -301,6 +302,31 @@ const std::string& SafetensorsFile::metadata_value(const std::string& key) const
 }
 
 // ---------------------------------------------------------------- write
+// Writes `<path>.tmp.<pid>` through `fill`, fsyncs, renames over `path`, then fsyncs the directory
+// (best effort: some file systems refuse that). On any failure the temp file is removed and an
+// existing `path` is untouched.
+void write_file_atomic(const std::string& path, const std::function<void(int, const std::string&)>& fill) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    FdCloser fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    ACTLAB_CHECK(fd.fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+    fill(fd.fd, tmp);
+    ACTLAB_CHECK(::fsync(fd.fd) == 0, "fsync of '", tmp, "' failed: ", std::strerror(errno));
+    const int fd_value = fd.fd;
+    fd.fd = -1;
+    ACTLAB_CHECK(::close(fd_value) == 0, "closing '", tmp, "' failed: ", std::strerror(errno));
+    ACTLAB_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "renaming '", tmp, "' to '", path,
+                 "' failed: ", std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  FdCloser dfd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (dfd.fd >= 0) (void)::fsync(dfd.fd);
+}
+
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
   NamedTensors cpu;
   cpu.reserve(tensors.size());
@@ -318,30 +344,17 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   meta.emplace_back("data_bytes", std::to_string(data_bytes));
   const std::string header = header_json(cpu, meta);
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    FdCloser fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-    ACTLAB_CHECK(fd.fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+  write_file_atomic(path, [&](int fd, const std::string& tmp) {
     unsigned char len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xFF);
-    write_all(fd.fd, len, 8, tmp);
-    write_all(fd.fd, header.data(), header.size(), tmp);
-    for (const auto& t : cpu) write_all(fd.fd, t.second.raw_data(), t.second.nbytes(), tmp);
-    ACTLAB_CHECK(::fsync(fd.fd) == 0, "fsync of '", tmp, "' failed: ", std::strerror(errno));
-    const int fd_value = fd.fd;
-    fd.fd = -1;
-    ACTLAB_CHECK(::close(fd_value) == 0, "closing '", tmp, "' failed: ", std::strerror(errno));
-    ACTLAB_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "renaming '", tmp, "' to '", path,
-                 "' failed: ", std::strerror(errno));
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // Make the rename itself durable (best effort: some file systems refuse fsync on directories).
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  FdCloser dfd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (dfd.fd >= 0) (void)::fsync(dfd.fd);
+    write_all(fd, len, 8, tmp);
+    write_all(fd, header.data(), header.size(), tmp);
+    for (const auto& t : cpu) write_all(fd, t.second.raw_data(), t.second.nbytes(), tmp);
+  });
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  write_file_atomic(path, [&](int fd, const std::string& tmp) { write_all(fd, text.data(), text.size(), tmp); });
 }
 
 // ---------------------------------------------------------------- read

@@ -48,6 +48,8 @@ struct SafetensorsFile {
 // and "data_bytes". Writes `<path>.tmp.<pid>`, fsyncs it, then renames it over `path`; on any
 // failure the temp file is removed, an existing `path` is untouched and one Error says what failed.
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata);
+// Writes `text` to `path` the same way (temp file, fsync, rename): readers never see half a file.
+void write_text_atomic(const std::string& path, const std::string& text);
 // Reads and checks a file: header length vs file size, header JSON, every dtype/shape/offset (in
 // bounds, exactly numel·size bytes, no overlap, no gap), total size, and the checksum ("corrupt
 // checkpoint"). Throws Error naming the file and the first problem.

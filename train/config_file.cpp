@@ -96,6 +96,7 @@ const std::vector<Field>& fields() {
       ACTLAB_INT("test-limit", test_limit),
       ACTLAB_STR("log", log_file),
       ACTLAB_STR("memory-report", memory_report),
+      ACTLAB_STR("summary-json", summary_json),
       ACTLAB_BOOL("overwrite", overwrite),
       ACTLAB_INT("print-every", print_every),
       ACTLAB_STR("save-dir", save_dir),
@@ -124,7 +125,7 @@ std::string trim(const std::string& s) {
 // Range checks of one value on its own: validate() on the defaults with only this key changed.
 // Keys naming output files are checked later, together with --overwrite and --resume.
 void check_value_alone(const std::string& key, const std::string& value) {
-  if (key == "log" || key == "memory-report" || key == "overwrite" || key == "save-dir" || key == "data-dir")
+  if (key == "log" || key == "memory-report" || key == "summary-json" || key == "overwrite" || key == "save-dir" || key == "data-dir")
     return;
   TrainConfig d;
   set_config_value(d, key, value);

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "core/allocator.h"
+#include "train/checkpoint.h"
+#include "train/config_file.h"
 
 namespace actlab {
 
@@ -136,6 +139,51 @@ void write_memory_report(const std::string& path, const std::vector<CacheEntrySt
   const bool ok = std::fflush(f) == 0;
   std::fclose(f);
   ACTLAB_CHECK(ok && std::rename(tmp.c_str(), path.c_str()) == 0, "writing memory report '", path, "' failed");
+}
+
+}  // namespace actlab
+
+namespace actlab {
+namespace {
+// JSON has no NaN/Inf: those become null (e.g. best_test_acc before any evaluation).
+std::string format_json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+}  // namespace
+
+void write_summary_json(const std::string& path, const TrainSummary& s, const TrainConfig& c) {
+  std::string j = "{\n";
+  auto num = [&](const char* key, double v) { j += "  \"" + std::string(key) + "\": " + format_json_number(v) + ",\n"; };
+  j += "  \"config\": " + config_to_json(c) + ",\n";
+  j += "  \"data\": " + json_quote(s.data_note) + ",\n";
+  j += "  \"interrupted\": " + std::string(s.interrupted ? "true" : "false") + ",\n";
+  num("epochs_done", static_cast<double>(s.epochs.size()));
+  num("steps", static_cast<double>(s.steps));
+  num("final_test_acc", s.final_test_acc);
+  num("final_test_loss", s.final_test_loss);
+  num("best_test_acc", s.best_test_acc);
+  num("median_img_per_s", s.median_img_per_s);
+  num("peak_bytes", static_cast<double>(s.peak_bytes));
+  num("activation_bytes", static_cast<double>(s.activation_bytes));
+  num("saved_raw_bytes", static_cast<double>(s.saved_raw_bytes));
+  num("saved_packed_bytes", static_cast<double>(s.saved_packed_bytes));
+  num("saved_expected_bytes", static_cast<double>(s.saved_expected_bytes));
+  num("wall_s", s.wall_s);
+  j += "  \"epoch_rows\": [";
+  for (size_t i = 0; i < s.epochs.size(); ++i) {
+    const EpochRow& r = s.epochs[i];
+    j += std::string(i ? ",\n" : "\n") + "    {\"epoch\": " + std::to_string(r.epoch) +
+         ", \"lr\": " + format_json_number(r.lr) + ", \"train_loss\": " + format_json_number(r.train_loss) +
+         ", \"train_acc\": " + format_json_number(r.train_acc) + ", \"test_loss\": " + format_json_number(r.test_loss) +
+         ", \"test_acc\": " + format_json_number(r.test_acc) + ", \"img_per_s\": " + format_json_number(r.img_per_s) +
+         ", \"peak_bytes\": " + std::to_string(r.peak_bytes) + ", \"activation_bytes\": " +
+         std::to_string(r.activation_bytes) + ", \"wall_s\": " + format_json_number(r.wall_s) + "}";
+  }
+  j += s.epochs.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  write_text_atomic(path, j);
 }
 
 }  // namespace actlab

@@ -43,6 +43,10 @@ class Progress {
 void print_first_step_report(const TrainSummary& s, int64_t activation_bytes, const TrainConfig& c);
 void print_summary(const TrainSummary& s, const TrainConfig& c);
 // Per-layer table of what the first step saved: module, op, policy, shape, raw/packed/expected bytes.
+// The run's summary as one JSON object (configuration, final/best accuracy, throughput, memory, the
+// saved-tensor totals, per-epoch rows, whether it was interrupted). Written to a temp file and renamed,
+// so a reader (actlab-ablate) never sees half a file.
+void write_summary_json(const std::string& path, const TrainSummary& s, const TrainConfig& c);
 void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries);
 
 }  // namespace actlab

@@ -134,7 +134,10 @@ void validate(const TrainConfig& c) {
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
   check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
+  check_writable(c.summary_json, true, "summary file");  // rewritten at the end of every (resumed) run
   ACTLAB_CHECK(c.log_file.empty() || c.log_file != c.memory_report, "log file and memory report are the same file");
+  ACTLAB_CHECK(c.summary_json.empty() || (c.summary_json != c.log_file && c.summary_json != c.memory_report),
+               "--summary-json names the same file as the log or the memory report");
 }
 
 DataSplits load_data(const TrainConfig& c) {
@@ -543,6 +546,7 @@ TrainSummary Run::go() {
   summary_.steps = global_step_;
   summary_.wall_s = seconds_since(run_start);
   if (!c_.quiet && !summary_.interrupted && !summary_.epochs.empty()) print_summary(summary_, c_);
+  if (!c_.summary_json.empty()) write_summary_json(c_.summary_json, summary_, c_);
   return summary_;
 }
 

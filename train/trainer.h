@@ -41,6 +41,7 @@ struct TrainConfig {
   int64_t test_limit = 0;                 // 0: the whole test split; N: the first N
   std::string log_file;                   // .csv or .jsonl; one row per epoch
   std::string memory_report;              // per-layer saved-tensor table of the first step (.csv or .json)
+  std::string summary_json;               // the final summary as one JSON object (written atomically at the end)
   bool overwrite = false;                 // allow replacing existing log / report files
   int64_t print_every = 0;                // 0: about 10 progress lines per epoch
   int64_t synthetic_size = 2048;          // synthetic data set: training samples (test: a quarter)
