@@ -99,11 +99,18 @@ TEST_CASE("json: strict parsing of the header subset") {
   CHECK(v.find("t")->boolean);
   CHECK(v.find("missing") == nullptr);
   CHECK(parse_json(json_quote("tab\there \"q\" \x01")).string == "tab\there \"q\" \x01");
-  for (const char* bad : {"", "{", "{\"a\":1,}", "[1 2]", "01", "1.5", "1e3", "{\"a\":1}x", "\"\\q\"", "\"a",
+  for (const char* bad : {"", "{", "{\"a\":1,}", "[1 2]", "01", "1.", "1e", "1e+", "-", ".5", "{\"a\":1}x", "\"\\q\"", "\"a",
                           "{\"a\":1,\"a\":2}", "[\"\\ud800\"]", "99999999999999999999", "tru", "{1:2}"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_json(bad), Error);
   }
+  // Fractions and exponents are Kind::Number (summaries, logs); integers stay exact Kind::Int.
+  CHECK(parse_json("1.5").kind == JsonValue::Kind::Number);
+  CHECK(parse_json("-2.5e-3").number == doctest::Approx(-2.5e-3));
+  CHECK(parse_json("1E3").number == 1000.0);
+  CHECK(parse_json("42").kind == JsonValue::Kind::Int);
+  CHECK(parse_json("42").number == 42.0);
+  CHECK_THROWS_AS(parse_json("1e999"), Error);  // not finite
   CHECK(error_of([] { parse_json(std::string(40, '[') + std::string(40, ']')); }).find("nesting") !=
         std::string::npos);
   CHECK_THROWS_AS(json_quote("\xff\xfe"), Error);  // not UTF-8

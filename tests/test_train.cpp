@@ -12,6 +12,7 @@
 #include "data/idx.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
+#include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/trainer.h"
 
@@ -93,6 +94,39 @@ TEST_CASE("train() runs a short job, logs one row per epoch and reports memory")
   lines = 0;
   while (std::getline(again, line)) ++lines;
   CHECK(lines == 3);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--summary-json writes the run's summary as one JSON object that matches the returned summary") {
+  const auto dir = std::filesystem::temp_directory_path() / ("actlab_test_summary_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  TrainConfig c;
+  c.dataset = "synthetic";
+  c.synthetic_size = 128;
+  c.batch_size = 32;
+  c.policy = "division:B=8,Q=2";
+  c.summary_json = (dir / "summary.json").string();
+  c.quiet = true;
+  const TrainSummary s = train(c);
+  std::ifstream in(c.summary_json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const JsonValue j = parse_json(text, "summary");
+  REQUIRE(j.find("final_test_acc") != nullptr);
+  CHECK(j.find("final_test_acc")->number == doctest::Approx(s.final_test_acc));
+  CHECK(j.find("steps")->number == s.steps);
+  CHECK(j.find("saved_packed_bytes")->number == s.saved_packed_bytes);
+  CHECK(j.find("saved_raw_bytes")->number > j.find("saved_packed_bytes")->number);  // division compresses
+  CHECK(j.find("interrupted")->kind == JsonValue::Kind::Bool);
+  REQUIRE(j.find("epoch_rows") != nullptr);
+  CHECK(j.find("epoch_rows")->items.size() == s.epochs.size());
+  REQUIRE(j.find("config") != nullptr);
+  // Rewritten (never appended) by the next run; the old content is replaced whole.
+  c.policy = "exact";
+  train(c);
+  std::ifstream again(c.summary_json);
+  const std::string text2((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  CHECK(parse_json(text2, "summary").find("saved_raw_bytes")->number ==
+        parse_json(text2, "summary").find("saved_packed_bytes")->number);
   std::filesystem::remove_all(dir);
 }
 

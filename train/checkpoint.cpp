@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -95,8 +96,31 @@ class JsonReader {
     if (c == 't') { literal("true"); v.kind = JsonValue::Kind::Bool; v.boolean = true; return v; }
     if (c == 'f') { literal("false"); v.kind = JsonValue::Kind::Bool; return v; }
     if (c == 'n') { literal("null"); return v; }
-    if (c == '-' || (c >= '0' && c <= '9')) { v.kind = JsonValue::Kind::Int; v.integer = integer(); return v; }
+    if (c == '-' || (c >= '0' && c <= '9')) { number(v); return v; }
     fail(pos_ >= s_.size() ? "unexpected end of text" : "unexpected character");
+  }
+  // JSON's number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  void number(JsonValue& v) {
+    const size_t start = pos_;
+    v.kind = JsonValue::Kind::Int;
+    v.integer = integer();
+    v.number = static_cast<double>(v.integer);
+    if (peek() != '.' && peek() != 'e' && peek() != 'E') return;
+    if (peek() == '.') {
+      ++pos_;
+      if (!(peek() >= '0' && peek() <= '9')) fail("expected a digit after '.'");
+      while (peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    if (peek() == 'e' || peek() == 'E') {
+      ++pos_;
+      if (peek() == '+' || peek() == '-') ++pos_;
+      if (!(peek() >= '0' && peek() <= '9')) fail("expected a digit in the exponent");
+      while (peek() >= '0' && peek() <= '9') ++pos_;
+    }
+    v.kind = JsonValue::Kind::Number;
+    v.integer = 0;
+    v.number = std::strtod(s_.substr(start, pos_ - start).c_str(), nullptr);
+    if (!std::isfinite(v.number)) fail("number out of range");
   }
   int64_t integer() {
     const bool neg = peek() == '-';
@@ -110,7 +134,6 @@ class JsonReader {
       u = u * 10 + d;
       ++pos_;
     }
-    if (peek() == '.' || peek() == 'e' || peek() == 'E') fail("only integers are accepted");
     return neg ? -static_cast<int64_t>(u) : static_cast<int64_t>(u);
   }
   unsigned hex4() {

@@ -15,13 +15,16 @@
 namespace actlab {
 
 // ---- JSON: just what a safetensors header and a flat configuration need.
-// Integers only (no fractions or exponents), strings with the standard escapes, objects with keys in
-// file order, arrays, true/false/null; nesting depth <= 16. Errors name the byte offset.
+// Numbers: integers are Kind::Int (exact int64; what safetensors offsets and shapes must be), numbers
+// with a fraction or exponent Kind::Number (a double; a header that needs an Int rejects them). Strings
+// with the standard escapes, objects with keys in file order, arrays, true/false/null; nesting depth
+// <= 16. Errors name the byte offset.
 struct JsonValue {
-  enum class Kind { Null, Bool, Int, String, Array, Object };
+  enum class Kind { Null, Bool, Int, Number, String, Array, Object };
   Kind kind = Kind::Null;
   bool boolean = false;
   int64_t integer = 0;
+  double number = 0;  // Int and Number: the value as a double
   std::string string;
   std::vector<JsonValue> items;                            // Array
   std::vector<std::pair<std::string, JsonValue>> members;  // Object, in file order
