@@ -1,0 +1,148 @@
+// Per-layer weight-gradient error of activation-cache policies against the exact gradient.
+#include "analysis/grad_error.h"
+
+#include <cmath>
+#include <limits>
+
+#include "analysis/spectrum.h"
+#include "autograd/functions.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "layers/layers.h"
+
+namespace actlab {
+namespace {
+
+struct WeightLayer {
+  std::string path, kind;
+  Variable weight;
+};
+
+std::vector<WeightLayer> weight_layers(Module& model) {
+  std::vector<WeightLayer> out;
+  for (const auto& [path, pointer] : model.named_modules()) {
+    Module& m = pointer ? *pointer : model;  // NOTE: the root comes without a shared_ptr
+    const char* kind = dynamic_cast<Conv2d*>(&m) ? "Conv2d" : dynamic_cast<Linear*>(&m) ? "Linear" : nullptr;
+    if (!kind) continue;
+    for (const auto& [name, param] : m.named_parameters())
+      if (name == "weight") out.push_back({path.empty() ? "(root)" : path, kind, param});
+  }
+  return out;
+}
+
+// Drops whatever a failed pass left on the tape (backward clears it on success).
+class TapeClearer {
+ public:
+  TapeClearer() = default;
+  ~TapeClearer() { Tape::current().clear(); }
+  TapeClearer(const TapeClearer&) = delete;
+  TapeClearer& operator=(const TapeClearer&) = delete;
+};
+
+// One training-step forward/backward under `set`; returns a copy of each layer's weight gradient.
+std::vector<Tensor> weight_gradients(Module& model, const std::vector<WeightLayer>& layers, const Tensor& images,
+                                     const Tensor& labels, const PolicySet& set, const GradErrorOptions& o,
+                                     const ModelStateGuard& state, double* loss_value) {
+  state.restore_buffers();
+  set_pack_seed(o.seed);
+  set_pack_step(0);
+  for (const auto& [path, pointer] : model.named_modules())
+    if (auto* dropout = dynamic_cast<Dropout*>(pointer.get())) dropout->set_seed(o.seed);
+  for (auto& p : model.parameters()) p.zero_grad();
+  {
+    TapeClearer clear_on_error;
+    Variable loss;
+    {
+      ActivationCacheScope scope(set);
+      MemTagScope tag(MemTag::Activation);
+      loss = cross_entropy(model(Variable(images)), labels, o.label_smoothing);
+    }
+    *loss_value = static_cast<double>(loss.data().item());
+    MemTagScope tag(MemTag::Activation);
+    backward(loss);
+  }
+  std::vector<Tensor> grads;
+  for (const auto& layer : layers) {
+    const Tensor g = layer.weight.grad();
+    ACTLAB_CHECK(g.defined(), "gradient_errors: no gradient reached the weight of ", layer.kind, " '", layer.path,
+                 "' (policy ", set.describe(), ")");
+    grads.push_back(g.contiguous().clone());
+  }
+  return grads;
+}
+
+// ‖a − b‖_F and ‖b‖_F in double.
+void difference_norms(const Tensor& a, const Tensor& b, double* diff_norm, double* ref_norm) {
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = static_cast<double>(pa[i]) - static_cast<double>(pb[i]);
+    diff += d * d;
+    ref += static_cast<double>(pb[i]) * static_cast<double>(pb[i]);
+  }
+  *diff_norm = std::sqrt(diff);
+  *ref_norm = std::sqrt(ref);
+}
+
+}  // namespace
+
+std::vector<double> GradErrorReport::mean_relative_error() const {
+  std::vector<double> mean(policies.size(), 0.0);
+  for (size_t p = 0; p < policies.size(); ++p) {
+    int64_t count = 0;
+    for (const auto& layer : layers) {
+      if (!std::isfinite(layer.relative_error[p])) continue;
+      mean[p] += layer.relative_error[p];
+      ++count;
+    }
+    mean[p] = count > 0 ? mean[p] / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
+  }
+  return mean;
+}
+
+GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tensor& labels,
+                                const std::vector<std::shared_ptr<const ActivationCachePolicy>>& policies,
+                                const GradErrorOptions& options) {
+  ACTLAB_CHECK(images.defined() && images.dtype() == DType::F32 && images.dim() == 4,
+               "gradient_errors: images must be (N,C,H,W) f32, got ", images.defined() ? images.str() : "none");
+  ACTLAB_CHECK(labels.defined() && labels.dim() == 1 && labels.size(0) == images.size(0),
+               "gradient_errors: labels must be (N) for ", images.str(), ", got ",
+               labels.defined() ? labels.str() : "none");
+  ACTLAB_CHECK(grad_enabled(), "gradient_errors: needs autograd recording (called inside a NoGradGuard)");
+  ACTLAB_CHECK(Tape::current().size() == 0, "gradient_errors: the tape holds ", Tape::current().size(),
+               " nodes of a step in progress; run the analysis between steps");
+  const std::vector<WeightLayer> layers = weight_layers(model);
+  ACTLAB_CHECK(!layers.empty(), "gradient_errors: the model has no Conv2d or Linear layer");
+
+  ModelStateGuard state(model);
+  model.train(options.train_mode);
+  GradErrorReport report;
+  const std::vector<Tensor> exact =
+      weight_gradients(model, layers, images, labels, PolicySet(), options, state, &report.loss);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    LayerGradError row{layers[l].path, layers[l].kind, layers[l].weight.shape(), 0.0, {}};
+    double unused = 0;
+    difference_norms(exact[l], exact[l], &unused, &row.grad_norm);
+    report.layers.push_back(std::move(row));
+  }
+  for (const auto& policy : policies) {
+    report.policies.push_back(policy->name());
+    double loss = 0;
+    const std::vector<Tensor> approx =
+        weight_gradients(model, layers, images, labels, PolicySet(policy), options, state, &loss);
+    // Policies change only what backward reads: a different loss means the forwards differed and the
+    // comparison would measure something else.
+    ACTLAB_CHECK(loss == report.loss, "gradient_errors: the forward under ", policy->name(), " gave loss ", loss,
+                 ", the exact one ", report.loss, " (non-deterministic forward?)");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      double diff = 0, ref = 0;
+      difference_norms(approx[l], exact[l], &diff, &ref);
+      report.layers[l].relative_error.push_back(
+          ref > 0 ? diff / ref : (diff > 0 ? std::numeric_limits<double>::infinity() : 0.0));
+    }
+  }
+  return report;
+}
+
+}  // namespace actlab

@@ -1,0 +1,48 @@
+// Theorem 3.1 of the DIVISION paper made visible: for one batch, the weight gradient ∇W of every
+// Conv2d/Linear layer with exact activations, and for each activation-cache policy the gradient ∇̂W of
+// the same step (same parameters, same forward — only what backward reads differs), reported per layer
+// as ‖∇̂W − ∇W‖_F / ‖∇W‖_F. Tested in tests/test_inspect.cpp ("grad_error: ...").
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compress/policy.h"
+#include "layers/module.h"
+
+namespace actlab {
+
+struct GradErrorOptions {
+  uint64_t seed = 0;         // stochastic rounding: every pass packs with set_pack_seed(seed), pack step 0
+  bool train_mode = true;    // BatchNorm with batch statistics, as in a training step
+  float label_smoothing = 0;
+};
+
+struct LayerGradError {
+  std::string path;              // "layer1.0.conv1"
+  std::string kind;              // "Conv2d" or "Linear"
+  Shape weight_shape;
+  double grad_norm = 0;          // ‖∇W‖_F of the exact pass
+  std::vector<double> relative_error;  // ‖∇̂W − ∇W‖_F / ‖∇W‖_F, one per policy (inf if ∇W = 0 ≠ ∇̂W)
+};
+
+struct GradErrorReport {
+  std::vector<std::string> policies;  // policy names, in the order given
+  std::vector<LayerGradError> layers; // Conv2d/Linear modules in named_modules() order
+  double loss = 0;                    // the batch loss (identical for every pass)
+  // Mean over layers of relative_error, one per policy (non-finite layer values skipped).
+  std::vector<double> mean_relative_error() const;
+};
+
+// images: (N,C,H,W) f32; labels: (N) i64. Runs 1 + policies.size() forward/backward passes. Before each
+// pass the BatchNorm buffers are put back to their state at entry (so every pass sees the same running
+// statistics, and the model leaves as it came), dropout layers are reseeded with options.seed and the
+// stochastic-rounding stream is reset, so passes differ only by the policy. Gradients of the model's
+// parameters, its training flag and the pack-step counter are restored on return (ModelStateGuard).
+// Throws Error inside a NoGradGuard or while the thread's tape holds a step in progress.
+// NOTE: sets the process-wide pack seed (set_pack_seed) to options.seed and leaves it there.
+GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tensor& labels,
+                                const std::vector<std::shared_ptr<const ActivationCachePolicy>>& policies,
+                                const GradErrorOptions& options = {});
+
+}  // namespace actlab

@@ -1,0 +1,144 @@
+// actlab-ablate: reproduce the DIVISION paper's ablation tables with one command. Builds the grid of
+// actlab-train runs (train/grid.h) from a preset and table selection or from explicit lists, runs
+// the cells that are not done yet as child processes and writes results.csv, tables.md and two SVG
+// figures. Exit codes: 0 all cells done, 1 some failed or not run, 2 bad input, 128+n stopped by
+// signal n. Tested through the library in tests/test_ablate.cpp.
+#include <climits>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "compress/policy.h"
+#include "core/error.h"
+#include "train/cli.h"
+#include "train/grid.h"
+
+using namespace actlab;
+
+namespace {
+
+void declare_flags(FlagParser& f) {
+  f.add("preset", "string", "cpu",
+        "cpu: ResNet-20 on Fashion-MNIST (a CIFAR-10 subset with --datasets cifar10), 6 epochs, batch 128 — "
+        "Table 1(c) in ~35 min on 2 cores; paper: ResNet-18 CIFAR-10, 100 epochs, batch 256 (Table 10)");
+  f.add("table", "string", "1c", "paper table(s), comma-separated: 1c, 2b, 3, fig3, all");
+  f.add("policies", "string", "",
+        "custom grid of these policies instead of a table, ';'-separated (policies contain commas): "
+        "'exact;division:B=8,Q=2'",
+        true);
+  f.add("models", "string", "", "comma-separated models (default: the preset's; Table 3: resnet18,mobilenet_v2)");
+  f.add("model", "string", "", "same as --models");
+  f.add("datasets", "string", "", "comma-separated data sets (default: the preset's; Table 3: cifar10,cifar100)");
+  f.add("dataset", "string", "", "same as --datasets");
+  f.add("seeds", "string", "0", "comma-separated seeds; tables show mean ± std over them");
+  f.add("epochs", "int", "", "epochs per cell (default: the preset's)");
+  f.add("batch-size", "int", "", "mini-batch size (default: the preset's)");
+  f.add("lr", "float", "", "initial learning rate (default 0.1)");
+  f.add("train-limit", "int", "", "use only the first N training images");
+  f.add("test-limit", "int", "", "evaluate on the first N test images");
+  f.add("steps-per-epoch", "int", "", "stop each epoch after N steps");
+  f.add("threads", "int", "", "CPU threads per cell (default: all cores)");
+  f.add("data-dir", "string", "", "data set directory passed to every cell");
+  f.add("train-arg", "string", "", "extra actlab-train flag for every cell, e.g. --train-arg=--no-augment", true);
+  f.add("out", "string", "", "output directory (default: ablate-<preset>)");
+  f.add("train-bin", "string", "", "the actlab-train executable (default: next to this program)");
+  f.add("dry-run", "bool", "false", "print the cells, their commands and the time estimate; run nothing");
+  f.add("report-only", "bool", "false", "regenerate results.csv, tables.md and the figures from the cells; no training");
+}
+
+std::vector<std::string> list_flag(const FlagParser& f, const std::string& plural, const std::string& singular) {
+  std::vector<std::string> out = split_list(f.get(plural), ',');
+  for (const auto& v : split_list(f.get(singular), ',')) out.push_back(v);
+  return out;
+}
+
+GridOptions grid_options(const FlagParser& f) {
+  GridOptions o;
+  o.preset = f.get("preset");
+  o.tables = split_list(f.get("table"), ',');
+  ACTLAB_CHECK(!o.tables.empty(), "--table is empty; use 1c, 2b, 3, fig3 or all");
+  for (const auto& p : f.get_all("policies"))
+    for (const auto& item : split_list(p, ';')) o.policies.push_back(item);
+  ACTLAB_CHECK(o.policies.empty() || !f.given("table"),
+               "--policies makes a custom grid; it cannot be combined with --table");
+  for (const auto& p : o.policies) parse_policy(p);  // a typo fails now, not after hours of other cells
+  o.models = list_flag(f, "models", "model");
+  o.datasets = list_flag(f, "datasets", "dataset");
+  o.seeds.clear();
+  for (const auto& s : split_list(f.get("seeds"), ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    ACTLAB_CHECK(*end == '\0' && v >= 0, "--seeds needs non-negative integers, got '", s, "'");
+    o.seeds.push_back(v);
+  }
+  auto positive = [&](const char* name, std::optional<int64_t>* slot) {
+    if (!f.given(name)) return;
+    ACTLAB_CHECK(f.get_int(name) >= 1, "--", name, " must be >= 1, got ", f.get_int(name));
+    *slot = f.get_int(name);
+  };
+  positive("epochs", &o.epochs);
+  positive("batch-size", &o.batch_size);
+  positive("train-limit", &o.train_limit);
+  positive("test-limit", &o.test_limit);
+  positive("steps-per-epoch", &o.steps_per_epoch);
+  positive("threads", &o.threads);
+  if (f.given("lr")) {
+    ACTLAB_CHECK(f.get_float("lr") > 0, "--lr must be > 0, got ", f.get_float("lr"));
+    o.lr = f.get_float("lr");
+  }
+  o.data_dir = f.get("data-dir");
+  for (const auto& a : f.get_all("train-arg"))
+    if (!a.empty()) o.extra_args.push_back(a);
+  return o;
+}
+
+std::string default_train_bin() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "actlab-train";
+  return (std::filesystem::path(std::string(buf, static_cast<size_t>(n))).parent_path() / "actlab-train").string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FlagParser flags("actlab-ablate",
+                   "Run the DIVISION paper's ablation grids (Table 1(c), 2(b), 3, Fig. 3) with actlab-train and write\n"
+                   "OUT/results.csv, OUT/tables.md, OUT/acc_per_epoch.svg and OUT/activation_memory.svg. Each cell\n"
+                   "runs in OUT/cells/<id>/; finished cells are skipped and interrupted ones resumed, so re-running\n"
+                   "the same command continues the grid. Ctrl-C checkpoints the running cell and stops.");
+  declare_flags(flags);
+  try {
+    if (!flags.parse(argc, argv)) {
+      std::printf("%s", flags.help().c_str());
+      return 0;
+    }
+    ACTLAB_CHECK(!(flags.get_bool("dry-run") && flags.get_bool("report-only")),
+                 "--dry-run and --report-only exclude each other");
+    const Grid grid = make_grid(grid_options(flags));
+    RunOptions run;
+    run.out_dir = flags.get("out").empty() ? "ablate-" + grid.preset : flags.get("out");
+    run.train_bin = flags.get("train-bin").empty() ? default_train_bin() : flags.get("train-bin");
+    run.dry_run = flags.get_bool("dry-run");
+    run.report_only = flags.get_bool("report-only");
+    run.command_line = shell_command_line(std::vector<std::string>(argv, argv + argc));
+    if (run.dry_run) {
+      try {
+        check_data_present(grid);
+      } catch (const Error& e) {
+        std::printf("warning: %s\n", e.what());
+      }
+    } else if (!run.report_only) {
+      check_data_present(grid);
+    }
+    install_grid_signal_handlers();
+    return run_grid(grid, run);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "actlab-ablate: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,488 @@
+// actlab-ablate's pieces: the SVG charts (analysis/plot.h: structure, one path per series, bars per
+// group × series, escaping, log-axis errors, nice ticks), the presets and tables (train/grid.h), and a
+// tiny grid run through the real actlab-train binary (built next to actlab_tests): results.csv,
+// tables.md and figures; finished cells skipped; a checkpointed cell resumed; a failing cell reported
+// while the grid goes on.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "analysis/plot.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "temp_dir.h"
+#include "train/grid.h"
+#include "train/trainer.h"
+
+using namespace actlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Well-formedness of the SVG as XML: every element closed in order, no stray '<' or '&' in text.
+bool xml_balanced(const std::string& s, std::string* why) {
+  std::vector<std::string> open;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '&') {
+      const size_t semi = s.find(';', i);
+      const std::string ent = semi == std::string::npos ? "" : s.substr(i, semi - i + 1);
+      if (ent != "&amp;" && ent != "&lt;" && ent != "&gt;" && ent != "&quot;" && ent != "&apos;") {
+        *why = "bad entity at " + std::to_string(i);
+        return false;
+      }
+    }
+    if (s[i] != '<') continue;
+    const size_t end = s.find('>', i);
+    if (end == std::string::npos) { *why = "unclosed tag"; return false; }
+    const std::string tag = s.substr(i + 1, end - i - 1);
+    if (tag.find('<') != std::string::npos) { *why = "'<' inside a tag"; return false; }
+    i = end;
+    if (tag[0] == '?') continue;
+    if (tag[0] == '/') {
+      if (open.empty() || open.back() != tag.substr(1)) { *why = "mismatched </" + tag.substr(1) + ">"; return false; }
+      open.pop_back();
+    } else if (tag.back() != '/') {
+      open.push_back(tag.substr(0, tag.find_first_of(" \n")));
+    }
+  }
+  if (!open.empty()) *why = "unclosed <" + open.back() + ">";
+  return open.empty();
+}
+
+// ---- CSV of results.csv (quoted fields may hold commas)
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '"') {
+      if (quoted && i + 1 < line.size() && line[i + 1] == '"') out.back() += line[++i];
+      else quoted = !quoted;
+    } else if (line[i] == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += line[i];
+    }
+  }
+  return out;
+}
+std::vector<std::map<std::string, std::string>> read_results(const fs::path& path, size_t* columns) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  const auto header = csv_fields(line);
+  *columns = header.size();
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    const auto f = csv_fields(line);
+    REQUIRE(f.size() == header.size());
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < f.size(); ++i) row[header[i]] = f[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string train_bin() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  REQUIRE(n > 0);
+  return (fs::path(std::string(buf, static_cast<size_t>(n))).parent_path() / "actlab-train").string();
+}
+
+// The grid's progress lines go to a file for the test to read (and stay out of the test output).
+class StdoutToFile {
+ public:
+  explicit StdoutToFile(const std::string& path) {
+    std::fflush(stdout);
+    saved_ = ::dup(1);
+    std::FILE* f = std::fopen(path.c_str(), "a");
+    ::dup2(::fileno(f), 1);
+    std::fclose(f);
+  }
+  ~StdoutToFile() {
+    std::fflush(stdout);
+    ::dup2(saved_, 1);
+    ::close(saved_);
+  }
+ private:
+  int saved_ = -1;
+};
+
+// A cell of well under a second: the MLP on 256 synthetic 28x28 images, 2 steps of 32, 64 test images
+// (a conv net costs seconds of fixed start-up per child; the grid does not care which model it runs).
+Cell tiny_cell(const std::string& policy) {
+  Cell c;
+  c.model = "mlp";
+  c.dataset = "synthetic";
+  c.policy = policy;
+  c.epochs = 1;
+  c.batch_size = 32;
+  c.steps_per_epoch = 2;
+  c.test_limit = 64;
+  c.threads = 2;
+  c.extra_args = {"--synthetic-size", "256"};
+  return c;
+}
+
+Grid tiny_grid(const std::vector<std::string>& policies) {
+  Grid g;
+  g.preset = "test";
+  g.tables = {"custom"};
+  for (const auto& p : policies) g.add(tiny_cell(p), "custom", p);
+  return g;
+}
+
+RunOptions run_options(const testing::TempDir& dir) {
+  RunOptions o;
+  o.out_dir = dir.file("out");
+  o.train_bin = train_bin();
+  o.command_line = "actlab-ablate (test)";
+  return o;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ plot
+TEST_CASE("plot: line chart is well-formed SVG with one path per series, gaps and a legend") {
+  plot::LineChart chart;
+  chart.title = "Accuracy";
+  chart.x_label = "epoch";
+  chart.y_label = "test accuracy (%)";
+  chart.series = {{"exact", {1, 2, 3}, {80, 85, 88}},
+                  {"division:B=8,Q=2", {1, 2, 3, 4}, {79, NAN, 87, 88.5}},
+                  {"lfc:B=8", {1, 2}, {70, 75}}};
+  const std::string svg = plot::line_chart_svg(chart);
+  std::string why;
+  CHECK_MESSAGE(xml_balanced(svg, &why), why);
+  CHECK(svg.rfind("<?xml", 0) == 0);
+  CHECK(count_of(svg, "<svg ") == 1);
+  CHECK(count_of(svg, "class=\"series\"") == 3);
+  // The NaN splits the second series into two sub-paths; the others have one.
+  const size_t second = svg.find("class=\"series\"", svg.find("class=\"series\"") + 1);
+  const std::string d = svg.substr(svg.find("d=\"", second), svg.find("\" ", svg.find("d=\"", second)) - svg.find("d=\"", second));
+  CHECK(count_of(d, "M") == 2);
+  for (const auto& s : chart.series) CHECK(svg.find(">" + plot::xml_escape(s.name) + "</text>") != std::string::npos);
+  CHECK(count_of(svg, "<circle") == 8);  // one marker per finite point
+  // Categorical x axis: the layer names are the tick labels; long ones are rotated.
+  plot::LineChart layers{"Error per layer", "layer", "rel. error", true,
+                         {{"B=8", {0, 1, 2}, {1e-3, 2e-2, 0.5}}}, {"conv1", "layer1.0.conv1", "layer4.1.conv2"}};
+  std::string lsvg = plot::line_chart_svg(layers);
+  CHECK_MESSAGE(xml_balanced(lsvg, &why), why);
+  CHECK(lsvg.find(">layer4.1.conv2</text>") != std::string::npos);
+  CHECK(lsvg.find(">0.001</text>") != std::string::npos);  // decade ticks of the log axis
+  CHECK(lsvg.find("rotate(-40") == std::string::npos);    // three labels fit side by side
+  layers.series[0].x.clear();
+  layers.series[0].y.clear();
+  layers.x_tick_labels.clear();
+  for (int i = 0; i < 20; ++i) {  // twenty do not: rotated
+    layers.x_tick_labels.push_back("layer" + std::to_string(i / 4) + "." + std::to_string(i % 4) + ".downsample.0");
+    layers.series[0].x.push_back(i);
+    layers.series[0].y.push_back(0.01 * (i + 1));
+  }
+  lsvg = plot::line_chart_svg(layers);
+  CHECK_MESSAGE(xml_balanced(lsvg, &why), why);
+  CHECK(count_of(lsvg, "rotate(-40") == 20);
+}
+
+TEST_CASE("plot: bar chart draws one bar per group and series, NaN leaves a gap") {
+  plot::BarChart chart{"Activation memory", "MiB", false, {"ResNet-20", "ResNet-18"},
+                       {{"exact", {40, 400}}, {"division:B=8,Q=2", {4, NAN}}, {"quant:Q=2", {5, 50}}}};
+  const std::string svg = plot::bar_chart_svg(chart);
+  std::string why;
+  CHECK_MESSAGE(xml_balanced(svg, &why), why);
+  CHECK(count_of(svg, "class=\"bar\"") == 5);
+  CHECK(svg.find(">ResNet-18</text>") != std::string::npos);
+  chart.groups[0].values.pop_back();
+  CHECK(error_of([&] { plot::bar_chart_svg(chart); }).find("1 values for 2 series") != std::string::npos);
+  // Taller bars for larger values (same series, linear axis from 0).
+  plot::BarChart two{"t", "y", false, {"s"}, {{"a", {1}}, {"b", {3}}}};
+  const std::string s2 = plot::bar_chart_svg(two);
+  auto height = [&](size_t nth) {
+    size_t at = 0;
+    for (size_t k = 0; k <= nth; ++k) at = s2.find("class=\"bar\"", at + 1);
+    const size_t h = s2.find("height=\"", at) + 8;
+    return std::stod(s2.substr(h, s2.find('"', h) - h));
+  };
+  CHECK(height(1) == doctest::Approx(3 * height(0)).epsilon(0.02));
+}
+
+TEST_CASE("plot: text is escaped, bad input is refused with a clear error") {
+  plot::LineChart chart{"a<b & c>d \"q\"", "x", "y", false, {{"<s&>", {0, 1}, {1, 2}}}, {}};
+  const std::string svg = plot::line_chart_svg(chart);
+  CHECK(svg.find("a&lt;b &amp; c&gt;d &quot;q&quot;") != std::string::npos);
+  CHECK(svg.find("a<b") == std::string::npos);
+  CHECK(svg.find("&lt;s&amp;&gt;") != std::string::npos);
+  std::string why;
+  CHECK_MESSAGE(xml_balanced(svg, &why), why);
+  chart.log_y = true;
+  chart.series[0].y = {1, 0};
+  CHECK(error_of([&] { plot::line_chart_svg(chart); }).find("log axis needs values > 0, got 0") != std::string::npos);
+  chart.series[0].y = {1, -2};
+  CHECK(error_of([&] { plot::line_chart_svg(chart); }).find("got -2") != std::string::npos);
+  plot::BarChart bars{"b", "y", true, {"s"}, {{"g", {0}}}};
+  CHECK(error_of([&] { plot::bar_chart_svg(bars); }).find("log axis needs values > 0") != std::string::npos);
+  chart.log_y = false;
+  chart.series[0].y = {1};
+  CHECK(error_of([&] { plot::line_chart_svg(chart); }).find("2 x values but 1 y values") != std::string::npos);
+  CHECK(plot::xml_escape("'&'") == "&apos;&amp;&apos;");
+}
+
+TEST_CASE("plot: nice ticks cover the range with 1/2/2.5/5 steps") {
+  const std::vector<double> t = plot::nice_ticks(0, 97);
+  REQUIRE(t.size() >= 2);
+  CHECK(t.front() <= 0);
+  CHECK(t.back() >= 97);
+  CHECK(t[1] - t[0] == doctest::Approx(20));
+  for (const auto& [lo, hi] : std::vector<std::pair<double, double>>{{0.013, 0.0171}, {-3, 7}, {5, 5}, {1e6, 3.3e6}}) {
+    const auto ticks = plot::nice_ticks(lo, hi);
+    CAPTURE(lo);
+    CHECK(ticks.size() >= 3);
+    CHECK(ticks.size() <= 12);
+    const double step = ticks[1] - ticks[0];
+    CHECK(ticks.front() <= lo + 1e-9 * step);  // k·step may round a hair above an exact lo
+    CHECK(ticks.back() >= hi - 1e-9 * step);
+    const double mant = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+    CHECK((std::abs(mant - 1) < 1e-6 || std::abs(mant - 2) < 1e-6 || std::abs(mant - 2.5) < 1e-6 ||
+           std::abs(mant - 5) < 1e-6));
+  }
+  CHECK(!error_of([] { plot::nice_ticks(2, 1); }).empty());
+}
+
+// ------------------------------------------------------------------ presets and tables
+TEST_CASE("ablate: presets build the paper's tables with shared cells run once") {
+  const int64_t live = memory_stats().total.current;
+  GridOptions o;  // cpu preset, Table 1(c)
+  const Grid g = make_grid(o);
+  REQUIRE(g.cells.size() == 5);
+  std::vector<std::string> policies;
+  for (const Cell& c : g.cells) policies.push_back(c.policy);
+  CHECK(policies == std::vector<std::string>{"exact", "division:B=8,Q=2", "lfc:B=8", "hfc:B=8,Q=2", "quant:Q=2"});
+  CHECK(g.cells[2].tables[0].second == "w/o HFC");
+  CHECK(g.cells[1].id() == "resnet20-fashion-mnist-division_B8_Q2-s0");
+  double total = 0;
+  for (const Cell& c : g.cells) {
+    CHECK(c.model == "resnet20");
+    CHECK(c.dataset == "fashion-mnist");
+    CHECK(c.batch_size == 128);
+    total += estimate_cell_seconds(c);
+  }
+  CHECK(total > 20 * 60);  // the preset is sized for ~35 min on the 2-core machine ...
+  CHECK(total < 50 * 60);  // ... and must finish in under an hour
+  o.tables = {"all"};
+  o.seeds = {0, 1};
+  const Grid all = make_grid(o);
+  std::set<std::string> ids;
+  for (const Cell& c : all.cells) ids.insert(c.id());
+  CHECK(ids.size() == all.cells.size());
+  CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20));  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3
+  const Cell& exact = all.cells[0];
+  CHECK(exact.tables.size() == 3);  // Normal in 1c, 2b and fig3
+  int table3 = 0;
+  for (const Cell& c : all.cells) table3 += c.tables[0].first == "3" && c.model == "mobilenet_v2" && c.dataset == "cifar100";
+  CHECK(table3 == 2 * 5);
+  o = GridOptions();
+  o.preset = "paper";
+  const Grid paper = make_grid(o);
+  CHECK(paper.cells[0].model == "resnet18");
+  CHECK(paper.cells[0].epochs == 100);
+  CHECK(paper.cells[0].batch_size == 256);
+  o = GridOptions();
+  o.policies = {"division:Q=4,B=12", "exact"};
+  o.epochs = 2;
+  const Grid custom = make_grid(o);
+  REQUIRE(custom.cells.size() == 2);
+  CHECK(custom.cells[0].policy == "division:B=12,Q=4");
+  CHECK(custom.cells[0].epochs == 2);
+  o.tables = {"2c"};
+  o.policies.clear();
+  CHECK(error_of([&] { make_grid(o); }).find("unknown table '2c'") != std::string::npos);
+  o.tables = {"1c"};
+  o.models = {"resnet7"};
+  CHECK(error_of([&] { make_grid(o); }).find("unknown model 'resnet7'") != std::string::npos);
+  o.models.clear();
+  o.preset = "gpu";
+  CHECK(error_of([&] { make_grid(o); }).find("unknown preset") != std::string::npos);
+  testing::TempDir empty("ablate_nocifar");
+  o = GridOptions();
+  o.tables = {"3"};
+  o.data_dir = empty.str();
+  CHECK(error_of([&] { check_data_present(make_grid(o)); }).find("scripts/get-cifar.sh") != std::string::npos);
+  CHECK(memory_stats().total.current == live);
+}
+
+// ------------------------------------------------------------------ running through actlab-train
+TEST_CASE("ablate: a tiny grid runs through actlab-train, writes the reports, and a second run skips it") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_grid");
+  const Grid grid = tiny_grid({"exact", "division:B=8,Q=2"});
+  const RunOptions o = run_options(dir);
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  const fs::path out(o.out_dir);
+  const fs::path cell = out / "cells" / "mlp-synthetic-division_B8_Q2-s0";
+  INFO(read_all(dir.file("progress.txt")), read_all(cell / "log.txt"));
+  REQUIRE(rc == 0);
+  for (const char* f : {"command.txt", "log.txt", "epochs.csv", "summary.json", "ckpt/last.safetensors"})
+    CHECK_MESSAGE(fs::exists(cell / f), f);
+  CHECK(read_all(cell / "command.txt").find("--policy division:B=8,Q=2") != std::string::npos);
+  size_t columns = 0;
+  auto rows = read_results(out / "results.csv", &columns);
+  CHECK(columns == 23);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["policy"] == "exact");
+  CHECK(rows[1]["policy"] == "division:B=8,Q=2");
+  CHECK(rows[1]["B"] == "8");
+  CHECK(rows[1]["Q"] == "2");
+  for (auto& r : rows) {
+    CHECK(r["status"] == "done");
+    CHECK(r["epochs_done"] == "1");
+    const double acc = std::stod(r["final_test_acc"]);
+    CHECK(acc >= 0);
+    CHECK(acc <= 100);
+    CHECK(std::stoll(r["activation_bytes"]) > 0);
+  }
+  CHECK(std::stod(rows[0]["compression_measured"]) == doctest::Approx(1.0));
+  // The MLP's linear inputs drop to ~4 bits/value (2-bit HFC + a bf16 LFC of 1x8 blocks); its ReLU masks
+  // and the loss are not compressed, so the whole step gains less.
+  CHECK(std::stod(rows[1]["compression_policy"]) > 5);
+  CHECK(std::stod(rows[1]["compression_measured"]) > 1.2);
+  CHECK(std::stod(rows[1]["compression_measured"]) < std::stod(rows[1]["compression_policy"]));
+  const std::string tables = read_all(out / "tables.md");
+  CHECK(tables.find("`exact`") != std::string::npos);
+  CHECK(tables.find("`division:B=8,Q=2`") != std::string::npos);
+  CHECK(tables.find("nproc") != std::string::npos);
+  const std::string acc_svg = read_all(out / "acc_per_epoch.svg");
+  CHECK(count_of(acc_svg, "class=\"series\"") == 2);
+  CHECK(count_of(read_all(out / "activation_memory.svg"), "class=\"bar\"") == 2);
+
+  // Second run: nothing is trained again.
+  const auto stamp = fs::last_write_time(cell / "summary.json");
+  {
+    StdoutToFile quiet(dir.file("progress2.txt"));
+    rc = run_grid(grid, o);
+  }
+  CHECK(rc == 0);
+  CHECK(count_of(read_all(dir.file("progress2.txt")), "skip (done)") == 2);
+  CHECK(fs::last_write_time(cell / "summary.json") == stamp);
+  CHECK(count_of(read_all(cell / "log.txt"), "==== actlab-ablate") == 1);
+
+  // The same directory with another recipe is refused before anything runs.
+  Grid changed = grid;
+  changed.cells[0].epochs = 3;
+  CHECK(error_of([&] { run_grid(changed, o); }).find("other settings (--epochs 1 there, --epochs 3 now)") !=
+        std::string::npos);
+}
+
+TEST_CASE("ablate: a cell with a checkpoint but no summary.json is resumed from it") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  const int64_t live = memory_stats().total.current;
+  testing::TempDir dir("ablate_resume");
+  const Grid grid = tiny_grid({"exact"});
+  const RunOptions o = run_options(dir);
+  const fs::path cell = fs::path(o.out_dir) / "cells" / grid.cells[0].id();
+  fs::create_directories(cell);
+  {  // what an actlab-train child leaves when it is stopped after its first step
+    TrainConfig c;
+    c.model = "mlp";
+    c.dataset = "synthetic";
+    c.synthetic_size = 256;
+    c.batch_size = 32;
+    c.steps_per_epoch = 2;
+    c.test_limit = 64;
+    c.epochs = 1;
+    c.save_dir = (cell / "ckpt").string();
+    c.log_file = (cell / "epochs.csv").string();
+    c.summary_json = (cell / "summary.json").string();
+    c.stop_after_steps = 1;
+    StdoutToFile quiet(dir.file("first.txt"));  // not c.quiet: the resumed child would inherit it
+    REQUIRE(train(c).interrupted);
+    request_stop(0);
+  }
+  CHECK(memory_stats().total.current == live);
+  CHECK(read_cell(cell.string()).status == CellStatus::Interrupted);
+  fs::remove(cell / "summary.json");
+  CHECK(read_cell(cell.string()).status == CellStatus::Interrupted);  // the checkpoint says so
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  INFO(read_all(dir.file("progress.txt")), read_all(cell / "log.txt"));
+  CHECK(rc == 0);
+  CHECK(read_all(cell / "command.txt").find("--resume") != std::string::npos);
+  CHECK(read_all(cell / "log.txt").find("resumed from") != std::string::npos);
+  CHECK(read_all(dir.file("progress.txt")).find("resume from epoch 0 step 1") != std::string::npos);
+  const CellResult r = read_cell(cell.string());
+  CHECK(r.status == CellStatus::Done);
+  CHECK(r.epochs_done == 1);
+}
+
+TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_fail");
+  const Grid grid = tiny_grid({"division:B=0", "exact"});  // B=0 is refused by the child's parser
+  const RunOptions o = run_options(dir);
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  const std::string progress = read_all(dir.file("progress.txt"));
+  INFO(progress);
+  CHECK(rc == 1);
+  CHECK(progress.find("FAILED (exit 2: actlab-train: error:") != std::string::npos);
+  size_t columns = 0;
+  auto rows = read_results(fs::path(o.out_dir) / "results.csv", &columns);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["status"] == "failed");
+  CHECK(rows[0]["message"].find("exit 2: actlab-train: error:") == 0);
+  CHECK(rows[0]["message"].find("B") != std::string::npos);
+  CHECK(rows[1]["status"] == "done");
+  CHECK(read_all(fs::path(o.out_dir) / "tables.md").find("*failed*") != std::string::npos);
+  // --report-only regenerates the same verdicts without training.
+  RunOptions report = o;
+  report.report_only = true;
+  fs::remove(fs::path(o.out_dir) / "results.csv");
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, report);
+  }
+  CHECK(rc == 1);
+  rows = read_results(fs::path(o.out_dir) / "results.csv", &columns);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["status"] == "failed");
+}

@@ -1,0 +1,526 @@
+// The ablation grid's cells and their runner (see grid.h): cell ids and child command lines, reading
+// a cell directory back, and running the cells that are not done as child processes. A cell directory
+// is the only state: summary.json with "interrupted": false means done; a checkpoint without it means
+// resume; failed.txt records a non-zero exit. Presets live in grid_presets.cpp, reports in
+// grid_report.cpp. Tested in tests/test_ablate.cpp.
+#include "train/grid.h"
+
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/grid_internal.h"
+
+namespace fs = std::filesystem;
+
+namespace actlab {
+using namespace grid_detail;
+
+namespace grid_detail {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string table_list(const Cell& cell, const char* sep) {
+  std::string s;
+  for (const auto& t : cell.tables) s += (s.empty() ? "" : sep) + t.first;
+  return s;
+}
+
+}  // namespace grid_detail
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Shell quoting for command.txt: plain tokens stay as they are, others go in single quotes.
+std::string shell_quote(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                       "0123456789_./:=,+-@%") == std::string::npos;
+  if (plain) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The inverse of joining shell_quote()d tokens with spaces.
+std::vector<std::string> shell_split(const std::string& line) {
+  std::vector<std::string> out;
+  std::string tok;
+  bool in_tok = false, quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '\'') quoted = false; else tok += c;
+    } else if (c == '\'') {
+      quoted = in_tok = true;
+    } else if (c == '\\' && i + 1 < line.size()) {
+      tok += line[++i];
+      in_tok = true;
+    } else if (c == ' ' || c == '\n' || c == '\t') {
+      if (in_tok) out.push_back(tok);
+      tok.clear();
+      in_tok = false;
+    } else {
+      tok += c;
+      in_tok = true;
+    }
+  }
+  if (in_tok) out.push_back(tok);
+  return out;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ cells and grids
+std::string shell_command_line(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + shell_quote(a);
+  return s;
+}
+
+std::string Cell::id() const {
+  std::string slug;
+  for (char c : policy) {
+    if (c == ':' || c == ',') slug += '_';
+    else if (c == '=') continue;
+    else if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') slug += c;
+    else slug += '-';
+  }
+  return model + "-" + dataset + "-" + slug + "-s" + std::to_string(seed);
+}
+
+std::vector<std::string> Cell::train_args() const {
+  std::vector<std::string> a = {"--model", model, "--dataset", dataset, "--policy", policy,
+                                "--seed", std::to_string(seed), "--epochs", std::to_string(epochs),
+                                "--batch-size", std::to_string(batch_size), "--lr", fmt("%g", lr),
+                                "--momentum", fmt("%g", momentum), "--weight-decay", fmt("%g", weight_decay),
+                                "--schedule", schedule, "--threads", std::to_string(threads)};
+  auto opt = [&](const char* flag, int64_t v) {
+    if (v > 0) a.insert(a.end(), {flag, std::to_string(v)});
+  };
+  opt("--steps-per-epoch", steps_per_epoch);
+  opt("--train-limit", train_limit);
+  opt("--test-limit", test_limit);
+  if (!data_dir.empty()) a.insert(a.end(), {"--data-dir", data_dir});
+  a.insert(a.end(), extra_args.begin(), extra_args.end());
+  return a;
+}
+
+void Grid::add(const Cell& cell, const std::string& table, const std::string& label) {
+  const std::string id = cell.id();
+  for (Cell& c : cells)
+    if (c.id() == id) {
+      c.tables.emplace_back(table, label);
+      return;
+    }
+  cells.push_back(cell);
+  cells.back().tables = {{table, label}};
+}
+
+// ------------------------------------------------------------------ reading a cell directory
+namespace {
+
+// A number of summary.json (parse_json); NaN when the key is missing or null (a non-finite value).
+double to_number(const JsonValue& summary, const char* key) {
+  const JsonValue* v = summary.find(key);
+  if (v == nullptr || (v->kind != JsonValue::Kind::Int && v->kind != JsonValue::Kind::Number)) return CellResult::kNaN;
+  return v->number;
+}
+
+// Fields of one CSV line; "quoted, fields" may hold commas.
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '"') {
+      if (quoted && i + 1 < line.size() && line[i + 1] == '"') out.back() += line[++i];
+      else quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else if (c != '\r') {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+// Rows of a CSV file with a header, as name → value maps.
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path) {
+  std::vector<std::map<std::string, std::string>> rows;
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return rows;
+  const auto header = csv_fields(line);
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto f = csv_fields(line);
+    if (f.size() != header.size()) continue;  // a line cut short by a crash
+    std::map<std::string, std::string> row;
+    for (size_t k = 0; k < f.size(); ++k) row[header[k]] = f[k];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string last_line(const fs::path& path) {
+  const std::string text = read_text(path);
+  size_t end = text.find_last_not_of("\n\r ");
+  if (end == std::string::npos) return "(empty log)";
+  const size_t begin = text.find_last_of("\n\r", end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+// epochs.csv: per-epoch accuracy, the last training loss and the summed epoch times. A resumed run
+// appends; a row repeated by a crash between the log row and the checkpoint counts once (the last).
+void read_epochs(const fs::path& path, CellResult& r) {
+  std::map<int64_t, std::map<std::string, std::string>> by_epoch;
+  for (auto& row : read_csv(path)) by_epoch[std::atoll(row["epoch"].c_str())] = row;
+  double wall = 0;
+  for (auto& [epoch, row] : by_epoch) {
+    r.test_acc_per_epoch.emplace_back(epoch, std::strtod(row["test_acc"].c_str(), nullptr));
+    r.train_loss = std::strtod(row["train_loss"].c_str(), nullptr);
+    wall += std::strtod(row["wall_s"].c_str(), nullptr);
+  }
+  r.epochs_done = static_cast<int64_t>(by_epoch.size());
+  if (!by_epoch.empty()) r.wall_s = wall;
+}
+
+}  // namespace
+
+const char* status_name(CellStatus s) {
+  switch (s) {
+    case CellStatus::Done: return "done";
+    case CellStatus::Interrupted: return "interrupted";
+    case CellStatus::Failed: return "failed";
+    default: return "not run";
+  }
+}
+
+CellResult read_cell(const std::string& cell_dir) {
+  const fs::path dir(cell_dir);
+  CellResult r;
+  if (fs::exists(dir / "epochs.csv")) read_epochs(dir / "epochs.csv", r);
+  bool have_summary = false, interrupted = true;
+  if (fs::exists(dir / "summary.json")) {
+    try {
+      const JsonValue s = parse_json(read_text(dir / "summary.json"), "summary.json");
+      ACTLAB_CHECK(s.kind == JsonValue::Kind::Object, "summary.json is not a JSON object");
+      have_summary = true;
+      const JsonValue* flag = s.find("interrupted");
+      interrupted = flag == nullptr || flag->kind != JsonValue::Kind::Bool || flag->boolean;
+      auto bytes = [&](const char* key) {
+        const double v = to_number(s, key);
+        return std::isfinite(v) ? static_cast<int64_t>(v) : int64_t{0};
+      };
+      r.best_test_acc = to_number(s, "best_test_acc");
+      r.final_test_acc = to_number(s, "final_test_acc");
+      r.img_per_s = to_number(s, "median_img_per_s");
+      r.activation_bytes = bytes("activation_bytes");
+      r.peak_bytes = bytes("peak_bytes");
+      r.saved_raw_bytes = bytes("saved_raw_bytes");
+      r.saved_packed_bytes = bytes("saved_packed_bytes");
+    } catch (const Error&) {
+      have_summary = false;  // half-written or foreign: treat as not finished
+    }
+  }
+  if (!r.test_acc_per_epoch.empty()) r.final_test_acc = r.test_acc_per_epoch.back().second;
+  // A resumed run counts the saved tensors of its first step only: take them from memory.csv, which
+  // the first process wrote at its first step (op "<op>.input" rows are the lossy saves).
+  if (r.saved_raw_bytes == 0 && fs::exists(dir / "memory.csv"))
+    for (auto& row : read_csv(dir / "memory.csv"))
+      if (row["op"].find(".input") != std::string::npos) {
+        r.saved_raw_bytes += std::atoll(row["bytes_raw"].c_str());
+        r.saved_packed_bytes += std::atoll(row["bytes_packed"].c_str());
+      }
+  if (fs::exists(dir / "failed.txt")) {
+    r.status = CellStatus::Failed;
+    r.message = last_line(dir / "failed.txt");
+  } else if (have_summary && !interrupted) {
+    r.status = CellStatus::Done;
+  } else if (have_summary || fs::exists(dir / "ckpt" / "last.safetensors") || r.epochs_done > 0) {
+    r.status = CellStatus::Interrupted;
+  }
+  return r;
+}
+
+// ------------------------------------------------------------------ running
+namespace {
+
+std::atomic<pid_t> g_child{0};
+volatile std::sig_atomic_t g_stop = 0;
+static_assert(std::atomic<pid_t>::is_always_lock_free, "the signal handler reads g_child");
+
+// Record the first signal and pass every signal on to the child: it checkpoints on the first and
+// dies at once on a second one, as it would in a terminal. The child runs in its own process group,
+// so a Ctrl-C in the terminal reaches it only through here (once, not twice).
+extern "C" void on_grid_signal(int sig) {
+  if (g_stop == 0) g_stop = sig;
+  const pid_t child = g_child.load();
+  if (child > 0) ::kill(child, sig);
+}
+
+// Runs argv[0] with stdout+stderr appended to `log_path`; returns the exit status as the shell
+// reports it (128+n when killed by signal n), 127 when it could not be started.
+int run_child(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  ACTLAB_CHECK(log_fd >= 0, "cannot open '", log_path, "': ", std::strerror(errno));
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // only async-signal-safe calls from here to exec
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the grid killed hard: do not leave a training run behind
+    if (::getppid() != parent) ::_exit(127);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::execv(cargv[0], cargv.data());
+    const char msg[] = "actlab-ablate: cannot execute the actlab-train binary\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(log_fd);
+  if (null_fd >= 0) ::close(null_fd);
+  ACTLAB_CHECK(pid > 0, "fork failed: ", std::strerror(fork_errno));
+  g_child.store(pid);
+  if (g_stop != 0) ::kill(pid, g_stop);  // a signal that arrived between fork and the store above
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child.store(0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The child's arguments with the output paths, the thread count and the resume flags removed: what
+// must agree between the command.txt of an earlier run and the current grid.
+std::vector<std::string> comparable_args(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--overwrite") continue;
+    if (a == "--threads" || a == "--resume" || a == "--log" || a == "--save-dir" || a == "--summary-json" ||
+        a == "--memory-report") {
+      ++i;
+      continue;
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+// Error before anything runs when OUT/cells/<id>/command.txt holds a run with other settings
+// (another epoch count, learning rate, ...): its results would be reported under this grid's recipe.
+void check_cell_commands(const Grid& grid, const fs::path& cells_dir) {
+  for (const Cell& c : grid.cells) {
+    const fs::path file = cells_dir / c.id() / "command.txt";
+    if (!fs::exists(file)) continue;
+    std::vector<std::string> stored = shell_split(read_text(file));
+    if (!stored.empty()) stored.erase(stored.begin());  // the binary may have moved
+    const auto before = comparable_args(stored), now = comparable_args(c.train_args());
+    if (before == now) continue;
+    size_t k = 0;
+    while (k < before.size() && k < now.size() && before[k] == now[k]) ++k;
+    if (k > 0 && k < before.size() && before[k].rfind("--", 0) != 0) --k;  // show "--flag value"
+    const std::string was = k < before.size() ? before[k] + (k + 1 < before.size() ? " " + before[k + 1] : "") : "(end)";
+    const std::string is = k < now.size() ? now[k] + (k + 1 < now.size() ? " " + now[k + 1] : "") : "(end)";
+    ACTLAB_FAIL("'", (cells_dir / c.id()).string(), "' holds a run with other settings (", was, " there, ", is,
+                " now); use another --out or delete that directory");
+  }
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s)) return "?";
+  if (s < 90) return fmt("%.0f s", s);
+  if (s < 5400) return fmt("%.0f min", s / 60);
+  return fmt("%.1f h", s / 3600);
+}
+
+std::string cell_title(const Grid& grid, const Cell& c) {
+  bool many_data = false;
+  for (const Cell& o : grid.cells) many_data = many_data || o.dataset != c.dataset;
+  return c.model + (many_data ? " " + c.dataset : "") + " " + c.policy + " seed " + std::to_string(c.seed);
+}
+
+// How a cell that is not done gets (re)started: from its checkpoint when that holds an unfinished
+// run, from scratch otherwise (no checkpoint, or one that finished while summary.json went missing).
+std::vector<std::string> cell_command(const Cell& c, const std::string& train_bin, const fs::path& dir,
+                                      std::string* mode) {
+  std::vector<std::string> argv = {train_bin};
+  for (auto& a : c.train_args()) argv.push_back(a);
+  argv.insert(argv.end(), {"--log", (dir / "epochs.csv").string(), "--save-dir", (dir / "ckpt").string(),
+                           "--summary-json", (dir / "summary.json").string(), "--memory-report",
+                           (dir / "memory.csv").string()});
+  const fs::path ckpt = dir / "ckpt" / "last.safetensors";
+  *mode = "fresh";
+  if (fs::exists(ckpt)) {
+    try {
+      const TrainState st = checkpoint_state(read_safetensors(ckpt.string()));
+      if (st.epoch < c.epochs) {
+        argv.insert(argv.end(), {"--resume", ckpt.string()});
+        *mode = "resume from epoch " + std::to_string(st.epoch) +
+                (st.step_in_epoch > 0 ? " step " + std::to_string(st.step_in_epoch) : "");
+        return argv;
+      }
+      *mode = "fresh (its checkpoint is complete but summary.json is missing)";
+    } catch (const Error& e) {
+      *mode = std::string("fresh (checkpoint unreadable: ") + e.what() + ")";
+    }
+  }
+  argv.push_back("--overwrite");
+  return argv;
+}
+
+struct Eta {
+  double estimated_done = 0, measured_done = 0;  // over the cells run in this process
+  double ratio() const { return estimated_done > 0 ? measured_done / estimated_done : 1.0; }
+};
+
+// Runs one cell; returns its status afterwards and prints the end of its progress line.
+CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta* eta) {
+  fs::create_directories(dir);
+  std::string mode;
+  const auto argv = cell_command(c, o.train_bin, dir, &mode);
+  write_text_atomic((dir / "command.txt").string(), shell_command_line(argv) + "\n");
+  std::error_code ec;
+  fs::remove(dir / "failed.txt", ec);
+  {
+    std::ofstream log(dir / "log.txt", std::ios::app);
+    const std::time_t now = std::time(nullptr);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+    log << "==== actlab-ablate " << when << ": " << mode << "\n" << shell_command_line(argv) << "\n";
+  }
+  if (mode != "fresh") std::printf("(%s) ", mode.c_str());
+  std::fflush(stdout);
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = run_child(argv, (dir / "log.txt").string());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const CellResult r = read_cell(dir.string());
+  if (rc == 0 && r.status == CellStatus::Done) {
+    eta->estimated_done += estimate_cell_seconds(c);
+    eta->measured_done += secs;
+    std::printf("%s, test acc %.1f%%", format_duration(secs).c_str(), r.final_test_acc);
+    return CellStatus::Done;
+  }
+  // Stopped through the grid (even before its first checkpoint), or by a signal sent to the child.
+  if (g_stop != 0 || (r.status == CellStatus::Interrupted && (rc == 128 + SIGINT || rc == 128 + SIGTERM))) {
+    std::printf("interrupted after %s; the next run resumes it", format_duration(secs).c_str());
+    return CellStatus::Interrupted;
+  }
+  const std::string why = "exit " + std::to_string(rc) + ": " +
+                          (rc == 0 ? std::string("no finished summary.json") : last_line(dir / "log.txt"));
+  write_text_atomic((dir / "failed.txt").string(), why + "\n");
+  std::printf("FAILED (%s)", why.c_str());
+  return CellStatus::Failed;
+}
+
+void print_plan(const Grid& grid, const RunOptions& o, const std::vector<CellResult>& before) {
+  const fs::path cells = fs::path(o.out_dir) / "cells";
+  double todo = 0;
+  int done = 0;
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    const Cell& c = grid.cells[i];
+    const double est = estimate_cell_seconds(c);
+    const std::string tables = table_list(c, ",");
+    if (before[i].status == CellStatus::Done) ++done; else todo += est;
+    std::printf("[%zu/%zu] %-44s %-9s %-12s ~%s\n", i + 1, grid.cells.size(), c.id().c_str(), tables.c_str(),
+                status_name(before[i].status), format_duration(est).c_str());
+    if (o.dry_run && before[i].status != CellStatus::Done) {
+      std::string mode;
+      std::printf("        %s\n", shell_command_line(cell_command(c, o.train_bin, cells / c.id(), &mode)).c_str());
+    }
+  }
+  std::printf("%zu cells, %d done; estimated %s for the rest on this machine (rough; refined as cells finish)\n",
+              grid.cells.size(), done, format_duration(todo).c_str());
+}
+
+}  // namespace
+
+void install_grid_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_grid_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+int run_grid(const Grid& grid, const RunOptions& o) {
+  ACTLAB_CHECK(!grid.cells.empty(), "the grid has no cells");
+  const fs::path cells_dir = fs::path(o.out_dir) / "cells";
+  check_cell_commands(grid, cells_dir);
+  std::vector<CellResult> before;
+  for (const Cell& c : grid.cells) before.push_back(read_cell((cells_dir / c.id()).string()));
+  std::printf("actlab-ablate: preset %s, %s; output in %s\n", grid.preset.c_str(),
+              grid.tables.size() == 1 ? ("table " + grid.tables[0]).c_str() : (std::to_string(grid.tables.size()) + " tables").c_str(),
+              o.out_dir.c_str());
+  if (o.dry_run || !o.report_only) print_plan(grid, o, before);
+  if (o.dry_run) return 0;
+  int exit_code = 0;
+  if (!o.report_only) {
+    ACTLAB_CHECK(::access(o.train_bin.c_str(), X_OK) == 0, "actlab-train binary '", o.train_bin,
+                 "' is not executable; pass --train-bin PATH");
+    Eta eta;
+    double remaining = 0;
+    for (size_t i = 0; i < grid.cells.size(); ++i)
+      if (before[i].status != CellStatus::Done) remaining += estimate_cell_seconds(grid.cells[i]);
+    for (size_t i = 0; i < grid.cells.size() && g_stop == 0; ++i) {
+      const Cell& c = grid.cells[i];
+      std::printf("[%zu/%zu] %s \u2026 ", i + 1, grid.cells.size(), cell_title(grid, c).c_str());
+      if (before[i].status == CellStatus::Done) {
+        std::printf("skip (done)\n");
+        continue;
+      }
+      remaining -= estimate_cell_seconds(c);
+      const CellStatus s = run_cell(c, o, cells_dir / c.id(), &eta);
+      if (s != CellStatus::Done) exit_code = 1;
+      if (remaining > 1 && g_stop == 0) std::printf(", ETA %s", format_duration(remaining * eta.ratio()).c_str());
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+    if (g_stop != 0) {
+      std::printf("actlab-ablate: stopped by signal %d; run the same command again to continue\n",
+                  static_cast<int>(g_stop));
+      exit_code = 128 + g_stop;
+    }
+  } else {
+    for (const CellResult& r : before) exit_code = r.status == CellStatus::Done ? exit_code : 1;
+  }
+  write_reports(grid, o.out_dir, o.command_line);
+  std::printf("wrote %s/results.csv, tables.md, acc_per_epoch.svg, activation_memory.svg\n", o.out_dir.c_str());
+  return exit_code;
+}
+
+}  // namespace actlab

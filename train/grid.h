@@ -1,0 +1,117 @@
+// The ablation grid behind actlab-ablate: cells (one actlab-train run each), the paper's presets and
+// tables (DIVISION Table 1(c), 2(b), 3 and Fig. 3(b)/(c)), running the cells as child processes with
+// skip / resume / failure bookkeeping in OUT/cells/<id>/, and the reports (results.csv, tables.md and
+// two SVG figures) regenerated from the cell directories. Implemented in grid.cpp (cells, running),
+// grid_presets.cpp (presets, tables, estimates) and grid_report.cpp (reports). Tested in
+// tests/test_ablate.cpp.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace actlab {
+
+// One actlab-train run. Everything here becomes a flag of the child's command line.
+struct Cell {
+  std::string model = "resnet20";
+  std::string dataset = "fashion-mnist";
+  std::string policy = "exact";    // passed verbatim to --policy (validated by the child, not here)
+  int64_t seed = 0;
+  int64_t epochs = 1;
+  int64_t batch_size = 128;
+  double lr = 0.1, momentum = 0.9, weight_decay = 5e-4;
+  std::string schedule = "cosine";
+  int64_t steps_per_epoch = 0, train_limit = 0, test_limit = 0;  // 0: unlimited
+  int64_t threads = 2;
+  std::string data_dir;                 // empty: the child's default
+  std::vector<std::string> extra_args;  // appended verbatim, e.g. {"--synthetic-size", "256"}
+  // (table, row label in that table): "1c" + "w/o HFC", "fig3" + "LFC-ACT", "custom" + the policy.
+  // A cell shared by several tables (the exact run) is run once and listed in each.
+  std::vector<std::pair<std::string, std::string>> tables;
+
+  // Readable, unique per (model, dataset, policy, seed): "resnet20-fashion-mnist-division_B8_Q2-s0".
+  std::string id() const;
+  // The child's flags without the output paths and without --resume/--overwrite.
+  std::vector<std::string> train_args() const;
+};
+
+struct Grid {
+  std::string preset;               // "cpu", "paper" (or "custom" for tests)
+  std::vector<std::string> tables;  // selected tables in report order: "1c", "2b", "3", "fig3", "custom"
+  std::vector<Cell> cells;          // unique ids, in run order
+  // Adds `cell` under (table, label); a cell with the same id already present only gains the label.
+  void add(const Cell& cell, const std::string& table, const std::string& label);
+};
+
+// What the command line asks for. Unset optionals keep the preset's value.
+struct GridOptions {
+  std::string preset = "cpu";                 // cpu | paper
+  std::vector<std::string> tables = {"1c"};   // 1c | 2b | 3 | fig3 | all (ignored with policies)
+  std::vector<std::string> policies;          // non-empty: a custom grid of these policies
+  std::vector<std::string> models, datasets;  // override the tables' model/data set (custom: the grid axes)
+  std::vector<int64_t> seeds = {0};
+  std::optional<int64_t> epochs, batch_size, train_limit, test_limit, steps_per_epoch, threads;
+  std::optional<double> lr;
+  std::string data_dir;
+  std::vector<std::string> extra_args;
+};
+
+// Builds the grid of a preset/table selection or a custom policy list. Throws Error (one line) for an
+// unknown preset, table, model or policy string, an empty list, or a seed < 0.
+Grid make_grid(const GridOptions& options);
+// Error naming scripts/get-cifar.sh when a cell needs CIFAR-10/100 that is not where the child will
+// look (data_dir, else $ACTLAB_CIFAR_DIR or ./data).
+void check_data_present(const Grid& grid);
+// Rough wall-clock seconds of one cell on this machine: multiply-accumulates of the model on the data
+// set's image size × images per epoch, scaled by the measured ResNet-20 / Fashion-MNIST rate on the
+// 2-core development machine (57 s per exact epoch) and a per-policy factor (division 1.33×).
+double estimate_cell_seconds(const Cell& cell);
+
+// ---- running
+enum class CellStatus { NotRun, Done, Interrupted, Failed };
+const char* status_name(CellStatus status);  // "not run", "done", "interrupted", "failed"
+
+struct CellResult {
+  CellStatus status = CellStatus::NotRun;
+  std::string message;  // failed: "exit 2: <last log line>"
+  int64_t epochs_done = 0;
+  static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // "not measured"
+  double final_test_acc = kNaN, best_test_acc = kNaN, train_loss = kNaN, img_per_s = kNaN, wall_s = kNaN;
+  int64_t activation_bytes = 0, peak_bytes = 0, saved_raw_bytes = 0, saved_packed_bytes = 0;
+  std::vector<std::pair<int64_t, double>> test_acc_per_epoch;  // (1-based epoch, test accuracy %)
+};
+
+// Reads OUT/cells/<id>/ (summary.json, epochs.csv, memory.csv, failed.txt). Never throws for a
+// missing or half-written cell: that is NotRun / Interrupted.
+CellResult read_cell(const std::string& cell_dir);
+
+struct RunOptions {
+  std::string out_dir;
+  std::string train_bin;       // the actlab-train executable
+  bool dry_run = false;        // print cells, estimates and commands; run nothing, write nothing
+  bool report_only = false;    // only regenerate results.csv, tables.md and the figures
+  std::string command_line;    // the command that started the grid (for tables.md)
+};
+
+// Runs every cell that is not done (skip / resume / fresh, see grid.cpp), printing one progress line
+// per cell, then regenerates the reports. Returns the process exit code: 0 all cells done, 1 some
+// failed or not run, 128+signal when stopped by SIGINT/SIGTERM (forwarded to the running child).
+// Throws Error before running anything when a cell directory holds a run with other settings.
+int run_grid(const Grid& grid, const RunOptions& options);
+
+// results.csv, tables.md, acc_per_epoch.svg, activation_memory.svg in out_dir from the cell
+// directories (cells not run yet appear with status "not run").
+void write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line);
+
+// argv as one shell command line (tokens with special characters in single quotes), as command.txt
+// and tables.md show it.
+std::string shell_command_line(const std::vector<std::string>& argv);
+
+// SIGINT/SIGTERM handlers for the grid process: the signal is forwarded to the running child (which
+// checkpoints and exits) and the grid stops after it. Apps call this once before run_grid.
+void install_grid_signal_handlers();
+
+}  // namespace actlab

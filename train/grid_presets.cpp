@@ -1,0 +1,219 @@
+// The grid's presets (cpu, paper) and the paper's tables as rows of (policy, label): which cells
+// make_grid builds for a preset / table selection or a custom policy list, the CIFAR presence check,
+// and the wall-clock estimate of one cell. Declared in train/grid.h; tested in tests/test_ablate.cpp.
+#include "train/grid.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compress/policy.h"
+#include "core/error.h"
+#include "data/cifar.h"
+#include "models/registry.h"
+#include "models/summary.h"
+#include "train/grid_internal.h"
+
+namespace actlab {
+using namespace grid_detail;
+
+// ------------------------------------------------------------------ presets and tables
+namespace {
+
+bool is_cifar(const std::string& d) { return d == "cifar10" || d == "cifar100"; }
+
+// The preset's training recipe for one model and data set, with the command line's overrides.
+Cell recipe(const GridOptions& o, const std::string& model, const std::string& dataset) {
+  Cell c;
+  c.model = model;
+  c.dataset = dataset;
+  c.threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  if (o.preset == "paper") {  // DIVISION Table 10 (reference §4)
+    c.epochs = 100;
+    c.batch_size = 256;
+  } else {  // cpu: ~35 min for Table 1(c) on 2 cores (see estimate_cell_seconds)
+    c.epochs = 6;
+    c.batch_size = 128;
+    if (is_cifar(dataset)) c.train_limit = 40000;  // 32x32x3 costs ~1.3x a 28x28 image: keep the epoch time
+  }
+  if (o.epochs) c.epochs = *o.epochs;
+  if (o.batch_size) c.batch_size = *o.batch_size;
+  if (o.train_limit) c.train_limit = *o.train_limit;
+  if (o.test_limit) c.test_limit = *o.test_limit;
+  if (o.steps_per_epoch) c.steps_per_epoch = *o.steps_per_epoch;
+  if (o.threads) c.threads = *o.threads;
+  if (o.lr) c.lr = *o.lr;
+  c.data_dir = o.data_dir;
+  c.extra_args = o.extra_args;
+  return c;
+}
+
+std::string canonical_policy(const std::string& spec) { return parse_policy(spec)->name(); }
+
+struct Row {
+  std::string policy, label;
+};
+
+std::vector<Row> table_rows(const std::string& table) {
+  if (table == "1c")
+    return {{"exact", "Normal"}, {"division:B=8,Q=2", "DIVISION"}, {"lfc:B=8", "w/o HFC"},
+            {"hfc:B=8,Q=2", "w/o LFC"}, {"quant:Q=2", "Fixed Quant"}};
+  if (table == "fig3") return {{"exact", "Normal"}, {"lfc:B=8", "LFC-ACT"}, {"hfc:B=8", "HFC-ACT"}};
+  std::vector<Row> rows = {{"exact", "Normal"}};
+  const std::vector<int> bs = table == "2b" ? std::vector<int>{8, 12, 18} : std::vector<int>{8, 18};
+  const std::vector<int> qs = table == "2b" ? std::vector<int>{2, 4, 8} : std::vector<int>{2, 8};
+  for (int b : bs)
+    for (int q : qs)
+      rows.push_back({"division:B=" + std::to_string(b) + ",Q=" + std::to_string(q),
+                      "B=" + std::to_string(b) + ", Q=" + std::to_string(q)});
+  return rows;
+}
+
+void check_options(const GridOptions& o) {
+  ACTLAB_CHECK(o.preset == "cpu" || o.preset == "paper", "unknown preset '", o.preset, "'; use cpu or paper");
+  ACTLAB_CHECK(!o.seeds.empty(), "--seeds is empty");
+  for (int64_t s : o.seeds) ACTLAB_CHECK(s >= 0, "seeds must be >= 0, got ", s);
+  std::string known;
+  for (const auto& m : model_names()) known += (known.empty() ? "" : ", ") + m.first;
+  for (const auto& m : o.models) {
+    bool ok = false;
+    for (const auto& n : model_names()) ok = ok || n.first == m;
+    ACTLAB_CHECK(ok, "unknown model '", m, "'; available: ", known);
+  }
+  for (const auto& d : o.datasets)
+    ACTLAB_CHECK(d == "fashion-mnist" || d == "mnist" || is_cifar(d) || d == "synthetic" || d == "folder",
+                 "unknown data set '", d, "'; available: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic");
+  for (const auto& t : o.tables)
+    ACTLAB_CHECK(t == "1c" || t == "2b" || t == "3" || t == "fig3" || t == "all", "unknown table '", t,
+                 "'; use 1c, 2b, 3, fig3 or all");
+}
+
+}  // namespace
+
+Grid make_grid(const GridOptions& o) {
+  check_options(o);
+  Grid g;
+  g.preset = o.preset;
+  const bool paper = o.preset == "paper";
+  const std::vector<std::string> models = o.models.empty() ? std::vector<std::string>{paper ? "resnet18" : "resnet20"}
+                                                           : o.models;
+  const std::vector<std::string> datasets =
+      o.datasets.empty() ? std::vector<std::string>{paper ? "cifar10" : "fashion-mnist"} : o.datasets;
+  if (!o.policies.empty()) {  // a custom grid: models × data sets × policies × seeds
+    g.tables = {"custom"};
+    for (int64_t seed : o.seeds)
+      for (const auto& m : models)
+        for (const auto& d : datasets)
+          for (const auto& p : o.policies) {
+            Cell c = recipe(o, m, d);
+            c.policy = canonical_policy(p);
+            c.seed = seed;
+            g.add(c, "custom", c.policy);
+          }
+    return g;
+  }
+  for (const auto& t : o.tables)
+    for (const std::string& name : t == "all" ? std::vector<std::string>{"1c", "2b", "3", "fig3"}
+                                              : std::vector<std::string>{t})
+      if (std::find(g.tables.begin(), g.tables.end(), name) == g.tables.end()) g.tables.push_back(name);
+  for (const auto& table : g.tables) {
+    // Table 3 compares the paper's two CIFAR networks on both CIFAR sets unless told otherwise.
+    const auto& ms = table == "3" && o.models.empty() ? std::vector<std::string>{"resnet18", "mobilenet_v2"} : models;
+    const auto& ds = table == "3" && o.datasets.empty() ? std::vector<std::string>{"cifar10", "cifar100"} : datasets;
+    for (int64_t seed : o.seeds)
+      for (const auto& m : ms)
+        for (const auto& d : ds)
+          for (const Row& r : table_rows(table)) {
+            Cell c = recipe(o, m, d);
+            c.policy = canonical_policy(r.policy);
+            c.seed = seed;
+            g.add(c, table, r.label);
+          }
+  }
+  return g;
+}
+
+void check_data_present(const Grid& grid) {
+  std::vector<std::string> missing;
+  std::string dir, tables;
+  for (const Cell& c : grid.cells) {
+    if (!is_cifar(c.dataset)) continue;
+    dir = c.data_dir.empty() ? default_cifar_dir() : c.data_dir;
+    const std::string name = display_dataset(c.dataset);
+    if (cifar_files_present(dir, c.dataset == "cifar10" ? 10 : 100) ||
+        std::find(missing.begin(), missing.end(), name) != missing.end())
+      continue;
+    missing.push_back(name);
+    for (const auto& t : c.tables)
+      if (tables.find(t.first) == std::string::npos) tables += (tables.empty() ? "" : ", ") + t.first;
+  }
+  if (missing.empty()) return;
+  const std::string what = missing.size() == 1 ? missing[0] : missing[0] + " and " + missing[1];
+  const std::string which = missing.size() == 2 ? "all" : missing[0] == "CIFAR-10" ? "cifar10" : "cifar100";
+  ACTLAB_FAIL("table ", tables, " needs ", what, ", not found in '", dir, "'; fetch ",
+              missing.size() == 1 ? "it" : "them", " with scripts/get-cifar.sh ", which,
+              " (or set ACTLAB_CIFAR_DIR / pass --data-dir)");
+}
+
+// ------------------------------------------------------------------ estimates
+namespace {
+
+struct DataInfo {
+  int64_t channels, size, classes, train, test;
+};
+
+DataInfo data_info(const Cell& c) {
+  if (is_cifar(c.dataset)) return {3, 32, c.dataset == "cifar10" ? 10 : 100, 50000, 10000};
+  if (c.dataset == "synthetic") {
+    int64_t n = 2048;
+    for (size_t i = 0; i < c.extra_args.size(); ++i) {
+      const std::string& a = c.extra_args[i];
+      if (a == "--synthetic-size" && i + 1 < c.extra_args.size()) n = std::atoll(c.extra_args[i + 1].c_str());
+      if (a.rfind("--synthetic-size=", 0) == 0) n = std::atoll(a.c_str() + 17);
+    }
+    return {1, 28, 10, n, std::max<int64_t>(1, n / 4)};
+  }
+  if (c.dataset == "folder") return {3, 32, 10, 10000, 2500};
+  return {1, 28, 10, 60000, 10000};  // (fashion-)mnist
+}
+
+// Multiply-accumulates per image, from one batch-1 forward of the model (cached per shape).
+double model_macs(const std::string& model, const DataInfo& d) {
+  static std::map<std::string, double> cache;
+  const std::string key = model + "/" + std::to_string(d.channels) + "/" + std::to_string(d.size) + "/" +
+                          std::to_string(d.classes);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto net = make_model(ModelSpec{model, d.channels, d.classes, d.size});
+  const double macs = static_cast<double>(summarize_model(*net, {d.channels, d.size, d.size}).total_macs);
+  return cache[key] = macs;
+}
+
+double policy_factor(const std::string& policy) {
+  const std::string k = policy_kind(policy);
+  if (k == "exact") return 1.0;
+  if (k == "division") return 76.0 / 57.0;  // measured, ResNet-20 / Fashion-MNIST
+  return 1.25;                              // the other plane policies do a part of division's work
+}
+
+}  // namespace
+
+double estimate_cell_seconds(const Cell& c) {
+  const DataInfo d = data_info(c);
+  int64_t train = c.train_limit > 0 ? std::min(c.train_limit, d.train) : d.train;
+  if (c.steps_per_epoch > 0) train = std::min(train, c.steps_per_epoch * c.batch_size);
+  const int64_t test = c.test_limit > 0 ? std::min(c.test_limit, d.test) : d.test;
+  // An exact ResNet-20 epoch of Fashion-MNIST (60000 + 10000 test images, a test image ~1/3 of a
+  // training image) took 57 s on the 2-core development machine.
+  static const double macs_per_s =
+      (60000.0 + 10000.0 / 3) * model_macs("resnet20", {1, 28, 10, 60000, 10000}) / 57.0;
+  const double per_epoch = (static_cast<double>(train) + static_cast<double>(test) / 3) * model_macs(c.model, d) /
+                           macs_per_s * policy_factor(c.policy);
+  const double thread_scale = 2.0 / static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(c.threads, 64)));
+  return 3.0 + static_cast<double>(c.epochs) * per_epoch * thread_scale;  // + start-up and data loading
+}
+
+}  // namespace actlab
