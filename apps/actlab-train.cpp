@@ -1,9 +1,11 @@
 // actlab-train: train a model with a chosen activation-cache policy and report accuracy, speed and
 // memory. All work is in train/trainer.cpp; this file merges checkpoint, config file and flags into a
 // TrainConfig (train/config_file.h) and maps errors (2, 3 out of memory) and stop signals (128+sig)
-// to exit codes. Tested end to end by tests/cli/bad_input.sh and tests/cli/resume.sh.
+// to exit codes. Tested end to end by tests/cli/bad_input.sh, tests/cli/resume.sh,
+// tests/cli/crash_resume.sh and tests/cli/nonfinite.sh.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <set>
 
@@ -41,6 +43,23 @@ TrainConfig effective_config(const FlagParser& flags) {
   c.resume = resume;
   c.summary_only = flags.given("summary") && flags.get_bool("summary");
   return c;
+}
+
+// Test hooks (documented in docs/reliability.md, used by tests/cli/nonfinite.sh): inject a NaN at
+// ACTLAB_INJECT_NAN_STEP (1-based global step) for ACTLAB_INJECT_NAN_COUNT steps into the input
+// batch or, with ACTLAB_INJECT_NAN_INTO=grad, into a gradient.
+void apply_test_hooks(TrainConfig& c) {
+  auto env_int = [](const char* name, int64_t fallback) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return fallback;
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    ACTLAB_CHECK(*end == '\0', name, " needs an integer, got '", v, "'");
+    return static_cast<int64_t>(x);
+  };
+  c.inject_nan_step = env_int("ACTLAB_INJECT_NAN_STEP", 0);
+  c.inject_nan_count = env_int("ACTLAB_INJECT_NAN_COUNT", 1);
+  if (const char* into = std::getenv("ACTLAB_INJECT_NAN_INTO")) c.inject_nan_into = into;
 }
 
 }  // namespace
@@ -90,12 +109,19 @@ int main(int argc, char** argv) {
   flags.add("eval-only", "bool", "", "with --resume: evaluate the checkpoint on the test split, no training");
   flags.add("summary", "bool", "", "print the model's layer table (shapes, parameters, MACs) and exit");
   flags.add("config", "string", "", "read options from FILE ('key = value' lines; see docs/example.conf)");
+  flags.add("on-nonfinite", "string", "stop",
+            "a NaN/Inf loss or gradient: stop (save the last good state to --save-dir, name the step and layer, "
+            "exit 2) or skip-step (drop that update; stop after " + std::to_string(kMaxConsecutiveSkips) +
+            " in a row)");
+  flags.add("check-memory", "bool", "",
+            "check after every step that live bytes per tag return to the same value and the peak does not grow");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
       return 0;
     }
     TrainConfig c = effective_config(flags);
+    apply_test_hooks(c);
     install_stop_handlers();
     const TrainSummary s = train(c);
     if (!s.interrupted) return 0;

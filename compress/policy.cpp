@@ -15,11 +15,13 @@ bool glob_match(const std::string& pattern, const std::string& text) {
   // Iterative '*' matching with backtracking to the last star.
   size_t p = 0, t = 0, star = std::string::npos, mark = 0;
   while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == text[t] || pattern[p] == '?')) {
-      ++p; ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
+    // '*' first: tested after the literal comparison it would match a '*' in the text literally and
+    // never backtrack ("*" against "**" failed; found by fuzz/policy.cpp).
+    if (p < pattern.size() && pattern[p] == '*') {
       star = p++;
       mark = t;
+    } else if (p < pattern.size() && (pattern[p] == text[t] || pattern[p] == '?')) {
+      ++p; ++t;
     } else if (star != std::string::npos) {
       p = star + 1;
       t = ++mark;

@@ -19,6 +19,14 @@ namespace {
 // step would fault its activations in again). Size classes are m·2^k with m in [8, 16): at most 12.5%
 // rounding. Blocks of 2 MiB and more are 2 MiB-aligned and advised as transparent huge pages.
 // Small requests go straight to malloc, whose bins already recycle them cheaply.
+// posix_memalign rather than std::aligned_alloc: C11 wants aligned_alloc's size to be a multiple of
+// the alignment, which the 2 MiB-aligned size classes (e.g. 7 MiB) are not; glibc lets it pass,
+// AddressSanitizer stops the process (found by scripts/test-sanitize.sh).
+void* aligned_block(size_t alignment, size_t bytes) {
+  void* p = nullptr;
+  return ::posix_memalign(&p, alignment, bytes) == 0 ? p : nullptr;
+}
+
 class CpuRawAllocator final : public RawAllocator {
  public:
   static constexpr size_t kCacheMin = 64 * 1024;
@@ -33,7 +41,7 @@ class CpuRawAllocator final : public RawAllocator {
 
   void* raw_allocate(size_t bytes, int) override {
     const size_t cls = size_class(bytes);
-    if (cls < kCacheMin) return std::aligned_alloc(64, cls);
+    if (cls < kCacheMin) return aligned_block(64, cls);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(cls);
@@ -44,10 +52,10 @@ class CpuRawAllocator final : public RawAllocator {
         return p;
       }
     }
-    void* p = std::aligned_alloc(cls >= kHuge ? kHuge : 64, cls);
+    void* p = aligned_block(cls >= kHuge ? kHuge : 64, cls);
     if (p == nullptr) {
       empty_cache(0);
-      p = std::aligned_alloc(cls >= kHuge ? kHuge : 64, cls);
+      p = aligned_block(cls >= kHuge ? kHuge : 64, cls);
     }
     if (p == nullptr) return nullptr;
 #ifdef MADV_HUGEPAGE

@@ -1,5 +1,6 @@
 // Image-folder loader (see data/image_folder.h): folder scanning and layout checks, the per-class
-// Philox split, parallel stb_image decoding and the separable resize/crop kernel.
+// Philox split, parallel stb_image decoding (of bytes data/image_bytes.h has checked) and the
+// separable resize/crop kernel.
 // stb's implementations come from libstb.so (Debian), so STB_IMAGE_IMPLEMENTATION is not defined.
 // Tested in tests/test_data_folder.cpp.
 #include "data/image_folder.h"
@@ -11,10 +12,14 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <vector>
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/image_bytes.h"
 
 namespace actlab {
 namespace {
@@ -140,9 +145,15 @@ struct StbImageFree {
 // Decodes `path` into out (channels, size, size). Returns an error message ("" on success) rather
 // than throwing, because it runs inside an OpenMP loop.
 std::string decode_one(uint8_t* out, const fs::path& path, const ImageFolderOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad() || !in.is_open()) return path.string() + ": cannot read the file";
+  const std::string problem = image_bytes_problem(bytes.data(), bytes.size());
+  if (!problem.empty()) return path.string() + ": cannot decode image (" + problem + ")";
   int width = 0, height = 0, channels_in_file = 0;
-  std::unique_ptr<unsigned char, StbImageFree> pixels(stbi_load(
-      path.c_str(), &width, &height, &channels_in_file, static_cast<int>(options.channels)));
+  std::unique_ptr<unsigned char, StbImageFree> pixels(stbi_load_from_memory(
+      bytes.data(), static_cast<int>(bytes.size()), &width, &height, &channels_in_file,
+      static_cast<int>(options.channels)));
   if (!pixels) {
     const char* reason = stbi_failure_reason();
     return path.string() + ": cannot decode image (stb_image: " +

@@ -102,6 +102,8 @@ const std::vector<Field>& fields() {
       ACTLAB_STR("save-dir", save_dir),
       ACTLAB_BOOL("eval-only", eval_only),
       ACTLAB_BOOL("quiet", quiet),
+      ACTLAB_STR("on-nonfinite", on_nonfinite),
+      ACTLAB_BOOL("check-memory", check_memory),
   };
   return table;
 }

@@ -16,9 +16,6 @@
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
 #include "data/dataloader.h"
-#include "data/cifar.h"
-#include "data/idx.h"
-#include "data/image_folder.h"
 #include "layers/layers.h"
 #include "layers/optim/schedule.h"
 #include "layers/optim/sgd.h"
@@ -26,6 +23,7 @@
 #include "models/summary.h"
 #include "train/checkpoint.h"
 #include "train/config_file.h"
+#include "train/guards.h"
 #include "train/logging.h"
 
 namespace actlab {
@@ -42,22 +40,6 @@ double median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-
-// A view of the first `limit` samples of another data set.
-class SubsetDataset final : public Dataset {
- public:
-  SubsetDataset(std::shared_ptr<Dataset> base, int64_t limit) : base_(std::move(base)), limit_(limit) {}
-  int64_t size() const override { return std::min(limit_, base_->size()); }
-  ImageSpec spec() const override { return base_->spec(); }
-  std::string name() const override { return base_->name(); }
-  int64_t read(int64_t index, uint8_t* pixels) const override {
-    ACTLAB_CHECK(index >= 0 && index < size(), "sample ", index, " out of range [0,", size(), ")");
-    return base_->read(index, pixels);
-  }
- private:
-  std::shared_ptr<Dataset> base_;
-  int64_t limit_;
-};
 
 struct EvalResult {
   double loss = 0, acc = 0;
@@ -120,6 +102,12 @@ void validate(const TrainConfig& c) {
                "step and sample limits must be >= 0");
   ACTLAB_CHECK(c.step_epochs >= 1, "--step-epochs must be >= 1, got ", c.step_epochs);
   ACTLAB_CHECK(c.synthetic_size >= 1, "--synthetic-size must be >= 1, got ", c.synthetic_size);
+  ACTLAB_CHECK(c.on_nonfinite == "stop" || c.on_nonfinite == "skip-step", "--on-nonfinite must be stop or skip-step, got '",
+               c.on_nonfinite, "'");
+  ACTLAB_CHECK(c.inject_nan_step >= 0 && c.inject_nan_count >= 1 &&
+                   (c.inject_nan_into == "input" || c.inject_nan_into == "grad"),
+               "NaN injection hook: step >= 0, count >= 1, into input or grad; got step ", c.inject_nan_step, " count ",
+               c.inject_nan_count, " into '", c.inject_nan_into, "'");
   LrSchedule::parse_kind(c.schedule);
   bool known_model = false;
   for (const auto& m : model_names()) known_model = known_model || m.first == c.model;
@@ -138,65 +126,6 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.log_file.empty() || c.log_file != c.memory_report, "log file and memory report are the same file");
   ACTLAB_CHECK(c.summary_json.empty() || (c.summary_json != c.log_file && c.summary_json != c.memory_report),
                "--summary-json names the same file as the log or the memory report");
-}
-
-DataSplits load_data(const TrainConfig& c) {
-  DataSplits d;
-  d.family = c.dataset;
-  if (c.dataset == "synthetic") {
-    d.train = std::make_shared<InMemoryImageDataset>(make_synthetic_dataset(c.synthetic_size, 1, 28, 28, 10, c.seed));
-    d.test = std::make_shared<InMemoryImageDataset>(
-        make_synthetic_dataset(std::max<int64_t>(1, c.synthetic_size / 4), 1, 28, 28, 10, c.seed + 1));
-    d.note = "synthetic 1x28x28, 10 classes (generated)";
-    d.family = "fashion-mnist";
-  } else if (c.dataset == "folder") {
-    ACTLAB_CHECK(!c.data_dir.empty(), "--dataset folder needs --data-dir ROOT (ROOT/train/<class>/*.png|jpg ...)");
-    ImageFolderOptions o;
-    o.channels = c.image_channels;
-    o.size = c.image_size;
-    o.test_fraction = c.test_fraction;
-    o.split_seed = c.seed;
-    ImageFolderData f = load_image_folder(c.data_dir, o);
-    for (const auto& w : f.warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
-    const auto stats = channel_mean_std(f.train);
-    d.train = std::make_shared<InMemoryImageDataset>(f.train);
-    d.test = std::make_shared<InMemoryImageDataset>(f.test);
-    d.note = "image folder " + c.data_dir + " (" + std::to_string(f.class_names.size()) + " classes)";
-    d.train_transforms.mean = d.test_transforms.mean = stats.first;
-    d.train_transforms.std = d.test_transforms.std = stats.second;
-    if (c.augment) {
-      d.train_transforms.crop_padding = c.image_size / 8;
-      d.train_transforms.horizontal_flip = true;
-    }
-  } else if (c.dataset == "cifar10" || c.dataset == "cifar100") {
-    const std::string dir = c.data_dir.empty() ? default_cifar_dir() : c.data_dir;
-    const bool ten = c.dataset == "cifar10";
-    d.train = std::make_shared<InMemoryImageDataset>(ten ? load_cifar10(dir, true)
-                                                         : load_cifar100(dir, true, c.cifar100_coarse));
-    d.test = std::make_shared<InMemoryImageDataset>(ten ? load_cifar10(dir, false)
-                                                        : load_cifar100(dir, false, c.cifar100_coarse));
-    d.note = c.dataset + " from " + dir;
-  } else {
-    const bool fashion = c.dataset == "fashion-mnist";
-    const std::string dir = !c.data_dir.empty() ? c.data_dir : fashion ? default_fashion_mnist_dir()
-                                                                       : std::string("data/mnist");
-    ACTLAB_CHECK(std::filesystem::is_directory(dir), c.dataset, " data directory '", dir, "' not found",
-                 fashion && c.data_dir.empty()
-                     ? " (install Debian's dataset-fashion-mnist package: scripts/setup.sh does)"
-                     : " (pass --data-dir)");
-    d.train = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, true) : load_mnist(dir, true));
-    d.test = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, false) : load_mnist(dir, false));
-    d.note = c.dataset + " from " + dir;
-  }
-  if (c.dataset != "folder") {
-    d.train_transforms = default_transforms(d.family, c.augment);
-    d.test_transforms = default_transforms(d.family, false);
-    if (c.dataset == "synthetic") d.train_transforms.crop_padding = 0;
-  }
-  ACTLAB_CHECK(d.test->size() > 0, "the test split of ", d.note, " is empty");
-  if (c.train_limit > 0) d.train = std::make_shared<SubsetDataset>(d.train, c.train_limit);
-  if (c.test_limit > 0) d.test = std::make_shared<SubsetDataset>(d.test, c.test_limit);
-  return d;
 }
 
 // ---------------------------------------------------------------- stop requests
@@ -265,7 +194,10 @@ class Run {
   void restore();
   void print_header() const;
   bool run_epoch(int64_t epoch);  // false: stopped by a request
-  void train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row);
+  bool train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row);  // false: update skipped
+  std::string locate_in_forward(const Tensor& images);
+  void nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step);
+  void after_first_step(int64_t activation_bytes);
   void finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start);
   void stop(int64_t epoch, int64_t step);
   TrainState state(int64_t epochs_done, int64_t step_in_epoch) const;
@@ -277,6 +209,10 @@ class Run {
   std::shared_ptr<Module> model_;
   std::unique_ptr<Sgd> opt_;
   std::unique_ptr<PolicySet> policies_;
+  std::unique_ptr<BufferSnapshot> buffers_;  // BN statistics before the current step's forward
+  std::unique_ptr<MemoryCheck> memory_check_;  // --check-memory
+  int64_t nonfinite_in_a_row_ = 0;
+  bool first_step_done_ = false;
   LrSchedule sched_;
   int64_t steps_per_epoch_ = 0;
   std::unique_ptr<EpochLogger> logger_;
@@ -305,6 +241,8 @@ void Run::setup() {
                                           static_cast<float>(c_.weight_decay), c_.nesterov});
   policies_ = std::make_unique<PolicySet>(parse_policy(c_.policy));
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
+  buffers_ = std::make_unique<BufferSnapshot>(*model_);
+  if (c_.check_memory) memory_check_ = std::make_unique<MemoryCheck>();
   steps_per_epoch_ = c_.steps_per_epoch > 0 ? std::min(c_.steps_per_epoch, train_loader_->num_batches())
                                             : train_loader_->num_batches();
   sched_.kind = LrSchedule::parse_kind(c_.schedule);
@@ -376,13 +314,25 @@ void Run::print_header() const {
   std::fflush(stdout);
 }
 
-void Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row) {
+// Test hook (TrainConfig::inject_nan_*): one NaN in `t`, written through a host copy so it works on
+// any device.
+void poison(Tensor t) {
+  Tensor host = t.to(Device::cpu());
+  host.data<float>()[0] = std::nanf("");
+  t.copy_(host);
+}
+
+bool Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row) {
   const float lr = sched_.lr_at(global_step_);
   opt_->set_lr(lr);
   row.lr = lr;
   // Every random stream of a step is a function of (seed, global step): resume needs no counters.
   set_pack_step(static_cast<uint64_t>(global_step_));
   seed_dropout(*model_, c_.seed, global_step_);
+  buffers_->save();
+  const bool inject = c_.inject_nan_step > 0 && global_step_ + 1 >= c_.inject_nan_step &&
+                      global_step_ + 1 < c_.inject_nan_step + c_.inject_nan_count;
+  if (inject && c_.inject_nan_into == "input") poison(batch.images);
   const int64_t live_before = live_excluding_data(memory_stats());
   Variable logits, loss;
   {
@@ -394,23 +344,15 @@ void Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& 
   const int64_t live_after = live_excluding_data(memory_stats());
   const int64_t act = live_after - live_before - static_cast<int64_t>(logits.data().nbytes()) -
                       static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(batch.images.nbytes());
+  // The loss is read every step anyway; only a non-finite one pays for the diagnostic forward.
   const float loss_value = loss.data().item();
   if (!std::isfinite(loss_value)) {
+    logits = loss = Variable();
     Tape::current().clear();
-    ACTLAB_FAIL("non-finite loss (", loss_value, ") at epoch ", epoch + 1, " step ", step + 1,
-                "; try a smaller --lr (now ", c_.lr, ")");
+    nonfinite_step("loss (" + std::to_string(loss_value) + ")", locate_in_forward(batch.images), epoch, step);
+    return false;
   }
-  const int64_t n = batch.labels.size(0);
-  correct_ += count_correct(logits.data(), batch.labels);
-  const bool first = global_step_ == 0;
-  if (first) {
-    for (const auto& e : CacheStats::global().entries()) {
-      if (e.op.find(".input") == std::string::npos) continue;  // lossy saves only
-      summary_.saved_raw_bytes += e.bytes_raw;
-      summary_.saved_packed_bytes += e.bytes_packed;
-      summary_.saved_expected_bytes += e.bytes_expected;
-    }
-  }
+  const int64_t correct = count_correct(logits.data(), batch.labels);
   logits = Variable();
   opt_->zero_grad();
   {
@@ -418,33 +360,104 @@ void Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& 
     backward(loss);
   }
   loss = Variable();
-  opt_->step();
-  if (first) {
-    CacheStats::global().set_enabled(false);
-    if (!c_.quiet) print_first_step_report(summary_, act, c_);
-    if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, CacheStats::global().entries());
+  const auto params = model_->named_parameters();
+  if (inject && c_.inject_nan_into == "grad" && !params.empty()) poison(params.back().second.grad());
+  // Before the update: a bad gradient never reaches the weights or the momentum.
+  const std::vector<std::string> bad = nonfinite_gradients(*model_);
+  if (!bad.empty()) {
+    const std::string& last = bad.back();  // the nearest the loss: where backward met it first
+    nonfinite_step("gradient", "first in layer '" + last.substr(0, last.rfind('.')) + "' (parameter " + last + "; " +
+                                   std::to_string(bad.size()) + " of " + std::to_string(params.size()) +
+                                   " parameter gradients non-finite)",
+                   epoch, step);
+    return false;
   }
+  nonfinite_in_a_row_ = 0;
+  opt_->step();
+  if (!first_step_done_) after_first_step(act);
+  const int64_t n = batch.labels.size(0);
+  correct_ += correct;
   loss_sum_ += static_cast<double>(loss_value) * static_cast<double>(n);
   seen_ += n;
   row.activation_bytes = act;
   summary_.activation_bytes = act;
   const double dt = seconds_since(last_);
   last_ = Clock::now();
-  if (!first) rates_.push_back(static_cast<double>(n) / dt);
+  if (global_step_ > 0) rates_.push_back(static_cast<double>(n) / dt);
   const int64_t steps_left = (steps_per_epoch_ - step - 1) + (c_.epochs - epoch - 1) * steps_per_epoch_;
   const double rate = rates_.empty() ? static_cast<double>(n) / dt : rates_.back();
   progress_->step(epoch + 1, c_.epochs, step + 1, steps_per_epoch_, loss_sum_ / static_cast<double>(seen_),
                   100.0 * static_cast<double>(correct_) / static_cast<double>(seen_), rate,
                   memory_stats().total.current, static_cast<double>(steps_left * c_.batch_size) / rate);
+  return true;
+}
+
+// The per-pack statistics now hold exactly one forward (a skipped step's were reset): report them
+// and stop collecting.
+void Run::after_first_step(int64_t activation_bytes) {
+  first_step_done_ = true;
+  for (const auto& e : CacheStats::global().entries()) {
+    if (e.op.find(".input") == std::string::npos) continue;  // lossy saves only
+    summary_.saved_raw_bytes += e.bytes_raw;
+    summary_.saved_packed_bytes += e.bytes_packed;
+    summary_.saved_expected_bytes += e.bytes_expected;
+  }
+  CacheStats::global().set_enabled(false);
+  if (!c_.quiet) print_first_step_report(summary_, activation_bytes, c_);
+  if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, CacheStats::global().entries());
+}
+
+// Re-runs the failing forward (same dropout masks) to find the first layer with a non-finite
+// output; the pass updates the BN statistics again, so the snapshot is restored after it.
+std::string Run::locate_in_forward(const Tensor& images) {
+  seed_dropout(*model_, c_.seed, global_step_);
+  const std::string where = locate_nonfinite_forward(*model_, images);
+  buffers_->restore();
+  return where.empty() ? "every layer output finite (the loss itself overflowed)" : where;
+}
+
+// Nothing of the bad step has been applied: undo the forward's buffer update, drop the gradients,
+// then skip the step, or save the last good state and fail with one line saying where it happened.
+void Run::nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step) {
+  buffers_->restore();
+  opt_->zero_grad();
+  if (!first_step_done_) CacheStats::global().reset();  // the first-step report describes one good step
+  const std::string at = "at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step + 1) +
+                         " (global step " + std::to_string(global_step_ + 1) + "), " + where;
+  ++nonfinite_in_a_row_;
+  const bool skipping = c_.on_nonfinite == "skip-step";
+  if (skipping && nonfinite_in_a_row_ < kMaxConsecutiveSkips) {
+    ++summary_.skipped_steps;
+    std::fprintf(stderr, "actlab-train: warning: non-finite %s %s; update skipped (%lld skipped so far)\n",
+                 what.c_str(), at.c_str(), static_cast<long long>(summary_.skipped_steps));
+    return;
+  }
+  std::string saved = "; nothing saved (no --save-dir)";
+  if (!c_.save_dir.empty()) {
+    const std::string path = (std::filesystem::path(c_.save_dir) / "last.safetensors").string();
+    bool weights_finite = true;
+    for (const auto& p : model_->named_parameters()) weights_finite = weights_finite && all_finite(p.second.data());
+    if (weights_finite) {
+      save("last.safetensors", state(epoch, step));
+      saved = "; the last good state is in " + path;
+    } else {  // a finite gradient times the learning rate overflowed in an earlier update
+      saved = "; the weights themselves are no longer finite, so " + path + " was left as it was";
+    }
+  }
+  ACTLAB_FAIL("non-finite ", what, " ", at,
+              skipping ? " (" + std::to_string(kMaxConsecutiveSkips) + " non-finite steps in a row)" : "", saved,
+              "; try a smaller --lr (now ", c_.lr, ")");
 }
 
 void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   CacheStats::global().set_enabled(true);
-  ACTLAB_CHECK(seen_ > 0, "epoch ", epoch + 1, " had no training batches");
-  row.train_loss = loss_sum_ / static_cast<double>(seen_);
-  row.train_acc = 100.0 * static_cast<double>(correct_) / static_cast<double>(seen_);
+  ACTLAB_CHECK(seen_ > 0 || summary_.skipped_steps > 0, "epoch ", epoch + 1, " had no training batches");
+  // An epoch whose every step was skipped (--on-nonfinite=skip-step) has no training figures: NaN.
+  const double seen = seen_ > 0 ? static_cast<double>(seen_) : std::nan("");
+  row.train_loss = loss_sum_ / seen;
+  row.train_acc = 100.0 * static_cast<double>(correct_) / seen;
   row.img_per_s = median(rates_);
-  row.peak_bytes = memory_stats().total.peak;
+  row.peak_bytes = memory_check_ ? memory_check_->epoch_peak() : memory_stats().total.peak;
   const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name());
   row.test_loss = ev.loss;
   row.test_acc = ev.acc;
@@ -479,6 +492,7 @@ bool Run::run_epoch(int64_t epoch) {
   model_->train();
   train_loader_->start_epoch(epoch);
   reset_peak();
+  if (memory_check_) memory_check_->epoch_peak();  // forget the previous epoch's step windows
   rates_.clear();
   EpochRow row;
   row.epoch = epoch + 1;
@@ -499,7 +513,11 @@ bool Run::run_epoch(int64_t epoch) {
       return false;
     }
     if (!train_loader_->next(batch)) break;
-    train_step(batch, epoch, step, row);
+    if (memory_check_) memory_check_->start_step();
+    const bool applied = train_step(batch, epoch, step, row);
+    if (memory_check_ && applied)  // a skipped step allocates no momentum: not a baseline
+      memory_check_->end_step("epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step + 1) +
+                              " (global step " + std::to_string(global_step_ + 1) + ")");
     ++global_step_;
   }
   finish_epoch(epoch, row, start);
@@ -523,7 +541,10 @@ TrainSummary Run::go() {
                   data_.note.c_str(), ev.loss, ev.acc, static_cast<long long>(data_.test->size()));
     return summary_;
   }
-  if (global_step_ > 0) CacheStats::global().set_enabled(false);  // the first-step report is done
+  if (global_step_ > 0) {  // resumed: the first-step report was printed by the first process
+    CacheStats::global().set_enabled(false);
+    first_step_done_ = true;
+  }
   if (!c_.log_file.empty()) {
     const std::string path = c_.log_file + ".config.txt";
     std::ofstream out(path);
@@ -546,6 +567,13 @@ TrainSummary Run::go() {
   summary_.steps = global_step_;
   summary_.wall_s = seconds_since(run_start);
   if (!c_.quiet && !summary_.interrupted && !summary_.epochs.empty()) print_summary(summary_, c_);
+  if (summary_.skipped_steps > 0)
+    std::fprintf(stderr, "actlab-train: warning: %lld steps skipped for non-finite values (--on-nonfinite=skip-step)\n",
+                 static_cast<long long>(summary_.skipped_steps));
+  if (memory_check_) {
+    summary_.memory_check = memory_check_->verdict();
+    if (!c_.quiet) std::printf("%s\n", summary_.memory_check.c_str());
+  }
   if (!c_.summary_json.empty()) write_summary_json(c_.summary_json, summary_, c_);
   return summary_;
 }

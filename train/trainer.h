@@ -1,7 +1,8 @@
 // The training job behind actlab-train: data, model, policy, SGD + schedule, per-step progress,
 // per-epoch evaluation and log rows, memory measured as the DIVISION reference measures it,
-// checkpoints (save, exact resume, stop on SIGINT/SIGTERM) and a final summary.
-// Tested in tests/test_train.cpp (end to end) and tests/test_checkpoint.cpp (checkpoints, resume).
+// checkpoints (save, exact resume, stop on SIGINT/SIGTERM), the non-finite and memory guards
+// (train/guards.h) and a final summary. Tested in tests/test_train.cpp (end to end),
+// tests/test_checkpoint.cpp (checkpoints, resume) and tests/test_reliability.cpp (guards).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -55,7 +56,23 @@ struct TrainConfig {
   bool eval_only = false;                 // with resume: evaluate the checkpoint, no training
   bool summary_only = false;              // print the model's layer table and return
   int64_t stop_after_steps = 0;           // tests: behave as on SIGINT after this many global steps
+  // A NaN or infinity in the loss or in a gradient is caught before the optimizer step, so the
+  // weights are still the last good ones. "stop": save them (save_dir/last.safetensors, mid-epoch
+  // state) and fail naming the step and the first layer affected; "skip-step": drop the update,
+  // count it, and stop as "stop" does after kMaxConsecutiveSkips non-finite steps in a row.
+  std::string on_nonfinite = "stop";
+  bool check_memory = false;              // MemoryCheck (train/guards.h) after every step
+  // Test hooks, not configuration keys (actlab-train sets them from the environment variables
+  // ACTLAB_INJECT_NAN_STEP, ACTLAB_INJECT_NAN_COUNT, ACTLAB_INJECT_NAN_INTO): make the input batch
+  // ("input") or the last parameter's gradient ("grad") hold a NaN at the 1-based global steps
+  // [inject_nan_step, inject_nan_step + inject_nan_count); 0: never.
+  int64_t inject_nan_step = 0;
+  int64_t inject_nan_count = 1;
+  std::string inject_nan_into = "input";
 };
+
+// --on-nonfinite=skip-step gives up after this many non-finite steps in a row.
+constexpr int64_t kMaxConsecutiveSkips = 10;
 
 // Checks every field (and that output files may be written) before anything runs.
 void validate(const TrainConfig& config);
@@ -89,10 +106,12 @@ struct TrainSummary {
   int stop_signal = 0;
   int64_t stop_epoch = 0, stop_step = 0;
   std::string stop_checkpoint;
+  int64_t skipped_steps = 0;        // --on-nonfinite=skip-step: updates dropped in this process
+  std::string memory_check;         // --check-memory: the verdict line (empty when not checked)
 };
 
 // Loads the train/test splits named by the config (or throws Error saying what is missing and how to
-// get it).
+// get it). In train/data_splits.cpp.
 struct DataSplits {
   std::shared_ptr<Dataset> train, test;
   std::string note;

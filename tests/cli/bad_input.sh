@@ -1,34 +1,44 @@
 #!/usr/bin/env bash
-# End-to-end bad-input checks of the real actlab-train binary: each case must exit non-zero with no
-# crash signal, print exactly one line starting "actlab-train: error:" that names the problem, and
-# leave an existing log file untouched.
+# End-to-end bad-input catalog of the real actlab-train binary: bad flags and values, missing, empty,
+# truncated, oversized, random and mislabelled data files (IDX, CIFAR, image folders), corrupt,
+# truncated, foreign and other-model checkpoints, unwritable outputs and a full disk. Every case
+# must exit non-zero with no crash signal, print exactly one line, starting "actlab-train: error:",
+# that names the problem, and leave the existing log and checkpoints byte for byte as they were.
 #   tests/cli/bad_input.sh PATH/TO/actlab-train
 set -u
 bin="$1"
+src=$(cd "$(dirname "$0")/../.." && pwd)
+export OMP_WAIT_POLICY=passive
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log="$work/existing.csv"
 echo "precious,log,line" > "$log"
-sum_before=$(md5sum "$log")
 printf 'garbage' > "$work/train-images-idx3-ubyte"
 cp "$work/train-images-idx3-ubyte" "$work/train-labels-idx1-ubyte"
 cp "$work/train-images-idx3-ubyte" "$work/t10k-images-idx3-ubyte"
 cp "$work/train-images-idx3-ubyte" "$work/t10k-labels-idx1-ubyte"
 : > "$work/empty-file"
+tiny=(--dataset synthetic --synthetic-size 64 --batch-size 32 --model mlp --threads 1)
+# An existing run whose checkpoints no bad invocation may touch.
+ckpt="$work/run"
+"$bin" "${tiny[@]}" --save-dir "$ckpt" --quiet || { echo "FAIL: could not create the reference checkpoint"; exit 1; }
+protected=("$log" "$ckpt/last.safetensors" "$ckpt/best.safetensors")
+sums_before=$(md5sum "${protected[@]}")
 failures=0
 cases=0
+runner=("$bin")
 
 check() {  # check "description" "expected words (grep -E)" args...
   local what="$1" expect="$2"
   shift 2
   cases=$((cases + 1))
   local out rc
-  out=$("$bin" "$@" 2>&1 >/dev/null)
+  out=$("${runner[@]}" "$@" 2>&1 >/dev/null)
   rc=$?
   local lines
   lines=$(printf '%s\n' "$out" | grep -c 'actlab-train: error:')
   if [ "$rc" -eq 0 ] || [ "$rc" -ge 128 ]; then
-    echo "FAIL [$what]: exit code $rc"; failures=$((failures + 1)); return
+    echo "FAIL [$what]: exit code $rc"; printf '%s\n' "$out"; failures=$((failures + 1)); return
   fi
   if [ "$lines" -ne 1 ] || [ "$(printf '%s\n' "$out" | wc -l)" -ne 1 ]; then
     echo "FAIL [$what]: expected one error line, got:"; printf '%s\n' "$out"; failures=$((failures + 1)); return
@@ -36,12 +46,16 @@ check() {  # check "description" "expected words (grep -E)" args...
   if ! printf '%s\n' "$out" | grep -Eq "$expect"; then
     echo "FAIL [$what]: message does not match '$expect': $out"; failures=$((failures + 1)); return
   fi
-  if [ "$(md5sum "$log")" != "$sum_before" ]; then
-    echo "FAIL [$what]: the existing log file was changed"; failures=$((failures + 1)); return
+  if [ "$(md5sum "${protected[@]}")" != "$sums_before" ]; then
+    echo "FAIL [$what]: an existing log or checkpoint was changed"; failures=$((failures + 1)); return
+  fi
+  if ls "$ckpt" | grep -q '\.tmp\.'; then
+    echo "FAIL [$what]: a temp file was left in the save directory"; failures=$((failures + 1)); return
   fi
   echo "ok   [$what] $out"
 }
 
+# ---- flags and values
 check "unknown flag"            "unknown option --frobnicate"      --frobnicate 3
 check "flag without value"      "needs a value"                    --epochs
 check "non-numeric value"       "needs an integer"                 --batch-size ten
@@ -56,22 +70,131 @@ check "division B=0"            "B"                                --policy divi
 check "division Q=3"            "Q"                                --policy division:B=8,Q=3
 check "malformed policy"        "policy"                           --policy 'division:B=8,,Q=2'
 check "bad policy rule"         "policy-rule|MODULE_PATTERN"       --policy-rule conv1
-check "missing data directory"  "not found"                        --data-dir "$work/nope"
-check "corrupt data files"      "train-images-idx3-ubyte"          --data-dir "$work"
-check "existing log kept"       "already exists"                   --dataset synthetic --log "$log"
-check "unwritable log dir"      "does not exist"                   --dataset synthetic --log "$work/no/dir/log.csv"
-check "non-finite loss"         "non-finite loss"                  --dataset synthetic --synthetic-size 64 --batch-size 32 --lr 1e30 --model resnet20
+check "bad on-nonfinite"        "on-nonfinite must be stop or skip-step, got 'retry'" --on-nonfinite retry
 check "stray argument"          "unexpected argument"              resnet20
+check "eval-only alone"         "eval-only needs --resume"         --eval-only --dataset synthetic
+
+# ---- config files
 printf '# test config\nmodel = resnet20\nfrobnicate = 1\n' > "$work/unknown.conf"
 printf 'epochs = ten\n' > "$work/badvalue.conf"
 check "missing config file"     "cannot read config file"          --config "$work/nope.conf"
 check "config unknown key"      "unknown.conf:3: unknown key 'frobnicate'" --config "$work/unknown.conf"
 check "config bad value"        "badvalue.conf:1: epochs needs an integer" --config "$work/badvalue.conf"
+
+# ---- IDX data files: a valid tiny MNIST layout, then one defect per copy
+make_idx() {  # make_idx DIR: 8 train and 8 test images of 28x28, labels 1..8
+  mkdir -p "$1"
+  { printf '\x00\x00\x08\x03\x00\x00\x00\x08\x00\x00\x00\x1c\x00\x00\x00\x1c'; head -c $((8 * 784)) /dev/zero; } \
+    > "$1/train-images-idx3-ubyte"
+  printf '\x00\x00\x08\x01\x00\x00\x00\x08\x01\x02\x03\x04\x05\x06\x07\x08' > "$1/train-labels-idx1-ubyte"
+  cp "$1/train-images-idx3-ubyte" "$1/t10k-images-idx3-ubyte"
+  cp "$1/train-labels-idx1-ubyte" "$1/t10k-labels-idx1-ubyte"
+}
+idx_case() {  # idx_case NAME EXPECT SETUP-COMMAND...: SETUP runs inside a fresh valid copy
+  local name="$1" expect="$2"
+  shift 2
+  local d="$work/idx-$name"
+  make_idx "$d"
+  (cd "$d" && "$@")
+  check "IDX $name" "$expect" --dataset mnist --data-dir "$d" --model mlp
+}
+pseudo_random() {  # pseudo_random N: N deterministic bytes that are no known format
+  local i
+  for i in $(seq 1 "$1"); do printf "\\$(printf %03o $(((i * 167 + 91) % 256)))"; done
+}
+make_idx "$work/idx-valid"
+"$bin" --dataset mnist --data-dir "$work/idx-valid" --model mlp --batch-size 4 --quiet ||
+  { echo "FAIL: the valid IDX layout does not train"; failures=$((failures + 1)); }
+check "missing data directory"  "not found"                        --data-dir "$work/nope"
+check "garbage data files"      "train-images-idx3-ubyte"          --data-dir "$work"
+idx_case "missing file"   "train-images-idx3-ubyte: not found"     rm train-images-idx3-ubyte
+idx_case "empty file"     "train-images-idx3-ubyte: empty file"    truncate -s 0 train-images-idx3-ubyte
+idx_case "truncated"      "train-images-idx3-ubyte: truncated"     truncate -s 5000 train-images-idx3-ubyte
+idx_case "short header"   "train-labels-idx1-ubyte: truncated header" truncate -s 6 train-labels-idx1-ubyte
+idx_case "oversized"      "train-images-idx3-ubyte: trailing bytes" sh -c 'printf xyz >> train-images-idx3-ubyte'
+idx_case "random bytes"   "train-images-idx3-ubyte: bad magic"     sh -c "$(declare -f pseudo_random); pseudo_random 3000 > train-images-idx3-ubyte"
+idx_case "wrong magic"    "t10k-labels-idx1-ubyte: bad magic 0x00000803.*images file" cp t10k-images-idx3-ubyte t10k-labels-idx1-ubyte
+idx_case "label range"    "train-labels-idx1-ubyte: label 12 at index 2.*out of range \[0, 10\)" \
+  sh -c "printf '\\014' | dd of=train-labels-idx1-ubyte bs=1 seek=10 conv=notrunc 2>/dev/null"
+idx_case "count mismatch" "8 images but .* 4 labels|count" sh -c "printf '\\000\\000\\010\\001\\000\\000\\000\\004\\001\\002\\003\\004' > train-labels-idx1-ubyte"
+idx_case "corrupt gzip"   "corrupt gzip|gzip"                     sh -c 'gzip -c train-images-idx3-ubyte | head -c 60 > train-images-idx3-ubyte.gz && rm train-images-idx3-ubyte'
+
+# ---- CIFAR-10 binary: one record per file, then one defect per copy
+make_cifar() {
+  mkdir -p "$1"
+  local f
+  for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do
+    { printf '\x03'; head -c 3072 /dev/zero; } > "$1/$f.bin"
+  done
+}
+cifar_case() {  # cifar_case NAME EXPECT SETUP-COMMAND...
+  local name="$1" expect="$2"
+  shift 2
+  local d="$work/cifar-$name"
+  make_cifar "$d"
+  (cd "$d" && "$@")
+  check "CIFAR $name" "$expect" --dataset cifar10 --data-dir "$d" --model mlp --batch-size 1
+}
+cifar_case "missing file" "lacks data_batch_3.bin.*get-cifar.sh"  rm data_batch_3.bin
+cifar_case "empty file"   "data_batch_2.bin.*empty"                truncate -s 0 data_batch_2.bin
+cifar_case "truncated"    "test_batch.bin.*(whole number|records)" truncate -s 3000 test_batch.bin
+cifar_case "oversized"    "data_batch_5.bin.*(whole number|records)" sh -c 'printf ab >> data_batch_5.bin'
+cifar_case "label range"  "data_batch_4.bin: record 0 has label 10, must be < 10"   sh -c "printf '\\012' | dd of=data_batch_4.bin bs=1 conv=notrunc 2>/dev/null"
+
+# ---- image folders
+mkdir -p "$work/folder/cat" "$work/folder/dog"
+tail -c +3 "$src/fuzz/corpus/image_folder/seed-png-rgb" > "$work/folder/cat/good.png"  # a real 7x5 PNG
+cp "$work/folder/cat/good.png" "$work/folder/dog/good.png"
+cp "$work/folder/cat/good.png" "$work/folder/dog/also-good.png"
+pseudo_random 300 > "$work/folder/dog/broken.jpg"
+check "undecodable image"       "folder/dog/broken.jpg: cannot decode image" --dataset folder --data-dir "$work/folder" --model mlp
+mkdir -p "$work/crafted/cat" "$work/crafted/dog"
+cp "$work/folder/cat/good.png" "$work/crafted/cat/good.png"
+cp "$work/folder/cat/good.png" "$work/crafted/dog/good.png"
+# The JPEG that overflowed stb_image 2.27's Huffman tables (fuzz/crashes/image_folder/; its first
+# two bytes are the fuzz target's options): refused before stb decodes it.
+tail -c +3 "$src/fuzz/crashes/image_folder/jpeg-dht-more-than-256-codes" > "$work/crafted/dog/evil.jpg"
+check "crafted JPEG"            "evil.jpg: cannot decode image \(corrupt JPEG: a Huffman table declares" \
+  --dataset folder --data-dir "$work/crafted" --model mlp
+mkdir -p "$work/nofolders"
+check "image folder, no classes" "nofolders"                         --dataset folder --data-dir "$work/nofolders" --model mlp
+
+# ---- checkpoints
+good="$ckpt/last.safetensors"
+cp "$good" "$work/corrupt.safetensors"
+printf '\xff' | dd of="$work/corrupt.safetensors" bs=1 seek=$(($(stat -c %s "$good") - 3)) conv=notrunc 2>/dev/null
+head -c $(($(stat -c %s "$good") / 2)) "$good" > "$work/truncated.safetensors"
+tail -c +1 "$src/fuzz/corpus/safetensors/seed-dtypes" > "$work/foreign.safetensors"
 check "missing checkpoint"      "cannot open checkpoint"           --resume "$work/nope.safetensors"
 check "empty checkpoint"        "truncated"                        --resume "$work/empty-file"
 check "garbage checkpoint"      "header length|header"             --resume "$log"
-check "eval-only alone"         "eval-only needs --resume"        --eval-only --dataset synthetic
+check "corrupt checkpoint"      "corrupt checkpoint .*checksum"    --resume "$work/corrupt.safetensors"
+check "truncated checkpoint"    "truncated"                        --resume "$work/truncated.safetensors"
+check "foreign safetensors"     "not an actlab training checkpoint" --resume "$work/foreign.safetensors"
+check "other-model checkpoint"  "trained with model mlp, this run has resnet20" --resume "$good" --model resnet20 --epochs 3
+check "finished checkpoint"     "already completed 1 of 1 epochs"  --resume "$good"
+
+# ---- outputs: unwritable, already there, disk full
+check "existing log kept"       "already exists"                   --dataset synthetic --log "$log"
+check "unwritable log dir"      "does not exist"                   --dataset synthetic --log "$work/no/dir/log.csv"
 check "save dir is a file"      "cannot create save directory"     --dataset synthetic --save-dir "$log"
+check "save dir not creatable"  "cannot create save directory '/proc/actlab-nope'" --dataset synthetic --save-dir /proc/actlab-nope
+check "checkpoint exists"       "already exists; pass --resume"    "${tiny[@]}" --save-dir "$ckpt"
+if [ "$(id -u)" -ne 0 ]; then  # root may write anywhere: the mode bits would not stop it
+  mkdir -p "$work/readonly" && chmod 555 "$work/readonly"
+  check "read-only save dir"    "not writable"                     "${tiny[@]}" --save-dir "$work/readonly/run"
+fi
+# Disk full: the log is a link to /dev/full (every write fails with ENOSPC) ...
+ln -s /dev/full "$work/full.csv"
+check "disk full: log"          "writing log file .*full.csv' failed: No space left on device" \
+  "${tiny[@]}" --log "$work/full.csv" --overwrite
+# ... and a checkpoint written under a 64 KiB file-size limit (EFBIG, as a full disk would fail the
+# write): the previous checkpoint must stay as it was and no temp file may be left.
+fsize_limited() { (trap '' XFSZ; ulimit -f 64; exec "$@"); }
+runner=(fsize_limited "$bin")
+check "disk full: checkpoint"   "last.safetensors.*File too large" "${tiny[@]}" --save-dir "$ckpt" --overwrite
+runner=("$bin")
+check "non-finite loss"         "non-finite loss"                  --dataset synthetic --synthetic-size 64 --batch-size 32 --lr 1e30 --model resnet20
 
 echo "$cases cases, $failures failed"
 [ "$failures" -eq 0 ]

@@ -1,0 +1,89 @@
+// Pre-decode checks of image bytes (see data/image_bytes.h).
+#include "data/image_bytes.h"
+
+#include <stb_image.h>
+
+#include <climits>
+#include <cstring>
+
+namespace actlab {
+namespace {
+
+bool starts_with(const uint8_t* d, size_t n, const char* sig, size_t len) {
+  return n >= len && std::memcmp(d, sig, len) == 0;
+}
+
+// Follows the JPEG marker structure the way stb_image 2.27 reads it and checks every DHT table it
+// would build. Reads past the end return 0, as stb's do; whatever else is wrong stb reports itself.
+class JpegScan {
+ public:
+  JpegScan(const uint8_t* d, size_t n) : d_(d), n_(n) {}
+  std::string problem() {
+    for (size_t i = 2; i < n_;) {  // after SOI; bytes that are not 0xFF are entropy-coded data
+      if (d_[i++] != 0xFF) continue;
+      while (i < n_ && d_[i] == 0xFF) ++i;  // fill bytes
+      if (i >= n_) break;
+      const uint8_t marker = d_[i++];
+      if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) continue;  // no length
+      if (marker == 0xD9) break;  // EOI
+      if (marker != 0xC4) {  // any other segment: skip its declared length (SOS: its header only)
+        i += (byte(i) << 8 | byte(i + 1));
+        continue;
+      }
+      // DHT: tables of (class/id byte, 16 code counts, the codes) until the length is used up.
+      long left = static_cast<long>(byte(i) << 8 | byte(i + 1)) - 2;
+      i += 2;
+      while (left > 0) {
+        ++i;  // table class and id
+        long codes = 0;
+        for (int k = 0; k < 16; ++k) codes += byte(i++);
+        if (codes > 256)
+          return "corrupt JPEG: a Huffman table declares " + std::to_string(codes) + " codes (at most 256)";
+        i += static_cast<size_t>(codes);
+        left -= 17 + codes;
+      }
+      if (left < 0) break;  // stb stops here with "bad DHT header"
+    }
+    return "";
+  }
+ private:
+  size_t byte(size_t at) const { return at < n_ ? d_[at] : 0; }
+  const uint8_t* d_;
+  size_t n_;
+};
+
+// stb reserves a PNG's IDAT buffer from the chunk's declared length before reading it, so an
+// 84-byte file claiming a 1.38 GB chunk costs a 1.38 GB allocation (found by fuzz/image_folder.cpp,
+// as a timeout under ASan). A chunk can never be longer than what is left of the file.
+std::string png_problem(const uint8_t* d, size_t n) {
+  for (size_t i = 8; i + 8 <= n;) {  // chunk: length (4, big endian), type (4), data, CRC (4)
+    const uint64_t length = uint64_t{d[i]} << 24 | uint64_t{d[i + 1]} << 16 | uint64_t{d[i + 2]} << 8 | d[i + 3];
+    const size_t left = n - i - 8;
+    if (length > left)
+      return "corrupt PNG: a chunk declares " + std::to_string(length) + " bytes, the file has " +
+             std::to_string(left) + " left";
+    if (std::memcmp(d + i + 4, "IEND", 4) == 0) break;
+    i += 8 + static_cast<size_t>(length) + 4;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string image_bytes_problem(const uint8_t* data, size_t size) {
+  const bool png = starts_with(data, size, "\x89PNG\r\n\x1a\n", 8);
+  const bool jpeg = starts_with(data, size, "\xff\xd8\xff", 3);
+  const bool bmp = starts_with(data, size, "BM", 2);
+  if (!png && !jpeg && !bmp) return "not a PNG, JPEG or BMP file (checked by its first bytes, not its name)";
+  const std::string p = jpeg ? JpegScan(data, size).problem() : png ? png_problem(data, size) : "";
+  if (!p.empty()) return p;
+  if (size > static_cast<size_t>(INT_MAX)) return "file larger than 2 GiB";
+  int width = 0, height = 0, channels = 0;
+  if (stbi_info_from_memory(data, static_cast<int>(size), &width, &height, &channels) &&
+      static_cast<int64_t>(width) * height > kMaxImagePixels)
+    return "image of " + std::to_string(width) + "x" + std::to_string(height) + " pixels, more than the " +
+           std::to_string(kMaxImagePixels) + " this loader decodes";
+  return "";
+}
+
+}  // namespace actlab

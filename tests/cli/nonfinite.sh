@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# End-to-end checks of --on-nonfinite with the real actlab-train binary and its NaN test hook
+# (ACTLAB_INJECT_NAN_STEP / _COUNT / _INTO, see docs/reliability.md):
+#  - stop: exit 2 with one error line naming the step and where the NaN appeared, last.safetensors
+#    holding the last good state; resuming from it (no NaN) ends bit-identical to a run that never
+#    saw one; a NaN injected into a gradient names the layer;
+#  - skip-step: one bad step is skipped and counted, the run finishes; ten in a row stop it;
+#  - a diverging learning rate (1e6) trips the same check without any hook;
+# and the other run guard, --check-memory: a DIVISION run ends with its one verdict line.
+#   tests/cli/nonfinite.sh PATH/TO/actlab-train
+set -u
+bin="$1"
+export OMP_WAIT_POLICY=passive
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+common=(--dataset synthetic --synthetic-size 128 --batch-size 32 --epochs 2 --threads 2 --seed 4 --quiet)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+data_of() {  # the data section of a safetensors file
+  local n
+  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
+  tail -c +$((8 + n + 1)) "$1"
+}
+meta_of() { head -c 65536 "$1" | grep -ao "\"$2\":\"[0-9]*\"" | head -1 | grep -o '[0-9]*'; }
+expect_error() {  # expect_error NAME STDERR_FILE RC PATTERN: exit 2 and exactly one matching error line
+  local lines
+  lines=$(grep -c 'actlab-train: error:' "$2")
+  [ "$3" -eq 2 ] || fail "$1: exit code $3, expected 2"
+  [ "$lines" -eq 1 ] || fail "$1: $lines error lines, expected 1: $(cat "$2")"
+  grep -Eq "$4" "$2" || fail "$1: error does not match '$4': $(cat "$2")"
+}
+
+"$bin" "${common[@]}" --save-dir "$work/clean" || fail "the clean run failed"
+
+# stop: the NaN reaches the loss at global step 3; the checkpoint is the state after step 2.
+ACTLAB_INJECT_NAN_STEP=3 "$bin" "${common[@]}" --save-dir "$work/stop" 2>"$work/stop.err"
+expect_error "stop" "$work/stop.err" $? \
+  "non-finite loss \(-?nan\) at epoch 1 step 3 \(global step 3\), in the input batch; the last good state is in $work/stop/last.safetensors"
+[ "$(meta_of "$work/stop/last.safetensors" global_step)" = 2 ] || fail "stop: the checkpoint is not from global step 2"
+"$bin" --resume "$work/stop/last.safetensors" --quiet || fail "stop: resuming the last good state failed"
+data_of "$work/stop/last.safetensors" | cmp -s - <(data_of "$work/clean/last.safetensors") ||
+  fail "stop: stopped at the NaN + resumed differs from the clean run"
+
+# stop, NaN in a gradient (the loss stays finite): the layer nearest the loss is named.
+ACTLAB_INJECT_NAN_STEP=2 ACTLAB_INJECT_NAN_INTO=grad "$bin" "${common[@]}" 2>"$work/grad.err"
+expect_error "grad" "$work/grad.err" $? \
+  "non-finite gradient at epoch 1 step 2 \(global step 2\), first in layer 'fc' \(parameter fc.bias; 1 of [0-9]+ .*nothing saved"
+
+# skip-step: one bad step, skipped and counted; the run finishes.
+ACTLAB_INJECT_NAN_STEP=3 "$bin" "${common[@]}" --on-nonfinite skip-step --save-dir "$work/skip" 2>"$work/skip.err"
+rc=$?
+[ "$rc" -eq 0 ] || fail "skip-step: exit code $rc: $(cat "$work/skip.err")"
+grep -q "global step 3), in the input batch; update skipped (1 skipped so far)" "$work/skip.err" ||
+  fail "skip-step: no skip warning: $(cat "$work/skip.err")"
+grep -q "1 steps skipped for non-finite values" "$work/skip.err" || fail "skip-step: no skip count at the end"
+[ "$(meta_of "$work/skip/last.safetensors" epoch)" = 2 ] || fail "skip-step: the run did not finish its 2 epochs"
+
+# skip-step gives up after 10 non-finite steps in a row (8 steps per run here: use 4 epochs).
+ACTLAB_INJECT_NAN_STEP=2 ACTLAB_INJECT_NAN_COUNT=100 "$bin" "${common[@]}" --epochs 4 --on-nonfinite skip-step \
+  --save-dir "$work/skip10" 2>"$work/skip10.err"
+rc=$?
+grep -v "update skipped" "$work/skip10.err" > "$work/skip10.last"
+expect_error "skip-step x10" "$work/skip10.last" $rc \
+  "global step 11\), in the input batch \(10 non-finite steps in a row\); the last good state is in"
+[ "$(grep -c "update skipped" "$work/skip10.err")" = 9 ] || fail "skip-step x10: expected 9 skip warnings"
+
+# A learning rate of 1e6 diverges within a few steps: caught without any hook, a layer named.
+"$bin" "${common[@]}" --lr 1e6 --save-dir "$work/diverge" 2>"$work/diverge.err"
+expect_error "lr 1e6" "$work/diverge.err" $? "non-finite (loss|gradient) .* first in layer '[a-z0-9.]+'"
+[ -f "$work/diverge/last.safetensors" ] || fail "lr 1e6: no checkpoint of the last good state"
+"$bin" --resume "$work/diverge/last.safetensors" --eval-only --quiet || fail "lr 1e6: the saved state does not load"
+
+# --check-memory: the verdict is the last line of a normal run's output.
+out=$("$bin" "${common[@]/--quiet/--print-every=100}" --policy division:B=4,Q=2 --check-memory 2>&1) ||
+  fail "--check-memory run failed: $out"
+printf '%s\n' "$out" | tail -1 |
+  grep -Eq '^memory check: live bytes back to [0-9.]+ MiB after every step, peak stable \(8 steps;' ||
+  fail "--check-memory: no verdict line: $(printf '%s\n' "$out" | tail -2)"
+
+echo "non-finite checks: $failures failed"
+[ "$failures" -eq 0 ]

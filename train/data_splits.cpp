@@ -1,0 +1,93 @@
+// load_data (train/trainer.h): the train/test splits a TrainConfig names, with their normalization
+// and augmentation, optionally cut to the first N samples. Tested through tests/test_train.cpp and
+// the data suites (tests/test_data*.cpp).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "data/cifar.h"
+#include "data/idx.h"
+#include "data/image_folder.h"
+#include "train/trainer.h"
+
+namespace actlab {
+namespace {
+
+// A view of the first `limit` samples of another data set.
+class SubsetDataset final : public Dataset {
+ public:
+  SubsetDataset(std::shared_ptr<Dataset> base, int64_t limit) : base_(std::move(base)), limit_(limit) {}
+  int64_t size() const override { return std::min(limit_, base_->size()); }
+  ImageSpec spec() const override { return base_->spec(); }
+  std::string name() const override { return base_->name(); }
+  int64_t read(int64_t index, uint8_t* pixels) const override {
+    ACTLAB_CHECK(index >= 0 && index < size(), "sample ", index, " out of range [0,", size(), ")");
+    return base_->read(index, pixels);
+  }
+ private:
+  std::shared_ptr<Dataset> base_;
+  int64_t limit_;
+};
+
+}  // namespace
+
+DataSplits load_data(const TrainConfig& c) {
+  DataSplits d;
+  d.family = c.dataset;
+  if (c.dataset == "synthetic") {
+    d.train = std::make_shared<InMemoryImageDataset>(make_synthetic_dataset(c.synthetic_size, 1, 28, 28, 10, c.seed));
+    d.test = std::make_shared<InMemoryImageDataset>(
+        make_synthetic_dataset(std::max<int64_t>(1, c.synthetic_size / 4), 1, 28, 28, 10, c.seed + 1));
+    d.note = "synthetic 1x28x28, 10 classes (generated)";
+    d.family = "fashion-mnist";
+  } else if (c.dataset == "folder") {
+    ACTLAB_CHECK(!c.data_dir.empty(), "--dataset folder needs --data-dir ROOT (ROOT/train/<class>/*.png|jpg ...)");
+    ImageFolderOptions o;
+    o.channels = c.image_channels;
+    o.size = c.image_size;
+    o.test_fraction = c.test_fraction;
+    o.split_seed = c.seed;
+    ImageFolderData f = load_image_folder(c.data_dir, o);
+    for (const auto& w : f.warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
+    const auto stats = channel_mean_std(f.train);
+    d.train = std::make_shared<InMemoryImageDataset>(f.train);
+    d.test = std::make_shared<InMemoryImageDataset>(f.test);
+    d.note = "image folder " + c.data_dir + " (" + std::to_string(f.class_names.size()) + " classes)";
+    d.train_transforms.mean = d.test_transforms.mean = stats.first;
+    d.train_transforms.std = d.test_transforms.std = stats.second;
+    if (c.augment) {
+      d.train_transforms.crop_padding = c.image_size / 8;
+      d.train_transforms.horizontal_flip = true;
+    }
+  } else if (c.dataset == "cifar10" || c.dataset == "cifar100") {
+    const std::string dir = c.data_dir.empty() ? default_cifar_dir() : c.data_dir;
+    const bool ten = c.dataset == "cifar10";
+    d.train = std::make_shared<InMemoryImageDataset>(ten ? load_cifar10(dir, true)
+                                                         : load_cifar100(dir, true, c.cifar100_coarse));
+    d.test = std::make_shared<InMemoryImageDataset>(ten ? load_cifar10(dir, false)
+                                                        : load_cifar100(dir, false, c.cifar100_coarse));
+    d.note = c.dataset + " from " + dir;
+  } else {
+    const bool fashion = c.dataset == "fashion-mnist";
+    const std::string dir = !c.data_dir.empty() ? c.data_dir : fashion ? default_fashion_mnist_dir()
+                                                                       : std::string("data/mnist");
+    ACTLAB_CHECK(std::filesystem::is_directory(dir), c.dataset, " data directory '", dir, "' not found",
+                 fashion && c.data_dir.empty()
+                     ? " (install Debian's dataset-fashion-mnist package: scripts/setup.sh does)"
+                     : " (pass --data-dir)");
+    d.train = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, true) : load_mnist(dir, true));
+    d.test = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, false) : load_mnist(dir, false));
+    d.note = c.dataset + " from " + dir;
+  }
+  if (c.dataset != "folder") {
+    d.train_transforms = default_transforms(d.family, c.augment);
+    d.test_transforms = default_transforms(d.family, false);
+    if (c.dataset == "synthetic") d.train_transforms.crop_padding = 0;
+  }
+  ACTLAB_CHECK(d.test->size() > 0, "the test split of ", d.note, " is empty");
+  if (c.train_limit > 0) d.train = std::make_shared<SubsetDataset>(d.train, c.train_limit);
+  if (c.test_limit > 0) d.test = std::make_shared<SubsetDataset>(d.test, c.test_limit);
+  return d;
+}
+
+}  // namespace actlab
