@@ -1,9 +1,11 @@
 // The lossy policies of compress/policies.h: plane views of shapes, the one-buffer pack layouts, the
-// closed-form sizes, and the calls into the CPU codec kernels (compress/codec_cpu.cpp).
-// Tested in tests/test_policies.cpp.
+// closed-form sizes, and the calls into the codec kernels of the tensor's device (compress/codec_cpu.cpp,
+// compress/codec_cuda.cu). Tested in tests/test_policies.cpp and tests/test_cuda_codec.cpp.
 #include "compress/policies.h"
 
 #include <cstring>
+
+#include "compress/codec_cuda.h"
 
 namespace actlab {
 namespace {
@@ -12,26 +14,36 @@ bool valid_bits(int bits) { return bits == 1 || bits == 2 || bits == 4 || bits =
 
 size_t to_size(int64_t v) { return static_cast<size_t>(v); }
 
-// x as a contiguous f32 CPU tensor (a copy only when x is strided).
+// x as a contiguous f32 tensor (a copy only when x is strided).
 Tensor checked_input(const Tensor& x, const std::string& policy) {
   ACTLAB_CHECK(x.defined(), "policy ", policy, ": cannot pack an undefined tensor");
   ACTLAB_CHECK(x.dtype() == DType::F32, "policy ", policy, " packs f32 tensors, got ", x.str());
-  ACTLAB_CHECK(x.device().is_cpu(), "policy ", policy, ": no ", x.device().str(), " codec yet, got ", x.str());
   return x.contiguous();
+}
+
+// dst <- src, `bytes` bytes, both on `device`: a memcpy on the CPU, a stream-ordered copy on a GPU.
+void copy_on_device(void* dst, const void* src, size_t bytes, Device device) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+  } else {
+    copy_bytes(dst, device, src, device, bytes);
+  }
 }
 
 // A fresh f32 copy of a passthrough pack, allocated under the caller's MemTagScope.
 Tensor unpack_passthrough(const PackedPassthrough& p) {
-  Tensor out = Tensor::empty(p.shape());
-  if (out.nbytes()) std::memcpy(out.raw_data(), p.tensor().raw_data(), out.nbytes());
+  const Device device = p.tensor().device();
+  Tensor out = Tensor::empty(p.shape(), DType::F32, device);
+  copy_on_device(out.raw_data(), p.tensor().raw_data(), out.nbytes(), device);
   return out;
 }
 
 }  // namespace
 
 PackedPassthrough::PackedPassthrough(const Tensor& x)
-    : copy_(Tensor::empty_tagged(x.shape(), MemTag::ActivationPacked, DType::F32)) {
-  if (copy_.nbytes()) std::memcpy(copy_.raw_data(), x.raw_data(), copy_.nbytes());
+    : copy_(Tensor::empty_tagged(x.shape(), MemTag::ActivationPacked, DType::F32, x.device())) {
+  copy_on_device(copy_.raw_data(), x.raw_data(), copy_.nbytes(), x.device());
 }
 
 // ---------------------------------------------------------------- plane policies
@@ -52,9 +64,10 @@ PlaneSections plane_sections(const PlaneCodecConfig& config, const PlaneGeometry
   return s;
 }
 
-PackedPlanes::PackedPlanes(const Shape& shape, const PlaneCodecConfig& config, const PlaneGeometry& g)
+PackedPlanes::PackedPlanes(const Shape& shape, const PlaneCodecConfig& config, const PlaneGeometry& g, Device device)
     : shape_(shape), config_(config), geometry_(g), sections_(plane_sections(config, g)),
-      buffer_(Tensor::empty_tagged({static_cast<int64_t>(sections_.total)}, MemTag::ActivationPacked, DType::U8)) {}
+      buffer_(Tensor::empty_tagged({static_cast<int64_t>(sections_.total)}, MemTag::ActivationPacked, DType::U8,
+                                   device)) {}
 
 PlaneCodecPolicy::PlaneCodecPolicy(const PlaneCodecConfig& config) : config_(config) {
   ACTLAB_CHECK(config.block >= 1, "policy block size B must be >= 1, got ", config.block);
@@ -84,9 +97,14 @@ std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInf
   const Tensor x = checked_input(x_in, name());
   PlaneGeometry g;
   if (!plane_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
-  auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g);
-  cpu::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
-                  x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream);
+  auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g, x.device());
+  if (x.device().is_cuda()) {
+    cuda::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
+                     x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream, x.device().index);
+  } else {
+    cpu::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
+                    x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream);
+  }
   return packed;
 }
 
@@ -95,10 +113,14 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
   ACTLAB_CHECK(planes != nullptr && planes->config().kind == config_.kind, "policy ", name(),
                " cannot unpack a pack it did not make (shape ", shape_str(p.shape()), ")");
-  Tensor out = Tensor::empty(planes->shape());
+  const Device device = planes->buffer().device();
+  Tensor out = Tensor::empty(planes->shape(), DType::F32, device);
   const PlaneGeometry& g = planes->geometry();
   if (planes->residual()) {
-    std::memcpy(out.raw_data(), planes->residual(), out.nbytes());
+    copy_on_device(out.raw_data(), planes->residual(), out.nbytes(), device);
+  } else if (device.is_cuda()) {
+    cuda::plane_unpack(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(), g,
+                       device.index);
   } else {
     cpu::plane_unpack(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(), g);
   }
@@ -134,10 +156,10 @@ size_t PlaneCodecPolicy::expected_bytes(const Shape& shape) const {
 }
 
 // ---------------------------------------------------------------- per-group policy
-PackedGroups::PackedGroups(const Shape& shape, const GroupGeometry& g)
+PackedGroups::PackedGroups(const Shape& shape, const GroupGeometry& g, Device device)
     : shape_(shape), geometry_(g),
       buffer_(Tensor::empty_tagged({g.groups() * (4 + g.code_bytes_per_group())}, MemTag::ActivationPacked,
-                                   DType::U8)) {}
+                                   DType::U8, device)) {}
 
 PerGroupPolicy::PerGroupPolicy(int64_t group_size, int bits) : group_size_(group_size), bits_(bits) {
   ACTLAB_CHECK(group_size >= 1, "policy group size G must be >= 1, got ", group_size);
@@ -158,8 +180,13 @@ std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&
   const Tensor x = checked_input(x_in, name());
   GroupGeometry g;
   if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
-  auto packed = std::make_unique<PackedGroups>(x.shape(), g);
-  cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed, ctx.stream);
+  auto packed = std::make_unique<PackedGroups>(x.shape(), g, x.device());
+  if (x.device().is_cuda()) {
+    cuda::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed, ctx.stream,
+                     x.device().index);
+  } else {
+    cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed, ctx.stream);
+  }
   return packed;
 }
 
@@ -168,8 +195,14 @@ Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const {
   const auto* groups = dynamic_cast<const PackedGroups*>(&p);
   ACTLAB_CHECK(groups != nullptr, "policy ", name(), " cannot unpack a pack it did not make (shape ",
                shape_str(p.shape()), ")");
-  Tensor out = Tensor::empty(groups->shape());
-  cpu::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(), groups->geometry());
+  const Device device = groups->buffer().device();
+  Tensor out = Tensor::empty(groups->shape(), DType::F32, device);
+  if (device.is_cuda()) {
+    cuda::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(), groups->geometry(),
+                       device.index);
+  } else {
+    cpu::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(), groups->geometry());
+  }
   return out;
 }
 

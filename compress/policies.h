@@ -16,7 +16,7 @@ namespace actlab {
 // empty). nbytes() = 4·numel. The copy is owned: nothing references the packed input.
 class PackedPassthrough final : public Packed {
  public:
-  explicit PackedPassthrough(const Tensor& x);  // x: contiguous f32 on the CPU
+  explicit PackedPassthrough(const Tensor& x);  // x: contiguous f32 on any device; the copy stays there
   size_t nbytes() const override { return copy_.nbytes(); }
   const Shape& shape() const override { return copy_.shape(); }
   const Tensor& tensor() const { return copy_; }
@@ -54,7 +54,9 @@ PlaneSections plane_sections(const PlaneCodecConfig& config, const PlaneGeometry
 
 class PackedPlanes final : public Packed {
  public:
-  PackedPlanes(const Shape& shape, const PlaneCodecConfig& config, const PlaneGeometry& g);
+  // The buffer is allocated on `device` (where the packed tensor lives).
+  PackedPlanes(const Shape& shape, const PlaneCodecConfig& config, const PlaneGeometry& g,
+               Device device = Device::cpu());
   size_t nbytes() const override { return buffer_.nbytes(); }
   const Shape& shape() const override { return shape_; }
   const PlaneCodecConfig& config() const { return config_; }
@@ -77,7 +79,8 @@ class PackedPlanes final : public Packed {
   Tensor buffer_;  // u8, MemTag::ActivationPacked
 };
 
-// division / quant / lfc / hfc. pack: x is f32 on the CPU (made contiguous if it is not).
+// division / quant / lfc / hfc. pack: x is f32 on the CPU or a GPU (made contiguous if it is not); the pack
+// and the unpacked tensor live on x's device, and the bytes are the same on both (compress/codec_cuda.h).
 class PlaneCodecPolicy final : public ActivationCachePolicy {
  public:
   explicit PlaneCodecPolicy(const PlaneCodecConfig& config);  // throws Error on a bad B/Q
@@ -96,7 +99,7 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
 // Buffer: mins bf16 [groups] | steps bf16 [groups] | codes u8 [groups·ceil(G·Q/8)].
 class PackedGroups final : public Packed {
  public:
-  PackedGroups(const Shape& shape, const GroupGeometry& g);
+  PackedGroups(const Shape& shape, const GroupGeometry& g, Device device = Device::cpu());
   size_t nbytes() const override { return buffer_.nbytes(); }
   const Shape& shape() const override { return shape_; }
   const GroupGeometry& geometry() const { return geometry_; }

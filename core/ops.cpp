@@ -1,4 +1,8 @@
-// The one dispatch point of every tensor op: shape checks, output allocation, cpu:: (or cuda::) call.
+// The one dispatch point of every tensor op: shape checks, output allocation on the inputs' device, then
+// the cpu:: kernel or (tensors on a GPU) the cuda:: kernel on that device's stream. Tensors of one op on
+// different devices are refused with an error naming both. CUDA branches are compiled in CUDA builds
+// only; in a CPU-only build no tensor can live on a GPU, so they are unreachable there.
+// Tested through tests/test_functions.cpp, the kernel suites and tests/test_cuda_ops.cpp (CPU vs CUDA).
 #include "core/ops.h"
 
 #include <cmath>
@@ -7,16 +11,45 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/kernels.h"
 
+// ACTLAB_CUDA_ONLY(statements): the statements in CUDA builds, an Error otherwise.
+// ACTLAB_DISPATCH(dev, cuda_call, cpu_call): cuda_call when dev is a GPU — with `gpu`, the op's
+// cuda::DeviceScope (device made current; gpu.ctx(), gpu.stream(), gpu.device()), in scope — else cpu_call.
+#if defined(ACTLAB_WITH_CUDA)
+#include "core/cuda/blas.h"
+#include "core/cuda/conv.h"
+#include "core/cuda/context.h"
+#include "core/cuda/fill.h"
+#include "core/cuda/kernels.h"
+#define ACTLAB_CUDA_ONLY(...) __VA_ARGS__
+#else
+#define ACTLAB_CUDA_ONLY(...) ACTLAB_FAIL("a tensor on a CUDA device in a build without CUDA")
+#endif
+#define ACTLAB_DISPATCH(dev, cuda_call, cpu_call)                        \
+  do {                                                                   \
+    if ((dev).is_cuda()) {                                               \
+      ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu((dev).index); (cuda_call)); \
+    } else {                                                             \
+      cpu_call;                                                          \
+    }                                                                    \
+  } while (0)
+
 namespace actlab::ops {
 namespace {
 
-// Every op below runs on the CPU backend; the CUDA backend plugs in here when it lands.
-void require_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
+// The device all defined tensors of an op live on (the CPU when none is defined).
+Device op_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
   for (const Tensor* t : ts) {
-    if (t && t->defined())
-      ACTLAB_CHECK(t->device().is_cpu(), op, ": tensors on ", t->device().str(),
-                   " are not supported yet (CUDA backend pending)");
+    if (!t || !t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    ACTLAB_CHECK(t->device() == first->device(), op, ": tensors on different devices: ", first->str(), " on ",
+                 first->device().str(), " and ", t->str(), " on ", t->device().str(),
+                 "; move them to one device first (Tensor::to, Module::to)");
   }
+  return first ? first->device() : Device::cpu();
 }
 
 void require_f32_contig(const char* op, const char* what, const Tensor& t) {
@@ -53,14 +86,16 @@ cpu::Pool2dShape pool_shape(const Shape& x, const PoolParams& p) {
   return s;
 }
 
-Tensor new_mask(int64_t n) { return Tensor::empty({cpu::mask_words(n)}, DType::I32); }
+Tensor new_mask(int64_t n, Device dev) { return Tensor::empty({cpu::mask_words(n)}, DType::I32, dev); }
 uint32_t* mask_ptr(const Tensor& m) { return reinterpret_cast<uint32_t*>(m.data<int32_t>()); }
+const float* opt_ptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+float* f32(const Tensor& t) { return t.data<float>(); }
 
 }  // namespace
 
 // ---------------------------------------------------------------- convolution
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
-  require_cpu("conv2d", {&x, &w, &b});
+  const Device dev = op_device("conv2d", {&x, &w, &b});
   require_f32_contig("conv2d", "input", x);
   require_f32_contig("conv2d", "weight", w);
   const cpu::ConvShape s = conv_shape(x.shape(), w.shape(), p);
@@ -68,84 +103,104 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
     require_f32_contig("conv2d", "bias", b);
     ACTLAB_CHECK(b.numel() == s.K, "conv2d: bias ", b.str(), " for ", s.K, " output channels");
   }
-  Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()});
-  cpu::conv2d_forward(y.data<float>(), x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
-                      s);
+  Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::conv2d_forward(gpu.ctx(), f32(y), f32(x), f32(w), opt_ptr(b), s),
+                  cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s));
   return y;
 }
 
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p) {
-  require_cpu("conv2d_backward_data", {&dy, &w});
+  const Device dev = op_device("conv2d_backward_data", {&dy, &w});
   require_f32_contig("conv2d_backward_data", "grad", dy);
+  require_f32_contig("conv2d_backward_data", "weight", w);
   const cpu::ConvShape s = conv_shape(x_shape, w.shape(), p);
   ACTLAB_CHECK(dy.shape() == Shape({s.N, s.K, s.P(), s.Q()}), "conv2d backward: grad ", dy.str(),
                " does not match the output of ", s.str());
-  Tensor dx = Tensor::empty(x_shape);
-  cpu::conv2d_backward_data(dx.data<float>(), dy.data<float>(), w.data<float>(), s);
+  Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(gpu.ctx(), f32(dx), f32(dy), f32(w), s),
+                  cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s));
   return dx;
 }
 
 Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
                               bool want_bias, Tensor* db) {
-  require_cpu("conv2d_backward_weight", {&dy, &x});
+  const Device dev = op_device("conv2d_backward_weight", {&dy, &x});
   require_f32_contig("conv2d_backward_weight", "grad", dy);
   require_f32_contig("conv2d_backward_weight", "input", x);
   const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
-  Tensor dw = Tensor::empty(w_shape);
+  Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = nullptr;
   if (want_bias) {
-    *db = Tensor::empty({s.K});
-    db_ptr = db->data<float>();
+    *db = Tensor::empty({s.K}, DType::F32, dev);
+    db_ptr = f32(*db);
   }
-  cpu::conv2d_backward_weight(dw.data<float>(), db_ptr, dy.data<float>(), x.data<float>(), s);
+  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(gpu.ctx(), f32(dw), db_ptr, f32(dy), f32(x), s),
+                  cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s));
   return dw;
 }
 
 // ---------------------------------------------------------------- linear
+namespace {
+// y (N,M) += b (M) on the CPU.
+void add_row_bias(float* y, const float* b, int64_t N, int64_t M) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) y[n * M + m] += b[m];
+}
+// db (M) = Σ_n dy (N,M) on the CPU, rows in order.
+void column_sums(float* db, const float* dy, int64_t N, int64_t M) {
+  for (int64_t m = 0; m < M; ++m) db[m] = 0.f;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) db[m] += dy[n * M + m];
+}
+}  // namespace
+
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
-  require_cpu("linear", {&x, &w, &b});
+  const Device dev = op_device("linear", {&x, &w, &b});
   require_f32_contig("linear", "input", x);
   require_f32_contig("linear", "weight", w);
   ACTLAB_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "linear: input ", x.str(),
                " vs weight ", w.str(), ": features ", x.dim() == 2 ? x.size(1) : -1, " != ", w.size(-1));
   const int64_t N = x.size(0), D = x.size(1), M = w.size(0);
-  Tensor y = Tensor::empty({N, M});
-  float* yp = y.data<float>();
-  cpu::gemm(false, true, N, M, D, 1.f, x.data<float>(), D, w.data<float>(), D, 0.f, yp, M);
   if (b.defined()) {
+    require_f32_contig("linear", "bias", b);
     ACTLAB_CHECK(b.numel() == M, "linear: bias ", b.str(), " for ", M, " outputs");
-    const float* bp = b.data<float>();
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t m = 0; m < M; ++m) yp[n * M + m] += bp[m];
   }
+  Tensor y = Tensor::empty({N, M}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::linear_forward(gpu.ctx(), f32(y), f32(x), f32(w), opt_ptr(b), N, D, M), {
+    cpu::gemm(false, true, N, M, D, 1.f, f32(x), D, f32(w), D, 0.f, f32(y), M);
+    if (b.defined()) add_row_bias(f32(y), f32(b), N, M);
+  });
   return y;
 }
 
 Tensor linear_backward_data(const Tensor& dy, const Tensor& w) {
-  require_cpu("linear_backward_data", {&dy, &w});
+  const Device dev = op_device("linear_backward_data", {&dy, &w});
   require_f32_contig("linear_backward_data", "grad", dy);
+  require_f32_contig("linear_backward_data", "weight", w);
   const int64_t N = dy.size(0), M = dy.size(1), D = w.size(1);
   ACTLAB_CHECK(w.size(0) == M, "linear backward: grad ", dy.str(), " vs weight ", w.str());
-  Tensor dx = Tensor::empty({N, D});
-  cpu::gemm(false, false, N, D, M, 1.f, dy.data<float>(), M, w.data<float>(), D, 0.f, dx.data<float>(), D);
+  Tensor dx = Tensor::empty({N, D}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::linear_backward_data(gpu.ctx(), f32(dx), f32(dy), f32(w), N, M, D),
+                  cpu::gemm(false, false, N, D, M, 1.f, f32(dy), M, f32(w), D, 0.f, f32(dx), D));
   return dx;
 }
 
 Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias, Tensor* db) {
-  require_cpu("linear_backward_weight", {&dy, &x});
+  const Device dev = op_device("linear_backward_weight", {&dy, &x});
   require_f32_contig("linear_backward_weight", "grad", dy);
   require_f32_contig("linear_backward_weight", "input", x);
   const int64_t N = dy.size(0), M = dy.size(1), D = x.size(1);
   ACTLAB_CHECK(x.size(0) == N, "linear backward: grad ", dy.str(), " vs input ", x.str());
-  Tensor dw = Tensor::empty({M, D});
-  cpu::gemm(true, false, M, D, N, 1.f, dy.data<float>(), M, x.data<float>(), D, 0.f, dw.data<float>(), D);
+  Tensor dw = Tensor::empty({M, D}, DType::F32, dev);
+  float* db_ptr = nullptr;
   if (want_bias) {
-    *db = Tensor::zeros({M});
-    float* dbp = db->data<float>();
-    const float* g = dy.data<float>();
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t m = 0; m < M; ++m) dbp[m] += g[n * M + m];
+    *db = Tensor::empty({M}, DType::F32, dev);
+    db_ptr = f32(*db);
   }
+  ACTLAB_DISPATCH(dev, cuda::linear_backward_weight(gpu.ctx(), f32(dw), db_ptr, f32(dy), f32(x), N, M, D), {
+    cpu::gemm(true, false, M, D, N, 1.f, f32(dy), M, f32(x), D, 0.f, f32(dw), D);
+    if (db_ptr) column_sums(db_ptr, f32(dy), N, M);
+  });
   return dw;
 }
 
@@ -166,7 +221,7 @@ void check_channel_vec(const char* what, const Tensor& t, int64_t C) {
 Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                                Tensor& running_var, float momentum, float eps, Tensor* save_mean,
                                Tensor* save_invstd) {
-  require_cpu("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var});
+  const Device dev = op_device("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var});
   require_f32_contig("batch_norm", "input", x);
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
@@ -175,12 +230,16 @@ Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tenso
   check_channel_vec("bias", beta, C);
   check_channel_vec("running_mean", running_mean, C);
   check_channel_vec("running_var", running_var, C);
-  Tensor y = Tensor::empty(x.shape());
-  *save_mean = Tensor::empty({C});
-  *save_invstd = Tensor::empty({C});
-  cpu::batchnorm_forward_train(y.data<float>(), save_mean->data<float>(), save_invstd->data<float>(),
-                               running_mean.data<float>(), running_var.data<float>(), x.data<float>(),
-                               gamma.data<float>(), beta.data<float>(), N, C, HW, momentum, eps);
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  *save_mean = Tensor::empty({C}, DType::F32, dev);
+  *save_invstd = Tensor::empty({C}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::batchnorm_forward_train(f32(y), f32(*save_mean), f32(*save_invstd), f32(running_mean),
+                                                f32(running_var), f32(x), f32(gamma), f32(beta), N, C, HW, momentum,
+                                                eps, gpu.device(), gpu.stream()),
+                  cpu::batchnorm_forward_train(f32(y), f32(*save_mean), f32(*save_invstd), f32(running_mean),
+                                               f32(running_var), f32(x), f32(gamma), f32(beta), N, C, HW, momentum,
+                                               eps));
   running_mean.storage()->bump_version();
   running_var.storage()->bump_version();
   return y;
@@ -188,7 +247,7 @@ Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tenso
 
 Tensor batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& running_mean, const Tensor& running_var, float eps) {
-  require_cpu("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var});
+  const Device dev = op_device("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var});
   require_f32_contig("batch_norm", "input", x);
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
@@ -196,188 +255,233 @@ Tensor batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor
   check_channel_vec("bias", beta, C);
   check_channel_vec("running_mean", running_mean, C);
   check_channel_vec("running_var", running_var, C);
-  Tensor y = Tensor::empty(x.shape());
-  cpu::batchnorm_forward_eval(y.data<float>(), x.data<float>(), gamma.data<float>(), beta.data<float>(),
-                              running_mean.data<float>(), running_var.data<float>(), N, C, HW, eps);
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::batchnorm_forward_eval(f32(y), f32(x), f32(gamma), f32(beta), f32(running_mean),
+                                               f32(running_var), N, C, HW, eps, gpu.device(), gpu.stream()),
+                  cpu::batchnorm_forward_eval(f32(y), f32(x), f32(gamma), f32(beta), f32(running_mean),
+                                              f32(running_var), N, C, HW, eps));
   return y;
 }
 
 Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                           const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta) {
-  require_cpu("batch_norm_backward", {&dy, &x});
+  const Device dev = op_device("batch_norm_backward", {&dy, &x, &gamma, &save_mean, &save_invstd});
   require_f32_contig("batch_norm_backward", "grad", dy);
   require_f32_contig("batch_norm_backward", "input", x);
   ACTLAB_CHECK(dy.shape() == x.shape(), "batch_norm backward: grad ", dy.str(), " vs input ", x.str());
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
-  Tensor dx = Tensor::empty(x.shape());
-  *dgamma = Tensor::empty({C});
-  *dbeta = Tensor::empty({C});
-  cpu::batchnorm_backward(dx.data<float>(), dgamma->data<float>(), dbeta->data<float>(), dy.data<float>(),
-                          x.data<float>(), gamma.data<float>(), save_mean.data<float>(), save_invstd.data<float>(),
-                          N, C, HW);
+  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
+  *dgamma = Tensor::empty({C}, DType::F32, dev);
+  *dbeta = Tensor::empty({C}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::batchnorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma),
+                                           f32(save_mean), f32(save_invstd), N, C, HW, gpu.device(), gpu.stream()),
+                  cpu::batchnorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma),
+                                          f32(save_mean), f32(save_invstd), N, C, HW));
   return dx;
 }
 
 Tensor batchnorm_backward_eval(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
                                Tensor* dgamma, Tensor* dbeta) {
-  require_cpu("batch_norm_backward", {&dy, &x});
+  const Device dev = op_device("batch_norm_backward", {&dy, &x, &gamma, &running_mean, &running_var});
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
-  Tensor dx = Tensor::empty(x.shape());
-  *dgamma = Tensor::empty({C});
-  *dbeta = Tensor::empty({C});
-  cpu::batchnorm_backward_eval(dx.data<float>(), dgamma->data<float>(), dbeta->data<float>(), dy.data<float>(),
-                               x.data<float>(), gamma.data<float>(), running_mean.data<float>(),
-                               running_var.data<float>(), N, C, HW, eps);
+  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
+  *dgamma = Tensor::empty({C}, DType::F32, dev);
+  *dbeta = Tensor::empty({C}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::batchnorm_backward_eval(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma),
+                                                f32(running_mean), f32(running_var), N, C, HW, eps, gpu.device(),
+                                                gpu.stream()),
+                  cpu::batchnorm_backward_eval(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma),
+                                               f32(running_mean), f32(running_var), N, C, HW, eps));
   return dx;
 }
 
 // ---------------------------------------------------------------- element-wise
-Tensor relu_forward(const Tensor& x, Tensor* mask) {
-  require_cpu("relu", {&x});
-  require_f32_contig("relu", "input", x);
-  Tensor y = Tensor::empty(x.shape());
-  *mask = new_mask(x.numel());
-  cpu::relu_forward(y.data<float>(), mask_ptr(*mask), x.data<float>(), x.numel());
+namespace {
+enum class MaskOp { Relu, Relu6, AddRelu, Dropout };
+
+// y and a 1-bit mask from one input (ReLU, ReLU6) or two (add+ReLU).
+Tensor masked_forward(const char* op, MaskOp kind, const Tensor& a, const Tensor* b, Tensor* mask) {
+  const Device dev = op_device(op, {&a, b});
+  require_f32_contig(op, kind == MaskOp::AddRelu ? "a" : "input", a);
+  if (b) {
+    require_f32_contig(op, "b", *b);
+    ACTLAB_CHECK(a.shape() == b->shape(), op, ": shapes differ: ", a.str(), " vs ", b->str());
+  }
+  const int64_t n = a.numel();
+  Tensor y = Tensor::empty(a.shape(), DType::F32, dev);
+  *mask = new_mask(n, dev);
+  float* yp = f32(y);
+  uint32_t* m = mask_ptr(*mask);
+  const float* ap = f32(a);
+  const float* bp = b ? f32(*b) : nullptr;
+  if (kind == MaskOp::Relu) {
+    ACTLAB_DISPATCH(dev, cuda::relu_forward(yp, m, ap, n, gpu.stream()), cpu::relu_forward(yp, m, ap, n));
+  } else if (kind == MaskOp::Relu6) {
+    ACTLAB_DISPATCH(dev, cuda::relu6_forward(yp, m, ap, n, gpu.stream()), cpu::relu6_forward(yp, m, ap, n));
+  } else {
+    ACTLAB_DISPATCH(dev, cuda::add_relu_forward(yp, m, ap, bp, n, gpu.stream()),
+                    cpu::add_relu_forward(yp, m, ap, bp, n));
+  }
   return y;
 }
 
+// dx = mask bit ? dy·scale : 0: ReLU and ReLU6 (scale 1) and dropout (scale 1/(1-p)) backward.
+Tensor masked_backward(const char* op, MaskOp kind, const Tensor& dy, const Tensor& mask, float p) {
+  const Device dev = op_device(op, {&dy, &mask});
+  require_f32_contig(op, "grad", dy);
+  ACTLAB_CHECK(mask.dtype() == DType::I32 && mask.numel() == cpu::mask_words(dy.numel()), op, ": mask ", mask.str(),
+               " for a grad of ", dy.numel(), " elements");
+  Tensor dx = Tensor::empty(dy.shape(), DType::F32, dev);
+  float* dxp = f32(dx);
+  const float* dyp = f32(dy);
+  const uint32_t* m = mask_ptr(mask);
+  const int64_t n = dy.numel();
+  const float scale = kind != MaskOp::Dropout ? 1.f : p < 1.f ? 1.f / (1.f - p) : 0.f;
+  if (kind == MaskOp::Relu) {
+    ACTLAB_DISPATCH(dev, cuda::masked_scale(dxp, m, dyp, n, scale, gpu.stream()), cpu::relu_backward(dxp, m, dyp, n));
+  } else if (kind == MaskOp::Relu6) {
+    ACTLAB_DISPATCH(dev, cuda::masked_scale(dxp, m, dyp, n, scale, gpu.stream()), cpu::relu6_backward(dxp, m, dyp, n));
+  } else {
+    ACTLAB_DISPATCH(dev, cuda::masked_scale(dxp, m, dyp, n, scale, gpu.stream()),
+                    cpu::dropout_backward(dxp, m, dyp, n, p));
+  }
+  return dx;
+}
+}  // namespace
+
+Tensor relu_forward(const Tensor& x, Tensor* mask) { return masked_forward("relu", MaskOp::Relu, x, nullptr, mask); }
 Tensor relu_backward(const Tensor& dy, const Tensor& mask) {
-  require_f32_contig("relu_backward", "grad", dy);
-  Tensor dx = Tensor::empty(dy.shape());
-  cpu::relu_backward(dx.data<float>(), mask_ptr(mask), dy.data<float>(), dy.numel());
-  return dx;
+  return masked_backward("relu_backward", MaskOp::Relu, dy, mask, 0.f);
 }
-
-Tensor relu6_forward(const Tensor& x, Tensor* mask) {
-  require_cpu("relu6", {&x});
-  require_f32_contig("relu6", "input", x);
-  Tensor y = Tensor::empty(x.shape());
-  *mask = new_mask(x.numel());
-  cpu::relu6_forward(y.data<float>(), mask_ptr(*mask), x.data<float>(), x.numel());
-  return y;
-}
-
+Tensor relu6_forward(const Tensor& x, Tensor* mask) { return masked_forward("relu6", MaskOp::Relu6, x, nullptr, mask); }
 Tensor relu6_backward(const Tensor& dy, const Tensor& mask) {
-  require_f32_contig("relu6_backward", "grad", dy);
-  Tensor dx = Tensor::empty(dy.shape());
-  cpu::relu6_backward(dx.data<float>(), mask_ptr(mask), dy.data<float>(), dy.numel());
-  return dx;
+  return masked_backward("relu6_backward", MaskOp::Relu6, dy, mask, 0.f);
+}
+Tensor add_relu_forward(const Tensor& a, const Tensor& b, Tensor* mask) {
+  return masked_forward("add_relu", MaskOp::AddRelu, a, &b, mask);
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  require_cpu("add", {&a, &b});
+  const Device dev = op_device("add", {&a, &b});
   require_f32_contig("add", "a", a);
   require_f32_contig("add", "b", b);
   ACTLAB_CHECK(a.shape() == b.shape(), "add: shapes differ: ", a.str(), " vs ", b.str());
-  Tensor y = Tensor::empty(a.shape());
-  cpu::add(y.data<float>(), a.data<float>(), b.data<float>(), a.numel());
-  return y;
-}
-
-Tensor add_relu_forward(const Tensor& a, const Tensor& b, Tensor* mask) {
-  require_cpu("add_relu", {&a, &b});
-  require_f32_contig("add_relu", "a", a);
-  require_f32_contig("add_relu", "b", b);
-  ACTLAB_CHECK(a.shape() == b.shape(), "add_relu: shapes differ: ", a.str(), " vs ", b.str());
-  Tensor y = Tensor::empty(a.shape());
-  *mask = new_mask(a.numel());
-  cpu::add_relu_forward(y.data<float>(), mask_ptr(*mask), a.data<float>(), b.data<float>(), a.numel());
+  Tensor y = Tensor::empty(a.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::add(f32(y), f32(a), f32(b), a.numel(), gpu.stream()),
+                  cpu::add(f32(y), f32(a), f32(b), a.numel()));
   return y;
 }
 
 Tensor dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream, Tensor* keep_mask) {
-  require_cpu("dropout", {&x});
+  const Device dev = op_device("dropout", {&x});
   require_f32_contig("dropout", "input", x);
-  Tensor y = Tensor::empty(x.shape());
-  *keep_mask = new_mask(x.numel());
-  cpu::dropout_forward(y.data<float>(), mask_ptr(*keep_mask), x.data<float>(), x.numel(), p, seed, stream);
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  *keep_mask = new_mask(x.numel(), dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::dropout_forward(f32(y), mask_ptr(*keep_mask), f32(x), x.numel(), p, seed, stream, gpu.stream()),
+                  cpu::dropout_forward(f32(y), mask_ptr(*keep_mask), f32(x), x.numel(), p, seed, stream));
   return y;
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& keep_mask, float p) {
-  require_f32_contig("dropout_backward", "grad", dy);
-  Tensor dx = Tensor::empty(dy.shape());
-  cpu::dropout_backward(dx.data<float>(), mask_ptr(keep_mask), dy.data<float>(), dy.numel(), p);
-  return dx;
+  ACTLAB_CHECK(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got ", p);
+  return masked_backward("dropout_backward", MaskOp::Dropout, dy, keep_mask, p);
 }
 
 // ---------------------------------------------------------------- pooling
 Tensor maxpool2d_forward(const Tensor& x, const PoolParams& p, Tensor* argmax) {
-  require_cpu("max_pool2d", {&x});
+  const Device dev = op_device("max_pool2d", {&x});
   require_f32_contig("max_pool2d", "input", x);
   const cpu::Pool2dShape s = pool_shape(x.shape(), p);
-  Tensor y = Tensor::empty({s.N, s.C, s.P(), s.Q()});
-  *argmax = Tensor::empty({s.N, s.C, s.P(), s.Q()}, DType::U8);
-  cpu::maxpool2d_forward(y.data<float>(), argmax->data<uint8_t>(), x.data<float>(), s);
+  Tensor y = Tensor::empty({s.N, s.C, s.P(), s.Q()}, DType::F32, dev);
+  *argmax = Tensor::empty({s.N, s.C, s.P(), s.Q()}, DType::U8, dev);
+  ACTLAB_DISPATCH(dev, cuda::maxpool2d_forward(f32(y), argmax->data<uint8_t>(), f32(x), s, gpu.stream()),
+                  cpu::maxpool2d_forward(f32(y), argmax->data<uint8_t>(), f32(x), s));
   return y;
 }
 
 Tensor maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Shape& x_shape, const PoolParams& p) {
+  const Device dev = op_device("max_pool2d_backward", {&dy, &argmax});
   require_f32_contig("max_pool2d_backward", "grad", dy);
   const cpu::Pool2dShape s = pool_shape(x_shape, p);
-  Tensor dx = Tensor::empty(x_shape);
-  cpu::maxpool2d_backward(dx.data<float>(), dy.data<float>(), argmax.data<uint8_t>(), s);
+  Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::maxpool2d_backward(f32(dx), f32(dy), argmax.data<uint8_t>(), s, gpu.stream()),
+                  cpu::maxpool2d_backward(f32(dx), f32(dy), argmax.data<uint8_t>(), s));
   return dx;
 }
 
 Tensor avgpool2d_forward(const Tensor& x, const PoolParams& p) {
-  require_cpu("avg_pool2d", {&x});
+  const Device dev = op_device("avg_pool2d", {&x});
   require_f32_contig("avg_pool2d", "input", x);
   const cpu::Pool2dShape s = pool_shape(x.shape(), p);
-  Tensor y = Tensor::empty({s.N, s.C, s.P(), s.Q()});
-  cpu::avgpool2d_forward(y.data<float>(), x.data<float>(), s);
+  Tensor y = Tensor::empty({s.N, s.C, s.P(), s.Q()}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::avgpool2d_forward(f32(y), f32(x), s, gpu.stream()),
+                  cpu::avgpool2d_forward(f32(y), f32(x), s));
   return y;
 }
 
 Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape, const PoolParams& p) {
+  const Device dev = op_device("avg_pool2d_backward", {&dy});
   require_f32_contig("avg_pool2d_backward", "grad", dy);
   const cpu::Pool2dShape s = pool_shape(x_shape, p);
-  Tensor dx = Tensor::empty(x_shape);
-  cpu::avgpool2d_backward(dx.data<float>(), dy.data<float>(), s);
+  Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::avgpool2d_backward(f32(dx), f32(dy), s, gpu.stream()),
+                  cpu::avgpool2d_backward(f32(dx), f32(dy), s));
   return dx;
 }
 
 Tensor global_avgpool_forward(const Tensor& x) {
-  require_cpu("global_avg_pool", {&x});
+  const Device dev = op_device("global_avg_pool", {&x});
   require_f32_contig("global_avg_pool", "input", x);
   ACTLAB_CHECK(x.dim() == 4, "global_avg_pool: input must be (N,C,H,W), got ", x.str());
-  Tensor y = Tensor::empty({x.size(0), x.size(1)});
-  cpu::global_avgpool_forward(y.data<float>(), x.data<float>(), x.size(0), x.size(1), x.size(2) * x.size(3));
+  const int64_t N = x.size(0), C = x.size(1), HW = x.size(2) * x.size(3);
+  Tensor y = Tensor::empty({N, C}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::global_avgpool_forward(f32(y), f32(x), N, C, HW, gpu.stream()),
+                  cpu::global_avgpool_forward(f32(y), f32(x), N, C, HW));
   return y;
 }
 
 Tensor global_avgpool_backward(const Tensor& dy, const Shape& x_shape) {
+  const Device dev = op_device("global_avg_pool_backward", {&dy});
   require_f32_contig("global_avg_pool_backward", "grad", dy);
-  Tensor dx = Tensor::empty(x_shape);
-  cpu::global_avgpool_backward(dx.data<float>(), dy.data<float>(), x_shape[0], x_shape[1], x_shape[2] * x_shape[3]);
+  const int64_t N = x_shape[0], C = x_shape[1], HW = x_shape[2] * x_shape[3];
+  Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::global_avgpool_backward(f32(dx), f32(dy), N, C, HW, gpu.stream()),
+                  cpu::global_avgpool_backward(f32(dx), f32(dy), N, C, HW));
   return dx;
 }
 
 Tensor shortcut_pad_forward(const Tensor& x, int64_t stride, int64_t c_out) {
-  require_cpu("shortcut_pad", {&x});
+  const Device dev = op_device("shortcut_pad", {&x});
   require_f32_contig("shortcut_pad", "input", x);
   ACTLAB_CHECK(x.dim() == 4 && stride >= 1 && c_out >= x.size(1), "shortcut_pad: input ", x.str(), " stride ",
                stride, " to ", c_out, " channels");
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  Tensor y = Tensor::empty({N, c_out, (H + stride - 1) / stride, (W + stride - 1) / stride});
-  cpu::shortcut_pad_forward(y.data<float>(), x.data<float>(), N, C, H, W, stride, c_out);
+  Tensor y = Tensor::empty({N, c_out, (H + stride - 1) / stride, (W + stride - 1) / stride}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::shortcut_pad_forward(f32(y), f32(x), N, C, H, W, stride, c_out, gpu.stream()),
+                  cpu::shortcut_pad_forward(f32(y), f32(x), N, C, H, W, stride, c_out));
   return y;
 }
 
 Tensor shortcut_pad_backward(const Tensor& dy, const Shape& x_shape, int64_t stride) {
+  const Device dev = op_device("shortcut_pad_backward", {&dy});
   require_f32_contig("shortcut_pad_backward", "grad", dy);
-  Tensor dx = Tensor::empty(x_shape);
-  cpu::shortcut_pad_backward(dx.data<float>(), dy.data<float>(), x_shape[0], x_shape[1], x_shape[2], x_shape[3],
-                             stride, dy.size(1));
+  const int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+  Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::shortcut_pad_backward(f32(dx), f32(dy), N, C, H, W, stride, dy.size(1), gpu.stream()),
+                  cpu::shortcut_pad_backward(f32(dx), f32(dy), N, C, H, W, stride, dy.size(1)));
   return dx;
 }
 
 // ---------------------------------------------------------------- loss
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing, Tensor* probs) {
-  require_cpu("cross_entropy", {&logits, &labels});
+  const Device dev = op_device("cross_entropy", {&logits, &labels});
   require_f32_contig("cross_entropy", "logits", logits);
   ACTLAB_CHECK(logits.dim() == 2, "cross_entropy: logits must be (N,K), got ", logits.str());
   ACTLAB_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1 && labels.size(0) == logits.size(0),
@@ -385,34 +489,49 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, float s
   ACTLAB_CHECK(smoothing >= 0.f && smoothing <= 1.f, "cross_entropy: label smoothing must be in [0,1], got ",
                smoothing);
   const Tensor lab = labels.contiguous();
-  Tensor loss = Tensor::empty({1});
-  *probs = Tensor::empty(logits.shape());
-  cpu::softmax_cross_entropy_forward(loss.data<float>(), probs->data<float>(), logits.data<float>(),
-                                     lab.data<int64_t>(), logits.size(0), logits.size(1), smoothing);
+  Tensor loss = Tensor::empty({1}, DType::F32, dev);
+  *probs = Tensor::empty(logits.shape(), DType::F32, dev);
+  const int64_t N = logits.size(0), K = logits.size(1);
+  ACTLAB_DISPATCH(dev,
+                  cuda::softmax_cross_entropy_forward(f32(loss), f32(*probs), f32(logits), lab.data<int64_t>(), N, K,
+                                                      smoothing, gpu.device(), gpu.stream()),
+                  cpu::softmax_cross_entropy_forward(f32(loss), f32(*probs), f32(logits), lab.data<int64_t>(), N, K,
+                                                     smoothing));
   return loss;
 }
 
 Tensor cross_entropy_backward(const Tensor& probs, const Tensor& labels, float smoothing, float dloss) {
+  const Device dev = op_device("cross_entropy_backward", {&probs, &labels});
+  require_f32_contig("cross_entropy_backward", "probs", probs);
   const Tensor lab = labels.contiguous();
-  Tensor dlogits = Tensor::empty(probs.shape());
-  cpu::softmax_cross_entropy_backward(dlogits.data<float>(), probs.data<float>(), lab.data<int64_t>(),
-                                      probs.size(0), probs.size(1), smoothing, dloss);
+  const int64_t N = probs.size(0), K = probs.size(1);
+  Tensor dlogits = Tensor::empty(probs.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::softmax_cross_entropy_backward(f32(dlogits), f32(probs), lab.data<int64_t>(), N, K, smoothing,
+                                                       dloss, gpu.stream()),
+                  cpu::softmax_cross_entropy_backward(f32(dlogits), f32(probs), lab.data<int64_t>(), N, K, smoothing,
+                                                      dloss));
   return dlogits;
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
-  require_cpu("count_correct", {&logits, &labels});
+  const Device dev = op_device("count_correct", {&logits, &labels});
   const Tensor l = logits.contiguous();
   const Tensor lab = labels.contiguous();
   ACTLAB_CHECK(l.dim() == 2 && lab.dim() == 1 && lab.size(0) == l.size(0) && lab.dtype() == DType::I64,
                "count_correct: logits ", l.str(), " labels ", lab.str());
-  return cpu::top1_correct(l.data<float>(), lab.data<int64_t>(), l.size(0), l.size(1));
+  int64_t correct = 0;
+  ACTLAB_DISPATCH(dev,
+                  correct = cuda::top1_correct(f32(l), lab.data<int64_t>(), l.size(0), l.size(1), gpu.device(),
+                                               gpu.stream()),
+                  correct = cpu::top1_correct(f32(l), lab.data<int64_t>(), l.size(0), l.size(1)));
+  return correct;
 }
 
 // ---------------------------------------------------------------- optimizer
 void sgd_update_(Tensor& w, Tensor& momentum_buf, const Tensor& grad, float lr, float momentum, float dampening,
                  float weight_decay, bool nesterov, bool first_step) {
-  require_cpu("sgd_update", {&w, &momentum_buf, &grad});
+  const Device dev = op_device("sgd_update", {&w, &momentum_buf, &grad});
   require_f32_contig("sgd_update", "parameter", w);
   require_f32_contig("sgd_update", "gradient", grad);
   ACTLAB_CHECK(w.shape() == grad.shape(), "sgd_update: parameter ", w.str(), " vs gradient ", grad.str());
@@ -420,21 +539,65 @@ void sgd_update_(Tensor& w, Tensor& momentum_buf, const Tensor& grad, float lr, 
   if (momentum != 0.f) {
     ACTLAB_CHECK(momentum_buf.defined() && momentum_buf.shape() == w.shape(), "sgd_update: momentum buffer ",
                  momentum_buf.str(), " for ", w.str());
-    buf = momentum_buf.data<float>();
+    buf = f32(momentum_buf);
   }
-  cpu::sgd_update(w.data<float>(), buf, grad.data<float>(), w.numel(), lr, momentum, dampening, weight_decay,
-                  nesterov, first_step);
+  ACTLAB_DISPATCH(dev,
+                  cuda::sgd_update(f32(w), buf, f32(grad), w.numel(), lr, momentum, dampening, weight_decay, nesterov,
+                                   first_step, gpu.stream()),
+                  cpu::sgd_update(f32(w), buf, f32(grad), w.numel(), lr, momentum, dampening, weight_decay, nesterov,
+                                  first_step));
   w.storage()->bump_version();
 }
 
 bool all_finite(const Tensor& x) {
   const Tensor c = x.contiguous();
-  const float* p = c.data<float>();
   const int64_t n = c.numel();
+  if (c.device().is_cuda()) {
+    bool ok = true;
+    ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(c.device().index);
+                     ok = cuda::all_finite(f32(c), n, gpu.device(), gpu.stream()));
+    return ok;
+  }
+  const float* p = f32(c);
   bool ok = true;
 #pragma omp parallel for reduction(&& : ok) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(p[i]);
   return ok;
+}
+
+// ---------------------------------------------------------------- in-place helpers of Tensor
+// The CPU branches are Tensor's own loops (core/tensor.cpp), which call back here only for GPU tensors.
+void add_scaled_(Tensor& y, const Tensor& x, float alpha) {
+  const Device dev = op_device("add_", {&y, &x});
+  if (dev.is_cpu()) {
+    y.add_(x, alpha);
+    return;
+  }
+  require_f32_contig("add_", "destination", y);
+  require_f32_contig("add_", "source", x);
+  ACTLAB_CHECK(y.shape() == x.shape(), "add_: shape ", x.str(), " vs ", y.str());
+  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(dev.index); cuda::axpy(f32(y), f32(x), alpha, y.numel(), gpu.stream()));
+  y.storage()->bump_version();
+}
+
+void scale_(Tensor& y, float value) {
+  if (y.device().is_cpu()) {
+    y.mul_(value);
+    return;
+  }
+  require_f32_contig("mul_", "tensor", y);
+  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(y.device().index); cuda::scale(f32(y), value, y.numel(), gpu.stream()));
+  y.storage()->bump_version();
+}
+
+void fill_(Tensor& y, float value) {
+  if (y.device().is_cpu()) {
+    y.fill_(value);
+    return;
+  }
+  require_f32_contig("fill_", "tensor", y);
+  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(y.device().index); cuda::fill(f32(y), value, y.numel(), gpu.stream()));
+  y.storage()->bump_version();
 }
 
 }  // namespace actlab::ops

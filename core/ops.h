@@ -1,7 +1,9 @@
 // Device-agnostic tensor operations (no autograd): each checks shapes, allocates its outputs under
-// the current MemTagScope and dispatches to cpu:: (or, later, cuda::) in exactly one place.
-// The autograd functions (autograd/functions.h) are built on these.
-// Tested through tests/test_functions.cpp and the kernel suites.
+// the current MemTagScope on its inputs' device and dispatches to cpu:: or cuda:: in exactly one place
+// (core/ops.cpp). All tensors of one call must be on one device (else Error naming both); GPU calls are
+// asynchronous on the device's stream except those returning host values (count_correct, all_finite) and
+// cross_entropy_forward, which validates its labels. The autograd functions (autograd/functions.h) are
+// built on these. Tested through tests/test_functions.cpp, the kernel suites and tests/test_cuda_ops.cpp.
 #pragma once
 #include <cstdint>
 
@@ -77,5 +79,11 @@ void sgd_update_(Tensor& w, Tensor& momentum_buf, const Tensor& grad, float lr, 
 
 // True when every value of x is finite.
 bool all_finite(const Tensor& x);
+
+// In-place f32 arithmetic on a contiguous tensor of either device (Tensor::add_/mul_/fill_ call these for
+// GPU tensors; the CPU loops stay in core/tensor.cpp). Each bumps y's storage version.
+void add_scaled_(Tensor& y, const Tensor& x, float alpha);  // y += alpha·x, same shape and device
+void scale_(Tensor& y, float value);                         // y *= value
+void fill_(Tensor& y, float value);                          // y = value
 
 }  // namespace actlab::ops

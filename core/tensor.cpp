@@ -6,6 +6,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "core/ops.h"
+
 namespace actlab {
 namespace {
 std::atomic<uint64_t> g_storage_ids{1};
@@ -68,6 +70,16 @@ void Storage::retag(MemTag tag) {
   tracked_free(device_, data_, bytes_, tag_);
   data_ = fresh;
   tag_ = tag;
+}
+
+void Storage::move_to(Device device) {
+  if (device == device_) return;
+  void* fresh = tracked_allocate(device, bytes_, tag_);
+  copy_bytes(fresh, device, data_, device_, bytes_);
+  tracked_free(device_, data_, bytes_, tag_);
+  data_ = fresh;
+  device_ = device;
+  bump_version();
 }
 
 // ---------------------------------------------------------------- factories
@@ -273,7 +285,10 @@ std::vector<float> Tensor::to_vector() const {
 
 // ---------------------------------------------------------------- in-place
 Tensor& Tensor::fill_(float value) {
-  ACTLAB_CHECK(device().is_cpu(), "fill_ on ", device().str(), " is not supported here");
+  if (device().is_cuda()) {
+    ops::fill_(*this, value);
+    return *this;
+  }
   const int64_t n = numel();
   if (dtype_ == DType::F32 && is_contiguous()) {
     float* p = data<float>();
@@ -317,6 +332,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::add_(const Tensor& other, float alpha) {
+  if (device().is_cuda() || other.device().is_cuda()) {
+    ops::add_scaled_(*this, other, alpha);
+    return *this;
+  }
   ACTLAB_CHECK(other.shape_ == shape_, "add_: shape ", other.str(), " vs ", str());
   ACTLAB_CHECK(is_contiguous() && other.is_contiguous() && dtype_ == DType::F32 && other.dtype_ == DType::F32,
                "add_ needs contiguous f32 tensors, got ", str(), " and ", other.str());
@@ -330,6 +349,10 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
 }
 
 Tensor& Tensor::mul_(float value) {
+  if (device().is_cuda()) {
+    ops::scale_(*this, value);
+    return *this;
+  }
   ACTLAB_CHECK(is_contiguous() && dtype_ == DType::F32, "mul_ needs a contiguous f32 tensor, got ", str());
   float* p = data<float>();
   const int64_t n = numel();

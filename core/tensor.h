@@ -40,6 +40,10 @@ class Storage {
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
   // Re-tags the bytes (e.g. a fresh tensor that becomes a parameter). Moves the accounting.
   void retag(MemTag tag);
+  // Moves the bytes to `device` in place (same tag, new allocation there, old one freed), so every tensor
+  // sharing this storage now lives on `device`: how Module::to moves parameters and buffers that layers
+  // also hold by value. Bumps the version. A no-op when already there.
+  void move_to(Device device);
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
@@ -101,7 +105,7 @@ class Tensor {
   Tensor to(Device device) const;
   std::vector<float> to_vector() const;  // f32 only, logical order
 
-  // ---- in-place (bump the storage version)
+  // ---- in-place (bump the storage version); on a GPU: contiguous f32 only, queued on its stream
   Tensor& fill_(float value);
   Tensor& zero_() { return fill_(0.f); }
   Tensor& copy_(const Tensor& src);          // same shape; any strides

@@ -1,6 +1,8 @@
 // Module bookkeeping: registration, traversal, train/eval, the init random stream.
 #include "layers/module.h"
 
+#include <unordered_set>
+
 #include "core/allocator.h"
 
 namespace actlab {
@@ -84,6 +86,18 @@ void Module::train(bool on) {
 
 void Module::zero_grad() {
   for (auto& p : parameters()) p.zero_grad();
+}
+
+void Module::to(Device device) {
+  std::unordered_set<Storage*> moved;  // a storage shared by two names moves once
+  const auto move = [&](const Tensor& t) {
+    if (t.defined() && moved.insert(t.storage().get()).second) t.storage()->move_to(device);
+  };
+  for (const auto& p : named_parameters()) {
+    move(p.second.data());
+    move(p.second.impl()->grad);
+  }
+  for (const auto& b : named_buffers()) move(b.second);
 }
 
 namespace {

@@ -32,6 +32,11 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
   void zero_grad();
+  // Moves every parameter, gradient and buffer of this module and its children to `device`, in place
+  // (Storage::move_to): every handle sharing those storages follows — a layer's own reference to its
+  // buffers, an optimizer's parameter list. An optimizer's momentum buffers do not: move the model before
+  // the first optimizer step (or before restoring a checkpoint, which makes them on the parameters' device).
+  void to(Device device);
 
  protected:
   Variable& register_parameter(const std::string& name, Tensor value);

@@ -1,7 +1,8 @@
-// Tests of the CUDA backend's first brick: runtime discovery, the check macros, the caching allocator
-// (policy on any machine; cudaMalloc behaviour on a GPU), the per-device context and the fill kernel.
-// GPU cases print "no CUDA device: skipping ..." and return when no device is present; the cases that
-// need CUDA headers are compiled only in CUDA builds. Run: actlab_tests -tc='cuda*'.
+// Tests of the CUDA backend's foundation: runtime discovery, the check macros, the caching allocator
+// (policy on any machine; cudaMalloc behaviour on a GPU), pinned host-to-device staging, the per-device
+// context and the fill kernel. GPU cases print "SKIPPED: no CUDA device: ..." and return when no device is
+// present; the cases that need CUDA headers are compiled only in CUDA builds. Run: actlab_tests -tc='cuda*'.
+// The op and codec parity suites are tests/test_cuda_ops.cpp and tests/test_cuda_codec.cpp.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -27,7 +28,7 @@ namespace {
 // test output, so a skipped case is visible rather than a silent pass.
 bool gpu_or_skip(const char* what) {
   if (!cuda_available()) {
-    MESSAGE("no CUDA device: skipping " << std::string(what));
+    MESSAGE("SKIPPED: no CUDA device: " << std::string(what));
     return false;
   }
   cuda_init();
@@ -53,6 +54,21 @@ constexpr size_t kMiB = size_t(1) << 20;
 
 // ------------------------------------------------------------------ always run
 
+// One case whose only job is to say, in every test log, whether the GPU suites below really ran.
+TEST_CASE("cuda: device present") {
+  if (!cuda_available()) {
+#if defined(ACTLAB_WITH_CUDA)
+    MESSAGE("SKIPPED: no CUDA device (a CUDA build: every GPU case of this binary only reports its skip)");
+#else
+    MESSAGE("SKIPPED: no CUDA device (actlab was built without CUDA)");
+#endif
+    return;
+  }
+  cuda_init();
+  MESSAGE("CUDA device 0: " << cuda_device_name(0) << " (" << cuda_device_count() << " visible)");
+  CHECK(cuda_device_count() >= 1);
+}
+
 TEST_CASE("cuda runtime: availability is consistent and asking never crashes") {
   const int count = cuda_device_count();
   CHECK(count >= 0);
@@ -67,7 +83,7 @@ TEST_CASE("cuda runtime: availability is consistent and asking never crashes") {
     CHECK(contains(why, "CUDA requested but"));
     CHECK_FALSE(has_raw_allocator(DeviceType::CUDA));  // cuda_init failed, so nothing registered
     CHECK_THROWS_AS(Tensor::empty({4}, DType::F32, Device::cuda()), Error);
-    MESSAGE("no CUDA device: skipping the device-name and allocator-registration checks");
+    MESSAGE("no CUDA device: the device-name and allocator-registration checks do not apply");
     return;
   }
   cuda_init();
@@ -153,7 +169,7 @@ TEST_CASE("cuda check macros: a failing status throws Error with the call text a
 }
 #else
 TEST_CASE("cuda check macros: not compiled in a CPU-only build") {
-  MESSAGE("actlab built without CUDA: skipping the CUDA/cuBLAS/cuDNN check-macro tests");
+  MESSAGE("SKIPPED: no CUDA device (actlab built without CUDA): the CUDA/cuBLAS/cuDNN check-macro tests");
 }
 #endif
 
@@ -223,6 +239,35 @@ TEST_CASE("cuda tensor: host -> device -> device -> host round trip is exact") {
     const Tensor back = copy.to(Device::cpu());
     CHECK(back.device() == Device::cpu());
     CHECK(back.to_vector() == values);
+  }
+  CHECK(memory_stats(Device::cuda(0)).total.current == live);
+}
+
+TEST_CASE("cuda tensor: staged host-to-device copies own their bytes and stay in order") {
+  if (!gpu_or_skip("pinned staging of host-to-device copies")) return;
+  const int64_t live = memory_stats(Device::cuda(0)).total.current;
+  {
+    std::vector<float> values(4096);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    Tensor host = Tensor::from_vector(values, {4096});
+    // Several uploads back to back (more than the two staging buffers), each followed at once by a host
+    // write: every device copy must hold the bytes of its own moment.
+    std::vector<Tensor> uploads;
+    for (int k = 0; k < 5; ++k) {
+      uploads.push_back(host.to(Device::cuda(0)));
+      host.data<float>()[k] = -1.f - static_cast<float>(k);
+    }
+    for (int k = 0; k < 5; ++k) {
+      const std::vector<float> got = uploads[k].to_vector();
+      for (int j = 0; j < 5; ++j) REQUIRE(got[j] == (j < k ? -1.f - static_cast<float>(j) : static_cast<float>(j)));
+      CHECK(got[4095] == 4095.f);
+    }
+    // Above the staging limit the copy goes straight from pageable memory.
+    const int64_t big = (int64_t(64) << 20) / 4 + 1000;
+    Tensor large = Tensor::empty({big});
+    for (int64_t i = 0; i < big; i += 4099) large.data<float>()[i] = static_cast<float>(i % 977);
+    const std::vector<float> back = large.to(Device::cuda(0)).to_vector();
+    for (int64_t i = 0; i < big; i += 4099) REQUIRE(back[i] == static_cast<float>(i % 977));
   }
   CHECK(memory_stats(Device::cuda(0)).total.current == live);
 }
@@ -314,6 +359,6 @@ TEST_CASE("cuda context: handles are bound to the stream - the workspace grows a
 }
 #else
 TEST_CASE("cuda fill and context: not compiled in a CPU-only build") {
-  MESSAGE("actlab built without CUDA: skipping the fill-kernel and context tests");
+  MESSAGE("SKIPPED: no CUDA device (actlab built without CUDA): the fill-kernel and context tests");
 }
 #endif

@@ -1,10 +1,13 @@
 // The caching CUDA device allocator: the RawAllocator behind every tracked allocation on cuda:i.
 // Owns every cudaMalloc/cudaFree in actlab. Freed blocks stay cached per device and stream (policy in
-// core/cuda/allocator.h); reserved_bytes counts live + cached blocks. Tested in tests/test_cuda.cpp.
+// core/cuda/allocator.h); reserved_bytes counts live + cached blocks. Also owns the pinned staging buffers
+// of host-to-device copies. Tested in tests/test_cuda.cpp.
 #include "core/cuda/allocator.h"
 
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -24,6 +27,56 @@ struct DevicePool {
   BlockCache cache;
   std::unordered_map<void*, LiveBlock> live;
   int64_t reserved = 0;  // bytes held from cudaMalloc: live + cached blocks
+};
+
+// Host-to-device copies from pageable memory go through two pinned buffers per device, used in turn: the
+// caller's bytes are copied into a free buffer, the DMA is queued on the device's stream and the call
+// returns at once (the source may be freed or reused immediately: its bytes are already in the buffer).
+// A buffer is reused only after the event recorded behind its last DMA has completed, so an upload
+// overlaps the host's next work (e.g. assembling the next batch). Pinned memory is host memory, so it is
+// not counted in the device's statistics. Copies above kMaxStagedBytes go straight from pageable memory.
+class PinnedStaging {
+ public:
+  static constexpr size_t kMaxStagedBytes = size_t(64) << 20;
+
+  // Queues dst (device) <- src (pageable host), bytes <= kMaxStagedBytes, on `stream` of `device`.
+  void upload(void* dst, const void* src, size_t bytes, int device, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceSlots& d = slots_[device];
+    Slot& slot = d.slot[d.next];
+    d.next ^= 1;
+    DeviceGuard guard(device);
+    if (slot.done == nullptr) ACTLAB_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    if (slot.pending) ACTLAB_CUDA_CHECK(cudaEventSynchronize(slot.done));  // its last DMA has read it
+    slot.pending = false;
+    if (slot.size < bytes) {
+      if (slot.host != nullptr) ACTLAB_CUDA_CHECK(cudaFreeHost(slot.host));
+      slot.host = nullptr;
+      slot.size = 0;
+      const size_t size = (bytes + kGranule - 1) / kGranule * kGranule;
+      ACTLAB_CUDA_CHECK(cudaHostAlloc(&slot.host, size, cudaHostAllocDefault));
+      slot.size = size;
+    }
+    std::memcpy(slot.host, src, bytes);
+    ACTLAB_CUDA_CHECK(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream));
+    ACTLAB_CUDA_CHECK(cudaEventRecord(slot.done, stream));
+    slot.pending = true;
+  }
+
+ private:
+  static constexpr size_t kGranule = size_t(1) << 20;  // buffers grow in whole MiB
+  struct Slot {
+    void* host = nullptr;
+    size_t size = 0;
+    cudaEvent_t done = nullptr;  // recorded after the last DMA that read `host`
+    bool pending = false;
+  };
+  struct DeviceSlots {
+    std::array<Slot, 2> slot;
+    int next = 0;
+  };
+  std::mutex mutex_;
+  std::unordered_map<int, DeviceSlots> slots_;
 };
 
 class CachingAllocator final : public RawAllocator {
@@ -73,22 +126,29 @@ class CachingAllocator final : public RawAllocator {
     release_cached(pools_[device], device);
   }
 
-  // Host<->device and device<->device (same device) copies. Synchronous: returns once the bytes have
-  // landed. Queued on the device's actlab stream, not with plain cudaMemcpy: that stream is
-  // non-blocking, so a copy on the legacy default stream would not wait for the kernels that wrote src.
+  // Host<->device and device<->device (same device) copies, all on the device's actlab stream (it is
+  // non-blocking, so a copy on the legacy default stream would not wait for the kernels that wrote src).
+  //   host -> device: staged through pinned memory and asynchronous (see PinnedStaging); later work on
+  //     the stream sees the bytes, and any host read of them goes through a synchronizing copy.
+  //   device -> host: synchronous, returns once the bytes have landed.
+  //   device -> device: asynchronous, ordered by the stream like a kernel.
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                   size_t bytes) override {
     if (bytes == 0) return;
     const Device gpu = dst_device.is_cuda() ? dst_device : src_device;
+    ACTLAB_CHECK(!(dst_device.is_cuda() && src_device.is_cuda()) || dst_device == src_device, "copy from ",
+                 src_device.str(), " to ", dst_device.str(), ": copies between two GPUs are not supported yet");
+    cudaStream_t stream = current_stream(gpu.index);
+    if (src_device.is_cpu() && bytes <= PinnedStaging::kMaxStagedBytes) {
+      staging_.upload(dst, src, bytes, gpu.index, stream);
+      return;
+    }
     cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
     if (src_device.is_cpu()) kind = cudaMemcpyHostToDevice;
     if (dst_device.is_cpu()) kind = cudaMemcpyDeviceToHost;
-    ACTLAB_CHECK(kind != cudaMemcpyDeviceToDevice || dst_device == src_device, "copy from ",
-                 src_device.str(), " to ", dst_device.str(), ": copies between two GPUs are not supported yet");
-    cudaStream_t stream = current_stream(gpu.index);
     DeviceGuard guard(gpu.index);
     ACTLAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
-    ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (kind != cudaMemcpyDeviceToDevice) ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
  private:
@@ -121,6 +181,7 @@ class CachingAllocator final : public RawAllocator {
 
   mutable std::mutex mutex_;
   std::unordered_map<int, DevicePool> pools_;  // by device index
+  PinnedStaging staging_;
 };
 
 }  // namespace

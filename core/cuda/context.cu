@@ -69,6 +69,16 @@ void* CudaContext::workspace(size_t bytes) {
   return workspace_.data();
 }
 
+cublasHandle_t CudaContext::blas() {
+  if (blas_workspace_.size() == 0) {
+    // Not in the constructor: allocating on this device needs this context (the allocator asks for the
+    // stream), which is still being built there.
+    blas_workspace_ = Buffer(kBlasWorkspaceBytes, MemTag::Workspace, Device::cuda(device_));
+    ACTLAB_CUBLAS_CHECK(cublasSetWorkspace(cublas_.get(), blas_workspace_.data(), blas_workspace_.size()));
+  }
+  return cublas_.get();
+}
+
 void CudaContext::synchronize() const { ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
 
 CudaContext& cuda_context(int device) {

@@ -43,6 +43,9 @@ class CudaContext {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
   cublasHandle_t cublas() const { return cublas_.get(); }  // bound to stream()
+  // cublas() with its own tracked workspace installed (MemTag::Workspace, kBlasWorkspaceBytes, allocated
+  // on the first call), so cuBLAS never allocates device memory behind the tracker. GEMM callers use this.
+  cublasHandle_t blas();
 #if defined(ACTLAB_WITH_CUDNN)
   cudnnHandle_t cudnn() const { return cudnn_.get(); }     // bound to stream()
 #endif
@@ -63,6 +66,9 @@ class CudaContext {
   struct CudnnDeleter { void operator()(std::remove_pointer_t<cudnnHandle_t>* h) const; };
 #endif
 
+  // What cuBLAS recommends on Hopper (and what PyTorch gives it there): 32 MiB.
+  static constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+
   int device_;
   // Declaration order is release order reversed: workspace first, then handles, then the stream.
   std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> stream_;
@@ -71,6 +77,7 @@ class CudaContext {
   std::unique_ptr<std::remove_pointer_t<cudnnHandle_t>, CudnnDeleter> cudnn_;
 #endif
   Buffer workspace_;
+  Buffer blas_workspace_;  // separate from workspace_: cuBLAS keeps the pointer across calls
 };
 
 // The context of cuda:`device`, created on first use (calls actlab::cuda_init()). Throws Error when
@@ -79,5 +86,20 @@ CudaContext& cuda_context(int device);
 
 // cuda_context(device).stream(): the stream all of actlab's work on `device` is queued on.
 cudaStream_t current_stream(int device);
+
+// What one op on cuda:`device` needs for its duration: the device's context (created on first use) and
+// the device made current (kernels launch on the current device). Opened by every CUDA branch of
+// core/ops.cpp and compress/policies.cpp.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) : ctx_(cuda_context(device)), guard_(device) {}
+  CudaContext& ctx() const { return ctx_; }
+  cudaStream_t stream() const { return ctx_.stream(); }
+  int device() const { return ctx_.device(); }
+
+ private:
+  CudaContext& ctx_;  // first: cuda_context() says clearly when the device does not exist
+  DeviceGuard guard_;
+};
 
 }  // namespace actlab::cuda

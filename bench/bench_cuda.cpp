@@ -1,0 +1,276 @@
+// bench_cuda: the GPU numbers of scripts/gpu-check.sh. (1) Bandwidth: device-to-device copy, and the
+// fused codec kernels (pack / unpack) on ResNet-18 CIFAR activation shapes at batch 256, as bytes read +
+// written per second and as a fraction of the copy's. (2) Training: median img/s of a full ResNet-18
+// step (forward, loss, backward, SGD) on random inputs on cuda:0 per policy, with the activation memory
+// (reference §5: allocator bytes live after forward + loss, minus before, minus logits and loss, plus the
+// input) and the step's peak tracked and reserved bytes. Prints tables; --json writes one JSON object.
+// Builds everywhere; without CUDA (build or device) it prints "no CUDA" and exits 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "autograd/saved_tensor.h"
+#include "autograd/tape.h"
+#include "compress/policy.h"
+#include "core/cuda/runtime.h"
+#include "layers/optim/sgd.h"
+#include "models/registry.h"
+#include "train/cli.h"
+
+#if defined(ACTLAB_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "compress/codec_cuda.h"
+#include "core/cuda/check.h"
+#include "core/cuda/conv.h"
+#include "core/cuda/context.h"
+#endif
+
+using namespace actlab;
+
+namespace {
+
+#if defined(ACTLAB_WITH_CUDA)
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+double mib(int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+
+// Median seconds of `reps` runs of f() on the device stream, timed by CUDA events after one warm-up run.
+template <typename F>
+double time_on_stream(int reps, F f) {
+  cuda::CudaContext& ctx = cuda::cuda_context(0);
+  cudaEvent_t start, stop;
+  ACTLAB_CUDA_CHECK(cudaEventCreate(&start));
+  ACTLAB_CUDA_CHECK(cudaEventCreate(&stop));
+  f();
+  std::vector<double> ts;
+  for (int r = 0; r < reps; ++r) {
+    ACTLAB_CUDA_CHECK(cudaEventRecord(start, ctx.stream()));
+    f();
+    ACTLAB_CUDA_CHECK(cudaEventRecord(stop, ctx.stream()));
+    ACTLAB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    ACTLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    ts.push_back(ms * 1e-3);
+  }
+  ACTLAB_CUDA_CHECK(cudaEventDestroy(start));
+  ACTLAB_CUDA_CHECK(cudaEventDestroy(stop));
+  return median(ts);
+}
+
+struct KernelRow {
+  std::string name;
+  double gbps = 0, of_copy = 0;
+};
+
+// Device-to-device copy of 256 MiB: GB/s counting bytes read + written.
+double copy_bandwidth(std::vector<KernelRow>& rows) {
+  const int64_t n = int64_t(64) << 20;  // floats
+  const Tensor src = Tensor::zeros({n}, DType::F32, Device::cuda(0));
+  Tensor dst = Tensor::empty({n}, DType::F32, Device::cuda(0));
+  const double s = time_on_stream(20, [&] { dst.copy_(src); });
+  const double gbps = 2.0 * static_cast<double>(src.nbytes()) / s / 1e9;
+  rows.push_back({"copy d2d 256 MiB", gbps, 1.0});
+  return gbps;
+}
+
+// division:B=8,Q=2 (or quant with B = 0) pack and unpack of one (N,C,H,W) activation.
+void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t block, int bits, double copy_gbps) {
+  const bool with_lfc = block > 0;
+  const PlaneGeometry g = make_plane_geometry(shape[0] * shape[1], shape[2], shape[3], with_lfc ? block : 1, bits);
+  const Device gpu = Device::cuda(0);
+  PhiloxStream rng(1, 2);
+  const Tensor x = Tensor::randn(shape, rng).to(gpu);
+  Tensor lfc = Tensor::empty({with_lfc ? g.planes * g.lfc_elems() * 2 : 1}, DType::U8, gpu);
+  Tensor codes = Tensor::empty({g.planes * g.code_bytes_per_plane()}, DType::U8, gpu);
+  Tensor ranges = Tensor::empty({g.planes * 4}, DType::U8, gpu);
+  Tensor out = Tensor::empty(shape, DType::F32, gpu);
+  auto* lp = with_lfc ? reinterpret_cast<uint16_t*>(lfc.data<uint8_t>()) : nullptr;
+  auto* mins = reinterpret_cast<uint16_t*>(ranges.data<uint8_t>());
+  uint16_t* steps = mins + g.planes;
+  const double packed = static_cast<double>((with_lfc ? g.planes * g.lfc_elems() * 2 : 0) + codes.nbytes() +
+                                            g.planes * 4);
+  const double raw = static_cast<double>(x.nbytes());
+  const double pack_s = time_on_stream(20, [&] {
+    cuda::plane_pack(lp, codes.data<uint8_t>(), mins, steps, nullptr, x.data<float>(), g, with_lfc, 7, 8, 0);
+  });
+  const double unpack_s = time_on_stream(20, [&] {
+    cuda::plane_unpack(out.data<float>(), lp, codes.data<uint8_t>(), mins, steps, g, 0);
+  });
+  const std::string tag = (with_lfc ? "division B=" + std::to_string(block) : std::string("quant")) + " Q=" +
+                          std::to_string(bits) + " " + shape_str(shape);
+  const double pack_gbps = (raw + packed) / pack_s / 1e9, unpack_gbps = (raw + packed) / unpack_s / 1e9;
+  rows.push_back({"pack   " + tag, pack_gbps, pack_gbps / copy_gbps});
+  rows.push_back({"unpack " + tag, unpack_gbps, unpack_gbps / copy_gbps});
+}
+
+std::string run_kernels() {
+  std::vector<KernelRow> rows;
+  const double copy_gbps = copy_bandwidth(rows);
+  for (const Shape& s : {Shape{256, 64, 32, 32}, Shape{256, 128, 16, 16}, Shape{256, 256, 8, 8}, Shape{256, 512, 4, 4}})
+    codec_bandwidth(rows, s, 8, 2, copy_gbps);
+  codec_bandwidth(rows, {256, 64, 32, 32}, 0, 2, copy_gbps);
+  std::printf("\n%-48s %10s %10s\n", "kernel (bytes read + written)", "GB/s", "of copy");
+  std::string json = "[";
+  for (const KernelRow& r : rows) {
+    std::printf("%-48s %10.1f %9.0f%%\n", r.name.c_str(), r.gbps, 100.0 * r.of_copy);
+    json += std::string(json.size() > 1 ? "," : "") + "{\"kernel\":\"" + r.name + "\",\"gbps\":" +
+            std::to_string(r.gbps) + ",\"of_copy\":" + std::to_string(r.of_copy) + "}";
+  }
+  std::fflush(stdout);
+  return json + "]";
+}
+
+struct TrainRow {
+  std::string policy;
+  double img_s = 0, best_img_s = 0;
+  int64_t steps = 0, activation = 0, peak = 0, reserved_peak = 0;
+};
+
+int64_t live_excluding_data(const MemoryStats& s) { return s.total.current - s[MemTag::Data].current; }
+
+// One policy: warm-up steps (cuDNN selects algorithms then), then timed steps; every step ends with the
+// loss read back, so the host waits for the GPU and wall time is the step time.
+TrainRow run_policy(const FlagParser& flags, const std::string& policy) {
+  const Device gpu = Device::cuda(0);
+  const int64_t B = flags.get_int("batch");
+  seed_init(0);
+  set_pack_seed(0);
+  auto model = make_model({flags.get("model"), 3, 10, 32});
+  model->to(gpu);
+  Sgd opt(model->parameters(), {0.01f, 0.9f, 0.f, 5e-4f, false});
+  const PolicySet set(parse_policy(policy));
+  PhiloxStream rng(0, 5);
+  Tensor x, y;
+  {
+    MemTagScope tag(MemTag::Data);
+    x = Tensor::randn({B, 3, 32, 32}, rng).to(gpu);
+    Tensor labels = Tensor::empty({B}, DType::I64);
+    for (int64_t i = 0; i < B; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(10));
+    y = labels.to(gpu);
+  }
+  TrainRow row{policy};
+  int64_t step_index = 0;
+  const auto step = [&] {
+    set_pack_step(static_cast<uint64_t>(step_index++));
+    reset_peak(gpu);
+    const int64_t before = live_excluding_data(memory_stats(gpu));
+    Variable logits, loss;
+    {
+      ActivationCacheScope scope(set);
+      MemTagScope tag(MemTag::Activation);
+      logits = (*model)(Variable(x));
+      loss = cross_entropy(logits, y);
+    }
+    row.activation = live_excluding_data(memory_stats(gpu)) - before - static_cast<int64_t>(logits.data().nbytes()) -
+                     static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(x.nbytes());
+    logits = Variable();
+    opt.zero_grad();
+    {
+      MemTagScope tag(MemTag::Activation);
+      backward(loss);
+    }
+    opt.step();
+    (void)loss.data().item();  // waits for the step
+    const MemoryStats s = memory_stats(gpu);
+    row.peak = s.total.peak;
+    row.reserved_peak = s.reserved_peak;
+  };
+  CacheStats::global().set_enabled(false);
+  for (int64_t i = 0; i < flags.get_int("warmup"); ++i) step();
+  empty_cache(gpu);  // drop what warm-up cached (cuDNN's algorithm search workspace): reserved = steady state
+  std::vector<double> ts;
+  double total = 0;
+  while (static_cast<int64_t>(ts.size()) < flags.get_int("steps") ||
+         (total < flags.get_float("min-time") && static_cast<int64_t>(ts.size()) < flags.get_int("max-steps"))) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    total += ts.back();
+  }
+  CacheStats::global().set_enabled(true);
+  row.img_s = static_cast<double>(B) / median(ts);
+  row.best_img_s = static_cast<double>(B) / *std::min_element(ts.begin(), ts.end());
+  row.steps = static_cast<int64_t>(ts.size());
+  return row;
+}
+
+std::string run_training(const FlagParser& flags) {
+  cuda::math_options().allow_tf32 = flags.get_bool("tf32");
+  cuda::math_options().benchmark = flags.get_bool("cudnn-benchmark");
+  std::printf("\n%s, batch %lld, tf32 %s, cuDNN benchmark %s\n", flags.get("model").c_str(),
+              static_cast<long long>(flags.get_int("batch")), flags.get_bool("tf32") ? "on" : "off",
+              flags.get_bool("cudnn-benchmark") ? "on" : "off");
+  std::printf("%-22s %10s %10s %6s %14s %12s %14s\n", "policy", "img/s", "best", "steps", "activation MiB",
+              "peak MiB", "reserved MiB");
+  std::string json = "[";
+  for (const std::string& policy : split_list(flags.get("policies"), ';')) {
+    const TrainRow r = run_policy(flags, policy);
+    std::printf("%-22s %10.1f %10.1f %6lld %14.1f %12.1f %14.1f\n", r.policy.c_str(), r.img_s, r.best_img_s,
+                static_cast<long long>(r.steps), mib(r.activation), mib(r.peak), mib(r.reserved_peak));
+    std::fflush(stdout);
+    json += std::string(json.size() > 1 ? "," : "") + "{\"policy\":\"" + r.policy + "\",\"img_per_s\":" +
+            std::to_string(r.img_s) + ",\"activation_bytes\":" + std::to_string(r.activation) +
+            ",\"peak_bytes\":" + std::to_string(r.peak) + ",\"reserved_peak_bytes\":" +
+            std::to_string(r.reserved_peak) + ",\"steps\":" + std::to_string(r.steps) + "}";
+  }
+  return json + "]";
+}
+
+#endif  // ACTLAB_WITH_CUDA
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FlagParser flags("bench_cuda", "GPU bandwidth of copies and codec kernels; ResNet training throughput per policy.");
+  flags.add("what", "string", "kernels,train", "what to run: kernels, train or both (comma-separated)");
+  flags.add("model", "string", "resnet18", "model for the training benchmark");
+  flags.add("batch", "int", "256", "batch size");
+  flags.add("policies", "string", "exact;division:B=8,Q=2", "policies separated by ';'");
+  flags.add("warmup", "int", "3", "warm-up steps");
+  flags.add("steps", "int", "10", "minimum timed steps");
+  flags.add("min-time", "float", "5", "keep timing until this many seconds");
+  flags.add("max-steps", "int", "200", "at most this many timed steps");
+  flags.add("tf32", "bool", "false", "TF32 tensor cores for convolutions and GEMMs");
+  flags.add("cudnn-benchmark", "bool", "true", "time cuDNN's algorithms per shape (like cudnn.benchmark)");
+  flags.add("json", "string", "", "also write the results as one JSON object to this file");
+  try {
+    if (!flags.parse(argc, argv)) {
+      std::printf("%s", flags.help().c_str());
+      return 0;
+    }
+#if !defined(ACTLAB_WITH_CUDA)
+    std::printf("no CUDA: actlab was built without the CUDA backend\n");
+    return 0;
+#else
+    if (!cuda_available()) {
+      std::printf("no CUDA: no usable CUDA device\n");
+      return 0;
+    }
+    cuda_init();
+    std::printf("device: %s\n", cuda_device_name(0).c_str());
+    const std::vector<std::string> what = split_list(flags.get("what"), ',');
+    const auto wants = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
+    std::string json = "{\"device\":\"" + cuda_device_name(0) + "\"";
+    if (wants("kernels")) json += ",\"kernels\":" + run_kernels();
+    if (wants("train")) json += ",\"train\":" + run_training(flags);
+    json += "}\n";
+    if (!flags.get("json").empty()) {
+      FILE* f = std::fopen(flags.get("json").c_str(), "w");
+      ACTLAB_CHECK(f != nullptr, "cannot write '", flags.get("json"), "'");
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
+    return 0;
+#endif
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda: error: %s\n", e.what());
+    return 2;
+  }
+}

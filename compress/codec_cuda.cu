@@ -1,0 +1,380 @@
+// CUDA kernels of the activation codec (compress/codec_cuda.h). A "team" of 1-32 consecutive lanes of a
+// warp (a power of two, sized to the plane) owns one plane (or group) for the whole pass:
+//   pack:   LFC block sums (lanes split the blocks; sums in codec.h's order) -> __syncwarp -> residual and
+//           min/max keys per 8-element chunk -> team shuffle reduction -> quant_params -> residual again,
+//           16-bit Philox uniforms (one Philox block per aligned chunk) -> codes -> Q bytes per chunk.
+//   unpack: per chunk, Q bytes -> codes -> LFC↑ + dequantized codes.
+// An 8-element chunk starting at element 8c of a plane covers exactly bytes [cQ, cQ + Q) of the plane's
+// LSB-first code run, so lanes write disjoint bytes. Every value is computed by codec.h's ACTLAB_HD
+// functions in the CPU's order (no FMA can change a result: the only product, code·step, is exact), so
+// the bytes equal compress/codec_cpu.cpp's. Tested in tests/test_cuda_codec.cpp.
+#include <cuda_runtime.h>
+
+#include "compress/codec_cuda.h"
+#include "core/allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/context.h"
+#include "core/cuda/launch.h"
+
+namespace actlab::cuda {
+namespace {
+
+constexpr int kChunk = 8;                  // elements per lane step: one Philox block holds 8 uniforms
+constexpr int kCodecThreads = 256;         // threads per block; teams never straddle a warp
+constexpr int64_t kMaxMapEntries = 8192;   // up-sampling maps of H + W entries live in shared memory
+
+// The geometry as plain values for device code (PlaneGeometry's helpers are host functions).
+struct Planes {
+  int64_t planes, H, W, lh, lw, bh, bw, E, LE, code_bytes;
+  int bits;
+};
+Planes planes_of(const PlaneGeometry& g) {
+  return {g.planes, g.height, g.width, g.lfc_h, g.lfc_w, g.block_h, g.block_w, g.plane_elems(), g.lfc_elems(),
+          g.code_bytes_per_plane(), g.bits};
+}
+
+// ---------------------------------------------------------------- teams
+struct Team {
+  int size;      // lanes, a power of two <= 32
+  int lane;      // this thread's lane in the team
+  int64_t item;  // the plane or group this team owns (may be past the end: then the team only idles)
+};
+__device__ __forceinline__ Team my_team(int size) {
+  const int per_block = blockDim.x / size;
+  return {size, static_cast<int>(threadIdx.x) % size,
+          static_cast<int64_t>(blockIdx.x) * per_block + static_cast<int>(threadIdx.x) / size};
+}
+// Min / max of v over the team. All 32 lanes of the warp must call (teams of a warp are aligned segments).
+__device__ __forceinline__ void team_min_max(int32_t& lo, int32_t& hi, int size) {
+  for (int offset = size / 2; offset > 0; offset >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset, size));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset, size));
+  }
+}
+int team_size_for(int64_t chunks) {
+  int size = 1;
+  while (size < 32 && size < chunks) size <<= 1;
+  return size;
+}
+int team_blocks(int64_t items, int team_size) {
+  const int64_t per_block = kCodecThreads / team_size;
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  ACTLAB_CHECK(blocks <= INT32_MAX, "codec: ", items, " planes/groups are more than one grid holds");
+  return static_cast<int>(blocks);
+}
+
+// ---------------------------------------------------------------- random numbers
+__device__ __forceinline__ Philox4 philox_block(uint64_t seed, uint64_t stream, uint64_t block) {
+  const Philox4 c{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(stream),
+                   static_cast<uint32_t>(stream >> 32)}};
+  return philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+// philox_bits16's extraction of index idx from its block r (word (idx >> 1) & 3, half idx & 1).
+__device__ __forceinline__ uint32_t bits16_of(const Philox4& r, uint64_t idx) {
+  const uint32_t k = static_cast<uint32_t>(idx >> 1) & 3u;
+  const uint32_t word = k == 0 ? r.v[0] : k == 1 ? r.v[1] : k == 2 ? r.v[2] : r.v[3];
+  return (word >> ((idx & 1) * 16)) & 0xFFFFu;
+}
+// u[j] = philox_uniform16(seed, stream, base + j) for j < count (<= 8): one Philox block when base is a
+// multiple of 8 (every chunk of a plane whose size is), else the two blocks the chunk straddles.
+__device__ __forceinline__ void uniforms8(float (&u)[kChunk], uint64_t seed, uint64_t stream, uint64_t base,
+                                          int count) {
+  const uint64_t b0 = base >> 3;
+  const Philox4 first = philox_block(seed, stream, b0);
+  if ((base & 7) == 0) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) u[j] = uniform16((first.v[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu);
+    return;
+  }
+  const Philox4 second = ((base + count - 1) >> 3) != b0 ? philox_block(seed, stream, b0 + 1) : first;
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) {
+    const uint64_t idx = base + j;
+    u[j] = uniform16(bits16_of((idx >> 3) == b0 ? first : second, idx));
+  }
+}
+
+// ---------------------------------------------------------------- plane helpers
+// map[0..H) = source LFC row of each plane row, map[H..H+W) = source column (nearest rule), built by the
+// block when `use` (a kernel-uniform flag); every thread of the block must call.
+__device__ void load_maps(int32_t* map, const Planes& g, bool use) {
+  if (use) {
+    for (int64_t i = threadIdx.x; i < g.H; i += blockDim.x) map[i] = static_cast<int32_t>(nearest_source(i, g.lh, g.H));
+    for (int64_t i = threadIdx.x; i < g.W; i += blockDim.x)
+      map[g.H + i] = static_cast<int32_t>(nearest_source(i, g.lw, g.W));
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ int64_t src_row(const int32_t* map, bool use, const Planes& g, int64_t h) {
+  return use ? map[h] : nearest_source(h, g.lh, g.H);
+}
+__device__ __forceinline__ int64_t src_col(const int32_t* map, bool use, const Planes& g, int64_t w) {
+  return use ? map[g.H + w] : nearest_source(w, g.lw, g.W);
+}
+
+// lfc[k] = bf16 mean of block k of plane xp, k split over the team; codec.h's summation order: per block
+// column the rows top to bottom, then the column sums left to right.
+__device__ void pool_plane(uint16_t* lfc, const float* xp, const Planes& g, const Team& t) {
+  for (int64_t k = t.lane; k < g.LE; k += t.size) {
+    const int64_t i = k / g.lw, j = k % g.lw;
+    const float* top = xp + i * g.bh * g.W + j * g.bw;
+    float sum = 0.f;
+    for (int64_t b = 0; b < g.bw; ++b) {
+      float col = top[b];
+      for (int64_t r = 1; r < g.bh; ++r) col += top[r * g.W + b];
+      sum = b == 0 ? col : sum + col;
+    }
+    lfc[k] = lfc_from_sum(sum, g.bh * g.bw);
+  }
+}
+
+// v[j] = x - LFC↑ (or x itself without LFC) for the chunk of plane elements [e0, e0 + n); returns n.
+__device__ __forceinline__ int chunk_values(float (&v)[kChunk], const float* xp, const uint16_t* lp, const Planes& g,
+                                            bool with_lfc, const int32_t* map, bool use_map, int64_t e0) {
+  const int n = static_cast<int>(min64(kChunk, g.E - e0));
+  int64_t h = e0 / g.W, w = e0 % g.W;
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) {
+    if (j < n) {
+      float value = xp[e0 + j];
+      if (with_lfc) value = value - bf16_to_float(lp[src_row(map, use_map, g, h) * g.lw + src_col(map, use_map, g, w)]);
+      v[j] = value;
+      if (++w == g.W) w = 0, ++h;
+    }
+  }
+  return n;
+}
+
+// Writes the first n (< = 8) codes of a chunk, packed LSB first, as ceil(n·bits/8) bytes at dst.
+__device__ __forceinline__ void store_codes(uint8_t* dst, uint64_t word, int n, int bits) {
+  const int bytes = (n * bits + 7) / 8;
+  for (int k = 0; k < bytes; ++k) dst[k] = static_cast<uint8_t>(word >> (8 * k));
+}
+__device__ __forceinline__ uint64_t load_codes(const uint8_t* src, int n, int bits) {
+  const int bytes = (n * bits + 7) / 8;
+  uint64_t word = 0;
+  for (int k = 0; k < bytes; ++k) word |= static_cast<uint64_t>(src[k]) << (8 * k);
+  return word;
+}
+
+// ---------------------------------------------------------------- plane kernels
+struct PlanePackArgs {
+  uint16_t* lfc;  // the LFC: the pack's section or scratch (with_lfc only)
+  uint8_t* codes;
+  uint16_t* mins;
+  uint16_t* steps;
+  float* residual;
+  const float* x;
+  Planes g;
+  bool with_lfc, use_map;
+  uint64_t seed, stream;
+};
+
+__global__ void plane_pack_kernel(PlanePackArgs a, int team_size) {
+  extern __shared__ int32_t pack_map[];
+  const Planes& g = a.g;
+  load_maps(pack_map, g, a.with_lfc && a.use_map);
+  const Team t = my_team(team_size);
+  const bool active = t.item < g.planes;
+  const int64_t p = t.item, chunks = (g.E + kChunk - 1) / kChunk;
+  const float* xp = a.x + (active ? p * g.E : 0);
+  uint16_t* lp = a.with_lfc ? a.lfc + (active ? p * g.LE : 0) : nullptr;
+  if (active && a.with_lfc) pool_plane(lp, xp, g, t);
+  __syncwarp();  // the team's LFC writes are visible to every lane before the residual reads them
+  if (!a.codes && !a.residual) return;  // lfc: the pool alone
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  float v[kChunk];
+  for (int64_t c = active ? t.lane : chunks; c < chunks; c += t.size) {
+    const int n = chunk_values(v, xp, lp, g, a.with_lfc, pack_map, a.use_map, c * kChunk);
+    for (int j = 0; j < n; ++j) {
+      if (a.residual) a.residual[p * g.E + c * kChunk + j] = v[j];
+      const int32_t key = float_order_key(v[j]);
+      lo = min(lo, key);
+      hi = max(hi, key);
+    }
+  }
+  if (!a.codes) return;
+  team_min_max(lo, hi, t.size);
+  if (!active) return;
+  uint16_t min_bits, step_bits;
+  quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
+  if (t.lane == 0) a.mins[p] = min_bits, a.steps[p] = step_bits;
+  const float min_value = bf16_to_float(min_bits), step = bf16_to_float(step_bits);
+  const int levels = quant_levels(g.bits);
+  for (int64_t c = t.lane; c < chunks; c += t.size) {
+    const int n = chunk_values(v, xp, lp, g, a.with_lfc, pack_map, a.use_map, c * kChunk);
+    float u[kChunk];
+    uniforms8(u, a.seed, a.stream, static_cast<uint64_t>(p * g.E + c * kChunk), n);
+    uint64_t word = 0;
+    for (int j = 0; j < n; ++j)
+      word |= static_cast<uint64_t>(stochastic_code(v[j], min_value, step, u[j], levels)) << (j * g.bits);
+    store_codes(a.codes + p * g.code_bytes + c * g.bits, word, n, g.bits);
+  }
+}
+
+struct PlaneUnpackArgs {
+  float* out;
+  const uint16_t* lfc;  // nullptr: no LFC term
+  const uint8_t* codes;  // nullptr: no code term
+  const uint16_t* mins;
+  const uint16_t* steps;
+  Planes g;
+  bool use_map;
+};
+
+__global__ void plane_unpack_kernel(PlaneUnpackArgs a, int team_size) {
+  extern __shared__ int32_t unpack_map[];
+  const Planes& g = a.g;
+  load_maps(unpack_map, g, a.lfc && a.use_map);
+  const Team t = my_team(team_size);
+  if (t.item >= g.planes) return;  // no team-wide operation follows
+  const int64_t p = t.item, chunks = (g.E + kChunk - 1) / kChunk;
+  const uint16_t* lp = a.lfc ? a.lfc + p * g.LE : nullptr;
+  const float min_value = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
+  const uint32_t levels = a.codes ? static_cast<uint32_t>(quant_levels(g.bits)) : 0u;
+  float* op = a.out + p * g.E;
+  for (int64_t c = t.lane; c < chunks; c += t.size) {
+    const int64_t e0 = c * kChunk;
+    const int n = static_cast<int>(min64(kChunk, g.E - e0));
+    const uint64_t word = a.codes ? load_codes(a.codes + p * g.code_bytes + c * g.bits, n, g.bits) : 0;
+    int64_t h = e0 / g.W, w = e0 % g.W;
+    for (int j = 0; j < n; ++j) {
+      const uint32_t code = static_cast<uint32_t>(word >> (j * g.bits)) & levels;
+      float value;
+      if (lp) {
+        const int64_t k = src_row(unpack_map, a.use_map, g, h) * g.lw + src_col(unpack_map, a.use_map, g, w);
+        const float up = bf16_to_float(lp[k]);
+        value = a.codes ? up + dequantize(code, min_value, step) : up;  // the CPU's expression
+      } else {
+        value = dequantize(code, min_value, step);
+      }
+      op[e0 + j] = value;
+      if (++w == g.W) w = 0, ++h;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- group kernels
+struct Groups {
+  int64_t groups, per_sample, D, G, code_bytes;
+  int bits;
+};
+Groups groups_of(const GroupGeometry& g) {
+  return {g.groups(), g.groups_per_sample(), g.sample_elems, g.group_size, g.code_bytes_per_group(), g.bits};
+}
+
+__global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, Groups g,
+                                  uint64_t seed, uint64_t stream, int team_size) {
+  const Team t = my_team(team_size);
+  const bool active = t.item < g.groups;
+  const int64_t k = active ? t.item : 0;
+  const int64_t begin = (k % g.per_sample) * g.G, count = min64(g.G, g.D - begin);
+  const int64_t base = (k / g.per_sample) * g.D + begin;  // the group's first element in x
+  const int64_t chunks = (g.G + kChunk - 1) / kChunk;
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  for (int64_t e = active ? t.lane : count; e < count; e += t.size) {
+    const int32_t key = float_order_key(x[base + e]);
+    lo = min(lo, key);
+    hi = max(hi, key);
+  }
+  team_min_max(lo, hi, t.size);
+  if (!active) return;
+  if (count < g.G) lo = min(lo, float_order_key(0.f)), hi = max(hi, float_order_key(0.f));  // zero padding
+  uint16_t min_bits, step_bits;
+  quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
+  if (t.lane == 0) mins[k] = min_bits, steps[k] = step_bits;
+  const float min_value = bf16_to_float(min_bits), step = bf16_to_float(step_bits);
+  const int levels = quant_levels(g.bits);
+  for (int64_t c = t.lane; c < chunks; c += t.size) {
+    const int64_t e0 = c * kChunk;
+    const int real = static_cast<int>(max64(0, min64(kChunk, count - e0)));  // padding: code 0
+    uint64_t word = 0;
+    if (real > 0) {
+      float u[kChunk];
+      uniforms8(u, seed, stream, static_cast<uint64_t>(base + e0), real);
+      for (int j = 0; j < real; ++j)
+        word |= static_cast<uint64_t>(stochastic_code(x[base + e0 + j], min_value, step, u[j], levels)) << (j * g.bits);
+    }
+    store_codes(codes + k * g.code_bytes + c * g.bits, word, static_cast<int>(min64(kChunk, g.G - e0)), g.bits);
+  }
+}
+
+__global__ void group_unpack_kernel(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
+                                    Groups g, int team_size) {
+  const Team t = my_team(team_size);
+  if (t.item >= g.groups) return;
+  const int64_t k = t.item;
+  const int64_t begin = (k % g.per_sample) * g.G, count = min64(g.G, g.D - begin);
+  const int64_t base = (k / g.per_sample) * g.D + begin;
+  const float min_value = bf16_to_float(mins[k]), step = bf16_to_float(steps[k]);
+  const uint32_t levels = static_cast<uint32_t>(quant_levels(g.bits));
+  for (int64_t c = t.lane; c * kChunk < count; c += t.size) {
+    const int64_t e0 = c * kChunk;
+    const int n = static_cast<int>(min64(kChunk, count - e0));
+    const uint64_t word = load_codes(codes + k * g.code_bytes + c * g.bits, n, g.bits);
+    for (int j = 0; j < n; ++j)
+      out[base + e0 + j] = dequantize(static_cast<uint32_t>(word >> (j * g.bits)) & levels, min_value, step);
+  }
+}
+
+void check_bits(int bits) {
+  ACTLAB_CHECK(bits == 1 || bits == 2 || bits == 4 || bits == 8, "codec: bit width must be 1, 2, 4 or 8, got ", bits);
+}
+
+}  // namespace
+
+void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual, const float* x,
+                const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream, int device) {
+  if (g.planes == 0) return;
+  if (codes) check_bits(g.bits);
+  DeviceScope gpu(device);
+  PlanePackArgs a{lfc, codes, mins, steps, residual, x, planes_of(g), with_lfc, g.height + g.width <= kMaxMapEntries,
+                  seed, stream};
+  Buffer lfc_scratch;  // the LFC of codecs that use it without storing it (hfc), freed in stream order
+  if (with_lfc && lfc == nullptr) {
+    lfc_scratch = Buffer(static_cast<size_t>(g.planes * g.lfc_elems()) * sizeof(uint16_t), MemTag::Workspace,
+                         Device::cuda(device));
+    a.lfc = lfc_scratch.as<uint16_t>();
+  }
+  const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
+  const size_t shared = with_lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
+  plane_pack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                  const uint16_t* steps, const PlaneGeometry& g, int device) {
+  if (g.planes == 0) return;
+  ACTLAB_CHECK(lfc || codes, "codec: plane_unpack needs an LFC or codes");
+  if (codes) check_bits(g.bits);
+  DeviceScope gpu(device);
+  const PlaneUnpackArgs a{out, lfc, codes, mins, steps, planes_of(g), g.height + g.width <= kMaxMapEntries};
+  const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
+  const size_t shared = lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
+  plane_unpack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
+                uint64_t seed, uint64_t stream, int device) {
+  if (g.groups() == 0) return;
+  check_bits(g.bits);
+  DeviceScope gpu(device);
+  const int team = team_size_for((g.group_size + kChunk - 1) / kChunk);
+  group_pack_kernel<<<team_blocks(g.groups(), team), kCodecThreads, 0, gpu.stream()>>>(codes, mins, steps, x,
+                                                                                     groups_of(g), seed, stream, team);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void group_unpack(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
+                  const GroupGeometry& g, int device) {
+  if (g.groups() == 0) return;
+  check_bits(g.bits);
+  DeviceScope gpu(device);
+  const int team = team_size_for((g.group_size + kChunk - 1) / kChunk);
+  group_unpack_kernel<<<team_blocks(g.groups(), team), kCodecThreads, 0, gpu.stream()>>>(out, codes, mins, steps,
+                                                                                       groups_of(g), team);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace actlab::cuda

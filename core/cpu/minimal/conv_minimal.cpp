@@ -1,0 +1,88 @@
+// The CPU convolution of a minimal build (ACTLAB_GPU_CHECK: no oneDNN on the machine): the conv.h fast-path
+// API served by the reference loops of conv_ref.cpp, parallel over images with OpenMP. Only the CMake
+// option compiles this file (core/cpu/minimal/ is not globbed otherwise); it replaces core/cpu/conv.cpp.
+// It is the CPU reference the CUDA parity suites (tests/test_cuda_*.cpp) compare against on a GPU host.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/cpu/conv.h"
+#include "core/error.h"
+
+namespace actlab::cpu {
+
+std::string ConvShape::str() const {
+  std::ostringstream os;
+  os << "N=" << N << " C=" << C << " H=" << H << " W=" << W << " K=" << K << " R=" << R << " S=" << S
+     << " stride=" << stride_h << "x" << stride_w << " pad=" << pad_h << "x" << pad_w << " groups=" << groups;
+  return os.str();
+}
+
+void check_conv_shape(const ConvShape& s) {
+  ACTLAB_CHECK(s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0 && s.K > 0 && s.R > 0 && s.S > 0,
+               "conv2d: sizes must be positive: ", s.str());
+  ACTLAB_CHECK(s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
+               "conv2d: strides must be >= 1 and pads >= 0: ", s.str());
+  ACTLAB_CHECK(s.groups >= 1 && s.C % s.groups == 0 && s.K % s.groups == 0,
+               "conv2d: groups must divide C and K: ", s.str());
+  ACTLAB_CHECK(s.H + 2 * s.pad_h >= s.R && s.W + 2 * s.pad_w >= s.S,
+               "conv2d: kernel larger than the padded input: ", s.str());
+}
+
+const char* conv_impl_name(ConvImpl impl) { return impl == ConvImpl::Auto ? "auto" : "reference"; }
+
+ConvImpl conv_impl_from_name(const std::string& name) {
+  ACTLAB_CHECK(name == "auto", "conv implementation '", name, "' is not available in a minimal build (only auto)");
+  return ConvImpl::Auto;
+}
+
+namespace {
+ConvShape one_image(const ConvShape& s) {
+  ConvShape one = s;
+  one.N = 1;
+  return one;
+}
+}  // namespace
+
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s, ConvImpl) {
+  check_conv_shape(s);
+  const ConvShape one = one_image(s);
+  const int64_t x_image = s.C * s.H * s.W, y_image = s.K * s.P() * s.Q();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < s.N; ++n) conv2d_forward_ref(y + n * y_image, x + n * x_image, w, b, one);
+}
+
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s, ConvImpl) {
+  check_conv_shape(s);
+  const ConvShape one = one_image(s);
+  const int64_t x_image = s.C * s.H * s.W, y_image = s.K * s.P() * s.Q();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < s.N; ++n) conv2d_backward_data_ref(dx + n * x_image, dy + n * y_image, w, one);
+}
+
+// Per-image weight gradients in parallel, then added image by image (a fixed order).
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x, const ConvShape& s, ConvImpl) {
+  check_conv_shape(s);
+  const ConvShape one = one_image(s);
+  const int64_t x_image = s.C * s.H * s.W, y_image = s.K * s.P() * s.Q();
+  const int64_t w_size = s.K * (s.C / s.groups) * s.R * s.S;
+  std::vector<float> dw_part(static_cast<size_t>(s.N * w_size)), db_part(static_cast<size_t>(s.N * s.K));
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < s.N; ++n)
+    conv2d_backward_weight_ref(dw_part.data() + n * w_size, db ? db_part.data() + n * s.K : nullptr,
+                               dy + n * y_image, x + n * x_image, one);
+  for (int64_t i = 0; i < w_size; ++i) {
+    double sum = 0.0;
+    for (int64_t n = 0; n < s.N; ++n) sum += dw_part[n * w_size + i];
+    dw[i] = static_cast<float>(sum);
+  }
+  for (int64_t k = 0; db && k < s.K; ++k) {
+    double sum = 0.0;
+    for (int64_t n = 0; n < s.N; ++n) sum += db_part[n * s.K + k];
+    db[k] = static_cast<float>(sum);
+  }
+}
+
+void conv_clear_cache() {}
+
+}  // namespace actlab::cpu

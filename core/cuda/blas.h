@@ -1,0 +1,24 @@
+// Fully-connected layers on the GPU: cuBLAS SGEMM for the products plus small kernels for the bias and
+// its gradient. Row-major contracts identical to the CPU path of core/ops.cpp (linear_*). Implemented in
+// core/cuda/blas.cu; called only from core/ops.cpp. Tested in tests/test_cuda_ops.cpp.
+#pragma once
+#include <cstdint>
+
+#include "core/cuda/context.h"
+
+namespace actlab::cuda {
+
+// All pointers: device memory of ctx's device, row-major contiguous fp32; outputs assigned, never aliasing
+// inputs; asynchronous on ctx.stream(). TF32 follows math_options().allow_tf32 (core/cuda/conv.h).
+
+// y (N,M) = x (N,D) · w (M,D)ᵀ + b (M); b may be nullptr.
+void linear_forward(CudaContext& ctx, float* y, const float* x, const float* w, const float* b, int64_t N, int64_t D,
+                    int64_t M);
+// dx (N,D) = dy (N,M) · w (M,D).
+void linear_backward_data(CudaContext& ctx, float* dx, const float* dy, const float* w, int64_t N, int64_t M,
+                          int64_t D);
+// dw (M,D) = dy (N,M)ᵀ · x (N,D); db (M) = Σ_n dy[n, :] (rows added in order) unless db is nullptr.
+void linear_backward_weight(CudaContext& ctx, float* dw, float* db, const float* dy, const float* x, int64_t N,
+                            int64_t M, int64_t D);
+
+}  // namespace actlab::cuda

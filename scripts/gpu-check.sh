@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# gpu-check.sh: everything actlab's CUDA backend must show on a bare GPU host (x86-64, nvcc + CMake + ninja +
+# PyTorch with its pip cuDNN/cuBLAS, no Debian packages, no network), in one run of at most ~8 minutes:
+#   1. configure a minimal CUDA build (-DACTLAB_GPU_CHECK=ON: no oneDNN/stb/zlib; doctest from a carried
+#      copy) against the cuDNN (and, if the toolkit lacks it, cuBLAS) of PyTorch's pip packages, build
+#      actlab_tests and bench_cuda;
+#   2. run the CUDA suites (actlab_tests -tc='cuda*': CPU-vs-GPU parity of every op and codec);
+#   3. bench_cuda: copy and codec-kernel bandwidth, ResNet-18 CIFAR batch 256 training under exact and
+#      division:B=8,Q=2 (img/s, activation memory, peak memory);
+#   4. scripts/gpu_torch_bench.py: the same model and step in PyTorch;
+#   5. write $OUT/table.md (and logs, JSON) — every step's log is kept even when a step fails.
+# Usage: OUT=/some/dir scripts/gpu-check.sh   (env: DOCTEST_DIR, CUDNN_ROOT, CUBLAS_ROOT, BUILD, JOBS)
+# Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
+# doctest copy: $DOCTEST_DIR/doctest/doctest.h, default build-cuda/gpu-deps/doctest/doctest.h (318 KB).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-check-out}
+BUILD=${BUILD:-/tmp/actlab-gpu-check-build}
+JOBS=${JOBS:-$(nproc)}
+mkdir -p "$OUT"
+START=$(date +%s)
+STATUS=0
+log() { echo "[gpu-check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.log"; }
+fail() { log "FAILED: $*"; STATUS=1; }
+
+log "repo $ROOT, build $BUILD, output $OUT, $JOBS jobs"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
+  > "$OUT/nvidia-smi.csv" 2>&1
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+[ -x "$NVCC" ] || { fail "no nvcc"; exit 1; }
+CUDA_HOME=$(cd "$(dirname "$NVCC")/.." && pwd)
+"$NVCC" --version | tail -1 | tee -a "$OUT/summary.log"
+
+# ---- where PyTorch's pip packages keep cuDNN / cuBLAS (nvidia.* are namespace packages: use __path__)
+pip_root() { python3 -c "import importlib; m = importlib.import_module('$1'); print(list(m.__path__)[0])" 2>/dev/null; }
+CUDNN_ROOT=${CUDNN_ROOT:-$(pip_root nvidia.cudnn)}
+CMAKE_EXTRA=()
+LIBPATH=""
+if [ -n "$CUDNN_ROOT" ] && [ -f "$CUDNN_ROOT/include/cudnn.h" ]; then
+  CUDNN_LIB=$(ls "$CUDNN_ROOT"/lib/libcudnn.so* 2>/dev/null | sort | head -1)
+  CMAKE_EXTRA+=(-DCUDNN_INCLUDE_DIR="$CUDNN_ROOT/include" -DCUDNN_LIBRARY="$CUDNN_LIB")
+  LIBPATH="$CUDNN_ROOT/lib"
+  log "cuDNN: $CUDNN_LIB"
+else
+  log "cuDNN: not found in pip packages; relying on the toolkit (convolutions fail without it)"
+fi
+if ! ls "$CUDA_HOME"/lib64/libcublas.so* >/dev/null 2>&1; then
+  CUBLAS_ROOT=${CUBLAS_ROOT:-$(pip_root nvidia.cublas)}
+  if [ -n "$CUBLAS_ROOT" ]; then
+    CMAKE_EXTRA+=(-DCUDA_cublas_LIBRARY="$(ls "$CUBLAS_ROOT"/lib/libcublas.so* | sort | head -1)"
+                  -DCUDA_cublasLt_LIBRARY="$(ls "$CUBLAS_ROOT"/lib/libcublasLt.so* | sort | head -1)"
+                  -DCMAKE_CXX_FLAGS="-I$CUBLAS_ROOT/include" -DCMAKE_CUDA_FLAGS="-I$CUBLAS_ROOT/include")
+    LIBPATH="$LIBPATH:$CUBLAS_ROOT/lib"
+    log "cuBLAS: from pip ($CUBLAS_ROOT)"
+  else
+    fail "cuBLAS: neither in $CUDA_HOME/lib64 nor in pip packages"
+  fi
+fi
+export LD_LIBRARY_PATH="${LIBPATH}:${CUDA_HOME}/lib64:${LD_LIBRARY_PATH:-}"
+
+DOCTEST_DIR=${DOCTEST_DIR:-$ROOT/build-cuda/gpu-deps}
+[ -f "$DOCTEST_DIR/doctest/doctest.h" ] || DOCTEST_DIR=/usr/include
+[ -f "$DOCTEST_DIR/doctest/doctest.h" ] || fail "no doctest/doctest.h (set DOCTEST_DIR)"
+
+if ! grep -q ACTLAB_GPU_CHECK "$ROOT/CMakeLists.txt"; then
+  log "CMakeLists.txt has no ACTLAB_GPU_CHECK: applying build-cuda/cmake.patch"
+  (cd "$ROOT" && (git apply build-cuda/cmake.patch 2>/dev/null || patch -p1 < build-cuda/cmake.patch)) \
+    > "$OUT/patch.log" 2>&1 || fail "could not apply build-cuda/cmake.patch (see patch.log)"
+fi
+
+# ---- 1. configure and build
+log "configure"
+timeout 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTLAB_GPU_CHECK=ON \
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" \
+  -DACTLAB_DOCTEST_DIR="$DOCTEST_DIR" "${CMAKE_EXTRA[@]}" > "$OUT/configure.log" 2>&1 \
+  || fail "configure (see configure.log)"
+log "build"
+timeout 300 ninja -C "$BUILD" -j"$JOBS" actlab_tests bench_cuda > "$OUT/build.log" 2>&1 \
+  || fail "build (see build.log; tail below)"
+tail -5 "$OUT/build.log"
+
+# ---- 2. the CUDA suites
+if [ -x "$BUILD/actlab_tests" ]; then
+  log "tests: actlab_tests -tc='cuda*'"
+  timeout 150 "$BUILD/actlab_tests" -tc='cuda*' > "$OUT/tests.log" 2>&1 || fail "CUDA test suites (see tests.log)"
+  grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log" | tee -a "$OUT/summary.log"
+  if grep -q "SKIPPED: no CUDA device" "$OUT/tests.log"; then fail "the GPU suites were skipped: no device seen"; fi
+fi
+
+# ---- 3. actlab benchmarks, 4. PyTorch
+if [ -x "$BUILD/bench_cuda" ]; then
+  log "bench_cuda (kernels, ResNet-18 b256: exact, division:B=8,Q=2)"
+  timeout 150 "$BUILD/bench_cuda" --json "$OUT/bench_cuda.json" > "$OUT/bench_cuda.log" 2>&1 \
+    || fail "bench_cuda (see bench_cuda.log)"
+  cat "$OUT/bench_cuda.log"
+fi
+log "PyTorch ResNet-18 b256"
+timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 \
+  || fail "gpu_torch_bench.py (see torch.log)"
+cat "$OUT/torch.log"
+
+# ---- 5. one table
+python3 - "$OUT" <<'EOF' || fail "table"
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    path = os.path.join(out, name)
+    return json.load(open(path)) if os.path.exists(path) else {}
+a, t = load("bench_cuda.json"), load("torch.json")
+mib = 1024.0 * 1024.0
+lines = ["# actlab GPU check: %s" % a.get("device", t.get("device", "?")), "",
+         "ResNet-18 CIFAR, batch 256, fp32 (no TF32), cuDNN benchmark mode, median of timed steps.", "",
+         "| framework / policy | img/s | activation MiB | peak MiB | reserved peak MiB |", "|---|---|---|---|---|"]
+for r in a.get("train", []):
+    lines.append("| actlab %s | %.0f | %.1f | %.1f | %.1f |" % (r["policy"], r["img_per_s"], r["activation_bytes"] / mib,
+                                                            r["peak_bytes"] / mib, r["reserved_peak_bytes"] / mib))
+if t:
+    lines.append("| %s (exact) | %.0f | %.1f | %.1f | %.1f |" % (t["framework"], t["img_per_s"], t["activation_bytes"] / mib,
+                                                              t["peak_bytes"] / mib, t["reserved_peak_bytes"] / mib))
+lines += ["", "| kernel (bytes read + written) | GB/s | of copy (target >= 70% for pack/unpack) |", "|---|---|---|"]
+for k in a.get("kernels", []):
+    lines.append("| %s | %.0f | %.0f%% |" % (k["kernel"], k["gbps"], 100 * k["of_copy"]))
+open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF
+log "done, status $STATUS (0 = every step passed); results in $OUT"
+exit $STATUS

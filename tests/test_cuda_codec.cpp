@@ -1,0 +1,154 @@
+// CPU vs CUDA parity of the activation codecs and of training on the device: for every policy and many
+// shapes (planes whose size is not a multiple of 8, pooling remainders, 2-D and 3-D views, groups that do
+// not divide the sample, planes too wide for the shared-memory maps) the packed bytes made on the GPU equal
+// the CPU's for the same (seed, stream), and so do the unpacked tensors; then a ResNet-20 forward and
+// backward under division:B=8,Q=2 on cuda:0 tracks the CPU's (loss, packed bytes, gradients). Without a
+// GPU every case prints "SKIPPED: no CUDA device: ..." and returns. Run: actlab_tests -tc='cuda codec*'.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "autograd/saved_tensor.h"
+#include "autograd/tape.h"
+#include "compress/codec_cuda.h"
+#include "compress/exact.h"
+#include "compress/policies.h"
+#include "models/registry.h"
+#include "tests/test_cuda_util.h"
+
+using namespace actlab;
+using namespace actlab::testing;
+
+namespace {
+
+const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {3, 5, 7, 7}, {2, 4, 9, 13}, {4, 6, 4, 4},  {2, 3, 6, 10},
+                                    {3, 5, 1, 6},   {5, 37},      {2, 3, 50},    {2, 2, 56, 56}, {2, 8300},
+                                    {4, 3, 1, 1},   {7}};
+const char* kPolicies[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
+                           "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
+                           "pergroup:G=12,Q=1"};
+
+// Every byte a pack holds until backward, whatever its kind.
+const Tensor& pack_bytes(const Packed& p) {
+  if (const auto* planes = dynamic_cast<const PackedPlanes*>(&p)) return planes->buffer();
+  if (const auto* groups = dynamic_cast<const PackedGroups*>(&p)) return groups->buffer();
+  return dynamic_cast<const PackedPassthrough&>(p).tensor();
+}
+
+}  // namespace
+
+TEST_CASE("cuda codec: every policy packs the same bytes on CPU and GPU and unpacks the same values") {
+  if (!gpu_or_skip("codec parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    uint64_t stream = 1;
+    for (const char* spec : kPolicies) {
+      const auto policy = parse_policy(spec);
+      for (const Shape& shape : kShapes) {
+        const std::string what = std::string(spec) + " " + shape_str(shape);
+        PhiloxStream rng(stream, 3);
+        const Tensor x = Tensor::randn(shape, rng, 0.3f, 1.f);
+        const PackContext ctx{1234, stream++};
+        const auto cpu_pack = policy->pack(x, {}, ctx);
+        const auto gpu_pack = policy->pack(x.to(gpu()), {}, ctx);
+        CHECK(gpu_pack->nbytes() == cpu_pack->nbytes());
+        CHECK(pack_bytes(*gpu_pack).device() == gpu());
+        check_same_bytes(pack_bytes(*cpu_pack), pack_bytes(*gpu_pack), what + " packed bytes");
+        const Tensor cpu_out = policy->unpack(*cpu_pack, {}), gpu_out = policy->unpack(*gpu_pack, {});
+        CHECK(gpu_out.device() == gpu());
+        check_same_bytes(cpu_out, gpu_out, what + " unpacked");
+      }
+    }
+  }
+  live.check();
+}
+
+TEST_CASE("cuda codec: packs on the GPU are tagged ActivationPacked there and hold the closed-form bytes") {
+  if (!gpu_or_skip("ActivationPacked accounting on cuda:0")) return;
+  const int64_t packed_before = memory_stats(gpu())[MemTag::ActivationPacked].current;
+  {
+    const auto policy = parse_policy("division:B=8,Q=2");
+    const Shape shape{8, 16, 32, 32};
+    const Tensor x = uniform(shape, 3).to(gpu());
+    std::unique_ptr<Packed> pack;
+    {
+      MemTagScope tag(MemTag::ActivationPacked);  // how SavedTensor calls a lossy policy
+      pack = policy->pack(x, {}, {1, 2});
+    }
+    CHECK(pack->nbytes() == policy->expected_bytes(shape));
+    CHECK(memory_stats(gpu())[MemTag::ActivationPacked].current - packed_before == int64_t(pack->nbytes()));
+  }
+  CHECK(memory_stats(gpu())[MemTag::ActivationPacked].current == packed_before);
+}
+
+TEST_CASE("cuda codec: the raw kernels match the CPU on a batch of odd planes") {
+  if (!gpu_or_skip("raw codec kernels")) return;
+  const PlaneGeometry g = make_plane_geometry(6, 11, 5, 4, 4);  // 55 elements: chunks straddle Philox blocks
+  const Tensor x = uniform({g.planes, g.height, g.width}, 9);
+  const int64_t lfc_n = g.planes * g.lfc_elems(), code_n = g.planes * g.code_bytes_per_plane();
+  const auto raw = [&](Device d) {  // u8 tensors hold the bf16 sections as raw bytes
+    Tensor lfc = Tensor::empty({2 * lfc_n}, DType::U8, d), codes = Tensor::zeros({code_n}, DType::U8, d);
+    Tensor mins = Tensor::empty({2 * g.planes}, DType::U8, d), steps = Tensor::empty({2 * g.planes}, DType::U8, d);
+    const Tensor xd = x.to(d);
+    auto* lp = reinterpret_cast<uint16_t*>(lfc.data<uint8_t>());
+    auto* mp = reinterpret_cast<uint16_t*>(mins.data<uint8_t>());
+    auto* sp = reinterpret_cast<uint16_t*>(steps.data<uint8_t>());
+    if (d.is_cuda()) {
+      cuda::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6, d.index);
+    } else {
+      cpu::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6);
+    }
+    return std::vector<Tensor>{codes, lfc, mins, steps};
+  };
+  const std::vector<Tensor> want = raw(Device::cpu()), got = raw(gpu());
+  check_same_bytes(want[0], got[0], "codes");
+  check_same_bytes(want[1], got[1], "lfc");
+  check_same_bytes(want[2], got[2], "mins");
+  check_same_bytes(want[3], got[3], "steps");
+}
+
+TEST_CASE("cuda codec: a ResNet-20 step under division:B=8,Q=2 on cuda:0 tracks the CPU step") {
+  if (!gpu_or_skip("a ResNet-20 training step on cuda:0")) return;
+  const auto make = [] {
+    seed_init(5);
+    return make_model({"resnet20", 3, 10, 32});
+  };
+  auto cpu_model = make(), gpu_model = make();
+  gpu_model->to(gpu());
+  const Tensor x = uniform({4, 3, 32, 32}, 11);
+  Tensor labels = Tensor::empty({4}, DType::I64);
+  for (int64_t i = 0; i < 4; ++i) labels.data<int64_t>()[i] = (3 * i + 1) % 10;
+  const PolicySet policies(parse_policy("division:B=8,Q=2"));
+  // Forward + backward; returns the loss and the ActivationPacked bytes held after forward.
+  const auto step = [&](Module& model, Device d) {
+    Tape::current().clear();  // resets the per-step pack counter: both runs draw the same streams
+    set_pack_seed(17);
+    set_pack_step(0);
+    const int64_t packed_before = memory_stats(d)[MemTag::ActivationPacked].current;
+    Variable loss;
+    int64_t packed = 0;
+    {
+      ActivationCacheScope scope(policies);
+      MemTagScope tag(MemTag::Activation);
+      loss = cross_entropy(model(Variable(x.to(d))), labels.to(d));
+      packed = memory_stats(d)[MemTag::ActivationPacked].current - packed_before;
+    }
+    model.zero_grad();
+    backward(loss);
+    CHECK(memory_stats(d)[MemTag::ActivationPacked].current == packed_before);  // released during backward
+    return std::make_pair(loss.data().to(Device::cpu()), packed);
+  };
+  const auto cpu_step = step(*cpu_model, Device::cpu());
+  const auto gpu_step = step(*gpu_model, gpu());
+  check_close(cpu_step.first, gpu_step.first, 1e-4, "loss");
+  CHECK(gpu_step.second == cpu_step.second);  // the same packs (sizes are the closed forms of the same shapes)
+  CHECK(gpu_step.second > 0);
+  // Gradients through the decompressed activations: close, not equal — a conv's last-bit difference can
+  // move a stochastic code across its threshold (one step of that element) or a plane's bf16 min. A wrong
+  // layout or index would be off by O(1).
+  const auto cpu_params = cpu_model->named_parameters(), gpu_params = gpu_model->named_parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    check_close(cpu_params[i].second.grad(), gpu_params[i].second.grad(), 2e-2, "grad of " + cpu_params[i].first);
+}

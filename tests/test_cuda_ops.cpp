@@ -1,0 +1,353 @@
+// CPU vs CUDA parity of every op of core/ops.h: the same random inputs go through both backends and the
+// results are compared — bit for bit where the kernels promise the CPU's arithmetic (masks, argmax,
+// ReLU/add/dropout, pooling gathers, shortcut), to fp32 rounding elsewhere (cuDNN/cuBLAS, reductions) —
+// plus mixed-device refusal, in-place tensor ops, Module::to and the conv plan cache. Without a GPU
+// every case prints "SKIPPED: no CUDA device: ..." and returns. Run: actlab_tests -tc='cuda ops*'.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "autograd/tape.h"
+#include "core/ops.h"
+#include "layers/layers.h"
+#include "tests/test_cuda_util.h"
+
+#if defined(ACTLAB_WITH_CUDA)
+#include "core/cuda/conv.h"
+#endif
+
+using namespace actlab;
+using namespace actlab::testing;
+
+namespace {
+
+// Runs f(device) on the CPU and on cuda:0 with inputs moved there, returning both results.
+// Convolutions are compared to 1e-4 of the largest value: cuDNN may pick Winograd or FFT algorithms,
+// whose fp32 error is larger than a direct sum's; a layout or indexing bug is off by O(1).
+struct Pair {
+  Tensor cpu, cuda;
+};
+template <typename F>
+Pair both(F f) {
+  return {f(Device::cpu()), f(gpu())};
+}
+
+Tensor on(const Tensor& t, Device d) { return t.to(d); }
+
+void check_conv(const ops::ConvParams& p, const Shape& x_shape, const Shape& w_shape, bool bias, const char* name) {
+  const Tensor x = uniform(x_shape, 1), w = uniform(w_shape, 2, -0.5f, 0.5f);
+  const Tensor b = bias ? uniform({w_shape[0]}, 3) : Tensor();
+  const Pair y = both([&](Device d) { return ops::conv2d_forward(on(x, d), on(w, d), b.defined() ? on(b, d) : b, p); });
+  check_close(y.cpu, y.cuda, 1e-4, std::string(name) + " forward");
+  const Tensor dy = uniform(y.cpu.shape(), 4);
+  const Pair dx = both([&](Device d) { return ops::conv2d_backward_data(on(dy, d), on(w, d), x_shape, p); });
+  check_close(dx.cpu, dx.cuda, 1e-4, std::string(name) + " backward data");
+  Tensor db_cpu, db_cuda;
+  const Tensor dw_cpu = ops::conv2d_backward_weight(dy, x, w_shape, p, bias, &db_cpu);
+  const Tensor dw_cuda = ops::conv2d_backward_weight(on(dy, gpu()), on(x, gpu()), w_shape, p, bias, &db_cuda);
+  check_close(dw_cpu, dw_cuda, 1e-4, std::string(name) + " backward weight");
+  if (bias) check_close(db_cpu, db_cuda, 1e-4, std::string(name) + " backward bias");
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: conv2d forward, backward data and weight match the CPU (groups, depthwise, strides)") {
+  if (!gpu_or_skip("conv2d parity")) return;
+  const LiveBytesOnBoth live;
+  check_conv({1, 1, 1}, {2, 3, 9, 11}, {8, 3, 3, 3}, true, "3x3 pad 1");
+  check_conv({2, 1, 1}, {3, 8, 10, 10}, {16, 8, 3, 3}, false, "3x3 stride 2");
+  check_conv({2, 0, 1}, {2, 8, 9, 9}, {12, 8, 1, 1}, false, "1x1 stride 2");
+  check_conv({1, 1, 4}, {2, 8, 7, 7}, {12, 2, 3, 3}, true, "groups 4");
+  check_conv({1, 1, 16}, {2, 16, 8, 8}, {16, 1, 3, 3}, false, "depthwise");
+  check_conv({2, 3, 1}, {1, 3, 20, 20}, {6, 3, 7, 7}, false, "7x7 stride 2 pad 3");
+  live.check();
+}
+
+#if defined(ACTLAB_WITH_CUDA)
+TEST_CASE("cuda ops: conv2d selects an algorithm once per shape and direction") {
+  if (!gpu_or_skip("the conv plan cache")) return;
+  cuda::conv_clear_cache();
+  const Tensor x = uniform({2, 4, 6, 6}, 5).to(gpu()), w = uniform({4, 4, 3, 3}, 6).to(gpu());
+  const ops::ConvParams p{1, 1, 1};
+  const int64_t searches = cuda::conv_algorithm_searches();
+  const Tensor y1 = ops::conv2d_forward(x, w, Tensor(), p);
+  CHECK(cuda::conv_plan_count() == 1);
+  CHECK(cuda::conv_algorithm_searches() == searches + 1);
+  const Tensor y2 = ops::conv2d_forward(x, w, Tensor(), p);
+  CHECK(cuda::conv_algorithm_searches() == searches + 1);  // cached
+  check_same_bytes(y1, y2, "repeated forward");
+  (void)ops::conv2d_backward_data(y1, w, x.shape(), p);
+  CHECK(cuda::conv_algorithm_searches() == searches + 2);  // a new direction of the same plan
+  CHECK(cuda::conv_plan_count() == 1);
+  (void)ops::conv2d_forward(uniform({3, 4, 6, 6}, 7).to(gpu()), w, Tensor(), p);  // a new shape
+  CHECK(cuda::conv_plan_count() == 2);
+  // Benchmark mode finds its own plans and hands its search workspace back.
+  cuda::math_options().benchmark = true;
+  const Tensor y3 = ops::conv2d_forward(x, w, Tensor(), p);
+  cuda::math_options().benchmark = false;
+  CHECK(cuda::conv_plan_count() == 3);
+  check_close(y1, y3, 1e-5, "benchmark-mode forward");
+}
+#endif
+
+TEST_CASE("cuda ops: linear forward and backward match the CPU") {
+  if (!gpu_or_skip("linear parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    const Tensor x = uniform({7, 33}, 1), w = uniform({10, 33}, 2), b = uniform({10}, 3), dy = uniform({7, 10}, 4);
+    const Pair y = both([&](Device d) { return ops::linear_forward(on(x, d), on(w, d), on(b, d)); });
+    check_close(y.cpu, y.cuda, 1e-5, "linear forward");
+    const Pair dx = both([&](Device d) { return ops::linear_backward_data(on(dy, d), on(w, d)); });
+    check_close(dx.cpu, dx.cuda, 1e-5, "linear backward data");
+    Tensor db_cpu, db_cuda;
+    const Tensor dw_cpu = ops::linear_backward_weight(dy, x, true, &db_cpu);
+    const Tensor dw_cuda = ops::linear_backward_weight(on(dy, gpu()), on(x, gpu()), true, &db_cuda);
+    check_close(dw_cpu, dw_cuda, 1e-5, "linear backward weight");
+    check_same_bytes(db_cpu, db_cuda, "linear backward bias (rows added in order)");
+  }
+  live.check();
+}
+
+TEST_CASE("cuda ops: batch norm train, eval and both backwards match the CPU") {
+  if (!gpu_or_skip("batch norm parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    const Shape shape{5, 6, 7, 9};
+    const Tensor x = uniform(shape, 1, 2.f, 5.f);  // |mean| >> std: the shifted moments matter
+    const Tensor gamma = uniform({6}, 2, 0.5f, 1.5f), beta = uniform({6}, 3), dy = uniform(shape, 4);
+    Tensor rm_cpu = uniform({6}, 5), rv_cpu = uniform({6}, 6, 0.5f, 2.f);
+    Tensor rm_cuda = rm_cpu.to(gpu()), rv_cuda = rv_cpu.to(gpu());
+    Tensor mean_cpu, invstd_cpu, mean_cuda, invstd_cuda;
+    const Tensor y_cpu =
+        ops::batchnorm_forward_train(x, gamma, beta, rm_cpu, rv_cpu, 0.1f, 1e-5f, &mean_cpu, &invstd_cpu);
+    const Tensor y_cuda = ops::batchnorm_forward_train(on(x, gpu()), on(gamma, gpu()), on(beta, gpu()), rm_cuda,
+                                                       rv_cuda, 0.1f, 1e-5f, &mean_cuda, &invstd_cuda);
+    check_close(y_cpu, y_cuda, 1e-5, "bn train y");
+    check_close(mean_cpu, mean_cuda, 1e-6, "bn save_mean");
+    check_close(invstd_cpu, invstd_cuda, 1e-5, "bn save_invstd");
+    check_close(rm_cpu, rm_cuda, 1e-6, "bn running_mean");
+    check_close(rv_cpu, rv_cuda, 1e-5, "bn running_var");
+
+    Tensor dg_cpu, dbt_cpu, dg_cuda, dbt_cuda;
+    const Tensor dx_cpu = ops::batchnorm_backward(dy, x, gamma, mean_cpu, invstd_cpu, &dg_cpu, &dbt_cpu);
+    const Tensor dx_cuda = ops::batchnorm_backward(on(dy, gpu()), on(x, gpu()), on(gamma, gpu()), mean_cuda,
+                                                   invstd_cuda, &dg_cuda, &dbt_cuda);
+    check_close(dx_cpu, dx_cuda, 1e-4, "bn backward dx");
+    check_close(dg_cpu, dg_cuda, 1e-5, "bn backward dgamma");
+    check_close(dbt_cpu, dbt_cuda, 1e-5, "bn backward dbeta");
+
+    const Pair ye = both([&](Device d) {
+      return ops::batchnorm_forward_eval(on(x, d), on(gamma, d), on(beta, d), on(rm_cpu, d), on(rv_cpu, d), 1e-5f);
+    });
+    check_close(ye.cpu, ye.cuda, 1e-5, "bn eval y");
+    Tensor dge_cpu, dbe_cpu, dge_cuda, dbe_cuda;
+    const Tensor dxe_cpu = ops::batchnorm_backward_eval(dy, x, gamma, rm_cpu, rv_cpu, 1e-5f, &dge_cpu, &dbe_cpu);
+    const Tensor dxe_cuda = ops::batchnorm_backward_eval(on(dy, gpu()), on(x, gpu()), on(gamma, gpu()),
+                                                         on(rm_cpu, gpu()), on(rv_cpu, gpu()), 1e-5f, &dge_cuda,
+                                                         &dbe_cuda);
+    check_close(dxe_cpu, dxe_cuda, 1e-5, "bn eval backward dx");
+    check_close(dge_cpu, dge_cuda, 1e-5, "bn eval backward dgamma");
+    check_close(dbe_cpu, dbe_cuda, 1e-5, "bn eval backward dbeta");
+  }
+  live.check();
+}
+
+TEST_CASE("cuda ops: ReLU, ReLU6, add+ReLU, add and dropout are bit-identical, masks included") {
+  if (!gpu_or_skip("element-wise parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    const int64_t n = 100003;  // not a multiple of 32: the last mask word is partial
+    Tensor a = uniform({n}, 1, -8.f, 8.f), b = uniform({n}, 2, -8.f, 8.f), dy = uniform({n}, 3);
+    a.data<float>()[5] = 0.f, a.data<float>()[6] = 6.f, a.data<float>()[7] = -0.f;  // the boundaries
+    for (const char* op : {"relu", "relu6", "add_relu"}) {
+      const std::string name(op);
+      Tensor mask_cpu, mask_cuda;
+      const auto run = [&](Device d, Tensor* mask) {
+        if (name == "relu") return ops::relu_forward(on(a, d), mask);
+        if (name == "relu6") return ops::relu6_forward(on(a, d), mask);
+        return ops::add_relu_forward(on(a, d), on(b, d), mask);
+      };
+      const Tensor y_cpu = run(Device::cpu(), &mask_cpu), y_cuda = run(gpu(), &mask_cuda);
+      check_same_bytes(y_cpu, y_cuda, name + " output");
+      check_same_bytes(mask_cpu, mask_cuda, name + " mask");
+      const Tensor dx_cpu = name == "relu6" ? ops::relu6_backward(dy, mask_cpu) : ops::relu_backward(dy, mask_cpu);
+      const Tensor dy_cuda = on(dy, gpu());
+      const Tensor dx_cuda =
+          name == "relu6" ? ops::relu6_backward(dy_cuda, mask_cuda) : ops::relu_backward(dy_cuda, mask_cuda);
+      check_same_bytes(dx_cpu, dx_cuda, name + " backward");
+    }
+    check_same_bytes(ops::add(a, b), ops::add(on(a, gpu()), on(b, gpu())), "add");
+    Tensor keep_cpu, keep_cuda;
+    const Tensor d_cpu = ops::dropout_forward(a, 0.3f, 42, 7, &keep_cpu);
+    const Tensor d_cuda = ops::dropout_forward(on(a, gpu()), 0.3f, 42, 7, &keep_cuda);
+    check_same_bytes(d_cpu, d_cuda, "dropout output (same Philox draws)");
+    check_same_bytes(keep_cpu, keep_cuda, "dropout keep mask");
+    check_same_bytes(ops::dropout_backward(dy, keep_cpu, 0.3f), ops::dropout_backward(on(dy, gpu()), keep_cuda, 0.3f),
+                     "dropout backward");
+  }
+  live.check();
+}
+
+TEST_CASE("cuda ops: max, average and global pooling match the CPU (argmax and gathers bit for bit)") {
+  if (!gpu_or_skip("pooling parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    // Values on a coarse grid so windows hold ties: the first maximum must win on both.
+    Tensor x = uniform({2, 3, 11, 13}, 1, -4.f, 4.f);
+    float* xp = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) xp[i] = std::round(xp[i]);
+    for (const ops::PoolParams p : {ops::PoolParams{2, 2, 0}, ops::PoolParams{3, 2, 1}, ops::PoolParams{3, 1, 1}}) {
+      const std::string name = "pool k" + std::to_string(p.kernel) + " s" + std::to_string(p.stride) + " p" +
+                               std::to_string(p.padding);
+      Tensor arg_cpu, arg_cuda;
+      const Tensor y_cpu = ops::maxpool2d_forward(x, p, &arg_cpu);
+      const Tensor y_cuda = ops::maxpool2d_forward(on(x, gpu()), p, &arg_cuda);
+      check_same_bytes(y_cpu, y_cuda, name + " max forward");
+      check_same_bytes(arg_cpu, arg_cuda, name + " argmax");
+      const Tensor dy = uniform(y_cpu.shape(), 2);
+      check_same_bytes(ops::maxpool2d_backward(dy, arg_cpu, x.shape(), p),
+                       ops::maxpool2d_backward(on(dy, gpu()), arg_cuda, x.shape(), p), name + " max backward");
+      check_same_bytes(ops::avgpool2d_forward(x, p), ops::avgpool2d_forward(on(x, gpu()), p), name + " avg forward");
+      check_same_bytes(ops::avgpool2d_backward(dy, x.shape(), p), ops::avgpool2d_backward(on(dy, gpu()), x.shape(), p),
+                       name + " avg backward");
+    }
+    check_close(ops::global_avgpool_forward(x), ops::global_avgpool_forward(on(x, gpu())), 1e-6, "global avg forward");
+    const Tensor gdy = uniform({2, 3}, 3);
+    check_same_bytes(ops::global_avgpool_backward(gdy, x.shape()),
+                     ops::global_avgpool_backward(on(gdy, gpu()), x.shape()), "global avg backward");
+  }
+  live.check();
+}
+
+TEST_CASE("cuda ops: the option-A shortcut is bit-identical both ways") {
+  if (!gpu_or_skip("shortcut parity")) return;
+  const Tensor x = uniform({2, 4, 7, 9}, 1);
+  const Tensor y_cpu = ops::shortcut_pad_forward(x, 2, 10), y_cuda = ops::shortcut_pad_forward(on(x, gpu()), 2, 10);
+  check_same_bytes(y_cpu, y_cuda, "shortcut forward");
+  const Tensor dy = uniform(y_cpu.shape(), 2);
+  check_same_bytes(ops::shortcut_pad_backward(dy, x.shape(), 2),
+                   ops::shortcut_pad_backward(on(dy, gpu()), x.shape(), 2), "shortcut backward");
+}
+
+TEST_CASE("cuda ops: cross-entropy (label smoothing), its backward and top-1 match the CPU") {
+  if (!gpu_or_skip("loss parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    const int64_t N = 37, K = 45;  // K > 32: a warp's lanes loop over the row
+    const Tensor logits = uniform({N, K}, 1, -6.f, 6.f);
+    Tensor labels = Tensor::empty({N}, DType::I64);
+    for (int64_t i = 0; i < N; ++i) labels.data<int64_t>()[i] = (i * 7) % K;
+    for (const float smoothing : {0.f, 0.1f}) {
+      Tensor p_cpu, p_cuda;
+      const Tensor l_cpu = ops::cross_entropy_forward(logits, labels, smoothing, &p_cpu);
+      const Tensor l_cuda = ops::cross_entropy_forward(on(logits, gpu()), on(labels, gpu()), smoothing, &p_cuda);
+      check_close(l_cpu, l_cuda, 1e-6, "loss");
+      check_close(p_cpu, p_cuda, 1e-6, "probs");
+      check_close(ops::cross_entropy_backward(p_cpu, labels, smoothing, 0.5f),
+                  ops::cross_entropy_backward(p_cuda, on(labels, gpu()), smoothing, 0.5f), 1e-5, "dlogits");
+    }
+    CHECK(ops::count_correct(on(logits, gpu()), on(labels, gpu())) == ops::count_correct(logits, labels));
+    labels.data<int64_t>()[11] = K;  // out of range: refused, naming the row like the CPU
+    Tensor probs;
+    std::string msg;
+    try {
+      (void)ops::cross_entropy_forward(on(logits, gpu()), on(labels, gpu()), 0.f, &probs);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    CHECK_MESSAGE(msg.find("label 45 at index 11") != std::string::npos, msg);
+  }
+  live.check();
+}
+
+TEST_CASE("cuda ops: the fused SGD step matches the CPU in every variant") {
+  if (!gpu_or_skip("SGD parity")) return;
+  const int64_t n = 5000;
+  const Tensor grad = uniform({n}, 1);
+  struct Variant { float momentum, dampening; bool nesterov; };
+  for (const Variant v : {Variant{0.f, 0.f, false}, Variant{0.9f, 0.f, false}, Variant{0.9f, 0.1f, false},
+                          Variant{0.9f, 0.f, true}}) {
+    Tensor w_cpu = uniform({n}, 2), buf_cpu = Tensor::zeros({n});
+    Tensor w_cuda = w_cpu.to(gpu()), buf_cuda = buf_cpu.to(gpu()), g_cuda = grad.to(gpu());
+    for (int step = 0; step < 3; ++step) {
+      ops::sgd_update_(w_cpu, buf_cpu, grad, 0.1f, v.momentum, v.dampening, 5e-4f, v.nesterov, step == 0);
+      ops::sgd_update_(w_cuda, buf_cuda, g_cuda, 0.1f, v.momentum, v.dampening, 5e-4f, v.nesterov, step == 0);
+    }
+    check_close(w_cpu, w_cuda, 1e-6, "sgd weights (momentum " + std::to_string(v.momentum) + ")");
+    if (v.momentum != 0.f) check_close(buf_cpu, buf_cuda, 1e-6, "sgd momentum buffer");
+  }
+}
+
+TEST_CASE("cuda ops: finiteness, in-place tensor arithmetic and mixed-device refusal") {
+  if (!gpu_or_skip("tensor ops on cuda:0")) return;
+  Tensor x = uniform({1000}, 1).to(gpu());
+  CHECK(ops::all_finite(x));
+  Tensor host = x.to(Device::cpu());
+  host.data<float>()[777] = std::nanf("");
+  CHECK_FALSE(ops::all_finite(host.to(gpu())));
+
+  const Tensor y = uniform({1000}, 2);
+  Tensor acc = x.clone();
+  acc.add_(y.to(gpu()), 0.5f);
+  acc.mul_(2.f);
+  Tensor want = x.to(Device::cpu());
+  want.add_(y, 0.5f);
+  want.mul_(2.f);
+  check_close(want, acc, 1e-6, "add_ then mul_");
+  acc.fill_(3.25f);
+  for (float v : acc.to_vector()) REQUIRE(v == 3.25f);
+
+  std::string msg;
+  try {
+    (void)ops::add(x, y);  // cuda:0 + cpu
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  CHECK_MESSAGE(msg.find("tensors on different devices") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("cuda:0") != std::string::npos, msg);
+}
+
+TEST_CASE("cuda ops: Module::to moves parameters and buffers in place and training matches the CPU") {
+  if (!gpu_or_skip("Module::to and a small training step")) return;
+  seed_init(3);
+  auto cpu_net = std::make_shared<Sequential>();
+  cpu_net->add(std::make_shared<Conv2d>(3, 8, 3, 1, 1));
+  cpu_net->add(std::make_shared<BatchNorm2d>(8));
+  cpu_net->add(std::make_shared<ReLU>());
+  cpu_net->add(std::make_shared<MaxPool2d>(2, 2));
+  cpu_net->add(std::make_shared<GlobalAvgPool>());
+  cpu_net->add(std::make_shared<Linear>(8, 5));
+  seed_init(3);  // the same initial weights for the GPU copy
+  auto gpu_net = std::make_shared<Sequential>();
+  gpu_net->add(std::make_shared<Conv2d>(3, 8, 3, 1, 1));
+  gpu_net->add(std::make_shared<BatchNorm2d>(8));
+  gpu_net->add(std::make_shared<ReLU>());
+  gpu_net->add(std::make_shared<MaxPool2d>(2, 2));
+  gpu_net->add(std::make_shared<GlobalAvgPool>());
+  gpu_net->add(std::make_shared<Linear>(8, 5));
+  const int64_t param_bytes = memory_stats(gpu())[MemTag::Param].current;
+  gpu_net->to(gpu());
+  for (const auto& p : gpu_net->named_parameters()) CHECK(p.second.data().device() == gpu());
+  for (const auto& b : gpu_net->named_buffers()) CHECK(b.second.device() == gpu());
+  CHECK(memory_stats(gpu())[MemTag::Param].current > param_bytes);  // still tagged Param there
+
+  const Tensor x = uniform({4, 3, 8, 8}, 9);
+  Tensor labels = Tensor::empty({4}, DType::I64);
+  for (int64_t i = 0; i < 4; ++i) labels.data<int64_t>()[i] = i;
+  const auto step = [&](Module& net, Device d) {
+    net.zero_grad();
+    Variable loss = cross_entropy(net(Variable(x.to(d))), labels.to(d));
+    backward(loss);
+    return loss.data().to(Device::cpu());
+  };
+  check_close(step(*cpu_net, Device::cpu()), step(*gpu_net, gpu()), 1e-5, "loss");
+  const auto cpu_params = cpu_net->named_parameters(), gpu_params = gpu_net->named_parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    check_close(cpu_params[i].second.grad(), gpu_params[i].second.grad(), 1e-4, "grad of " + cpu_params[i].first);
+  const auto cpu_bufs = cpu_net->named_buffers(), gpu_bufs = gpu_net->named_buffers();
+  for (size_t i = 0; i < cpu_bufs.size(); ++i)
+    check_close(cpu_bufs[i].second, gpu_bufs[i].second, 1e-5, "buffer " + cpu_bufs[i].first);  // BN running stats
+  gpu_net->to(Device::cpu());
+  for (const auto& p : gpu_net->named_parameters()) CHECK(p.second.data().device() == Device::cpu());
+}
