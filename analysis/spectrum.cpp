@@ -25,16 +25,6 @@ class CacheStatsPause {
   bool was_enabled_;
 };
 
-class ObserverScope {
- public:
-  explicit ObserverScope(ForwardObserver* o) : previous_(set_forward_observer(o)) {}
-  ~ObserverScope() { set_forward_observer(previous_); }
-  ObserverScope(const ObserverScope&) = delete;
-  ObserverScope& operator=(const ObserverScope&) = delete;
- private:
-  ForwardObserver* previous_;
-};
-
 // Clears the tape on every exit path, so an exception mid-forward leaves no saved tensors behind.
 class TapeClearer {
  public:

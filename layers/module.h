@@ -71,6 +71,17 @@ class ForwardObserver {
 // Installs `observer` for the calling thread (nullptr removes it); returns the previous one, which
 // the caller restores when done. The observer is not owned.
 ForwardObserver* set_forward_observer(ForwardObserver* observer);
+// Installs an observer for one scope and puts the previous one back on every exit path.
+class ObserverScope {
+ public:
+  explicit ObserverScope(ForwardObserver* o) : previous_(set_forward_observer(o)) {}
+  ~ObserverScope() { set_forward_observer(previous_); }
+  ObserverScope(const ObserverScope&) = delete;
+  ObserverScope& operator=(const ObserverScope&) = delete;
+
+ private:
+  ForwardObserver* previous_;
+};
 
 // The random stream parameters are initialised from (seed it once per run for reproducibility).
 PhiloxStream& init_rng();

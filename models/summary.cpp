@@ -46,17 +46,6 @@ class SummaryObserver final : public ForwardObserver {
   std::map<const Module*, Observed> seen_;
 };
 
-// Restores the previous observer even when forward throws.
-class ObserverScope {
- public:
-  explicit ObserverScope(ForwardObserver* o) : previous_(set_forward_observer(o)) {}
-  ~ObserverScope() { set_forward_observer(previous_); }
-  ObserverScope(const ObserverScope&) = delete;
-  ObserverScope& operator=(const ObserverScope&) = delete;
- private:
-  ForwardObserver* previous_;
-};
-
 // Puts the model in eval mode and restores the root's previous mode (on every child) on exit.
 class EvalModeScope {
  public:
