@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "compress/policy.h"
+#include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "train/cli.h"
 #include "train/grid.h"
@@ -42,6 +44,7 @@ void declare_flags(FlagParser& f) {
   f.add("test-limit", "int", "", "evaluate on the first N test images");
   f.add("steps-per-epoch", "int", "", "stop each epoch after N steps");
   f.add("threads", "int", "", "CPU threads per cell (default: all cores)");
+  f.add("device", "string", "cpu", "where every cell trains: cpu, cuda or cuda:N (the paper preset is GPU scale)");
   f.add("data-dir", "string", "", "data set directory passed to every cell");
   f.add("train-arg", "string", "", "extra actlab-train flag for every cell, e.g. --train-arg=--no-augment", true);
   f.add("out", "string", "", "output directory (default: ablate-<preset>)");
@@ -90,6 +93,10 @@ GridOptions grid_options(const FlagParser& f) {
     ACTLAB_CHECK(f.get_float("lr") > 0, "--lr must be > 0, got ", f.get_float("lr"));
     o.lr = f.get_float("lr");
   }
+  o.device = f.get("device");
+  const Device device = Device::parse(o.device);  // a typo or a missing GPU fails now, not once per cell
+  ACTLAB_CHECK(device.is_cpu() || device.index < cuda_device_count(), "--device ", o.device, ": ",
+               cuda_device_count(), " CUDA device(s) usable here (a CPU-only build, no driver or no GPU gives 0)");
   o.data_dir = f.get("data-dir");
   for (const auto& a : f.get_all("train-arg"))
     if (!a.empty()) o.extra_args.push_back(a);

@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
   flags.add("label-smoothing", "float", "0", "label smoothing of the cross-entropy");
   flags.add("seed", "int", "0", "random seed (init, shuffling, augmentation, stochastic rounding)");
   flags.add("threads", "int", "2", "CPU threads");
+  flags.add("device", "string", "cpu",
+            "where to train: cpu, cuda or cuda:N (a build configured with -DACTLAB_CUDA=ON and an NVIDIA GPU)");
   flags.add("policy", "string", "exact", "activation-cache policy: " + policy_forms());
   flags.add("policy-rule", "string", "", "per-module override PATTERN=POLICY, e.g. conv1=exact or 'layer1.*=quant:Q=4'",
             true);

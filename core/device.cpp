@@ -14,7 +14,7 @@ Device Device::parse(const std::string& s) {
   if (s == "cuda") return cuda(0);
   if (s.rfind("cuda:", 0) == 0) {
     const std::string idx = s.substr(5);
-    ACTLAB_CHECK(!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos,
+    ACTLAB_CHECK(!idx.empty() && idx.size() <= 4 && idx.find_first_not_of("0123456789") == std::string::npos,
                  "bad device '", s, "': expected cpu, cuda or cuda:N");
     return cuda(std::stoi(idx));
   }

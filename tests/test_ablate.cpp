@@ -324,6 +324,15 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   REQUIRE(custom.cells.size() == 2);
   CHECK(custom.cells[0].policy == "division:B=12,Q=4");
   CHECK(custom.cells[0].epochs == 2);
+  auto has_flag = [](const std::vector<std::string>& args, const std::string& flag, const std::string& value) {
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == flag) return args[i + 1] == value;
+    return false;
+  };
+  CHECK(!has_flag(custom.cells[0].train_args(), "--device", "cpu"));  // the child's default is not spelled out
+  o.device = "cuda:1";
+  CHECK(has_flag(make_grid(o).cells[0].train_args(), "--device", "cuda:1"));
+  o.device = "cpu";
   o.tables = {"2c"};
   o.policies.clear();
   CHECK(error_of([&] { make_grid(o); }).find("unknown table '2c'") != std::string::npos);

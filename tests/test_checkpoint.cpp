@@ -3,6 +3,7 @@
 // resumed in fresh objects ends with bit-identical weights to an uninterrupted run.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -250,6 +251,26 @@ TEST_CASE("checkpoint: a failed write leaves the previous file untouched and no 
   int entries = 0;
   for (const auto& e : fs::directory_iterator(dir.path)) entries += e.path().filename() == "last.safetensors" ? 0 : 1;
   CHECK(entries == 0);  // the temp file was removed
+}
+
+TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's are kept") {
+  TempDir dir("stale");
+  const pid_t child = ::fork();  // a process that existed and is gone: its pid names a dead writer
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  const std::string dead = std::to_string(child), alive = std::to_string(::getppid());
+  for (const std::string& name : std::vector<std::string>{"last.safetensors.tmp." + dead, "summary.json.tmp." + dead,
+                                  "last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp.x1", ".tmp.1"})
+    std::ofstream(dir.file(name)) << "x";
+  const std::vector<std::string> removed = remove_stale_temp_files(dir.path.string());
+  CHECK(removed.size() == 2);
+  CHECK(!fs::exists(dir.file("last.safetensors.tmp." + dead)));
+  CHECK(!fs::exists(dir.file("summary.json.tmp." + dead)));
+  for (const std::string& kept : std::vector<std::string>{"last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp.x1", ".tmp.1"})
+    CHECK_MESSAGE(fs::exists(dir.file(kept)), kept);
+  CHECK(remove_stale_temp_files(dir.file("no-such-dir")).empty());
 }
 
 TEST_CASE("resume: stopped after epoch 1 or mid-epoch 2, resumed in fresh objects, ends bit-identical") {

@@ -143,7 +143,7 @@ TEST_CASE("memory check: a leak names the step and tag, a growing peak too, a cl
     Sgd opt(model->parameters(), SgdOptions{});
     const PolicySet policies(parse_policy("quant:Q=4"));
     const TinyBatch batch = tiny_batch(4);
-    MemoryCheck clean(2), leaky(2), peaky(2);
+    MemoryCheck clean(Device::cpu(), 2), leaky(Device::cpu(), 2), peaky(Device::cpu(), 2);
     Buffer leak;
     std::string leak_error, peak_error;
     for (int step = 1; step <= 6; ++step) {

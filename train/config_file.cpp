@@ -86,6 +86,7 @@ const std::vector<Field>& fields() {
        },
        [](const TrainConfig& c) { return std::to_string(c.seed); }},
       ACTLAB_INT("threads", threads),
+      ACTLAB_STR("device", device),
       ACTLAB_STR("policy", policy),
       {"policy-rule", [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },
        [](const TrainConfig&) { return std::string(); }},  // printed per rule by config_entries

@@ -128,6 +128,7 @@ std::vector<std::string> Cell::train_args() const {
   opt("--steps-per-epoch", steps_per_epoch);
   opt("--train-limit", train_limit);
   opt("--test-limit", test_limit);
+  if (device != "cpu") a.insert(a.end(), {"--device", device});
   if (!data_dir.empty()) a.insert(a.end(), {"--data-dir", data_dir});
   a.insert(a.end(), extra_args.begin(), extra_args.end());
   return a;
@@ -323,14 +324,15 @@ int run_child(const std::vector<std::string>& argv, const std::string& log_path)
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// The child's arguments with the output paths, the thread count and the resume flags removed: what
-// must agree between the command.txt of an earlier run and the current grid.
+// The child's arguments with the output paths, the thread count, the device and the resume flags
+// removed: what must agree between the command.txt of an earlier run and the current grid (a grid
+// started on a GPU may be finished on the CPU, as with another thread count).
 std::vector<std::string> comparable_args(const std::vector<std::string>& args) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--overwrite") continue;
-    if (a == "--threads" || a == "--resume" || a == "--log" || a == "--save-dir" || a == "--summary-json" ||
+    if (a == "--threads" || a == "--device" || a == "--resume" || a == "--log" || a == "--save-dir" || a == "--summary-json" ||
         a == "--memory-report") {
       ++i;
       continue;

@@ -26,6 +26,7 @@ struct Cell {
   std::string schedule = "cosine";
   int64_t steps_per_epoch = 0, train_limit = 0, test_limit = 0;  // 0: unlimited
   int64_t threads = 2;
+  std::string device = "cpu";           // --device of the child (cpu, cuda, cuda:N); like threads, not part of the recipe
   std::string data_dir;                 // empty: the child's default
   std::vector<std::string> extra_args;  // appended verbatim, e.g. {"--synthetic-size", "256"}
   // (table, row label in that table): "1c" + "w/o HFC", "fig3" + "LFC-ACT", "custom" + the policy.
@@ -55,6 +56,7 @@ struct GridOptions {
   std::vector<int64_t> seeds = {0};
   std::optional<int64_t> epochs, batch_size, train_limit, test_limit, steps_per_epoch, threads;
   std::optional<double> lr;
+  std::string device = "cpu";
   std::string data_dir;
   std::vector<std::string> extra_args;
 };

@@ -46,6 +46,7 @@ Cell recipe(const GridOptions& o, const std::string& model, const std::string& d
   if (o.steps_per_epoch) c.steps_per_epoch = *o.steps_per_epoch;
   if (o.threads) c.threads = *o.threads;
   if (o.lr) c.lr = *o.lr;
+  c.device = o.device;
   c.data_dir = o.data_dir;
   c.extra_args = o.extra_args;
   return c;

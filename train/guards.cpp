@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "autograd/variable.h"
+#include "core/ops.h"
 #include "train/trainer.h"
 
 namespace actlab {
@@ -42,9 +43,8 @@ class FirstNonFinite final : public ForwardObserver {
 bool all_finite(const Tensor& t) {
   ACTLAB_CHECK(t.dtype() == DType::F32, "all_finite: f32 only, got ", dtype_name(t.dtype()));
   if (t.numel() == 0) return true;
-  // NOTE: a device tensor is copied to the host here; fine for the rare diagnostic pass, but the
-  // per-step gradient scan then costs a transfer per parameter.
-  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
+  if (t.device().is_cuda()) return ops::all_finite(t);  // a reduction on the device: one flag comes back
+  const Tensor c = t.contiguous();
   return all_finite_f32(c.data<float>(), c.numel());
 }
 
@@ -88,12 +88,12 @@ void BufferSnapshot::restore() {
 }
 
 void MemoryCheck::start_step() {
-  joint_peak_ = std::max(joint_peak_, memory_stats().total.peak);
-  reset_peak();
+  joint_peak_ = std::max(joint_peak_, memory_stats(device_).total.peak);
+  reset_peak(device_);
 }
 
 void MemoryCheck::end_step(const std::string& where) {
-  const MemoryStats s = memory_stats();
+  const MemoryStats s = memory_stats(device_);
   joint_peak_ = std::max(joint_peak_, s.total.peak);
   ++steps_;
   for (int t = 0; t < kNumMemTags; ++t) {
@@ -115,7 +115,7 @@ void MemoryCheck::end_step(const std::string& where) {
 }
 
 int64_t MemoryCheck::epoch_peak() {
-  const int64_t p = std::max(joint_peak_, memory_stats().total.peak);
+  const int64_t p = std::max(joint_peak_, memory_stats(device_).total.peak);
   joint_peak_ = 0;
   return p;
 }

@@ -48,7 +48,8 @@ class BufferSnapshot {
 // since the last call, so the epoch's peak figure survives the per-step resets.
 class MemoryCheck {
  public:
-  explicit MemoryCheck(int64_t warmup_steps = 3) : warmup_steps_(warmup_steps) {}
+  explicit MemoryCheck(Device device = Device::cpu(), int64_t warmup_steps = 3)
+      : device_(device), warmup_steps_(warmup_steps) {}
   void start_step();
   // Throws Error naming the step (`where`, e.g. "epoch 1 step 12 (global step 12)") and the tag.
   void end_step(const std::string& where);
@@ -57,6 +58,7 @@ class MemoryCheck {
   int64_t baseline_bytes() const;  // live bytes after a step, all checked tags together
   std::string verdict() const;     // "memory check: live bytes back to 1.25 MiB after every step, peak stable (N steps)"
  private:
+  Device device_;
   int64_t warmup_steps_;
   int64_t steps_ = 0;
   int64_t joint_peak_ = 0;

@@ -86,7 +86,7 @@ void Progress::epoch_done(const EpochRow& r, int64_t epochs) {
 }
 
 void print_first_step_report(const TrainSummary& s, int64_t activation_bytes, const TrainConfig& c) {
-  std::printf("%s", memory_stats().table().c_str());
+  std::printf("%s", memory_stats(Device::parse(c.device)).table().c_str());
   std::printf("first step: activation memory %s (reference measure: live after forward+loss minus before, "
               "minus logits and loss, input batch included)\n",
               format_bytes(activation_bytes).c_str());
@@ -107,6 +107,9 @@ void print_summary(const TrainSummary& s, const TrainConfig& c) {
               c.model.c_str(), s.data_note.c_str(), c.policy.c_str(), s.final_test_acc,
               static_cast<long long>(s.epochs.size()), static_cast<long long>(s.steps), s.median_img_per_s,
               format_bytes(s.peak_bytes).c_str(), format_bytes(s.activation_bytes).c_str(), s.wall_s);
+  if (c.device != "cpu")  // the caching allocator holds more than is live: say how much the run took from the device
+    std::printf("device %s: peak allocated %s, peak reserved %s\n", c.device.c_str(), format_bytes(s.peak_bytes).c_str(),
+                format_bytes(s.reserved_peak_bytes).c_str());
   std::fflush(stdout);
 }
 
@@ -167,11 +170,13 @@ void write_summary_json(const std::string& path, const TrainSummary& s, const Tr
   num("best_test_acc", s.best_test_acc);
   num("median_img_per_s", s.median_img_per_s);
   num("peak_bytes", static_cast<double>(s.peak_bytes));
+  num("reserved_peak_bytes", static_cast<double>(s.reserved_peak_bytes));
   num("activation_bytes", static_cast<double>(s.activation_bytes));
   num("saved_raw_bytes", static_cast<double>(s.saved_raw_bytes));
   num("saved_packed_bytes", static_cast<double>(s.saved_packed_bytes));
   num("saved_expected_bytes", static_cast<double>(s.saved_expected_bytes));
   num("wall_s", s.wall_s);
+  num("skipped_steps", static_cast<double>(s.skipped_steps));
   j += "  \"epoch_rows\": [";
   for (size_t i = 0; i < s.epochs.size(); ++i) {
     const EpochRow& r = s.epochs[i];

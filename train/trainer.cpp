@@ -15,6 +15,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
+#include "core/cuda/runtime.h"
 #include "data/dataloader.h"
 #include "layers/layers.h"
 #include "layers/optim/schedule.h"
@@ -45,14 +46,27 @@ struct EvalResult {
   double loss = 0, acc = 0;
 };
 
-EvalResult evaluate(Module& model, DataLoader& loader, const std::string& dataset) {
+// The loader assembles batches in host memory; a GPU run copies each one over (through the CUDA
+// allocator's pinned staging buffers), still tagged as data so it stays out of the activation measure.
+Batch on_device(const Batch& host, Device device) {
+  if (device.is_cpu()) return host;
+  MemTagScope tag(MemTag::Data);
+  Batch b;
+  b.images = host.images.to(device);
+  b.labels = host.labels.to(device);
+  b.index = host.index;
+  return b;
+}
+
+EvalResult evaluate(Module& model, DataLoader& loader, const std::string& dataset, Device device) {
   NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
-  Batch batch;
+  Batch host_batch;
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
-  while (loader.next(batch)) {
+  while (loader.next(host_batch)) {
+    const Batch batch = on_device(host_batch, device);
     MemTagScope tag(MemTag::Activation);
     const Variable logits = model(Variable(batch.images));
     const Variable loss = cross_entropy(logits, batch.labels);
@@ -96,6 +110,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "label smoothing must be in [0, 1), got ",
                c.label_smoothing);
   ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be >= 1, got ", c.threads);
+  Device::parse(c.device);  // the form only; whether the device exists is checked when the run starts
   ACTLAB_CHECK(c.warmup_epochs == 0 || (c.warmup_epochs > 0 && c.warmup_epochs < c.epochs),
                "warm-up epochs must be in [0, epochs), got ", c.warmup_epochs);
   ACTLAB_CHECK(c.steps_per_epoch >= 0 && c.train_limit >= 0 && c.test_limit >= 0 && c.print_every >= 0,
@@ -186,7 +201,7 @@ void check_resume_compatible(const TrainConfig& now, const TrainConfig& saved, c
 
 class Run {
  public:
-  explicit Run(const TrainConfig& c) : c_(c) {}
+  explicit Run(const TrainConfig& c) : c_(c), device_(Device::parse(c.device)) {}
   TrainSummary go();
 
  private:
@@ -204,6 +219,7 @@ class Run {
   void save(const std::string& file, const TrainState& st) const;
 
   TrainConfig c_;
+  Device device_;
   DataSplits data_;
   std::unique_ptr<DataLoader> train_loader_, test_loader_;
   std::shared_ptr<Module> model_;
@@ -236,13 +252,14 @@ void Run::setup() {
   test_loader_ = std::make_unique<DataLoader>(*data_.test, std::min<int64_t>(c_.batch_size, 256), false, c_.seed, false,
                                               data_.test_transforms);
   model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height});
+  model_->to(device_);  // before the optimizer and the snapshot: momentum and copies live beside the weights
   opt_ = std::make_unique<Sgd>(model_->parameters(),
                                SgdOptions{static_cast<float>(c_.lr), static_cast<float>(c_.momentum), 0.f,
                                           static_cast<float>(c_.weight_decay), c_.nesterov});
   policies_ = std::make_unique<PolicySet>(parse_policy(c_.policy));
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
   buffers_ = std::make_unique<BufferSnapshot>(*model_);
-  if (c_.check_memory) memory_check_ = std::make_unique<MemoryCheck>();
+  if (c_.check_memory) memory_check_ = std::make_unique<MemoryCheck>(device_);
   steps_per_epoch_ = c_.steps_per_epoch > 0 ? std::min(c_.steps_per_epoch, train_loader_->num_batches())
                                             : train_loader_->num_batches();
   sched_.kind = LrSchedule::parse_kind(c_.schedule);
@@ -308,6 +325,7 @@ void Run::print_header() const {
               policies_->describe().c_str(), static_cast<long long>(c_.batch_size), static_cast<long long>(c_.epochs),
               static_cast<long long>(steps_per_epoch_), c_.lr, c_.schedule.c_str(), c_.momentum, c_.weight_decay,
               static_cast<long long>(c_.threads), static_cast<unsigned long long>(c_.seed));
+  if (device_.is_cuda()) std::printf("device %s (%s)\n", device_.str().c_str(), cuda_device_name(device_.index).c_str());
   std::string line = "config:";
   for (const auto& e : config_entries(c_)) line += " " + e.first + "=" + e.second;
   std::printf("%s\n", line.c_str());
@@ -322,7 +340,7 @@ void poison(Tensor t) {
   t.copy_(host);
 }
 
-bool Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row) {
+bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, EpochRow& row) {
   const float lr = sched_.lr_at(global_step_);
   opt_->set_lr(lr);
   row.lr = lr;
@@ -332,8 +350,9 @@ bool Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& 
   buffers_->save();
   const bool inject = c_.inject_nan_step > 0 && global_step_ + 1 >= c_.inject_nan_step &&
                       global_step_ + 1 < c_.inject_nan_step + c_.inject_nan_count;
-  if (inject && c_.inject_nan_into == "input") poison(batch.images);
-  const int64_t live_before = live_excluding_data(memory_stats());
+  if (inject && c_.inject_nan_into == "input") poison(host_batch.images);
+  const Batch batch = on_device(host_batch, device_);
+  const int64_t live_before = live_excluding_data(memory_stats(device_));
   Variable logits, loss;
   {
     ActivationCacheScope scope(*policies_);
@@ -341,7 +360,7 @@ bool Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& 
     logits = (*model_)(Variable(batch.images));
     loss = cross_entropy(logits, batch.labels, static_cast<float>(c_.label_smoothing));
   }
-  const int64_t live_after = live_excluding_data(memory_stats());
+  const int64_t live_after = live_excluding_data(memory_stats(device_));
   const int64_t act = live_after - live_before - static_cast<int64_t>(logits.data().nbytes()) -
                       static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(batch.images.nbytes());
   // The loss is read every step anyway; only a non-finite one pays for the diagnostic forward.
@@ -388,7 +407,7 @@ bool Run::train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& 
   const double rate = rates_.empty() ? static_cast<double>(n) / dt : rates_.back();
   progress_->step(epoch + 1, c_.epochs, step + 1, steps_per_epoch_, loss_sum_ / static_cast<double>(seen_),
                   100.0 * static_cast<double>(correct_) / static_cast<double>(seen_), rate,
-                  memory_stats().total.current, static_cast<double>(steps_left * c_.batch_size) / rate);
+                  memory_stats(device_).total.current, static_cast<double>(steps_left * c_.batch_size) / rate);
   return true;
 }
 
@@ -457,8 +476,10 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   row.train_loss = loss_sum_ / seen;
   row.train_acc = 100.0 * static_cast<double>(correct_) / seen;
   row.img_per_s = median(rates_);
-  row.peak_bytes = memory_check_ ? memory_check_->epoch_peak() : memory_stats().total.peak;
-  const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name());
+  const MemoryStats stats = memory_stats(device_);
+  row.peak_bytes = memory_check_ ? memory_check_->epoch_peak() : stats.total.peak;
+  summary_.reserved_peak_bytes = std::max(summary_.reserved_peak_bytes, stats.reserved_peak);
+  const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_);
   row.test_loss = ev.loss;
   row.test_acc = ev.acc;
   row.wall_s = seconds_since(start);
@@ -491,7 +512,7 @@ bool Run::run_epoch(int64_t epoch) {
   const auto start = Clock::now();
   model_->train();
   train_loader_->start_epoch(epoch);
-  reset_peak();
+  reset_peak(device_);
   if (memory_check_) memory_check_->epoch_peak();  // forget the previous epoch's step windows
   rates_.clear();
   EpochRow row;
@@ -533,7 +554,7 @@ TrainSummary Run::go() {
   }
   if (!c_.resume.empty()) restore();
   if (c_.eval_only) {
-    const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name());
+    const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_);
     summary_.final_test_loss = ev.loss;
     summary_.final_test_acc = ev.acc;
     if (!c_.quiet)
@@ -587,6 +608,8 @@ void prepare_save_dir(const TrainConfig& c) {
   ACTLAB_CHECK(fs::is_directory(c.save_dir), "cannot create save directory '", c.save_dir, "'",
                ec ? ": " + ec.message() : std::string());
   ACTLAB_CHECK(::access(c.save_dir.c_str(), W_OK) == 0, "save directory '", c.save_dir, "' is not writable");
+  for (const auto& stale : remove_stale_temp_files(c.save_dir))
+    std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";
   ACTLAB_CHECK(!c.resume.empty() || c.overwrite || !fs::exists(last), "'", last.string(),
                "' already exists; pass --resume ", last.string(), " to continue that run, or --overwrite");
@@ -607,6 +630,12 @@ TrainSummary train(const TrainConfig& c) {
     }
   } restore;
   omp_set_num_threads(static_cast<int>(c.threads));
+  const Device device = Device::parse(c.device);
+  if (device.is_cuda()) {
+    cuda_init();  // throws saying why when there is none (a CPU-only build, no driver, no GPU)
+    ACTLAB_CHECK(device.index < cuda_device_count(), "--device ", c.device, ": only ", cuda_device_count(),
+                 " CUDA device(s) visible (cuda:0 .. cuda:", cuda_device_count() - 1, ")");
+  }
   seed_init(c.seed);
   set_pack_seed(c.seed);
   set_pack_step(0);

@@ -34,6 +34,7 @@ struct TrainConfig {
   double label_smoothing = 0.0;
   uint64_t seed = 0;
   int64_t threads = 2;
+  std::string device = "cpu";             // cpu | cuda | cuda:N (model, batches, activations and updates there)
   std::string policy = "exact";
   std::vector<std::string> policy_rules;  // "pattern=policy"
   bool augment = true;                    // the data set's standard training augmentation
@@ -91,6 +92,7 @@ struct TrainSummary {
   double final_test_acc = 0;
   double median_img_per_s = 0;
   int64_t peak_bytes = 0;
+  int64_t reserved_peak_bytes = 0;  // bytes held from the system at most (CUDA caching allocator; = peak on CPU)
   int64_t activation_bytes = 0;     // allocator bytes after forward+loss minus before, minus logits/loss
   int64_t saved_raw_bytes = 0;      // f32 bytes offered to the policy in one step (lossy saves)
   int64_t saved_packed_bytes = 0;   // what the policy kept of them

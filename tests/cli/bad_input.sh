@@ -62,6 +62,9 @@ check "non-numeric value"       "needs an integer"                 --batch-size 
 check "batch size 0"            "batch size must be >= 1"          --batch-size 0
 check "epochs -1"               "epochs must be >= 1"              --epochs -1
 check "threads 0"               "threads must be >= 1"             --threads 0
+check "unknown device"          "bad device 'gpu'"                 --device gpu
+# No machine has 10000 GPUs: fails as "built without CUDA" / "no device is usable" / "only N CUDA device(s)".
+check "absent CUDA device"      "CUDA"                             --device cuda:9999
 check "negative lr"             "learning rate"                    --lr -0.1
 check "unknown model"           "unknown model 'resnet7'"          --model resnet7
 check "unknown data set"        "unknown data set"                 --dataset imagenet21k

@@ -69,6 +69,9 @@ else
   "$bin" "${common[@]}" --quiet --save-dir "$dir" || fail "the final run failed"
 fi
 [ "$(epoch_of "$dir/last.safetensors")" = "$epochs" ] || fail "the resumed run did not finish epoch $epochs"
+# A temp file of a killed writer is removed by the next run on the same --save-dir.
+leftover=$(ls "$dir" | grep '\.tmp\.' || true)
+[ -z "$leftover" ] || fail "temp files of killed runs left in the save directory: $leftover"
 data_of "$dir/last.safetensors" | cmp -s - <(data_of "$work/full/last.safetensors") ||
   fail "3 kills + resumes differ from the uninterrupted run"
 echo "crash/resume checks: $failures failed"

@@ -47,12 +47,14 @@ expect_error "grad" "$work/grad.err" $? \
   "non-finite gradient at epoch 1 step 2 \(global step 2\), first in layer 'fc' \(parameter fc.bias; 1 of [0-9]+ .*nothing saved"
 
 # skip-step: one bad step, skipped and counted; the run finishes.
-ACTLAB_INJECT_NAN_STEP=3 "$bin" "${common[@]}" --on-nonfinite skip-step --save-dir "$work/skip" 2>"$work/skip.err"
+ACTLAB_INJECT_NAN_STEP=3 "$bin" "${common[@]}" --on-nonfinite skip-step --save-dir "$work/skip" \
+  --summary-json "$work/skip.json" 2>"$work/skip.err"
 rc=$?
 [ "$rc" -eq 0 ] || fail "skip-step: exit code $rc: $(cat "$work/skip.err")"
 grep -q "global step 3), in the input batch; update skipped (1 skipped so far)" "$work/skip.err" ||
   fail "skip-step: no skip warning: $(cat "$work/skip.err")"
 grep -q "1 steps skipped for non-finite values" "$work/skip.err" || fail "skip-step: no skip count at the end"
+grep -q '"skipped_steps": 1,' "$work/skip.json" || fail "skip-step: --summary-json lacks \"skipped_steps\": 1"
 [ "$(meta_of "$work/skip/last.safetensors" epoch)" = 2 ] || fail "skip-step: the run did not finish its 2 epochs"
 
 # skip-step gives up after 10 non-finite steps in a row (8 steps per run here: use 4 epochs).
