@@ -315,6 +315,7 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   o.preset = "paper";
   const Grid paper = make_grid(o);
   CHECK(paper.cells[0].model == "resnet18");
+  CHECK(paper.cells[0].dataset == "cifar100");  // the paper's Table 1(c) data set
   CHECK(paper.cells[0].epochs == 100);
   CHECK(paper.cells[0].batch_size == 256);
   o = GridOptions();
