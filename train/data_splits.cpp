@@ -29,6 +29,51 @@ class SubsetDataset final : public Dataset {
   int64_t limit_;
 };
 
+// The image-folder and IDX readers need stb_image and zlib, which the minimal GPU-check build
+// (ACTLAB_GPU_CHECK, docs/cuda.md) leaves out: there those data sets are one clear error.
+#ifndef ACTLAB_MINIMAL_BUILD
+void load_folder_splits(const TrainConfig& c, DataSplits& d) {
+  ACTLAB_CHECK(!c.data_dir.empty(), "--dataset folder needs --data-dir ROOT (ROOT/train/<class>/*.png|jpg ...)");
+  ImageFolderOptions o;
+  o.channels = c.image_channels;
+  o.size = c.image_size;
+  o.test_fraction = c.test_fraction;
+  o.split_seed = c.seed;
+  ImageFolderData f = load_image_folder(c.data_dir, o);
+  for (const auto& w : f.warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
+  const auto stats = channel_mean_std(f.train);
+  d.train = std::make_shared<InMemoryImageDataset>(f.train);
+  d.test = std::make_shared<InMemoryImageDataset>(f.test);
+  d.note = "image folder " + c.data_dir + " (" + std::to_string(f.class_names.size()) + " classes)";
+  d.train_transforms.mean = d.test_transforms.mean = stats.first;
+  d.train_transforms.std = d.test_transforms.std = stats.second;
+  if (c.augment) {
+    d.train_transforms.crop_padding = c.image_size / 8;
+    d.train_transforms.horizontal_flip = true;
+  }
+}
+
+void load_idx_splits(const TrainConfig& c, DataSplits& d) {
+  const bool fashion = c.dataset == "fashion-mnist";
+  const std::string dir = !c.data_dir.empty() ? c.data_dir : fashion ? default_fashion_mnist_dir()
+                                                                     : std::string("data/mnist");
+  ACTLAB_CHECK(std::filesystem::is_directory(dir), c.dataset, " data directory '", dir, "' not found",
+               fashion && c.data_dir.empty()
+                   ? " (install Debian's dataset-fashion-mnist package: scripts/setup.sh does)"
+                   : " (pass --data-dir)");
+  d.train = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, true) : load_mnist(dir, true));
+  d.test = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, false) : load_mnist(dir, false));
+  d.note = c.dataset + " from " + dir;
+}
+#else
+void load_folder_splits(const TrainConfig& c, DataSplits&) {
+  ACTLAB_FAIL("--dataset ", c.dataset, " is not available in the minimal GPU-check build (no stb_image); use synthetic or cifar10/100");
+}
+void load_idx_splits(const TrainConfig& c, DataSplits&) {
+  ACTLAB_FAIL("--dataset ", c.dataset, " is not available in the minimal GPU-check build (no zlib); use synthetic or cifar10/100");
+}
+#endif
+
 }  // namespace
 
 DataSplits load_data(const TrainConfig& c) {
@@ -41,24 +86,7 @@ DataSplits load_data(const TrainConfig& c) {
     d.note = "synthetic 1x28x28, 10 classes (generated)";
     d.family = "fashion-mnist";
   } else if (c.dataset == "folder") {
-    ACTLAB_CHECK(!c.data_dir.empty(), "--dataset folder needs --data-dir ROOT (ROOT/train/<class>/*.png|jpg ...)");
-    ImageFolderOptions o;
-    o.channels = c.image_channels;
-    o.size = c.image_size;
-    o.test_fraction = c.test_fraction;
-    o.split_seed = c.seed;
-    ImageFolderData f = load_image_folder(c.data_dir, o);
-    for (const auto& w : f.warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
-    const auto stats = channel_mean_std(f.train);
-    d.train = std::make_shared<InMemoryImageDataset>(f.train);
-    d.test = std::make_shared<InMemoryImageDataset>(f.test);
-    d.note = "image folder " + c.data_dir + " (" + std::to_string(f.class_names.size()) + " classes)";
-    d.train_transforms.mean = d.test_transforms.mean = stats.first;
-    d.train_transforms.std = d.test_transforms.std = stats.second;
-    if (c.augment) {
-      d.train_transforms.crop_padding = c.image_size / 8;
-      d.train_transforms.horizontal_flip = true;
-    }
+    load_folder_splits(c, d);
   } else if (c.dataset == "cifar10" || c.dataset == "cifar100") {
     const std::string dir = c.data_dir.empty() ? default_cifar_dir() : c.data_dir;
     const bool ten = c.dataset == "cifar10";
@@ -68,16 +96,7 @@ DataSplits load_data(const TrainConfig& c) {
                                                         : load_cifar100(dir, false, c.cifar100_coarse));
     d.note = c.dataset + " from " + dir;
   } else {
-    const bool fashion = c.dataset == "fashion-mnist";
-    const std::string dir = !c.data_dir.empty() ? c.data_dir : fashion ? default_fashion_mnist_dir()
-                                                                       : std::string("data/mnist");
-    ACTLAB_CHECK(std::filesystem::is_directory(dir), c.dataset, " data directory '", dir, "' not found",
-                 fashion && c.data_dir.empty()
-                     ? " (install Debian's dataset-fashion-mnist package: scripts/setup.sh does)"
-                     : " (pass --data-dir)");
-    d.train = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, true) : load_mnist(dir, true));
-    d.test = std::make_shared<InMemoryImageDataset>(fashion ? load_fashion_mnist(dir, false) : load_mnist(dir, false));
-    d.note = c.dataset + " from " + dir;
+    load_idx_splits(c, d);
   }
   if (c.dataset != "folder") {
     d.train_transforms = default_transforms(d.family, c.augment);

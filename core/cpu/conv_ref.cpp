@@ -1,12 +1,35 @@
 // The naive reference convolution loops: the executable spec of conv2d_* in conv.h, used by the
 // tests to check the fast path. Double accumulation, one thread, no scratch beyond a double
-// accumulator. Tested (against central differences too) in tests/test_cpu_conv.cpp.
+// accumulator. Also ConvShape::str and check_conv_shape, here because this file needs no oneDNN and is
+// built in every configuration (the minimal GPU-check build too). Tested (against central differences
+// too) in tests/test_cpu_conv.cpp.
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/cpu/conv.h"
 #include "core/error.h"
 
 namespace actlab::cpu {
+
+std::string ConvShape::str() const {
+  std::ostringstream os;
+  os << "N=" << N << " C=" << C << " H=" << H << " W=" << W << " K=" << K << " R=" << R
+     << " S=" << S << " stride=" << stride_h << "x" << stride_w << " pad=" << pad_h << "x"
+     << pad_w << " groups=" << groups;
+  return os.str();
+}
+
+void check_conv_shape(const ConvShape& s) {
+  ACTLAB_CHECK(s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0 && s.K > 0 && s.R > 0 && s.S > 0,
+               "conv2d: sizes must be positive: ", s.str());
+  ACTLAB_CHECK(s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
+               "conv2d: strides must be >= 1 and pads >= 0: ", s.str());
+  ACTLAB_CHECK(s.groups >= 1 && s.C % s.groups == 0 && s.K % s.groups == 0,
+               "conv2d: groups must divide C and K: ", s.str());
+  ACTLAB_CHECK(s.H + 2 * s.pad_h >= s.R && s.W + 2 * s.pad_w >= s.S,
+               "conv2d: kernel larger than the padded input: ", s.str());
+}
 
 void conv2d_forward_ref(float* y, const float* x, const float* w, const float* b,
                         const ConvShape& s) {

@@ -1,6 +1,6 @@
 // CPU GEMM: gemm() forwards to oneDNN's dnnl_sgemm (it detects AVX-512 at run time; the Debian
-// OpenBLAS 0.3.21 picks a slow kernel on Zen 5 unless an environment variable forces it), and
-// gemm_ref() is the plain loop. Tested in tests/test_cpu_conv.cpp.
+// OpenBLAS 0.3.21 picks a slow kernel on Zen 5 unless an environment variable forces it). The argument
+// checks and gemm_ref() are in gemm_ref.cpp. Tested in tests/test_cpu_conv.cpp.
 #include "core/cpu/gemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -9,18 +9,6 @@
 
 namespace actlab::cpu {
 namespace {
-
-void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
-                     int64_t ldb, int64_t ldc) {
-  ACTLAB_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
-  const int64_t a_cols = trans_a ? M : K;
-  const int64_t b_cols = trans_b ? K : N;
-  ACTLAB_CHECK(lda >= (a_cols > 1 ? a_cols : 1), "gemm: lda ", lda, " < ", a_cols,
-               " (trans_a=", trans_a, ", M=", M, ", K=", K, ")");
-  ACTLAB_CHECK(ldb >= (b_cols > 1 ? b_cols : 1), "gemm: ldb ", ldb, " < ", b_cols,
-               " (trans_b=", trans_b, ", K=", K, ", N=", N, ")");
-  ACTLAB_CHECK(ldc >= (N > 1 ? N : 1), "gemm: ldc ", ldc, " < N=", N);
-}
 
 // C = beta * C, with beta == 0 meaning "overwrite" (BLAS semantics: NaNs in C do not survive).
 void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
@@ -44,24 +32,6 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   ACTLAB_CHECK(status == dnnl_success, "dnnl_sgemm failed with status ", static_cast<int>(status),
                " for M=", M, " N=", N, " K=", K, " trans_a=", trans_a, " trans_b=", trans_b,
                " lda=", lda, " ldb=", ldb, " ldc=", ldc);
-}
-
-void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-              int64_t ldc) {
-  check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        const float a = trans_a ? A[k * lda + i] : A[i * lda + k];
-        const float b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
-        acc += static_cast<double>(a) * b;
-      }
-      float& c = C[i * ldc + j];
-      c = static_cast<float>(alpha * acc + (beta == 0.f ? 0.0 : static_cast<double>(beta) * c));
-    }
-  }
 }
 
 }  // namespace actlab::cpu

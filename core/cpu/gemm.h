@@ -15,6 +15,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
           float* C, int64_t ldc);
 
+// Throws actlab::Error unless the sizes and leading dimensions fit gemm's contract (every gemm runs it).
+void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                     int64_t ldc);
+
 // The executable spec: triple loop, double accumulation, single thread. Same contract as gemm.
 void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const float* A, int64_t lda, const float* B, int64_t ldb, float beta,

@@ -2,7 +2,6 @@
 // API served by the reference loops of conv_ref.cpp, parallel over images with OpenMP. Only the CMake
 // option compiles this file (core/cpu/minimal/ is not globbed otherwise); it replaces core/cpu/conv.cpp.
 // It is the CPU reference the CUDA parity suites (tests/test_cuda_*.cpp) compare against on a GPU host.
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -10,24 +9,6 @@
 #include "core/error.h"
 
 namespace actlab::cpu {
-
-std::string ConvShape::str() const {
-  std::ostringstream os;
-  os << "N=" << N << " C=" << C << " H=" << H << " W=" << W << " K=" << K << " R=" << R << " S=" << S
-     << " stride=" << stride_h << "x" << stride_w << " pad=" << pad_h << "x" << pad_w << " groups=" << groups;
-  return os.str();
-}
-
-void check_conv_shape(const ConvShape& s) {
-  ACTLAB_CHECK(s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0 && s.K > 0 && s.R > 0 && s.S > 0,
-               "conv2d: sizes must be positive: ", s.str());
-  ACTLAB_CHECK(s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
-               "conv2d: strides must be >= 1 and pads >= 0: ", s.str());
-  ACTLAB_CHECK(s.groups >= 1 && s.C % s.groups == 0 && s.K % s.groups == 0,
-               "conv2d: groups must divide C and K: ", s.str());
-  ACTLAB_CHECK(s.H + 2 * s.pad_h >= s.R && s.W + 2 * s.pad_w >= s.S,
-               "conv2d: kernel larger than the padded input: ", s.str());
-}
 
 const char* conv_impl_name(ConvImpl impl) { return impl == ConvImpl::Auto ? "auto" : "reference"; }
 

@@ -1,50 +1,17 @@
-// The CPU GEMM of a minimal build (ACTLAB_GPU_CHECK: no oneDNN on the machine): gemm.h's contract with a
-// plain OpenMP loop (rows of C in parallel, double accumulation), and gemm_ref. Only the CMake option
-// compiles this file; it replaces core/cpu/gemm.cpp. The CPU reference of the CUDA parity suites.
+// The CPU GEMM of a minimal build (ACTLAB_GPU_CHECK: no oneDNN on the machine): gemm.h's contract as
+// gemm_ref (gemm_ref.cpp: double accumulation) on the rows of C in parallel. Only the CMake option compiles
+// this file; it replaces core/cpu/gemm.cpp. The CPU reference of the CUDA parity suites.
 #include "core/cpu/gemm.h"
 
-#include "core/error.h"
-
 namespace actlab::cpu {
-namespace {
-
-void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                     int64_t ldc) {
-  ACTLAB_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
-  const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
-  ACTLAB_CHECK(lda >= (a_cols > 1 ? a_cols : 1), "gemm: lda ", lda, " < ", a_cols);
-  ACTLAB_CHECK(ldb >= (b_cols > 1 ? b_cols : 1), "gemm: ldb ", ldb, " < ", b_cols);
-  ACTLAB_CHECK(ldc >= (N > 1 ? N : 1), "gemm: ldc ", ldc, " < N=", N);
-}
-
-// C(i, :) for one row i.
-void gemm_row(bool trans_a, bool trans_b, int64_t i, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  for (int64_t j = 0; j < N; ++j) {
-    double acc = 0.0;
-    for (int64_t k = 0; k < K; ++k) {
-      const float a = trans_a ? A[k * lda + i] : A[i * lda + k];
-      const float b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
-      acc += static_cast<double>(a) * b;
-    }
-    float& c = C[i * ldc + j];
-    c = static_cast<float>(alpha * acc + (beta == 0.f ? 0.0 : static_cast<double>(beta) * c));
-  }
-}
-
-}  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  // Row i of op(A) is row i of A, or column i of a transposed A: a 1×K product per row of C.
 #pragma omp parallel for schedule(static) if (M * N * K > 65536)
-  for (int64_t i = 0; i < M; ++i) gemm_row(trans_a, trans_b, i, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  for (int64_t i = 0; i < M; ++i) gemm_row(trans_a, trans_b, i, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  for (int64_t i = 0; i < M; ++i)
+    gemm_ref(trans_a, trans_b, 1, N, K, alpha, trans_a ? A + i : A + i * lda, lda, B, ldb, beta, C + i * ldc, ldc);
 }
 
 }  // namespace actlab::cpu
