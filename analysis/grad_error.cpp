@@ -6,6 +6,7 @@
 
 #include "analysis/spectrum.h"
 #include "autograd/functions.h"
+#include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "layers/layers.h"
@@ -30,15 +31,6 @@ std::vector<WeightLayer> weight_layers(Module& model) {
   return out;
 }
 
-// Drops whatever a failed pass left on the tape (backward clears it on success).
-class TapeClearer {
- public:
-  TapeClearer() = default;
-  ~TapeClearer() { Tape::current().clear(); }
-  TapeClearer(const TapeClearer&) = delete;
-  TapeClearer& operator=(const TapeClearer&) = delete;
-};
-
 // One training-step forward/backward under `set`; returns a copy of each layer's weight gradient.
 std::vector<Tensor> weight_gradients(Module& model, const std::vector<WeightLayer>& layers, const Tensor& images,
                                      const Tensor& labels, const PolicySet& set, const GradErrorOptions& o,
@@ -50,7 +42,7 @@ std::vector<Tensor> weight_gradients(Module& model, const std::vector<WeightLaye
     if (auto* dropout = dynamic_cast<Dropout*>(pointer.get())) dropout->set_seed(o.seed);
   for (auto& p : model.parameters()) p.zero_grad();
   {
-    TapeClearer clear_on_error;
+    TapeClearGuard clear_on_error;
     Variable loss;
     {
       ActivationCacheScope scope(set);

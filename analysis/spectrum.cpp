@@ -25,15 +25,6 @@ class CacheStatsPause {
   bool was_enabled_;
 };
 
-// Clears the tape on every exit path, so an exception mid-forward leaves no saved tensors behind.
-class TapeClearer {
- public:
-  TapeClearer() = default;
-  ~TapeClearer() { Tape::current().clear(); }
-  TapeClearer(const TapeClearer&) = delete;
-  TapeClearer& operator=(const TapeClearer&) = delete;
-};
-
 class InputCapture final : public ForwardObserver {
  public:
   explicit InputCapture(bool include_linear) : include_linear_(include_linear) {}
@@ -96,7 +87,7 @@ std::vector<CapturedInput> capture_layer_inputs(Module& model, const Tensor& ima
   const PolicySet exact;  // inputs are kept as they are, so the capture is the map itself
   InputCapture capture(include_linear);
   {
-    TapeClearer clear_tape;
+    TapeClearGuard clear_tape;
     ActivationCacheScope policies(exact);
     MemTagScope tag(MemTag::Activation);
     ObserverScope observe(&capture);

@@ -32,6 +32,16 @@ class Tape {
 // loss.backward(): Tape::current().backward(loss).
 void backward(const Variable& root, const Tensor& grad = Tensor());
 
+// Clears the current tape when it goes out of scope, so a pass that throws midway leaves no saved
+// tensors behind (backward clears the tape itself on success; clearing an empty tape is a no-op).
+class TapeClearGuard {
+ public:
+  TapeClearGuard() = default;
+  ~TapeClearGuard() { Tape::current().clear(); }
+  TapeClearGuard(const TapeClearGuard&) = delete;
+  TapeClearGuard& operator=(const TapeClearGuard&) = delete;
+};
+
 // Creates node N (constructed from args) for an op with these inputs, wires the edges and records it
 // — or returns nullptr when no input needs a gradient or recording is off (then save nothing).
 template <typename N, typename... Args>

@@ -20,11 +20,13 @@
 #include "analysis/plot.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "tests/error_of.h"
 #include "temp_dir.h"
 #include "train/grid.h"
 #include "train/trainer.h"
 
 using namespace actlab;
+using actlab::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -38,16 +40,6 @@ size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
   return n;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Well-formedness of the SVG as XML: every element closed in order, no stray '<' or '&' in text.

@@ -15,11 +15,13 @@
 #include "autograd/functions.h"
 #include "core/allocator.h"
 #include "models/registry.h"
+#include "tests/error_of.h"
 #include "train/checkpoint.h"
 #include "train/config_file.h"
 #include "train/trainer.h"
 
 using namespace actlab;
+using actlab::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -47,17 +49,6 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
-
-// Error message of f(), or "" when it does not throw.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // One SGD step of a model on a fixed batch, so parameters, BN statistics and momentum are all non-trivial.

@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "core/error.h"
+#include "tests/error_of.h"
 #include "tests/test_cuda_util.h"
 #include "train/trainer.h"
 
@@ -36,23 +36,14 @@ TrainConfig short_run(const std::string& policy) {
   return c;
 }
 
-std::string error_of(const TrainConfig& c) {
-  try {
-    train(c);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("train --device: a malformed or absent device is one clear error before any work") {
   TrainConfig c = short_run("exact");
   c.device = "gpu";
-  CHECK(error_of(c).find("bad device 'gpu': expected cpu, cuda or cuda:N") != std::string::npos);
+  CHECK(error_of([&] { train(c); }).find("bad device 'gpu': expected cpu, cuda or cuda:N") != std::string::npos);
   c.device = "cuda:9999";  // no machine has that many: CPU-only build, no driver, or "only N visible"
-  const std::string why = error_of(c);
+  const std::string why = error_of([&] { train(c); });
   CHECK(why.find("CUDA") != std::string::npos);
   if (!cuda_available()) CHECK(why.find("CUDA requested but") != std::string::npos);  // says why there is none
 }

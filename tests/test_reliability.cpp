@@ -13,12 +13,14 @@
 #include "compress/policy.h"
 #include "layers/layers.h"
 #include "layers/optim/sgd.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/guards.h"
 #include "train/trainer.h"
 
 using namespace actlab;
+using actlab::testing::error_of;
 using actlab::testing::TempDir;
 
 namespace {
@@ -62,16 +64,6 @@ void sgd_step(Module& model, Sgd& opt, const TinyBatch& b, const PolicySet& poli
     backward(loss);
   }
   opt.step();
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // One OpenMP thread for the tiny ops below: on a busy 2-core machine every fork/join of a second
