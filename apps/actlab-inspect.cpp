@@ -25,6 +25,8 @@
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/config_file.h"
+#include "train/grid.h"
+#include "train/logging.h"
 #include "train/trainer.h"
 
 using namespace actlab;
@@ -207,10 +209,6 @@ ImageGrid fig3a_grid(const Tensor& map, const Tensor& images, int64_t n_images, 
   return g;
 }
 
-std::string csv_field(const std::string& s) {
-  return s.find_first_of(",\"") == std::string::npos ? s : "\"" + s + "\"";
-}
-
 double positive_or_gap(double v) { return v > 0 && std::isfinite(v) ? v : std::nan(""); }
 
 void write_lambda(const std::string& dir, const std::vector<LayerSpectrum>& rows, double ratio) {
@@ -270,15 +268,6 @@ void write_reconstruction(const std::string& dir, const std::vector<LayerSpectru
           << "," << fmt(x.bits_per_element, "%.6g") << "," << x.packed_bytes << "," << x.numel << "\n";
     }
   write_text_atomic(dir + "/reconstruction.csv", csv.str());
-}
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:") ==
-                        std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
 }
 
 struct Report {
@@ -397,7 +386,9 @@ struct Settings {
 
 Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r) {
   Settings st;
-  for (int i = 0; i < argc; ++i) r->command += (i ? " " : "") + shell_quote(i ? argv[i] : "actlab-inspect");
+  std::vector<std::string> args(argv, argv + argc);
+  args[0] = "actlab-inspect";
+  r->command = shell_command_line(args);
   st.out = flags.get("out");
   ACTLAB_CHECK(!st.out.empty(), "--out DIR is required (see --help)");
   ACTLAB_CHECK(!fs::exists(st.out) || fs::is_directory(st.out), "--out '", st.out, "' exists and is not a directory");

@@ -23,6 +23,7 @@
 #include "tests/error_of.h"
 #include "temp_dir.h"
 #include "train/grid.h"
+#include "train/logging.h"
 #include "train/trainer.h"
 
 using namespace actlab;
@@ -72,22 +73,7 @@ bool xml_balanced(const std::string& s, std::string* why) {
   return open.empty();
 }
 
-// ---- CSV of results.csv (quoted fields may hold commas)
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '"') {
-      if (quoted && i + 1 < line.size() && line[i + 1] == '"') out.back() += line[++i];
-      else quoted = !quoted;
-    } else if (line[i] == ',' && !quoted) {
-      out.emplace_back();
-    } else {
-      out.back() += line[i];
-    }
-  }
-  return out;
-}
+// ---- results.csv as rows of name -> value (csv_fields: train/logging.h)
 std::vector<std::map<std::string, std::string>> read_results(const fs::path& path, size_t* columns) {
   std::ifstream in(path);
   std::string line;

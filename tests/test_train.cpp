@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <unistd.h>
 
@@ -14,7 +15,9 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/cli.h"
+#include "train/logging.h"
 #include "train/trainer.h"
+#include "tests/temp_dir.h"
 
 using namespace actlab;
 
@@ -128,6 +131,63 @@ TEST_CASE("--summary-json writes the run's summary as one JSON object that match
   CHECK(parse_json(text2, "summary").find("saved_raw_bytes")->number ==
         parse_json(text2, "summary").find("saved_packed_bytes")->number);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("csv_field / csv_fields: fields with commas and quotes survive a round trip") {
+  const std::vector<std::string> fields = {"plain", "division:B=8,Q=2", "say \"hi\"", "", "(32,784)", "a,\"b\",c"};
+  std::string line;
+  for (const auto& f : fields) line += (line.empty() ? "" : ",") + csv_field(f);
+  CHECK(csv_field("plain") == "plain");
+  CHECK(csv_field("x,y") == "\"x,y\"");
+  CHECK(csv_fields(line) == fields);
+  CHECK(csv_fields(line + "\r") == fields);  // a CRLF file
+}
+
+TEST_CASE("--memory-report: one CSV row per saved tensor that adds up to the run's totals; JSON too") {
+  testing::TempDir dir("memory_report");
+  TrainConfig c;
+  c.dataset = "synthetic";
+  c.synthetic_size = 64;
+  c.batch_size = 32;
+  c.model = "mlp";
+  c.policy = "division:B=8,Q=2";
+  c.policy_rules = {"fc1=exact"};
+  c.memory_report = dir.file("layers.csv");
+  c.quiet = true;
+  const TrainSummary s = train(c);
+  std::ifstream in(c.memory_report);
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  const std::vector<std::string> header = csv_fields(line);
+  REQUIRE(header.size() == 10);
+  CHECK(header[2] == "policy");
+  int64_t raw = 0, packed = 0, expected = 0, rows = 0;
+  std::set<std::string> policies;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> f = csv_fields(line);
+    REQUIRE_MESSAGE(f.size() == header.size(), line);  // a policy's commas stay inside its field
+    ++rows;
+    if (f[1].find(".input") == std::string::npos) continue;  // lossy saves only, as the summary counts
+    policies.insert(f[0] + " " + f[2]);
+    raw += std::stoll(f[5]);
+    packed += std::stoll(f[6]);
+    expected += std::stoll(f[7]);
+    CHECK(std::stoll(f[6]) == std::stoll(f[7]));  // measured == closed form per tensor
+  }
+  CHECK(rows >= 4);
+  CHECK(policies.count("fc1 exact") == 1);  // the per-module rule
+  CHECK(policies.count("fc2 division:B=8,Q=2") == 1);
+  CHECK(raw == s.saved_raw_bytes);
+  CHECK(packed == s.saved_packed_bytes);
+  CHECK(expected == s.saved_expected_bytes);
+  c.memory_report = dir.file("layers.json");
+  train(c);
+  std::ifstream json_in(c.memory_report);
+  const std::string json((std::istreambuf_iterator<char>(json_in)), std::istreambuf_iterator<char>());
+  const JsonValue j = parse_json(json, "memory report");
+  REQUIRE(j.kind == JsonValue::Kind::Array);
+  CHECK(static_cast<int64_t>(j.items.size()) == rows);
+  CHECK(j.items[0].find("policy")->string == "exact");  // fc1, kept exact by the rule
 }
 
 TEST_CASE("bad configurations are refused before anything runs") {

@@ -28,6 +28,7 @@
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/grid_internal.h"
+#include "train/logging.h"
 
 namespace fs = std::filesystem;
 
@@ -153,24 +154,6 @@ double to_number(const JsonValue& summary, const char* key) {
   const JsonValue* v = summary.find(key);
   if (v == nullptr || (v->kind != JsonValue::Kind::Int && v->kind != JsonValue::Kind::Number)) return CellResult::kNaN;
   return v->number;
-}
-
-// Fields of one CSV line; "quoted, fields" may hold commas.
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (c == '"') {
-      if (quoted && i + 1 < line.size() && line[i + 1] == '"') out.back() += line[++i];
-      else quoted = !quoted;
-    } else if (c == ',' && !quoted) {
-      out.emplace_back();
-    } else if (c != '\r') {
-      out.back() += c;
-    }
-  }
-  return out;
 }
 
 // Rows of a CSV file with a header, as name → value maps.

@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/grid_internal.h"
+#include "train/logging.h"
 
 namespace fs = std::filesystem;
 
@@ -108,12 +109,6 @@ double m_policy_comp(const Results& r, size_t i) {
                                   : CellResult::kNaN;
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 std::string csv_num(double v, const char* format = "%.6g") { return std::isfinite(v) ? fmt(format, v) : ""; }
 
 void write_results_csv(const Results& r, const fs::path& path) {

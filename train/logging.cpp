@@ -113,6 +113,30 @@ void print_summary(const TrainSummary& s, const TrainConfig& c) {
   std::fflush(stdout);
 }
 
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '"') {
+      if (quoted && i + 1 < line.size() && line[i + 1] == '"') out.back() += line[++i];
+      else quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else if (c != '\r') {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
 void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries) {
   const bool json = path.size() > 5 && path.substr(path.size() - 5) == ".json";
   const std::string tmp = path + ".tmp";
@@ -132,8 +156,9 @@ void write_memory_report(const std::string& path, const std::vector<CacheEntrySt
                    static_cast<long long>(e.bytes_packed), static_cast<long long>(e.bytes_expected),
                    e.pack_seconds * 1e3, e.unpack_seconds * 1e3, i + 1 < entries.size() ? "," : "");
     } else {
-      std::fprintf(f, "%s,%s,%s,\"%s\",%lld,%lld,%lld,%lld,%.3f,%.3f\n", e.module_path.c_str(), e.op.c_str(),
-                   e.policy.c_str(), shape.c_str(), static_cast<long long>(e.packs),
+      std::fprintf(f, "%s,%s,%s,%s,%lld,%lld,%lld,%lld,%.3f,%.3f\n", csv_field(e.module_path).c_str(),
+                   csv_field(e.op).c_str(), csv_field(e.policy).c_str(), csv_field(shape).c_str(),
+                   static_cast<long long>(e.packs),
                    static_cast<long long>(e.bytes_raw), static_cast<long long>(e.bytes_packed),
                    static_cast<long long>(e.bytes_expected), e.pack_seconds * 1e3, e.unpack_seconds * 1e3);
     }

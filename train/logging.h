@@ -48,5 +48,11 @@ void print_summary(const TrainSummary& s, const TrainConfig& c);
 // so a reader (actlab-ablate) never sees half a file.
 void write_summary_json(const std::string& path, const TrainSummary& s, const TrainConfig& c);
 void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries);
+// One CSV field (RFC 4180): as it is, or in double quotes with inner quotes doubled when it holds a
+// comma, a quote or a line break (policy strings such as "division:B=8,Q=2" do).
+std::string csv_field(const std::string& s);
+// The fields of one CSV line written that way (a trailing '\r' is dropped): csv_fields of the
+// comma-joined csv_field()s gives the strings back.
+std::vector<std::string> csv_fields(const std::string& line);
 
 }  // namespace actlab
