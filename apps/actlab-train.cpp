@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
 #include <set>
 
 #include "compress/policy.h"
@@ -115,6 +116,9 @@ int main(int argc, char** argv) {
             "a NaN/Inf loss or gradient: stop (save the last good state to --save-dir, name the step and layer, "
             "exit 2) or skip-step (drop that update; stop after " + std::to_string(kMaxConsecutiveSkips) +
             " in a row)");
+  flags.add("memory-limit", "string", "",
+            "cap the live bytes on the device (e.g. 2GiB): past it the run fails with out of memory, as a smaller "
+            "GPU would; finds the batch size that fits");
   flags.add("check-memory", "bool", "",
             "check after every step that live bytes per tag return to the same value and the peak does not grow");
   try {
@@ -138,7 +142,15 @@ int main(int argc, char** argv) {
     }
     return 128 + sig;
   } catch (const OutOfMemory& e) {
-    std::fprintf(stderr, "actlab-train: error: %s\n", e.what());
+    // One error line; the allocator's table that follows it in the message goes to stdout.
+    const std::string what = e.what();
+    const size_t eol = what.find('\n');
+    std::fprintf(stderr, "actlab-train: error: %s\n", what.substr(0, eol).c_str());
+    if (eol != std::string::npos) std::printf("%s", what.substr(eol + 1).c_str());
+    return 3;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "actlab-train: error: out of memory: a host allocation failed; try a smaller "
+                         "--batch-size or a compressing --policy such as division:B=8,Q=2\n");
     return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "actlab-train: error: %s\n", e.what());

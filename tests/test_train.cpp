@@ -133,6 +133,36 @@ TEST_CASE("--summary-json writes the run's summary as one JSON object that match
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("--memory-limit: sizes parse; exact storage runs out of memory under a cap that division fits") {
+  CHECK(parse_byte_size("1500000", "x") == 1500000);
+  CHECK(parse_byte_size("512KiB", "x") == 512 * 1024);
+  CHECK(parse_byte_size("1.5GiB", "x") == int64_t{3} << 29);
+  CHECK(parse_byte_size("300mb", "x") == 300 * 1048576);
+  for (const char* bad : {"", "MiB", "-5MiB", "0", "12XB", "1e30GiB"})
+    CHECK_THROWS_WITH_AS(parse_byte_size(bad, "--memory-limit"), doctest::Contains("is not a size"), Error);
+  TrainConfig c;
+  c.dataset = "synthetic";
+  c.synthetic_size = 256;
+  c.batch_size = 128;
+  c.steps_per_epoch = 2;
+  c.quiet = true;
+  c.policy = "division:B=8,Q=2";
+  const TrainSummary fits = train(c);
+  c.policy = "exact";
+  const TrainSummary exact = train(c);
+  REQUIRE(exact.peak_bytes > fits.peak_bytes + (int64_t{8} << 20));
+  // A cap between the two peaks: what a smaller GPU would do to the exact run.
+  const int64_t cap = (exact.peak_bytes + fits.peak_bytes) / 2;
+  c.memory_limit = std::to_string(cap);
+  const int64_t live = memory_stats().total.current;
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("out of memory on cpu"), OutOfMemory);
+  CHECK(memory_stats().total.current == live);  // the failed run released everything, its tape included
+  c.policy = "division:B=8,Q=2";
+  CHECK(train(c).steps == 2);
+  c.memory_limit = "";
+  train(c);  // the cap ended with the run that set it
+}
+
 TEST_CASE("csv_field / csv_fields: fields with commas and quotes survive a round trip") {
   const std::vector<std::string> fields = {"plain", "division:B=8,Q=2", "say \"hi\"", "", "(32,784)", "a,\"b\",c"};
   std::string line;

@@ -1,6 +1,7 @@
 // FlagParser implementation.
 #include "train/cli.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -42,6 +43,27 @@ std::vector<std::string> split_list(const std::string& text, char sep) {
   while (std::getline(in, item, sep))
     if (!item.empty()) out.push_back(item);
   return out;
+}
+
+int64_t parse_byte_size(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const std::map<std::string, double> scale = {{"", 1.0},  {"B", 1.0},     {"K", 1024.0},  {"KB", 1024.0},
+                                               {"KIB", 1024.0}, {"M", 1048576.0}, {"MB", 1048576.0},
+                                               {"MIB", 1048576.0}, {"G", 1073741824.0}, {"GB", 1073741824.0},
+                                               {"GIB", 1073741824.0}};
+  const auto it = scale.find(unit);
+  const double bytes = it == scale.end() ? 0 : value * it->second;
+  ACTLAB_CHECK(used > 0 && it != scale.end() && bytes >= 1 && bytes < 9.0e18, what, " '", text,
+               "' is not a size; use bytes or a number with KiB, MiB or GiB (e.g. 512MiB, 1.5GiB)");
+  return static_cast<int64_t>(bytes);
 }
 
 FlagParser::FlagParser(std::string program, std::string summary)

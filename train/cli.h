@@ -13,6 +13,10 @@ namespace actlab {
 // Splits "a,b,,c" on `sep`, dropping empty items: {"a", "b", "c"}.
 std::vector<std::string> split_list(const std::string& text, char sep);
 
+// "1500000", "512KiB", "300MiB", "1.5GiB" (also K/M/G, KB/MB/GB as powers of 1024) -> bytes (> 0).
+// `what` names the option in the Error for anything else.
+int64_t parse_byte_size(const std::string& text, const std::string& what);
+
 class FlagParser {
  public:
   FlagParser(std::string program, std::string summary);

@@ -105,6 +105,7 @@ const std::vector<Field>& fields() {
       ACTLAB_BOOL("quiet", quiet),
       ACTLAB_STR("on-nonfinite", on_nonfinite),
       ACTLAB_BOOL("check-memory", check_memory),
+      ACTLAB_STR("memory-limit", memory_limit),
   };
   return table;
 }

@@ -15,6 +15,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
+#include "autograd/tape.h"
 #include "core/cuda/runtime.h"
 #include "data/dataloader.h"
 #include "layers/layers.h"
@@ -24,6 +25,7 @@
 #include "models/summary.h"
 #include "train/checkpoint.h"
 #include "train/config_file.h"
+#include "train/cli.h"
 #include "train/guards.h"
 #include "train/logging.h"
 
@@ -111,6 +113,7 @@ void validate(const TrainConfig& c) {
                c.label_smoothing);
   ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be >= 1, got ", c.threads);
   Device::parse(c.device);  // the form only; whether the device exists is checked when the run starts
+  if (!c.memory_limit.empty()) parse_byte_size(c.memory_limit, "--memory-limit");
   ACTLAB_CHECK(c.warmup_epochs == 0 || (c.warmup_epochs > 0 && c.warmup_epochs < c.epochs),
                "warm-up epochs must be in [0, epochs), got ", c.warmup_epochs);
   ACTLAB_CHECK(c.steps_per_epoch >= 0 && c.train_limit >= 0 && c.test_limit >= 0 && c.print_every >= 0,
@@ -341,6 +344,7 @@ void poison(Tensor t) {
 }
 
 bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, EpochRow& row) {
+  TapeClearGuard clear_tape;  // an exception mid-step (out of memory) must not leave saved tensors behind
   const float lr = sched_.lr_at(global_step_);
   opt_->set_lr(lr);
   row.lr = lr;
@@ -624,11 +628,13 @@ TrainSummary train(const TrainConfig& c) {
   // whatever way it ends (done, stopped, an error), put both back as they were.
   struct Restore {
     int threads = omp_get_max_threads();
+    Device device;
     ~Restore() {
       omp_set_num_threads(threads);
       CacheStats::global().set_enabled(true);
+      set_memory_limit(device, 0);
     }
-  } restore;
+  } restore{omp_get_max_threads(), Device::parse(c.device)};
   omp_set_num_threads(static_cast<int>(c.threads));
   const Device device = Device::parse(c.device);
   if (device.is_cuda()) {
@@ -636,6 +642,7 @@ TrainSummary train(const TrainConfig& c) {
     ACTLAB_CHECK(device.index < cuda_device_count(), "--device ", c.device, ": only ", cuda_device_count(),
                  " CUDA device(s) visible (cuda:0 .. cuda:", cuda_device_count() - 1, ")");
   }
+  if (!c.memory_limit.empty()) set_memory_limit(device, parse_byte_size(c.memory_limit, "--memory-limit"));
   seed_init(c.seed);
   set_pack_seed(c.seed);
   set_pack_step(0);

@@ -63,6 +63,9 @@ struct TrainConfig {
   // count it, and stop as "stop" does after kMaxConsecutiveSkips non-finite steps in a row.
   std::string on_nonfinite = "stop";
   bool check_memory = false;              // MemoryCheck (train/guards.h) after every step
+  // A cap on the live bytes the allocator hands out on the run's device ("" none; "2GiB", "512MiB"):
+  // past it an allocation throws OutOfMemory, as on a smaller GPU. Finds the batch that fits.
+  std::string memory_limit;
   // Test hooks, not configuration keys (actlab-train sets them from the environment variables
   // ACTLAB_INJECT_NAN_STEP, ACTLAB_INJECT_NAN_COUNT, ACTLAB_INJECT_NAN_INTO): make the input batch
   // ("input") or the last parameter's gradient ("grad") hold a NaN at the 1-based global steps
