@@ -8,9 +8,7 @@
 set -u
 bin="$1"
 src=$(cd "$(dirname "$0")/../.." && pwd)
-export OMP_WAIT_POLICY=passive
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
 log="$work/existing.csv"
 echo "precious,log,line" > "$log"
 printf 'garbage' > "$work/train-images-idx3-ubyte"

@@ -7,9 +7,7 @@
 #   tests/cli/crash_resume.sh PATH/TO/actlab-train
 set -u
 bin="$1"
-export OMP_WAIT_POLICY=passive
-work=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
 seed="${ACTLAB_CRASH_SEED:-$$}"
 RANDOM=$seed
 echo "crash/resume: kill points drawn with ACTLAB_CRASH_SEED=$seed"
@@ -17,14 +15,6 @@ steps_per_epoch=8 epochs=6
 total=$((steps_per_epoch * epochs))
 common=(--dataset synthetic --synthetic-size 256 --batch-size 32 --epochs $epochs --threads 2 --seed 9
         --policy division:B=4,Q=2)
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-data_of() {
-  local n
-  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
-  tail -c +$((8 + n + 1)) "$1"
-}
-epoch_of() { head -c 65536 "$1" | grep -ao '"epoch":"[0-9]*"' | head -1 | grep -o '[0-9]*'; }
 # The global step of the newest progress line ("epoch E/6 step S/8 ..."), 0 before the first.
 progress_of() {
   grep -o 'epoch [0-9]*/[0-9]* step [0-9]*/' "$1" | tail -1 |

@@ -10,18 +10,8 @@
 #   tests/cli/nonfinite.sh PATH/TO/actlab-train
 set -u
 bin="$1"
-export OMP_WAIT_POLICY=passive
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
 common=(--dataset synthetic --synthetic-size 128 --batch-size 32 --epochs 2 --threads 2 --seed 4 --quiet)
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-data_of() {  # the data section of a safetensors file
-  local n
-  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
-  tail -c +$((8 + n + 1)) "$1"
-}
-meta_of() { head -c 65536 "$1" | grep -ao "\"$2\":\"[0-9]*\"" | head -1 | grep -o '[0-9]*'; }
 expect_error() {  # expect_error NAME STDERR_FILE RC PATTERN: exit 2 and exactly one matching error line
   local lines
   lines=$(grep -c 'actlab-train: error:' "$2")

@@ -5,21 +5,8 @@
 #   tests/cli/resume.sh PATH/TO/actlab-train
 set -u
 bin="$1"
-# Passive OpenMP waits: the results do not depend on it, and spinning threads crawl on a busy machine.
-export OMP_WAIT_POLICY=passive
-work=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
 common=(--dataset synthetic --synthetic-size 512 --batch-size 32 --epochs 3 --threads 2 --seed 5 --quiet)
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# The data section of a safetensors file: everything after the 8-byte length and the header.
-data_of() {
-  local n
-  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
-  tail -c +$((8 + n + 1)) "$1"
-}
-epoch_of() { head -c 65536 "$1" | grep -ao '"epoch":"[0-9]*"' | head -1 | grep -o '[0-9]*'; }
 
 # Starts a run in the background, waits until it has written last.safetensors, sends `signal`.
 # Prints the run's exit status.
