@@ -1,13 +1,18 @@
 // bench_train: median images/s of a full training step (forward, loss, backward, SGD) on random
 // 3x32x32 inputs, the protocol of ../shared/bench/torch_cpu_train.py (warm-up steps, then at least
 // --steps timed steps, continued until --min-time seconds), so the two can be run side by side.
-// Also reports the activation memory of the step (reference §5) for each policy.
+// Also reports the activation memory of the step (reference §5) for each policy, and the median process
+// CPU time of a step: CPU ms / (wall ms · threads) is how busy the team kept the cores (with
+// OMP_WAIT_POLICY=passive, so that waiting threads sleep instead of spinning). --rounds N repeats the
+// policy list N times so that policies can be compared in back-to-back pairs on a shared machine.
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "autograd/functions.h"
@@ -20,6 +25,18 @@
 using namespace actlab;
 
 namespace {
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -34,6 +51,7 @@ int main(int argc, char** argv) {
   flags.add("max-steps", "int", "200", "at most this many timed steps");
   flags.add("image-size", "int", "32", "input size");
   flags.add("channels", "int", "3", "input channels");
+  flags.add("rounds", "int", "1", "repeat the policy list this many times (paired comparisons)");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
@@ -41,10 +59,13 @@ int main(int argc, char** argv) {
     }
     omp_set_num_threads(static_cast<int>(flags.get_int("threads")));
     const int64_t B = flags.get_int("batch"), S = flags.get_int("image-size"), C = flags.get_int("channels");
-    std::printf("%-12s %-22s %6s %10s %10s %10s %14s\n", "model", "policy", "batch", "img/s", "best", "steps",
-                "activation");
+    std::printf("%-12s %-22s %6s %10s %10s %10s %14s %9s %9s\n", "model", "policy", "batch", "img/s", "best", "steps",
+                "activation", "wall ms", "cpu ms");
+    std::vector<std::string> runs;  // the policy list, --rounds times
+    for (int64_t round = 0; round < flags.get_int("rounds"); ++round)
+      for (const auto& policy : split_list(flags.get("policies"), ';')) runs.push_back(policy);
     for (const auto& name : split_list(flags.get("models"), ',')) {
-      for (const auto& policy : split_list(flags.get("policies"), ';')) {
+      for (const auto& policy : runs) {
         seed_init(0);
         set_pack_seed(0);
         auto model = make_model({name, C, 10, S});
@@ -76,21 +97,21 @@ int main(int argc, char** argv) {
         };
         CacheStats::global().set_enabled(false);
         for (int64_t i = 0; i < flags.get_int("warmup"); ++i) step();
-        std::vector<double> ts;
+        std::vector<double> ts, cpu;
         double total = 0;
         while (static_cast<int64_t>(ts.size()) < flags.get_int("steps") ||
                (total < flags.get_float("min-time") && static_cast<int64_t>(ts.size()) < flags.get_int("max-steps"))) {
           const auto t0 = std::chrono::steady_clock::now();
+          const double c0 = process_cpu_seconds();
           step();
           ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          cpu.push_back(process_cpu_seconds() - c0);
           total += ts.back();
         }
-        std::vector<double> sorted = ts;
-        std::sort(sorted.begin(), sorted.end());
-        const double med = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                             : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
-        std::printf("%-12s %-22s %6lld %10.1f %10.1f %10zu %10.1f MiB\n", name.c_str(), policy.c_str(),
-                    static_cast<long long>(B), B / med, B / sorted.front(), ts.size(), act / 1048576.0);
+        const double med = median(ts), best = *std::min_element(ts.begin(), ts.end());
+        std::printf("%-12s %-22s %6lld %10.1f %10.1f %10zu %10.1f MiB %9.1f %9.1f\n", name.c_str(), policy.c_str(),
+                    static_cast<long long>(B), B / med, B / best, ts.size(), act / 1048576.0, 1e3 * med,
+                    1e3 * median(cpu));
         std::fflush(stdout);
         CacheStats::global().set_enabled(true);
       }
