@@ -309,6 +309,12 @@ void set_memory_limit(Device device, int64_t bytes) {
   r.state(device).limit = bytes;
 }
 
+int64_t memory_limit(Device device) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.state(device).limit;
+}
+
 MemTag current_mem_tag() { return t_current_tag; }
 
 MemTagScope::MemTagScope(MemTag tag) : previous_(t_current_tag) { t_current_tag = tag; }

@@ -74,6 +74,7 @@ void empty_cache(Device device);
 // A soft limit on live bytes for a device (0 = none): allocations past it throw OutOfMemory.
 // Lets tests and users rehearse an out-of-memory condition on any machine.
 void set_memory_limit(Device device, int64_t bytes);
+int64_t memory_limit(Device device);  // the limit in force (0 = none)
 
 // The tag used by allocations that do not name one. Set by scope, per thread.
 MemTag current_mem_tag();

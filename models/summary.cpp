@@ -85,7 +85,9 @@ ModelSummaryTable summarize_model(Module& model, const Shape& sample_shape) {
     NoGradGuard no_grad;
     MemTagScope tag(MemTag::Activation);
     ObserverScope scope(&observer);
-    table.output = model(Variable(Tensor::zeros(table.input))).shape();
+    const auto params = model.parameters();  // the probe goes where the model is (cpu or cuda:N)
+    const Device device = params.empty() ? Device::cpu() : params.front().data().device();
+    table.output = model(Variable(Tensor::zeros(table.input, DType::F32, device))).shape();
   }
 
   for (const auto& [path, pointer] : model.named_modules()) {

@@ -308,7 +308,8 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
       if (args[i] == flag) return args[i + 1] == value;
     return false;
   };
-  CHECK(!has_flag(custom.cells[0].train_args(), "--device", "cpu"));  // the child's default is not spelled out
+  // Always spelled out: a cell resumed from a GPU run's checkpoint would otherwise inherit "cuda".
+  CHECK(has_flag(custom.cells[0].train_args(), "--device", "cpu"));
   o.device = "cuda:1";
   CHECK(has_flag(make_grid(o).cells[0].train_args(), "--device", "cuda:1"));
   o.device = "cpu";

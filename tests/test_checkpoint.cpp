@@ -252,14 +252,17 @@ TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
   const std::string dead = std::to_string(child), alive = std::to_string(::getppid());
-  for (const std::string& name : std::vector<std::string>{"last.safetensors.tmp." + dead, "summary.json.tmp." + dead,
-                                  "last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp.x1", ".tmp.1"})
+  for (const std::string& name :
+       std::vector<std::string>{"last.safetensors.tmp." + dead, "best.safetensors.tmp." + dead,
+                                "last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp." + dead, ".tmp.1"})
     std::ofstream(dir.file(name)) << "x";
   const std::vector<std::string> removed = remove_stale_temp_files(dir.path.string());
   CHECK(removed.size() == 2);
   CHECK(!fs::exists(dir.file("last.safetensors.tmp." + dead)));
-  CHECK(!fs::exists(dir.file("summary.json.tmp." + dead)));
-  for (const std::string& kept : std::vector<std::string>{"last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp.x1", ".tmp.1"})
+  CHECK(!fs::exists(dir.file("best.safetensors.tmp." + dead)));
+  // A live writer's temp file, the checkpoint itself and other people's files (whatever their names) stay.
+  for (const std::string& kept :
+       std::vector<std::string>{"last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp." + dead, ".tmp.1"})
     CHECK_MESSAGE(fs::exists(dir.file(kept)), kept);
   CHECK(remove_stale_temp_files(dir.file("no-such-dir")).empty());
 }

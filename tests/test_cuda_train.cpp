@@ -67,6 +67,10 @@ TEST_CASE("cuda train: --device cuda matches the CPU run (losses, accuracy, acti
     CHECK(gpu.saved_packed_bytes == cpu.saved_packed_bytes);
     CHECK(gpu.reserved_peak_bytes >= gpu.peak_bytes);
   }
+  TrainConfig summary = short_run("exact");  // --summary probes the model where it lives
+  summary.device = "cuda";
+  summary.summary_only = true;
+  CHECK_NOTHROW(train(summary));
 }
 
 TEST_CASE("cuda train: a checkpoint saved on the GPU resumes on the CPU") {

@@ -388,10 +388,12 @@ std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || at == 0 || !entry.is_regular_file(ec)) continue;
-    const std::string digits = name.substr(at + 5);
+    std::string digits;
+    for (const char* prefix : {"last.safetensors.tmp.", "best.safetensors.tmp."})
+      if (name.rfind(prefix, 0) == 0) digits = name.substr(std::strlen(prefix));
     if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(digits));
     if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still be running
     if (fs::remove(entry.path(), ec)) removed.push_back(entry.path().string());

@@ -53,9 +53,11 @@ struct SafetensorsFile {
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata);
 // Writes `text` to `path` the same way (temp file, fsync, rename): readers never see half a file.
 void write_text_atomic(const std::string& path, const std::string& text);
-// Removes the `<name>.tmp.<pid>` files in `dir` left by a writer that was killed mid-write (SIGKILL, power
-// loss: no chance to unlink), i.e. whose process no longer exists; a live writer's file is kept. Returns
-// the paths removed. The finished files beside them were never touched (the rename did not happen).
+// Removes the checkpoint temp files (`last.safetensors.tmp.<pid>`, `best.safetensors.tmp.<pid>`) in `dir`
+// left by a writer that was killed mid-write (SIGKILL, power loss: no chance to unlink): regular files of
+// this user whose process no longer exists. Anything else, a live writer's file included, is kept.
+// Returns the paths removed. The checkpoints beside them were never touched (the rename did not happen).
+// NOTE: "no longer exists" is judged in this PID namespace; do not share a --save-dir across containers.
 std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 // Reads and checks a file: header length vs file size, header JSON, every dtype/shape/offset (in
 // bounds, exactly numel·size bytes, no overlap, no gap), total size, and the checksum ("corrupt

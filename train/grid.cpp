@@ -129,7 +129,7 @@ std::vector<std::string> Cell::train_args() const {
   opt("--steps-per-epoch", steps_per_epoch);
   opt("--train-limit", train_limit);
   opt("--test-limit", test_limit);
-  if (device != "cpu") a.insert(a.end(), {"--device", device});
+  a.insert(a.end(), {"--device", device});  // always: a resumed child would otherwise inherit its checkpoint's
   if (!data_dir.empty()) a.insert(a.end(), {"--data-dir", data_dir});
   a.insert(a.end(), extra_args.begin(), extra_args.end());
   return a;

@@ -43,7 +43,8 @@ class BufferSnapshot {
 // --check-memory: live bytes per allocator tag must come back to the same value after every
 // training step (the value after the first step: parameters, gradients, momentum), and no tag's
 // per-step peak may exceed its largest peak over the first `warmup_steps` steps. The data tag is
-// not checked: the loader's prefetch thread fills and drains its queue on its own schedule.
+// not checked: the loader's prefetch thread fills and drains its queue on its own schedule; on a GPU
+// neither is the workspace tag (cuDNN/cuBLAS workspaces grow when a new shape needs more).
 // The step window is one reset_peak() interval; epoch_peak() gives the joint peak over all windows
 // since the last call, so the epoch's peak figure survives the per-step resets.
 class MemoryCheck {

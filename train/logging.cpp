@@ -123,14 +123,15 @@ std::string csv_field(const std::string& s) {
 std::vector<std::string> csv_fields(const std::string& line) {
   std::vector<std::string> out(1);
   bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
+  const size_t n = !line.empty() && line.back() == '\r' ? line.size() - 1 : line.size();  // a CRLF file
+  for (size_t i = 0; i < n; ++i) {
     const char c = line[i];
     if (c == '"') {
-      if (quoted && i + 1 < line.size() && line[i + 1] == '"') out.back() += line[++i];
+      if (quoted && i + 1 < n && line[i + 1] == '"') out.back() += line[++i];
       else quoted = !quoted;
     } else if (c == ',' && !quoted) {
       out.emplace_back();
-    } else if (c != '\r') {
+    } else {
       out.back() += c;
     }
   }

@@ -52,7 +52,7 @@ void write_memory_report(const std::string& path, const std::vector<CacheEntrySt
 // comma, a quote or a line break (policy strings such as "division:B=8,Q=2" do).
 std::string csv_field(const std::string& s);
 // The fields of one CSV line written that way (a trailing '\r' is dropped): csv_fields of the
-// comma-joined csv_field()s gives the strings back.
+// comma-joined csv_field()s gives the strings back (for strings without line breaks: one line, one row).
 std::vector<std::string> csv_fields(const std::string& line);
 
 }  // namespace actlab

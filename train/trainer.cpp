@@ -35,7 +35,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int64_t live_excluding_data(const MemoryStats& s) { return s.total.current - s[MemTag::Data].current; }
+// Live bytes as the activation measure counts them: not the data loader's batches, and not library
+// workspaces (cuDNN/cuBLAS keep theirs across ops once allocated on the first forward; CPU
+// workspaces are freed inside each op, so this changes no CPU figure).
+int64_t live_excluding_data(const MemoryStats& s) {
+  return s.total.current - s[MemTag::Data].current - s[MemTag::Workspace].current;
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -629,10 +634,11 @@ TrainSummary train(const TrainConfig& c) {
   struct Restore {
     int threads = omp_get_max_threads();
     Device device;
+    int64_t limit = memory_limit(device);
     ~Restore() {
       omp_set_num_threads(threads);
       CacheStats::global().set_enabled(true);
-      set_memory_limit(device, 0);
+      set_memory_limit(device, limit);
     }
   } restore{omp_get_max_threads(), Device::parse(c.device)};
   omp_set_num_threads(static_cast<int>(c.threads));

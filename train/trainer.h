@@ -95,7 +95,7 @@ struct TrainSummary {
   double final_test_acc = 0;
   double median_img_per_s = 0;
   int64_t peak_bytes = 0;
-  int64_t reserved_peak_bytes = 0;  // bytes held from the system at most (CUDA caching allocator; = peak on CPU)
+  int64_t reserved_peak_bytes = 0;  // bytes held from the system at most (live + cached blocks; >= peak)
   int64_t activation_bytes = 0;     // allocator bytes after forward+loss minus before, minus logits/loss
   int64_t saved_raw_bytes = 0;      // f32 bytes offered to the policy in one step (lossy saves)
   int64_t saved_packed_bytes = 0;   // what the policy kept of them

@@ -8,6 +8,11 @@ namespace actlab::cpu {
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // A may be null: no row pointers into it
+    gemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   // Row i of op(A) is row i of A, or column i of a transposed A: a 1×K product per row of C.
 #pragma omp parallel for schedule(static) if (M * N * K > 65536)
   for (int64_t i = 0; i < M; ++i)
