@@ -14,6 +14,7 @@
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
 #include "autograd/tape.h"
+#include "bench/step_timing.h"
 #include "compress/policy.h"
 #include "core/cuda/runtime.h"
 #include "layers/optim/sgd.h"
@@ -30,15 +31,12 @@
 #endif
 
 using namespace actlab;
+using namespace actlab::bench;
 
 namespace {
 
 #if defined(ACTLAB_WITH_CUDA)
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 double mib(int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
 // Median seconds of `reps` runs of f() on the device stream, timed by CUDA events after one warm-up run.
@@ -183,17 +181,8 @@ TrainRow run_policy(const FlagParser& flags, const std::string& policy) {
     row.reserved_peak = s.reserved_peak;
   };
   CacheStats::global().set_enabled(false);
-  for (int64_t i = 0; i < flags.get_int("warmup"); ++i) step();
-  empty_cache(gpu);  // drop what warm-up cached (cuDNN's algorithm search workspace): reserved = steady state
-  std::vector<double> ts;
-  double total = 0;
-  while (static_cast<int64_t>(ts.size()) < flags.get_int("steps") ||
-         (total < flags.get_float("min-time") && static_cast<int64_t>(ts.size()) < flags.get_int("max-steps"))) {
-    const auto t0 = std::chrono::steady_clock::now();
-    step();
-    ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    total += ts.back();
-  }
+  // After warm-up, drop what it cached (cuDNN's algorithm search workspace): reserved = steady state.
+  const std::vector<double> ts = time_steps(StepTiming::from_flags(flags), step, [&] { empty_cache(gpu); });
   CacheStats::global().set_enabled(true);
   row.img_s = static_cast<double>(B) / median(ts);
   row.best_img_s = static_cast<double>(B) / *std::min_element(ts.begin(), ts.end());
@@ -233,10 +222,7 @@ int main(int argc, char** argv) {
   flags.add("model", "string", "resnet18", "model for the training benchmark");
   flags.add("batch", "int", "256", "batch size");
   flags.add("policies", "string", "exact;division:B=8,Q=2", "policies separated by ';'");
-  flags.add("warmup", "int", "3", "warm-up steps");
-  flags.add("steps", "int", "10", "minimum timed steps");
-  flags.add("min-time", "float", "5", "keep timing until this many seconds");
-  flags.add("max-steps", "int", "200", "at most this many timed steps");
+  StepTiming{3, 10, 200, 5}.add_flags(flags);
   flags.add("tf32", "bool", "false", "TF32 tensor cores for convolutions and GEMMs");
   flags.add("cudnn-benchmark", "bool", "true", "time cuDNN's algorithms per shape (like cudnn.benchmark)");
   flags.add("json", "string", "", "also write the results as one JSON object to this file");

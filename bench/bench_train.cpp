@@ -6,10 +6,8 @@
 // OMP_WAIT_POLICY=passive, so that waiting threads sleep instead of spinning). --rounds N repeats the
 // policy list N times so that policies can be compared in back-to-back pairs on a shared machine.
 #include <omp.h>
-#include <time.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -17,27 +15,14 @@
 
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
+#include "bench/step_timing.h"
 #include "compress/policy.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
 #include "train/cli.h"
 
 using namespace actlab;
-
-namespace {
-
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-}  // namespace
+using namespace actlab::bench;
 
 int main(int argc, char** argv) {
   FlagParser flags("bench_train", "Training-step throughput (median img/s) on random inputs.");
@@ -45,10 +30,7 @@ int main(int argc, char** argv) {
   flags.add("batch", "int", "128", "batch size");
   flags.add("threads", "int", "2", "CPU threads");
   flags.add("policies", "string", "exact", "policies separated by ';'");
-  flags.add("warmup", "int", "2", "warm-up steps");
-  flags.add("steps", "int", "8", "minimum timed steps");
-  flags.add("min-time", "float", "4", "keep timing until this many seconds");
-  flags.add("max-steps", "int", "200", "at most this many timed steps");
+  StepTiming{2, 8, 200, 4}.add_flags(flags);
   flags.add("image-size", "int", "32", "input size");
   flags.add("channels", "int", "3", "input channels");
   flags.add("rounds", "int", "1", "repeat the policy list this many times (paired comparisons)");
@@ -96,18 +78,8 @@ int main(int argc, char** argv) {
           opt.step();
         };
         CacheStats::global().set_enabled(false);
-        for (int64_t i = 0; i < flags.get_int("warmup"); ++i) step();
-        std::vector<double> ts, cpu;
-        double total = 0;
-        while (static_cast<int64_t>(ts.size()) < flags.get_int("steps") ||
-               (total < flags.get_float("min-time") && static_cast<int64_t>(ts.size()) < flags.get_int("max-steps"))) {
-          const auto t0 = std::chrono::steady_clock::now();
-          const double c0 = process_cpu_seconds();
-          step();
-          ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-          cpu.push_back(process_cpu_seconds() - c0);
-          total += ts.back();
-        }
+        std::vector<double> cpu;
+        const std::vector<double> ts = time_steps(StepTiming::from_flags(flags), step, [] {}, &cpu);
         const double med = median(ts), best = *std::min_element(ts.begin(), ts.end());
         std::printf("%-12s %-22s %6lld %10.1f %10.1f %10zu %10.1f MiB %9.1f %9.1f\n", name.c_str(), policy.c_str(),
                     static_cast<long long>(B), B / med, B / best, ts.size(), act / 1048576.0, 1e3 * med,
