@@ -133,7 +133,7 @@ TEST_CASE("--summary-json writes the run's summary as one JSON object that match
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("--memory-limit: sizes parse; exact storage runs out of memory under a cap that division fits") {
+TEST_CASE("--memory-limit: sizes parse, and exact storage runs out of memory under a cap that division fits") {
   CHECK(parse_byte_size("1500000", "x") == 1500000);
   CHECK(parse_byte_size("512KiB", "x") == 512 * 1024);
   CHECK(parse_byte_size("1.5GiB", "x") == int64_t{3} << 29);
@@ -173,7 +173,7 @@ TEST_CASE("csv_field / csv_fields: fields with commas and quotes survive a round
   CHECK(csv_fields(line + "\r") == fields);  // a CRLF file
 }
 
-TEST_CASE("--memory-report: one CSV row per saved tensor that adds up to the run's totals; JSON too") {
+TEST_CASE("--memory-report: one CSV row per saved tensor that adds up to the run's totals, and JSON too") {
   testing::TempDir dir("memory_report");
   TrainConfig c;
   c.dataset = "synthetic";
