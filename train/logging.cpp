@@ -107,7 +107,7 @@ void print_summary(const TrainSummary& s, const TrainConfig& c) {
               c.model.c_str(), s.data_note.c_str(), c.policy.c_str(), s.final_test_acc,
               static_cast<long long>(s.epochs.size()), static_cast<long long>(s.steps), s.median_img_per_s,
               format_bytes(s.peak_bytes).c_str(), format_bytes(s.activation_bytes).c_str(), s.wall_s);
-  if (c.device != "cpu")  // the caching allocator holds more than is live: say how much the run took from the device
+  if (Device::parse(c.device).is_cuda())  // the caching allocator holds more than is live: say how much the run took from the device
     std::printf("device %s: peak allocated %s, peak reserved %s\n", c.device.c_str(), format_bytes(s.peak_bytes).c_str(),
                 format_bytes(s.reserved_peak_bytes).c_str());
   std::fflush(stdout);
