@@ -369,12 +369,27 @@ int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g
   return at;
 }
 
-// Planes [p0, p0 + nb) of one batch: uniforms, residuals, ranges, codes, bit runs.
+// Asks for the cache lines of v[0..n) ahead of use. pack_batch issues it for the next batch's input before
+// its own Philox pass, which touches no memory, so the input arrives while Philox runs: the first read of a
+// freshly produced activation is otherwise a stall the hardware prefetcher only starts on the pool pass.
+// Pack of DRAM-sized tensors (batch 128, 1 thread): 6.5 → 7.3 GB/s on 32² and 6.4 → 7.4 on 16² planes.
+ACTLAB_INLINE void prefetch_floats(const float* v, int64_t n) {
+#if defined(__GNUC__)
+  const char* bytes = reinterpret_cast<const char*>(v);
+  for (int64_t at = 0; at < n * 4; at += 64) __builtin_prefetch(bytes + at, 0, 3);
+#else
+  (void)v, (void)n;
+#endif
+}
+
+// Planes [p0, p0 + nb) of one batch: uniforms, residuals, ranges, codes, bit runs. `next` planes follow in
+// this thread's range (their input is prefetched).
 template <int kH, int kW, int kB>
-ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, const PackScratch& s) {
+ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, int64_t next, const PackScratch& s) {
   const PlaneGeometry& g = *a.g;
   const Extents<kH, kW, kB> x(g);
   const int64_t E = x.elems(), LE = x.lfc_elems(), code_bytes = g.code_bytes_per_plane();
+  prefetch_floats(a.x + (p0 + nb) * E, next * E);
   if (a.codes) fill_bits16(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
   for (int64_t q = 0; q < nb; ++q) {  // pool, residual, range
     const int64_t p = p0 + q;
@@ -412,7 +427,10 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, co
 template <int kH, int kW, int kB>
 ACTLAB_INLINE void pack_range(const PlanePackArgs& a, int64_t first, int64_t last, const PackScratch& s) {
   const int64_t batch = planes_per_batch(*a.g);
-  for (int64_t p0 = first; p0 < last; p0 += batch) pack_batch<kH, kW, kB>(a, p0, std::min(batch, last - p0), s);
+  for (int64_t p0 = first; p0 < last; p0 += batch) {
+    const int64_t nb = std::min(batch, last - p0);
+    pack_batch<kH, kW, kB>(a, p0, nb, std::min(batch, last - p0 - nb), s);
+  }
 }
 
 // True when a plane_pack/unpack may run the compile-time-sized copy for h×w planes with block b.
