@@ -40,12 +40,6 @@ struct MemoryStats {
   std::string table() const;  // human-readable multi-line table, MiB
 };
 
-// Thrown when an allocation fails; the message carries the stats table and a hint.
-class OutOfMemory : public Error {
- public:
-  explicit OutOfMemory(const std::string& what) : Error(what) {}
-};
-
 // A raw memory backend for one device type. raw_allocate returns nullptr on failure (never throws).
 class RawAllocator {
  public:

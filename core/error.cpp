@@ -5,10 +5,18 @@
 
 namespace actlab::detail {
 
-void throw_error(const char* file, int line, const std::string& msg) {
+namespace {
+std::string location(const char* file, int line) {
   const char* base = std::strrchr(file, '/');
-  base = base ? base + 1 : file;
-  throw Error(msg + " [" + base + ":" + std::to_string(line) + "]");
+  return std::string(" [") + (base ? base + 1 : file) + ":" + std::to_string(line) + "]";
+}
+}  // namespace
+
+void throw_error(const char* file, int line, const std::string& msg) { throw Error(msg + location(file, line)); }
+
+void throw_out_of_memory(const char* file, int line, const std::string& msg) {
+  throw OutOfMemory(msg + "; out of memory: try a smaller batch or a compressing --policy such as division:B=8,Q=2" +
+                    location(file, line));
 }
 
 }  // namespace actlab::detail

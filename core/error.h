@@ -14,6 +14,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Thrown when memory runs out (core/error.h so that library-call checks can throw it too): the first line
+// names the failed request and a remedy; the allocator's stats table may follow on later lines. Apps
+// print the first line as the error and exit 3.
+class OutOfMemory : public Error {
+ public:
+  explicit OutOfMemory(const std::string& what) : Error(what) {}
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {
@@ -22,6 +30,8 @@ std::string concat(const Args&... args) {
   return os.str();
 }
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
+// OutOfMemory(msg + "; " + the remedy + " [file:line]"), for allocation failures a library reports.
+[[noreturn]] void throw_out_of_memory(const char* file, int line, const std::string& msg);
 }  // namespace detail
 
 }  // namespace actlab

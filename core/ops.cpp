@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "core/cpu/conv.h"
 #include "core/cpu/gemm.h"
@@ -572,6 +574,32 @@ bool all_finite(const Tensor& x) {
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
   return bad == 0;
+}
+
+std::vector<bool> all_finite_each(const std::vector<Tensor>& xs) {
+  std::vector<bool> finite(xs.size(), true);
+  // The tensors on the first GPU in the list go to the device together; every other one alone.
+  std::vector<Tensor> on_gpu;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (!xs[i].defined()) continue;
+    if (xs[i].device().is_cuda() && (on_gpu.empty() || xs[i].device() == on_gpu.front().device())) {
+      on_gpu.push_back(xs[i].contiguous());
+      where.push_back(i);
+    } else {
+      finite[i] = all_finite(xs[i]);
+    }
+  }
+  if (on_gpu.empty()) return finite;
+  std::vector<const float*> data;
+  std::vector<int64_t> counts;
+  for (const Tensor& t : on_gpu) data.push_back(f32(t)), counts.push_back(t.numel());
+  std::unique_ptr<bool[]> flags(new bool[on_gpu.size()]);
+  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(on_gpu.front().device().index);
+                   cuda::all_finite_each(flags.get(), data.data(), counts.data(), static_cast<int>(on_gpu.size()),
+                                         gpu.device(), gpu.stream()));
+  for (size_t k = 0; k < where.size(); ++k) finite[where[k]] = flags[k];
+  return finite;
 }
 
 // ---------------------------------------------------------------- in-place helpers of Tensor

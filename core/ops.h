@@ -79,6 +79,9 @@ void sgd_update_(Tensor& w, Tensor& momentum_buf, const Tensor& grad, float lr, 
 
 // True when every value of x is finite.
 bool all_finite(const Tensor& x);
+// all_finite of each tensor (f32; undefined ones count as finite). Tensors on one GPU are checked with one
+// device-to-host copy and one synchronization for the whole list (the trainer's per-step gradient check).
+std::vector<bool> all_finite_each(const std::vector<Tensor>& xs);
 
 // In-place f32 arithmetic on a contiguous tensor of either device (Tensor::add_/mul_/fill_ call these for
 // GPU tensors; the CPU loops stay in core/tensor.cpp). Each bumps y's storage version.

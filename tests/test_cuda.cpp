@@ -167,6 +167,31 @@ TEST_CASE("cuda check macros: a failing status throws Error with the call text a
   CHECK_NOTHROW(ACTLAB_CUDNN_CHECK(CUDNN_STATUS_SUCCESS));
 #endif
 }
+
+TEST_CASE("cuda check macros: a library's allocation failure is OutOfMemory (exit 3), other failures are not") {
+  const auto is_oom = [](auto&& f) {
+    try {
+      f();
+    } catch (const OutOfMemory& e) {
+      CHECK(contains(e.what(), "out of memory"));
+      CHECK(contains(e.what(), "test_cuda.cpp:"));
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+    FAIL("no exception");
+    return false;
+  };
+  CHECK(is_oom([] { ACTLAB_CUDA_CHECK(cudaErrorMemoryAllocation); }));
+  CHECK_FALSE(is_oom([] { ACTLAB_CUDA_CHECK(cudaErrorInvalidValue); }));
+  CHECK(is_oom([] { ACTLAB_CUBLAS_CHECK(CUBLAS_STATUS_ALLOC_FAILED); }));
+  CHECK_FALSE(is_oom([] { ACTLAB_CUBLAS_CHECK(CUBLAS_STATUS_EXECUTION_FAILED); }));
+#if defined(ACTLAB_WITH_CUDNN)
+  CHECK(is_oom([] { ACTLAB_CUDNN_CHECK(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED); }));
+  CHECK(is_oom([] { ACTLAB_CUDNN_CHECK(CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED); }));
+  CHECK_FALSE(is_oom([] { ACTLAB_CUDNN_CHECK(CUDNN_STATUS_BAD_PARAM); }));
+#endif
+}
 #else
 TEST_CASE("cuda check macros: not compiled in a CPU-only build") {
   MESSAGE("SKIPPED: no CUDA device (actlab built without CUDA): the CUDA/cuBLAS/cuDNN check-macro tests");

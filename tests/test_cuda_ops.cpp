@@ -286,6 +286,11 @@ TEST_CASE("cuda ops: finiteness, in-place tensor arithmetic and mixed-device ref
   Tensor host = x.to(Device::cpu());
   host.data<float>()[777] = std::nanf("");
   CHECK_FALSE(ops::all_finite(host.to(gpu())));
+  // The batched form (one synchronization for a list, as the trainer's gradient check), mixed with a CPU
+  // tensor and an undefined one.
+  const std::vector<bool> flags =
+      ops::all_finite_each({x, host.to(gpu()), Tensor(), host, Tensor::zeros({0}).to(gpu()), x.clone()});
+  CHECK(flags == std::vector<bool>{true, false, true, false, true, true});
 
   const Tensor y = uniform({1000}, 2);
   Tensor acc = x.clone();

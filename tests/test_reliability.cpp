@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "autograd/functions.h"
 #include "compress/policy.h"
+#include "core/ops.h"
 #include "layers/layers.h"
 #include "layers/optim/sgd.h"
 #include "tests/error_of.h"
@@ -187,6 +189,11 @@ TEST_CASE("non-finite values: the first bad layer output, the input batch and ba
   CHECK(nonfinite_gradients(*fresh) == std::vector<std::string>{"bn2.weight"});
   CHECK(all_finite(Tensor::zeros({0})));
   CHECK_FALSE(all_finite(Tensor::full({70000}, std::nanf(""))));  // the parallel path
+  // The list form the gradient check uses: one flag per tensor, undefined and empty ones finite.
+  const std::vector<bool> flags = ops::all_finite_each(
+      {Tensor::zeros({3}), Tensor(), Tensor::full({5}, INFINITY), Tensor::zeros({0}), Tensor::full({2}, std::nanf(""))});
+  CHECK(flags == std::vector<bool>{true, true, false, true, false});
+  CHECK(ops::all_finite_each({}).empty());
 }
 
 TEST_CASE("on-nonfinite=stop: an injected NaN stops the run with the last good state saved") {

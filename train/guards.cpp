@@ -36,11 +36,17 @@ bool all_finite(const Tensor& t) {
 }
 
 std::vector<std::string> nonfinite_gradients(const Module& model) {
-  std::vector<std::string> bad;
-  for (const auto& p : model.named_parameters()) {
-    const Tensor g = p.second.grad();
-    if (g.defined() && !all_finite(g)) bad.push_back(p.first);
+  const auto params = model.named_parameters();
+  std::vector<Tensor> grads;
+  for (const auto& p : params) {
+    grads.push_back(p.second.grad());
+    ACTLAB_CHECK(!grads.back().defined() || grads.back().dtype() == DType::F32, "nonfinite_gradients: f32 only, got ",
+                 dtype_name(grads.back().dtype()), " for ", p.first);
   }
+  const std::vector<bool> finite = ops::all_finite_each(grads);  // on a GPU: one synchronization per step
+  std::vector<std::string> bad;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!finite[i]) bad.push_back(params[i].first);
   return bad;
 }
 

@@ -1,5 +1,8 @@
 // Call-checking macros for the CUDA runtime, cuBLAS and cuDNN: a failing status becomes an
-// actlab::Error naming the library's error (name + description), the call text, file and line.
+// actlab::Error naming the library's error (name + description), the call text, file and line; an
+// allocation failure (cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED, cuDNN 9's
+// CUDNN_STATUS_INTERNAL_ERROR_{DEVICE,HOST}_ALLOCATION_FAILED: a library's own workspace or handle did not fit) is an OutOfMemory, like the allocator's, so the apps
+// report it as out of memory (exit 3) rather than as a plain failure.
 // Included only by code built with the CUDA backend (core/cuda/, the dispatch point in core/ops.cpp).
 // Tested in tests/test_cuda.cpp ("cuda check macros"), which runs without a GPU.
 #pragma once
@@ -22,16 +25,18 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
   // A failed runtime call also records itself as the thread's "last error"; clear it so that a later
   // cudaGetLastError() after a kernel launch does not report this stale failure (sticky errors stay).
   (void)cudaGetLastError();
-  ::actlab::detail::throw_error(file, line,
-                                std::string("CUDA error ") + cudaGetErrorName(status) + " (" +
-                                    cudaGetErrorString(status) + ") in `" + call + "`");
+  const std::string msg = std::string("CUDA error ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
+                          ") in `" + call + "`";
+  if (status == cudaErrorMemoryAllocation) ::actlab::detail::throw_out_of_memory(file, line, msg);
+  ::actlab::detail::throw_error(file, line, msg);
 }
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  ::actlab::detail::throw_error(file, line,
-                                std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" +
-                                    cublasGetStatusString(status) + ") in `" + call + "`");
+  const std::string msg = std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" +
+                          cublasGetStatusString(status) + ") in `" + call + "`";
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) ::actlab::detail::throw_out_of_memory(file, line, msg);
+  ::actlab::detail::throw_error(file, line, msg);
 }
 
 #if defined(ACTLAB_WITH_CUDNN)
@@ -43,6 +48,9 @@ inline void check_cudnn(cudnnStatus_t status, const char* call, const char* file
   std::string msg = std::string("cuDNN error ") + cudnnGetErrorString(status) + " (status " +
                     std::to_string(static_cast<int>(status)) + ") in `" + call + "`";
   if (detail[0] != '\0') msg += std::string(": ") + detail;
+  if (status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
+      status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED)
+    ::actlab::detail::throw_out_of_memory(file, line, msg);
   ::actlab::detail::throw_error(file, line, msg);
 }
 #endif

@@ -3,6 +3,8 @@
 // Contracts in core/cuda/kernels.h (CPU twins: core/cpu/kernels_eltwise.cpp); tested in
 // tests/test_cuda_ops.cpp. Mask kernels give each warp one 32-element mask word: lane j handles element
 // 32·w + j and __ballot_sync assembles the word with bit j = lane j, exactly the CPU's LSB-first layout.
+#include <vector>
+
 #include "core/allocator.h"
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
@@ -202,6 +204,25 @@ bool all_finite(const float* x, int64_t n, int device, cudaStream_t stream) {
   ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&any_bad, flag.data(), sizeof(int), cudaMemcpyDeviceToHost, stream));
   ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   return any_bad == 0;
+}
+
+void all_finite_each(bool* finite, const float* const* xs, const int64_t* ns, int count, int device,
+                     cudaStream_t stream) {
+  ACTLAB_CHECK(count >= 0, "cuda::all_finite_each: negative count ", count);
+  if (count == 0) return;
+  Buffer flags(sizeof(int) * static_cast<size_t>(count), MemTag::Workspace, Device::cuda(device));
+  ACTLAB_CUDA_CHECK(cudaMemsetAsync(flags.data(), 0, sizeof(int) * static_cast<size_t>(count), stream));
+  for (int i = 0; i < count; ++i) {
+    check_count("all_finite_each", ns[i]);
+    if (ns[i] == 0) continue;
+    all_finite_kernel<<<grid_blocks(ns[i]), kBlockThreads, 0, stream>>>(flags.as<int>() + i, xs[i], ns[i]);
+    ACTLAB_CUDA_CHECK_LAUNCH();
+  }
+  std::vector<int> any_bad(static_cast<size_t>(count), 0);
+  ACTLAB_CUDA_CHECK(cudaMemcpyAsync(any_bad.data(), flags.data(), sizeof(int) * static_cast<size_t>(count),
+                                    cudaMemcpyDeviceToHost, stream));
+  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int i = 0; i < count; ++i) finite[i] = any_bad[static_cast<size_t>(i)] == 0;
 }
 
 }  // namespace actlab::cuda

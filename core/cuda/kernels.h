@@ -43,6 +43,9 @@ void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, 
                            int64_t stride, int64_t C_out, cudaStream_t stream);
 // True when every one of the n floats is finite. Synchronizes `stream` (returns a host value).
 bool all_finite(const float* x, int64_t n, int device, cudaStream_t stream);
+// finite[i] = all_finite(xs[i], ns[i]) for i < count, with one copy back and one synchronization.
+void all_finite_each(bool* finite, const float* const* xs, const int64_t* ns, int count, int device,
+                     cudaStream_t stream);
 
 // ---------------------------------------------------------------- batch norm (norm.cu)
 // Same semantics and the same arithmetic plan as the CPU kernels: per-channel sums of (x - shift) and
