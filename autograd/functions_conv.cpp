@@ -20,9 +20,17 @@ class Conv2dNode final : public Node {
     const bool need_x = inputs[0].leaf || !inputs[0].node.expired();
     const bool need_w = inputs[1].leaf || !inputs[1].node.expired();
     if (need_w) {
-      const Tensor x = load("input");
       Tensor db;
-      grads[1] = ops::conv2d_backward_weight(dy, x, w.shape(), to_params(opt_), has_bias_, &db);
+      // Where the convolution computes on channel blocks and the policy can write them, the input is
+      // unpacked straight into that layout: one pass over the activation fewer than unpack + reorder.
+      const int block = ops::conv2d_backward_weight_input_block(dy, x_shape_, w.shape(), to_params(opt_), has_bias_);
+      const Tensor x_blocked = block > 0 ? load_blocked("input", block) : Tensor();
+      if (x_blocked.defined()) {
+        grads[1] = ops::conv2d_backward_weight_blocked_input(dy, x_blocked, x_shape_, w.shape(), to_params(opt_),
+                                                             has_bias_, &db);
+      } else {
+        grads[1] = ops::conv2d_backward_weight(dy, load("input"), w.shape(), to_params(opt_), has_bias_, &db);
+      }
       if (has_bias_) grads[2] = db;
     }
     if (need_x) grads[0] = ops::conv2d_backward_data(dy, w, x_shape_, to_params(opt_));

@@ -103,4 +103,13 @@ Tensor SavedTensor::unpack() const {
   return t;
 }
 
+Tensor SavedTensor::unpack_blocked(int block) const {
+  ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
+  const auto start = Clock::now();
+  Tensor t = entry_->policy->unpack_blocked(*entry_->packed, info_, block);
+  if (t.defined())
+    CacheStats::global().record_unpack(info_, std::chrono::duration<double>(Clock::now() - start).count());
+  return t;
+}
+
 }  // namespace actlab

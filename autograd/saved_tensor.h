@@ -22,6 +22,8 @@ class SavedTensor {
   // reuses an identical pack made earlier in this step (pack once).
   SavedTensor(const Tensor& t, const SaveInfo& info);
   Tensor unpack() const;
+  // The policy's unpack_blocked (undefined when it has none for this pack); timed as an unpack.
+  Tensor unpack_blocked(int block) const;
   size_t nbytes() const { return entry_ ? entry_->packed->nbytes() : 0; }
   bool defined() const { return entry_ != nullptr; }
  private:

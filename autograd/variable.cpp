@@ -61,6 +61,13 @@ Tensor Node::load(const std::string& slot) const {
               "' (released already? backward may run only once per forward)");
 }
 
+Tensor Node::load_blocked(const std::string& slot, int block) const {
+  for (const auto& s : saved_)
+    if (s.first == slot) return s.second.unpack_blocked(block);
+  ACTLAB_FAIL(name(), " (", module_path, "): nothing saved in slot '", slot,
+              "' (released already? backward may run only once per forward)");
+}
+
 bool Node::has_saved(const std::string& slot) const {
   return std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == slot; });
 }

@@ -74,6 +74,9 @@ class Node {
   void save(const std::string& slot, const Tensor& t, SaveInfo info);
   // Returns the tensor saved in slot (reconstructed by the policy for lossy saves).
   Tensor load(const std::string& slot) const;
+  // The tensor of slot in the channel-blocked layout (N, C/block, H, W, block) when its policy writes
+  // that directly (ActivationCachePolicy::unpack_blocked), else an undefined tensor.
+  Tensor load_blocked(const std::string& slot, int block) const;
   bool has_saved(const std::string& slot) const;
   // Frees everything saved; called by the tape right after this node's backward.
   void release_saved() { saved_.clear(); }

@@ -163,6 +163,14 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
 void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                   const uint16_t* steps, const PlaneGeometry& g);
 
+// The same values as plane_unpack, written in the channel-blocked layout oneDNN's convolutions work in
+// (aBcd16b): planes are (n, c) with `channels` per sample, channels % kChannelBlock == 0, and value
+// (n, c, e) goes to out[((n·channels/16 + c/16)·E + e)·16 + c%16]. A convolution's backward-weights pass
+// then reads the unpacked input directly instead of a reorder of it (bench/RESULTS_compress.md).
+constexpr int64_t kChannelBlock = 16;
+void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels);
+
 // Per-group pack of x: (g.samples, g.sample_elems) f32 contiguous. Group j of sample n covers sample
 // elements [j·G, (j+1)·G); elements past sample_elems are zeros (they take part in min/max, as in ActNN)
 // and get code 0. Element d of sample n draws philox_uniform16(seed, stream, n·sample_elems + d).

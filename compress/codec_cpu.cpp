@@ -548,6 +548,51 @@ void unpack_planes(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_
   dispatch_shape(*a.g, UnpackRange{a, first, last, scratch});
 }
 
+// out[e·16 + j] = planes[j·E + e] for e < E, j < 16: sixteen planes into one channel block. Whole 16×16
+// tiles are transposed in registers (AVX-512: 32-bit, 64-bit and two 128-bit-lane interleaves), the
+// E % 16 tail element by element.
+#if defined(__GNUC__) && defined(__x86_64__)
+ACTLAB_AVX512 void transpose16_avx512(float* out, const float* planes, int64_t E) {
+  int64_t e0 = 0;
+  for (; e0 + 16 <= E; e0 += 16) {
+    __m512 r[16], t[16], u[16], v[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(planes + j * E + e0);
+    for (int j = 0; j < 16; j += 2) {  // t[j], t[j+1]: rows j, j+1 interleaved by 32 bits within 128-bit lanes
+      t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+      t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {  // u[j + k]: element k of each lane, rows j..j+3
+      u[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+      u[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+      u[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+      u[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+    }
+    for (int k = 0; k < 4; ++k) {  // v: rows 0-7 (v[k], v[k+4]) and 8-15 (v[k+8], v[k+12])
+      v[k] = _mm512_shuffle_f32x4(u[k], u[k + 4], 0x88);       // elements k, k+8 of rows 0-3 | 4-7
+      v[k + 4] = _mm512_shuffle_f32x4(u[k], u[k + 4], 0xDD);   // elements k+4, k+12
+      v[k + 8] = _mm512_shuffle_f32x4(u[k + 8], u[k + 12], 0x88);
+      v[k + 12] = _mm512_shuffle_f32x4(u[k + 8], u[k + 12], 0xDD);
+    }
+    float* o = out + e0 * 16;
+    for (int k = 0; k < 4; ++k) {  // column k: lanes 0 and 2 of v[k], then of v[k+8]
+      _mm512_storeu_ps(o + k * 16, _mm512_shuffle_f32x4(v[k], v[k + 8], 0x88));
+      _mm512_storeu_ps(o + (k + 8) * 16, _mm512_shuffle_f32x4(v[k], v[k + 8], 0xDD));
+      _mm512_storeu_ps(o + (k + 4) * 16, _mm512_shuffle_f32x4(v[k + 4], v[k + 12], 0x88));
+      _mm512_storeu_ps(o + (k + 12) * 16, _mm512_shuffle_f32x4(v[k + 4], v[k + 12], 0xDD));
+    }
+  }
+  for (int64_t e = e0; e < E; ++e)
+    for (int j = 0; j < 16; ++j) out[e * 16 + j] = planes[j * E + e];
+}
+#else
+void transpose16_avx512(float*, const float*, int64_t) {}
+#endif
+void transpose16(float* out, const float* planes, int64_t E) {
+  if (has_avx512f) return transpose16_avx512(out, planes, E);
+  for (int64_t e = 0; e < E; ++e)
+    for (int j = 0; j < 16; ++j) out[e * 16 + j] = planes[j * E + e];
+}
+
 // Splits [0, n) evenly over the team (one contiguous range per thread) and calls
 // f(first, last, scratch of this thread).
 template <typename F>
@@ -578,6 +623,32 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
   for_each_thread_range(g.planes, g.planes * g.plane_elems(), unpack_scratch_bytes(g),
                         [&](int64_t first, int64_t last, uint8_t* scratch) { unpack_planes(args, first, last, scratch); });
+}
+
+void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0,
+               "plane_unpack_blocked: ", channels, " channels (need a multiple of ", kChannelBlock, ") for ",
+               g.planes, " planes");
+  const UpsampleMap map(g);
+  const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
+  const int64_t scratch_bytes = kChannelBlock * E * 4 + (unpack_scratch_bytes(g) + 63) / 64 * 64;
+  // One channel block (sixteen consecutive planes) at a time: unpacked as planes into scratch, then
+  // transposed into the output, so the planes stay in L2 between the two passes.
+  for_each_thread_range(g.planes / kChannelBlock, g.planes * E, scratch_bytes,
+                        [&](int64_t first, int64_t last, uint8_t* scratch) {
+                          float* planes = reinterpret_cast<float*>(scratch);
+                          uint8_t* rest = scratch + kChannelBlock * E * 4;
+                          for (int64_t k = first; k < last; ++k) {
+                            const int64_t p0 = k * kChannelBlock;
+                            const PlaneUnpackArgs args{planes, lfc ? lfc + p0 * LE : nullptr,
+                                                       codes ? codes + p0 * code_bytes : nullptr,
+                                                       codes ? mins + p0 : nullptr, codes ? steps + p0 : nullptr,
+                                                       &g, &map};
+                            unpack_planes(args, 0, kChannelBlock, rest);
+                            transpose16(out + p0 * E, planes, E);
+                          }
+                        });
 }
 
 namespace {

@@ -127,6 +127,19 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
   return out;
 }
 
+Tensor PlaneCodecPolicy::unpack_blocked(const Packed& p, const SaveInfo&, int block) const {
+  const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
+  if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
+      !planes->buffer().device().is_cpu() || block != cpu::kChannelBlock)
+    return {};
+  const Shape& s = planes->shape();
+  if (s.size() != 4 || s[1] % block != 0) return {};
+  Tensor out = Tensor::empty({s[0], s[1] / block, s[2], s[3], block}, DType::F32, Device::cpu());
+  cpu::plane_unpack_blocked(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(),
+                            planes->geometry(), s[1]);
+  return out;
+}
+
 std::string PlaneCodecPolicy::name() const {
   const std::string b = std::to_string(config_.block), q = std::to_string(config_.bits);
   switch (config_.kind) {

@@ -44,6 +44,10 @@ class ActivationCachePolicy {
   virtual std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const = 0;
   // Returns a fresh f32 tensor of p.shape() (exact: the stored tensor itself).
   virtual Tensor unpack(const Packed& p, const SaveInfo& info) const = 0;
+  // The same values in the channel-blocked layout (N, C/block, H, W, block) of a 4-D (N, C, H, W) pack,
+  // for a consumer that computes in that layout (ops::conv2d_backward_weight_input_block); an undefined
+  // tensor when this policy cannot write it directly (the consumer then takes unpack() and reorders).
+  virtual Tensor unpack_blocked(const Packed& /*p*/, const SaveInfo& /*info*/, int /*block*/) const { return {}; }
   virtual std::string name() const = 0;    // the canonical string, parseable by parse_policy
   // The closed-form number of bytes pack() holds for an f32 tensor of this shape.
   virtual size_t expected_bytes(const Shape& shape) const = 0;

@@ -143,6 +143,32 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
   return dw;
 }
 
+int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, const Shape& w_shape,
+                                       const ConvParams& p, bool want_bias) {
+  if (!dy.device().is_cpu() || x_shape.size() != 4) return 0;
+  return cpu::conv2d_backward_weight_input_block(conv_shape(x_shape, w_shape, p), want_bias);
+}
+
+Tensor conv2d_backward_weight_blocked_input(const Tensor& dy, const Tensor& x_blocked, const Shape& x_shape,
+                                            const Shape& w_shape, const ConvParams& p, bool want_bias, Tensor* db) {
+  const Device dev = op_device("conv2d_backward_weight_blocked_input", {&dy, &x_blocked});
+  ACTLAB_CHECK(dev.is_cpu(), "conv2d_backward_weight_blocked_input: CPU only");
+  require_f32_contig("conv2d_backward_weight_blocked_input", "grad", dy);
+  require_f32_contig("conv2d_backward_weight_blocked_input", "input", x_blocked);
+  const cpu::ConvShape s = conv_shape(x_shape, w_shape, p);
+  ACTLAB_CHECK(s.C % 16 == 0 && x_blocked.shape() == Shape({s.N, s.C / 16, s.H, s.W, 16}),
+               "conv2d_backward_weight_blocked_input: input ", shape_str(x_blocked.shape()), " is not ",
+               shape_str(x_shape), " in 16-channel blocks");
+  Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
+  float* db_ptr = nullptr;
+  if (want_bias) {
+    *db = Tensor::empty({s.K}, DType::F32, dev);
+    db_ptr = f32(*db);
+  }
+  cpu::conv2d_backward_weight_blocked_input(f32(dw), db_ptr, f32(dy), f32(x_blocked), s);
+  return dw;
+}
+
 // ---------------------------------------------------------------- linear
 namespace {
 // y (N,M) += b (M) on the CPU.

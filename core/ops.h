@@ -23,6 +23,15 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 // dy, x -> dw of w_shape; db (K) when want_bias.
 Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
                               bool want_bias, Tensor* db);
+// 16 when conv2d_backward_weight on dy's device computes on a channel-blocked input (on the CPU: oneDNN's
+// aBcd16b, cpu::conv2d_backward_weight_input_block), else 0. A compressed activation can then be
+// unpacked straight into that layout (ActivationCachePolicy::unpack_blocked) and the reorder skipped.
+int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, const Shape& w_shape,
+                                       const ConvParams& p, bool want_bias);
+// conv2d_backward_weight with the input given blocked: x_blocked (N, C/16, H, W, 16) holds x (x_shape).
+// Only where conv2d_backward_weight_input_block says 16; the same result bit for bit.
+Tensor conv2d_backward_weight_blocked_input(const Tensor& dy, const Tensor& x_blocked, const Shape& x_shape,
+                                            const Shape& w_shape, const ConvParams& p, bool want_bias, Tensor* db);
 
 // x (N,D), w (M,D), b (M) or undefined -> (N,M).
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);

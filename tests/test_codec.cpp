@@ -322,6 +322,41 @@ TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unp
   }
 }
 
+TEST_CASE("codec: plane_unpack_blocked writes plane_unpack's values in 16-channel blocks") {
+  // (samples, channels, h, w, bits): 32² and 16² maps, 7×7 (E % 16 != 0: the tail), 4×4, several samples,
+  // sizes above and below the parallel threshold.
+  struct Case { int64_t n, c, h, w; int bits; };
+  for (const Case& k : {Case{2, 32, 32, 32, 2}, Case{3, 16, 7, 7, 4}, Case{1, 48, 4, 4, 2}, Case{4, 16, 16, 16, 1},
+                        Case{2, 16, 28, 28, 8}}) {
+    const PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, k.bits);
+    const int64_t E = g.plane_elems();
+    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 7);
+    std::vector<uint16_t> lfc(g.planes * g.lfc_elems()), mins(g.planes), steps(g.planes);
+    std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
+    cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 3, 4);
+    for (int terms = 0; terms < 3; ++terms) {  // LFC + codes (division), codes only (quant), LFC only (lfc)
+      CAPTURE(k.h);
+      CAPTURE(terms);
+      const uint16_t* l = terms == 1 ? nullptr : lfc.data();
+      const uint8_t* c = terms == 2 ? nullptr : codes.data();
+      std::vector<float> planes(x.size()), blocked(x.size(), -1.f);
+      cpu::plane_unpack(planes.data(), l, c, mins.data(), steps.data(), g);
+      cpu::plane_unpack_blocked(blocked.data(), l, c, mins.data(), steps.data(), g, k.c);
+      bool all_equal = true;
+      for (int64_t n = 0; n < k.n; ++n)
+        for (int64_t ch = 0; ch < k.c; ++ch)
+          for (int64_t e = 0; e < E; ++e)
+            all_equal = all_equal && blocked[((n * (k.c / 16) + ch / 16) * E + e) * 16 + ch % 16] == planes[(n * k.c + ch) * E + e];
+      CHECK(all_equal);
+    }
+  }
+  std::vector<float> out(16 * 4);
+  std::vector<uint16_t> lfc(24);
+  CHECK_THROWS_AS(cpu::plane_unpack_blocked(out.data(), lfc.data(), nullptr, nullptr, nullptr,
+                                            make_plane_geometry(24, 2, 2, 2, 2), 24),
+                  Error);  // 24 channels: not whole blocks
+}
+
 TEST_CASE("codec: group_pack and group_unpack match the per-element spec, padding included") {
   struct Case { int64_t samples, elems, group; int bits; };
   for (const Case& c : {Case{3, 300, 256, 2}, Case{4, 10, 4, 4}, Case{2, 7, 16, 1}, Case{5, 64, 8, 8}}) {

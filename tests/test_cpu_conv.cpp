@@ -119,6 +119,44 @@ TEST_CASE("cpu conv: every implementation matches the reference loops") {
   CHECK(actlab::memory_stats().total.current == live_before);  // scratch was all released
 }
 
+TEST_CASE("cpu conv: backward weight on a channel-blocked input equals the NCHW call bit for bit") {
+  // Shapes whose backward-weights primitive computes on aBcd16b (direct blocked, Winograd, 1x1 stride 2)
+  // and shapes where it does not (C = 3, C not a multiple of 16, pointwise stride 1 on plain NCHW).
+  struct Case { ConvShape s; bool blocked; };
+  const Case cases[] = {{shape(2, 16, 8, 8, 32, 3, 3, 2, 1, 1), true},   {shape(4, 64, 8, 8, 64, 3, 3, 1, 1, 1), true},
+                        {shape(2, 32, 7, 7, 64, 1, 1, 2, 0, 1), true},   {shape(2, 3, 8, 8, 16, 3, 3, 1, 1, 1), false},
+                        {shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1), false},  {shape(2, 32, 8, 8, 32, 1, 1, 1, 0, 1), false}};
+  uint32_t seed = 500;
+  for (const Case& c : cases)
+    for (bool with_bias : {false, true}) {
+      const ConvShape& s = c.s;
+      CAPTURE(s.str());
+      CAPTURE(with_bias);
+      const int block = actlab::cpu::conv2d_backward_weight_input_block(s, with_bias);
+      CHECK(block == (c.blocked ? 16 : 0));
+      if (block == 0) {
+        std::vector<float> any(16);
+        CHECK_THROWS_AS(actlab::cpu::conv2d_backward_weight_blocked_input(any.data(), nullptr, any.data(), any.data(), s),
+                        actlab::Error);
+        continue;
+      }
+      const std::vector<float> x = random_vector(static_cast<size_t>(s.N * s.C * s.H * s.W), seed++);
+      const std::vector<float> dy = random_vector(static_cast<size_t>(s.N * s.K * s.P() * s.Q()), seed++);
+      std::vector<float> xb(x.size());  // (n, c/16, h, w, c%16)
+      const int64_t HW = s.H * s.W;
+      for (int64_t n = 0; n < s.N; ++n)
+        for (int64_t ch = 0; ch < s.C; ++ch)
+          for (int64_t e = 0; e < HW; ++e) xb[((n * (s.C / 16) + ch / 16) * HW + e) * 16 + ch % 16] = x[(n * s.C + ch) * HW + e];
+      const size_t wsize = static_cast<size_t>(s.K * s.C * s.R * s.S);
+      std::vector<float> dw(wsize), dw_blocked(wsize, -7.f), db(s.K), db_blocked(s.K, -7.f);
+      actlab::cpu::conv2d_backward_weight(dw.data(), with_bias ? db.data() : nullptr, dy.data(), x.data(), s);
+      actlab::cpu::conv2d_backward_weight_blocked_input(dw_blocked.data(), with_bias ? db_blocked.data() : nullptr,
+                                                        dy.data(), xb.data(), s);
+      CHECK(dw_blocked == dw);
+      if (with_bias) CHECK(db_blocked == db);
+    }
+}
+
 TEST_CASE("cpu conv: implementation names round-trip - bad shapes throw") {
   for (const char* name : {"auto", "dnnl-blocked", "dnnl-nhwc", "dnnl-plain", "dnnl-wino",
                            "im2col"})

@@ -201,6 +201,35 @@ TEST_CASE("policies: ActivationPacked live bytes are the sum of the live packs' 
   CHECK(live_bytes() == live_before);
 }
 
+TEST_CASE("policies: unpack_blocked is unpack in 16-channel blocks where a policy writes it, else undefined") {
+  const Tensor x = random_tensor({2, 32, 8, 8}, 12);
+  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=4", "hfc:B=8,Q=2", "hfc:B=8", "exact",
+                           "pergroup:G=256,Q=2"}) {
+    INFO(spec);
+    const auto policy = parse_policy(spec);
+    const auto packed = policy->pack(x, {}, {5, 1});
+    const std::vector<float> planes = policy->unpack(*packed, {}).to_vector();
+    const Tensor blocked = policy->unpack_blocked(*packed, {}, 16);
+    const std::string name = std::string(spec).substr(0, std::string(spec).find(':'));
+    // The codec policies write blocks; exact (a reorder costs the same as writing blocks), per-group
+    // codes and a full-precision HFC (an f32 copy) leave it to the consumer.
+    const bool writes = name == "division" || name == "quant" || name == "lfc" || std::string(spec) == "hfc:B=8,Q=2";
+    REQUIRE(blocked.defined() == writes);
+    if (!writes) continue;
+    CHECK(blocked.shape() == Shape({2, 2, 8, 8, 16}));
+    const std::vector<float> b = blocked.to_vector();
+    bool all_equal = true;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 32; ++c)
+        for (int64_t e = 0; e < 64; ++e) all_equal = all_equal && b[((n * 2 + c / 16) * 64 + e) * 16 + c % 16] == planes[(n * 32 + c) * 64 + e];
+    CHECK(all_equal);
+    // Not whole channel blocks, not 4-D, or another block size: undefined.
+    CHECK_FALSE(policy->unpack_blocked(*policy->pack(random_tensor({2, 24, 8, 8}, 3), {}, {5, 1}), {}, 16).defined());
+    CHECK_FALSE(policy->unpack_blocked(*policy->pack(random_tensor({4, 64}, 3), {}, {5, 1}), {}, 16).defined());
+    CHECK_FALSE(policy->unpack_blocked(*packed, {}, 8).defined());
+  }
+}
+
 TEST_CASE("policies: packs are deterministic per (seed, stream) and keep no reference to x") {
   for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "hfc:B=4,Q=1", "pergroup:G=64,Q=2"}) {
     INFO(spec);

@@ -262,8 +262,10 @@ const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with
 
 // Runs a plan on user pointers: reorders inputs into fresh Workspace buffers where the primitive
 // wants another layout, executes, and reorders the output back. `bias` is an input (forward)
-// or an output (backward weight); nullptr when the plan has none.
-void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, float* bias) {
+// or an output (backward weight); nullptr when the plan has none. in0_is_prim: in0 is already in the
+// primitive's layout (no reorder).
+void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, float* bias,
+              bool in0_is_prim = false) {
   dnnl::engine& eng = cpu_engine();
   dnnl::stream& strm = cpu_stream();
   std::vector<Buffer> buffers;  // reorder targets and the scratchpad: alive until the end
@@ -277,7 +279,11 @@ void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, 
     return prim_mem;
   };
   std::unordered_map<int, memory> args;
-  args.emplace(plan.in0_arg, bind_input(plan.in0, in0));
+  if (in0_is_prim) {
+    args.emplace(plan.in0_arg, memory(plan.in0.prim_md, eng, const_cast<float*>(in0)));
+  } else {
+    args.emplace(plan.in0_arg, bind_input(plan.in0, in0));
+  }
   args.emplace(plan.in1_arg, bind_input(plan.in1, in1));
   memory out_user(plan.out.user_md, eng, out);
   memory out_prim = out_user;
@@ -297,9 +303,9 @@ void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, 
 }
 
 void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const float* in0,
-              const float* in1, float* out, float* bias) {
+              const float* in1, float* out, float* bias, bool in0_is_prim = false) {
   try {
-    run_plan(get_plan(s, dir, impl, bias != nullptr), in0, in1, out, bias);
+    run_plan(get_plan(s, dir, impl, bias != nullptr), in0, in1, out, bias, in0_is_prim);
   } catch (const dnnl::error& e) {
     ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ") failed for ",
                 s.str(), ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
@@ -434,6 +440,32 @@ void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* 
   impl = resolve(impl, s);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_weight(dw, db, dy, x, s);
   run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db);
+}
+
+// The channel block of a plan's input layout: 16 for aBcd16b with whole blocks, else 0 (with C % 16 != 0
+// oneDNN pads the last block with zero channels, a layout the callers do not write).
+int input_channel_block(const Plan& plan, const ConvShape& s) {
+  const memory::desc blocked({s.N, s.C, s.H, s.W}, memory::data_type::f32, Tag::aBcd16b);
+  return s.C % 16 == 0 && plan.in0.prim_md == blocked ? 16 : 0;
+}
+
+int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvImpl impl) {
+  check_conv_shape(s);
+  impl = resolve(impl, s);
+  if (impl == ConvImpl::Im2colGemm || s.groups != 1) return 0;
+  try {
+    return input_channel_block(get_plan(s, Direction::BackwardWeight, impl, with_bias), s);
+  } catch (const dnnl::error&) {
+    return 0;  // the call itself will report it
+  }
+}
+
+void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy, const float* x_blocked,
+                                          const ConvShape& s, ConvImpl impl) {
+  ACTLAB_CHECK(conv2d_backward_weight_input_block(s, db != nullptr, impl) == 16,
+               "conv2d_backward_weight_blocked_input: the primitive for ", s.str(),
+               " does not take a channel-blocked input");
+  run_dnnl(Direction::BackwardWeight, resolve(impl, s), s, x_blocked, dy, dw, db, true);
 }
 
 void conv_clear_cache() {

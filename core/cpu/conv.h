@@ -53,6 +53,16 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
                             const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
 
+// The input layout conv2d_backward_weight's oneDNN primitive computes on, as a channel block: 16 when it
+// is aBcd16b (value (n, c, h, w) at ((n·C/16 + c/16)·H·W + h·W + w)·16 + c%16), so that a caller holding
+// the input in another form (a compressed activation) can write that layout directly and skip the
+// reorder; 0 when the primitive reads NCHW or another layout. with_bias as for the call itself.
+int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvImpl impl = ConvImpl::Auto);
+// conv2d_backward_weight with x already in the layout conv2d_backward_weight_input_block reported
+// (non-zero). Bit-identical to conv2d_backward_weight on the NCHW x.
+void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy, const float* x_blocked,
+                                          const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
+
 // The executable spec: the same contracts, naive loops, double accumulation, single thread.
 void conv2d_forward_ref(float* y, const float* x, const float* w, const float* b,
                         const ConvShape& s);
