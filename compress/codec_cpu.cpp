@@ -370,9 +370,10 @@ int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g
 }
 
 // Asks for the cache lines of v[0..n) ahead of use. pack_batch issues it for the next batch's input before
-// its own Philox pass, which touches no memory, so the input arrives while Philox runs: the first read of a
-// freshly produced activation is otherwise a stall the hardware prefetcher only starts on the pool pass.
-// Pack of DRAM-sized tensors (batch 128, 1 thread): 6.5 → 7.3 GB/s on 32² and 6.4 → 7.4 on 16² planes.
+// its own Philox pass, which reads no input (it writes only the L1 scratch of uniforms), so the input
+// arrives while Philox runs: the first read of a freshly produced activation is otherwise a stall the
+// hardware prefetcher only starts on the pool pass. Pack of DRAM-sized tensors (batch 128, 1 thread, median
+// of 5 alternated runs): 6.5 → 7.2 GB/s on 32² and 6.9 → 7.2 on 16² planes (bench/RESULTS_compress.md).
 ACTLAB_INLINE void prefetch_floats(const float* v, int64_t n) {
 #if defined(__GNUC__)
   const char* bytes = reinterpret_cast<const char*>(v);

@@ -47,6 +47,8 @@ inline void check_cudnn(cudnnStatus_t status, const char* call, const char* file
   cudnnGetLastErrorString(detail, sizeof detail);
   std::string msg = std::string("cuDNN error ") + cudnnGetErrorString(status) + " (status " +
                     std::to_string(static_cast<int>(status)) + ") in `" + call + "`";
+  for (char& c : detail)
+    if (c == '\n' || c == '\r') c = ' ';  // one line: the apps print the first line as the error
   if (detail[0] != '\0') msg += std::string(": ") + detail;
   if (status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
       status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED)

@@ -64,6 +64,15 @@ void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* 
   }
 }
 
+// The reference loops compute on NCHW only: no blocked input is ever asked for.
+int conv2d_backward_weight_input_block(const ConvShape& s, bool, ConvImpl) {
+  check_conv_shape(s);
+  return 0;
+}
+void conv2d_backward_weight_blocked_input(float*, float*, const float*, const float*, const ConvShape& s, ConvImpl) {
+  ACTLAB_FAIL("conv2d_backward_weight_blocked_input: not available in a minimal build (", s.str(), ")");
+}
+
 void conv_clear_cache() {}
 
 }  // namespace actlab::cpu
