@@ -7,6 +7,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
+#include "core/ops.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
 #include "layers/optim/sgd.h"
@@ -129,6 +130,63 @@ TEST_CASE("policies in autograd: a tensor saved by two consumers is packed once"
   CHECK(shared_seen);
   backward(out, Tensor::full(out.shape(), 1.f));
   CHECK(memory_stats()[MemTag::ActivationPacked].current == before);
+}
+
+namespace {
+// division:B=8,Q=2 that counts how backward asked for its tensors, and can refuse the blocked form.
+class CountingPolicy final : public ActivationCachePolicy {
+ public:
+  explicit CountingPolicy(bool offer_blocked) : inner_(parse_policy("division:B=8,Q=2")), offer_blocked_(offer_blocked) {}
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override {
+    return inner_->pack(x, info, ctx);
+  }
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override {
+    ++unpacks;
+    return inner_->unpack(p, info);
+  }
+  Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int block) const override {
+    if (!offer_blocked_) return {};
+    Tensor t = inner_->unpack_blocked(p, info, block);
+    if (t.defined()) ++blocked_unpacks;
+    return t;
+  }
+  std::string name() const override { return inner_->name(); }
+  size_t expected_bytes(const Shape& shape) const override { return inner_->expected_bytes(shape); }
+  mutable int unpacks = 0, blocked_unpacks = 0;
+ private:
+  std::shared_ptr<const ActivationCachePolicy> inner_;
+  bool offer_blocked_;
+};
+}  // namespace
+
+TEST_CASE("policies in autograd: conv backward takes the input in oneDNN's blocks when offered, same gradient") {
+  const auto run = [](const std::shared_ptr<CountingPolicy>& policy) {
+    Variable w = param({32, 16, 3, 3}, 3);
+    PhiloxStream rng(8);
+    Variable x(Tensor::randn({2, 16, 8, 8}, rng));
+    end_pack_step();
+    set_pack_seed(11), set_pack_step(4);  // the same stochastic rounding in both runs
+    const PolicySet set(policy);
+    Variable y;
+    {
+      ActivationCacheScope scope(set);
+      ModulePathScope p("conv");
+      y = conv2d(x, w, Variable(), {1, 1, 1});
+    }
+    backward(y, Tensor::full(y.shape(), 1.f));
+    end_pack_step();
+    return w.grad().to_vector();
+  };
+  const auto offering = std::make_shared<CountingPolicy>(true), refusing = std::make_shared<CountingPolicy>(false);
+  const std::vector<float> blocked = run(offering), planar = run(refusing);
+  CHECK(blocked == planar);  // bit for bit: the same decoded values, the same primitive
+  CHECK(refusing->unpacks == 1);
+  CHECK(refusing->blocked_unpacks == 0);
+  // Where oneDNN computes on 16-channel blocks (AVX-512 CPUs) the blocked form replaces the plain unpack.
+  const int block = ops::conv2d_backward_weight_input_block(Tensor::zeros({2, 32, 8, 8}), {2, 16, 8, 8}, {32, 16, 3, 3},
+                                                            {1, 1, 1}, false);
+  CHECK(offering->blocked_unpacks == (block == 16 ? 1 : 0));
+  CHECK(offering->unpacks == (block == 16 ? 0 : 1));
 }
 
 TEST_CASE("policies in autograd: per-module rules keep chosen layers exact") {
