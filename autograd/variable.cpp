@@ -54,19 +54,16 @@ void Node::save(const std::string& slot, const Tensor& t, SaveInfo info) {
   saved_.emplace_back(slot, SavedTensor(t, info));
 }
 
-Tensor Node::load(const std::string& slot) const {
+const SavedTensor& Node::saved(const std::string& slot) const {
   for (const auto& s : saved_)
-    if (s.first == slot) return s.second.unpack();
+    if (s.first == slot) return s.second;
   ACTLAB_FAIL(name(), " (", module_path, "): nothing saved in slot '", slot,
               "' (released already? backward may run only once per forward)");
 }
 
-Tensor Node::load_blocked(const std::string& slot, int block) const {
-  for (const auto& s : saved_)
-    if (s.first == slot) return s.second.unpack_blocked(block);
-  ACTLAB_FAIL(name(), " (", module_path, "): nothing saved in slot '", slot,
-              "' (released already? backward may run only once per forward)");
-}
+Tensor Node::load(const std::string& slot) const { return saved(slot).unpack(); }
+
+Tensor Node::load_blocked(const std::string& slot, int block) const { return saved(slot).unpack_blocked(block); }
 
 bool Node::has_saved(const std::string& slot) const {
   return std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == slot; });

@@ -86,6 +86,7 @@ class Node {
   std::vector<Tensor> grad_outputs;  // accumulated by the tape during backward
   std::string module_path;           // module that recorded this node ("layer1.0.conv1")
  private:
+  const SavedTensor& saved(const std::string& slot) const;  // throws Error naming the node when absent
   std::vector<std::pair<std::string, SavedTensor>> saved_;
 };
 

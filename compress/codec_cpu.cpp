@@ -549,9 +549,14 @@ void unpack_planes(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_
   dispatch_shape(*a.g, UnpackRange{a, first, last, scratch});
 }
 
-// out[e·16 + j] = planes[j·E + e] for e < E, j < 16: sixteen planes into one channel block. Whole 16×16
-// tiles are transposed in registers (AVX-512: 32-bit, 64-bit and two 128-bit-lane interleaves), the
-// E % 16 tail element by element.
+// out[e·16 + j] = planes[j·E + e] for e in [from, E), j < 16: sixteen planes into one channel block,
+// element by element (the reference, and the tail of the register version).
+void transpose16_from(float* out, const float* planes, int64_t E, int64_t from) {
+  for (int64_t e = from; e < E; ++e)
+    for (int j = 0; j < 16; ++j) out[e * 16 + j] = planes[j * E + e];
+}
+// The same for all e < E: whole 16×16 tiles transposed in registers (AVX-512: 32-bit, 64-bit and two
+// 128-bit-lane interleaves), the E % 16 tail by transpose16_from.
 #if defined(__GNUC__) && defined(__x86_64__)
 ACTLAB_AVX512 void transpose16_avx512(float* out, const float* planes, int64_t E) {
   int64_t e0 = 0;
@@ -582,16 +587,14 @@ ACTLAB_AVX512 void transpose16_avx512(float* out, const float* planes, int64_t E
       _mm512_storeu_ps(o + (k + 12) * 16, _mm512_shuffle_f32x4(v[k + 4], v[k + 12], 0xDD));
     }
   }
-  for (int64_t e = e0; e < E; ++e)
-    for (int j = 0; j < 16; ++j) out[e * 16 + j] = planes[j * E + e];
+  transpose16_from(out, planes, E, e0);
 }
 #else
 void transpose16_avx512(float*, const float*, int64_t) {}
 #endif
 void transpose16(float* out, const float* planes, int64_t E) {
   if (has_avx512f) return transpose16_avx512(out, planes, E);
-  for (int64_t e = 0; e < E; ++e)
-    for (int j = 0; j < 16; ++j) out[e * 16 + j] = planes[j * E + e];
+  transpose16_from(out, planes, E, 0);
 }
 
 // Splits [0, n) evenly over the team (one contiguous range per thread) and calls

@@ -13,6 +13,7 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
+#include "tests/error_of.h"
 
 #if defined(ACTLAB_WITH_CUDA)
 #include "core/cuda/check.h"
@@ -21,6 +22,7 @@
 #endif
 
 using namespace actlab;
+using actlab::testing::error_of;
 
 namespace {
 
@@ -33,17 +35,6 @@ bool gpu_or_skip(const char* what) {
   }
   cuda_init();
   return true;
-}
-
-// The message of the Error `f` throws ("" when it throws nothing).
-template <typename F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -79,7 +70,7 @@ TEST_CASE("cuda runtime: availability is consistent and asking never crashes") {
   CHECK_FALSE(cuda_available());
 #endif
   if (count == 0) {
-    const std::string why = error_message([] { cuda_init(); });
+    const std::string why = error_of([] { cuda_init(); });
     CHECK(contains(why, "CUDA requested but"));
     CHECK_FALSE(has_raw_allocator(DeviceType::CUDA));  // cuda_init failed, so nothing registered
     CHECK_THROWS_AS(Tensor::empty({4}, DType::F32, Device::cuda()), Error);
@@ -143,7 +134,7 @@ TEST_CASE("cuda allocator: block cache gives the best fit on the freeing stream 
 TEST_CASE("cuda check macros: a failing status throws Error with the call text and library message") {
   int calls = 0;
   auto fake_cuda_malloc = [&] { ++calls; return cudaErrorMemoryAllocation; };
-  const std::string cuda_msg = error_message([&] { ACTLAB_CUDA_CHECK(fake_cuda_malloc()); });
+  const std::string cuda_msg = error_of([&] { ACTLAB_CUDA_CHECK(fake_cuda_malloc()); });
   CHECK(calls == 1);  // the call is evaluated exactly once
   CHECK(contains(cuda_msg, "fake_cuda_malloc()"));
   CHECK(contains(cuda_msg, "cudaErrorMemoryAllocation"));
@@ -152,7 +143,7 @@ TEST_CASE("cuda check macros: a failing status throws Error with the call text a
   CHECK_NOTHROW(ACTLAB_CUDA_CHECK(cudaSuccess));
 
   auto fake_gemm = [] { return CUBLAS_STATUS_EXECUTION_FAILED; };
-  const std::string blas_msg = error_message([&] { ACTLAB_CUBLAS_CHECK(fake_gemm()); });
+  const std::string blas_msg = error_of([&] { ACTLAB_CUBLAS_CHECK(fake_gemm()); });
   CHECK(contains(blas_msg, "fake_gemm()"));
   CHECK(contains(blas_msg, "CUBLAS_STATUS_EXECUTION_FAILED"));
   CHECK(contains(blas_msg, "test_cuda.cpp:"));
@@ -160,7 +151,7 @@ TEST_CASE("cuda check macros: a failing status throws Error with the call text a
 
 #if defined(ACTLAB_WITH_CUDNN)
   auto fake_conv = [] { return CUDNN_STATUS_BAD_PARAM; };
-  const std::string dnn_msg = error_message([&] { ACTLAB_CUDNN_CHECK(fake_conv()); });
+  const std::string dnn_msg = error_of([&] { ACTLAB_CUDNN_CHECK(fake_conv()); });
   CHECK(contains(dnn_msg, "fake_conv()"));
   CHECK(contains(dnn_msg, cudnnGetErrorString(CUDNN_STATUS_BAD_PARAM)));
   CHECK(contains(dnn_msg, "test_cuda.cpp:"));
