@@ -15,13 +15,22 @@ class BatchNormNode final : public Node {
   const char* name() const override { return "BatchNorm"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
     const Tensor dy = grad_outputs[0].contiguous();
-    const Tensor x = load("input");
     Tensor dgamma, dbeta, dx;
     if (training_) {
-      dx = ops::batchnorm_backward(dy, x, load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
+      // A compressed 4-D input is decoded channel by channel inside the backward (bit-identical, and the
+      // full-size input is never written out); otherwise it is loaded whole.
+      const std::unique_ptr<ChannelReader> reader =
+          dy.device().is_cpu() && dy.dim() == 4 ? load_channels("input") : nullptr;
+      if (reader) {
+        dx = ops::batchnorm_backward_channels(
+            dy, [&](int64_t c, float* out) { reader->read(c, out); }, load("weight"), load("mean"), load("invstd"),
+            &dgamma, &dbeta);
+      } else {
+        dx = ops::batchnorm_backward(dy, load("input"), load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
+      }
     } else {
-      dx = ops::batchnorm_backward_eval(dy, x, load("weight"), load("running_mean"), load("running_var"), eps_,
-                                        &dgamma, &dbeta);
+      dx = ops::batchnorm_backward_eval(dy, load("input"), load("weight"), load("running_mean"), load("running_var"),
+                                        eps_, &dgamma, &dbeta);
     }
     std::vector<Tensor> grads(3);
     if (wants_grad(inputs[0])) grads[0] = dx;

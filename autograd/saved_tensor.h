@@ -24,6 +24,9 @@ class SavedTensor {
   Tensor unpack() const;
   // The policy's unpack_blocked (undefined when it has none for this pack); timed as an unpack.
   Tensor unpack_blocked(int block) const;
+  // The policy's channel_reader (nullptr when it has none for this pack). Its reads are timed and
+  // recorded as one unpack when the reader is destroyed; the reader must not outlive this SavedTensor.
+  std::unique_ptr<ChannelReader> channel_reader() const;
   size_t nbytes() const { return entry_ ? entry_->packed->nbytes() : 0; }
   bool defined() const { return entry_ != nullptr; }
  private:

@@ -65,6 +65,10 @@ Tensor Node::load(const std::string& slot) const { return saved(slot).unpack(); 
 
 Tensor Node::load_blocked(const std::string& slot, int block) const { return saved(slot).unpack_blocked(block); }
 
+std::unique_ptr<ChannelReader> Node::load_channels(const std::string& slot) const {
+  return saved(slot).channel_reader();
+}
+
 bool Node::has_saved(const std::string& slot) const {
   return std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == slot; });
 }

@@ -77,6 +77,9 @@ class Node {
   // The tensor of slot in the channel-blocked layout (N, C/block, H, W, block) when its policy writes
   // that directly (ActivationCachePolicy::unpack_blocked), else an undefined tensor.
   Tensor load_blocked(const std::string& slot, int block) const;
+  // A channel-by-channel reader of slot when its policy has one (ActivationCachePolicy::channel_reader),
+  // else nullptr. The reader must be destroyed before the node releases what it saved.
+  std::unique_ptr<ChannelReader> load_channels(const std::string& slot) const;
   bool has_saved(const std::string& slot) const;
   // Frees everything saved; called by the tape right after this node's backward.
   void release_saved() { saved_.clear(); }

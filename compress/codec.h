@@ -91,30 +91,37 @@ ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, f
   step_bits = bf16_to_float(step) > 0.f ? step : float_to_bf16(1.f);
 }
 
-// The stochastic-rounding uniform of element `index`: 16 random bits, two per 32-bit Philox word, so
-// one Philox4x32-10 block serves 8 consecutive elements. Element i takes word (i >> 1) & 3 of block
-// i >> 3 (counter = (i >> 3, stream), key = seed), its low half for even i and its high half for odd i;
-// u = bits16 · 2^-16 ∈ [0, 1). Why 16 bits: Philox is the cost of packing, and P(u < f) then exceeds f
-// by less than 2^-16, a rounding bias below 2^-16 of a step, far below the bf16 rounding of the step
-// itself (2^-8 relative): unbiased for every practical purpose, at half the Philox work of 24-bit draws.
-ACTLAB_HD uint32_t philox_bits16(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t block = index >> 3;
+// The stochastic-rounding uniform of element `index`: 8 random bits, one byte of a 32-bit Philox word, so
+// one Philox4x32-10 block serves 16 consecutive elements. Element i takes byte i & 3 of word (i >> 2) & 3
+// of block i >> 4 (counter = (i >> 4, stream), key = seed): the block's 16 bytes in little-endian order.
+// u = (bits8 + 1/2)·2^-8, the midpoints of 256 equal cells of [0, 1). Why 8 bits: Philox is the largest
+// cost of packing (35 % of it at 16 bits per draw, bench/RESULTS_compress.md), and with midpoints
+// P(u < f) = ⌈256·f − 1/2⌉/256 differs from f by at most 2^-9: a rounding bias of at most 2^-9 of a step
+// per element, of either sign and zero on average over f (tests/test_codec.cpp counts it exactly).
+ACTLAB_HD uint32_t philox_bits8(uint64_t seed, uint64_t stream, uint64_t index) {
+  const uint64_t block = index >> 4;
   const Philox4 c{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                    static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
   const Philox4 r = philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return (r.v[(index >> 1) & 3] >> ((index & 1) * 16)) & 0xFFFFu;
+  return (r.v[(index >> 2) & 3] >> ((index & 3) * 8)) & 0xFFu;
 }
-ACTLAB_HD float uniform16(uint32_t bits16) { return static_cast<float>(bits16) * (1.0f / 65536.0f); }
-ACTLAB_HD float philox_uniform16(uint64_t seed, uint64_t stream, uint64_t index) {
-  return uniform16(philox_bits16(seed, stream, index));
+// Exact in f32 (9 significant bits).
+ACTLAB_HD float uniform8(uint32_t bits8) { return (static_cast<float>(bits8) + 0.5f) * (1.0f / 256.0f); }
+ACTLAB_HD float philox_uniform8(uint64_t seed, uint64_t stream, uint64_t index) {
+  return uniform8(philox_bits8(seed, stream, index));
 }
 
-// Unbiased stochastic rounding of v to a code in [0, levels]: with t = (v - min)/step,
-// code = floor(t) + (u < t - floor(t)), u in [0,1) a 16-bit uniform (philox_uniform16). This is
-// floor(t + u) in exact arithmetic, but it cannot round up past ceil(t) in f32 and so never needs a
-// clamp to stay in range; E[code] = t up to 2^-16. NaN and out-of-range t are clamped into [0, levels].
-ACTLAB_HD uint32_t stochastic_code(float v, float min, float step, float u, int levels) {
-  float t = (v - min) / step;
+// The quantizer's scale 1/step, rounded once per plane or group (IEEE f32 division on CPU and GPU), so the
+// per-element work is a multiply, as in the reference's (x − min)·scale.
+ACTLAB_HD float quant_scale(float step) { return 1.0f / step; }
+
+// Unbiased stochastic rounding of v to a code in [0, levels]: with t = (v − min)·scale (scale =
+// quant_scale(step)), code = floor(t) + (u < t − floor(t)), u an 8-bit midpoint uniform
+// (philox_uniform8). This is floor(t + u) in exact arithmetic, but it cannot round up past ceil(t) in f32;
+// E[code] = t to within 2^-9. t differs from (v − min)/step by at most two f32 roundings (relative
+// 2^-23 each), which the clamp covers at the top. NaN and out-of-range t are clamped into [0, levels].
+ACTLAB_HD uint32_t stochastic_code(float v, float min, float scale, float u, int levels) {
+  float t = (v - min) * scale;
   t = t > 0.f ? t : 0.f;  // also maps NaN to 0; plain compares (not fminf) keep the CPU loop vectorized
   t = t < static_cast<float>(levels) ? t : static_cast<float>(levels);
   const int lower = static_cast<int>(t);  // t >= 0, so truncation is floor (and vectorizes without SSE4.1)
@@ -153,7 +160,7 @@ namespace cpu {
 //   with_lfc: L = bf16 block means (written to lfc[p·lfc_elems ..] when lfc != nullptr), R = x − L↑;
 //   otherwise R = x.
 //   codes != nullptr: bits-bit stochastic codes of R → codes[p·code_bytes_per_plane ..] with
-//     mins[p], steps[p] (bf16 bits); element e of plane p draws philox_uniform16(seed, stream, p·E + e).
+//     mins[p], steps[p] (bf16 bits); element e of plane p draws philox_uniform8(seed, stream, p·E + e).
 //   residual != nullptr: R in f32 → residual[p·E ..].
 // Outputs are assigned (never accumulated) and must not alias x; unused outputs may be nullptr.
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
@@ -171,9 +178,15 @@ constexpr int64_t kChannelBlock = 16;
 void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                           const uint16_t* steps, const PlaneGeometry& g, int64_t channels);
 
+// The planes (n, c) of one channel c, n < g.planes / channels, as plane_unpack computes them, written one
+// after another into out (planes/channels · E f32). Serial: a consumer going over channels in its own
+// parallel loop (batch-norm backward) decodes each channel into a buffer that stays in cache.
+void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels, int64_t c);
+
 // Per-group pack of x: (g.samples, g.sample_elems) f32 contiguous. Group j of sample n covers sample
 // elements [j·G, (j+1)·G); elements past sample_elems are zeros (they take part in min/max, as in ActNN)
-// and get code 0. Element d of sample n draws philox_uniform16(seed, stream, n·sample_elems + d).
+// and get code 0. Element d of sample n draws philox_uniform8(seed, stream, n·sample_elems + d).
 // codes: g.groups() runs of code_bytes_per_group; mins/steps: g.groups() bf16 bits. Assigns.
 void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
                 uint64_t seed, uint64_t stream);

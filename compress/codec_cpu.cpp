@@ -94,12 +94,13 @@ ACTLAB_AVX512 ACTLAB_INLINE __m512i mulhi_epu32(__m512i a, __m512i m) {
   return _mm512_mask_blend_epi32(0xAAAA, even, odd);
 }
 // philox_rounds with AVX-512F intrinsics, 16 blocks per register and the four words in registers for all
-// ten rounds (low halves by vpmulld). It takes the pack from 0.60 to 0.54 ns/element on L2-resident 32²
-// planes (Philox was about a third of it). A plain function with a target attribute, not a clone, so that the
-// intrinsics compile whatever the caller's clone; called only when the CPU has AVX-512F (has_avx512f).
-// Runs blocks [0, m) rounded up to 16, so the words of lanes up to that bound must be initialized.
-ACTLAB_AVX512 void philox_rounds_avx512(uint32_t* c0, uint32_t* c1, uint32_t* c2, uint32_t* c3, int m, uint32_t k0,
-                                        uint32_t k1) {
+// ten rounds (low halves by vpmulld), then the blocks stored one after another (block l's words 0..3 at
+// dst + 16·l) by a 4×16 register transpose instead of word by word. A plain function with a target
+// attribute, not a clone, so that the intrinsics compile whatever the caller's clone; called only when the
+// CPU has AVX-512F (has_avx512f). Reads the counters of blocks [0, m) rounded up to 16 (those lanes must be
+// initialized) and writes exactly m blocks.
+ACTLAB_AVX512 void philox_blocks_avx512(uint8_t* dst, const uint32_t* c0, const uint32_t* c1, const uint32_t* c2,
+                                        const uint32_t* c3, int m, uint32_t k0, uint32_t k1) {
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
   for (int v = 0; v < m; v += 16) {
@@ -115,46 +116,60 @@ ACTLAB_AVX512 void philox_rounds_avx512(uint32_t* c0, uint32_t* c1, uint32_t* c2
       key0 += 0x9E3779B9u;
       key1 += 0xBB67AE85u;
     }
-    _mm512_storeu_si512(c0 + v, x0), _mm512_storeu_si512(c1 + v, x1);
-    _mm512_storeu_si512(c2 + v, x2), _mm512_storeu_si512(c3 + v, x3);
+    // Within each 128-bit lane j: u_i holds block 4j + i's words 0..3 after two interleaves; then a 4×4
+    // transpose of 128-bit lanes puts blocks 4k..4k+3 into output vector k.
+    const __m512i t0 = _mm512_unpacklo_epi32(x0, x1), t1 = _mm512_unpackhi_epi32(x0, x1);
+    const __m512i t2 = _mm512_unpacklo_epi32(x2, x3), t3 = _mm512_unpackhi_epi32(x2, x3);
+    const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+    const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+    const __m512i a01 = _mm512_shuffle_i32x4(u0, u1, 0x44), a23 = _mm512_shuffle_i32x4(u2, u3, 0x44);
+    const __m512i b01 = _mm512_shuffle_i32x4(u0, u1, 0xEE), b23 = _mm512_shuffle_i32x4(u2, u3, 0xEE);
+    __m512i out[4] = {_mm512_shuffle_i32x4(a01, a23, 0x88), _mm512_shuffle_i32x4(a01, a23, 0xDD),
+                      _mm512_shuffle_i32x4(b01, b23, 0x88), _mm512_shuffle_i32x4(b01, b23, 0xDD)};
+    uint8_t* d = dst + 16 * v;
+    if (m - v >= 16) {
+      for (int k = 0; k < 4; ++k) _mm512_storeu_si512(d + 64 * k, out[k]);
+    } else {
+      std::memcpy(d, out, static_cast<size_t>(m - v) * 16);
+    }
   }
 }
 // __builtin_cpu_init first: this initializer may run before libgcc's own CPU-detection constructor.
 const bool has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
 #else
-void philox_rounds_avx512(uint32_t*, uint32_t*, uint32_t*, uint32_t*, int, uint32_t, uint32_t) {}
+void philox_blocks_avx512(uint8_t*, const uint32_t*, const uint32_t*, const uint32_t*, const uint32_t*, int, uint32_t,
+                          uint32_t) {}
 constexpr bool has_avx512f = false;
 #endif
 
-// u[i] = philox_bits16(seed, stream, base + i) for i < n, computing each Philox block once for its eight
-// consecutive indices. Whole blocks run kLanes at a time (philox_rounds), so each Philox round is a few
+// u[i] = philox_bits8(seed, stream, base + i) for i < n, computing each Philox block once for its sixteen
+// consecutive indices. Whole blocks run kLanes at a time (philox_blocks_avx512 / philox_rounds), so each Philox round is a few
 // full-width vector ops (twice the speed of letting the compiler vectorize philox4x32_10 per block); the
-// round is core/philox.h's, and tests/test_codec.cpp checks the result against philox_bits.
-ACTLAB_INLINE void fill_bits16(uint16_t* u, uint64_t seed, uint64_t stream, uint64_t base, int64_t n) {
+// round is core/philox.h's, and tests/test_codec.cpp checks the result against philox_bits8. A block's 16
+// draws are its four words' bytes in little-endian order, so a whole block is stored as its four words.
+ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64_t base, int64_t n) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "fill_bits8 stores draw k of a word as its byte k");
   if (n <= 0) return;
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
   const uint64_t end = base + static_cast<uint64_t>(n);
-  const uint64_t full_begin = (base + 7) >> 3, full_end = end >> 3;
+  const uint64_t full_begin = (base + 15) >> 4, full_end = end >> 4;
   for (uint64_t b = full_begin; b < full_end; b += kLanes) {
     const int m = static_cast<int>(std::min<uint64_t>(kLanes, full_end - b));  // blocks in this chunk
     uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
-    for (int l = 0; l < (m + 15) / 16 * 16; ++l) {  // whole vectors: philox_rounds_avx512 reads them
+    for (int l = 0; l < (m + 15) / 16 * 16; ++l) {  // whole vectors: philox_blocks_avx512 reads them
       c0[l] = static_cast<uint32_t>(b + l), c1[l] = static_cast<uint32_t>((b + l) >> 32);
       c2[l] = s0, c3[l] = s1;
     }
+    uint8_t* dst = u + (b * 16 - base);
     if (has_avx512f) {
-      philox_rounds_avx512(c0, c1, c2, c3, m, k0, k1);
-    } else {
-      philox_rounds(c0, c1, c2, c3, m, k0, k1);
+      philox_blocks_avx512(dst, c0, c1, c2, c3, m, k0, k1);
+      continue;
     }
-    uint16_t* dst = u + (b * 8 - base);
+    philox_rounds(c0, c1, c2, c3, m, k0, k1);
     for (int l = 0; l < m; ++l) {
       const uint32_t words[4] = {c0[l], c1[l], c2[l], c3[l]};
-      for (int w = 0; w < 4; ++w) {
-        dst[8 * l + 2 * w] = static_cast<uint16_t>(words[w]);
-        dst[8 * l + 2 * w + 1] = static_cast<uint16_t>(words[w] >> 16);
-      }
+      std::memcpy(dst + 16 * l, words, sizeof(words));
     }
   }
   const auto block_bits = [&](uint64_t blk) {
@@ -163,21 +178,34 @@ ACTLAB_INLINE void fill_bits16(uint16_t* u, uint64_t seed, uint64_t stream, uint
   // The partial head and tail blocks (a block is partial when it sticks out of [base, end)).
   const auto write = [&](uint64_t blk, uint64_t from, uint64_t to) {
     const Philox4 r = block_bits(blk);
-    for (uint64_t idx = from; idx < to; ++idx) u[idx - base] = static_cast<uint16_t>(r.v[(idx >> 1) & 3] >> ((idx & 1) * 16));
+    for (uint64_t idx = from; idx < to; ++idx) u[idx - base] = static_cast<uint8_t>(r.v[(idx >> 2) & 3] >> ((idx & 3) * 8));
   };
-  const uint64_t head = base >> 3, tail = (end - 1) >> 3;
-  if (head < full_begin || head >= full_end) write(head, base, std::min(head * 8 + 8, end));
-  if (tail != head && tail >= full_end) write(tail, tail * 8, end);
+  const uint64_t head = base >> 4, tail = (end - 1) >> 4;
+  if (head < full_begin || head >= full_end) write(head, base, std::min(head * 16 + 16, end));
+  if (tail != head && tail >= full_end) write(tail, tail * 16, end);
 }
 
-// codes[0..n) (one code per byte) → a run of LSB-first kBits-bit fields; n need not fill the last byte.
+// An integer of kBytes bytes (the codes of one run byte, one per byte).
+template <int kBytes> struct WordOf;
+template <> struct WordOf<2> { using type = uint16_t; };
+template <> struct WordOf<4> { using type = uint32_t; };
+template <> struct WordOf<8> { using type = uint64_t; };
+
+// codes[0..n) (one code per byte, each <= 2^kBits − 1) → a run of LSB-first kBits-bit fields; n need not
+// fill the last byte. The kPerByte codes of one run byte are loaded as one little-endian word and code k
+// is shifted from bit 8k down to bit k·kBits (unpack_bits' inverse), which vectorizes on whole words.
 template <int kBits>
-ACTLAB_INLINE void pack_bits(uint8_t* run, const uint8_t* codes, int64_t n) {
+ACTLAB_INLINE void pack_bits(uint8_t* __restrict run, const uint8_t* __restrict codes, int64_t n) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pack_bits reads code k from byte k of a word");
   constexpr int kPerByte = 8 / kBits;
+  using Word = typename WordOf<kPerByte>::type;
+  constexpr Word kMask = (1u << kBits) - 1;
   const int64_t full = n / kPerByte;
   for (int64_t j = 0; j < full; ++j) {
-    uint32_t byte = 0;
-    for (int k = 0; k < kPerByte; ++k) byte |= static_cast<uint32_t>(codes[j * kPerByte + k]) << (k * kBits);
+    Word word;
+    std::memcpy(&word, codes + j * kPerByte, sizeof(Word));
+    Word byte = 0;
+    for (int k = 0; k < kPerByte; ++k) byte |= (word >> (k * (8 - kBits))) & static_cast<Word>(kMask << (k * kBits));
     run[j] = static_cast<uint8_t>(byte);
   }
   if (full * kPerByte < n) {
@@ -194,12 +222,6 @@ ACTLAB_INLINE void pack_run(uint8_t* run, const uint8_t* codes, int64_t n, int b
     default: std::memcpy(run, codes, static_cast<size_t>(n)); break;
   }
 }
-
-// An integer of kBytes bytes (the codes of one run byte, one per byte).
-template <int kBytes> struct WordOf;
-template <> struct WordOf<2> { using type = uint16_t; };
-template <> struct WordOf<4> { using type = uint32_t; };
-template <> struct WordOf<8> { using type = uint64_t; };
 
 // codes[e] = code e of an LSB-first run, for e < n (one code per byte). Each run byte is spread into one
 // kPerByte-byte word (code k in byte k, little-endian) and stored whole: written per byte, GCC vectorized
@@ -255,6 +277,9 @@ template <int kH, int kW, int kB>
 struct Extents {
   static constexpr bool kFixed = kH > 0 && kW > 0;
   static constexpr int kBh = kFixed ? (kB < kH ? kB : kH) : 1, kBw = kFixed ? (kB < kW ? kB : kW) : 1;
+  // The blocks tile the plane exactly (32², 16², 56² with B = 8): the nearest rule's source index is then
+  // the block index, a shift.
+  static constexpr bool kTiled = kFixed && kH % kBh == 0 && kW % kBw == 0;
   int64_t h, w, bh, bw, lh, lw;
   explicit Extents(const PlaneGeometry& g)
       : h(kFixed ? kH : g.height), w(kFixed ? kW : g.width), bh(kFixed ? kBh : g.block_h),
@@ -264,16 +289,23 @@ struct Extents {
 };
 
 // Source LFC row of plane row h, and up_row[w] = LFC row i nearest-up-sampled to the plane width (f32).
-// Fixed shapes compute the indices (constants after unrolling), others read the map.
+// Exactly tiled shapes divide by the block size (a compile-time power of two for B = 8) instead of
+// nearest_source's integer division per element; the others read the map.
 template <int kH, int kW, int kB>
 ACTLAB_INLINE int64_t source_row(int64_t h, const Extents<kH, kW, kB>& x, const UpsampleMap& map) {
-  return x.kFixed ? nearest_source(h, x.lh, x.h) : map.row[h];
+  if constexpr (Extents<kH, kW, kB>::kTiled) return h / Extents<kH, kW, kB>::kBh;
+  (void)x;
+  return map.row[h];
 }
 template <int kH, int kW, int kB>
 ACTLAB_INLINE void upsample_row(float* __restrict up_row, const uint16_t* __restrict lfc, int64_t i,
                                 const Extents<kH, kW, kB>& x, const UpsampleMap& map) {
   const uint16_t* src = lfc + i * x.lw;
-  for (int64_t w = 0; w < x.w; ++w) up_row[w] = bf16_to_float(src[x.kFixed ? nearest_source(w, x.lw, x.w) : map.col[w]]);
+  if constexpr (Extents<kH, kW, kB>::kTiled) {
+    for (int64_t w = 0; w < x.w; ++w) up_row[w] = bf16_to_float(src[w / Extents<kH, kW, kB>::kBw]);
+  } else {
+    for (int64_t w = 0; w < x.w; ++w) up_row[w] = bf16_to_float(src[map.col[w]]);
+  }
 }
 
 // lfc[i·lfc_w + j] = bf16 mean of block (i, j) of plane xp, in codec.h's summation order.
@@ -317,10 +349,10 @@ ACTLAB_INLINE void plane_residual(float* __restrict r, uint16_t* __restrict lfc,
 }
 
 // c[e] = the stochastic code of r[e] with uniform u[e], for e < n.
-ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict r, const uint16_t* __restrict u,
-                                  int64_t n, float min, float step, int levels) {
+ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict r, const uint8_t* __restrict u,
+                                  int64_t n, float min, float scale, int levels) {
 #pragma GCC unroll 1
-  for (int64_t e = 0; e < n; ++e) c[e] = static_cast<uint8_t>(stochastic_code(r[e], min, step, uniform16(u[e]), levels));
+  for (int64_t e = 0; e < n; ++e) c[e] = static_cast<uint8_t>(stochastic_code(r[e], min, scale, uniform8(u[e]), levels));
 }
 
 // ---------------------------------------------------------------- plane pack
@@ -347,7 +379,7 @@ int64_t planes_per_batch(const PlaneGeometry& g) { return std::max<int64_t>(1, k
 // Per-thread scratch of plane_pack, carved from one block (each piece 64-byte aligned).
 struct PackScratch {
   float* r;          // residuals of a batch, f32 [batch·E]
-  uint16_t* bits;    // 16-bit uniforms of a batch [batch·E]
+  uint8_t* bits;     // 8-bit uniforms of a batch [batch·E]
   uint8_t* codes;    // codes of a batch, one per byte [batch·E]
   float* colsum;     // [width]
   float* up_row;     // [width]
@@ -355,7 +387,7 @@ struct PackScratch {
   int32_t* lo;       // min/max keys per plane [batch]
   int32_t* hi;
   float* min;        // stored min/step per plane, as f32 [batch]
-  float* step;
+  float* scale;      // quant_scale of the stored step
 };
 int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g) {
   const int64_t batch = planes_per_batch(g), n = batch * g.plane_elems();
@@ -365,7 +397,7 @@ int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g
     at += (count * static_cast<int64_t>(sizeof(*ptr)) + 63) / 64 * 64;
   };
   take(s.r, n), take(s.bits, n), take(s.codes, n), take(s.colsum, g.width), take(s.up_row, g.width);
-  take(s.lfc, g.lfc_elems()), take(s.lo, batch), take(s.hi, batch), take(s.min, batch), take(s.step, batch);
+  take(s.lfc, g.lfc_elems()), take(s.lo, batch), take(s.hi, batch), take(s.min, batch), take(s.scale, batch);
   return at;
 }
 
@@ -391,7 +423,7 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
   const Extents<kH, kW, kB> x(g);
   const int64_t E = x.elems(), LE = x.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   prefetch_floats(a.x + (p0 + nb) * E, next * E);
-  if (a.codes) fill_bits16(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
+  if (a.codes) fill_bits8(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
   for (int64_t q = 0; q < nb; ++q) {  // pool, residual, range
     const int64_t p = p0 + q;
     const float* xp = a.x + p * E;
@@ -411,12 +443,12 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
     uint16_t min_bits, step_bits;
     quant_params(min_bits, step_bits, float_from_order_key(s.lo[q]), float_from_order_key(s.hi[q]), bits);
     a.mins[p0 + q] = min_bits, a.steps[p0 + q] = step_bits;
-    s.min[q] = bf16_to_float(min_bits), s.step[q] = bf16_to_float(step_bits);
+    s.min[q] = bf16_to_float(min_bits), s.scale[q] = quant_scale(bf16_to_float(step_bits));
   }
   for (int64_t q = 0; q < nb; ++q) {
     const int64_t p = p0 + q;
     const float* r = a.residual ? a.residual + p * E : a.with_lfc ? s.r + q * E : a.x + p * E;
-    quantize_plane(s.codes + q * E, r, s.bits + q * E, E, s.min[q], s.step[q], levels);
+    quantize_plane(s.codes + q * E, r, s.bits + q * E, E, s.min[q], s.scale[q], levels);
   }
   if ((bits * E) % 8 == 0) {  // the runs of the batch are contiguous: one pass
     pack_run(a.codes + p0 * code_bytes, s.codes, nb * E, bits);
@@ -549,6 +581,38 @@ void unpack_planes(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_
   dispatch_shape(*a.g, UnpackRange{a, first, last, scratch});
 }
 
+// Planes first, first + stride, ... (count of them) into out one after another.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void unpack_strided(const PlaneUnpackArgs& a, int64_t first, int64_t count, int64_t stride,
+                                  uint8_t* scratch) {
+  const PlaneGeometry& g = *a.g;
+  const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
+  uint8_t* cbuf = scratch;
+  float* up_row = reinterpret_cast<float*>(scratch + (E + 63) / 64 * 64);
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t p = first + k * stride;
+    if (a.codes) unpack_run(cbuf, a.codes + p * code_bytes, E, g.bits);
+    const float min = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
+    unpack_plane<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf : nullptr, min, step,
+                             up_row, *a.map, g);
+  }
+}
+
+struct UnpackStrided {  // unpack_strided for the shape dispatch_shape picks
+  const PlaneUnpackArgs& a;
+  int64_t first, count, stride;
+  uint8_t* scratch;
+  template <int kH, int kW, int kB> ACTLAB_INLINE void operator()() const {
+    unpack_strided<kH, kW, kB>(a, first, count, stride, scratch);
+  }
+};
+
+ACTLAB_CODEC_CLONES
+void unpack_planes_strided(const PlaneUnpackArgs& a, int64_t first, int64_t count, int64_t stride,
+                           uint8_t* scratch) {
+  dispatch_shape(*a.g, UnpackStrided{a, first, count, stride, scratch});
+}
+
 // out[e·16 + j] = planes[j·E + e] for e in [from, E), j < 16: sixteen planes into one channel block,
 // element by element (the reference, and the tail of the register version).
 void transpose16_from(float* out, const float* planes, int64_t E, int64_t from) {
@@ -655,6 +719,16 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
                         });
 }
 
+void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels, int64_t c) {
+  ACTLAB_CHECK(channels > 0 && g.planes % channels == 0 && c >= 0 && c < channels, "plane_unpack_channel: channel ",
+               c, " of ", channels, " for ", g.planes, " planes");
+  const UpsampleMap map(g);
+  const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
+  Buffer scratch(static_cast<size_t>((g.plane_elems() + 63) / 64 * 64 + g.width * 4), MemTag::Workspace);
+  unpack_planes_strided(args, c, g.planes / channels, channels, scratch.as<uint8_t>());
+}
+
 namespace {
 
 // ---------------------------------------------------------------- per-group pack
@@ -663,8 +737,8 @@ void pack_groups(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x
                  uint64_t seed, uint64_t stream, int64_t first, int64_t last, uint8_t* scratch) {
   const int64_t G = g.group_size, per_sample = g.groups_per_sample(), code_bytes = g.code_bytes_per_group();
   const int levels = quant_levels(g.bits);
-  uint16_t* bits = reinterpret_cast<uint16_t*>(scratch);
-  uint8_t* cbuf = scratch + (G * 2 + 63) / 64 * 64;
+  uint8_t* bits = scratch;
+  uint8_t* cbuf = scratch + (G + 63) / 64 * 64;
   for (int64_t k = first; k < last; ++k) {
     const int64_t n = k / per_sample, begin = (k % per_sample) * G;
     const int64_t count = std::min(G, g.sample_elems - begin);
@@ -676,10 +750,10 @@ void pack_groups(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x
     uint16_t min_bits, step_bits;
     quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
     mins[k] = min_bits, steps[k] = step_bits;
-    const float min = bf16_to_float(min_bits), step = bf16_to_float(step_bits);
-    fill_bits16(bits, seed, stream, base, count);
+    const float min = bf16_to_float(min_bits), scale = quant_scale(bf16_to_float(step_bits));
+    fill_bits8(bits, seed, stream, base, count);
     for (int64_t e = 0; e < count; ++e)
-      cbuf[e] = static_cast<uint8_t>(stochastic_code(v[e], min, step, uniform16(bits[e]), levels));
+      cbuf[e] = static_cast<uint8_t>(stochastic_code(v[e], min, scale, uniform8(bits[e]), levels));
     std::memset(cbuf + count, 0, static_cast<size_t>(G - count));  // padding: code 0
     pack_run(codes + k * code_bytes, cbuf, G, g.bits);
   }
@@ -703,7 +777,7 @@ void unpack_groups(float* out, const uint8_t* codes, const uint16_t* mins, const
 
 void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
                 uint64_t seed, uint64_t stream) {
-  for_each_thread_range(g.groups(), g.samples * g.sample_elems, (g.group_size * 3 + 127) / 64 * 64,
+  for_each_thread_range(g.groups(), g.samples * g.sample_elems, (g.group_size + 63) / 64 * 64 * 2,
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
                           pack_groups(codes, mins, steps, x, g, seed, stream, first, last, scratch);
                         });

@@ -2,7 +2,7 @@
 // warp (a power of two, sized to the plane) owns one plane (or group) for the whole pass:
 //   pack:   LFC block sums (lanes split the blocks; sums in codec.h's order) -> __syncwarp -> residual and
 //           min/max keys per 8-element chunk -> team shuffle reduction -> quant_params -> residual again,
-//           16-bit Philox uniforms (one Philox block per aligned chunk) -> codes -> Q bytes per chunk.
+//           8-bit Philox uniforms (half a Philox block per aligned chunk) -> codes -> Q bytes per chunk.
 //   unpack: per chunk, Q bytes -> codes -> LFC↑ + dequantized codes.
 // An 8-element chunk starting at element 8c of a plane covers exactly bytes [cQ, cQ + Q) of the plane's
 // LSB-first code run, so lanes write disjoint bytes. Every value is computed by codec.h's ACTLAB_HD
@@ -19,7 +19,7 @@
 namespace actlab::cuda {
 namespace {
 
-constexpr int kChunk = 8;                  // elements per lane step: one Philox block holds 8 uniforms
+constexpr int kChunk = 8;                  // elements per lane step: Q whole code bytes, half a Philox block
 constexpr int kCodecThreads = 256;         // threads per block; teams never straddle a warp
 constexpr int64_t kMaxMapEntries = 8192;   // up-sampling maps of H + W entries live in shared memory
 
@@ -69,28 +69,30 @@ __device__ __forceinline__ Philox4 philox_block(uint64_t seed, uint64_t stream, 
                    static_cast<uint32_t>(stream >> 32)}};
   return philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
-// philox_bits16's extraction of index idx from its block r (word (idx >> 1) & 3, half idx & 1).
-__device__ __forceinline__ uint32_t bits16_of(const Philox4& r, uint64_t idx) {
-  const uint32_t k = static_cast<uint32_t>(idx >> 1) & 3u;
+// philox_bits8's extraction of index idx from its block r (byte idx & 3 of word (idx >> 2) & 3).
+__device__ __forceinline__ uint32_t bits8_of(const Philox4& r, uint64_t idx) {
+  const uint32_t k = static_cast<uint32_t>(idx >> 2) & 3u;
   const uint32_t word = k == 0 ? r.v[0] : k == 1 ? r.v[1] : k == 2 ? r.v[2] : r.v[3];
-  return (word >> ((idx & 1) * 16)) & 0xFFFFu;
+  return (word >> ((idx & 3) * 8)) & 0xFFu;
 }
-// u[j] = philox_uniform16(seed, stream, base + j) for j < count (<= 8): one Philox block when base is a
-// multiple of 8 (every chunk of a plane whose size is), else the two blocks the chunk straddles.
-__device__ __forceinline__ void uniforms8(float (&u)[kChunk], uint64_t seed, uint64_t stream, uint64_t base,
-                                          int count) {
-  const uint64_t b0 = base >> 3;
+// u[j] = philox_uniform8(seed, stream, base + j) for j < count (<= 8): one Philox block (of 16 draws) when
+// base is a multiple of 8 (every chunk of a plane whose size is), else the one or two blocks the chunk
+// touches.
+__device__ __forceinline__ void chunk_uniforms(float (&u)[kChunk], uint64_t seed, uint64_t stream, uint64_t base,
+                                               int count) {
+  const uint64_t b0 = base >> 4;
   const Philox4 first = philox_block(seed, stream, b0);
   if ((base & 7) == 0) {
+    const int w0 = static_cast<int>(base & 8) >> 2;  // the chunk is words w0, w0 + 1 of the block
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) u[j] = uniform16((first.v[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu);
+    for (int j = 0; j < kChunk; ++j) u[j] = uniform8((first.v[w0 + (j >> 2)] >> ((j & 3) * 8)) & 0xFFu);
     return;
   }
-  const Philox4 second = ((base + count - 1) >> 3) != b0 ? philox_block(seed, stream, b0 + 1) : first;
+  const Philox4 second = ((base + count - 1) >> 4) != b0 ? philox_block(seed, stream, b0 + 1) : first;
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) {
     const uint64_t idx = base + j;
-    u[j] = uniform16(bits16_of((idx >> 3) == b0 ? first : second, idx));
+    u[j] = uniform8(bits8_of((idx >> 4) == b0 ? first : second, idx));
   }
 }
 
@@ -199,15 +201,15 @@ __global__ void plane_pack_kernel(PlanePackArgs a, int team_size) {
   uint16_t min_bits, step_bits;
   quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
   if (t.lane == 0) a.mins[p] = min_bits, a.steps[p] = step_bits;
-  const float min_value = bf16_to_float(min_bits), step = bf16_to_float(step_bits);
+  const float min_value = bf16_to_float(min_bits), scale = quant_scale(bf16_to_float(step_bits));
   const int levels = quant_levels(g.bits);
   for (int64_t c = t.lane; c < chunks; c += t.size) {
     const int n = chunk_values(v, xp, lp, g, a.with_lfc, pack_map, a.use_map, c * kChunk);
     float u[kChunk];
-    uniforms8(u, a.seed, a.stream, static_cast<uint64_t>(p * g.E + c * kChunk), n);
+    chunk_uniforms(u, a.seed, a.stream, static_cast<uint64_t>(p * g.E + c * kChunk), n);
     uint64_t word = 0;
     for (int j = 0; j < n; ++j)
-      word |= static_cast<uint64_t>(stochastic_code(v[j], min_value, step, u[j], levels)) << (j * g.bits);
+      word |= static_cast<uint64_t>(stochastic_code(v[j], min_value, scale, u[j], levels)) << (j * g.bits);
     store_codes(a.codes + p * g.code_bytes + c * g.bits, word, n, g.bits);
   }
 }
@@ -283,7 +285,7 @@ __global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* step
   uint16_t min_bits, step_bits;
   quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
   if (t.lane == 0) mins[k] = min_bits, steps[k] = step_bits;
-  const float min_value = bf16_to_float(min_bits), step = bf16_to_float(step_bits);
+  const float min_value = bf16_to_float(min_bits), scale = quant_scale(bf16_to_float(step_bits));
   const int levels = quant_levels(g.bits);
   for (int64_t c = t.lane; c < chunks; c += t.size) {
     const int64_t e0 = c * kChunk;
@@ -291,9 +293,9 @@ __global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* step
     uint64_t word = 0;
     if (real > 0) {
       float u[kChunk];
-      uniforms8(u, seed, stream, static_cast<uint64_t>(base + e0), real);
+      chunk_uniforms(u, seed, stream, static_cast<uint64_t>(base + e0), real);
       for (int j = 0; j < real; ++j)
-        word |= static_cast<uint64_t>(stochastic_code(x[base + e0 + j], min_value, step, u[j], levels)) << (j * g.bits);
+        word |= static_cast<uint64_t>(stochastic_code(x[base + e0 + j], min_value, scale, u[j], levels)) << (j * g.bits);
     }
     store_codes(codes + k * g.code_bytes + c * g.bits, word, static_cast<int>(min64(kChunk, g.G - e0)), g.bits);
   }

@@ -140,6 +140,27 @@ Tensor PlaneCodecPolicy::unpack_blocked(const Packed& p, const SaveInfo&, int bl
   return out;
 }
 
+namespace {
+// Channel c of a CPU plane pack: the codec's plane_unpack_channel over the N planes (n, c).
+class PlaneChannelReader final : public ChannelReader {
+ public:
+  explicit PlaneChannelReader(const PackedPlanes& p) : p_(p) {}
+  void read(int64_t c, float* out) const override {
+    cpu::plane_unpack_channel(out, p_.lfc(), p_.codes(), p_.mins(), p_.steps(), p_.geometry(), p_.shape()[1], c);
+  }
+ private:
+  const PackedPlanes& p_;
+};
+}  // namespace
+
+std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p, const SaveInfo&) const {
+  const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
+  if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
+      !planes->buffer().device().is_cpu() || planes->shape().size() != 4)
+    return nullptr;
+  return std::make_unique<PlaneChannelReader>(*planes);
+}
+
 std::string PlaneCodecPolicy::name() const {
   const std::string b = std::to_string(config_.block), q = std::to_string(config_.bits);
   switch (config_.kind) {

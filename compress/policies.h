@@ -88,6 +88,8 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   // CPU packs of (N, C, H, W) with C % 16 == 0 and block 16, codes or LFC (not a full-precision residual).
   Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int block) const override;
+  // CPU packs of (N, C, H, W), codes or LFC (not a full-precision residual).
+  std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
   size_t expected_bytes(const Shape& shape) const override;
   const PlaneCodecConfig& config() const { return config_; }

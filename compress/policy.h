@@ -36,6 +36,15 @@ class Packed {
   virtual const Shape& shape() const = 0;
 };
 
+// Reads a 4-D (N, C, H, W) pack one channel at a time (ActivationCachePolicy::channel_reader).
+class ChannelReader {
+ public:
+  virtual ~ChannelReader() = default;
+  // Writes the planes (n, c), n < N, of channel c one after another into out (N·H·W f32), with exactly
+  // the values unpack() gives. May be called from several threads at once (for different channels).
+  virtual void read(int64_t c, float* out) const = 0;
+};
+
 class ActivationCachePolicy {
  public:
   virtual ~ActivationCachePolicy() = default;
@@ -48,6 +57,13 @@ class ActivationCachePolicy {
   // for a consumer that computes in that layout (ops::conv2d_backward_weight_input_block); an undefined
   // tensor when this policy cannot write it directly (the consumer then takes unpack() and reorders).
   virtual Tensor unpack_blocked(const Packed& /*p*/, const SaveInfo& /*info*/, int /*block*/) const { return {}; }
+  // A reader for a consumer that goes over the channels of a 4-D pack (batch-norm backward): each channel
+  // is decoded into the consumer's buffer, which stays in cache, and the full-size tensor is never written.
+  // nullptr when this policy has none for this pack (the consumer then takes unpack()). The reader refers
+  // to p, which must outlive it.
+  virtual std::unique_ptr<ChannelReader> channel_reader(const Packed& /*p*/, const SaveInfo& /*info*/) const {
+    return nullptr;
+  }
   virtual std::string name() const = 0;    // the canonical string, parseable by parse_policy
   // The closed-form number of bytes pack() holds for an f32 tensor of this shape.
   virtual size_t expected_bytes(const Shape& shape) const = 0;

@@ -313,6 +313,23 @@ Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
   return dx;
 }
 
+Tensor batchnorm_backward_channels(const Tensor& dy, const std::function<void(int64_t c, float* out)>& x_channel,
+                                   const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                                   Tensor* dgamma, Tensor* dbeta) {
+  const Device dev = op_device("batch_norm_backward", {&dy, &gamma, &save_mean, &save_invstd});
+  require_f32_contig("batch_norm_backward", "grad", dy);
+  ACTLAB_CHECK(dev.is_cpu() && dy.dim() == 4, "batch_norm backward by channels: needs a 4-D CPU grad, got ",
+               dy.str(), " on ", dev.str());
+  int64_t N, C, HW;
+  bn_dims(dy, &N, &C, &HW);
+  Tensor dx = Tensor::empty(dy.shape(), DType::F32, dev);
+  *dgamma = Tensor::empty({C}, DType::F32, dev);
+  *dbeta = Tensor::empty({C}, DType::F32, dev);
+  cpu::batchnorm_backward_channels(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), x_channel, f32(gamma),
+                                   f32(save_mean), f32(save_invstd), N, C, HW);
+  return dx;
+}
+
 Tensor batchnorm_backward_eval(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
                                Tensor* dgamma, Tensor* dbeta) {

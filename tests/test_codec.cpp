@@ -1,7 +1,7 @@
 // Tests of the codec arithmetic and CPU kernels (compress/codec.h, compress/codec_cpu.cpp): every
 // ACTLAB_HD function against a naive version written here (directed bf16 rounding by search over all bf16
 // values, PyTorch's float nearest rule, double-precision rounding), and the fused plane/group kernels
-// against a per-element naive codec that draws philox_uniform16(seed, stream, index) one element at a time,
+// against a per-element naive codec that draws philox_uniform8(seed, stream, index) one element at a time,
 // byte for byte.
 #include <doctest/doctest.h>
 
@@ -104,11 +104,11 @@ TEST_CASE("codec: stochastic_code rounds to a neighbour, up with probability fra
     for (int i = 0; i < 4000; ++i) {
       const float min = -0.75f, step = 0.125f;
       const float v = min + unit(gen) * step * levels;
-      const float u = std::floor(unit(gen) * 65536.f) / 65536.f;  // a 16-bit uniform
-      const double t = (static_cast<double>(v) - min) / step;
+      const float u = (std::floor(unit(gen) * 256.f) + 0.5f) / 256.f;  // an 8-bit midpoint uniform
+      const double t = (static_cast<double>(v) - min) / step;  // step a power of two: 1/step is exact
       const double lower = std::floor(t);
       const uint32_t expected = static_cast<uint32_t>(lower) + (u < t - lower ? 1 : 0);
-      CHECK(stochastic_code(v, min, step, u, levels) == std::min<uint32_t>(expected, levels));
+      CHECK(stochastic_code(v, min, quant_scale(step), u, levels) == std::min<uint32_t>(expected, levels));
     }
     // Out of range and NaN inputs clamp into [0, levels].
     CHECK(stochastic_code(-5.f, 0.f, 1.f, 0.99f, levels) == 0);
@@ -117,24 +117,23 @@ TEST_CASE("codec: stochastic_code rounds to a neighbour, up with probability fra
   }
 }
 
-TEST_CASE("codec: philox_uniform16 takes the halves of the Philox words, 8 elements per block") {
-  // Element i: word (i >> 1) & 3 of block i >> 3 — that is 32-bit draw i >> 1 of core/philox.h's
-  // philox_bits (4 words per block) — low half for even i, high half for odd i.
+TEST_CASE("codec: philox_uniform8 takes the bytes of the Philox words, 16 elements per block") {
+  // Element i: byte i & 3 of word (i >> 2) & 3 of block i >> 4 — that is 32-bit draw i >> 2 of
+  // core/philox.h's philox_bits (4 words per block) — and u is the midpoint of the byte's cell.
   for (uint64_t seed : {0ull, 99ull, 0x123456789ABCull})
     for (uint64_t stream : {0ull, 7ull, 1ull << 40})
-      for (uint64_t i : {0ull, 1ull, 2ull, 7ull, 8ull, 13ull, 1000001ull, (1ull << 35) + 5}) {
-        const uint32_t word = philox_bits(seed, stream, i >> 1);
-        const uint32_t half = i % 2 ? word >> 16 : word & 0xFFFFu;
-        CHECK(philox_bits16(seed, stream, i) == half);
-        CHECK(philox_uniform16(seed, stream, i) == static_cast<float>(half) / 65536.f);
+      for (uint64_t i : {0ull, 1ull, 2ull, 3ull, 4ull, 7ull, 8ull, 13ull, 15ull, 16ull, 1000001ull, (1ull << 35) + 5}) {
+        const uint32_t byte = (philox_bits(seed, stream, i >> 2) >> (8 * (i % 4))) & 0xFFu;
+        CHECK(philox_bits8(seed, stream, i) == byte);
+        CHECK(philox_uniform8(seed, stream, i) == (static_cast<float>(byte) + 0.5f) / 256.f);
       }
-  // Uniform on [0, 1): 16 equal bins over 2^16 draws, each within 5 standard errors.
+  // Uniform on (0, 1): 16 equal bins over 2^16 draws, each within 5 standard errors.
   std::vector<int> bins(16, 0);
   const int draws = 1 << 16;
   double mean = 0.0;
   for (int i = 0; i < draws; ++i) {
-    const float u = philox_uniform16(5, 6, static_cast<uint64_t>(i));
-    REQUIRE(u >= 0.f);
+    const float u = philox_uniform8(5, 6, static_cast<uint64_t>(i));
+    REQUIRE(u > 0.f);
     REQUIRE(u < 1.f);
     ++bins[static_cast<int>(u * 16.f)];
     mean += u;
@@ -143,30 +142,39 @@ TEST_CASE("codec: philox_uniform16 takes the halves of the Philox words, 8 eleme
   CHECK(std::fabs(mean / draws - 0.5) < 5 * std::sqrt(1.0 / 12 / draws));
 }
 
-TEST_CASE("codec: 16-bit stochastic rounding is unbiased to within 2^-16 of a step") {
-  // Exact expectation over all 2^16 equally likely uniforms: E[code] − t ∈ [0, 2^-16).
+TEST_CASE("codec: 8-bit midpoint stochastic rounding is unbiased to within 2^-9 of a step") {
+  // Exact expectation over all 2^8 equally likely uniforms: |E[code] − t| <= 2^-9, of either sign, and
+  // zero on average over t.
   std::mt19937 gen(21);
   std::uniform_real_distribution<float> unit(0.f, 1.f);
-  const float min = -1.f, step = 0.25f;
-  double worst = 0.0;
-  for (int i = 0; i < 200; ++i) {
-    const float v = min + unit(gen) * 3.f * step;
-    const double t = (static_cast<double>(v) - min) / step;
-    double sum = 0.0;
-    for (uint32_t bits = 0; bits < 65536; ++bits) sum += stochastic_code(v, min, step, uniform16(bits), 3);
-    const double bias = sum / 65536.0 - t;
-    CHECK(bias >= -1e-12);
-    CHECK(bias < 1.0 / 65536.0);
-    worst = std::max(worst, bias);
+  for (const float step : {0.25f, 0.3f, 1.7e-3f}) {  // 0.25: an exact scale; the others round 1/step
+    CAPTURE(step);
+    const float min = -1.f;
+    double worst_low = 0.0, worst_high = 0.0, mean_bias = 0.0;
+    const int values = 2000;
+    for (int i = 0; i < values; ++i) {
+      const float v = min + unit(gen) * 3.f * step;
+      const double t = (static_cast<double>(v) - min) / step;
+      double sum = 0.0;
+      for (uint32_t bits = 0; bits < 256; ++bits) sum += stochastic_code(v, min, quant_scale(step), uniform8(bits), 3);
+      const double bias = sum / 256.0 - t;
+      CHECK(std::fabs(bias) <= 1.0 / 512.0 + 1e-6);  // 1e-6: t computed with one rounded scale
+      worst_low = std::min(worst_low, bias), worst_high = std::max(worst_high, bias);
+      mean_bias += bias / values;
+    }
+    CHECK(worst_low < -1.0 / 1024.0);  // both signs occur: the bound above is not vacuous
+    CHECK(worst_high > 1.0 / 1024.0);
+    CHECK(std::fabs(mean_bias) < 1.0 / 512.0 / 10.0);  // and cancel on average
   }
-  CHECK(worst > 0.0);  // the grid does round up: the bound above is not vacuous
   // With the real Philox draws: the mean code of 2^20 copies of one value is t within 5 standard errors.
+  const float min = -1.f, step = 0.25f;
   const int64_t n = 1 << 20;
   const float v = min + 1.3f * step;
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += stochastic_code(v, min, step, philox_uniform16(3, 4, static_cast<uint64_t>(i)), 3);
+  for (int64_t i = 0; i < n; ++i)
+    sum += stochastic_code(v, min, quant_scale(step), philox_uniform8(3, 4, static_cast<uint64_t>(i)), 3);
   const double t = (static_cast<double>(v) - min) / step;
-  CHECK(std::fabs(sum / n - t) < 5.0 * 0.5 / std::sqrt(static_cast<double>(n)));
+  CHECK(std::fabs(sum / n - t) < 5.0 * 0.5 / std::sqrt(static_cast<double>(n)) + 1.0 / 512.0);
 }
 
 TEST_CASE("codec: nearest_source, lfc_from_sum, dequantize and unpack_code match naive versions") {
@@ -238,9 +246,9 @@ NaivePlanes naive_plane_pack(const std::vector<float>& x, const PlaneGeometry& g
     if (g.bits == 0) continue;
     quant_params(out.mins[p], out.steps[p], lo, hi, g.bits);
     for (int64_t e = 0; e < E; ++e) {
-      const float u = philox_uniform16(seed, stream, static_cast<uint64_t>(p * E + e));
+      const float u = philox_uniform8(seed, stream, static_cast<uint64_t>(p * E + e));
       const uint32_t code = stochastic_code(out.residual[p * E + e], bf16_to_float(out.mins[p]),
-                                            bf16_to_float(out.steps[p]), u, quant_levels(g.bits));
+                                            1.0f / bf16_to_float(out.steps[p]), u, quant_levels(g.bits));
       out.codes[p * g.code_bytes_per_plane() + e * g.bits / 8] |= static_cast<uint8_t>(code << (e * g.bits % 8));
     }
   }
@@ -322,6 +330,43 @@ TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unp
   }
 }
 
+TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one channel") {
+  // (samples, channels, h, w, bits): compile-time maps (32², 7×7, 4×4), a generic one (6×10) and a map
+  // smaller than B in one axis (3×12).
+  struct Case { int64_t n, c, h, w; int bits; };
+  for (const Case& k : {Case{3, 5, 32, 32, 2}, Case{2, 3, 7, 7, 4}, Case{4, 2, 4, 4, 1}, Case{2, 3, 6, 10, 8},
+                        Case{3, 2, 3, 12, 2}}) {
+    const PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, k.bits);
+    const int64_t E = g.plane_elems();
+    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 9);
+    std::vector<uint16_t> lfc(g.planes * g.lfc_elems()), mins(g.planes), steps(g.planes);
+    std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
+    cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 5, 6);
+    for (int terms = 0; terms < 3; ++terms) {  // LFC + codes (division), codes only (quant), LFC only (lfc)
+      CAPTURE(k.h);
+      CAPTURE(k.w);
+      CAPTURE(terms);
+      const uint16_t* l = terms == 1 ? nullptr : lfc.data();
+      const uint8_t* c = terms == 2 ? nullptr : codes.data();
+      std::vector<float> planes(x.size());
+      cpu::plane_unpack(planes.data(), l, c, mins.data(), steps.data(), g);
+      bool all_equal = true;
+      for (int64_t ch = 0; ch < k.c; ++ch) {
+        std::vector<float> channel(static_cast<size_t>(k.n * E), -1.f);
+        cpu::plane_unpack_channel(channel.data(), l, c, mins.data(), steps.data(), g, k.c, ch);
+        for (int64_t n = 0; n < k.n; ++n)
+          for (int64_t e = 0; e < E; ++e) all_equal = all_equal && channel[n * E + e] == planes[(n * k.c + ch) * E + e];
+      }
+      CHECK(all_equal);
+    }
+  }
+  std::vector<float> out(16);
+  std::vector<uint16_t> lfc(6);
+  const PlaneGeometry g = make_plane_geometry(6, 2, 2, 2, 2);
+  CHECK_THROWS_AS(cpu::plane_unpack_channel(out.data(), lfc.data(), nullptr, nullptr, nullptr, g, 4, 0), Error);
+  CHECK_THROWS_AS(cpu::plane_unpack_channel(out.data(), lfc.data(), nullptr, nullptr, nullptr, g, 3, 3), Error);
+}
+
 TEST_CASE("codec: plane_unpack_blocked writes plane_unpack's values in 16-channel blocks") {
   // (samples, channels, h, w, bits): 32² and 16² maps, 7×7 (E % 16 != 0: the tail), 4×4, several samples,
   // sizes above and below the parallel threshold.
@@ -380,8 +425,8 @@ TEST_CASE("codec: group_pack and group_unpack match the per-element spec, paddin
         uint32_t want = 0;
         if (d < count) {
           const uint64_t index = static_cast<uint64_t>(n * c.elems + first + d);
-          want = stochastic_code(x[index], bf16_to_float(min_bits), bf16_to_float(step_bits),
-                                 philox_uniform16(42, 9, index), quant_levels(c.bits));
+          want = stochastic_code(x[index], bf16_to_float(min_bits), 1.0f / bf16_to_float(step_bits),
+                                 philox_uniform8(42, 9, index), quant_levels(c.bits));
         }
         CHECK(unpack_code(run, d, c.bits) == want);
       }

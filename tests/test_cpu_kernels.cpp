@@ -213,6 +213,39 @@ TEST_CASE("cpu kernels: batchnorm backward recomputes x_hat from a reconstructed
   check_close(dbeta, want_db, 1e-4, 1e-3, "dbeta");
 }
 
+TEST_CASE("cpu kernels: batchnorm backward by channels is batchnorm backward, bit for bit") {
+  // x handed over one channel at a time (a decoder's output in a per-thread buffer) must give exactly
+  // the gradients of the whole-tensor call: same sums in the same order. Sizes below and above
+  // kParallelGrain; with and without gamma.
+  for (const int64_t HW : {16, 1024}) {
+    for (const bool affine : {true, false}) {
+      CAPTURE(HW);
+      CAPTURE(affine);
+      const int64_t N = 3, C = 12;
+      const Vec x = random_vec(N * C * HW, 41), dy = random_vec(x.size(), 42);
+      const Vec gamma = random_vec(C, 43), mean = random_vec(C, 44), invstd = random_vec(C, 45, 0.5f, 2.f);
+      const float* g = affine ? gamma.data() : nullptr;
+      Vec dx(x.size()), dgamma(C), dbeta(C);
+      cpu::batchnorm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), g, mean.data(),
+                              invstd.data(), N, C, HW);
+      std::vector<int> reads(C, 0);
+      const cpu::ChannelSource channel = [&](int64_t c, float* out) {
+#pragma omp atomic
+        ++reads[c];
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < HW; ++i) out[n * HW + i] = x[(n * C + c) * HW + i];
+      };
+      Vec dx2(x.size(), -7.f), dgamma2(C, -7.f), dbeta2(C, -7.f);
+      cpu::batchnorm_backward_channels(dx2.data(), dgamma2.data(), dbeta2.data(), dy.data(), channel, g,
+                                       mean.data(), invstd.data(), N, C, HW);
+      CHECK(dx2 == dx);
+      CHECK(dgamma2 == dgamma);
+      CHECK(dbeta2 == dbeta);
+      CHECK(reads == std::vector<int>(C, 1));  // each channel decoded once
+    }
+  }
+}
+
 TEST_CASE("cpu kernels: batchnorm backward (eval) matches central differences") {
   const Vec x = random_vec(kN * kC * kHW, 41), gamma = random_vec(kC, 42),
             beta = random_vec(kC, 43);

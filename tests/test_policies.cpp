@@ -124,7 +124,7 @@ TEST_CASE("policies: stochastic rounding is unbiased over many streams") {
         }
       }
       // Each draw is one of two neighbours a step apart, so its standard deviation is <= step/2. The
-      // 16-bit uniforms bias a draw by < 2^-16 step, about 2000x below this standard error.
+      // 8-bit midpoint uniforms bias a draw by at most 2^-9 step, far below 5 standard errors here.
       const double standard_error = max_step / 2.0 / std::sqrt(static_cast<double>(streams));
       double worst = 0.0;
       for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(sum[i] / streams - want[i]));
@@ -199,6 +199,35 @@ TEST_CASE("policies: ActivationPacked live bytes are the sum of the live packs' 
   }
   CHECK(packed_live_bytes() == packed_before);
   CHECK(live_bytes() == live_before);
+}
+
+TEST_CASE("policies: channel_reader reads unpack's channels where a policy has one, else nullptr") {
+  const Tensor x = random_tensor({3, 5, 8, 8}, 13);
+  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=4", "hfc:B=8,Q=2", "hfc:B=8", "exact",
+                           "pergroup:G=256,Q=2"}) {
+    INFO(spec);
+    const auto policy = parse_policy(spec);
+    const auto packed = policy->pack(x, {}, {5, 1});
+    const std::vector<float> whole = policy->unpack(*packed, {}).to_vector();
+    const auto reader = policy->channel_reader(*packed, {});
+    const std::string name = std::string(spec).substr(0, std::string(spec).find(':'));
+    // The codec policies decode a channel; exact keeps the tensor (nothing to decode), per-group codes
+    // straddle channels and a full-precision HFC is an f32 copy.
+    const bool reads = name == "division" || name == "quant" || name == "lfc" || std::string(spec) == "hfc:B=8,Q=2";
+    REQUIRE((reader != nullptr) == reads);
+    if (!reads) continue;
+    bool all_equal = true;
+    for (int64_t c = 0; c < 5; ++c) {
+      std::vector<float> channel(3 * 64, -1.f);
+      reader->read(c, channel.data());
+      for (int64_t n = 0; n < 3; ++n)
+        for (int64_t e = 0; e < 64; ++e) all_equal = all_equal && channel[n * 64 + e] == whole[(n * 5 + c) * 64 + e];
+    }
+    CHECK(all_equal);
+    // Not 4-D, or kept as a copy (1×1 maps): nullptr.
+    CHECK(policy->channel_reader(*policy->pack(random_tensor({4, 64}, 3), {}, {5, 1}), {}) == nullptr);
+    CHECK(policy->channel_reader(*policy->pack(random_tensor({4, 8, 1, 1}, 3), {}, {5, 1}), {}) == nullptr);
+  }
 }
 
 TEST_CASE("policies: unpack_blocked is unpack in 16-channel blocks where a policy writes it, else undefined") {

@@ -12,6 +12,7 @@
 // double reduction).
 #pragma once
 #include <cstdint>
+#include <functional>
 
 namespace actlab::cpu {
 
@@ -66,6 +67,16 @@ void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const 
 void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         int64_t N, int64_t C, int64_t HW);
+// The same with x supplied one channel at a time: x_channel(c, out) writes channel c's N planes
+// (n, c) one after another into out (N·HW f32; called from the channel loop, on several threads at
+// once). For an input kept compressed: each channel is decoded into a per-thread buffer
+// (MemTag::Workspace) that stays in cache for both passes, so the full-size x is never written out.
+// Bit-identical to decoding x whole and calling batchnorm_backward.
+using ChannelSource = std::function<void(int64_t c, float* out)>;
+void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const float* dy,
+                                 const ChannelSource& x_channel, const float* gamma,
+                                 const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                                 int64_t HW);
 // Backward of batchnorm_forward_eval (running statistics are constants, e.g. frozen BN):
 // dx = dy·gamma/sqrt(running_var + eps); dgamma = Σ dy·x_hat, dbeta = Σ dy (nullptr: skipped).
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,

@@ -3,9 +3,12 @@
 // Work is split over channels: one thread owns a channel's N planes for the statistics pass and the
 // apply pass, so the second pass finds the channel still in L2. The per-channel loops are
 // ACTLAB_CPU_CLONES functions (AVX2/AVX-512 where the CPU has them).
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "core/allocator.h"
 #include "core/cpu/kernels.h"
 #include "core/error.h"
 
@@ -52,16 +55,16 @@ ACTLAB_CPU_CLONES void channel_affine(float* y, const float* x, int64_t N, int64
   }
 }
 
-// Σ dy and Σ dy·(x - mean) over one channel, in one pass.
+// Σ dy and Σ dy·(x - mean) over one channel, in one pass. Plane n of the channel's x is at
+// xc + n·x_step (x_step = C·HW inside an (N, C, HW) tensor, HW for one decoded channel).
 ACTLAB_CPU_CLONES void channel_grad_sums(double& sum_dy, double& sum_dy_xc, const float* dy,
-                                         const float* x, int64_t N, int64_t C, int64_t HW,
-                                         int64_t c, float mean) {
+                                         const float* xc, int64_t x_step, int64_t N, int64_t C,
+                                         int64_t HW, int64_t c, float mean) {
   sum_dy = 0.0;
   sum_dy_xc = 0.0;
   for (int64_t n = 0; n < N; ++n) {
-    const int64_t off = (n * C + c) * HW;
-    const float* dyp = dy + off;
-    const float* xp = x + off;
+    const float* dyp = dy + (n * C + c) * HW;
+    const float* xp = xc + n * x_step;
     for (int64_t i0 = 0; i0 < HW; i0 += kChunk) {
       const int64_t i1 = std::min(HW, i0 + kChunk);
       float s = 0.f, sx = 0.f;
@@ -76,18 +79,38 @@ ACTLAB_CPU_CLONES void channel_grad_sums(double& sum_dy, double& sum_dy_xc, cons
   }
 }
 
-// dx = a·dy + k·(x - mean) + b over one channel's N planes.
-ACTLAB_CPU_CLONES void channel_backward_dx(float* dx, const float* dy, const float* x, int64_t N,
-                                           int64_t C, int64_t HW, int64_t c, float mean, float a,
-                                           float k, float b) {
+// dx = a·dy + k·(x - mean) + b over one channel's N planes (x as in channel_grad_sums).
+ACTLAB_CPU_CLONES void channel_backward_dx(float* dx, const float* dy, const float* xc, int64_t x_step,
+                                           int64_t N, int64_t C, int64_t HW, int64_t c, float mean,
+                                           float a, float k, float b) {
   for (int64_t n = 0; n < N; ++n) {
     const int64_t off = (n * C + c) * HW;
     const float* dyp = dy + off;
-    const float* xp = x + off;
+    const float* xp = xc + n * x_step;
     float* dxp = dx + off;
 #pragma omp simd
     for (int64_t i = 0; i < HW; ++i) dxp[i] = a * dyp[i] + k * (xp[i] - mean) + b;
   }
+}
+
+// The training backward of channel c (batchnorm_backward's contract), x as in channel_grad_sums.
+void channel_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xc,
+                      int64_t x_step, const float* gamma, const float* save_mean,
+                      const float* save_invstd, int64_t N, int64_t C, int64_t HW, int64_t c) {
+  const double inv_m = 1.0 / static_cast<double>(N * HW);
+  const float mean = save_mean[c];
+  const double invstd = save_invstd[c];
+  double sum_dy, sum_dy_xc;
+  channel_grad_sums(sum_dy, sum_dy_xc, dy, xc, x_step, N, C, HW, c, mean);
+  if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
+  if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * invstd);
+  // dx = a·dy + k·(x - mean) + b with a = gamma·invstd, k = -a·invstd²·Σdy(x-mean)/M,
+  // b = -a·Σdy/M: the x_hat·dgamma/M term rewritten on (x - mean) so it needs no x_hat buffer.
+  const double a = (gamma ? gamma[c] : 1.0) * invstd;
+  const float af = static_cast<float>(a);
+  const float kf = static_cast<float>(-a * invstd * invstd * sum_dy_xc * inv_m);
+  const float bf = static_cast<float>(-a * sum_dy * inv_m);
+  channel_backward_dx(dx, dy, xc, x_step, N, C, HW, c, mean, af, kf, bf);
 }
 
 void check_bn_sizes(int64_t N, int64_t C, int64_t HW) {
@@ -148,22 +171,24 @@ void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         int64_t N, int64_t C, int64_t HW) {
   check_bn_sizes(N, C, HW);
-  const double inv_m = 1.0 / static_cast<double>(N * HW);
 #pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t c = 0; c < C; ++c)
+    channel_backward(dx, dgamma, dbeta, dy, x + c * HW, C * HW, gamma, save_mean, save_invstd, N, C, HW, c);
+}
+
+void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const float* dy,
+                                 const ChannelSource& x_channel, const float* gamma,
+                                 const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                                 int64_t HW) {
+  check_bn_sizes(N, C, HW);
+  const bool parallel = N * C * HW >= kParallelGrain;
+  const int threads = parallel ? std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(C))) : 1;
+  Buffer scratch(static_cast<size_t>(threads * N * HW) * sizeof(float), MemTag::Workspace);
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel : threads > 1)
   for (int64_t c = 0; c < C; ++c) {
-    const float mean = save_mean[c];
-    const double invstd = save_invstd[c];
-    double sum_dy, sum_dy_xc;
-    channel_grad_sums(sum_dy, sum_dy_xc, dy, x, N, C, HW, c, mean);
-    if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
-    if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * invstd);
-    // dx = a·dy + k·(x - mean) + b with a = gamma·invstd, k = -a·invstd²·Σdy(x-mean)/M,
-    // b = -a·Σdy/M: the x_hat·dgamma/M term rewritten on (x - mean) so it needs no x_hat buffer.
-    const double a = (gamma ? gamma[c] : 1.0) * invstd;
-    const float af = static_cast<float>(a);
-    const float kf = static_cast<float>(-a * invstd * invstd * sum_dy_xc * inv_m);
-    const float bf = static_cast<float>(-a * sum_dy * inv_m);
-    channel_backward_dx(dx, dy, x, N, C, HW, c, mean, af, kf, bf);
+    float* xc = scratch.as<float>() + static_cast<int64_t>(omp_get_thread_num()) * N * HW;
+    x_channel(c, xc);
+    channel_backward(dx, dgamma, dbeta, dy, xc, HW, gamma, save_mean, save_invstd, N, C, HW, c);
   }
 }
 
@@ -178,7 +203,7 @@ void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float
     const double invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
     if (dgamma || dbeta) {
       double sum_dy, sum_dy_xc;
-      channel_grad_sums(sum_dy, sum_dy_xc, dy, x, N, C, HW, c, mean);
+      channel_grad_sums(sum_dy, sum_dy_xc, dy, x + c * HW, C * HW, N, C, HW, c, mean);
       if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
       if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * invstd);
     }
