@@ -23,8 +23,8 @@ class BatchNormNode final : public Node {
           dy.device().is_cpu() && dy.dim() == 4 ? load_channels("input") : nullptr;
       if (reader) {
         dx = ops::batchnorm_backward_channels(
-            dy, [&](int64_t c, float* out) { reader->read(c, out); }, load("weight"), load("mean"), load("invstd"),
-            &dgamma, &dbeta);
+            dy, reader->shape(), [&](int64_t c, float* out) { reader->read(c, out); }, load("weight"), load("mean"),
+            load("invstd"), &dgamma, &dbeta);
       } else {
         dx = ops::batchnorm_backward(dy, load("input"), load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
       }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <tuple>
 
@@ -117,24 +118,35 @@ Tensor SavedTensor::unpack_blocked(int block) const {
 
 namespace {
 // Times the reads of a policy's ChannelReader. They run on the threads of the consumer's channel loop, so
-// the recorded unpack time is their summed time divided by the OpenMP team size: the wall time they took
-// when the threads were busy decoding at once.
+// the recorded unpack time is their summed time divided by the largest team that called read(): the wall
+// time they took with the team decoding at once. Recorded when the reader is destroyed, unless no read
+// happened or an exception is unwinding (then there is no unpack to report).
 class TimedChannelReader final : public ChannelReader {
  public:
-  TimedChannelReader(std::unique_ptr<ChannelReader> inner, SaveInfo info) : inner_(std::move(inner)), info_(std::move(info)) {}
+  TimedChannelReader(std::unique_ptr<ChannelReader> inner, SaveInfo info)
+      : inner_(std::move(inner)), info_(std::move(info)), exceptions_(std::uncaught_exceptions()) {}
   ~TimedChannelReader() override {
-    const double seconds = static_cast<double>(nanoseconds_.load()) * 1e-9 / std::max(1, omp_get_max_threads());
-    CacheStats::global().record_unpack(info_, seconds);
+    if (team_.load() == 0 || std::uncaught_exceptions() > exceptions_) return;
+    try {
+      CacheStats::global().record_unpack(info_, static_cast<double>(nanoseconds_.load()) * 1e-9 / team_.load());
+    } catch (...) {  // statistics are not worth terminating for (a destructor must not throw)
+    }
   }
   void read(int64_t c, float* out) const override {
+    const int team = omp_get_num_threads();
+    for (int seen = team_.load(); seen < team && !team_.compare_exchange_weak(seen, team);) {
+    }
     const auto start = Clock::now();
     inner_->read(c, out);
     nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   }
+  const Shape& shape() const override { return inner_->shape(); }
  private:
   std::unique_ptr<ChannelReader> inner_;
   SaveInfo info_;
+  int exceptions_;
   mutable std::atomic<int64_t> nanoseconds_{0};
+  mutable std::atomic<int> team_{0};
 };
 }  // namespace
 

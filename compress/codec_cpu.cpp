@@ -725,8 +725,12 @@ void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes,
                c, " of ", channels, " for ", g.planes, " planes");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
-  Buffer scratch(static_cast<size_t>((g.plane_elems() + 63) / 64 * 64 + g.width * 4), MemTag::Workspace);
-  unpack_planes_strided(args, c, g.planes / channels, channels, scratch.as<uint8_t>());
+  // Codes of one plane and one up-sampled row: on the stack up to 64×64 planes (called once per channel).
+  const size_t bytes = static_cast<size_t>((g.plane_elems() + 63) / 64 * 64 + g.width * 4);
+  alignas(64) uint8_t local[4096 + 256 * 4];
+  Buffer heap;
+  if (bytes > sizeof(local)) heap = Buffer(bytes, MemTag::Workspace);
+  unpack_planes_strided(args, c, g.planes / channels, channels, bytes > sizeof(local) ? heap.as<uint8_t>() : local);
 }
 
 namespace {

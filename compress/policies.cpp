@@ -148,6 +148,7 @@ class PlaneChannelReader final : public ChannelReader {
   void read(int64_t c, float* out) const override {
     cpu::plane_unpack_channel(out, p_.lfc(), p_.codes(), p_.mins(), p_.steps(), p_.geometry(), p_.shape()[1], c);
   }
+  const Shape& shape() const override { return p_.shape(); }
  private:
   const PackedPlanes& p_;
 };

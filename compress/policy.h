@@ -43,6 +43,7 @@ class ChannelReader {
   // Writes the planes (n, c), n < N, of channel c one after another into out (N·H·W f32), with exactly
   // the values unpack() gives. May be called from several threads at once (for different channels).
   virtual void read(int64_t c, float* out) const = 0;
+  virtual const Shape& shape() const = 0;  // (N, C, H, W) of the pack
 };
 
 class ActivationCachePolicy {

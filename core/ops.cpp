@@ -313,13 +313,14 @@ Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
   return dx;
 }
 
-Tensor batchnorm_backward_channels(const Tensor& dy, const std::function<void(int64_t c, float* out)>& x_channel,
-                                   const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                   Tensor* dgamma, Tensor* dbeta) {
+Tensor batchnorm_backward_channels(const Tensor& dy, const Shape& x_shape,
+                                   const std::function<void(int64_t c, float* out)>& x_channel, const Tensor& gamma,
+                                   const Tensor& save_mean, const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta) {
   const Device dev = op_device("batch_norm_backward", {&dy, &gamma, &save_mean, &save_invstd});
   require_f32_contig("batch_norm_backward", "grad", dy);
   ACTLAB_CHECK(dev.is_cpu() && dy.dim() == 4, "batch_norm backward by channels: needs a 4-D CPU grad, got ",
                dy.str(), " on ", dev.str());
+  ACTLAB_CHECK(dy.shape() == x_shape, "batch_norm backward: grad ", dy.str(), " vs input ", shape_str(x_shape));
   int64_t N, C, HW;
   bn_dims(dy, &N, &C, &HW);
   Tensor dx = Tensor::empty(dy.shape(), DType::F32, dev);

@@ -49,12 +49,12 @@ Tensor batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor
 // Returns dx; sets dgamma, dbeta (C).
 Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                           const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta);
-// The same with the input supplied one channel at a time (CPU, 4-D dy): x_channel(c, out) writes channel
-// c's N planes as N·H·W f32 (cpu::batchnorm_backward_channels). For an input kept compressed, decoded
-// channel by channel (ActivationCachePolicy::channel_reader) instead of whole.
-Tensor batchnorm_backward_channels(const Tensor& dy, const std::function<void(int64_t c, float* out)>& x_channel,
-                                   const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                   Tensor* dgamma, Tensor* dbeta);
+// The same with the input (of shape x_shape, which must be dy's) supplied one channel at a time (CPU,
+// 4-D): x_channel(c, out) writes channel c's N planes as N·H·W f32 (cpu::batchnorm_backward_channels).
+// For an input kept compressed, decoded channel by channel (ActivationCachePolicy::channel_reader).
+Tensor batchnorm_backward_channels(const Tensor& dy, const Shape& x_shape,
+                                   const std::function<void(int64_t c, float* out)>& x_channel, const Tensor& gamma,
+                                   const Tensor& save_mean, const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta);
 Tensor batchnorm_backward_eval(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
                                Tensor* dgamma, Tensor* dbeta);

@@ -330,30 +330,43 @@ TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unp
   }
 }
 
+// A division pack (LFC + codes, B = 8) of random planes, and the three decodings it offers by the terms
+// passed: 0 LFC + codes (division), 1 codes only (quant), 2 LFC only (lfc).
+struct RandomPlanePack {
+  PlaneGeometry g;
+  std::vector<uint16_t> lfc, mins, steps;
+  std::vector<uint8_t> codes;
+  RandomPlanePack(int64_t planes, int64_t h, int64_t w, int bits, uint32_t seed)
+      : g(make_plane_geometry(planes, h, w, 8, bits)), lfc(g.planes * g.lfc_elems()), mins(g.planes),
+        steps(g.planes), codes(g.planes * g.code_bytes_per_plane()) {
+    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * g.plane_elems()), seed);
+    cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, seed, 4);
+  }
+  const uint16_t* lfc_for(int terms) const { return terms == 1 ? nullptr : lfc.data(); }
+  const uint8_t* codes_for(int terms) const { return terms == 2 ? nullptr : codes.data(); }
+};
+
 TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one channel") {
   // (samples, channels, h, w, bits): compile-time maps (32², 7×7, 4×4), a generic one (6×10) and a map
   // smaller than B in one axis (3×12).
   struct Case { int64_t n, c, h, w; int bits; };
   for (const Case& k : {Case{3, 5, 32, 32, 2}, Case{2, 3, 7, 7, 4}, Case{4, 2, 4, 4, 1}, Case{2, 3, 6, 10, 8},
                         Case{3, 2, 3, 12, 2}}) {
-    const PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, k.bits);
+    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 9);
+    const PlaneGeometry& g = pk.g;
     const int64_t E = g.plane_elems();
-    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 9);
-    std::vector<uint16_t> lfc(g.planes * g.lfc_elems()), mins(g.planes), steps(g.planes);
-    std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
-    cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 5, 6);
-    for (int terms = 0; terms < 3; ++terms) {  // LFC + codes (division), codes only (quant), LFC only (lfc)
+    for (int terms = 0; terms < 3; ++terms) {
       CAPTURE(k.h);
       CAPTURE(k.w);
       CAPTURE(terms);
-      const uint16_t* l = terms == 1 ? nullptr : lfc.data();
-      const uint8_t* c = terms == 2 ? nullptr : codes.data();
-      std::vector<float> planes(x.size());
-      cpu::plane_unpack(planes.data(), l, c, mins.data(), steps.data(), g);
+      const uint16_t *l = pk.lfc_for(terms), *mins = pk.mins.data(), *steps = pk.steps.data();
+      const uint8_t* c = pk.codes_for(terms);
+      std::vector<float> planes(static_cast<size_t>(g.planes * E));
+      cpu::plane_unpack(planes.data(), l, c, mins, steps, g);
       bool all_equal = true;
       for (int64_t ch = 0; ch < k.c; ++ch) {
         std::vector<float> channel(static_cast<size_t>(k.n * E), -1.f);
-        cpu::plane_unpack_channel(channel.data(), l, c, mins.data(), steps.data(), g, k.c, ch);
+        cpu::plane_unpack_channel(channel.data(), l, c, mins, steps, g, k.c, ch);
         for (int64_t n = 0; n < k.n; ++n)
           for (int64_t e = 0; e < E; ++e) all_equal = all_equal && channel[n * E + e] == planes[(n * k.c + ch) * E + e];
       }
@@ -373,20 +386,17 @@ TEST_CASE("codec: plane_unpack_blocked writes plane_unpack's values in 16-channe
   struct Case { int64_t n, c, h, w; int bits; };
   for (const Case& k : {Case{2, 32, 32, 32, 2}, Case{3, 16, 7, 7, 4}, Case{1, 48, 4, 4, 2}, Case{4, 16, 16, 16, 1},
                         Case{2, 16, 28, 28, 8}}) {
-    const PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, k.bits);
+    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 7);
+    const PlaneGeometry& g = pk.g;
     const int64_t E = g.plane_elems();
-    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 7);
-    std::vector<uint16_t> lfc(g.planes * g.lfc_elems()), mins(g.planes), steps(g.planes);
-    std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
-    cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 3, 4);
-    for (int terms = 0; terms < 3; ++terms) {  // LFC + codes (division), codes only (quant), LFC only (lfc)
+    for (int terms = 0; terms < 3; ++terms) {
       CAPTURE(k.h);
       CAPTURE(terms);
-      const uint16_t* l = terms == 1 ? nullptr : lfc.data();
-      const uint8_t* c = terms == 2 ? nullptr : codes.data();
-      std::vector<float> planes(x.size()), blocked(x.size(), -1.f);
-      cpu::plane_unpack(planes.data(), l, c, mins.data(), steps.data(), g);
-      cpu::plane_unpack_blocked(blocked.data(), l, c, mins.data(), steps.data(), g, k.c);
+      const uint16_t *l = pk.lfc_for(terms), *mins = pk.mins.data(), *steps = pk.steps.data();
+      const uint8_t* c = pk.codes_for(terms);
+      std::vector<float> planes(static_cast<size_t>(g.planes * E)), blocked(planes.size(), -1.f);
+      cpu::plane_unpack(planes.data(), l, c, mins, steps, g);
+      cpu::plane_unpack_blocked(blocked.data(), l, c, mins, steps, g, k.c);
       bool all_equal = true;
       for (int64_t n = 0; n < k.n; ++n)
         for (int64_t ch = 0; ch < k.c; ++ch)

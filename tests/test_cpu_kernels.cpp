@@ -242,6 +242,15 @@ TEST_CASE("cpu kernels: batchnorm backward by channels is batchnorm backward, bi
       CHECK(dgamma2 == dgamma);
       CHECK(dbeta2 == dbeta);
       CHECK(reads == std::vector<int>(C, 1));  // each channel decoded once
+      // A source that fails (a decoder out of memory) fails the call with its exception, whatever the
+      // thread that met it: it must not escape the OpenMP loop, which would terminate the process.
+      const cpu::ChannelSource failing = [&](int64_t c, float* out) {
+        if (c == 7) throw actlab::OutOfMemory("decoder out of memory");
+        channel(c, out);
+      };
+      CHECK_THROWS_AS(cpu::batchnorm_backward_channels(dx2.data(), dgamma2.data(), dbeta2.data(), dy.data(), failing,
+                                                       g, mean.data(), invstd.data(), N, C, HW),
+                      actlab::OutOfMemory);
     }
   }
 }

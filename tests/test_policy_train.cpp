@@ -199,10 +199,11 @@ TEST_CASE("policies in autograd: conv backward takes the input in oneDNN's block
 
 TEST_CASE("policies in autograd: batch-norm backward decodes its input by channel when offered, same gradients") {
   const auto run = [](const std::shared_ptr<CountingPolicy>& policy) {
-    Variable gamma(Tensor::full({6}, 1.5f), true), beta(Tensor::zeros({6}), true);
+    // 4·12·32·32 values: above the kernels' parallel threshold, so the channels are read by a thread team.
+    Variable gamma(Tensor::full({12}, 1.5f), true), beta(Tensor::zeros({12}), true);
     PhiloxStream rng(9);
-    Variable x(Tensor::randn({4, 6, 16, 16}, rng), true);
-    Tensor running_mean = Tensor::zeros({6}), running_var = Tensor::full({6}, 1.f);
+    Variable x(Tensor::randn({4, 12, 32, 32}, rng), true);
+    Tensor running_mean = Tensor::zeros({12}), running_var = Tensor::full({12}, 1.f);
     end_pack_step();
     set_pack_seed(12), set_pack_step(5);  // the same stochastic rounding in both runs
     const PolicySet set(policy);

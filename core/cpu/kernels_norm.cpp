@@ -6,7 +6,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 
 #include "core/allocator.h"
 #include "core/cpu/kernels.h"
@@ -184,12 +186,24 @@ void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const f
   const bool parallel = N * C * HW >= kParallelGrain;
   const int threads = parallel ? std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(C))) : 1;
   Buffer scratch(static_cast<size_t>(threads * N * HW) * sizeof(float), MemTag::Workspace);
+  // An exception must not leave an OpenMP region (that terminates the process): the first one is kept,
+  // the remaining channels are skipped, and it is rethrown after the loop (e.g. OutOfMemory from a decoder).
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
 #pragma omp parallel for schedule(static) num_threads(threads) if (parallel : threads > 1)
   for (int64_t c = 0; c < C; ++c) {
-    float* xc = scratch.as<float>() + static_cast<int64_t>(omp_get_thread_num()) * N * HW;
-    x_channel(c, xc);
-    channel_backward(dx, dgamma, dbeta, dy, xc, HW, gamma, save_mean, save_invstd, N, C, HW, c);
+    if (failed.load(std::memory_order_relaxed)) continue;
+    try {
+      float* xc = scratch.as<float>() + static_cast<int64_t>(omp_get_thread_num()) * N * HW;
+      x_channel(c, xc);
+      channel_backward(dx, dgamma, dbeta, dy, xc, HW, gamma, save_mean, save_invstd, N, C, HW, c);
+    } catch (...) {
+#pragma omp critical(actlab_batchnorm_channels)
+      if (!error) error = std::current_exception();
+      failed = true;
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,
