@@ -4,10 +4,15 @@
 // Also reports the activation memory of the step (reference §5) for each policy, and the median process
 // CPU time of a step: CPU ms / (wall ms · threads) is how busy the team kept the cores (with
 // OMP_WAIT_POLICY=passive, so that waiting threads sleep instead of spinning). --rounds N repeats the
-// policy list N times so that policies can be compared in back-to-back pairs on a shared machine.
+// policy list N times so that policies can be compared in back-to-back pairs on a shared machine;
+// --interleave goes further: one model per policy, and their timed steps alternate one by one, so every
+// step of a policy has a step of the first policy next to it and the median of those per-step ratios
+// ("paired") is not moved by the slow drifts of a shared machine's speed.
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -24,6 +29,50 @@
 using namespace actlab;
 using namespace actlab::bench;
 
+namespace {
+
+// One model, optimizer and random batch trained under one policy: step() is a full training step.
+struct TrainStep {
+  std::shared_ptr<Module> model;
+  std::unique_ptr<Sgd> opt;
+  PolicySet set;
+  Tensor x, y;
+  int64_t activation_bytes = 0;  // of the last step (reference §5 measure)
+
+  TrainStep(const std::string& name, const std::string& policy, int64_t B, int64_t C, int64_t S)
+      : set(parse_policy(policy)) {
+    seed_init(0);
+    set_pack_seed(0);
+    model = make_model({name, C, 10, S});
+    opt = std::make_unique<Sgd>(model->parameters(), SgdOptions{0.01f, 0.9f, 0.f, 5e-4f, false});
+    PhiloxStream rng(0, 5);
+    x = Tensor::randn({B, C, S, S}, rng);
+    y = Tensor::empty({B}, DType::I64);
+    for (int64_t i = 0; i < B; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(10));
+  }
+  void step() {
+    const int64_t before = memory_stats().total.current;
+    Variable logits, loss;
+    {
+      ActivationCacheScope scope(set);
+      MemTagScope tag(MemTag::Activation);
+      logits = (*model)(Variable(x));
+      loss = cross_entropy(logits, y);
+    }
+    activation_bytes = memory_stats().total.current - before - static_cast<int64_t>(logits.data().nbytes()) -
+                       static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(x.nbytes());
+    logits = Variable();
+    opt->zero_grad();
+    {
+      MemTagScope tag(MemTag::Activation);
+      backward(loss);
+    }
+    opt->step();
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   FlagParser flags("bench_train", "Training-step throughput (median img/s) on random inputs.");
   flags.add("models", "string", "resnet20,resnet18", "comma-separated models");
@@ -34,6 +83,7 @@ int main(int argc, char** argv) {
   flags.add("image-size", "int", "32", "input size");
   flags.add("channels", "int", "3", "input channels");
   flags.add("rounds", "int", "1", "repeat the policy list this many times (paired comparisons)");
+  flags.add("interleave", "bool", "false", "one model per policy, timed steps alternating (per-step pairs)");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
@@ -46,48 +96,59 @@ int main(int argc, char** argv) {
     std::vector<std::string> runs;  // the policy list, --rounds times
     for (int64_t round = 0; round < flags.get_int("rounds"); ++round)
       for (const auto& policy : split_list(flags.get("policies"), ';')) runs.push_back(policy);
+    const StepTiming timing = StepTiming::from_flags(flags);
+    const auto report = [&](const std::string& model, const std::string& policy, const std::vector<double>& ts,
+                            const std::vector<double>& cpu, int64_t act) {
+      const double med = median(ts), best = *std::min_element(ts.begin(), ts.end());
+      std::printf("%-12s %-22s %6lld %10.1f %10.1f %10zu %10.1f MiB %9.1f %9.1f\n", model.c_str(), policy.c_str(),
+                  static_cast<long long>(B), B / med, B / best, ts.size(), act / 1048576.0, 1e3 * med,
+                  1e3 * median(cpu));
+      std::fflush(stdout);
+    };
+    CacheStats::global().set_enabled(false);
     for (const auto& name : split_list(flags.get("models"), ',')) {
-      for (const auto& policy : runs) {
-        seed_init(0);
-        set_pack_seed(0);
-        auto model = make_model({name, C, 10, S});
-        Sgd opt(model->parameters(), {0.01f, 0.9f, 0.f, 5e-4f, false});
-        PolicySet set(parse_policy(policy));
-        PhiloxStream rng(0, 5);
-        Tensor x = Tensor::randn({B, C, S, S}, rng);
-        Tensor y = Tensor::empty({B}, DType::I64);
-        for (int64_t i = 0; i < B; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(10));
-        int64_t act = 0;
-        auto step = [&]() {
-          const int64_t before = memory_stats().total.current;
-          Variable logits, loss;
-          {
-            ActivationCacheScope scope(set);
-            MemTagScope tag(MemTag::Activation);
-            logits = (*model)(Variable(x));
-            loss = cross_entropy(logits, y);
-          }
-          act = memory_stats().total.current - before - static_cast<int64_t>(logits.data().nbytes()) -
-                static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(x.nbytes());
-          logits = Variable();
-          opt.zero_grad();
-          {
-            MemTagScope tag(MemTag::Activation);
-            backward(loss);
-          }
-          opt.step();
-        };
-        CacheStats::global().set_enabled(false);
-        std::vector<double> cpu;
-        const std::vector<double> ts = time_steps(StepTiming::from_flags(flags), step, [] {}, &cpu);
-        const double med = median(ts), best = *std::min_element(ts.begin(), ts.end());
-        std::printf("%-12s %-22s %6lld %10.1f %10.1f %10zu %10.1f MiB %9.1f %9.1f\n", name.c_str(), policy.c_str(),
-                    static_cast<long long>(B), B / med, B / best, ts.size(), act / 1048576.0, 1e3 * med,
-                    1e3 * median(cpu));
+      if (!flags.get_bool("interleave")) {
+        for (const auto& policy : runs) {
+          TrainStep run(name, policy, B, C, S);
+          std::vector<double> cpu;
+          const std::vector<double> ts = time_steps(timing, [&] { run.step(); }, [] {}, &cpu);
+          report(name, policy, ts, cpu, run.activation_bytes);
+        }
+        continue;
+      }
+      const std::vector<std::string> policies = split_list(flags.get("policies"), ';');
+      std::vector<std::unique_ptr<TrainStep>> steps;
+      for (const auto& policy : policies) steps.push_back(std::make_unique<TrainStep>(name, policy, B, C, S));
+      for (int64_t i = 0; i < timing.warmup; ++i)
+        for (auto& run : steps) run->step();
+      std::vector<std::vector<double>> wall(steps.size()), cpu(steps.size());
+      double total = 0;
+      while (static_cast<int64_t>(wall[0].size()) < timing.steps ||
+             (total < timing.min_time * static_cast<double>(steps.size()) &&
+              static_cast<int64_t>(wall[0].size()) < timing.max_steps)) {
+        const bool reverse = wall[0].size() % 2 == 1;  // alternate which policy goes first in a round
+        for (size_t j = 0; j < steps.size(); ++j) {
+          const size_t k = reverse ? steps.size() - 1 - j : j;
+          const auto t0 = std::chrono::steady_clock::now();
+          const double c0 = process_cpu_seconds();
+          steps[k]->step();
+          wall[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          cpu[k].push_back(process_cpu_seconds() - c0);
+          total += wall[k].back();
+        }
+      }
+      for (size_t k = 0; k < steps.size(); ++k) report(name, policies[k], wall[k], cpu[k], steps[k]->activation_bytes);
+      for (size_t k = 1; k < steps.size(); ++k) {
+        std::vector<double> ratio;
+        for (size_t i = 0; i < wall[k].size(); ++i) ratio.push_back(wall[k][i] / wall[0][i]);
+        std::sort(ratio.begin(), ratio.end());
+        std::printf("%-12s paired: %s step / %s step, median of %zu adjacent pairs %.3f (quartiles %.3f-%.3f)\n",
+                    name.c_str(), policies[k].c_str(), policies[0].c_str(), ratio.size(), median(ratio),
+                    ratio[ratio.size() / 4], ratio[(3 * ratio.size()) / 4]);
         std::fflush(stdout);
-        CacheStats::global().set_enabled(true);
       }
     }
+    CacheStats::global().set_enabled(true);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: error: %s\n", e.what());
