@@ -126,6 +126,15 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
   return dx;
 }
 
+namespace {
+// The bias gradient of a convolution's backward-weights pass: *db = (K) when wanted, its data (else null).
+float* bias_grad(Tensor* db, bool want_bias, int64_t K, Device dev) {
+  if (!want_bias) return nullptr;
+  *db = Tensor::empty({K}, DType::F32, dev);
+  return f32(*db);
+}
+}  // namespace
+
 Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
                               bool want_bias, Tensor* db) {
   const Device dev = op_device("conv2d_backward_weight", {&dy, &x});
@@ -133,11 +142,7 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
   require_f32_contig("conv2d_backward_weight", "input", x);
   const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
-  float* db_ptr = nullptr;
-  if (want_bias) {
-    *db = Tensor::empty({s.K}, DType::F32, dev);
-    db_ptr = f32(*db);
-  }
+  float* db_ptr = bias_grad(db, want_bias, s.K, dev);
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(gpu.ctx(), f32(dw), db_ptr, f32(dy), f32(x), s),
                   cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s));
   return dw;
@@ -160,11 +165,7 @@ Tensor conv2d_backward_weight_blocked_input(const Tensor& dy, const Tensor& x_bl
                "conv2d_backward_weight_blocked_input: input ", shape_str(x_blocked.shape()), " is not ",
                shape_str(x_shape), " in 16-channel blocks");
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
-  float* db_ptr = nullptr;
-  if (want_bias) {
-    *db = Tensor::empty({s.K}, DType::F32, dev);
-    db_ptr = f32(*db);
-  }
+  float* db_ptr = bias_grad(db, want_bias, s.K, dev);
   cpu::conv2d_backward_weight_blocked_input(f32(dw), db_ptr, f32(dy), f32(x_blocked), s);
   return dw;
 }

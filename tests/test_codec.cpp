@@ -344,6 +344,12 @@ struct RandomPlanePack {
   }
   const uint16_t* lfc_for(int terms) const { return terms == 1 ? nullptr : lfc.data(); }
   const uint8_t* codes_for(int terms) const { return terms == 2 ? nullptr : codes.data(); }
+  // plane_unpack of the decoding `terms` selects: the reference the other unpack layouts are checked against.
+  std::vector<float> planes(int terms) const {
+    std::vector<float> out(static_cast<size_t>(g.planes * g.plane_elems()));
+    cpu::plane_unpack(out.data(), lfc_for(terms), codes_for(terms), mins.data(), steps.data(), g);
+    return out;
+  }
 };
 
 TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one channel") {
@@ -361,8 +367,7 @@ TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one chann
       CAPTURE(terms);
       const uint16_t *l = pk.lfc_for(terms), *mins = pk.mins.data(), *steps = pk.steps.data();
       const uint8_t* c = pk.codes_for(terms);
-      std::vector<float> planes(static_cast<size_t>(g.planes * E));
-      cpu::plane_unpack(planes.data(), l, c, mins, steps, g);
+      const std::vector<float> planes = pk.planes(terms);
       bool all_equal = true;
       for (int64_t ch = 0; ch < k.c; ++ch) {
         std::vector<float> channel(static_cast<size_t>(k.n * E), -1.f);
@@ -392,11 +397,10 @@ TEST_CASE("codec: plane_unpack_blocked writes plane_unpack's values in 16-channe
     for (int terms = 0; terms < 3; ++terms) {
       CAPTURE(k.h);
       CAPTURE(terms);
-      const uint16_t *l = pk.lfc_for(terms), *mins = pk.mins.data(), *steps = pk.steps.data();
-      const uint8_t* c = pk.codes_for(terms);
-      std::vector<float> planes(static_cast<size_t>(g.planes * E)), blocked(planes.size(), -1.f);
-      cpu::plane_unpack(planes.data(), l, c, mins, steps, g);
-      cpu::plane_unpack_blocked(blocked.data(), l, c, mins, steps, g, k.c);
+      const std::vector<float> planes = pk.planes(terms);
+      std::vector<float> blocked(planes.size(), -1.f);
+      cpu::plane_unpack_blocked(blocked.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
+                                pk.steps.data(), g, k.c);
       bool all_equal = true;
       for (int64_t n = 0; n < k.n; ++n)
         for (int64_t ch = 0; ch < k.c; ++ch)
