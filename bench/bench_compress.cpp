@@ -1,6 +1,7 @@
 // Benchmark of the activation codec (compress/policies.h, compress/codec_cpu.cpp) on the saved-activation
-// shapes of CIFAR ResNet-18 at batch 128: pack and unpack speed against a plain memcpy of the same f32
-// bytes, and the measured compression rate against the closed form. Results: bench/RESULTS_compress.md.
+// shapes of CIFAR ResNet-18 at batch 128: pack and unpack speed (plain planes, the 16-channel blocks a
+// convolution's backward reads, one channel at a time as batch-norm backward reads) against a plain memcpy of
+// the same f32 bytes, and the measured compression rate against the closed form. Results: bench/RESULTS_compress.md.
 // Usage: bench_compress [--policies division:B=8,Q=2;quant:Q=2 (';'-separated)] [--batch 128] [--reps 10]
 //                       [--threads 2] [--clock wall|cpu] [--out FILE.md]
 // --clock cpu divides by the process CPU time instead of wall time: GB/s per busy core, which stays
@@ -68,9 +69,18 @@ std::vector<std::string> split(const std::string& s, char sep) {
 struct Row {
   std::string policy, shape;
   double pack_gbs, unpack_kernel_gbs, unpack_api_gbs, memcpy_gbs;
+  double blocked_gbs = 0, channels_gbs = 0;  // 0: the policy has no such path
   double bits_measured, bits_closed;
   double rate_measured, rate_closed;
 };
+
+// "12.3", or "-" for a path the policy does not have.
+std::string gbs_or_dash(double gbs) {
+  if (gbs <= 0) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", gbs);
+  return text;
+}
 
 Row measure(const ActivationCachePolicy& policy, const Shape& shape, int reps) {
   PhiloxStream rng(1, 2);
@@ -100,6 +110,23 @@ Row measure(const ActivationCachePolicy& policy, const Shape& shape, int reps) {
     }) / 1e9;
   } else {
     row.unpack_kernel_gbs = row.unpack_api_gbs;
+  }
+  // The two layouts a backward asks for: 16-channel blocks (a convolution's backward-weights input) and one
+  // channel at a time into a per-thread buffer that stays in cache (batch-norm backward).
+  if (const auto* planes = dynamic_cast<const PackedPlanes*>(packed.get());
+      planes && !planes->residual() && shape[1] % cpu::kChannelBlock == 0) {
+    row.blocked_gbs = f32_bytes / best_seconds(reps, [&] {
+      cpu::plane_unpack_blocked(dst.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(),
+                                planes->geometry(), shape[1]);
+    }) / 1e9;
+    const int64_t channel_elems = shape[0] * shape[2] * shape[3];
+    std::vector<float> buffers(static_cast<size_t>(omp_get_max_threads() * channel_elems));
+    row.channels_gbs = f32_bytes / best_seconds(reps, [&] {
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < shape[1]; ++c)
+        cpu::plane_unpack_channel(buffers.data() + omp_get_thread_num() * channel_elems, planes->lfc(), planes->codes(),
+                                  planes->mins(), planes->steps(), planes->geometry(), shape[1], c);
+    }) / 1e9;
   }
   row.bits_measured = 8.0 * static_cast<double>(packed->nbytes()) / static_cast<double>(numel);
   row.bits_closed = 8.0 * static_cast<double>(policy.expected_bytes(shape)) / static_cast<double>(numel);
@@ -132,16 +159,18 @@ int main(int argc, char** argv) {
     const std::vector<Shape> shapes = {{batch, 64, 32, 32}, {batch, 128, 16, 16}, {batch, 256, 8, 8}, {batch, 512, 4, 4}};
 
     std::ostringstream md;
-    md << "| policy | shape | pack GB/s | unpack GB/s (kernel) | unpack GB/s (API) | memcpy GB/s | bits/elem | "
-          "closed form | rate | closed-form rate |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    md << "| policy | shape | pack GB/s | unpack GB/s (kernel) | unpack GB/s (API) | blocked unpack GB/s | "
+          "channel reads GB/s | memcpy GB/s | bits/elem | closed form | rate | closed-form rate |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const std::string& spec : split(policies, ';')) {
       const auto policy = parse_policy(spec);
       for (const Shape& shape : shapes) {
         const Row r = measure(*policy, shape, reps);
         char line[512];
-        std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.2fx | %.2fx |\n",
+        std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %.1f | %.3f | %.3f | %.2fx | %.2fx |\n",
                       r.policy.c_str(), r.shape.c_str(), r.pack_gbs, r.unpack_kernel_gbs, r.unpack_api_gbs,
-                      r.memcpy_gbs, r.bits_measured, r.bits_closed, r.rate_measured, r.rate_closed);
+                      gbs_or_dash(r.blocked_gbs).c_str(), gbs_or_dash(r.channels_gbs).c_str(), r.memcpy_gbs, r.bits_measured,
+                      r.bits_closed, r.rate_measured, r.rate_closed);
         md << line;
         std::fputs(line, stdout);
         std::fflush(stdout);

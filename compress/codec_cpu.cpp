@@ -639,52 +639,122 @@ void unpack_planes_strided(const PlaneUnpackArgs& a, int64_t first, int64_t coun
   dispatch_shape(*a.g, UnpackStrided{a, first, count, stride, scratch});
 }
 
-// out[e·16 + j] = planes[j·E + e] for e in [from, E), j < 16: sixteen planes into one channel block,
-// element by element (the reference, and the tail of the register version).
-void transpose16_from(float* out, const float* planes, int64_t E, int64_t from) {
-  for (int64_t e = from; e < E; ++e)
-    for (int j = 0; j < 16; ++j) out[e * 16 + j] = planes[j * E + e];
+// ---------------------------------------------------------------- channel-blocked unpack
+// Sixteen consecutive planes (channels c0..c0+15 of one sample) are written as one channel block:
+// out[e·16 + j] = value e of plane j. The codes are bit-unpacked per plane (one code per byte, plane j at
+// codes[j·stride]), then each 16×16 tile of code bytes is transposed in registers and dequantized sixteen
+// channels at a time, straight into the output. Dequantizing planes first and transposing their f32 values
+// moved four times the bytes through an L2-sized scratch (bench/RESULTS_compress.md).
+struct BlockUnpackArgs {
+  float* out;
+  const uint16_t* lfc;
+  const uint8_t* codes;
+  const uint16_t* mins;
+  const uint16_t* steps;
+  const PlaneGeometry* g;
+  const int32_t* lfc_index;  // [E]: the LFC value element e up-samples (row[e / W]·lfc_w + col[e % W])
+};
+// Per-thread scratch of unpack_blocks16: the block's codes (16 runs of E rounded up to 16 bytes) and its
+// LFC as f32, channel-minor (lfc_t[i·16 + j] = LFC value i of plane j).
+int64_t code_stride16(const PlaneGeometry& g) { return (g.plane_elems() + 15) / 16 * 16; }
+int64_t block_scratch_bytes(const PlaneGeometry& g) {
+  return (kChannelBlock * code_stride16(g) + 63) / 64 * 64 + g.lfc_elems() * kChannelBlock * 4;
 }
-// The same for all e < E: whole 16×16 tiles transposed in registers (AVX-512: 32-bit, 64-bit and two
-// 128-bit-lane interleaves), the E % 16 tail by transpose16_from.
+
+// out[e·16 + j] for element e and channel j of a block, as unpack_plane computes it: the LFC term alone
+// (lfc only), the dequantized code alone (codes only), or LFC + dequantized code, in that order.
+ACTLAB_INLINE float block_value(const uint8_t* codes, int64_t stride, const float* lfc_t, const int32_t* lfc_index,
+                                const float* min, const float* step, int64_t e, int j) {
+  if (!codes) return lfc_t[lfc_index[e] * 16 + j];
+  const float d = dequantize(codes[j * stride + e], min[j], step[j]);
+  return lfc_t ? lfc_t[lfc_index[e] * 16 + j] + d : d;
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
-ACTLAB_AVX512 void transpose16_avx512(float* out, const float* planes, int64_t E) {
+// col[k] byte j = row[j] byte k: four rounds of interleaves (bytes, then 16-, 32- and 64-bit pairs).
+ACTLAB_AVX512 ACTLAB_INLINE void transpose_bytes16(__m128i col[16], const __m128i row[16]) {
+  __m128i a[16], b[16], c[16];
+  for (int i = 0; i < 8; ++i) {  // a[2i], a[2i+1]: columns 0-7 and 8-15 of rows 2i, 2i+1, in 16-bit pairs
+    a[2 * i] = _mm_unpacklo_epi8(row[2 * i], row[2 * i + 1]);
+    a[2 * i + 1] = _mm_unpackhi_epi8(row[2 * i], row[2 * i + 1]);
+  }
+  for (int q = 0; q < 4; ++q) {  // b[4q + m]: columns 4m..4m+3 of rows 4q..4q+3, in 32-bit quads
+    b[4 * q] = _mm_unpacklo_epi16(a[4 * q], a[4 * q + 2]);
+    b[4 * q + 1] = _mm_unpackhi_epi16(a[4 * q], a[4 * q + 2]);
+    b[4 * q + 2] = _mm_unpacklo_epi16(a[4 * q + 1], a[4 * q + 3]);
+    b[4 * q + 3] = _mm_unpackhi_epi16(a[4 * q + 1], a[4 * q + 3]);
+  }
+  for (int o = 0; o < 2; ++o)  // c[8o + t]: columns 2t, 2t+1 of rows 8o..8o+7, in 64-bit octets
+    for (int m = 0; m < 4; ++m) {
+      c[8 * o + 2 * m] = _mm_unpacklo_epi32(b[8 * o + m], b[8 * o + 4 + m]);
+      c[8 * o + 2 * m + 1] = _mm_unpackhi_epi32(b[8 * o + m], b[8 * o + 4 + m]);
+    }
+  for (int t = 0; t < 8; ++t) {
+    col[2 * t] = _mm_unpacklo_epi64(c[t], c[8 + t]);
+    col[2 * t + 1] = _mm_unpackhi_epi64(c[t], c[8 + t]);
+  }
+}
+// One channel block, whole tiles of 16 elements in AVX-512 (the tail by block_value). min + code·step as
+// one FMA is the same value as dequantize's multiply and add (the product is exact, codec.h), and the LFC
+// term is added after it, as in unpack_plane, so the values are bit-identical.
+ACTLAB_AVX512 void block_dequantize_avx512(float* out, const uint8_t* codes, int64_t stride, const float* lfc_t,
+                                           const int32_t* lfc_index, const float* min, const float* step,
+                                           int64_t E) {
+  const __m512 vmin = _mm512_loadu_ps(min), vstep = _mm512_loadu_ps(step);
   int64_t e0 = 0;
-  for (; e0 + 16 <= E; e0 += 16) {
-    __m512 r[16], t[16], u[16], v[16];
-    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(planes + j * E + e0);
-    for (int j = 0; j < 16; j += 2) {  // t[j], t[j+1]: rows j, j+1 interleaved by 32 bits within 128-bit lanes
-      t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
-      t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
-    }
-    for (int j = 0; j < 16; j += 4) {  // u[j + k]: element k of each lane, rows j..j+3
-      u[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-      u[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-      u[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-      u[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-    }
-    for (int k = 0; k < 4; ++k) {  // v: rows 0-7 (v[k], v[k+4]) and 8-15 (v[k+8], v[k+12])
-      v[k] = _mm512_shuffle_f32x4(u[k], u[k + 4], 0x88);       // elements k, k+8 of rows 0-3 | 4-7
-      v[k + 4] = _mm512_shuffle_f32x4(u[k], u[k + 4], 0xDD);   // elements k+4, k+12
-      v[k + 8] = _mm512_shuffle_f32x4(u[k + 8], u[k + 12], 0x88);
-      v[k + 12] = _mm512_shuffle_f32x4(u[k + 8], u[k + 12], 0xDD);
-    }
-    float* o = out + e0 * 16;
-    for (int k = 0; k < 4; ++k) {  // column k: lanes 0 and 2 of v[k], then of v[k+8]
-      _mm512_storeu_ps(o + k * 16, _mm512_shuffle_f32x4(v[k], v[k + 8], 0x88));
-      _mm512_storeu_ps(o + (k + 8) * 16, _mm512_shuffle_f32x4(v[k], v[k + 8], 0xDD));
-      _mm512_storeu_ps(o + (k + 4) * 16, _mm512_shuffle_f32x4(v[k + 4], v[k + 12], 0x88));
-      _mm512_storeu_ps(o + (k + 12) * 16, _mm512_shuffle_f32x4(v[k + 4], v[k + 12], 0xDD));
+  for (; codes && e0 + 16 <= E; e0 += 16) {
+    __m128i row[16], col[16];
+    for (int j = 0; j < 16; ++j) row[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j * stride + e0));
+    transpose_bytes16(col, row);
+    for (int k = 0; k < 16; ++k) {
+      const __m512 code = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(col[k]));
+      __m512 v = _mm512_fmadd_ps(code, vstep, vmin);
+      if (lfc_t) v = _mm512_add_ps(_mm512_loadu_ps(lfc_t + lfc_index[e0 + k] * 16), v);
+      _mm512_storeu_ps(out + (e0 + k) * 16, v);
     }
   }
-  transpose16_from(out, planes, E, e0);
+  for (; !codes && e0 < E; ++e0) _mm512_storeu_ps(out + e0 * 16, _mm512_loadu_ps(lfc_t + lfc_index[e0] * 16));
+  for (int64_t e = e0; e < E; ++e)
+    for (int j = 0; j < 16; ++j) out[e * 16 + j] = block_value(codes, stride, lfc_t, lfc_index, min, step, e, j);
 }
 #else
-void transpose16_avx512(float*, const float*, int64_t) {}
+void block_dequantize_avx512(float*, const uint8_t*, int64_t, const float*, const int32_t*, const float*,
+                             const float*, int64_t) {}
 #endif
-void transpose16(float* out, const float* planes, int64_t E) {
-  if (has_avx512f) return transpose16_avx512(out, planes, E);
-  transpose16_from(out, planes, E, 0);
+
+// Channel blocks [first, last) (block k = planes 16k..16k+15).
+ACTLAB_CODEC_CLONES
+void unpack_blocks16(const BlockUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
+  const PlaneGeometry& g = *a.g;
+  const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
+  const int64_t stride = code_stride16(g);
+  uint8_t* cbuf = scratch;
+  float* lfc_t = reinterpret_cast<float*>(scratch + (kChannelBlock * stride + 63) / 64 * 64);
+  for (int64_t k = first; k < last; ++k) {
+    const int64_t p0 = k * kChannelBlock;
+    float min[kChannelBlock] = {}, step[kChannelBlock] = {};
+    if (a.codes) {
+      if (stride == E && (g.bits * E) % 8 == 0) {  // the sixteen runs are contiguous: one pass
+        unpack_run(cbuf, a.codes + p0 * code_bytes, kChannelBlock * E, g.bits);
+      } else {
+        for (int j = 0; j < kChannelBlock; ++j) unpack_run(cbuf + j * stride, a.codes + (p0 + j) * code_bytes, E, g.bits);
+      }
+      for (int j = 0; j < kChannelBlock; ++j)
+        min[j] = bf16_to_float(a.mins[p0 + j]), step[j] = bf16_to_float(a.steps[p0 + j]);
+    }
+    if (a.lfc)
+      for (int64_t i = 0; i < LE; ++i)
+        for (int j = 0; j < kChannelBlock; ++j) lfc_t[i * 16 + j] = bf16_to_float(a.lfc[(p0 + j) * LE + i]);
+    const uint8_t* codes = a.codes ? cbuf : nullptr;
+    const float* lfc = a.lfc ? lfc_t : nullptr;
+    float* out = a.out + p0 * E;
+    if (has_avx512f) {
+      block_dequantize_avx512(out, codes, stride, lfc, a.lfc_index, min, step, E);
+    } else {
+      for (int64_t e = 0; e < E; ++e)
+        for (int j = 0; j < kChannelBlock; ++j) out[e * 16 + j] = block_value(codes, stride, lfc, a.lfc_index, min, step, e, j);
+    }
+  }
 }
 
 // Splits [0, n) evenly over the team (one contiguous range per thread) and calls
@@ -725,23 +795,13 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
                "plane_unpack_blocked: ", channels, " channels (need a multiple of ", kChannelBlock, ") for ",
                g.planes, " planes");
   const UpsampleMap map(g);
-  const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
-  const int64_t scratch_bytes = kChannelBlock * E * 4 + (unpack_scratch_bytes(g) + 63) / 64 * 64;
-  // One channel block (sixteen consecutive planes) at a time: unpacked as planes into scratch, then
-  // transposed into the output, so the planes stay in L2 between the two passes.
-  for_each_thread_range(g.planes / kChannelBlock, g.planes * E, scratch_bytes,
+  std::vector<int32_t> lfc_index(static_cast<size_t>(g.plane_elems()));
+  for (int64_t e = 0; e < g.plane_elems(); ++e)
+    lfc_index[e] = static_cast<int32_t>(map.row[e / g.width] * g.lfc_w + map.col[e % g.width]);
+  const BlockUnpackArgs args{out, lfc, codes, mins, steps, &g, lfc_index.data()};
+  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g),
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
-                          float* planes = reinterpret_cast<float*>(scratch);
-                          uint8_t* rest = scratch + kChannelBlock * E * 4;
-                          for (int64_t k = first; k < last; ++k) {
-                            const int64_t p0 = k * kChannelBlock;
-                            const PlaneUnpackArgs args{planes, lfc ? lfc + p0 * LE : nullptr,
-                                                       codes ? codes + p0 * code_bytes : nullptr,
-                                                       codes ? mins + p0 : nullptr, codes ? steps + p0 : nullptr,
-                                                       &g, &map};
-                            unpack_planes(args, 0, kChannelBlock, rest);
-                            transpose16(out + p0 * E, planes, E);
-                          }
+                          unpack_blocks16(args, first, last, scratch);
                         });
 }
 
