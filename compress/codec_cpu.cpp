@@ -138,32 +138,42 @@ ACTLAB_AVX512 void philox_blocks_avx512(uint8_t* dst, const uint32_t* c0, const 
 // vectors of 16, with the same IEEE operations in the same order: vmaxps(t, 0) is `t > 0 ? t : 0` (NaN
 // → 0) and vminps(t, L) is `t < L ? t : L` exactly, so the codes are the scalar function's. Returns the
 // number of elements done (a multiple of 16); the caller finishes the tail.
-ACTLAB_AVX512 int64_t quantize_avx512(uint8_t* c, const float* r, const uint8_t* u, int64_t n, float min, float scale,
-                                      int levels) {
-  const __m512 vmin = _mm512_set1_ps(min), vscale = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
-  const __m512 vlevels = _mm512_set1_ps(static_cast<float>(levels)), half = _mm512_set1_ps(0.5f);
-  const __m512 cell = _mm512_set1_ps(1.0f / 256.0f);
-  const __m512i one = _mm512_set1_epi32(1);
-  int64_t e = 0;
-  for (; e + 16 <= n; e += 16) {
-    __m512 t = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(r + e), vmin), vscale);
-    t = _mm512_min_ps(_mm512_max_ps(t, zero), vlevels);
+// The constants of stochastic_code for one plane or group, broadcast.
+struct QuantizerAvx512 {
+  __m512 min, scale, zero, levels, half, cell;
+  __m512i one;
+  ACTLAB_AVX512 QuantizerAvx512(float min_value, float scale_value, int level_count)
+      : min(_mm512_set1_ps(min_value)), scale(_mm512_set1_ps(scale_value)), zero(_mm512_setzero_ps()),
+        levels(_mm512_set1_ps(static_cast<float>(level_count))), half(_mm512_set1_ps(0.5f)),
+        cell(_mm512_set1_ps(1.0f / 256.0f)), one(_mm512_set1_epi32(1)) {}
+  // The codes (one per u32 lane) of 16 values r with their 8-bit uniforms u[0..16).
+  ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, const uint8_t* u) const {
+    __m512 t = _mm512_mul_ps(_mm512_sub_ps(r, min), scale);
+    t = _mm512_min_ps(_mm512_max_ps(t, zero), levels);
     const __m512i lower = _mm512_cvttps_epi32(t);
     const __m512 frac = _mm512_sub_ps(t, _mm512_cvtepi32_ps(lower));
-    const __m512i bits = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + e)));
+    const __m512i bits = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
     const __m512 uniform = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(bits), half), cell);
-    const __m512i code = _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, frac, _CMP_LT_OQ), lower, one);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(c + e), _mm512_cvtepi32_epi8(code));
+    return _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, frac, _CMP_LT_OQ), lower, one);
   }
+};
+ACTLAB_AVX512 int64_t quantize_avx512(uint8_t* c, const float* r, const uint8_t* u, int64_t n, float min, float scale,
+                                      int levels) {
+  const QuantizerAvx512 quantizer(min, scale, levels);
+  int64_t e = 0;
+  for (; e + 16 <= n; e += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(c + e), _mm512_cvtepi32_epi8(quantizer.codes(_mm512_loadu_ps(r + e), u + e)));
   return e;
 }
 // __builtin_cpu_init first: this initializer may run before libgcc's own CPU-detection constructor.
 const bool has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+const bool has_avx512bw = has_avx512f && __builtin_cpu_supports("avx512bw");
 #else
 int64_t quantize_avx512(uint8_t*, const float*, const uint8_t*, int64_t, float, float, int) { return 0; }
 void philox_blocks_avx512(uint8_t*, const uint32_t*, const uint32_t*, const uint32_t*, const uint32_t*, int, uint32_t,
                           uint32_t) {}
 constexpr bool has_avx512f = false;
+constexpr bool has_avx512bw = false;
 #endif
 
 // u[i] = philox_bits8(seed, stream, base + i) for i < n, computing each Philox block once for its sixteen
@@ -286,13 +296,27 @@ ACTLAB_INLINE void min_max_keys(int32_t& lo, int32_t& hi, const float* __restric
   lo = l, hi = h;
 }
 
-// The nearest-rule source index of every output row and column, computed once per call.
-struct UpsampleMap {
-  std::vector<int32_t> row, col;
-  explicit UpsampleMap(const PlaneGeometry& g) : row(g.height), col(g.width) {
-    for (int64_t h = 0; h < g.height; ++h) row[h] = static_cast<int32_t>(nearest_source(h, g.lfc_h, g.height));
-    for (int64_t w = 0; w < g.width; ++w) col[w] = static_cast<int32_t>(nearest_source(w, g.lfc_w, g.width));
+// The nearest-rule source index of every output row and column, computed once per call (in place for maps
+// up to 64×64: a channel read builds one per channel).
+class UpsampleMap {
+ public:
+  explicit UpsampleMap(const PlaneGeometry& g) {
+    const size_t n = static_cast<size_t>(g.height + g.width);
+    if (n > sizeof(inline_) / sizeof(inline_[0])) heap_.resize(n);
+    int32_t* at = heap_.empty() ? inline_ : heap_.data();
+    for (int64_t h = 0; h < g.height; ++h) at[h] = static_cast<int32_t>(nearest_source(h, g.lfc_h, g.height));
+    for (int64_t w = 0; w < g.width; ++w) at[g.height + w] = static_cast<int32_t>(nearest_source(w, g.lfc_w, g.width));
+    row = at, col = at + g.height;
   }
+  UpsampleMap(const UpsampleMap&) = delete;  // row and col point into this object
+  UpsampleMap& operator=(const UpsampleMap&) = delete;
+
+  const int32_t* row;  // [height]
+  const int32_t* col;  // [width]
+
+ private:
+  int32_t inline_[128];
+  std::vector<int32_t> heap_;
 };
 
 // A plane's extents: compile-time for the common maps (kH, kW > 0 with block B = kB; their loops then
@@ -381,6 +405,168 @@ ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict
   for (int64_t e = done; e < n; ++e) c[e] = static_cast<uint8_t>(stochastic_code(r[e], min, scale, uniform8(u[e]), levels));
 }
 
+// Planes whose LFC blocks tile them exactly and whose rows are whole vectors (32², 16² with B = 8) pack in
+// one AVX-512 routine per plane: the pool, then the residual's range and then its codes straight from x
+// and the up-sampled LFC held in registers, bit-packed from registers. The residual and the byte codes
+// never go to memory (pack_batch's general path writes and re-reads both). The same IEEE operations in
+// the same order as that path, so the packed bytes are identical (tests/test_codec.cpp compares them).
+template <int kH, int kW, int kB>
+constexpr bool kFusedPack = Extents<kH, kW, kB>::kTiled && kW % 16 == 0 && kW / Extents<kH, kW, kB>::kBw <= 16 &&
+                            (kH * kW) % 64 == 0 && kH * kW >= 1024;
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define ACTLAB_AVX512BW __attribute__((target("avx512f,avx512bw")))
+// dst = the 64 codes of `bytes` (one per byte, each < 2^bits) as an LSB-first run of bits-bit fields:
+// neighbouring bytes are merged by multiply-adds (c0 + 4·c1, then + 16·(c2 + 4·c3) for 2 bits), 1-bit
+// codes are the byte mask.
+ACTLAB_AVX512BW ACTLAB_INLINE void store_run64(uint8_t* dst, __m512i bytes, int bits) {
+  switch (bits) {
+    case 1: {
+      const uint64_t mask = _mm512_test_epi8_mask(bytes, bytes);
+      std::memcpy(dst, &mask, 8);
+      break;
+    }
+    case 2: {
+      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x0401));
+      const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00100001));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(quads));
+      break;
+    }
+    case 4: {
+      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x1001));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi16_epi8(pairs));
+      break;
+    }
+    default: _mm512_storeu_si512(dst, bytes); break;
+  }
+}
+// The order key (float_order_key) of each lane.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i order_keys(__m512 v) {
+  const __m512i i = _mm512_castps_si512(v);
+  return _mm512_xor_si512(i, _mm512_and_si512(_mm512_srai_epi32(i, 31), _mm512_set1_epi32(0x7FFFFFFF)));
+}
+// up[i·(kW/16) + v] = vector v of LFC row i nearest-up-sampled to the plane width (f32), for planes whose
+// blocks tile them and whose rows are whole vectors (at most 16 LFC values per row).
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW ACTLAB_INLINE void upsampled_rows(__m512* up, const uint16_t* lfc) {
+  using X = Extents<kH, kW, kB>;
+  constexpr int kVecs = kW / 16, kLh = kH / X::kBh, kLw = kW / X::kBw;
+  static_assert(X::kTiled && kW % 16 == 0 && kLw <= 16, "upsampled_rows: rows are not whole vectors");
+  for (int i = 0; i < kLh; ++i) {
+    alignas(64) float row[16] = {};
+    for (int j = 0; j < kLw; ++j) row[j] = bf16_to_float(lfc[i * kLw + j]);
+    for (int v = 0; v < kVecs; ++v) {
+      alignas(64) int32_t source[16];
+      for (int l = 0; l < 16; ++l) source[l] = (v * 16 + l) / X::kBw;
+      up[i * kVecs + v] = _mm512_permutexvar_ps(_mm512_load_si512(source), _mm512_load_ps(row));
+    }
+  }
+}
+// One plane xp of a kFusedPack shape: LFC → lfc, min/step → min_bits/step_bits, codes → run, with the
+// plane's uniforms u[0..E). colsum: pool_plane's scratch.
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min_bits, uint16_t& step_bits,
+                                      float* colsum, const float* xp, const uint8_t* u, const PlaneGeometry& g) {
+  using X = Extents<kH, kW, kB>;
+  static_assert(kFusedPack<kH, kW, kB>, "pack_plane_fused: a shape its loops do not cover");
+  constexpr int kVecs = kW / 16, kLh = kH / X::kBh;
+  pool_plane<kH, kW, kB>(lfc, colsum, xp, g);
+  __m512 up[kLh][kVecs];
+  upsampled_rows<kH, kW, kB>(up[0], lfc);
+  // residual(e): x − LFC↑ of elements e..e+15 (a vector of one row).
+#define ACTLAB_RESIDUAL(e) _mm512_sub_ps(_mm512_loadu_ps(xp + (e)), up[(e) / kW / X::kBh][(e) % kW / 16])
+  __m512i lo = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(INT32_MIN);
+  for (int64_t e = 0; e < kH * kW; e += 16) {
+    const __m512i key = order_keys(ACTLAB_RESIDUAL(e));
+    lo = _mm512_min_epi32(lo, key), hi = _mm512_max_epi32(hi, key);
+  }
+  quant_params(min_bits, step_bits, float_from_order_key(_mm512_reduce_min_epi32(lo)),
+               float_from_order_key(_mm512_reduce_max_epi32(hi)), g.bits);
+  const QuantizerAvx512 quantizer(bf16_to_float(min_bits), quant_scale(bf16_to_float(step_bits)), quant_levels(g.bits));
+  for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
+    __m512i bytes = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const __m128i codes = _mm512_cvtepi32_epi8(quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k));
+      bytes = _mm512_inserti32x4(bytes, codes, k);
+    }
+    store_run64(run + e0 * g.bits / 8, bytes, g.bits);
+  }
+#undef ACTLAB_RESIDUAL
+}
+
+// Planes read one at a time (a channel read) whose sizes are whole vectors and whose LFC is one value or
+// rows of whole vectors (32², 16², 8², 4² with B = 8) are dequantized straight from their code run:
+// each vector's 16·bits code bits are shifted into lanes, and min + code·step (one FMA: the product is
+// exact, codec.h) is added to the up-sampled LFC, as unpack_plane does.
+template <int kH, int kW, int kB>
+constexpr bool kDirectUnpack = Extents<kH, kW, kB>::kFixed && (kH * kW) % 16 == 0 &&
+                               ((kH / Extents<kH, kW, kB>::kBh) * (kW / Extents<kH, kW, kB>::kBw) == 1 ||
+                                (Extents<kH, kW, kB>::kTiled && kW % 16 == 0 && kW / Extents<kH, kW, kB>::kBw <= 16));
+
+// The codes of elements 16v..16v+15 of a bits-bit LSB-first run, one per u32 lane.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i run_codes16(const uint8_t* run, int64_t v, int bits) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  switch (bits) {
+    case 1: {
+      uint16_t word;
+      std::memcpy(&word, run + 2 * v, 2);
+      return _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(word), lane), _mm512_set1_epi32(1));
+    }
+    case 2: {
+      uint32_t word;
+      std::memcpy(&word, run + 4 * v, 4);
+      return _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), _mm512_slli_epi32(lane, 1)),
+                              _mm512_set1_epi32(3));
+    }
+    case 4: {
+      uint32_t words[2];
+      std::memcpy(words, run + 8 * v, 8);
+      const __m512i both = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(static_cast<int>(words[0])),
+                                                   _mm512_set1_epi32(static_cast<int>(words[1])));
+      const __m512i shift = _mm512_slli_epi32(_mm512_and_si512(lane, _mm512_set1_epi32(7)), 2);
+      return _mm512_and_si512(_mm512_srlv_epi32(both, shift), _mm512_set1_epi32(15));
+    }
+    default: return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(run + 16 * v)));
+  }
+}
+// op = LFC↑ + dequantized codes of one plane (lfc may be nullptr: the codes alone).
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW void unpack_plane_direct(float* op, const uint16_t* lfc, const uint8_t* run, float min, float step,
+                                         int bits) {
+  using X = Extents<kH, kW, kB>;
+  static_assert(kDirectUnpack<kH, kW, kB>, "unpack_plane_direct: a shape its loops do not cover");
+  constexpr int kLe = (kH / X::kBh) * (kW / X::kBw);
+  constexpr int kRowVecs = kW % 16 == 0 ? kW / 16 : 1;
+  __m512 up[kLe == 1 ? 1 : (kH / X::kBh) * kRowVecs];
+  if (lfc) {
+    if constexpr (kLe == 1) {
+      up[0] = _mm512_set1_ps(bf16_to_float(lfc[0]));
+    } else {
+      upsampled_rows<kH, kW, kB>(up, lfc);
+    }
+  }
+  const __m512 vmin = _mm512_set1_ps(min), vstep = _mm512_set1_ps(step);
+  for (int64_t v = 0; v < kH * kW / 16; ++v) {
+    const __m512 d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_codes16(run, v, bits)), vstep, vmin);
+    if (!lfc) {
+      _mm512_storeu_ps(op + 16 * v, d);
+      continue;
+    }
+    if constexpr (kLe == 1) {
+      _mm512_storeu_ps(op + 16 * v, _mm512_add_ps(up[0], d));
+    } else {
+      _mm512_storeu_ps(op + 16 * v, _mm512_add_ps(up[(16 * v / kW) / X::kBh * kRowVecs + (16 * v % kW) / 16], d));
+    }
+  }
+}
+#else
+template <int kH, int kW, int kB>
+void pack_plane_fused(uint8_t*, uint16_t*, uint16_t&, uint16_t&, float*, const float*, const uint8_t*,
+                      const PlaneGeometry&) {}
+template <int kH, int kW, int kB>
+void unpack_plane_direct(float*, const uint16_t*, const uint8_t*, float, float, int) {}
+#endif
+
 // ---------------------------------------------------------------- plane pack
 // Everything plane_pack needs, so the per-thread worker is one (cloned) call.
 struct PlanePackArgs {
@@ -450,6 +636,16 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
   const int64_t E = x.elems(), LE = x.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   prefetch_floats(a.x + (p0 + nb) * E, next * E);
   if (a.codes) fill_bits8(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
+  if constexpr (kFusedPack<kH, kW, kB>) {
+    if (has_avx512bw && a.with_lfc && a.codes && !a.residual) {
+      for (int64_t q = 0; q < nb; ++q) {
+        const int64_t p = p0 + q;
+        pack_plane_fused<kH, kW, kB>(a.codes + p * code_bytes, a.lfc ? a.lfc + p * LE : s.lfc, a.mins[p], a.steps[p],
+                                     s.colsum, a.x + p * E, s.bits + q * E, g);
+      }
+      return;
+    }
+  }
   for (int64_t q = 0; q < nb; ++q) {  // pool, residual, range
     const int64_t p = p0 + q;
     const float* xp = a.x + p * E;
@@ -617,6 +813,13 @@ ACTLAB_INLINE void unpack_strided(const PlaneUnpackArgs& a, int64_t first, int64
   float* up_row = reinterpret_cast<float*>(scratch + (E + 63) / 64 * 64);
   for (int64_t k = 0; k < count; ++k) {
     const int64_t p = first + k * stride;
+    if constexpr (kDirectUnpack<kH, kW, kB>) {
+      if (has_avx512bw && a.codes) {
+        unpack_plane_direct<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes,
+                                        bf16_to_float(a.mins[p]), bf16_to_float(a.steps[p]), g.bits);
+        continue;
+      }
+    }
     if (a.codes) unpack_run(cbuf, a.codes + p * code_bytes, E, g.bits);
     const float min = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
     unpack_plane<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf : nullptr, min, step,

@@ -262,7 +262,8 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
   struct Case { int64_t planes, h, w, block; int bits; };
   const Case cases[] = {{6, 32, 32, 8, 2}, {4, 28, 28, 8, 4}, {15, 7, 7, 8, 2}, {15, 4, 4, 8, 1}, {5, 6, 10, 4, 8},
                         {7, 14, 14, 8, 2}, {3, 1, 10, 8, 2}, {40, 1, 3, 2, 4}, {2, 9, 5, 3, 1},
-                        {70, 8, 8, 8, 2}, {6, 8, 8, 4, 4}, {300, 4, 4, 8, 2}, {9, 16, 16, 8, 4}, {2, 56, 56, 8, 2}};
+                        {70, 8, 8, 8, 2}, {6, 8, 8, 4, 4}, {300, 4, 4, 8, 2}, {9, 16, 16, 8, 4}, {2, 56, 56, 8, 2},
+                        {5, 32, 32, 8, 1}, {3, 32, 32, 8, 8}, {6, 16, 16, 8, 2}, {4, 16, 16, 8, 1}, {3, 16, 16, 8, 8}};
   uint32_t seed_counter = 1;
   for (const Case& c : cases) {
     const PlaneGeometry g = make_plane_geometry(c.planes, c.h, c.w, c.block, c.bits);
@@ -284,6 +285,16 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
       CHECK(steps == want.steps);
       CHECK(codes == want.codes);
       CHECK(residual == want.residual);
+      // Without the f32 residual output (what the division policy asks for; 32² and 16² planes then take
+      // the fused AVX-512 path where the CPU has it): the same bytes.
+      std::vector<uint16_t> lfc2(want.lfc.size(), 0xFFFF), mins2(g.planes), steps2(g.planes);
+      std::vector<uint8_t> codes2(want.codes.size(), 0x55);
+      cpu::plane_pack(with_lfc ? lfc2.data() : nullptr, codes2.data(), mins2.data(), steps2.data(), nullptr, x.data(),
+                      g, with_lfc, seed, stream);
+      if (with_lfc) CHECK(lfc2 == want.lfc);
+      CHECK(mins2 == want.mins);
+      CHECK(steps2 == want.steps);
+      CHECK(codes2 == want.codes);
 
       // Unpack: LFC↑ + dequantized codes, per element.
       std::vector<float> out(x.size());
@@ -353,11 +364,13 @@ struct RandomPlanePack {
 };
 
 TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one channel") {
-  // (samples, channels, h, w, bits): compile-time maps (32², 7×7, 4×4), a generic one (6×10) and a map
-  // smaller than B in one axis (3×12).
+  // (samples, channels, h, w, bits): compile-time maps (32², 16², 8², 4² decode straight from the code run
+  // on AVX-512 CPUs, for every Q; 7×7 does not), a generic one (6×10) and a map smaller than B in one axis
+  // (3×12).
   struct Case { int64_t n, c, h, w; int bits; };
-  for (const Case& k : {Case{3, 5, 32, 32, 2}, Case{2, 3, 7, 7, 4}, Case{4, 2, 4, 4, 1}, Case{2, 3, 6, 10, 8},
-                        Case{3, 2, 3, 12, 2}}) {
+  for (const Case& k : {Case{3, 5, 32, 32, 2}, Case{2, 3, 32, 32, 1}, Case{2, 2, 32, 32, 8}, Case{3, 3, 16, 16, 4},
+                        Case{2, 3, 16, 16, 2}, Case{3, 2, 8, 8, 8}, Case{2, 4, 8, 8, 2}, Case{2, 3, 7, 7, 4},
+                        Case{4, 2, 4, 4, 1}, Case{3, 3, 4, 4, 4}, Case{2, 3, 6, 10, 8}, Case{3, 2, 3, 12, 2}}) {
     const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 9);
     const PlaneGeometry& g = pk.g;
     const int64_t E = g.plane_elems();
