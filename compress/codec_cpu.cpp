@@ -86,15 +86,42 @@ ACTLAB_INLINE void philox_rounds(uint32_t* __restrict c0, uint32_t* __restrict c
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define ACTLAB_AVX512 __attribute__((target("avx512f")))
-// The high 32 bits of each u32 lane of a·m, for m with equal even and odd lanes (a broadcast): vpmuludq
-// of the even lanes, vpmuludq of the odd lanes shifted down, one blend.
-ACTLAB_AVX512 ACTLAB_INLINE __m512i mulhi_epu32(__m512i a, __m512i m) {
-  const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, m), 32);
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-  return _mm512_mask_blend_epi32(0xAAAA, even, odd);
+#define ACTLAB_AVX512BW __attribute__((target("avx512f,avx512bw")))
+// dst = the 64 codes of `bytes` (one per byte, each < 2^bits) as an LSB-first run of bits-bit fields:
+// neighbouring bytes are merged by multiply-adds (c0 + 4·c1, then + 16·(c2 + 4·c3) for 2 bits), 1-bit
+// codes are the byte mask.
+ACTLAB_AVX512BW ACTLAB_INLINE void store_run64(uint8_t* dst, __m512i bytes, int bits) {
+  switch (bits) {
+    case 1: {
+      const uint64_t mask = _mm512_test_epi8_mask(bytes, bytes);
+      std::memcpy(dst, &mask, 8);
+      break;
+    }
+    case 2: {
+      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x0401));
+      const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00100001));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(quads));
+      break;
+    }
+    case 4: {
+      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x1001));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi16_epi8(pairs));
+      break;
+    }
+    default: _mm512_storeu_si512(dst, bytes); break;
+  }
+}
+// The high and low 32 bits of each u32 lane of a·m, for m with equal even and odd lanes (a broadcast):
+// vpmuludq of the even lanes and of the odd lanes shifted down, then one masked dword shuffle per half
+// moves the other lanes' halves into place (vpmulld for the low halves costs two multiplies).
+ACTLAB_AVX512 ACTLAB_INLINE void mulhilo_epu32(__m512i& hi, __m512i& lo, __m512i a, __m512i m) {
+  const __m512i even = _mm512_mul_epu32(a, m);                         // lane 2k's product in qword k
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);  // lane 2k+1's product in qword k
+  hi = _mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_DDBB);   // even lanes: dword 2k+1 of `even`
+  lo = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);   // odd lanes: dword 2k of `odd`
 }
 // philox_rounds with AVX-512F intrinsics, 16 blocks per register and the four words in registers for all
-// ten rounds (low halves by vpmulld), then the blocks stored one after another (block l's words 0..3 at
+// ten rounds, then the blocks stored one after another (block l's words 0..3 at
 // dst + 16·l) by a 4×16 register transpose instead of word by word. A plain function with a target
 // attribute, not a clone, so that the intrinsics compile whatever the caller's clone; called only when the
 // CPU has AVX-512F (has_avx512f). Reads the counters of blocks [0, m) rounded up to 16 (those lanes must be
@@ -108,8 +135,9 @@ ACTLAB_AVX512 void philox_blocks_avx512(uint8_t* dst, const uint32_t* c0, const 
     __m512i x2 = _mm512_loadu_si512(c2 + v), x3 = _mm512_loadu_si512(c3 + v);
     uint32_t key0 = k0, key1 = k1;
     for (int round = 0; round < 10; ++round) {
-      const __m512i hi0 = mulhi_epu32(x0, m0), lo0 = _mm512_mullo_epi32(x0, m0);
-      const __m512i hi1 = mulhi_epu32(x2, m1), lo1 = _mm512_mullo_epi32(x2, m1);
+      __m512i hi0, lo0, hi1, lo1;
+      mulhilo_epu32(hi0, lo0, x0, m0);
+      mulhilo_epu32(hi1, lo1, x2, m1);
       x0 = _mm512_xor_si512(_mm512_xor_si512(hi1, x1), _mm512_set1_epi32(static_cast<int>(key0)));
       x2 = _mm512_xor_si512(_mm512_xor_si512(hi0, x3), _mm512_set1_epi32(static_cast<int>(key1)));
       x1 = lo1, x3 = lo0;
@@ -140,20 +168,21 @@ ACTLAB_AVX512 void philox_blocks_avx512(uint8_t* dst, const uint32_t* c0, const 
 // number of elements done (a multiple of 16); the caller finishes the tail.
 // The constants of stochastic_code for one plane or group, broadcast.
 struct QuantizerAvx512 {
-  __m512 min, scale, zero, levels, half, cell;
+  __m512 min, scale, zero, levels, cell, half_cell;
   __m512i one;
   ACTLAB_AVX512 QuantizerAvx512(float min_value, float scale_value, int level_count)
       : min(_mm512_set1_ps(min_value)), scale(_mm512_set1_ps(scale_value)), zero(_mm512_setzero_ps()),
-        levels(_mm512_set1_ps(static_cast<float>(level_count))), half(_mm512_set1_ps(0.5f)),
-        cell(_mm512_set1_ps(1.0f / 256.0f)), one(_mm512_set1_epi32(1)) {}
-  // The codes (one per u32 lane) of 16 values r with their 8-bit uniforms u[0..16).
+        levels(_mm512_set1_ps(static_cast<float>(level_count))), cell(_mm512_set1_ps(1.0f / 256.0f)),
+        half_cell(_mm512_set1_ps(0.5f / 256.0f)), one(_mm512_set1_epi32(1)) {}
+  // The codes (one per u32 lane) of 16 values r with their 8-bit uniforms u[0..16). uniform8's
+  // (bits + 1/2)·2^-8 is one FMA, bits·2^-8 + 2^-9: exact, as the multiply-add it replaces.
   ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, const uint8_t* u) const {
     __m512 t = _mm512_mul_ps(_mm512_sub_ps(r, min), scale);
     t = _mm512_min_ps(_mm512_max_ps(t, zero), levels);
     const __m512i lower = _mm512_cvttps_epi32(t);
     const __m512 frac = _mm512_sub_ps(t, _mm512_cvtepi32_ps(lower));
     const __m512i bits = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
-    const __m512 uniform = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(bits), half), cell);
+    const __m512 uniform = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bits), cell, half_cell);
     return _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, frac, _CMP_LT_OQ), lower, one);
   }
 };
@@ -415,31 +444,6 @@ constexpr bool kFusedPack = Extents<kH, kW, kB>::kTiled && kW % 16 == 0 && kW / 
                             (kH * kW) % 64 == 0 && kH * kW >= 1024;
 
 #if defined(__GNUC__) && defined(__x86_64__)
-#define ACTLAB_AVX512BW __attribute__((target("avx512f,avx512bw")))
-// dst = the 64 codes of `bytes` (one per byte, each < 2^bits) as an LSB-first run of bits-bit fields:
-// neighbouring bytes are merged by multiply-adds (c0 + 4·c1, then + 16·(c2 + 4·c3) for 2 bits), 1-bit
-// codes are the byte mask.
-ACTLAB_AVX512BW ACTLAB_INLINE void store_run64(uint8_t* dst, __m512i bytes, int bits) {
-  switch (bits) {
-    case 1: {
-      const uint64_t mask = _mm512_test_epi8_mask(bytes, bytes);
-      std::memcpy(dst, &mask, 8);
-      break;
-    }
-    case 2: {
-      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x0401));
-      const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00100001));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(quads));
-      break;
-    }
-    case 4: {
-      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x1001));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi16_epi8(pairs));
-      break;
-    }
-    default: _mm512_storeu_si512(dst, bytes); break;
-  }
-}
 // The order key (float_order_key) of each lane.
 ACTLAB_AVX512BW ACTLAB_INLINE __m512i order_keys(__m512 v) {
   const __m512i i = _mm512_castps_si512(v);
@@ -483,6 +487,20 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
   quant_params(min_bits, step_bits, float_from_order_key(_mm512_reduce_min_epi32(lo)),
                float_from_order_key(_mm512_reduce_max_epi32(hi)), g.bits);
   const QuantizerAvx512 quantizer(bf16_to_float(min_bits), quant_scale(bf16_to_float(step_bits)), quant_levels(g.bits));
+  if (g.bits == 2) {  // Q = 2, the default: four code vectors narrowed by two in-lane packs
+    // Byte 16k + 4m + i of the packs (128-bit lane k) is the code of element 16m + 4k + i, so the
+    // multiply-adds merge whole run bytes; the run byte 4m + k then sits at byte 4k + m: one byte shuffle.
+    const __m128i order = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
+      __m512i c[4];
+      for (int k = 0; k < 4; ++k) c[k] = quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k);
+      const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x0401));
+      const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00100001));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(run + e0 / 4), _mm_shuffle_epi8(_mm512_cvtepi32_epi8(quads), order));
+    }
+    return;
+  }
   for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
     __m512i bytes = _mm512_setzero_si512();
     for (int k = 0; k < 4; ++k) {
