@@ -129,7 +129,9 @@ ACTLAB_HD uint32_t stochastic_code(float v, float min, float scale, float u, int
 }
 
 // min + code·step. The product is exact in f32 (code <= 8 bits, bf16 step has 8 significant bits),
-// so an FMA contraction gives the same bits as separate multiply and add.
+// so an FMA contraction gives the same bits as separate multiply and add — unless the product overflows,
+// which takes a plane whose range is within 1 % of FLT_MAX (the top code then decodes to inf or to a
+// finite value depending on the kernel); such activations have already overflowed training anyway.
 ACTLAB_HD float dequantize(uint32_t code, float min, float step) {
   return min + static_cast<float>(code) * step;
 }
@@ -156,6 +158,11 @@ ACTLAB_HD uint32_t unpack_code(const uint8_t* run, int64_t e, int bits) {
 namespace cpu {
 
 // ---------------------------------------------------------------- CPU kernels (OpenMP over planes)
+// The kernels take their AVX-512 paths when the CPU has AVX-512F/BW; set_codec_simd(false) makes them use
+// the portable paths (the same bytes and values) until set_codec_simd(true). For tests, not thread-safe
+// against running kernels. Returns whether the AVX-512 paths were in use.
+bool set_codec_simd(bool enabled);
+
 // Division-family pack of x: (g.planes, g.height, g.width) f32 contiguous. Per plane p:
 //   with_lfc: L = bf16 block means (written to lfc[p·lfc_elems ..] when lfc != nullptr), R = x − L↑;
 //   otherwise R = x.

@@ -1,10 +1,13 @@
 // CPU kernels of the activation codec (declared in compress/codec.h), OpenMP over planes (groups).
 // Planes are processed in batches of ~4096 elements that stay in L1: one Philox pass for the batch (AVX-512
 // intrinsics where the CPU has them), then per plane pool → residual → min/max, one vectorized pass over the
-// batch's min/step, per plane quantize, and one bit-pack pass. The 4×4, 7×7 and 8×8 maps run
-// compile-time-sized copies of the per-plane code, so their loops unroll into a few full vectors. The
-// arithmetic is codec.h's ACTLAB_HD functions, so a CUDA twin reproduces the packed bytes bit for bit.
-// Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
+// batch's min/step, per plane quantize, and one bit-pack pass; 32² planes instead go through one AVX-512
+// routine per plane after the Philox pass (pack_plane_fused). The common maps run compile-time-sized copies
+// of the per-plane code, so their loops unroll into a few full vectors. Unpack writes planes, oneDNN's
+// 16-channel blocks (a 16×16 transpose of code bytes) or one channel's planes (decoded straight from the
+// code run on AVX-512 CPUs). The arithmetic is codec.h's ACTLAB_HD functions, so a CUDA twin reproduces
+// the packed bytes bit for bit. The AVX-512 paths can be switched off (set_codec_simd) so the tests check
+// the portable ones on this CPU too. Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -27,8 +30,8 @@
 
 // The batch loops are compiled for AVX-512 and AVX2 as well as the baseline and picked at load time
 // (GCC function multi-versioning): Philox and the quantizer are 3x faster on AVX-512 than on SSE2. Only
-// IEEE add/sub/mul/div, compares and conversions are used (no contractible a*b+c with an inexact product),
-// so every version produces the same bits.
+// IEEE add/sub/mul/div, compares and conversions are used, and FMAs only where the product is exact
+// (min + code·step, the uniform's (b + 1/2)/256), so every version produces the same bits.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define ACTLAB_CODEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -87,20 +90,14 @@ ACTLAB_INLINE void philox_rounds(uint32_t* __restrict c0, uint32_t* __restrict c
 #if defined(__GNUC__) && defined(__x86_64__)
 #define ACTLAB_AVX512 __attribute__((target("avx512f")))
 #define ACTLAB_AVX512BW __attribute__((target("avx512f,avx512bw")))
-// dst = the 64 codes of `bytes` (one per byte, each < 2^bits) as an LSB-first run of bits-bit fields:
-// neighbouring bytes are merged by multiply-adds (c0 + 4·c1, then + 16·(c2 + 4·c3) for 2 bits), 1-bit
-// codes are the byte mask.
+// dst = the 64 codes of `bytes` (one per byte, each < 2^bits) as an LSB-first run of bits-bit fields, for
+// Q = 1, 4, 8 (pack_plane_fused narrows Q = 2 codes its own way): 1-bit codes are the byte mask, 4-bit
+// ones merge byte pairs by a multiply-add (c0 + 16·c1).
 ACTLAB_AVX512BW ACTLAB_INLINE void store_run64(uint8_t* dst, __m512i bytes, int bits) {
   switch (bits) {
     case 1: {
       const uint64_t mask = _mm512_test_epi8_mask(bytes, bytes);
       std::memcpy(dst, &mask, 8);
-      break;
-    }
-    case 2: {
-      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x0401));
-      const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00100001));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(quads));
       break;
     }
     case 4: {
@@ -162,11 +159,8 @@ ACTLAB_AVX512 void philox_blocks_avx512(uint8_t* dst, const uint32_t* c0, const 
     }
   }
 }
-// quantize_plane's loop (c[e] = stochastic_code(r[e], min, scale, uniform8(u[e]), levels)) for whole
-// vectors of 16, with the same IEEE operations in the same order: vmaxps(t, 0) is `t > 0 ? t : 0` (NaN
-// → 0) and vminps(t, L) is `t < L ? t : L` exactly, so the codes are the scalar function's. Returns the
-// number of elements done (a multiple of 16); the caller finishes the tail.
-// The constants of stochastic_code for one plane or group, broadcast.
+// The constants of stochastic_code for one plane or group, broadcast, and the codes of 16 values (see
+// quantize_avx512 for why they are the scalar function's).
 struct QuantizerAvx512 {
   __m512 min, scale, zero, levels, cell, half_cell;
   __m512i one;
@@ -186,6 +180,10 @@ struct QuantizerAvx512 {
     return _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, frac, _CMP_LT_OQ), lower, one);
   }
 };
+// quantize_plane's loop (c[e] = stochastic_code(r[e], min, scale, uniform8(u[e]), levels)) for whole
+// vectors of 16, with the same IEEE operations in the same order: vmaxps(t, 0) is `t > 0 ? t : 0` (NaN
+// → 0) and vminps(t, L) is `t < L ? t : L` exactly, so the codes are the scalar function's. Returns the
+// number of elements done (a multiple of 16); the caller finishes the tail.
 ACTLAB_AVX512 int64_t quantize_avx512(uint8_t* c, const float* r, const uint8_t* u, int64_t n, float min, float scale,
                                       int levels) {
   const QuantizerAvx512 quantizer(min, scale, levels);
@@ -195,14 +193,19 @@ ACTLAB_AVX512 int64_t quantize_avx512(uint8_t* c, const float* r, const uint8_t*
   return e;
 }
 // __builtin_cpu_init first: this initializer may run before libgcc's own CPU-detection constructor.
-const bool has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
-const bool has_avx512bw = has_avx512f && __builtin_cpu_supports("avx512bw");
+const bool cpu_has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+const bool cpu_has_avx512bw = cpu_has_avx512f && __builtin_cpu_supports("avx512bw");
+// What the kernels test before taking an AVX-512 path: the CPU's features unless set_codec_simd(false).
+bool has_avx512f = cpu_has_avx512f;
+bool has_avx512bw = cpu_has_avx512bw;
 #else
 int64_t quantize_avx512(uint8_t*, const float*, const uint8_t*, int64_t, float, float, int) { return 0; }
 void philox_blocks_avx512(uint8_t*, const uint32_t*, const uint32_t*, const uint32_t*, const uint32_t*, int, uint32_t,
                           uint32_t) {}
-constexpr bool has_avx512f = false;
-constexpr bool has_avx512bw = false;
+constexpr bool cpu_has_avx512f = false;
+constexpr bool cpu_has_avx512bw = false;
+bool has_avx512f = false;
+bool has_avx512bw = false;
 #endif
 
 // u[i] = philox_bits8(seed, stream, base + i) for i < n, computing each Philox block once for its sixteen
@@ -325,8 +328,8 @@ ACTLAB_INLINE void min_max_keys(int32_t& lo, int32_t& hi, const float* __restric
   lo = l, hi = h;
 }
 
-// The nearest-rule source index of every output row and column, computed once per call (in place for maps
-// up to 64×64: a channel read builds one per channel).
+// The nearest-rule source index of every output row and column, computed once per call (in the object
+// when height + width <= 128, e.g. 64×64 maps: a channel read builds one per channel).
 class UpsampleMap {
  public:
   explicit UpsampleMap(const PlaneGeometry& g) {
@@ -434,8 +437,9 @@ ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict
   for (int64_t e = done; e < n; ++e) c[e] = static_cast<uint8_t>(stochastic_code(r[e], min, scale, uniform8(u[e]), levels));
 }
 
-// Planes whose LFC blocks tile them exactly and whose rows are whole vectors (32², 16² with B = 8) pack in
-// one AVX-512 routine per plane: the pool, then the residual's range and then its codes straight from x
+// Planes of 1024+ elements whose LFC blocks tile them exactly and whose rows are whole vectors (32² with
+// B = 8; on 16² planes the per-plane costs made it 12–17 % slower than the batch path) pack in one AVX-512
+// routine per plane: the pool, then the residual's range and then its codes straight from x
 // and the up-sampled LFC held in registers, bit-packed from registers. The residual and the byte codes
 // never go to memory (pack_batch's general path writes and re-reads both). The same IEEE operations in
 // the same order as that path, so the packed bytes are identical (tests/test_codec.cpp compares them).
@@ -475,10 +479,10 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
   static_assert(kFusedPack<kH, kW, kB>, "pack_plane_fused: a shape its loops do not cover");
   constexpr int kVecs = kW / 16, kLh = kH / X::kBh;
   pool_plane<kH, kW, kB>(lfc, colsum, xp, g);
-  __m512 up[kLh][kVecs];
-  upsampled_rows<kH, kW, kB>(up[0], lfc);
+  __m512 up[kLh * kVecs];
+  upsampled_rows<kH, kW, kB>(up, lfc);
   // residual(e): x − LFC↑ of elements e..e+15 (a vector of one row).
-#define ACTLAB_RESIDUAL(e) _mm512_sub_ps(_mm512_loadu_ps(xp + (e)), up[(e) / kW / X::kBh][(e) % kW / 16])
+#define ACTLAB_RESIDUAL(e) _mm512_sub_ps(_mm512_loadu_ps(xp + (e)), up[(e) / kW / X::kBh * kVecs + (e) % kW / 16])
   __m512i lo = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(INT32_MIN);
   for (int64_t e = 0; e < kH * kW; e += 16) {
     const __m512i key = order_keys(ACTLAB_RESIDUAL(e));
@@ -866,20 +870,12 @@ void unpack_planes_strided(const PlaneUnpackArgs& a, int64_t first, int64_t coun
 // codes[j·stride]), then each 16×16 tile of code bytes is transposed in registers and dequantized sixteen
 // channels at a time, straight into the output. Dequantizing planes first and transposing their f32 values
 // moved four times the bytes through an L2-sized scratch (bench/RESULTS_compress.md).
-struct BlockUnpackArgs {
-  float* out;
-  const uint16_t* lfc;
-  const uint8_t* codes;
-  const uint16_t* mins;
-  const uint16_t* steps;
-  const PlaneGeometry* g;
-  const int32_t* lfc_index;  // [E]: the LFC value element e up-samples (row[e / W]·lfc_w + col[e % W])
-};
-// Per-thread scratch of unpack_blocks16: the block's codes (16 runs of E rounded up to 16 bytes) and its
-// LFC as f32, channel-minor (lfc_t[i·16 + j] = LFC value i of plane j).
+// Per-thread scratch of unpack_blocks16: the block's codes (16 runs of E rounded up to 16 bytes), its LFC
+// as f32, channel-minor (lfc_t[i·16 + j] = LFC value i of plane j), and lfc_index[e] = the LFC value
+// element e up-samples (row[e / W]·lfc_w + col[e % W]).
 int64_t code_stride16(const PlaneGeometry& g) { return (g.plane_elems() + 15) / 16 * 16; }
 int64_t block_scratch_bytes(const PlaneGeometry& g) {
-  return (kChannelBlock * code_stride16(g) + 63) / 64 * 64 + g.lfc_elems() * kChannelBlock * 4;
+  return (kChannelBlock * code_stride16(g) + 63) / 64 * 64 + g.lfc_elems() * kChannelBlock * 4 + g.plane_elems() * 4;
 }
 
 // out[e·16 + j] for element e and channel j of a block, as unpack_plane computes it: the LFC term alone
@@ -945,17 +941,19 @@ void block_dequantize_avx512(float*, const uint8_t*, int64_t, const float*, cons
 
 // Channel blocks [first, last) (block k = planes 16k..16k+15).
 ACTLAB_CODEC_CLONES
-void unpack_blocks16(const BlockUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
+void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
   const PlaneGeometry& g = *a.g;
   const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   const int64_t stride = code_stride16(g);
   uint8_t* cbuf = scratch;
   float* lfc_t = reinterpret_cast<float*>(scratch + (kChannelBlock * stride + 63) / 64 * 64);
+  int32_t* lfc_index = reinterpret_cast<int32_t*>(lfc_t + LE * kChannelBlock);
+  for (int64_t e = 0; e < E; ++e) lfc_index[e] = static_cast<int32_t>(a.map->row[e / g.width] * g.lfc_w + a.map->col[e % g.width]);
   for (int64_t k = first; k < last; ++k) {
     const int64_t p0 = k * kChannelBlock;
     float min[kChannelBlock] = {}, step[kChannelBlock] = {};
     if (a.codes) {
-      if (stride == E && (g.bits * E) % 8 == 0) {  // the sixteen runs are contiguous: one pass
+      if (stride == E) {  // E % 16 == 0, so the sixteen runs are contiguous (whole bytes): one pass
         unpack_run(cbuf, a.codes + p0 * code_bytes, kChannelBlock * E, g.bits);
       } else {
         for (int j = 0; j < kChannelBlock; ++j) unpack_run(cbuf + j * stride, a.codes + (p0 + j) * code_bytes, E, g.bits);
@@ -970,10 +968,10 @@ void unpack_blocks16(const BlockUnpackArgs& a, int64_t first, int64_t last, uint
     const float* lfc = a.lfc ? lfc_t : nullptr;
     float* out = a.out + p0 * E;
     if (has_avx512f) {
-      block_dequantize_avx512(out, codes, stride, lfc, a.lfc_index, min, step, E);
+      block_dequantize_avx512(out, codes, stride, lfc, lfc_index, min, step, E);
     } else {
       for (int64_t e = 0; e < E; ++e)
-        for (int j = 0; j < kChannelBlock; ++j) out[e * 16 + j] = block_value(codes, stride, lfc, a.lfc_index, min, step, e, j);
+        for (int j = 0; j < kChannelBlock; ++j) out[e * 16 + j] = block_value(codes, stride, lfc, lfc_index, min, step, e, j);
     }
   }
 }
@@ -992,6 +990,13 @@ void for_each_thread_range(int64_t n, int64_t work, int64_t scratch_bytes, F f) 
 }
 
 }  // namespace
+
+bool set_codec_simd(bool enabled) {
+  const bool was = has_avx512f;
+  has_avx512f = enabled && cpu_has_avx512f;
+  has_avx512bw = enabled && cpu_has_avx512bw;
+  return was;
+}
 
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
                 const float* x, const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream) {
@@ -1016,10 +1021,7 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
                "plane_unpack_blocked: ", channels, " channels (need a multiple of ", kChannelBlock, ") for ",
                g.planes, " planes");
   const UpsampleMap map(g);
-  std::vector<int32_t> lfc_index(static_cast<size_t>(g.plane_elems()));
-  for (int64_t e = 0; e < g.plane_elems(); ++e)
-    lfc_index[e] = static_cast<int32_t>(map.row[e / g.width] * g.lfc_w + map.col[e % g.width]);
-  const BlockUnpackArgs args{out, lfc, codes, mins, steps, &g, lfc_index.data()};
+  const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
   for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g),
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
                           unpack_blocks16(args, first, last, scratch);

@@ -48,6 +48,22 @@ std::vector<float> random_values(size_t n, uint32_t seed, float lo = -3.f, float
   return v;
 }
 
+// Runs the codec kernels with or without their AVX-512 paths (cpu::set_codec_simd) until destroyed, so
+// the portable paths are checked on AVX-512 machines too.
+class CodecSimd {
+ public:
+  explicit CodecSimd(bool enabled) : was_(cpu::set_codec_simd(enabled)) {}
+  ~CodecSimd() { cpu::set_codec_simd(was_); }
+  CodecSimd(const CodecSimd&) = delete;
+  CodecSimd& operator=(const CodecSimd&) = delete;
+
+ private:
+  bool was_;
+};
+
+// Bitwise float equality (tells −0 from +0; the unpack paths must agree to the bit).
+bool same_bits(float a, float b) { return float_bits(a) == float_bits(b); }
+
 }  // namespace
 
 TEST_CASE("codec: bf16 directed rounding matches a search over all bf16 values") {
@@ -263,16 +279,20 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
   const Case cases[] = {{6, 32, 32, 8, 2}, {4, 28, 28, 8, 4}, {15, 7, 7, 8, 2}, {15, 4, 4, 8, 1}, {5, 6, 10, 4, 8},
                         {7, 14, 14, 8, 2}, {3, 1, 10, 8, 2}, {40, 1, 3, 2, 4}, {2, 9, 5, 3, 1},
                         {70, 8, 8, 8, 2}, {6, 8, 8, 4, 4}, {300, 4, 4, 8, 2}, {9, 16, 16, 8, 4}, {2, 56, 56, 8, 2},
-                        {5, 32, 32, 8, 1}, {3, 32, 32, 8, 8}, {6, 16, 16, 8, 2}, {4, 16, 16, 8, 1}, {3, 16, 16, 8, 8}};
+                        {5, 32, 32, 8, 1}, {4, 32, 32, 8, 4}, {3, 32, 32, 8, 8}, {6, 16, 16, 8, 2}, {4, 16, 16, 8, 1},
+                        {3, 16, 16, 8, 8}};
   uint32_t seed_counter = 1;
   for (const Case& c : cases) {
     const PlaneGeometry g = make_plane_geometry(c.planes, c.h, c.w, c.block, c.bits);
     const int64_t E = g.plane_elems();
     const std::vector<float> x = random_values(static_cast<size_t>(c.planes * E), seed_counter++);
+    for (const bool simd : {true, false})
     for (bool with_lfc : {true, false}) {
+      const CodecSimd mode(simd);
       CAPTURE(c.h);
       CAPTURE(c.w);
       CAPTURE(with_lfc);
+      CAPTURE(simd);
       const uint64_t seed = 1234 + c.bits, stream = 77 + c.planes;
       const NaivePlanes want = naive_plane_pack(x, g, with_lfc, seed, stream);
       std::vector<uint16_t> lfc(want.lfc.size(), 0xFFFF), mins(g.planes), steps(g.planes);
@@ -285,8 +305,8 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
       CHECK(steps == want.steps);
       CHECK(codes == want.codes);
       CHECK(residual == want.residual);
-      // Without the f32 residual output (what the division policy asks for; 32² and 16² planes then take
-      // the fused AVX-512 path where the CPU has it): the same bytes.
+      // Without the f32 residual output (what the division policy asks for; 32² planes then take the
+      // one-pass AVX-512 routine when simd is on and the CPU has AVX-512BW): the same bytes.
       std::vector<uint16_t> lfc2(want.lfc.size(), 0xFFFF), mins2(g.planes), steps2(g.planes);
       std::vector<uint8_t> codes2(want.codes.size(), 0x55);
       cpu::plane_pack(with_lfc ? lfc2.data() : nullptr, codes2.data(), mins2.data(), steps2.data(), nullptr, x.data(),
@@ -309,7 +329,7 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
           const float deq = bf16_to_float(mins[p]) + static_cast<float>(unpack_code(codes.data() + p * g.code_bytes_per_plane(), e, g.bits)) *
                                                          bf16_to_float(steps[p]);
           const float expected = with_lfc ? lfc_up + deq : deq;
-          all_equal = all_equal && out[p * E + e] == expected;
+          all_equal = all_equal && same_bits(out[p * E + e], expected);
         }
       CHECK(all_equal);
     }
@@ -364,9 +384,10 @@ struct RandomPlanePack {
 };
 
 TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one channel") {
-  // (samples, channels, h, w, bits): compile-time maps (32², 16², 8², 4² decode straight from the code run
-  // on AVX-512 CPUs, for every Q; 7×7 does not), a generic one (6×10) and a map smaller than B in one axis
-  // (3×12).
+  // (samples, channels, h, w, bits): compile-time maps (with codes, 32², 16², 8², 4² decode straight from
+  // the code run when simd is on and the CPU has AVX-512BW; Q = 1, 2, 4, 8 each occur among them; 7×7 does
+  // not), a generic one (6×10) and a map smaller than B in one axis (3×12). Compared bit for bit with
+  // plane_unpack, with and without the AVX-512 paths.
   struct Case { int64_t n, c, h, w; int bits; };
   for (const Case& k : {Case{3, 5, 32, 32, 2}, Case{2, 3, 32, 32, 1}, Case{2, 2, 32, 32, 8}, Case{3, 3, 16, 16, 4},
                         Case{2, 3, 16, 16, 2}, Case{3, 2, 8, 8, 8}, Case{2, 4, 8, 8, 2}, Case{2, 3, 7, 7, 4},
@@ -381,14 +402,19 @@ TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one chann
       const uint16_t *l = pk.lfc_for(terms), *mins = pk.mins.data(), *steps = pk.steps.data();
       const uint8_t* c = pk.codes_for(terms);
       const std::vector<float> planes = pk.planes(terms);
-      bool all_equal = true;
-      for (int64_t ch = 0; ch < k.c; ++ch) {
-        std::vector<float> channel(static_cast<size_t>(k.n * E), -1.f);
-        cpu::plane_unpack_channel(channel.data(), l, c, mins, steps, g, k.c, ch);
-        for (int64_t n = 0; n < k.n; ++n)
-          for (int64_t e = 0; e < E; ++e) all_equal = all_equal && channel[n * E + e] == planes[(n * k.c + ch) * E + e];
+      for (const bool simd : {true, false}) {
+        const CodecSimd mode(simd);
+        CAPTURE(simd);
+        bool all_equal = true;
+        for (int64_t ch = 0; ch < k.c; ++ch) {
+          std::vector<float> channel(static_cast<size_t>(k.n * E), -1.f);
+          cpu::plane_unpack_channel(channel.data(), l, c, mins, steps, g, k.c, ch);
+          for (int64_t n = 0; n < k.n; ++n)
+            for (int64_t e = 0; e < E; ++e)
+              all_equal = all_equal && same_bits(channel[n * E + e], planes[(n * k.c + ch) * E + e]);
+        }
+        CHECK(all_equal);
       }
-      CHECK(all_equal);
     }
   }
   std::vector<float> out(16);
@@ -411,15 +437,20 @@ TEST_CASE("codec: plane_unpack_blocked writes plane_unpack's values in 16-channe
       CAPTURE(k.h);
       CAPTURE(terms);
       const std::vector<float> planes = pk.planes(terms);
-      std::vector<float> blocked(planes.size(), -1.f);
-      cpu::plane_unpack_blocked(blocked.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
-                                pk.steps.data(), g, k.c);
-      bool all_equal = true;
-      for (int64_t n = 0; n < k.n; ++n)
-        for (int64_t ch = 0; ch < k.c; ++ch)
-          for (int64_t e = 0; e < E; ++e)
-            all_equal = all_equal && blocked[((n * (k.c / 16) + ch / 16) * E + e) * 16 + ch % 16] == planes[(n * k.c + ch) * E + e];
-      CHECK(all_equal);
+      for (const bool simd : {true, false}) {  // the register transpose of code bytes, and the portable loop
+        const CodecSimd mode(simd);
+        CAPTURE(simd);
+        std::vector<float> blocked(planes.size(), -1.f);
+        cpu::plane_unpack_blocked(blocked.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
+                                  pk.steps.data(), g, k.c);
+        bool all_equal = true;
+        for (int64_t n = 0; n < k.n; ++n)
+          for (int64_t ch = 0; ch < k.c; ++ch)
+            for (int64_t e = 0; e < E; ++e)
+              all_equal = all_equal && same_bits(blocked[((n * (k.c / 16) + ch / 16) * E + e) * 16 + ch % 16],
+                                                 planes[(n * k.c + ch) * E + e]);
+        CHECK(all_equal);
+      }
     }
   }
   std::vector<float> out(16 * 4);
