@@ -130,7 +130,7 @@ ACTLAB_HD uint32_t stochastic_code(float v, float min, float scale, float u, int
 
 // min + code·step. The product is exact in f32 (code <= 8 bits, bf16 step has 8 significant bits),
 // so an FMA contraction gives the same bits as separate multiply and add — unless the product overflows,
-// which takes a plane whose range is within 1 % of FLT_MAX (the top code then decodes to inf or to a
+// which takes a plane whose range is within ~2 % of FLT_MAX (the top code then decodes to inf or to a
 // finite value depending on the kernel); such activations have already overflowed training anyway.
 ACTLAB_HD float dequantize(uint32_t code, float min, float step) {
   return min + static_cast<float>(code) * step;
