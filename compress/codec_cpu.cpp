@@ -506,11 +506,14 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
     return;
   }
   for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
-    __m512i bytes = _mm512_setzero_si512();
-    for (int k = 0; k < 4; ++k) {
-      const __m128i codes = _mm512_cvtepi32_epi8(quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k));
-      bytes = _mm512_inserti32x4(bytes, codes, k);
-    }
+    __m128i codes[4];
+    for (int k = 0; k < 4; ++k)
+      codes[k] = _mm512_cvtepi32_epi8(quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k));
+    // The lane index of an insert must be a literal: an unoptimized build does not unroll a loop into one.
+    __m512i bytes = _mm512_castsi128_si512(codes[0]);
+    bytes = _mm512_inserti32x4(bytes, codes[1], 1);
+    bytes = _mm512_inserti32x4(bytes, codes[2], 2);
+    bytes = _mm512_inserti32x4(bytes, codes[3], 3);
     store_run64(run + e0 * g.bits / 8, bytes, g.bits);
   }
 #undef ACTLAB_RESIDUAL
