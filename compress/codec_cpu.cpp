@@ -443,9 +443,13 @@ ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict
 // and the up-sampled LFC held in registers, bit-packed from registers. The residual and the byte codes
 // never go to memory (pack_batch's general path writes and re-reads both). The same IEEE operations in
 // the same order as that path, so the packed bytes are identical (tests/test_codec.cpp compares them).
+//
+// kVectorRows: the LFC blocks tile the plane exactly, its rows are whole vectors and an LFC row has at most
+// 16 values, so an up-sampled row is a few permuted vectors (upsampled_rows).
 template <int kH, int kW, int kB>
-constexpr bool kFusedPack = Extents<kH, kW, kB>::kTiled && kW % 16 == 0 && kW / Extents<kH, kW, kB>::kBw <= 16 &&
-                            (kH * kW) % 64 == 0 && kH * kW >= 1024;
+constexpr bool kVectorRows = Extents<kH, kW, kB>::kTiled && kW % 16 == 0 && kW / Extents<kH, kW, kB>::kBw <= 16;
+template <int kH, int kW, int kB>
+constexpr bool kFusedPack = kVectorRows<kH, kW, kB> && (kH * kW) % 64 == 0 && kH * kW >= 1024;
 
 #if defined(__GNUC__) && defined(__x86_64__)
 // The order key (float_order_key) of each lane.
@@ -453,21 +457,23 @@ ACTLAB_AVX512BW ACTLAB_INLINE __m512i order_keys(__m512 v) {
   const __m512i i = _mm512_castps_si512(v);
   return _mm512_xor_si512(i, _mm512_and_si512(_mm512_srai_epi32(i, 31), _mm512_set1_epi32(0x7FFFFFFF)));
 }
-// up[i·(kW/16) + v] = vector v of LFC row i nearest-up-sampled to the plane width (f32), for planes whose
-// blocks tile them and whose rows are whole vectors (at most 16 LFC values per row).
+// up[i·(kW/16) + v] = vector v of LFC row i nearest-up-sampled to the plane width (f32), for kVectorRows
+// planes.
 template <int kH, int kW, int kB>
 ACTLAB_AVX512BW ACTLAB_INLINE void upsampled_rows(__m512* up, const uint16_t* lfc) {
   using X = Extents<kH, kW, kB>;
   constexpr int kVecs = kW / 16, kLh = kH / X::kBh, kLw = kW / X::kBw;
-  static_assert(X::kTiled && kW % 16 == 0 && kLw <= 16, "upsampled_rows: rows are not whole vectors");
+  static_assert(kVectorRows<kH, kW, kB>, "upsampled_rows: rows are not whole vectors");
+  __m512i source[kVecs];  // lane l of vector v up-samples LFC column (16v + l) / block width
+  for (int v = 0; v < kVecs; ++v) {
+    alignas(64) int32_t column[16];
+    for (int l = 0; l < 16; ++l) column[l] = (v * 16 + l) / X::kBw;
+    source[v] = _mm512_load_si512(column);
+  }
   for (int i = 0; i < kLh; ++i) {
     alignas(64) float row[16] = {};
     for (int j = 0; j < kLw; ++j) row[j] = bf16_to_float(lfc[i * kLw + j]);
-    for (int v = 0; v < kVecs; ++v) {
-      alignas(64) int32_t source[16];
-      for (int l = 0; l < 16; ++l) source[l] = (v * 16 + l) / X::kBw;
-      up[i * kVecs + v] = _mm512_permutexvar_ps(_mm512_load_si512(source), _mm512_load_ps(row));
-    }
+    for (int v = 0; v < kVecs; ++v) up[i * kVecs + v] = _mm512_permutexvar_ps(source[v], _mm512_load_ps(row));
   }
 }
 // One plane xp of a kFusedPack shape: LFC → lfc, min/step → min_bits/step_bits, codes → run, with the
@@ -526,7 +532,7 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
 template <int kH, int kW, int kB>
 constexpr bool kDirectUnpack = Extents<kH, kW, kB>::kFixed && (kH * kW) % 16 == 0 &&
                                ((kH / Extents<kH, kW, kB>::kBh) * (kW / Extents<kH, kW, kB>::kBw) == 1 ||
-                                (Extents<kH, kW, kB>::kTiled && kW % 16 == 0 && kW / Extents<kH, kW, kB>::kBw <= 16));
+                                kVectorRows<kH, kW, kB>);
 
 // The codes of elements 16v..16v+15 of a bits-bit LSB-first run, one per u32 lane.
 ACTLAB_AVX512BW ACTLAB_INLINE __m512i run_codes16(const uint8_t* run, int64_t v, int bits) {
@@ -951,7 +957,9 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
   uint8_t* cbuf = scratch;
   float* lfc_t = reinterpret_cast<float*>(scratch + (kChannelBlock * stride + 63) / 64 * 64);
   int32_t* lfc_index = reinterpret_cast<int32_t*>(lfc_t + LE * kChannelBlock);
-  for (int64_t e = 0; e < E; ++e) lfc_index[e] = static_cast<int32_t>(a.map->row[e / g.width] * g.lfc_w + a.map->col[e % g.width]);
+  if (a.lfc)
+    for (int64_t e = 0; e < E; ++e)
+      lfc_index[e] = static_cast<int32_t>(a.map->row[e / g.width] * g.lfc_w + a.map->col[e % g.width]);
   for (int64_t k = first; k < last; ++k) {
     const int64_t p0 = k * kChannelBlock;
     float min[kChannelBlock] = {}, step[kChannelBlock] = {};
