@@ -9,7 +9,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "train/checkpoint.h"  // write_text_atomic
+#include "io/files.h"
 
 #include <stb_image_write.h>
 #pragma GCC diagnostic push

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "io/files.h"
 
 namespace actlab::plot {
 namespace {

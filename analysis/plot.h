@@ -47,7 +47,7 @@ struct BarChart {
 std::string line_chart_svg(const LineChart& chart);
 std::string bar_chart_svg(const BarChart& chart);
 
-// Writes `svg` to `path` atomically (temp file + rename, via write_text_atomic in train/checkpoint.h).
+// Writes `svg` to `path` atomically (temp file + rename, io/files.h).
 void write_svg(const std::string& path, const std::string& svg);
 
 // Helpers exposed for tests and other text writers.

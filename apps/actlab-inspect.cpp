@@ -22,6 +22,7 @@
 #include "core/allocator.h"
 #include "data/dataloader.h"
 #include "models/registry.h"
+#include "io/files.h"
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/config_file.h"
@@ -429,6 +430,7 @@ void write_outputs(const Settings& st, const Report& r, const Batch& batch,
 int inspect(const FlagParser& flags, int argc, char** argv) {
   Report r;
   const Settings st = read_settings(flags, argc, argv, &r);
+  make_output_dir(st.out, "output directory");  // before the minutes of work, not after
   set_pack_seed(r.seed);
   auto t = Clock::now();
   const Setup s = load_setup(flags, r.seed);

@@ -4,13 +4,14 @@
 
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <sstream>
 
 #include "compress/policy.h"
 #include "core/allocator.h"
+#include "io/files.h"
 #include "models/registry.h"
 #include "train/cli.h"
+#include "train/logging.h"
 #include "train/memtable.h"
 
 using namespace actlab;
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
     const int64_t threads = flags.get_int("threads");
     ACTLAB_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
     omp_set_num_threads(static_cast<int>(threads));
+    // Before the measurements, which can take minutes: an output that cannot be written fails now.
+    check_writable(flags.get("out"), true, "--out file");
+    check_writable(flags.get("csv"), true, "--csv file");
 
     std::ostringstream md, csv;
     csv << "model,batch,policy,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
@@ -101,15 +105,15 @@ int main(int argc, char** argv) {
           md << row;
           std::printf("%s", row);
           std::fflush(stdout);
-          csv << model << "," << batch << ",\"" << policy << "\"," << gib(r.total_bytes) << ","
+          csv << model << "," << batch << "," << csv_field(policy) << "," << gib(r.total_bytes) << ","
               << gib(r.activation_bytes) << "," << rate << "," << r.saved_raw_bytes / 1048576.0 << ","
               << r.saved_packed_bytes / 1048576.0 << "," << r.saved_expected_bytes / 1048576.0 << "," << vs_closed
               << "," << gib(r.peak_bytes) << "," << r.step_seconds << "\n";
         }
       }
     }
-    if (!flags.get("out").empty()) std::ofstream(flags.get("out")) << md.str();
-    if (!flags.get("csv").empty()) std::ofstream(flags.get("csv")) << csv.str();
+    if (!flags.get("out").empty()) write_text_atomic(flags.get("out"), md.str());
+    if (!flags.get("csv").empty()) write_text_atomic(flags.get("csv"), csv.str());
     return 0;
   } catch (const OutOfMemory& e) {
     std::fprintf(stderr, "actlab-memtable: error: %s\n", e.what());

@@ -13,13 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "compress/policies.h"
 #include "core/allocator.h"
+#include "io/files.h"
 
 namespace {
 
@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
       else ACTLAB_FAIL("unknown option ", a, "; accepted: --policies --batch --reps --threads --clock --out");
     }
     omp_set_num_threads(threads);
+    check_writable(out_path, true, "--out file");
     const std::vector<Shape> shapes = {{batch, 64, 32, 32}, {batch, 128, 16, 16}, {batch, 256, 8, 8}, {batch, 512, 4, 4}};
 
     std::ostringstream md;
@@ -177,11 +178,11 @@ int main(int argc, char** argv) {
       }
     }
     if (!out_path.empty()) {
-      std::ofstream f(out_path);
-      ACTLAB_CHECK(f.good(), "cannot write ", out_path);
+      std::ostringstream f;
       f << "GB/s = f32 bytes of the tensor / best " << (g_cpu_clock ? "process CPU" : "wall") << " time of " << reps
         << " reps, " << threads << " threads; memcpy copies the same f32 bytes.\n\n"
         << md.str();
+      write_text_atomic(out_path, f.str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_compress: %s\n", e.what());

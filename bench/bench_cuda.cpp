@@ -17,6 +17,8 @@
 #include "bench/step_timing.h"
 #include "compress/policy.h"
 #include "core/cuda/runtime.h"
+#include "io/files.h"
+#include "io/json.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
 #include "train/cli.h"
@@ -115,14 +117,14 @@ std::string run_kernels() {
     codec_bandwidth(rows, s, 8, 2, copy_gbps);
   codec_bandwidth(rows, {256, 64, 32, 32}, 0, 2, copy_gbps);
   std::printf("\n%-48s %10s %10s\n", "kernel (bytes read + written)", "GB/s", "of copy");
-  std::string json = "[";
+  JsonWriter json;
+  json.begin_array();
   for (const KernelRow& r : rows) {
     std::printf("%-48s %10.1f %9.0f%%\n", r.name.c_str(), r.gbps, 100.0 * r.of_copy);
-    json += std::string(json.size() > 1 ? "," : "") + "{\"kernel\":\"" + r.name + "\",\"gbps\":" +
-            std::to_string(r.gbps) + ",\"of_copy\":" + std::to_string(r.of_copy) + "}";
+    json.begin_object().field("kernel", r.name).field("gbps", r.gbps).field("of_copy", r.of_copy).end_object();
   }
   std::fflush(stdout);
-  return json + "]";
+  return json.end_array().str();
 }
 
 struct TrainRow {
@@ -198,18 +200,17 @@ std::string run_training(const FlagParser& flags) {
               flags.get_bool("cudnn-benchmark") ? "on" : "off");
   std::printf("%-22s %10s %10s %6s %14s %12s %14s\n", "policy", "img/s", "best", "steps", "activation MiB",
               "peak MiB", "reserved MiB");
-  std::string json = "[";
+  JsonWriter json;
+  json.begin_array();
   for (const std::string& policy : split_list(flags.get("policies"), ';')) {
     const TrainRow r = run_policy(flags, policy);
     std::printf("%-22s %10.1f %10.1f %6lld %14.1f %12.1f %14.1f\n", r.policy.c_str(), r.img_s, r.best_img_s,
                 static_cast<long long>(r.steps), mib(r.activation), mib(r.peak), mib(r.reserved_peak));
     std::fflush(stdout);
-    json += std::string(json.size() > 1 ? "," : "") + "{\"policy\":\"" + r.policy + "\",\"img_per_s\":" +
-            std::to_string(r.img_s) + ",\"activation_bytes\":" + std::to_string(r.activation) +
-            ",\"peak_bytes\":" + std::to_string(r.peak) + ",\"reserved_peak_bytes\":" +
-            std::to_string(r.reserved_peak) + ",\"steps\":" + std::to_string(r.steps) + "}";
+    json.begin_object().field("policy", r.policy).field("img_per_s", r.img_s).field("activation_bytes", r.activation)
+        .field("peak_bytes", r.peak).field("reserved_peak_bytes", r.reserved_peak).field("steps", r.steps).end_object();
   }
-  return json + "]";
+  return json.end_array().str();
 }
 
 #endif  // ACTLAB_WITH_CUDA
@@ -243,16 +244,13 @@ int main(int argc, char** argv) {
     std::printf("device: %s\n", cuda_device_name(0).c_str());
     const std::vector<std::string> what = split_list(flags.get("what"), ',');
     const auto wants = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
-    std::string json = "{\"device\":\"" + cuda_device_name(0) + "\"";
-    if (wants("kernels")) json += ",\"kernels\":" + run_kernels();
-    if (wants("train")) json += ",\"train\":" + run_training(flags);
-    json += "}\n";
-    if (!flags.get("json").empty()) {
-      FILE* f = std::fopen(flags.get("json").c_str(), "w");
-      ACTLAB_CHECK(f != nullptr, "cannot write '", flags.get("json"), "'");
-      std::fputs(json.c_str(), f);
-      std::fclose(f);
-    }
+    check_writable(flags.get("json"), true, "--json file");
+    JsonWriter json;
+    json.begin_object().field("device", cuda_device_name(0));
+    if (wants("kernels")) json.key("kernels").raw(run_kernels());
+    if (wants("train")) json.key("train").raw(run_training(flags));
+    json.end_object();
+    if (!flags.get("json").empty()) write_text_atomic(flags.get("json"), json.str() + "\n");
     return 0;
 #endif
   } catch (const std::exception& e) {

@@ -1,4 +1,4 @@
-// Checkpoints: the strict JSON reader, safetensors round trips, refusal of corrupt or foreign files,
+// Checkpoints: safetensors round trips, refusal of corrupt or foreign files,
 // atomic writes, and the central promise: a run stopped (at an epoch boundary or mid-epoch) and
 // resumed in fresh objects ends with bit-identical weights to an uninterrupted run.
 #include <doctest/doctest.h>
@@ -14,6 +14,7 @@
 
 #include "autograd/functions.h"
 #include "core/allocator.h"
+#include "io/files.h"
 #include "models/registry.h"
 #include "tests/error_of.h"
 #include "train/checkpoint.h"
@@ -80,33 +81,6 @@ TrainConfig tiny_run(const std::string& policy, const std::string& save_dir) {
 }
 
 }  // namespace
-
-TEST_CASE("json: strict parsing of the header subset") {
-  const JsonValue v = parse_json(R"( {"a": [1, -2, 30], "b": {"c": "x\"y\u00e9\n"}, "t": true, "n": null} )");
-  REQUIRE(v.kind == JsonValue::Kind::Object);
-  REQUIRE(v.find("a") != nullptr);
-  CHECK(v.find("a")->items.size() == 3);
-  CHECK(v.find("a")->items[1].integer == -2);
-  CHECK(v.find("b")->find("c")->string == "x\"y\xc3\xa9\n");
-  CHECK(v.find("t")->boolean);
-  CHECK(v.find("missing") == nullptr);
-  CHECK(parse_json(json_quote("tab\there \"q\" \x01")).string == "tab\there \"q\" \x01");
-  for (const char* bad : {"", "{", "{\"a\":1,}", "[1 2]", "01", "1.", "1e", "1e+", "-", ".5", "{\"a\":1}x", "\"\\q\"", "\"a",
-                          "{\"a\":1,\"a\":2}", "[\"\\ud800\"]", "99999999999999999999", "tru", "{1:2}"}) {
-    CAPTURE(bad);
-    CHECK_THROWS_AS(parse_json(bad), Error);
-  }
-  // Fractions and exponents are Kind::Number (summaries, logs); integers stay exact Kind::Int.
-  CHECK(parse_json("1.5").kind == JsonValue::Kind::Number);
-  CHECK(parse_json("-2.5e-3").number == doctest::Approx(-2.5e-3));
-  CHECK(parse_json("1E3").number == 1000.0);
-  CHECK(parse_json("42").kind == JsonValue::Kind::Int);
-  CHECK(parse_json("42").number == 42.0);
-  CHECK_THROWS_AS(parse_json("1e999"), Error);  // not finite
-  CHECK(error_of([] { parse_json(std::string(40, '[') + std::string(40, ']')); }).find("nesting") !=
-        std::string::npos);
-  CHECK_THROWS_AS(json_quote("\xff\xfe"), Error);  // not UTF-8
-}
 
 TEST_CASE("checkpoint: save then load into a fresh model gives identical tensors and metadata") {
   const int64_t live_at_start = memory_stats().total.current;
@@ -234,14 +208,30 @@ TEST_CASE("checkpoint: a failed write leaves the previous file untouched and no 
   st.config_json = "{}";
   CHECK(error_of([&] { save_checkpoint(dir.file("no/such/dir/last.safetensors"), *model, opt, st); })
             .find("cannot create") != std::string::npos);
-  // The target is a non-empty directory: writing the temp file works, the rename fails.
+  // The target is a directory: refused before anything is written.
   fs::create_directories(dir.path / "last.safetensors" / "keep");
-  CHECK(error_of([&] { save_checkpoint(dir.file("last.safetensors"), *model, opt, st); }).find("renaming") !=
-        std::string::npos);
+  CHECK(error_of([&] { save_checkpoint(dir.file("last.safetensors"), *model, opt, st); })
+            .find("exists and is not a regular file") != std::string::npos);
   CHECK(fs::is_directory(dir.path / "last.safetensors" / "keep"));
   int entries = 0;
   for (const auto& e : fs::directory_iterator(dir.path)) entries += e.path().filename() == "last.safetensors" ? 0 : 1;
   CHECK(entries == 0);  // the temp file was removed
+}
+
+TEST_CASE("atomic writes follow links and write devices in place instead of replacing them") {
+  TempDir dir("atomic_links");
+  const fs::path target = dir.path / "target.txt";
+  write_text_atomic(target.string(), "old");
+  fs::create_symlink(target, dir.path / "link.txt");
+  write_text_atomic((dir.path / "link.txt").string(), "new");
+  CHECK(fs::is_symlink(dir.path / "link.txt"));  // the link stays a link
+  std::ifstream in(target);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "new");
+  // /dev/full: the write fails with ENOSPC and the device node is still a device afterwards.
+  CHECK(error_of([] { write_text_atomic("/dev/full", "x"); }).find("No space left on device") != std::string::npos);
+  CHECK(fs::is_character_file("/dev/full"));
+  write_text_atomic("/dev/null", "discarded");
+  CHECK(fs::is_character_file("/dev/null"));
 }
 
 TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's are kept") {

@@ -2,7 +2,10 @@
 // its baseline after every step with a stable peak, and the app's flag and config checks.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <iterator>
+#include <limits>
 #include <fstream>
 #include <set>
 
@@ -11,6 +14,7 @@
 #include "autograd/functions.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
+#include "io/json.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -171,6 +175,44 @@ TEST_CASE("csv_field / csv_fields: fields with commas and quotes survive a round
   CHECK(csv_field("x,y") == "\"x,y\"");
   CHECK(csv_fields(line) == fields);
   CHECK(csv_fields(line + "\r") == fields);  // a CRLF file
+}
+
+TEST_CASE("JSON logs: a NaN loss is written as null and module names are escaped, so every line parses") {
+  testing::TempDir dir("jsonlog");
+  const std::string log = dir.file("run.jsonl");
+  {
+    EpochLogger logger(log);
+    EpochRow row;
+    row.epoch = 1;
+    row.train_loss = std::nan("");
+    row.test_loss = std::numeric_limits<double>::infinity();
+    logger.write(row);
+    row.epoch = 2;
+    row.train_loss = 0.5;
+    logger.write(row);
+  }
+  std::ifstream in(log);
+  std::string line;
+  std::vector<JsonValue> rows;
+  while (std::getline(in, line)) rows.push_back(parse_json(line, "log line"));
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].find("train_loss")->kind == JsonValue::Kind::Null);
+  CHECK(rows[0].find("test_loss")->kind == JsonValue::Kind::Null);
+  CHECK(rows[1].find("train_loss")->number == 0.5);
+
+  CacheEntryStats e;
+  e.module_path = "odd \"name\"\\x";
+  e.op = "conv2d";
+  e.policy = "division:B=8,Q=2";
+  e.shape = {2, 3};
+  e.pack_seconds = std::nan("");
+  const std::string report = dir.file("mem.json");
+  write_memory_report(report, {e, e});
+  std::ifstream rin(report);
+  const JsonValue r = parse_json(std::string(std::istreambuf_iterator<char>(rin), {}), "memory report");
+  REQUIRE(r.items.size() == 2);
+  CHECK(r.items[1].find("module")->string == e.module_path);
+  CHECK(r.items[1].find("pack_ms")->kind == JsonValue::Kind::Null);
 }
 
 TEST_CASE("--memory-report: one CSV row per saved tensor that adds up to the run's totals, and JSON too") {

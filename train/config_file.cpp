@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "io/json.h"
 
 namespace actlab {
 namespace {
@@ -167,19 +167,19 @@ std::string config_to_text(const TrainConfig& c) {
 }
 
 std::string config_to_json(const TrainConfig& c) {
-  std::string s = "{";
+  JsonWriter w;
+  w.begin_object();
   for (const auto& f : fields()) {
-    if (s.size() > 1) s += ",";
-    s += json_quote(f.key) + ":";
+    w.key(f.key);
     if (std::string(f.key) == "policy-rule") {
-      s += "[";
-      for (size_t i = 0; i < c.policy_rules.size(); ++i) s += (i ? "," : "") + json_quote(c.policy_rules[i]);
-      s += "]";
+      w.begin_array();
+      for (const auto& rule : c.policy_rules) w.value(rule);
+      w.end_array();
     } else {
-      s += json_quote(f.get(c));
+      w.value(f.get(c));
     }
   }
-  return s + "}";
+  return w.end_object().str();
 }
 
 TrainConfig config_from_json(const std::string& json) {

@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/files.h"
+#include "io/json.h"
 #include "train/checkpoint.h"
 #include "train/grid_internal.h"
 #include "train/logging.h"
@@ -464,6 +466,7 @@ void install_grid_signal_handlers() {
 
 int run_grid(const Grid& grid, const RunOptions& o) {
   ACTLAB_CHECK(!grid.cells.empty(), "the grid has no cells");
+  make_output_dir(o.out_dir, "output directory");
   const fs::path cells_dir = fs::path(o.out_dir) / "cells";
   check_cell_commands(grid, cells_dir);
   std::vector<CellResult> before;

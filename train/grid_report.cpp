@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "analysis/plot.h"
-#include "train/checkpoint.h"
+#include "io/files.h"
 #include "train/cli.h"
 #include "train/grid_internal.h"
 #include "train/logging.h"

@@ -9,7 +9,8 @@
 #include <string>
 
 #include "core/allocator.h"
-#include "train/checkpoint.h"
+#include "io/files.h"
+#include "io/json.h"
 #include "train/config_file.h"
 
 namespace actlab {
@@ -35,11 +36,12 @@ void EpochLogger::write(const EpochRow& r) {
   if (!file_) return;
   const double mib = 1024.0 * 1024.0;
   if (json_) {
-    std::fprintf(file_,
-                 "{\"epoch\":%lld,\"lr\":%.6g,\"train_loss\":%.6f,\"train_acc\":%.4f,\"test_loss\":%.6f,"
-                 "\"test_acc\":%.4f,\"img_per_s\":%.2f,\"peak_mib\":%.3f,\"activation_mib\":%.3f,\"wall_s\":%.3f}\n",
-                 static_cast<long long>(r.epoch), r.lr, r.train_loss, r.train_acc, r.test_loss, r.test_acc,
-                 r.img_per_s, r.peak_bytes / mib, r.activation_bytes / mib, r.wall_s);
+    JsonWriter w;
+    w.begin_object().field("epoch", r.epoch).field("lr", r.lr).field("train_loss", r.train_loss)
+        .field("train_acc", r.train_acc).field("test_loss", r.test_loss).field("test_acc", r.test_acc)
+        .field("img_per_s", r.img_per_s).field("peak_mib", r.peak_bytes / mib)
+        .field("activation_mib", r.activation_bytes / mib).field("wall_s", r.wall_s).end_object();
+    std::fprintf(file_, "%s\n", w.str().c_str());
   } else {
     std::fprintf(file_, "%lld,%.6g,%.6f,%.4f,%.6f,%.4f,%.2f,%.3f,%.3f,%.3f\n", static_cast<long long>(r.epoch), r.lr,
                  r.train_loss, r.train_acc, r.test_loss, r.test_acc, r.img_per_s, r.peak_bytes / mib,
@@ -140,81 +142,67 @@ std::vector<std::string> csv_fields(const std::string& line) {
 
 void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries) {
   const bool json = path.size() > 5 && path.substr(path.size() - 5) == ".json";
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  ACTLAB_CHECK(f != nullptr, "cannot write memory report '", tmp, "': ", std::strerror(errno));
-  if (json) std::fprintf(f, "[\n");
-  else std::fprintf(f, "module,op,policy,shape,packs,bytes_raw,bytes_packed,bytes_expected,pack_ms,unpack_ms\n");
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const auto& e = entries[i];
+  std::string out;
+  JsonWriter rows(true);  // one entry a line
+  if (json) rows.begin_array();
+  else out = "module,op,policy,shape,packs,bytes_raw,bytes_packed,bytes_expected,pack_ms,unpack_ms\n";
+  for (const auto& e : entries) {
     const std::string shape = shape_str(e.shape);
     if (json) {
-      std::fprintf(f,
-                   "  {\"module\":\"%s\",\"op\":\"%s\",\"policy\":\"%s\",\"shape\":\"%s\",\"packs\":%lld,"
-                   "\"bytes_raw\":%lld,\"bytes_packed\":%lld,\"bytes_expected\":%lld,\"pack_ms\":%.3f,\"unpack_ms\":%.3f}%s\n",
-                   e.module_path.c_str(), e.op.c_str(), e.policy.c_str(), shape.c_str(),
-                   static_cast<long long>(e.packs), static_cast<long long>(e.bytes_raw),
-                   static_cast<long long>(e.bytes_packed), static_cast<long long>(e.bytes_expected),
-                   e.pack_seconds * 1e3, e.unpack_seconds * 1e3, i + 1 < entries.size() ? "," : "");
+      JsonWriter w;
+      w.begin_object().field("module", e.module_path).field("op", e.op).field("policy", e.policy)
+          .field("shape", shape).field("packs", e.packs).field("bytes_raw", e.bytes_raw)
+          .field("bytes_packed", e.bytes_packed).field("bytes_expected", e.bytes_expected)
+          .field("pack_ms", e.pack_seconds * 1e3).field("unpack_ms", e.unpack_seconds * 1e3).end_object();
+      rows.raw(w.str());
     } else {
-      std::fprintf(f, "%s,%s,%s,%s,%lld,%lld,%lld,%lld,%.3f,%.3f\n", csv_field(e.module_path).c_str(),
-                   csv_field(e.op).c_str(), csv_field(e.policy).c_str(), csv_field(shape).c_str(),
-                   static_cast<long long>(e.packs),
-                   static_cast<long long>(e.bytes_raw), static_cast<long long>(e.bytes_packed),
-                   static_cast<long long>(e.bytes_expected), e.pack_seconds * 1e3, e.unpack_seconds * 1e3);
+      char nums[160];
+      std::snprintf(nums, sizeof nums, "%lld,%lld,%lld,%lld,%.3f,%.3f\n", static_cast<long long>(e.packs),
+                    static_cast<long long>(e.bytes_raw), static_cast<long long>(e.bytes_packed),
+                    static_cast<long long>(e.bytes_expected), e.pack_seconds * 1e3, e.unpack_seconds * 1e3);
+      out += csv_field(e.module_path) + "," + csv_field(e.op) + "," + csv_field(e.policy) + "," + csv_field(shape) +
+             "," + nums;
     }
   }
-  if (json) std::fprintf(f, "]\n");
-  const bool ok = std::fflush(f) == 0;
-  std::fclose(f);
-  ACTLAB_CHECK(ok && std::rename(tmp.c_str(), path.c_str()) == 0, "writing memory report '", path, "' failed");
+  if (json) out = rows.end_array().str() + "\n";
+  write_text_atomic(path, out);
 }
 
 }  // namespace actlab
 
 namespace actlab {
-namespace {
-// JSON has no NaN/Inf: those become null (e.g. best_test_acc before any evaluation).
-std::string format_json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-}  // namespace
 
 void write_summary_json(const std::string& path, const TrainSummary& s, const TrainConfig& c) {
-  std::string j = "{\n";
-  auto num = [&](const char* key, double v) { j += "  \"" + std::string(key) + "\": " + format_json_number(v) + ",\n"; };
-  j += "  \"config\": " + config_to_json(c) + ",\n";
-  j += "  \"data\": " + json_quote(s.data_note) + ",\n";
-  j += "  \"interrupted\": " + std::string(s.interrupted ? "true" : "false") + ",\n";
-  num("epochs_done", static_cast<double>(s.epochs.size()));
-  num("steps", static_cast<double>(s.steps));
-  num("final_test_acc", s.final_test_acc);
-  num("final_test_loss", s.final_test_loss);
-  num("best_test_acc", s.best_test_acc);
-  num("median_img_per_s", s.median_img_per_s);
-  num("peak_bytes", static_cast<double>(s.peak_bytes));
-  num("reserved_peak_bytes", static_cast<double>(s.reserved_peak_bytes));
-  num("activation_bytes", static_cast<double>(s.activation_bytes));
-  num("saved_raw_bytes", static_cast<double>(s.saved_raw_bytes));
-  num("saved_packed_bytes", static_cast<double>(s.saved_packed_bytes));
-  num("saved_expected_bytes", static_cast<double>(s.saved_expected_bytes));
-  num("wall_s", s.wall_s);
-  num("skipped_steps", static_cast<double>(s.skipped_steps));
-  j += "  \"epoch_rows\": [";
-  for (size_t i = 0; i < s.epochs.size(); ++i) {
-    const EpochRow& r = s.epochs[i];
-    j += std::string(i ? ",\n" : "\n") + "    {\"epoch\": " + std::to_string(r.epoch) +
-         ", \"lr\": " + format_json_number(r.lr) + ", \"train_loss\": " + format_json_number(r.train_loss) +
-         ", \"train_acc\": " + format_json_number(r.train_acc) + ", \"test_loss\": " + format_json_number(r.test_loss) +
-         ", \"test_acc\": " + format_json_number(r.test_acc) + ", \"img_per_s\": " + format_json_number(r.img_per_s) +
-         ", \"peak_bytes\": " + std::to_string(r.peak_bytes) + ", \"activation_bytes\": " +
-         std::to_string(r.activation_bytes) + ", \"wall_s\": " + format_json_number(r.wall_s) + "}";
+  JsonWriter w(true);
+  w.begin_object()
+      .key("config").raw(config_to_json(c))
+      .field("data", s.data_note)
+      .field("interrupted", s.interrupted)
+      .field("epochs_done", static_cast<int64_t>(s.epochs.size()))
+      .field("steps", s.steps)
+      .field("final_test_acc", s.final_test_acc)
+      .field("final_test_loss", s.final_test_loss)
+      .field("best_test_acc", s.best_test_acc)
+      .field("median_img_per_s", s.median_img_per_s)
+      .field("peak_bytes", s.peak_bytes)
+      .field("reserved_peak_bytes", s.reserved_peak_bytes)
+      .field("activation_bytes", s.activation_bytes)
+      .field("saved_raw_bytes", s.saved_raw_bytes)
+      .field("saved_packed_bytes", s.saved_packed_bytes)
+      .field("saved_expected_bytes", s.saved_expected_bytes)
+      .field("wall_s", s.wall_s)
+      .field("skipped_steps", s.skipped_steps)
+      .key("epoch_rows").begin_array();
+  for (const EpochRow& r : s.epochs) {
+    JsonWriter row;  // one row a line
+    row.begin_object().field("epoch", r.epoch).field("lr", r.lr).field("train_loss", r.train_loss)
+        .field("train_acc", r.train_acc).field("test_loss", r.test_loss).field("test_acc", r.test_acc)
+        .field("img_per_s", r.img_per_s).field("peak_bytes", r.peak_bytes)
+        .field("activation_bytes", r.activation_bytes).field("wall_s", r.wall_s).end_object();
+    w.raw(row.str());
   }
-  j += s.epochs.empty() ? "]\n}\n" : "\n  ]\n}\n";
-  write_text_atomic(path, j);
+  w.end_array().end_object();
+  write_text_atomic(path, w.str() + "\n");
 }
 
 }  // namespace actlab

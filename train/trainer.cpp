@@ -23,6 +23,8 @@
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
 #include "models/summary.h"
+#include "io/checksum.h"
+#include "io/files.h"
 #include "train/checkpoint.h"
 #include "train/config_file.h"
 #include "train/cli.h"
@@ -85,18 +87,6 @@ EvalResult evaluate(Module& model, DataLoader& loader, const std::string& datase
   model.train();
   ACTLAB_CHECK(seen > 0, "the ", dataset, " test split produced no batches");
   return {loss_sum / static_cast<double>(seen), 100.0 * static_cast<double>(correct) / static_cast<double>(seen)};
-}
-
-void check_writable(const std::string& path, bool overwrite, const char* what) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  ACTLAB_CHECK(overwrite || !fs::exists(p), what, " '", path,
-               "' already exists; pass --overwrite to replace it or choose another name");
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  ACTLAB_CHECK(fs::is_directory(dir), what, " '", path, "': directory '", dir.string(), "' does not exist");
-  ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", path, "': directory '", dir.string(),
-               "' is not writable");
 }
 
 }  // namespace
@@ -577,9 +567,7 @@ TrainSummary Run::go() {
   }
   if (!c_.log_file.empty()) {
     const std::string path = c_.log_file + ".config.txt";
-    std::ofstream out(path);
-    out << "# effective configuration of the run logged in " << c_.log_file << "\n" << config_to_text(c_);
-    ACTLAB_CHECK(out.flush().good(), "cannot write '", path, "'");
+    write_text_atomic(path, "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
   }
   logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty());
   progress_ = std::make_unique<Progress>(c_.quiet, c_.print_every > 0 ? c_.print_every
@@ -612,11 +600,7 @@ TrainSummary Run::go() {
 void prepare_save_dir(const TrainConfig& c) {
   if (c.save_dir.empty()) return;
   namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(c.save_dir, ec);
-  ACTLAB_CHECK(fs::is_directory(c.save_dir), "cannot create save directory '", c.save_dir, "'",
-               ec ? ": " + ec.message() : std::string());
-  ACTLAB_CHECK(::access(c.save_dir.c_str(), W_OK) == 0, "save directory '", c.save_dir, "' is not writable");
+  make_output_dir(c.save_dir, "save directory");
   for (const auto& stale : remove_stale_temp_files(c.save_dir))
     std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";

@@ -1,0 +1,128 @@
+// Atomic file writes and output checks (io/files.h).
+#include "io/files.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace actlab {
+namespace {
+
+struct FdCloser {
+  int fd = -1;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    ACTLAB_CHECK(w > 0, "writing '", path, "' failed: ", std::strerror(w < 0 ? errno : ENOSPC));
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// existing `path` is untouched.
+void write_file_atomic(const std::string& path_in, const std::function<void(int, const std::string&)>& fill) {
+  // A symbolic link is followed: the file it names is replaced, the link stays. A character device or
+  // FIFO (/dev/stdout, a pipe, /dev/full) is written in place: renaming over it would replace the
+  // device node with a regular file. Anything else that is not a regular file is refused.
+  std::string path = path_in;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const auto target = std::filesystem::weakly_canonical(path, ec);
+    ACTLAB_CHECK(!ec, "cannot resolve the link '", path_in, "': ", ec.message());
+    path = target.string();
+  }
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+      FdCloser fd{::open(path.c_str(), O_WRONLY | O_CLOEXEC)};
+      ACTLAB_CHECK(fd.fd >= 0, "cannot open '", path_in, "' for writing: ", std::strerror(errno));
+      fill(fd.fd, path_in);
+      return;
+    }
+    ACTLAB_CHECK(S_ISREG(st.st_mode), "cannot write '", path_in, "': it exists and is not a regular file",
+                 path != path_in ? " (the link points to '" + path + "')" : std::string());
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    FdCloser fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    ACTLAB_CHECK(fd.fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+    fill(fd.fd, tmp);
+    ACTLAB_CHECK(::fsync(fd.fd) == 0, "fsync of '", tmp, "' failed: ", std::strerror(errno));
+    const int fd_value = fd.fd;
+    fd.fd = -1;
+    ACTLAB_CHECK(::close(fd_value) == 0, "closing '", tmp, "' failed: ", std::strerror(errno));
+    ACTLAB_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "renaming '", tmp, "' to '", path,
+                 "' failed: ", std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  FdCloser dfd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (dfd.fd >= 0) (void)::fsync(dfd.fd);
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  write_file_atomic(path, [&](int fd, const std::string& tmp) { write_all(fd, text.data(), text.size(), tmp); });
+}
+
+void make_output_dir(const std::string& dir, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  ACTLAB_CHECK(fs::is_directory(dir), "cannot create ", what, " '", dir, "'", ec ? ": " + ec.message() : std::string());
+  ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", dir, "' is not writable");
+}
+
+void check_writable(const std::string& path, bool overwrite, const char* what) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  ACTLAB_CHECK(overwrite || !fs::exists(p), what, " '", path,
+               "' already exists; pass --overwrite to replace it or choose another name");
+  ACTLAB_CHECK(!fs::is_directory(p), what, " '", path, "' is a directory");
+  if (fs::exists(p) && !fs::is_regular_file(p)) return;  // a device or FIFO: written in place
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  ACTLAB_CHECK(fs::is_directory(dir), what, " '", path, "': directory '", dir.string(), "' does not exist");
+  ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", path, "': directory '", dir.string(),
+               "' is not writable");
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::string digits;
+    for (const char* prefix : {"last.safetensors.tmp.", "best.safetensors.tmp."})
+      if (name.rfind(prefix, 0) == 0) digits = name.substr(std::strlen(prefix));
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still be running
+    if (fs::remove(entry.path(), ec)) removed.push_back(entry.path().string());
+  }
+  return removed;
+}
+
+}  // namespace actlab

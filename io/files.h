@@ -1,0 +1,37 @@
+// Writing files so that a crash never leaves half of one: every output file of actlab (checkpoints,
+// logs' side files, reports, tables, pictures) is written to `<path>.tmp.<pid>`, fsynced and renamed
+// over `path`. Plus the checks an app makes before long work, so that an output that cannot be written
+// fails at start, not after an hour. Tested in tests/test_checkpoint.cpp and tests/cli/bad_input.sh.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace actlab {
+
+// Writes `<path>.tmp.<pid>` through `fill(fd, tmp_path)`, fsyncs it, renames it over `path`, then fsyncs
+// the directory (best effort: some file systems refuse that). On any failure the temp file is removed,
+// an existing `path` is untouched and one Error names the file and what failed. A symbolic link is
+// followed (its target is replaced, the link kept); a character device or FIFO (/dev/stdout, a pipe) is
+// written in place, with no rename; any other path that exists and is not a regular file (a directory)
+// is refused with an Error before anything is written.
+void write_file_atomic(const std::string& path, const std::function<void(int, const std::string&)>& fill);
+// Writes `text` to `path` the same way: readers never see half a file.
+void write_text_atomic(const std::string& path, const std::string& text);
+// write(2) of all n bytes to fd (retrying short writes and EINTR); Error names `path` on failure.
+void write_all(int fd, const void* data, size_t n, const std::string& path);
+// Throws Error (naming `what` and `path`) unless `path` could be created: its directory exists and is
+// writable, it does not exist yet unless `overwrite`, and it is not a directory. An empty path (no
+// output asked for) passes. Apps call it before long work, so a bad output path fails at once.
+void check_writable(const std::string& path, bool overwrite, const char* what);
+// Creates `dir` and its parents if needed and checks that it is a writable directory; Error names `what`,
+// the directory and the reason ("cannot create output directory '/proc/x': No such file or directory").
+void make_output_dir(const std::string& dir, const char* what);
+// Removes the checkpoint temp files (`last.safetensors.tmp.<pid>`, `best.safetensors.tmp.<pid>`) in `dir`
+// left by a writer that was killed mid-write (SIGKILL, power loss: no chance to unlink): regular files of
+// this user whose process no longer exists. Anything else, a live writer's file included, is kept.
+// Returns the paths removed. The checkpoints beside them were never touched (the rename did not happen).
+// NOTE: "no longer exists" is judged in this PID namespace; do not share a --save-dir across containers.
+std::vector<std::string> remove_stale_temp_files(const std::string& dir);
+
+}  // namespace actlab

@@ -1,0 +1,35 @@
+// Safetensors files (the weight format PyTorch's `safetensors` package opens): a u64 LE header length
+// N, N bytes of UTF-8 JSON (space-padded to 8-byte alignment), then the tensors' raw little-endian bytes
+// packed in header order with offsets relative to the data. Written atomically (io/files.h) with an
+// FNV-1a 64 checksum of the data in the metadata; read back with every size, offset and dtype checked.
+// Tested in tests/test_checkpoint.cpp and fuzzed by fuzz/safetensors.cpp.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace actlab {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+struct SafetensorsFile {
+  NamedTensors tensors;  // CPU, contiguous, in the file's header order
+  Metadata metadata;     // "__metadata__" including the "checksum" and "data_bytes" entries written here
+  const std::string* find_metadata(const std::string& key) const;
+  const std::string& metadata_value(const std::string& key) const;  // throws Error naming a missing key
+};
+
+// Writes `tensors` (any dtype, any device; copied to CPU contiguous) packed in the given order, plus
+// `metadata` and two entries added here: "checksum" (FNV-1a 64 of the data section, 16 hex digits)
+// and "data_bytes". Writes `<path>.tmp.<pid>`, fsyncs it, then renames it over `path`; on any
+// failure the temp file is removed, an existing `path` is untouched and one Error says what failed.
+void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata);
+// Reads and checks a file: header length vs file size, header JSON, every dtype/shape/offset (in
+// bounds, exactly numel·size bytes, no overlap, no gap), total size, and the checksum ("corrupt
+// checkpoint"). Throws Error naming the file and the first problem.
+SafetensorsFile read_safetensors(const std::string& path);
+
+}  // namespace actlab

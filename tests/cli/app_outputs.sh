@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Every app other than actlab-train (whose outputs bad_input.sh covers) fails with one clear error
+# line and a non-zero exit when an output cannot be written, before its long work, and leaves no
+# file behind: a directory that does not exist, a path under a regular file, a directory where a
+# file is asked for, a full device. And an output that can be written is written.
+#   tests/cli/app_outputs.sh BUILD_DIR
+set -u
+build="$1"
+source "$(dirname "$0")/lib.sh"
+cases=0
+
+check() {  # check "description" "expected words (grep -E)" app args...
+  local what="$1" expect="$2" app="$3"
+  shift 3
+  cases=$((cases + 1))
+  local out rc
+  out=$(timeout 120 "$build/$app" "$@" 2>&1 >/dev/null)
+  rc=$?
+  local errors
+  errors=$(printf '%s\n' "$out" | grep -c "$app: error:")
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then fail "[$what] exit code $rc: $out"; return; fi
+  if [ "$errors" -ne 1 ]; then fail "[$what] expected one error line, got: $out"; return; fi
+  if ! printf '%s\n' "$out" | grep "$app: error:" | grep -Eq -- "$expect"; then
+    fail "[$what] message does not match '$expect': $out"; return
+  fi
+  # "before its long work": nothing was measured or trained first (a full disk shows only at the write).
+  if [ "${late:-0}" -eq 0 ] && printf '%s\n' "$out" | grep -q "^measuring\|^training"; then fail "[$what] the error came after the work: $out"; return; fi
+  echo "ok   [$what] $(printf '%s\n' "$out" | grep "$app: error:")"
+}
+
+tiny_mem=(--models mlp --batches 2 --image-size 8 --channels 1 --policies exact)
+check "memtable --out, no such dir"   "--out file '$work/no/t.md': directory '$work/no' does not exist" \
+  actlab-memtable "${tiny_mem[@]}" --out "$work/no/t.md"
+check "memtable --csv, under a file"  "--csv file '/etc/hostname/t.csv'" \
+  actlab-memtable "${tiny_mem[@]}" --csv /etc/hostname/t.csv
+check "memtable --out is a directory" "--out file '$work' is a directory" \
+  actlab-memtable "${tiny_mem[@]}" --out "$work"
+# /dev/full takes the open and fails the write with ENOSPC (and must stay a device afterwards).
+late=1 check "memtable --csv, disk full" "writing '/dev/full' failed: No space left on device" \
+  actlab-memtable "${tiny_mem[@]}" --csv /dev/full
+[ -c /dev/full ] || fail "/dev/full is no longer a character device"
+check "ablate --out not creatable"    "cannot create output directory '/proc/actlab-nope'" \
+  actlab-ablate --out /proc/actlab-nope --policies exact --models mlp --seeds 0
+check "ablate --out under a file"     "cannot create output directory '/etc/hostname/x'" \
+  actlab-ablate --out /etc/hostname/x --policies exact --models mlp --seeds 0
+check "inspect --out not creatable"   "cannot create output directory '/proc/actlab-nope'" \
+  actlab-inspect --model mlp --out /proc/actlab-nope
+check "inspect --out under a file"    "cannot create output directory '/etc/hostname/x'" \
+  actlab-inspect --model mlp --out /etc/hostname/x
+
+# The good path: both files written, complete, no temp file left beside them.
+cases=$((cases + 1))
+if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" --csv "$work/t.csv" >/dev/null 2>&1 &&
+   grep -q "| mlp | 2 | exact |" "$work/t.md" && [ "$(wc -l < "$work/t.csv")" -eq 2 ] &&
+   [ -z "$(ls "$work" | grep '\.tmp\.')" ]; then
+  echo "ok   [memtable writes --out and --csv]"
+else
+  fail "[memtable writes --out and --csv] $(ls "$work")"
+fi
+
+echo "$cases cases, $failures failed"
+[ "$failures" -eq 0 ]
