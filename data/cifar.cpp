@@ -183,9 +183,14 @@ bool cifar_files_present(const std::string& dir, int which) {
 }
 
 std::string default_cifar_dir() {
-  const char* env = std::getenv("ACTLAB_CIFAR_DIR");
-  if (env != nullptr && env[0] != '\0') return env;
-  return "data";
+  const auto set = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && v[0] != '\0' ? std::string(v) : std::string();
+  };
+  if (!set("ACTLAB_CIFAR_DIR").empty()) return set("ACTLAB_CIFAR_DIR");
+  if (!set("XDG_CACHE_HOME").empty()) return set("XDG_CACHE_HOME") + "/actlab/cifar";
+  ACTLAB_CHECK(!set("HOME").empty(), "neither ACTLAB_CIFAR_DIR, XDG_CACHE_HOME nor HOME is set: pass --data-dir");
+  return set("HOME") + "/.cache/actlab/cifar";
 }
 
 }  // namespace actlab

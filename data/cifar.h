@@ -34,8 +34,11 @@ InMemoryImageDataset load_cifar100(const std::string& dir, bool train, bool coar
 // (10 or 100; Error otherwise): lets apps fall back to another data set with a message.
 bool cifar_files_present(const std::string& dir, int which);
 
-// $ACTLAB_CIFAR_DIR when set and non-empty, else "data" (where scripts/get-cifar.sh unpacks by
-// default, relative to the working directory).
+// Where scripts/get-cifar.sh unpacks by default and the trainer looks without --data-dir:
+// $ACTLAB_CIFAR_DIR when set and non-empty, else $XDG_CACHE_HOME/actlab/cifar, else
+// $HOME/.cache/actlab/cifar (a per-user cache: the data can be fetched again, and it stays out of the
+// source tree, where git would see 170 MB of untracked files). `scripts/get-cifar.sh where` prints
+// the same path; tests/test_data_cifar.cpp checks that the two agree.
 std::string default_cifar_dir();
 
 }  // namespace actlab

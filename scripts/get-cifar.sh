@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Fetches the official binary CIFAR-10 / CIFAR-100 archives, checks their MD5 and unpacks them where
 # data/cifar.h looks (DIR/cifar-10-batches-bin/, DIR/cifar-100-binary/).
-#   scripts/get-cifar.sh [cifar10|cifar100|all] [DIR]     (defaults: cifar10, <repo>/data)
+#   scripts/get-cifar.sh [cifar10|cifar100|all] [DIR]     (defaults: cifar10, the default directory)
+#   scripts/get-cifar.sh where                            prints the default directory
+# The default directory is where actlab-train looks without --data-dir (data/cifar.h): $ACTLAB_CIFAR_DIR,
+# else $XDG_CACHE_HOME/actlab/cifar, else ~/.cache/actlab/cifar: a per-user cache outside the source tree.
 # Offline: put the archive in DIR yourself and rerun (it is verified and unpacked), or unpack it
 # there. ACTLAB_CIFAR_URL replaces https://www.cs.toronto.edu/~kriz for a mirror.
 # Exit status 0 when the files are in place; otherwise one line on stderr saying what to do.
@@ -13,8 +16,18 @@ die() {
 }
 
 which="${1:-cifar10}"
-repo_root="$(cd "$(dirname "$0")/.." && pwd)"
-dir="${2:-$repo_root/data}"
+if [ -n "${ACTLAB_CIFAR_DIR:-}" ]; then default_dir="$ACTLAB_CIFAR_DIR"
+elif [ -n "${XDG_CACHE_HOME:-}" ]; then default_dir="$XDG_CACHE_HOME/actlab/cifar"
+elif [ -n "${HOME:-}" ]; then default_dir="$HOME/.cache/actlab/cifar"
+else default_dir=""
+fi
+if [ "$which" = "where" ]; then
+  [ -n "$default_dir" ] || die "neither ACTLAB_CIFAR_DIR, XDG_CACHE_HOME nor HOME is set"
+  echo "$default_dir"
+  exit 0
+fi
+dir="${2:-$default_dir}"
+[ -n "$dir" ] || die "neither ACTLAB_CIFAR_DIR, XDG_CACHE_HOME nor HOME is set: name the directory"
 base_url="${ACTLAB_CIFAR_URL:-https://www.cs.toronto.edu/~kriz}"
 [ $# -le 2 ] || die "too many arguments; usage: scripts/get-cifar.sh [cifar10|cifar100|all] [DIR]"
 

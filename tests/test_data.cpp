@@ -22,6 +22,7 @@
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/transforms.h"
+#include "tests/prerequisite.h"
 
 using namespace actlab;
 namespace fs = std::filesystem;
@@ -594,11 +595,9 @@ TEST_CASE("data: Fashion-MNIST from Debian's dataset-fashion-mnist package") {
   else unsetenv("ACTLAB_FASHION_MNIST_DIR");
 
   const std::string dir = default_fashion_mnist_dir();
-  if (!idx_files_present(dir)) {
-    MESSAGE("skipped: no Fashion-MNIST IDX files in " << dir
-            << " (install Debian's dataset-fashion-mnist or set ACTLAB_FASHION_MNIST_DIR)");
+  if (!testing::have_prerequisite(idx_files_present(dir), "no Fashion-MNIST IDX files in " + dir +
+                                      " (install Debian's dataset-fashion-mnist or set ACTLAB_FASHION_MNIST_DIR)"))
     return;
-  }
   const InMemoryImageDataset train = load_fashion_mnist(dir, true);
   const InMemoryImageDataset test = load_fashion_mnist(dir, false);
   CHECK(train.size() == 60000);

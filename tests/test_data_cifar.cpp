@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -353,4 +355,51 @@ TEST_CASE("data: cifar transforms defaults and the loader's reflect padding") {
     CHECK(std::memcmp(expect.data(), batch.images.data<float>() + i * 192, 192 * sizeof(float)) ==
           0);
   }
+}
+
+namespace {
+// The value of an environment variable, restored when the scope ends.
+struct EnvScope {
+  std::string name, old;
+  bool had;
+  EnvScope(const char* n, const char* value) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    if (value) ::setenv(n, value, 1);
+    else ::unsetenv(n);
+  }
+  ~EnvScope() {
+    if (had) ::setenv(name.c_str(), old.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+std::string script_default_dir() {
+  const std::string cmd = std::string("bash ") + ACTLAB_SOURCE_DIR + "/scripts/get-cifar.sh where 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  REQUIRE(::pclose(p) == 0);
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+}  // namespace
+
+TEST_CASE("data: the default CIFAR directory is the per-user cache that scripts/get-cifar.sh fills") {
+  EnvScope cifar("ACTLAB_CIFAR_DIR", nullptr), xdg("XDG_CACHE_HOME", nullptr), home("HOME", "/home/someone");
+  CHECK(default_cifar_dir() == "/home/someone/.cache/actlab/cifar");
+  CHECK(script_default_dir() == default_cifar_dir());
+  {
+    EnvScope x("XDG_CACHE_HOME", "/var/cache/u");
+    CHECK(default_cifar_dir() == "/var/cache/u/actlab/cifar");
+    CHECK(script_default_dir() == default_cifar_dir());
+    EnvScope c("ACTLAB_CIFAR_DIR", "/data/cifar");
+    CHECK(default_cifar_dir() == "/data/cifar");
+    CHECK(script_default_dir() == default_cifar_dir());
+  }
+  // Never inside the source tree, whatever the working directory.
+  CHECK(default_cifar_dir().rfind(ACTLAB_SOURCE_DIR, 0) != 0);
 }
