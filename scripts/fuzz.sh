@@ -8,6 +8,8 @@
 # fuzz/<TARGET>.dict when present. A crash, leak, timeout or out-of-memory input is copied to
 # fuzz/crashes/<TARGET>/, where the normal build's fuzz_replay_<TARGET> test replays it forever.
 # Runs niced: other work on the machine keeps priority. Exit status: libFuzzer's (0: nothing found).
+# Needs clang and libFuzzer's runtime (Debian: clang, libclang-rt-14-dev): installed here through
+# scripts/setup.sh --fuzz-packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 2 ]; then
@@ -20,6 +22,7 @@ case " idx cifar image_folder safetensors policy config " in
   *" $target "*) ;;
   *) echo "fuzz.sh: unknown target '$target'" >&2; exit 2 ;;
 esac
+bash scripts/setup.sh --fuzz-packages
 build="${ACTLAB_FUZZ_BUILD_DIR:-build-fuzz}"
 mkdir -p "$build"
 (  # one build at a time: two targets fuzzed side by side must not run ninja in one folder at once

@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
 # Installs what actlab needs on Debian 12 (as root, or through sudo), then configures and builds it.
-#   scripts/setup.sh           install packages + build (Release, ./build)
-#   scripts/setup.sh --train   ... then train ResNet-20 on Fashion-MNIST for one epoch (the Quick start)
-# Extra arguments after --train go to actlab-train. Safe to run again: installed packages are skipped.
+#   scripts/setup.sh                   install packages + build (Release, ./build)
+#   scripts/setup.sh --train [ARGS]    ... then train ResNet-20 on Fashion-MNIST for one epoch (the Quick
+#                                      start); ARGS go to actlab-train
+#   scripts/setup.sh --packages-only   install the packages, build nothing
+#   scripts/setup.sh --fuzz-packages   install the packages and the fuzzing toolchain (scripts/fuzz.sh)
+# Safe to run again: installed packages are skipped. This is the one list of what actlab needs from
+# Debian (third_party/README.md says why each is there); scripts/fresh-machine-test.sh proves it is
+# complete on a bare Debian 12 root file system.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config zlib1g-dev libdnnl-dev libstb-dev doctest-dev
           dataset-fashion-mnist)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+fuzz_packages=(clang libclang-rt-14-dev)  # libFuzzer's runtime and the sanitizers for clang 14
+
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
   echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  local SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "setup: error: not root and no sudo: install ${missing[*]} as root" >&2; exit 1; }
+    SUDO="sudo"
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+}
+
+case "${1:-}" in
+  --packages-only) install_missing "${packages[@]}"; exit 0 ;;
+  --fuzz-packages) install_missing "${packages[@]}" "${fuzz_packages[@]}"; exit 0 ;;
+  "" | --train) ;;
+  *) echo "setup: error: unknown argument '$1' (--train [ARGS], --packages-only, --fuzz-packages)" >&2; exit 2 ;;
+esac
+install_missing "${packages[@]}"
 
 build_dir="${ACTLAB_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${ACTLAB_CMAKE_ARGS:-} >/dev/null

@@ -28,11 +28,12 @@ check() {  # check "description" "expected words (grep -E)" app args...
   echo "ok   [$what] $(printf '%s\n' "$out" | grep "$app: error:")"
 }
 
+: > "$work/a-file"
 tiny_mem=(--models mlp --batches 2 --image-size 8 --channels 1 --policies exact)
 check "memtable --out, no such dir"   "--out file '$work/no/t.md': directory '$work/no' does not exist" \
   actlab-memtable "${tiny_mem[@]}" --out "$work/no/t.md"
-check "memtable --csv, under a file"  "--csv file '/etc/hostname/t.csv'" \
-  actlab-memtable "${tiny_mem[@]}" --csv /etc/hostname/t.csv
+check "memtable --csv, under a file"  "--csv file '$work/a-file/t.csv'" \
+  actlab-memtable "${tiny_mem[@]}" --csv "$work/a-file/t.csv"
 check "memtable --out is a directory" "--out file '$work' is a directory" \
   actlab-memtable "${tiny_mem[@]}" --out "$work"
 # /dev/full takes the open and fails the write with ENOSPC (and must stay a device afterwards).
@@ -41,12 +42,12 @@ late=1 check "memtable --csv, disk full" "writing '/dev/full' failed: No space l
 [ -c /dev/full ] || fail "/dev/full is no longer a character device"
 check "ablate --out not creatable"    "cannot create output directory '/proc/actlab-nope'" \
   actlab-ablate --out /proc/actlab-nope --policies exact --models mlp --seeds 0
-check "ablate --out under a file"     "cannot create output directory '/etc/hostname/x'" \
-  actlab-ablate --out /etc/hostname/x --policies exact --models mlp --seeds 0
+check "ablate --out under a file"     "cannot create output directory '$work/a-file/x'" \
+  actlab-ablate --out "$work/a-file/x" --policies exact --models mlp --seeds 0
 check "inspect --out not creatable"   "cannot create output directory '/proc/actlab-nope'" \
   actlab-inspect --model mlp --out /proc/actlab-nope
-check "inspect --out under a file"    "cannot create output directory '/etc/hostname/x'" \
-  actlab-inspect --model mlp --out /etc/hostname/x
+check "inspect --out under a file"    "cannot create output directory '$work/a-file/x'" \
+  actlab-inspect --model mlp --out "$work/a-file/x"
 
 # The good path: both files written, complete, no temp file left beside them.
 cases=$((cases + 1))
