@@ -34,9 +34,9 @@ double gib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.
 
 int main(int argc, char** argv) {
   FlagParser flags("actlab-memtable",
-                   "Measure one training step's memory (reference §5: activation = live after forward+loss minus\n"
-                   "before the batch, minus logits and loss; total = before_backward + (after_backward - init)) for\n"
-                   "every model x batch x policy, and print the table in the shape of the paper's Table 1(a).\n"
+                   "Measure one training step's memory (docs/measures.md: activation = live after forward+loss minus\n"
+                   "before, minus logits and loss, plus the input batch; total = live before backward + what the step\n"
+                   "added) for every model x batch x policy, and print the table in the shape of the paper's Table 1(a).\n"
                    "Random data. Example (the paper's setting):\n"
                    "  actlab-memtable --models resnet50_imagenet,wrn50_2_imagenet --batches 64 --image-size 224 \\\n"
                    "                  --classes 1000 --policies 'exact;division:B=8,Q=2'");

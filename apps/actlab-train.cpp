@@ -10,9 +10,7 @@
 #include <new>
 #include <set>
 
-#include "compress/policy.h"
 #include "core/allocator.h"
-#include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/config_file.h"
@@ -69,58 +67,11 @@ int main(int argc, char** argv) {
   FlagParser flags("actlab-train",
                    "Train a network with activation-compressed training (ACT) and report accuracy, throughput\n"
                    "and memory. Default: ResNet-20 on Fashion-MNIST (Debian's dataset-fashion-mnist), 1 epoch.");
-  std::string models;
-  for (const auto& m : model_names()) models += (models.empty() ? "" : ", ") + m.first;
-  flags.add("model", "string", "resnet20", "model: " + models);
-  flags.add("dataset", "string", "fashion-mnist", "data set: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic");
-  flags.add("data-dir", "string", "",
-            "directory of the data set files (default: Debian's Fashion-MNIST, $ACTLAB_CIFAR_DIR or data/ for CIFAR)");
-  flags.add("image-size", "int", "32", "folder data set: resize/crop images to this size");
-  flags.add("image-channels", "int", "3", "folder data set: 1 (grey) or 3 (RGB)");
-  flags.add("test-fraction", "float", "0.2", "folder data set without train/ and test/: held-out share per class");
-  flags.add("coarse", "bool", "", "cifar100: the 20 coarse labels");
-  flags.add("epochs", "int", "1", "training epochs");
-  flags.add("batch-size", "int", "128", "mini-batch size");
-  flags.add("lr", "float", "0.1", "initial learning rate");
-  flags.add("momentum", "float", "0.9", "SGD momentum");
-  flags.add("weight-decay", "float", "5e-4", "SGD weight decay");
-  flags.add("nesterov", "bool", "", "Nesterov momentum");
-  flags.add("schedule", "string", "cosine", "learning-rate schedule: cosine, step (x0.1 every --step-epochs), constant");
-  flags.add("step-epochs", "int", "30", "step schedule: epochs between decays");
-  flags.add("warmup-epochs", "int", "0", "linear learning-rate warm-up epochs");
-  flags.add("label-smoothing", "float", "0", "label smoothing of the cross-entropy");
-  flags.add("seed", "int", "0", "random seed (init, shuffling, augmentation, stochastic rounding)");
-  flags.add("threads", "int", "2", "CPU threads");
-  flags.add("device", "string", "cpu",
-            "where to train: cpu, cuda or cuda:N (a build configured with -DACTLAB_CUDA=ON and an NVIDIA GPU)");
-  flags.add("policy", "string", "exact", "activation-cache policy: " + policy_forms());
-  flags.add("policy-rule", "string", "", "per-module override PATTERN=POLICY, e.g. conv1=exact or 'layer1.*=quant:Q=4'",
-            true);
-  flags.add("no-augment", "bool", "", "disable training augmentation");
-  flags.add("steps-per-epoch", "int", "0", "stop each epoch after N steps (0: full epochs)");
-  flags.add("train-limit", "int", "0", "use only the first N training images (0: all)");
-  flags.add("test-limit", "int", "0", "evaluate on the first N test images (0: all)");
-  flags.add("log", "string", "", "per-epoch log file (.csv or .jsonl)");
-  flags.add("memory-report", "string", "", "per-layer saved-tensor table of the first step (.csv or .json)");
-  flags.add("summary-json", "string", "", "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON");
-  flags.add("overwrite", "bool", "", "allow replacing an existing log or memory report");
-  flags.add("print-every", "int", "0", "progress line every N steps (0: about 10 per epoch)");
-  flags.add("synthetic-size", "int", "2048", "training images of --dataset synthetic");
-  flags.add("quiet", "bool", "", "print only errors");
-  flags.add("save-dir", "string", "", "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best");
+  add_config_flags(flags);  // every option of a run's configuration (train/config_file.cpp)
+  // Command-line only: how the configuration is assembled, and what to do instead of training.
   flags.add("resume", "string", "", "continue the run saved in this checkpoint (its configuration is the default)");
-  flags.add("eval-only", "bool", "", "with --resume: evaluate the checkpoint on the test split, no training");
-  flags.add("summary", "bool", "", "print the model's layer table (shapes, parameters, MACs) and exit");
   flags.add("config", "string", "", "read options from FILE ('key = value' lines; see docs/example.conf)");
-  flags.add("on-nonfinite", "string", "stop",
-            "a NaN/Inf loss or gradient: stop (save the last good state to --save-dir, name the step and layer, "
-            "exit 2) or skip-step (drop that update; stop after " + std::to_string(kMaxConsecutiveSkips) +
-            " in a row)");
-  flags.add("memory-limit", "string", "",
-            "cap the live bytes on the device (e.g. 2GiB): past it the run fails with out of memory, as a smaller "
-            "GPU would; finds the batch size that fits");
-  flags.add("check-memory", "bool", "",
-            "check after every step that live bytes per tag return to the same value and the peak does not grow");
+  flags.add("summary", "bool", "", "print the model's layer table (shapes, parameters, MACs) and exit");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());

@@ -2,8 +2,8 @@
 // fused codec kernels (pack / unpack) on ResNet-18 CIFAR activation shapes at batch 256, as bytes read +
 // written per second and as a fraction of the copy's. (2) Training: median img/s of a full ResNet-18
 // step (forward, loss, backward, SGD) on random inputs on cuda:0 per policy, with the activation memory
-// (reference §5: allocator bytes live after forward + loss, minus before, minus logits and loss, plus the
-// input) and the step's peak tracked and reserved bytes. Prints tables; --json writes one JSON object.
+// (run_step's measure, docs/measures.md: the cuDNN/cuBLAS workspace does not count) and the step's peak
+// tracked and reserved bytes. Prints tables; --json writes one JSON object.
 // Builds everywhere; without CUDA (build or device) it prints "no CUDA" and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -22,6 +22,7 @@
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
 #include "train/cli.h"
+#include "train/step.h"
 
 #if defined(ACTLAB_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -133,10 +134,8 @@ struct TrainRow {
   int64_t steps = 0, activation = 0, peak = 0, reserved_peak = 0;
 };
 
-int64_t live_excluding_data(const MemoryStats& s) { return s.total.current - s[MemTag::Data].current; }
-
-// One policy: warm-up steps (cuDNN selects algorithms then), then timed steps; every step ends with the
-// loss read back, so the host waits for the GPU and wall time is the step time.
+// One policy: warm-up steps (cuDNN selects algorithms then), then timed steps; every step ends with a
+// read-back after the update, so the host waits for the GPU and wall time is the step time.
 TrainRow run_policy(const FlagParser& flags, const std::string& policy) {
   const Device gpu = Device::cuda(0);
   const int64_t B = flags.get_int("batch");
@@ -160,24 +159,9 @@ TrainRow run_policy(const FlagParser& flags, const std::string& policy) {
   const auto step = [&] {
     set_pack_step(static_cast<uint64_t>(step_index++));
     reset_peak(gpu);
-    const int64_t before = live_excluding_data(memory_stats(gpu));
-    Variable logits, loss;
-    {
-      ActivationCacheScope scope(set);
-      MemTagScope tag(MemTag::Activation);
-      logits = (*model)(Variable(x));
-      loss = cross_entropy(logits, y);
-    }
-    row.activation = live_excluding_data(memory_stats(gpu)) - before - static_cast<int64_t>(logits.data().nbytes()) -
-                     static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(x.nbytes());
-    logits = Variable();
-    opt.zero_grad();
-    {
-      MemTagScope tag(MemTag::Activation);
-      backward(loss);
-    }
-    opt.step();
-    (void)loss.data().item();  // waits for the step
+    row.activation = run_step(*model, &opt, set, x, y).activation_bytes;
+    // Waits for the update: the copy of the last parameter the optimizer wrote queues behind it.
+    (void)model->parameters().back().data().to(Device::cpu());
     const MemoryStats s = memory_stats(gpu);
     row.peak = s.total.peak;
     row.reserved_peak = s.reserved_peak;

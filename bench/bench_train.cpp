@@ -1,7 +1,7 @@
 // bench_train: median images/s of a full training step (forward, loss, backward, SGD) on random
 // 3x32x32 inputs, the protocol of ../shared/bench/torch_cpu_train.py (warm-up steps, then at least
 // --steps timed steps, continued until --min-time seconds), so the two can be run side by side.
-// Also reports the activation memory of the step (reference §5) for each policy, and the median process
+// Also reports the activation memory of the step (train/step.h, docs/measures.md) for each policy, and the median process
 // CPU time of a step: CPU ms / (wall ms · threads) is how busy the team kept the cores (with
 // OMP_WAIT_POLICY=passive, so that waiting threads sleep instead of spinning). --rounds N repeats the
 // policy list N times so that policies can be compared in back-to-back pairs on a shared machine;
@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
 #include "bench/step_timing.h"
 #include "compress/policy.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
 #include "train/cli.h"
+#include "train/step.h"
 
 using namespace actlab;
 using namespace actlab::bench;
@@ -37,7 +37,7 @@ struct TrainStep {
   std::unique_ptr<Sgd> opt;
   PolicySet set;
   Tensor x, y;
-  int64_t activation_bytes = 0;  // of the last step (reference §5 measure)
+  int64_t activation_bytes = 0;  // of the last step (train/step.h, docs/measures.md)
 
   TrainStep(const std::string& name, const std::string& policy, int64_t B, int64_t C, int64_t S)
       : set(parse_policy(policy)) {
@@ -50,25 +50,7 @@ struct TrainStep {
     y = Tensor::empty({B}, DType::I64);
     for (int64_t i = 0; i < B; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(10));
   }
-  void step() {
-    const int64_t before = memory_stats().total.current;
-    Variable logits, loss;
-    {
-      ActivationCacheScope scope(set);
-      MemTagScope tag(MemTag::Activation);
-      logits = (*model)(Variable(x));
-      loss = cross_entropy(logits, y);
-    }
-    activation_bytes = memory_stats().total.current - before - static_cast<int64_t>(logits.data().nbytes()) -
-                       static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(x.nbytes());
-    logits = Variable();
-    opt->zero_grad();
-    {
-      MemTagScope tag(MemTag::Activation);
-      backward(loss);
-    }
-    opt->step();
-  }
+  void step() { activation_bytes = run_step(*model, opt.get(), set, x, y).activation_bytes; }
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The activation codec arithmetic: bf16 directed rounding, per-plane/per-group min/step, unbiased
 // stochastic rounding, block means and nearest up-sampling indices, as ACTLAB_HD functions shared by the
-// CPU kernels (compress/codec_cpu.cpp) and a future CUDA twin, plus the raw-pointer CPU kernel API.
+// CPU kernels (compress/codec_cpu.cpp) and their CUDA twin (compress/codec_cuda.cu), plus the raw-pointer
+// CPU kernel API.
 // Layouts and closed forms: docs/policies.md. Tested in tests/test_codec.cpp (against naive loops).
 #pragma once
 #include <cmath>

@@ -1,5 +1,5 @@
 // The exact policy: keeps the tensor itself (shares its storage; no copy, no loss).
-// Tested in tests/test_policy.cpp.
+// Tested in tests/test_policies.cpp.
 #pragma once
 #include "compress/policy.h"
 

@@ -88,6 +88,7 @@ void CacheStats::record_pack(const SaveInfo& info, const std::string& policy, co
     CacheEntryStats e;
     e.module_path = info.module_path;
     e.op = info.op + (info.role.empty() ? "" : "." + info.role);
+    e.lossy = info.lossy_ok;
     entries_.push_back(e);
   }
   CacheEntryStats& e = entries_[it->second];

@@ -1,7 +1,7 @@
 // The activation-cache policy: how a tensor that backward needs is kept between forward and backward.
 // Owns SaveInfo, Packed, ActivationCachePolicy, the policy set in force (default + per-module rules)
 // and CacheStats (per module path: raw, packed and closed-form bytes, pack/unpack time).
-// Tested in tests/test_policy.cpp.
+// Tested in tests/test_policies.cpp.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -112,6 +112,7 @@ struct CacheEntryStats {
   std::string op;
   std::string policy;
   Shape shape;
+  bool lossy = false;          // SaveInfo::lossy_ok: offered to the policy (conv/linear/BN inputs)
   int64_t packs = 0;
   int64_t bytes_raw = 0;       // f32 bytes of the tensors offered
   int64_t bytes_packed = 0;    // nbytes() of what was kept

@@ -1,7 +1,7 @@
 // The tracking allocator: every byte of tensor memory on every device goes through it, tagged.
 // Owns per-device, per-tag statistics (current, peak, allocated, freed, counts, OOMs), the tag scope,
 // the raw backends (CPU here; the CUDA caching allocator registers itself from core/cuda/).
-// Tested in tests/test_allocator.cpp.
+// Tested in tests/test_core.cpp (tags, peaks, limits) and tests/test_train.cpp (--memory-limit).
 #pragma once
 #include <array>
 #include <cstddef>

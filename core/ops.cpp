@@ -391,7 +391,7 @@ Tensor masked_backward(const char* op, MaskOp kind, const Tensor& dy, const Tens
   const float* dyp = f32(dy);
   const uint32_t* m = mask_ptr(mask);
   const int64_t n = dy.numel();
-  const float scale = kind != MaskOp::Dropout ? 1.f : p < 1.f ? 1.f / (1.f - p) : 0.f;
+  [[maybe_unused]] const float scale = kind != MaskOp::Dropout ? 1.f : p < 1.f ? 1.f / (1.f - p) : 0.f;
   if (kind == MaskOp::Relu) {
     ACTLAB_DISPATCH(dev, cuda::masked_scale(dxp, m, dyp, n, scale, gpu.stream()), cpu::relu_backward(dxp, m, dyp, n));
   } else if (kind == MaskOp::Relu6) {

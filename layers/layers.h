@@ -1,6 +1,6 @@
 // The standard layers: Conv2d, Linear, BatchNorm2d, ReLU, ReLU6, MaxPool2d, AvgPool2d,
 // GlobalAvgPool, Dropout, Flatten, Sequential. Initialisation follows torchvision.
-// Tested in tests/test_layers.cpp.
+// Tested in tests/test_functions.cpp (the ops they call) and tests/test_models.cpp (in networks).
 #pragma once
 #include <memory>
 #include <vector>

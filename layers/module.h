@@ -1,7 +1,7 @@
 // Module: the unit models are built from. Registers parameters, buffers and children by name,
 // knows train/eval, and pushes its name onto the module path while it runs, so saved tensors and
 // memory reports carry paths like "layer2.0.conv1".
-// Tested in tests/test_layers.cpp.
+// Tested in tests/test_models.cpp (names, parameter counts) and tests/test_autograd.cpp (module paths).
 #pragma once
 #include <memory>
 #include <string>

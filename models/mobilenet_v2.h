@@ -66,7 +66,7 @@ MobileNetV2Config mobilenet_v2_imagenet_config(int64_t in_channels, int64_t num_
 // The DIVISION reference's CIFAR model (cifar_models/mobilenetv2.py, kuangliu style): stride-1 stem and
 // second stage, plain ReLU, kuangliu blocks, no dropout, PyTorch default init.
 MobileNetV2Config mobilenet_v2_division_config(int64_t in_channels, int64_t num_classes);
-// The peer benchmark's CIFAR port (shared/bench/cifar_models.py mobilenetv2): torchvision blocks and
+// The PyTorch peer benchmark's CIFAR port (its mobilenetv2): torchvision blocks and
 // ReLU6, stride-1 stem and second stage, no dropout, Kaiming fan_out convs, default Linear init.
 MobileNetV2Config mobilenet_v2_torchcifar_config(int64_t in_channels, int64_t num_classes);
 

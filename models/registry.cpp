@@ -52,7 +52,7 @@ const std::vector<ModelEntry>& model_table() {
        [](const ModelSpec& s) {
          return std::make_shared<MobileNetV2>(mobilenet_v2_division_config(s.in_channels, s.num_classes));
        }},
-      {"mobilenet_v2_torchcifar", "MobileNetV2 CIFAR as in shared/bench/cifar_models.py (ReLU6; 2.24M params)",
+      {"mobilenet_v2_torchcifar", "MobileNetV2 CIFAR as in the PyTorch peer benchmark's models (ReLU6; 2.24M params)",
        32, 3,
        [](const ModelSpec& s) {
          return std::make_shared<MobileNetV2>(mobilenet_v2_torchcifar_config(s.in_channels, s.num_classes));

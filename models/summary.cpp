@@ -18,7 +18,7 @@ struct Observed {
 };
 
 // Multiply-accumulates of one call, per image. Bias adds, BN, activations and pooling are not counted
-// (the usual convention, and the one shared/bench/cifar_models.py count_macs uses).
+// (the usual convention, and the one the PyTorch peer benchmark's count_macs uses).
 int64_t macs_per_image(const Module& module, const Shape& out) {
   if (out.empty() || out[0] == 0) return 0;
   const int64_t per_image = shape_numel(out) / out[0];

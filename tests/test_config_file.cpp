@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
 #include "train/config_file.h"
@@ -102,4 +103,37 @@ TEST_CASE("config file: docs/example.conf is valid") {
   CHECK(c.model == "resnet18");
   CHECK(c.policy_rules.size() == 2);
   CHECK_NOTHROW(validate(c));
+}
+
+TEST_CASE("option table: actlab-train's flags are the config keys, with TrainConfig's defaults") {
+  FlagParser flags("actlab-train", "test");
+  add_config_flags(flags);
+  const TrainConfig defaults;
+  const auto entries = config_entries(defaults);
+  const auto declared = flags.effective();
+  std::set<std::string> keys;
+  for (const auto& e : entries) keys.insert(e.first);
+  keys.insert("policy-rule");  // no entry while the default has no rule
+  REQUIRE(declared.size() == keys.size());
+  for (const auto& d : declared) {
+    CAPTURE(d.first);
+    CHECK(is_config_key(d.first));
+    CHECK(keys.count(d.first) == 1);
+  }
+  // The flags' defaults read back into a TrainConfig give the default configuration exactly.
+  TrainConfig from_flags;
+  for (const auto& e : entries) {
+    const std::string v = flags.get(e.first);
+    set_config_value(from_flags, e.first, v.empty() && e.second == "false" ? "false" : v);
+  }
+  CHECK(config_to_json(from_flags) == config_to_json(defaults));
+  // A parsed command line sets the same fields as the same keys in a config file would.
+  const char* argv[] = {"actlab-train", "--batch-size", "64", "--nesterov", "--policy-rule", "conv1=exact",
+                        "--policy-rule", "fc=quant:Q=4", "--weight-decay=1e-3"};
+  REQUIRE(flags.parse(9, argv));
+  CHECK(flags.get_int("batch-size") == 64);
+  CHECK(flags.get_bool("nesterov"));
+  CHECK(flags.get_all("policy-rule").size() == 2);
+  CHECK(flags.get_float("weight-decay") == 1e-3);
+  CHECK(flags.help().find("--memory-limit") != std::string::npos);
 }

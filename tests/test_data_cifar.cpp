@@ -325,7 +325,7 @@ TEST_CASE("data: cifar reflect padding mirrors without repeating the edge") {
 }
 
 TEST_CASE("data: cifar transforms defaults and the loader's reflect padding") {
-  // Constants from shared/docs/division-reference.md §4.
+  // The constants of the official DIVISION training scripts (data/transforms.cpp's table).
   const ChannelStats& c10 = channel_stats("cifar10/train");
   CHECK(c10.mean[0] == doctest::Approx(0.4914f));
   CHECK(c10.std[1] == doctest::Approx(0.1994f));

@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "compress/policy.h"
 #include "io/json.h"
+#include "models/registry.h"
 
 namespace actlab {
 namespace {
@@ -42,71 +44,98 @@ std::string num(double v) {  // shortest text that reads back to v
 }
 std::string flag(bool v) { return v ? "true" : "false"; }
 
-// One row per key: how to set the field from text and how to print it. Field names mirror the
-// actlab-train flags; keep this table and apps/actlab-train.cpp's flag list in step.
+// The option table: each actlab-train option that is part of a run's configuration is declared here
+// once: its key (the long flag name and the config-file key), its kind, its help text, how to set
+// the TrainConfig field from text and how to print it. The default is the field's value in a
+// default-constructed TrainConfig. From this table come the flags and --help of actlab-train
+// (add_config_flags), the config-file keys, the effective-configuration text and the JSON stored in
+// logs and checkpoints. Range checks of the values live in validate() (train/trainer.cpp), which
+// also checks the combinations, and check_value_alone() below applies it to one key.
 struct Field {
   const char* key;
+  const char* kind;  // FlagParser kinds: "string", "int", "float", "bool"
+  std::string help;
   std::function<void(TrainConfig&, const std::string&)> set;
   std::function<std::string(const TrainConfig&)> get;
+  bool repeatable = false;
 };
 
-#define ACTLAB_STR(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = v; }, [](const TrainConfig& c) { return c.f; }}
-#define ACTLAB_INT(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = to_int(k, v); }, \
-                          [](const TrainConfig& c) { return std::to_string(c.f); }}
-#define ACTLAB_FLT(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = to_float(k, v); }, \
-                          [](const TrainConfig& c) { return num(c.f); }}
-#define ACTLAB_BOOL(k, f) {k, [](TrainConfig& c, const std::string& v) { c.f = to_bool(k, v); }, \
-                           [](const TrainConfig& c) { return flag(c.f); }}
+#define ACTLAB_STR(k, f, help) {k, "string", help, [](TrainConfig& c, const std::string& v) { c.f = v; }, \
+                                [](const TrainConfig& c) { return c.f; }}
+#define ACTLAB_INT(k, f, help) {k, "int", help, [](TrainConfig& c, const std::string& v) { c.f = to_int(k, v); }, \
+                                [](const TrainConfig& c) { return std::to_string(c.f); }}
+#define ACTLAB_FLT(k, f, help) {k, "float", help, [](TrainConfig& c, const std::string& v) { c.f = to_float(k, v); }, \
+                                [](const TrainConfig& c) { return num(c.f); }}
+#define ACTLAB_BOOL(k, f, help) {k, "bool", help, [](TrainConfig& c, const std::string& v) { c.f = to_bool(k, v); }, \
+                                 [](const TrainConfig& c) { return flag(c.f); }}
 
 const std::vector<Field>& fields() {
-  static const std::vector<Field> table = {
-      ACTLAB_STR("model", model),
-      ACTLAB_STR("dataset", dataset),
-      ACTLAB_STR("data-dir", data_dir),
-      ACTLAB_INT("image-size", image_size),
-      ACTLAB_INT("image-channels", image_channels),
-      ACTLAB_FLT("test-fraction", test_fraction),
-      ACTLAB_BOOL("coarse", cifar100_coarse),
-      ACTLAB_INT("synthetic-size", synthetic_size),
-      ACTLAB_INT("epochs", epochs),
-      ACTLAB_INT("batch-size", batch_size),
-      ACTLAB_FLT("lr", lr),
-      ACTLAB_FLT("momentum", momentum),
-      ACTLAB_FLT("weight-decay", weight_decay),
-      ACTLAB_BOOL("nesterov", nesterov),
-      ACTLAB_STR("schedule", schedule),
-      ACTLAB_INT("step-epochs", step_epochs),
-      ACTLAB_INT("warmup-epochs", warmup_epochs),
-      ACTLAB_FLT("label-smoothing", label_smoothing),
-      {"seed",
-       [](TrainConfig& c, const std::string& v) {
-         const int64_t s = to_int("seed", v);
-         ACTLAB_CHECK(s >= 0, "seed must be >= 0, got ", s);
-         c.seed = static_cast<uint64_t>(s);
-       },
-       [](const TrainConfig& c) { return std::to_string(c.seed); }},
-      ACTLAB_INT("threads", threads),
-      ACTLAB_STR("device", device),
-      ACTLAB_STR("policy", policy),
-      {"policy-rule", [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },
-       [](const TrainConfig&) { return std::string(); }},  // printed per rule by config_entries
-      {"no-augment", [](TrainConfig& c, const std::string& v) { c.augment = !to_bool("no-augment", v); },
-       [](const TrainConfig& c) { return flag(!c.augment); }},
-      ACTLAB_INT("steps-per-epoch", steps_per_epoch),
-      ACTLAB_INT("train-limit", train_limit),
-      ACTLAB_INT("test-limit", test_limit),
-      ACTLAB_STR("log", log_file),
-      ACTLAB_STR("memory-report", memory_report),
-      ACTLAB_STR("summary-json", summary_json),
-      ACTLAB_BOOL("overwrite", overwrite),
-      ACTLAB_INT("print-every", print_every),
-      ACTLAB_STR("save-dir", save_dir),
-      ACTLAB_BOOL("eval-only", eval_only),
-      ACTLAB_BOOL("quiet", quiet),
-      ACTLAB_STR("on-nonfinite", on_nonfinite),
-      ACTLAB_BOOL("check-memory", check_memory),
-      ACTLAB_STR("memory-limit", memory_limit),
-  };
+  static const std::vector<Field> table = [] {
+    std::string models;
+    for (const auto& m : model_names()) models += (models.empty() ? "" : ", ") + m.first;
+    return std::vector<Field>{
+        ACTLAB_STR("model", model, "model: " + models),
+        ACTLAB_STR("dataset", dataset, "data set: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic"),
+        ACTLAB_STR("data-dir", data_dir,
+                   "directory of the data set files (default: Debian's Fashion-MNIST; for CIFAR the directory "
+                   "scripts/get-cifar.sh fills, ~/.cache/actlab/cifar or $ACTLAB_CIFAR_DIR)"),
+        ACTLAB_INT("image-size", image_size, "folder data set: resize/crop images to this size"),
+        ACTLAB_INT("image-channels", image_channels, "folder data set: 1 (grey) or 3 (RGB)"),
+        ACTLAB_FLT("test-fraction", test_fraction, "folder data set without train/ and test/: held-out share per class"),
+        ACTLAB_BOOL("coarse", cifar100_coarse, "cifar100: the 20 coarse labels"),
+        ACTLAB_INT("synthetic-size", synthetic_size, "training images of --dataset synthetic"),
+        ACTLAB_INT("epochs", epochs, "training epochs"),
+        ACTLAB_INT("batch-size", batch_size, "mini-batch size"),
+        ACTLAB_FLT("lr", lr, "initial learning rate"),
+        ACTLAB_FLT("momentum", momentum, "SGD momentum"),
+        ACTLAB_FLT("weight-decay", weight_decay, "SGD weight decay"),
+        ACTLAB_BOOL("nesterov", nesterov, "Nesterov momentum"),
+        ACTLAB_STR("schedule", schedule, "learning-rate schedule: cosine, step (x0.1 every --step-epochs), constant"),
+        ACTLAB_INT("step-epochs", step_epochs, "step schedule: epochs between decays"),
+        ACTLAB_INT("warmup-epochs", warmup_epochs, "linear learning-rate warm-up epochs"),
+        ACTLAB_FLT("label-smoothing", label_smoothing, "label smoothing of the cross-entropy"),
+        {"seed", "int", "random seed (init, shuffling, augmentation, stochastic rounding)",
+         [](TrainConfig& c, const std::string& v) {
+           const int64_t s = to_int("seed", v);
+           ACTLAB_CHECK(s >= 0, "seed must be >= 0, got ", s);
+           c.seed = static_cast<uint64_t>(s);
+         },
+         [](const TrainConfig& c) { return std::to_string(c.seed); }},
+        ACTLAB_INT("threads", threads, "CPU threads"),
+        ACTLAB_STR("device", device,
+                   "where to train: cpu, cuda or cuda:N (a build with the CUDA backend and an NVIDIA GPU)"),
+        ACTLAB_STR("policy", policy, "activation-cache policy: " + policy_forms()),
+        {"policy-rule", "string", "per-module override PATTERN=POLICY, e.g. conv1=exact or 'layer1.*=quant:Q=4'",
+         [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },
+         [](const TrainConfig&) { return std::string(); },  // printed per rule by config_entries
+         true},
+        {"no-augment", "bool", "disable training augmentation",
+         [](TrainConfig& c, const std::string& v) { c.augment = !to_bool("no-augment", v); },
+         [](const TrainConfig& c) { return flag(!c.augment); }},
+        ACTLAB_INT("steps-per-epoch", steps_per_epoch, "stop each epoch after N steps (0: full epochs)"),
+        ACTLAB_INT("train-limit", train_limit, "use only the first N training images (0: all)"),
+        ACTLAB_INT("test-limit", test_limit, "evaluate on the first N test images (0: all)"),
+        ACTLAB_STR("log", log_file, "per-epoch log file (.csv or .jsonl)"),
+        ACTLAB_STR("memory-report", memory_report, "per-layer saved-tensor table of the first step (.csv or .json)"),
+        ACTLAB_STR("summary-json", summary_json,
+                   "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON"),
+        ACTLAB_BOOL("overwrite", overwrite, "allow replacing an existing log or memory report"),
+        ACTLAB_INT("print-every", print_every, "progress line every N steps (0: about 10 per epoch)"),
+        ACTLAB_STR("save-dir", save_dir,
+                   "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best"),
+        ACTLAB_BOOL("eval-only", eval_only, "with --resume: evaluate the checkpoint on the test split, no training"),
+        ACTLAB_BOOL("quiet", quiet, "print only errors"),
+        ACTLAB_STR("on-nonfinite", on_nonfinite,
+                   "a NaN/Inf loss or gradient: stop (save the last good state to --save-dir, name the step and "
+                   "layer, exit 2) or skip-step (drop that update; stop after " +
+                       std::to_string(kMaxConsecutiveSkips) + " in a row)"),
+        ACTLAB_BOOL("check-memory", check_memory,
+                    "check after every step that live bytes per tag return to the same value and the peak does not grow"),
+        ACTLAB_STR("memory-limit", memory_limit,
+                   "cap the live bytes on the device (e.g. 2GiB): past it the run fails with out of memory, as a "
+                   "smaller GPU would; finds the batch size that fits"),
+    };
+  }();
   return table;
 }
 #undef ACTLAB_STR
@@ -141,6 +170,15 @@ void check_value_alone(const std::string& key, const std::string& value) {
 }  // namespace
 
 bool is_config_key(const std::string& key) { return find_field(key) != nullptr; }
+
+void add_config_flags(FlagParser& flags) {
+  const TrainConfig defaults;
+  for (const auto& f : fields()) {
+    std::string def = f.get(defaults);
+    if (std::string(f.kind) == "bool" && def == "false") def = "";  // a switch: no default shown
+    flags.add(f.key, f.kind, def, f.help, f.repeatable);
+  }
+}
 
 void set_config_value(TrainConfig& c, const std::string& key, const std::string& value) {
   const Field* f = find_field(key);

@@ -1,5 +1,6 @@
-// The run configuration as text: one table maps every TrainConfig field to its actlab-train long flag
-// name, and from it come the config-file reader (`key = value` lines, `#` comments, repeatable
+// The run configuration as text: one table (the option table, in config_file.cpp) declares every
+// TrainConfig option once — key, kind, help, default — and from it come actlab-train's flags and
+// --help (add_config_flags), the config-file reader (`key = value` lines, `#` comments, repeatable
 // `policy-rule`), the effective-configuration text and JSON (logs, checkpoints) and the reverse
 // mapping used by --resume. Format documented in docs/example.conf. Tested in tests/test_config_file.cpp.
 #pragma once
@@ -8,7 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "train/trainer.h"
+#include "train/cli.h"
+#include "train/config.h"
 
 namespace actlab {
 
@@ -17,6 +19,8 @@ namespace actlab {
 void set_config_value(TrainConfig& c, const std::string& key, const std::string& value);
 // True for keys set_config_value accepts.
 bool is_config_key(const std::string& key);
+// Declares every key of the table as a flag of `flags` (kind, help, TrainConfig's default).
+void add_config_flags(FlagParser& flags);
 
 // Every key with its effective value, in table order; policy-rule appears once per rule.
 std::vector<std::pair<std::string, std::string>> config_entries(const TrainConfig& c);

@@ -1,4 +1,4 @@
-// load_data (train/trainer.h): the train/test splits a TrainConfig names, with their normalization
+// load_data (train/data_splits.h): the train/test splits a TrainConfig names, with their normalization
 // and augmentation, optionally cut to the first N samples. Tested through tests/test_train.cpp and
 // the data suites (tests/test_data*.cpp).
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include "data/cifar.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
-#include "train/trainer.h"
+#include "train/data_splits.h"
 
 namespace actlab {
 namespace {

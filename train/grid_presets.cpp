@@ -31,7 +31,7 @@ Cell recipe(const GridOptions& o, const std::string& model, const std::string& d
   c.model = model;
   c.dataset = dataset;
   c.threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-  if (o.preset == "paper") {  // DIVISION Table 10 (reference §4)
+  if (o.preset == "paper") {  // the DIVISION paper's Table 10 recipe
     c.epochs = 100;
     c.batch_size = 256;
   } else {  // cpu: ~35 min for Table 1(c) on 2 cores (see estimate_cell_seconds)

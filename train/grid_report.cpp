@@ -302,7 +302,7 @@ std::string tables_markdown(const Results& r, const std::string& command_line) {
   s += "- cells: " + std::to_string(r.cells.size()) + ", " + std::to_string(done) + " done, " +
        std::to_string(failed) + " failed\n";
   s += "- test accuracy: top-1 % after the last epoch (mean ± std over seeds when there are several); "
-       "activation memory: allocator bytes held for backward after forward+loss, one step (reference §5); "
+       "activation memory: allocator bytes held for backward after forward+loss, one step (docs/measures.md); "
        "compression: exact activation memory / this one (same model and data); saved raw/packed: the "
        "policy's own ratio over the tensors it compressed\n";
   for (const auto& t : r.grid.tables) {

@@ -5,7 +5,7 @@
 
 #include "autograd/variable.h"
 #include "core/ops.h"
-#include "train/trainer.h"
+#include "train/summary.h"  // format_bytes
 
 namespace actlab {
 namespace {

@@ -89,7 +89,7 @@ void Progress::epoch_done(const EpochRow& r, int64_t epochs) {
 
 void print_first_step_report(const TrainSummary& s, int64_t activation_bytes, const TrainConfig& c) {
   std::printf("%s", memory_stats(Device::parse(c.device)).table().c_str());
-  std::printf("first step: activation memory %s (reference measure: live after forward+loss minus before, "
+  std::printf("first step: activation memory %s (docs/measures.md: live after forward+loss minus before, "
               "minus logits and loss, input batch included)\n",
               format_bytes(activation_bytes).c_str());
   if (s.saved_raw_bytes > 0 && s.saved_packed_bytes > 0) {

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "compress/policy.h"
-#include "train/trainer.h"
+#include "train/config.h"
+#include "train/summary.h"
 
 namespace actlab {
 

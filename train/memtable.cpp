@@ -3,11 +3,11 @@
 
 #include <chrono>
 
-#include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
 #include "compress/policy.h"
 #include "layers/optim/sgd.h"
 #include "models/registry.h"
+#include "train/step.h"
 
 namespace actlab {
 
@@ -23,7 +23,7 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
   r.model_only_bytes = memory_stats().total.current - start;
 
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t init = memory_stats().total.current;
+  const int64_t init = memory_stats().total.current;  // before the batch: the reference's total counts it
   reset_peak();
   {
     PhiloxStream rng(c.seed, 77);
@@ -34,32 +34,15 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
       labels = Tensor::empty({c.batch}, DType::I64);
       for (int64_t i = 0; i < c.batch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(c.num_classes));
     }
-    CacheStats::global().reset();
-    Variable logits, loss;
-    {
-      ActivationCacheScope scope(policies);
-      MemTagScope tag(MemTag::Activation);
-      logits = (*model)(Variable(images));
-      loss = cross_entropy(logits, labels);
-    }
-    const int64_t before_backward = memory_stats().total.current;
-    r.activation_bytes = before_backward - init - static_cast<int64_t>(logits.data().nbytes()) -
-                         static_cast<int64_t>(loss.data().nbytes());
-    for (const auto& e : CacheStats::global().entries()) {
-      if (e.op.find(".input") == std::string::npos) continue;
-      r.saved_raw_bytes += e.bytes_raw;
-      r.saved_packed_bytes += e.bytes_packed;
-      r.saved_expected_bytes += e.bytes_expected;
-    }
-    logits = Variable();
-    {
-      MemTagScope tag(MemTag::Activation);
-      backward(loss);
-    }
-    loss = Variable();
-    opt.step();
-    const int64_t after_backward = memory_stats().total.current;
-    r.total_bytes = before_backward + (after_backward - init) - start;
+    StepOptions so;
+    so.record_saves = true;
+    const StepResult step = run_step(*model, &opt, policies, images, labels, so);
+    r.activation_bytes = step.activation_bytes;
+    r.saved_raw_bytes = step.saved.raw;
+    r.saved_packed_bytes = step.saved.packed;
+    r.saved_expected_bytes = step.saved.expected;
+    // The reference's total: what was live before backward plus what the step (batch included) added.
+    r.total_bytes = step.total_after_forward + (step.total_after_step - init) - start;
   }
   r.peak_bytes = memory_stats().total.peak - start;
   r.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

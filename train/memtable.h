@@ -1,6 +1,7 @@
-// One training step's memory, measured as the DIVISION reference measures it (reference §5), and the
-// model × batch × policy grid behind actlab-memtable (the shape of the paper's Table 1(a)).
-// Tested in tests/test_memtable.cpp.
+// One training step's memory on random data, by the activation measure of train/step.h
+// (docs/measures.md): the model × batch × policy grid behind actlab-memtable (the shape of the paper's
+// Table 1(a)).
+// Tested in tests/test_step.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,8 +21,8 @@ struct StepMemoryConfig {
 
 struct StepMemoryResult {
   int64_t model_only_bytes = 0;       // parameters + buffers (+ gradient buffers once allocated)
-  int64_t activation_bytes = 0;       // before_backward − init − logits − loss (input batch included)
-  int64_t total_bytes = 0;            // before_backward + (after_backward − init), as the reference
+  int64_t activation_bytes = 0;       // StepResult::activation_bytes (docs/measures.md)
+  int64_t total_bytes = 0;            // live before backward + what the step added after it (docs/measures.md)
   int64_t peak_bytes = 0;             // the allocator's peak over the step (all tags)
   int64_t saved_raw_bytes = 0;        // f32 bytes offered to the policy (conv/linear/BN inputs)
   int64_t saved_packed_bytes = 0;     // what the policy kept of them

@@ -30,19 +30,13 @@
 #include "train/cli.h"
 #include "train/guards.h"
 #include "train/logging.h"
+#include "train/step.h"
 
 namespace actlab {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Live bytes as the activation measure counts them: not the data loader's batches, and not library
-// workspaces (cuDNN/cuBLAS keep theirs across ops once allocated on the first forward; CPU
-// workspaces are freed inside each op, so this changes no CPU figure).
-int64_t live_excluding_data(const MemoryStats& s) {
-  return s.total.current - s[MemTag::Data].current - s[MemTag::Workspace].current;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -210,7 +204,7 @@ class Run {
   bool train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row);  // false: update skipped
   std::string locate_in_forward(const Tensor& images);
   void nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step);
-  void after_first_step(int64_t activation_bytes);
+  void after_first_step(const StepResult& r);
   void finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start);
   void stop(int64_t epoch, int64_t step);
   TrainState state(int64_t epochs_done, int64_t step_in_epoch) const;
@@ -351,48 +345,38 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
                       global_step_ + 1 < c_.inject_nan_step + c_.inject_nan_count;
   if (inject && c_.inject_nan_into == "input") poison(host_batch.images);
   const Batch batch = on_device(host_batch, device_);
-  const int64_t live_before = live_excluding_data(memory_stats(device_));
-  Variable logits, loss;
-  {
-    ActivationCacheScope scope(*policies_);
-    MemTagScope tag(MemTag::Activation);
-    logits = (*model_)(Variable(batch.images));
-    loss = cross_entropy(logits, batch.labels, static_cast<float>(c_.label_smoothing));
-  }
-  const int64_t live_after = live_excluding_data(memory_stats(device_));
-  const int64_t act = live_after - live_before - static_cast<int64_t>(logits.data().nbytes()) -
-                      static_cast<int64_t>(loss.data().nbytes()) + static_cast<int64_t>(batch.images.nbytes());
+  StepOptions so;
+  so.label_smoothing = static_cast<float>(c_.label_smoothing);
+  so.record_saves = !first_step_done_;  // the first step's saves are the memory report
   // The loss is read every step anyway; only a non-finite one pays for the diagnostic forward.
-  const float loss_value = loss.data().item();
-  if (!std::isfinite(loss_value)) {
-    logits = loss = Variable();
-    Tape::current().clear();
-    nonfinite_step("loss (" + std::to_string(loss_value) + ")", locate_in_forward(batch.images), epoch, step);
+  so.after_forward = [](float loss) { return std::isfinite(loss); };
+  std::string bad_gradient;
+  so.before_update = [&] {
+    const auto params = model_->named_parameters();
+    if (inject && c_.inject_nan_into == "grad" && !params.empty()) poison(params.back().second.grad());
+    // Before the update: a bad gradient never reaches the weights or the momentum.
+    const std::vector<std::string> bad = nonfinite_gradients(*model_);
+    if (bad.empty()) return true;
+    const std::string& last = bad.back();  // the nearest the loss: where backward met it first
+    bad_gradient = "first in layer '" + last.substr(0, last.rfind('.')) + "' (parameter " + last + "; " +
+                   std::to_string(bad.size()) + " of " + std::to_string(params.size()) +
+                   " parameter gradients non-finite)";
+    return false;
+  };
+  const StepResult r = run_step(*model_, opt_.get(), *policies_, batch.images, batch.labels, so);
+  if (!r.backward_done) {
+    nonfinite_step("loss (" + std::to_string(r.loss) + ")", locate_in_forward(batch.images), epoch, step);
     return false;
   }
-  const int64_t correct = count_correct(logits.data(), batch.labels);
-  logits = Variable();
-  opt_->zero_grad();
-  {
-    MemTagScope tag(MemTag::Activation);
-    backward(loss);
-  }
-  loss = Variable();
-  const auto params = model_->named_parameters();
-  if (inject && c_.inject_nan_into == "grad" && !params.empty()) poison(params.back().second.grad());
-  // Before the update: a bad gradient never reaches the weights or the momentum.
-  const std::vector<std::string> bad = nonfinite_gradients(*model_);
-  if (!bad.empty()) {
-    const std::string& last = bad.back();  // the nearest the loss: where backward met it first
-    nonfinite_step("gradient", "first in layer '" + last.substr(0, last.rfind('.')) + "' (parameter " + last + "; " +
-                                   std::to_string(bad.size()) + " of " + std::to_string(params.size()) +
-                                   " parameter gradients non-finite)",
-                   epoch, step);
+  if (!r.updated) {
+    nonfinite_step("gradient", bad_gradient, epoch, step);
     return false;
   }
   nonfinite_in_a_row_ = 0;
-  opt_->step();
-  if (!first_step_done_) after_first_step(act);
+  const int64_t act = r.activation_bytes;
+  const float loss_value = r.loss;
+  const int64_t correct = r.correct;
+  if (!first_step_done_) after_first_step(r);
   const int64_t n = batch.labels.size(0);
   correct_ += correct;
   loss_sum_ += static_cast<double>(loss_value) * static_cast<double>(n);
@@ -412,17 +396,14 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
 
 // The per-pack statistics now hold exactly one forward (a skipped step's were reset): report them
 // and stop collecting.
-void Run::after_first_step(int64_t activation_bytes) {
+void Run::after_first_step(const StepResult& r) {
   first_step_done_ = true;
-  for (const auto& e : CacheStats::global().entries()) {
-    if (e.op.find(".input") == std::string::npos) continue;  // lossy saves only
-    summary_.saved_raw_bytes += e.bytes_raw;
-    summary_.saved_packed_bytes += e.bytes_packed;
-    summary_.saved_expected_bytes += e.bytes_expected;
-  }
+  summary_.saved_raw_bytes = r.saved.raw;
+  summary_.saved_packed_bytes = r.saved.packed;
+  summary_.saved_expected_bytes = r.saved.expected;
   CacheStats::global().set_enabled(false);
-  if (!c_.quiet) print_first_step_report(summary_, activation_bytes, c_);
-  if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, CacheStats::global().entries());
+  if (!c_.quiet) print_first_step_report(summary_, r.activation_bytes, c_);
+  if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, r.saves);
 }
 
 // Re-runs the failing forward (same dropout masks) to find the first layer with a non-finite

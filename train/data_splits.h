@@ -1,0 +1,25 @@
+// The train/test splits a run's configuration names: Fashion-MNIST, MNIST, CIFAR-10/100, an image
+// folder or generated data, with the data set family's transforms. In train/data_splits.cpp; tested in
+// tests/test_train.cpp and tests/test_data*.cpp.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "data/dataset.h"
+#include "data/transforms.h"
+#include "train/config.h"
+
+namespace actlab {
+
+// Loads the train/test splits named by the config (or throws Error saying what is missing and how to
+// get it). In train/data_splits.cpp.
+struct DataSplits {
+  std::shared_ptr<Dataset> train, test;
+  std::string note;
+  std::string family;                 // normalization / augmentation family ("cifar10", ...)
+  TransformConfig train_transforms;   // the family's standard training augmentation + normalization
+  TransformConfig test_transforms;    // normalization only
+};
+DataSplits load_data(const TrainConfig& config);
+
+}  // namespace actlab

@@ -1,0 +1,80 @@
+// One training step and the activation measure (train/step.h).
+#include "train/step.h"
+
+#include "autograd/functions.h"
+#include "autograd/tape.h"
+
+namespace actlab {
+
+int64_t activation_measure_live(const MemoryStats& s) {
+  return s.total.current - s[MemTag::Data].current - s[MemTag::Workspace].current;
+}
+
+StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
+                    const StepOptions& o) {
+  StepResult r;
+  const Device device = images.device();
+  CacheStats& cache = CacheStats::global();
+  const bool was_recording = cache.enabled();
+  if (o.record_saves) {
+    cache.reset();
+    cache.set_enabled(true);
+  }
+  struct RestoreRecording {
+    CacheStats& cache;
+    bool on, active;
+    ~RestoreRecording() {
+      if (active) cache.set_enabled(on);
+    }
+  } restore{cache, was_recording, o.record_saves};
+
+  const MemoryStats before = memory_stats(device);
+  r.total_before = before.total.current;
+  Variable logits, loss;
+  {
+    ActivationCacheScope scope(policies);
+    MemTagScope tag(MemTag::Activation);
+    logits = model(Variable(images));
+    loss = cross_entropy(logits, labels, o.label_smoothing);
+  }
+  const MemoryStats after_forward = memory_stats(device);
+  r.total_after_forward = after_forward.total.current;
+  r.activation_bytes = activation_measure_live(after_forward) - activation_measure_live(before) -
+                       static_cast<int64_t>(logits.data().nbytes()) - static_cast<int64_t>(loss.data().nbytes()) +
+                       static_cast<int64_t>(images.nbytes());
+  r.loss = loss.data().item();
+  if (o.after_forward && !o.after_forward(r.loss)) {
+    logits = loss = Variable();
+    Tape::current().clear();
+    r.total_after_step = memory_stats(device).total.current;
+    r.memory = memory_stats(device);
+    return r;
+  }
+  r.correct = count_correct(logits.data(), labels);
+  logits = Variable();
+  if (opt) opt->zero_grad();
+  {
+    MemTagScope tag(MemTag::Activation);
+    backward(loss);
+  }
+  loss = Variable();
+  r.backward_done = true;
+  if (opt && (!o.before_update || o.before_update())) {
+    opt->step();
+    r.updated = true;
+  }
+  r.memory = memory_stats(device);
+  r.total_after_step = r.memory.total.current;
+  if (o.record_saves) {
+    r.saves = cache.entries();
+    for (const auto& e : r.saves) {
+      if (!e.lossy) continue;
+      r.saved.raw += e.bytes_raw;
+      r.saved.packed += e.bytes_packed;
+      r.saved.expected += e.bytes_expected;
+    }
+  }
+  return r;
+}
+
+}  // namespace actlab

@@ -1,0 +1,64 @@
+// One training step (forward, loss, backward, optimizer update) under a policy set, and the one
+// definition of the activation measure that every tool reports (docs/measures.md): the trainer,
+// actlab-memtable, bench_train, bench_cuda, actlab-inspect and the tests all call run_step, so a figure
+// means the same thing wherever it is printed. Tested in tests/test_step.cpp.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "compress/policy.h"
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "layers/module.h"
+#include "layers/optim/sgd.h"
+
+namespace actlab {
+
+// The bytes the activation measure counts as live: every tag but MemTag::Data (the data loader's
+// batches, on the host or copied to the device) and MemTag::Workspace (library scratch: cuDNN and
+// cuBLAS keep theirs across ops once allocated; CPU workspaces are freed inside each op).
+int64_t activation_measure_live(const MemoryStats& stats);
+
+struct StepOptions {
+  float label_smoothing = 0;
+  // Reset CacheStats before the forward, record this step's saves and return them in
+  // StepResult::saves (the per-module report). The recording state is restored afterwards.
+  bool record_saves = false;
+  // Called after the forward, before backward, with the loss; false ends the step there: no backward,
+  // no update (the trainer's non-finite loss guard, which then diagnoses the forward itself).
+  std::function<bool(float loss)> after_forward;
+  // Called after backward, before the update; false skips the update (the non-finite gradient guard).
+  std::function<bool()> before_update;
+};
+
+// What one step's policies kept of the tensors offered as lossy (conv, linear, batch-norm inputs).
+struct SavedBytes {
+  int64_t raw = 0;       // f32 bytes offered
+  int64_t packed = 0;    // what the policies kept
+  int64_t expected = 0;  // the closed form for the same shapes
+};
+
+struct StepResult {
+  float loss = 0;
+  int64_t correct = 0;          // argmax(logits) == label
+  bool backward_done = false;   // after_forward said yes
+  bool updated = false;         // the optimizer stepped
+  // The activation measure: activation_measure_live() after forward + loss, minus before the forward,
+  // minus the logits and the loss tensors, plus the input batch (which backward of the first layer
+  // needs, and which the paper's measure counts).
+  int64_t activation_bytes = 0;
+  // All-tag live bytes on the step's device before the forward, after forward + loss, after the step.
+  int64_t total_before = 0, total_after_forward = 0, total_after_step = 0;
+  MemoryStats memory;           // the device's stats when the step ended (peaks by tag; reset by the caller)
+  SavedBytes saved;             // record_saves: the lossy saves' totals
+  std::vector<CacheEntryStats> saves;  // record_saves: every save of the step, per module (unpack times too)
+};
+
+// Runs one step of `model` on (images, labels), both on the model's device, with `policies` in force:
+// forward and cross-entropy under MemTag::Activation, then zero_grad, backward and opt->step() (opt may
+// be nullptr: no update). Stochastic rounding and dropout draw from the streams the caller set.
+StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
+                    const StepOptions& options = {});
+
+}  // namespace actlab

@@ -1,0 +1,46 @@
+// What a training run reports: one row per epoch and the run's summary (the log, the summary JSON and
+// the closing lines are written from these by train/logging.h), and the byte formatting they share.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actlab {
+
+struct EpochRow {
+  int64_t epoch = 0;
+  double lr = 0, train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
+  double img_per_s = 0;            // median over the epoch's steps (first step of the run excluded)
+  int64_t peak_bytes = 0;          // allocator peak over the epoch's training steps (all tags)
+  int64_t activation_bytes = 0;    // the activation measure (docs/measures.md), last step of the epoch
+  double wall_s = 0;
+};
+
+struct TrainSummary {
+  std::vector<EpochRow> epochs;
+  double final_test_acc = 0;
+  double median_img_per_s = 0;
+  int64_t peak_bytes = 0;
+  int64_t reserved_peak_bytes = 0;  // bytes held from the system at most (live + cached blocks; >= peak)
+  int64_t activation_bytes = 0;     // allocator bytes after forward+loss minus before, minus logits/loss
+  int64_t saved_raw_bytes = 0;      // f32 bytes offered to the policy in one step (lossy saves)
+  int64_t saved_packed_bytes = 0;   // what the policy kept of them
+  int64_t saved_expected_bytes = 0; // the closed form for the same tensors
+  int64_t steps = 0;
+  double wall_s = 0;
+  std::string data_note;            // e.g. "fashion-mnist from /usr/share/datasets/fashion-mnist"
+  double final_test_loss = 0;
+  double best_test_acc = -1;        // over the whole run, resumed epochs included (-1: none)
+  // Set when the run stopped early (a signal, or stop_after_steps): the signal (0 for the test hook),
+  // where it stopped (1-based epoch, steps done in it) and the checkpoint written ("" without save_dir).
+  bool interrupted = false;
+  int stop_signal = 0;
+  int64_t stop_epoch = 0, stop_step = 0;
+  std::string stop_checkpoint;
+  int64_t skipped_steps = 0;        // --on-nonfinite=skip-step: updates dropped in this process
+  std::string memory_check;         // --check-memory: the verdict line (empty when not checked)
+};
+
+std::string format_bytes(int64_t bytes);  // "45.21 MiB"
+
+}  // namespace actlab
