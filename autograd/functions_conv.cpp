@@ -12,7 +12,11 @@ class Conv2dNode final : public Node {
  public:
   Conv2dNode(const Conv2dOptions& opt, bool has_bias, Shape x_shape)
       : opt_(opt), has_bias_(has_bias), x_shape_(std::move(x_shape)) {}
-  const char* name() const override { return "Conv2d"; }
+  const char* name() const override { return "conv2d"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"input", "weight"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
     const Tensor dy = grad_outputs[0].contiguous();
     const Tensor w = load("weight");
@@ -46,7 +50,11 @@ class Conv2dNode final : public Node {
 class LinearNode final : public Node {
  public:
   explicit LinearNode(bool has_bias) : has_bias_(has_bias) {}
-  const char* name() const override { return "Linear"; }
+  const char* name() const override { return "linear"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"input", "weight"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
     const Tensor dy = grad_outputs[0].contiguous();
     const Tensor w = load("weight");
@@ -70,8 +78,8 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const C
   Tensor y = ops::conv2d_forward(x.data().contiguous(), w.data(), bias, to_params(opt));
   auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
   if (node) {
-    if (w.requires_grad()) node->save("input", x.data().contiguous(), {"conv2d", "input", true, ""});
-    node->save("weight", w.data(), {"conv2d", "weight", false, ""});
+    if (w.requires_grad()) node->save_lossy("input", x.data().contiguous());
+    node->save_exact("weight", w.data());
   }
   return make_output(std::move(y), node);
 }
@@ -81,8 +89,8 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b) {
   Tensor y = ops::linear_forward(x.data().contiguous(), w.data(), bias);
   auto node = make_node<LinearNode>({&x, &w, b.defined() ? &b : nullptr}, b.defined());
   if (node) {
-    if (w.requires_grad()) node->save("input", x.data().contiguous(), {"linear", "input", true, ""});
-    node->save("weight", w.data(), {"linear", "weight", false, ""});
+    if (w.requires_grad()) node->save_lossy("input", x.data().contiguous());
+    node->save_exact("weight", w.data());
   }
   return make_output(std::move(y), node);
 }

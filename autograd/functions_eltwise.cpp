@@ -11,7 +11,11 @@ bool wants_grad(const Node::Edge& e) { return e.leaf || !e.node.expired(); }
 class ReluNode final : public Node {
  public:
   explicit ReluNode(bool six) : six_(six) {}
-  const char* name() const override { return six_ ? "ReLU6" : "ReLU"; }
+  const char* name() const override { return six_ ? "relu6" : "relu"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"mask"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     const Tensor dy = g[0].contiguous();
     return {six_ ? ops::relu6_backward(dy, load("mask")) : ops::relu_backward(dy, load("mask"))};
@@ -23,14 +27,18 @@ class ReluNode final : public Node {
 // saves: nothing.
 class AddNode final : public Node {
  public:
-  const char* name() const override { return "Add"; }
+  const char* name() const override { return "add"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {g[0], g[0]}; }
 };
 
 // saves: mask of a + b > 0 (1 bit/elem, exact).
 class AddReluNode final : public Node {
  public:
-  const char* name() const override { return "AddReLU"; }
+  const char* name() const override { return "add_relu"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"mask"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     const Tensor dx = ops::relu_backward(g[0].contiguous(), load("mask"));
     return {wants_grad(inputs[0]) ? dx : Tensor(), wants_grad(inputs[1]) ? dx : Tensor()};
@@ -41,7 +49,7 @@ class AddReluNode final : public Node {
 class ReshapeNode final : public Node {
  public:
   explicit ReshapeNode(Shape in_shape) : in_shape_(std::move(in_shape)) {}
-  const char* name() const override { return "Reshape"; }
+  const char* name() const override { return "reshape"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {g[0].reshape(in_shape_)}; }
  private:
   Shape in_shape_;
@@ -51,7 +59,11 @@ class ReshapeNode final : public Node {
 class DropoutNode final : public Node {
  public:
   explicit DropoutNode(float p) : p_(p) {}
-  const char* name() const override { return "Dropout"; }
+  const char* name() const override { return "dropout"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"mask"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     return {ops::dropout_backward(g[0].contiguous(), load("mask"), p_)};
   }
@@ -63,7 +75,7 @@ class DropoutNode final : public Node {
 class ShortcutPadNode final : public Node {
  public:
   ShortcutPadNode(Shape in_shape, int64_t stride) : in_shape_(std::move(in_shape)), stride_(stride) {}
-  const char* name() const override { return "ShortcutPad"; }
+  const char* name() const override { return "shortcut_pad"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     return {ops::shortcut_pad_backward(g[0].contiguous(), in_shape_, stride_)};
   }
@@ -78,7 +90,7 @@ Variable relu(const Variable& x) {
   Tensor mask;
   Tensor y = ops::relu_forward(x.data().contiguous(), &mask);
   auto node = make_node<ReluNode>({&x}, false);
-  if (node) node->save("mask", mask, {"relu", "mask", false, ""});
+  if (node) node->save_exact("mask", mask);
   return make_output(std::move(y), node);
 }
 
@@ -86,7 +98,7 @@ Variable relu6(const Variable& x) {
   Tensor mask;
   Tensor y = ops::relu6_forward(x.data().contiguous(), &mask);
   auto node = make_node<ReluNode>({&x}, true);
-  if (node) node->save("mask", mask, {"relu6", "mask", false, ""});
+  if (node) node->save_exact("mask", mask);
   return make_output(std::move(y), node);
 }
 
@@ -99,7 +111,7 @@ Variable add_relu(const Variable& a, const Variable& b) {
   Tensor mask;
   Tensor y = ops::add_relu_forward(a.data().contiguous(), b.data().contiguous(), &mask);
   auto node = make_node<AddReluNode>({&a, &b});
-  if (node) node->save("mask", mask, {"add_relu", "mask", false, ""});
+  if (node) node->save_exact("mask", mask);
   return make_output(std::move(y), node);
 }
 
@@ -113,7 +125,7 @@ Variable dropout(const Variable& x, float p, bool training, uint64_t seed, uint6
   Tensor mask;
   Tensor y = ops::dropout_forward(x.data().contiguous(), p, seed, stream, &mask);
   auto node = make_node<DropoutNode>({&x}, p);
-  if (node) node->save("mask", mask, {"dropout", "mask", false, ""});
+  if (node) node->save_exact("mask", mask);
   return make_output(std::move(y), node);
 }
 

@@ -9,7 +9,11 @@ namespace {
 class CrossEntropyNode final : public Node {
  public:
   explicit CrossEntropyNode(float smoothing) : smoothing_(smoothing) {}
-  const char* name() const override { return "CrossEntropy"; }
+  const char* name() const override { return "cross_entropy"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"probs", "labels"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     const float dloss = g[0].item();
     return {ops::cross_entropy_backward(load("probs"), load("labels"), smoothing_, dloss)};
@@ -25,8 +29,8 @@ Variable cross_entropy(const Variable& logits, const Tensor& labels, float label
   Tensor loss = ops::cross_entropy_forward(logits.data().contiguous(), labels, label_smoothing, &probs);
   auto node = make_node<CrossEntropyNode>({&logits}, label_smoothing);
   if (node) {
-    node->save("probs", probs, {"cross_entropy", "probs", false, ""});
-    node->save("labels", labels, {"cross_entropy", "labels", false, ""});
+    node->save_exact("probs", probs);
+    node->save_exact("labels", labels);
   }
   return make_output(std::move(loss), node);
 }

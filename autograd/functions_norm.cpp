@@ -12,7 +12,11 @@ bool wants_grad(const Node::Edge& e) { return e.leaf || !e.node.expired(); }
 class BatchNormNode final : public Node {
  public:
   BatchNormNode(bool training, float eps) : training_(training), eps_(eps) {}
-  const char* name() const override { return "BatchNorm"; }
+  const char* name() const override { return "batchnorm2d"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"input", "weight", "mean", "invstd", "running_mean", "running_var"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
     const Tensor dy = grad_outputs[0].contiguous();
     Tensor dgamma, dbeta, dx;
@@ -52,10 +56,10 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
     Tensor y = ops::batchnorm_forward_eval(xin, gamma.data(), beta.data(), running_mean, running_var, eps);
     auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, false, eps);
     if (node) {
-      node->save("input", xin, {"batchnorm2d", "input", true, ""});
-      node->save("weight", gamma.data(), {"batchnorm2d", "weight", false, ""});
-      node->save("running_mean", running_mean.clone(), {"batchnorm2d", "running_mean", false, ""});
-      node->save("running_var", running_var.clone(), {"batchnorm2d", "running_var", false, ""});
+      node->save_lossy("input", xin);
+      node->save_exact("weight", gamma.data());
+      node->save_exact("running_mean", running_mean.clone());
+      node->save_exact("running_var", running_var.clone());
     }
     return make_output(std::move(y), node);
   }
@@ -64,10 +68,10 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
                                           eps, &mean, &invstd);
   auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, true, eps);
   if (node) {
-    node->save("input", xin, {"batchnorm2d", "input", true, ""});
-    node->save("weight", gamma.data(), {"batchnorm2d", "weight", false, ""});
-    node->save("mean", mean, {"batchnorm2d", "mean", false, ""});
-    node->save("invstd", invstd, {"batchnorm2d", "invstd", false, ""});
+    node->save_lossy("input", xin);
+    node->save_exact("weight", gamma.data());
+    node->save_exact("mean", mean);
+    node->save_exact("invstd", invstd);
   }
   return make_output(std::move(y), node);
 }

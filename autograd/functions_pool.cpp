@@ -11,9 +11,13 @@ ops::PoolParams to_params(const Pool2dOptions& o) { return {o.kernel, o.stride, 
 class MaxPoolNode final : public Node {
  public:
   MaxPoolNode(Shape in_shape, const Pool2dOptions& opt) : in_shape_(std::move(in_shape)), opt_(opt) {}
-  const char* name() const override { return "MaxPool2d"; }
+  const char* name() const override { return "max_pool2d"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"indices"};
+    return s;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    return {ops::maxpool2d_backward(g[0].contiguous(), load("argmax"), in_shape_, to_params(opt_))};
+    return {ops::maxpool2d_backward(g[0].contiguous(), load("indices"), in_shape_, to_params(opt_))};
   }
  private:
   Shape in_shape_;
@@ -25,7 +29,7 @@ class AvgPoolNode final : public Node {
  public:
   AvgPoolNode(Shape in_shape, const Pool2dOptions& opt, bool global)
       : in_shape_(std::move(in_shape)), opt_(opt), global_(global) {}
-  const char* name() const override { return global_ ? "GlobalAvgPool" : "AvgPool2d"; }
+  const char* name() const override { return global_ ? "global_avg_pool" : "avg_pool2d"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     const Tensor dy = g[0].contiguous();
     return {global_ ? ops::global_avgpool_backward(dy, in_shape_)
@@ -43,7 +47,7 @@ Variable max_pool2d(const Variable& x, const Pool2dOptions& opt) {
   Tensor argmax;
   Tensor y = ops::maxpool2d_forward(x.data().contiguous(), to_params(opt), &argmax);
   auto node = make_node<MaxPoolNode>({&x}, x.shape(), opt);
-  if (node) node->save("argmax", argmax, {"max_pool2d", "indices", false, ""});
+  if (node) node->save_exact("indices", argmax);
   return make_output(std::move(y), node);
 }
 

@@ -1,5 +1,6 @@
 // Variable, Node saved slots, the tape and the backward walk.
 #include <algorithm>
+#include <cstring>
 
 #include "autograd/tape.h"
 #include "autograd/variable.h"
@@ -43,8 +44,20 @@ Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<Var
 }
 
 // ---------------------------------------------------------------- Node
-void Node::save(const std::string& slot, const Tensor& t, SaveInfo info) {
-  if (info.module_path.empty()) info.module_path = module_path;
+const Node::SlotList& Node::slots() const {
+  static const SlotList none;
+  return none;
+}
+
+void Node::save(const char* slot, const Tensor& t, bool lossy_ok) {
+  const SlotList& declared = slots();
+  if (std::none_of(declared.begin(), declared.end(), [&](const char* d) { return std::strcmp(d, slot) == 0; })) {
+    std::string names;
+    for (const char* d : declared) names += (names.empty() ? "" : ", ") + std::string(d);
+    ACTLAB_FAIL(name(), " (", module_path, "): save into undeclared slot '", slot, "' (its slots: ",
+                names.empty() ? "none" : names, ")");
+  }
+  const SaveInfo info{name(), slot, lossy_ok, module_path};
   for (auto& s : saved_) {
     if (s.first == slot) {
       s.second = SavedTensor(t, info);

@@ -64,14 +64,22 @@ class Node {
   };
 
   virtual ~Node() = default;
-  virtual const char* name() const = 0;
+  virtual const char* name() const = 0;  // the op's name in reports and errors: "conv2d", "relu", ...
   // grad_outputs[i]: gradient w.r.t. output i (undefined if none reached it; then backward is not
   // called unless some other output has one). Returns one gradient per input edge (undefined = none).
   virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
 
-  // Keeps t for backward under the policy in force for this node's module (lossy_ok tensors) or
-  // exactly (everything else). Identical tensors saved twice in one step are packed once.
-  void save(const std::string& slot, const Tensor& t, SaveInfo info);
+  // The slots this node type saves into, declared by each node type that saves anything; a save into
+  // any other name fails at save time, in forward, naming the node and its slots (a typo would
+  // otherwise show only in backward). The slot name is the SaveInfo role in memory reports.
+  using SlotList = std::vector<const char*>;
+  virtual const SlotList& slots() const;
+  // Keeps t for backward under the policy in force for this node's module: a tensor whose
+  // approximation backward tolerates (conv, linear, batch-norm inputs).
+  void save_lossy(const char* slot, const Tensor& t) { save(slot, t, true); }
+  // Keeps t exactly (masks, indices, weights, statistics, probabilities). Both take the op name
+  // (name()) and the module path from the node; identical tensors saved twice in one step are packed once.
+  void save_exact(const char* slot, const Tensor& t) { save(slot, t, false); }
   // Returns the tensor saved in slot (reconstructed by the policy for lossy saves).
   Tensor load(const std::string& slot) const;
   // The tensor of slot in the channel-blocked layout (N, C/block, H, W, block) when its policy writes
@@ -89,6 +97,7 @@ class Node {
   std::vector<Tensor> grad_outputs;  // accumulated by the tape during backward
   std::string module_path;           // module that recorded this node ("layer1.0.conv1")
  private:
+  void save(const char* slot, const Tensor& t, bool lossy_ok);
   const SavedTensor& saved(const std::string& slot) const;  // throws Error naming the node when absent
   std::vector<std::pair<std::string, SavedTensor>> saved_;
 };

@@ -2,8 +2,12 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "autograd/functions.h"
+#include "autograd/tape.h"
+#include "compress/policy.h"
 #include "core/ops.h"
 
 using namespace actlab;
@@ -118,4 +122,63 @@ TEST_CASE("module paths are recorded on nodes and shape errors are clear") {
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("linear") != std::string::npos);
   }
+}
+
+namespace {
+// A node type that declares one slot, to show what a save into another name does.
+struct OneSlotNode : Node {
+  const char* name() const override { return "one_slot"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"input"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {load("input")}; }
+};
+}  // namespace
+
+TEST_CASE("named saves: an undeclared slot fails at save time, and the node's name and module fill SaveInfo") {
+  OneSlotNode node;
+  node.module_path = "block.conv";
+  const Tensor t = Tensor::zeros({2, 3});
+  const std::string err = [&] {
+    try {
+      node.save_exact("inptu", t);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  CHECK(err.find("one_slot (block.conv): save into undeclared slot 'inptu' (its slots: input)") != std::string::npos);
+  CacheStats::global().reset();
+  CacheStats::global().set_enabled(true);
+  node.save_lossy("input", t);
+  CHECK(node.has_saved("input"));
+  const auto entries = CacheStats::global().entries();
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].module_path == "block.conv");
+  CHECK(entries[0].op == "one_slot.input");
+  CHECK(entries[0].lossy);
+}
+
+TEST_CASE("named saves: a network's saves keep the report names conv2d.input, batchnorm2d.input, relu.mask") {
+  CacheStats::global().reset();
+  CacheStats::global().set_enabled(true);
+  PhiloxStream rng(4);
+  const Variable x(Tensor::randn({2, 3, 8, 8}, rng));
+  Variable w, g, b;
+  {
+    MemTagScope tag(MemTag::Param);  // as a module's parameters are
+    w = param({4, 3, 3, 3}, 5);
+    g = Variable(Tensor::full({4}, 1.f), true);
+    b = Variable(Tensor::zeros({4}), true);
+  }
+  Tensor rm = Tensor::zeros({4}), rv = Tensor::full({4}, 1.f);
+  const Variable y = relu(batch_norm(conv2d(x, w, Variable(), {}), g, b, rm, rv, true, 0.1f, 1e-5f));
+  std::set<std::string> ops;
+  for (const auto& e : CacheStats::global().entries()) ops.insert(e.op + (e.lossy ? " lossy" : ""));
+  CHECK(ops.count("conv2d.input lossy") == 1);
+  CHECK(ops.count("batchnorm2d.input lossy") == 1);
+  CHECK(ops.count("relu.mask") == 1);
+  CHECK(ops.count("conv2d.weight") == 0);  // parameters stay out of the statistics
+  Tape::current().clear();
 }
