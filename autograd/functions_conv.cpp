@@ -27,8 +27,8 @@ class Conv2dNode final : public Node {
       Tensor db;
       // Where the convolution computes on channel blocks and the policy can write them, the input is
       // unpacked straight into that layout: one pass over the activation fewer than unpack + reorder.
-      const int block = ops::conv2d_backward_weight_input_block(dy, x_shape_, w.shape(), to_params(opt_), has_bias_);
-      const Tensor x_blocked = block > 0 ? load_blocked("input", block) : Tensor();
+      const int channel_block = ops::conv2d_backward_weight_input_block(dy, x_shape_, w.shape(), to_params(opt_), has_bias_);
+      const Tensor x_blocked = channel_block > 0 ? load_blocked("input", channel_block) : Tensor();
       if (x_blocked.defined()) {
         grads[1] = ops::conv2d_backward_weight_blocked_input(dy, x_blocked, x_shape_, w.shape(), to_params(opt_),
                                                              has_bias_, &db);

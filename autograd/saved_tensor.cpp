@@ -1,4 +1,4 @@
-// SavedTensor: packing through the policy in force, the pack-once cache and CacheStats records.
+// SavedTensor: packing through the policy in force, the pack-once table and CacheStats records.
 #include "autograd/saved_tensor.h"
 
 #include <omp.h>
@@ -34,7 +34,7 @@ struct PackState {
   uint64_t seed = 0;
   uint64_t step = 0;
   uint64_t packs_this_step = 0;
-  std::map<PackKey, std::weak_ptr<PackedEntry>> cache;
+  std::map<PackKey, std::weak_ptr<PackedEntry>> pack_once;  // the pack-once table
 };
 thread_local PackState t_state;
 
@@ -49,7 +49,7 @@ void set_pack_seed(uint64_t seed) { t_state.seed = seed; }
 uint64_t pack_step() { return t_state.step; }
 void set_pack_step(uint64_t step) { t_state.step = step; }
 void end_pack_step() {
-  t_state.cache.clear();
+  t_state.pack_once.clear();
   t_state.packs_this_step = 0;
   t_state.step += 1;
 }
@@ -63,8 +63,8 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
   }
   PackKey key{t.storage()->id(), t.offset(), t.storage()->version(), t.shape(), t.strides(), policy};
   const bool is_param = t.storage()->tag() == MemTag::Param;
-  auto it = t_state.cache.find(key);
-  if (it != t_state.cache.end()) {
+  auto it = t_state.pack_once.find(key);
+  if (it != t_state.pack_once.end()) {
     if (auto shared = it->second.lock()) {
       // Pack once: a second consumer of the same tensor shares the first pack. It is recorded with
       // zero bytes so per-layer reports list it without counting the memory twice.
@@ -94,7 +94,7 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
                                      t.dtype() == DType::F32 ? static_cast<int64_t>(policy->expected_bytes(t.shape()))
                                                              : raw,
                                      seconds);
-  t_state.cache[key] = entry;
+  t_state.pack_once[key] = entry;
   entry_ = std::move(entry);
 }
 
@@ -107,10 +107,10 @@ Tensor SavedTensor::unpack() const {
   return t;
 }
 
-Tensor SavedTensor::unpack_blocked(int block) const {
+Tensor SavedTensor::unpack_blocked(int channel_block) const {
   ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
   const auto start = Clock::now();
-  Tensor t = entry_->policy->unpack_blocked(*entry_->packed, info_, block);
+  Tensor t = entry_->policy->unpack_blocked(*entry_->packed, info_, channel_block);
   if (t.defined())
     CacheStats::global().record_unpack(info_, std::chrono::duration<double>(Clock::now() - start).count());
   return t;

@@ -1,5 +1,5 @@
 // SavedTensor: a tensor kept for backward, as the activation-cache policy stored it.
-// Owns the pack-once cache key (storage id, offset, version, shape, policy) shared between consumers.
+// Owns the pack-once table's key (storage id, offset, version, shape, policy) shared between consumers.
 // Tested in tests/test_autograd.cpp.
 #pragma once
 #include <memory>
@@ -23,7 +23,7 @@ class SavedTensor {
   SavedTensor(const Tensor& t, const SaveInfo& info);
   Tensor unpack() const;
   // The policy's unpack_blocked (undefined when it has none for this pack); timed as an unpack.
-  Tensor unpack_blocked(int block) const;
+  Tensor unpack_blocked(int channel_block) const;
   // The policy's channel_reader (nullptr when it has none for this pack). Its reads are timed and
   // recorded as one unpack when the reader is destroyed; the reader must not outlive this SavedTensor.
   std::unique_ptr<ChannelReader> channel_reader() const;
@@ -37,7 +37,7 @@ class SavedTensor {
 // Seed for stochastic rounding of this run (element i of pack number p in step s draws
 // philox(seed, (s << 24) | p, i)). Set once by the trainer.
 void set_pack_seed(uint64_t seed);
-// Called by the tape at the end of a step: forgets the pack-once cache, advances the step counter.
+// Called by the tape at the end of a step: forgets the pack-once table, advances the step counter.
 void end_pack_step();
 uint64_t pack_step();
 void set_pack_step(uint64_t step);

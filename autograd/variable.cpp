@@ -76,7 +76,9 @@ const SavedTensor& Node::saved(const std::string& slot) const {
 
 Tensor Node::load(const std::string& slot) const { return saved(slot).unpack(); }
 
-Tensor Node::load_blocked(const std::string& slot, int block) const { return saved(slot).unpack_blocked(block); }
+Tensor Node::load_blocked(const std::string& slot, int channel_block) const {
+  return saved(slot).unpack_blocked(channel_block);
+}
 
 std::unique_ptr<ChannelReader> Node::load_channels(const std::string& slot) const {
   return saved(slot).channel_reader();

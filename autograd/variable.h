@@ -82,9 +82,9 @@ class Node {
   void save_exact(const char* slot, const Tensor& t) { save(slot, t, false); }
   // Returns the tensor saved in slot (reconstructed by the policy for lossy saves).
   Tensor load(const std::string& slot) const;
-  // The tensor of slot in the channel-blocked layout (N, C/block, H, W, block) when its policy writes
+  // The tensor of slot in the channel-blocked layout (N, C/channel_block, H, W, channel_block) when its policy writes
   // that directly (ActivationCachePolicy::unpack_blocked), else an undefined tensor.
-  Tensor load_blocked(const std::string& slot, int block) const;
+  Tensor load_blocked(const std::string& slot, int channel_block) const;
   // A channel-by-channel reader of slot when its policy has one (ActivationCachePolicy::channel_reader),
   // else nullptr. The reader must be destroyed before the node releases what it saved.
   std::unique_ptr<ChannelReader> load_channels(const std::string& slot) const;

@@ -32,8 +32,8 @@ struct PlaneGeometry {
   int64_t code_bytes_per_plane() const { return (static_cast<int64_t>(bits) * plane_elems() + 7) / 8; }
 };
 
-// block = B; the pool kernel per axis is min(B, extent).
-PlaneGeometry make_plane_geometry(int64_t planes, int64_t height, int64_t width, int64_t block, int bits);
+// pool_block = B; the pool kernel per axis is min(B, extent).
+PlaneGeometry make_plane_geometry(int64_t planes, int64_t height, int64_t width, int64_t pool_block, int bits);
 
 // A tensor seen as `samples` rows of sample_elems values, each zero-padded to groups·group_size and split
 // into groups of group_size consecutive elements (ActNN-style per-group quantization).

@@ -70,7 +70,7 @@ PackedPlanes::PackedPlanes(const Shape& shape, const PlaneCodecConfig& config, c
                                    device)) {}
 
 PlaneCodecPolicy::PlaneCodecPolicy(const PlaneCodecConfig& config) : config_(config) {
-  ACTLAB_CHECK(config.block >= 1, "policy block size B must be >= 1, got ", config.block);
+  ACTLAB_CHECK(config.pool_block >= 1, "policy block size B must be >= 1, got ", config.pool_block);
   const bool f32_hfc = config.kind == PlaneCodecKind::HfcOnly && config.bits == 0;
   ACTLAB_CHECK(f32_hfc || config.kind == PlaneCodecKind::LfcOnly || valid_bits(config.bits),
                "policy bit width Q must be 1, 2, 4 or 8, got ", config.bits);
@@ -89,7 +89,7 @@ bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
     return false;
   }
   if (shape_numel(shape) == 0 || height * width == 1) return false;
-  g = make_plane_geometry(planes, height, width, config_.block, config_.bits);
+  g = make_plane_geometry(planes, height, width, config_.pool_block, config_.bits);
   return true;
 }
 
@@ -127,14 +127,14 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
   return out;
 }
 
-Tensor PlaneCodecPolicy::unpack_blocked(const Packed& p, const SaveInfo&, int block) const {
+Tensor PlaneCodecPolicy::unpack_blocked(const Packed& p, const SaveInfo&, int channel_block) const {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
   if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
-      !planes->buffer().device().is_cpu() || block != cpu::kChannelBlock)
+      !planes->buffer().device().is_cpu() || channel_block != cpu::kChannelBlock)
     return {};
   const Shape& s = planes->shape();
-  if (s.size() != 4 || s[1] % block != 0) return {};
-  Tensor out = Tensor::empty({s[0], s[1] / block, s[2], s[3], block}, DType::F32, Device::cpu());
+  if (s.size() != 4 || s[1] % channel_block != 0) return {};
+  Tensor out = Tensor::empty({s[0], s[1] / channel_block, s[2], s[3], channel_block}, DType::F32, Device::cpu());
   cpu::plane_unpack_blocked(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(),
                             planes->geometry(), s[1]);
   return out;
@@ -163,7 +163,7 @@ std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p,
 }
 
 std::string PlaneCodecPolicy::name() const {
-  const std::string b = std::to_string(config_.block), q = std::to_string(config_.bits);
+  const std::string b = std::to_string(config_.pool_block), q = std::to_string(config_.bits);
   switch (config_.kind) {
     case PlaneCodecKind::Division: return "division:B=" + b + ",Q=" + q;
     case PlaneCodecKind::Quant: return "quant:Q=" + q;

@@ -35,7 +35,7 @@ enum class PlaneCodecKind {
 
 struct PlaneCodecConfig {
   PlaneCodecKind kind = PlaneCodecKind::Division;
-  int64_t block = 8;  // B: the LFC pool is min(B, H) × min(B, W)
+  int64_t pool_block = 8;  // B: the LFC pool is min(B, H) × min(B, W)
   int bits = 2;       // Q ∈ {1,2,4,8}; 0 only for HfcOnly (f32 residual)
   bool stores_lfc() const { return kind == PlaneCodecKind::Division || kind == PlaneCodecKind::LfcOnly; }
   bool uses_lfc() const { return kind != PlaneCodecKind::Quant; }
@@ -87,7 +87,7 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   // CPU packs of (N, C, H, W) with C % 16 == 0 and block 16, codes or LFC (not a full-precision residual).
-  Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int block) const override;
+  Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int channel_block) const override;
   // CPU packs of (N, C, H, W), codes or LFC (not a full-precision residual).
   std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;

@@ -54,10 +54,10 @@ class ActivationCachePolicy {
   virtual std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const = 0;
   // Returns a fresh f32 tensor of p.shape() (exact: the stored tensor itself).
   virtual Tensor unpack(const Packed& p, const SaveInfo& info) const = 0;
-  // The same values in the channel-blocked layout (N, C/block, H, W, block) of a 4-D (N, C, H, W) pack,
+  // The same values in the channel-blocked layout (N, C/channel_block, H, W, channel_block) of a 4-D (N, C, H, W) pack,
   // for a consumer that computes in that layout (ops::conv2d_backward_weight_input_block); an undefined
   // tensor when this policy cannot write it directly (the consumer then takes unpack() and reorders).
-  virtual Tensor unpack_blocked(const Packed& /*p*/, const SaveInfo& /*info*/, int /*block*/) const { return {}; }
+  virtual Tensor unpack_blocked(const Packed& /*p*/, const SaveInfo& /*info*/, int /*channel_block*/) const { return {}; }
   // A reader for a consumer that goes over the channels of a 4-D pack (batch-norm backward): each channel
   // is decoded into the consumer's buffer, which stays in cache, and the full-size tensor is never written.
   // nullptr when this policy has none for this pack (the consumer then takes unpack()). The reader refers

@@ -89,7 +89,7 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
   if (name == "exact") return std::make_shared<ExactPolicy>();
   if (name == "pergroup") return std::make_shared<PerGroupPolicy>(G, static_cast<int>(Q));
   PlaneCodecConfig config;
-  config.block = B;
+  config.pool_block = B;
   config.bits = static_cast<int>(Q);
   if (name == "division") config.kind = PlaneCodecKind::Division;
   if (name == "quant") config.kind = PlaneCodecKind::Quant;

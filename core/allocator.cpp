@@ -13,8 +13,8 @@
 namespace actlab {
 namespace {
 
-// The CPU backend caches freed blocks of 64 KiB and more by size class and hands them out again,
-// because touching fresh pages is expensive (measured here: ~3.7 ms per MiB of first touch against
+// The CPU backend keeps freed blocks of 64 KiB and more in a free-block pool, by size class, and hands
+// them out again, because touching fresh pages is expensive (measured here: ~3.7 ms per MiB of first touch against
 // 0.05 ms per MiB of rewriting warm memory; glibc returns large freed blocks to the kernel, so every
 // step would fault its activations in again). Size classes are m·2^k with m in [8, 16): at most 12.5%
 // rounding. Blocks of 2 MiB and more are 2 MiB-aligned and advised as transparent huge pages.
@@ -48,7 +48,7 @@ class CpuRawAllocator final : public RawAllocator {
       if (it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
-        cached_ -= cls;
+        pooled_ -= cls;
         return p;
       }
     }
@@ -74,15 +74,15 @@ class CpuRawAllocator final : public RawAllocator {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     free_[cls].push_back(ptr);
-    cached_ += cls;
+    pooled_ += cls;
   }
 
-  // Bytes taken from the system for cached-size blocks (live + cached) plus nothing for small ones:
-  // the tracking layer adds live small bytes itself, so report -1 when nothing is cached.
+  // Bytes taken from the system for pool-sized blocks (live + pooled) plus nothing for small ones:
+  // the tracking layer adds live small bytes itself, so report -1 and let it add the pool.
   int64_t reserved_bytes(int) const override { return -1; }
-  int64_t cached_bytes() const {
+  int64_t pooled_bytes() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return static_cast<int64_t>(cached_);
+    return static_cast<int64_t>(pooled_);
   }
 
   void empty_cache(int) override {
@@ -92,13 +92,13 @@ class CpuRawAllocator final : public RawAllocator {
       held_ -= entry.first * entry.second.size();
     }
     free_.clear();
-    cached_ = 0;
+    pooled_ = 0;
   }
 
  private:
   mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;
-  size_t cached_ = 0;
+  size_t pooled_ = 0;
   size_t held_ = 0;
 };
 
@@ -129,14 +129,14 @@ Registry& registry() {
 thread_local MemTag t_current_tag = MemTag::Other;
 
 // Reserved = what the backend holds from the system: its own figure (CUDA), or live bytes plus the
-// CPU cache.
+// CPU free-block pool.
 void update_reserved(DeviceState& s, RawAllocator* backend, Device device) {
   const int64_t reserved = backend->reserved_bytes(device.index);
   if (reserved >= 0) {
     s.stats.reserved = reserved;
   } else {
     const auto* cpu = dynamic_cast<const CpuRawAllocator*>(backend);
-    s.stats.reserved = s.stats.total.current + (cpu ? cpu->cached_bytes() : 0);
+    s.stats.reserved = s.stats.total.current + (cpu ? cpu->pooled_bytes() : 0);
   }
   if (s.stats.reserved > s.stats.reserved_peak) s.stats.reserved_peak = s.stats.reserved;
 }

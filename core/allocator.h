@@ -64,6 +64,8 @@ void tracked_free(Device device, void* ptr, size_t bytes, MemTag tag);
 
 MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak(Device device = Device::cpu());   // peak := current, for total and every tag
+// Returns the device's free-block pool to the system (the CUDA caching allocator's blocks, the CPU
+// pool's); PyTorch's name for the same verb.
 void empty_cache(Device device);
 // A soft limit on live bytes for a device (0 = none): allocations past it throw OutOfMemory.
 // Lets tests and users rehearse an out-of-memory condition on any machine.

@@ -108,7 +108,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
     ACTLAB_CHECK(b.numel() == s.K, "conv2d: bias ", b.str(), " for ", s.K, " output channels");
   }
   Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::conv2d_forward(gpu.ctx(), f32(y), f32(x), f32(w), opt_ptr(b), s),
+  ACTLAB_DISPATCH(dev, cuda::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, gpu.ctx()),
                   cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s));
   return y;
 }
@@ -121,7 +121,7 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
   ACTLAB_CHECK(dy.shape() == Shape({s.N, s.K, s.P(), s.Q()}), "conv2d backward: grad ", dy.str(),
                " does not match the output of ", s.str());
   Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(gpu.ctx(), f32(dx), f32(dy), f32(w), s),
+  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, gpu.ctx()),
                   cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s));
   return dx;
 }
@@ -143,7 +143,7 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
   const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = bias_grad(db, want_bias, s.K, dev);
-  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(gpu.ctx(), f32(dw), db_ptr, f32(dy), f32(x), s),
+  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, gpu.ctx()),
                   cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s));
   return dw;
 }
@@ -197,7 +197,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
     ACTLAB_CHECK(b.numel() == M, "linear: bias ", b.str(), " for ", M, " outputs");
   }
   Tensor y = Tensor::empty({N, M}, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::linear_forward(gpu.ctx(), f32(y), f32(x), f32(w), opt_ptr(b), N, D, M), {
+  ACTLAB_DISPATCH(dev, cuda::linear_forward(f32(y), f32(x), f32(w), opt_ptr(b), N, D, M, gpu.ctx()), {
     cpu::gemm(false, true, N, M, D, 1.f, f32(x), D, f32(w), D, 0.f, f32(y), M);
     if (b.defined()) add_row_bias(f32(y), f32(b), N, M);
   });
@@ -211,7 +211,7 @@ Tensor linear_backward_data(const Tensor& dy, const Tensor& w) {
   const int64_t N = dy.size(0), M = dy.size(1), D = w.size(1);
   ACTLAB_CHECK(w.size(0) == M, "linear backward: grad ", dy.str(), " vs weight ", w.str());
   Tensor dx = Tensor::empty({N, D}, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::linear_backward_data(gpu.ctx(), f32(dx), f32(dy), f32(w), N, M, D),
+  ACTLAB_DISPATCH(dev, cuda::linear_backward_data(f32(dx), f32(dy), f32(w), N, M, D, gpu.ctx()),
                   cpu::gemm(false, false, N, D, M, 1.f, f32(dy), M, f32(w), D, 0.f, f32(dx), D));
   return dx;
 }
@@ -228,7 +228,7 @@ Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias,
     *db = Tensor::empty({M}, DType::F32, dev);
     db_ptr = f32(*db);
   }
-  ACTLAB_DISPATCH(dev, cuda::linear_backward_weight(gpu.ctx(), f32(dw), db_ptr, f32(dy), f32(x), N, M, D), {
+  ACTLAB_DISPATCH(dev, cuda::linear_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), N, M, D, gpu.ctx()), {
     cpu::gemm(true, false, M, D, N, 1.f, f32(dy), M, f32(x), D, 0.f, f32(dw), D);
     if (db_ptr) column_sums(db_ptr, f32(dy), N, M);
   });

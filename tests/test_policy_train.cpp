@@ -146,9 +146,9 @@ class CountingPolicy final : public ActivationCachePolicy {
     ++unpacks;
     return inner_->unpack(p, info);
   }
-  Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int block) const override {
+  Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int channel_block) const override {
     if (!offer_blocked_) return {};
-    Tensor t = inner_->unpack_blocked(p, info, block);
+    Tensor t = inner_->unpack_blocked(p, info, channel_block);
     if (t.defined()) ++blocked_unpacks;
     return t;
   }

@@ -42,8 +42,8 @@ const float kOne = 1.f, kZero = 0.f;
 
 }  // namespace
 
-void linear_forward(CudaContext& ctx, float* y, const float* x, const float* w, const float* b, int64_t N, int64_t D,
-                    int64_t M) {
+void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t N, int64_t D,
+                    int64_t M, CudaContext& ctx) {
   // Column-major: yᵀ (M×N) = (w as D×M)ᵀ · (x as D×N).
   ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), CUBLAS_OP_T, CUBLAS_OP_N, blas_int(M, "M"), blas_int(N, "N"),
                                   blas_int(D, "D"), &kOne, w, blas_int(D, "D"), x, blas_int(D, "D"), &kZero, y,
@@ -54,16 +54,16 @@ void linear_forward(CudaContext& ctx, float* y, const float* x, const float* w, 
   }
 }
 
-void linear_backward_data(CudaContext& ctx, float* dx, const float* dy, const float* w, int64_t N, int64_t M,
-                          int64_t D) {
+void linear_backward_data(float* dx, const float* dy, const float* w, int64_t N, int64_t M,
+                          int64_t D, CudaContext& ctx) {
   // Column-major: dxᵀ (D×N) = (w as D×M) · (dy as M×N).
   ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, blas_int(D, "D"), blas_int(N, "N"),
                                   blas_int(M, "M"), &kOne, w, blas_int(D, "D"), dy, blas_int(M, "M"), &kZero, dx,
                                   blas_int(D, "D")));
 }
 
-void linear_backward_weight(CudaContext& ctx, float* dw, float* db, const float* dy, const float* x, int64_t N,
-                            int64_t M, int64_t D) {
+void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int64_t N,
+                            int64_t M, int64_t D, CudaContext& ctx) {
   // Column-major: dwᵀ (D×M) = (x as D×N) · (dy as M×N)ᵀ.
   ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), CUBLAS_OP_N, CUBLAS_OP_T, blas_int(D, "D"), blas_int(M, "M"),
                                   blas_int(N, "N"), &kOne, x, blas_int(D, "D"), dy, blas_int(M, "M"), &kZero, dw,

@@ -12,13 +12,13 @@ namespace actlab::cuda {
 // inputs; asynchronous on ctx.stream(). TF32 follows math_options().allow_tf32 (core/cuda/conv.h).
 
 // y (N,M) = x (N,D) · w (M,D)ᵀ + b (M); b may be nullptr.
-void linear_forward(CudaContext& ctx, float* y, const float* x, const float* w, const float* b, int64_t N, int64_t D,
-                    int64_t M);
+void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t N, int64_t D,
+                    int64_t M, CudaContext& ctx);
 // dx (N,D) = dy (N,M) · w (M,D).
-void linear_backward_data(CudaContext& ctx, float* dx, const float* dy, const float* w, int64_t N, int64_t M,
-                          int64_t D);
+void linear_backward_data(float* dx, const float* dy, const float* w, int64_t N, int64_t M,
+                          int64_t D, CudaContext& ctx);
 // dw (M,D) = dy (N,M)ᵀ · x (N,D); db (M) = Σ_n dy[n, :] (rows added in order) unless db is nullptr.
-void linear_backward_weight(CudaContext& ctx, float* dw, float* db, const float* dy, const float* x, int64_t N,
-                            int64_t M, int64_t D);
+void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int64_t N,
+                            int64_t M, int64_t D, CudaContext& ctx);
 
 }  // namespace actlab::cuda

@@ -222,8 +222,8 @@ const float kOne = 1.f, kZero = 0.f;
 
 }  // namespace
 
-void conv2d_forward(CudaContext& ctx, float* y, const float* x, const float* w, const float* b,
-                    const cpu::ConvShape& s) {
+void conv2d_forward(float* y, const float* x, const float* w, const float* b,
+                    const cpu::ConvShape& s, CudaContext& ctx) {
   MathOptions opt;
   Plan& plan = plan_for(ctx, s, &opt);
   select(ctx, plan, kForward, opt, s, x, w, y);
@@ -236,7 +236,7 @@ void conv2d_forward(CudaContext& ctx, float* y, const float* x, const float* w, 
     ACTLAB_CUDNN_CHECK(cudnnAddTensor(ctx.cudnn(), &kOne, plan.bias.get(), b, &kOne, plan.y.get(), y));
 }
 
-void conv2d_backward_data(CudaContext& ctx, float* dx, const float* dy, const float* w, const cpu::ConvShape& s) {
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const cpu::ConvShape& s, CudaContext& ctx) {
   MathOptions opt;
   Plan& plan = plan_for(ctx, s, &opt);
   select(ctx, plan, kBackwardData, opt, s, dy, w, dx);
@@ -248,8 +248,8 @@ void conv2d_backward_data(CudaContext& ctx, float* dx, const float* dy, const fl
                                                   &kZero, plan.x.get(), dx));
 }
 
-void conv2d_backward_weight(CudaContext& ctx, float* dw, float* db, const float* dy, const float* x,
-                            const cpu::ConvShape& s) {
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
+                            const cpu::ConvShape& s, CudaContext& ctx) {
   MathOptions opt;
   Plan& plan = plan_for(ctx, s, &opt);
   select(ctx, plan, kBackwardFilter, opt, s, dy, x, dw);
@@ -286,11 +286,11 @@ namespace {
 }
 }  // namespace
 
-void conv2d_forward(CudaContext&, float*, const float*, const float*, const float*, const cpu::ConvShape&) {
+void conv2d_forward(float*, const float*, const float*, const float*, const cpu::ConvShape&, CudaContext&) {
   no_cudnn();
 }
-void conv2d_backward_data(CudaContext&, float*, const float*, const float*, const cpu::ConvShape&) { no_cudnn(); }
-void conv2d_backward_weight(CudaContext&, float*, float*, const float*, const float*, const cpu::ConvShape&) {
+void conv2d_backward_data(float*, const float*, const float*, const cpu::ConvShape&, CudaContext&) { no_cudnn(); }
+void conv2d_backward_weight(float*, float*, const float*, const float*, const cpu::ConvShape&, CudaContext&) {
   no_cudnn();
 }
 int64_t conv_plan_count() { return 0; }

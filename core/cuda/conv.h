@@ -31,13 +31,13 @@ MathOptions& math_options();
 // Throws Error (naming the cuDNN call) on a failure, or when actlab was built without cuDNN.
 
 // y (N,K,P,Q) = conv(x, w) + b (K); b may be nullptr.
-void conv2d_forward(CudaContext& ctx, float* y, const float* x, const float* w, const float* b,
-                    const cpu::ConvShape& s);
+void conv2d_forward(float* y, const float* x, const float* w, const float* b,
+                    const cpu::ConvShape& s, CudaContext& ctx);
 // dx (N,C,H,W) = transposed convolution of dy with w.
-void conv2d_backward_data(CudaContext& ctx, float* dx, const float* dy, const float* w, const cpu::ConvShape& s);
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const cpu::ConvShape& s, CudaContext& ctx);
 // dw (K,C/g,R,S) = Σ dy ⊗ x-windows; db (K) = Σ dy over n,p,q unless db is nullptr.
-void conv2d_backward_weight(CudaContext& ctx, float* dw, float* db, const float* dy, const float* x,
-                            const cpu::ConvShape& s);
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
+                            const cpu::ConvShape& s, CudaContext& ctx);
 
 // Number of cached plans (one per distinct shape and settings) and the number of algorithm selections run
 // so far (each plan selects once per direction it is used in): lets tests see the cache work.

@@ -72,9 +72,9 @@ __global__ void scale_kernel(float* y, float value, int64_t n) {
 
 // Each lane draws philox_uniform(seed, stream, i) for its own element: the CPU's numbers, in any order.
 __global__ void dropout_kernel(float* y, uint32_t* keep_mask, const float* x, int64_t n, float p, float scale,
-                               uint64_t seed, uint64_t stream_id) {
+                               uint64_t seed, uint64_t subsequence) {
   mask_words(keep_mask, n, [=](int64_t i) {
-    const bool keep = philox_uniform(seed, stream_id, static_cast<uint64_t>(i)) >= p;
+    const bool keep = philox_uniform(seed, subsequence, static_cast<uint64_t>(i)) >= p;
     y[i] = keep ? x[i] * scale : 0.f;
     return keep;
   });
@@ -116,112 +116,112 @@ void check_shortcut(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t strid
 
 }  // namespace
 
-void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t stream) {
+void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream) {
   check_count("relu_forward", n);
   if (n == 0) return;
-  relu_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, mask, x, n);
+  relu_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, mask, x, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void relu6_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t stream) {
+void relu6_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream) {
   check_count("relu6_forward", n);
   if (n == 0) return;
-  relu6_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, mask, x, n);
+  relu6_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, mask, x, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void add_relu_forward(float* y, uint32_t* mask, const float* a, const float* b, int64_t n, cudaStream_t stream) {
+void add_relu_forward(float* y, uint32_t* mask, const float* a, const float* b, int64_t n, cudaStream_t cuda_stream) {
   check_count("add_relu_forward", n);
   if (n == 0) return;
-  add_relu_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, mask, a, b, n);
+  add_relu_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, mask, a, b, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void masked_scale(float* dx, const uint32_t* mask, const float* dy, int64_t n, float scale, cudaStream_t stream) {
+void masked_scale(float* dx, const uint32_t* mask, const float* dy, int64_t n, float scale, cudaStream_t cuda_stream) {
   check_count("masked_scale", n);
   if (n == 0) return;
-  masked_scale_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(dx, mask, dy, n, scale);
+  masked_scale_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(dx, mask, dy, n, scale);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void add(float* y, const float* a, const float* b, int64_t n, cudaStream_t stream) {
+void add(float* y, const float* a, const float* b, int64_t n, cudaStream_t cuda_stream) {
   check_count("add", n);
   if (n == 0) return;
-  add_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, a, b, n);
+  add_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, a, b, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void axpy(float* y, const float* x, float alpha, int64_t n, cudaStream_t stream) {
+void axpy(float* y, const float* x, float alpha, int64_t n, cudaStream_t cuda_stream) {
   check_count("axpy", n);
   if (n == 0) return;
-  axpy_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, x, alpha, n);
+  axpy_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, alpha, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void scale(float* y, float value, int64_t n, cudaStream_t stream) {
+void scale(float* y, float value, int64_t n, cudaStream_t cuda_stream) {
   check_count("scale", n);
   if (n == 0) return;
-  scale_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, value, n);
+  scale_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, value, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 void dropout_forward(float* y, uint32_t* keep_mask, const float* x, int64_t n, float p, uint64_t seed,
-                     uint64_t stream_id, cudaStream_t stream) {
+                     uint64_t subsequence, cudaStream_t cuda_stream) {
   check_count("dropout_forward", n);
   ACTLAB_CHECK(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got ", p);
   if (n == 0) return;
   const float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
-  dropout_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, keep_mask, x, n, p, scale, seed, stream_id);
+  dropout_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, keep_mask, x, n, p, scale, seed, subsequence);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t stride,
-                          int64_t C_out, cudaStream_t stream) {
+                          int64_t C_out, cudaStream_t cuda_stream) {
   check_shortcut(N, C_in, H, W, stride, C_out);
   const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
-  shortcut_forward_kernel<<<grid_blocks(N * C_out * Ho * Wo), kBlockThreads, 0, stream>>>(y, x, N, C_in, H, W,
+  shortcut_forward_kernel<<<grid_blocks(N * C_out * Ho * Wo), kBlockThreads, 0, cuda_stream>>>(y, x, N, C_in, H, W,
                                                                                           stride, C_out, Ho, Wo);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H, int64_t W,
-                           int64_t stride, int64_t C_out, cudaStream_t stream) {
+                           int64_t stride, int64_t C_out, cudaStream_t cuda_stream) {
   check_shortcut(N, C_in, H, W, stride, C_out);
   const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
-  shortcut_backward_kernel<<<grid_blocks(N * C_in * H * W), kBlockThreads, 0, stream>>>(dx, dy, N, C_in, H, W,
+  shortcut_backward_kernel<<<grid_blocks(N * C_in * H * W), kBlockThreads, 0, cuda_stream>>>(dx, dy, N, C_in, H, W,
                                                                                         stride, C_out, Ho, Wo);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-bool all_finite(const float* x, int64_t n, int device, cudaStream_t stream) {
+bool all_finite(const float* x, int64_t n, int device, cudaStream_t cuda_stream) {
   check_count("all_finite", n);
   if (n == 0) return true;
   Buffer flag(sizeof(int), MemTag::Workspace, Device::cuda(device));
-  ACTLAB_CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int), stream));
-  all_finite_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(flag.as<int>(), x, n);
+  ACTLAB_CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int), cuda_stream));
+  all_finite_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(flag.as<int>(), x, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
   int any_bad = 0;
-  ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&any_bad, flag.data(), sizeof(int), cudaMemcpyDeviceToHost, stream));
-  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&any_bad, flag.data(), sizeof(int), cudaMemcpyDeviceToHost, cuda_stream));
+  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   return any_bad == 0;
 }
 
 void all_finite_each(bool* finite, const float* const* xs, const int64_t* ns, int count, int device,
-                     cudaStream_t stream) {
+                     cudaStream_t cuda_stream) {
   ACTLAB_CHECK(count >= 0, "cuda::all_finite_each: negative count ", count);
   if (count == 0) return;
   Buffer flags(sizeof(int) * static_cast<size_t>(count), MemTag::Workspace, Device::cuda(device));
-  ACTLAB_CUDA_CHECK(cudaMemsetAsync(flags.data(), 0, sizeof(int) * static_cast<size_t>(count), stream));
+  ACTLAB_CUDA_CHECK(cudaMemsetAsync(flags.data(), 0, sizeof(int) * static_cast<size_t>(count), cuda_stream));
   for (int i = 0; i < count; ++i) {
     check_count("all_finite_each", ns[i]);
     if (ns[i] == 0) continue;
-    all_finite_kernel<<<grid_blocks(ns[i]), kBlockThreads, 0, stream>>>(flags.as<int>() + i, xs[i], ns[i]);
+    all_finite_kernel<<<grid_blocks(ns[i]), kBlockThreads, 0, cuda_stream>>>(flags.as<int>() + i, xs[i], ns[i]);
     ACTLAB_CUDA_CHECK_LAUNCH();
   }
   std::vector<int> any_bad(static_cast<size_t>(count), 0);
   ACTLAB_CUDA_CHECK(cudaMemcpyAsync(any_bad.data(), flags.data(), sizeof(int) * static_cast<size_t>(count),
-                                    cudaMemcpyDeviceToHost, stream));
-  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+                                    cudaMemcpyDeviceToHost, cuda_stream));
+  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   for (int i = 0; i < count; ++i) finite[i] = any_bad[static_cast<size_t>(i)] == 0;
 }
 

@@ -18,13 +18,13 @@ __global__ void fill_kernel(float* dst, float value, int64_t n) {
 
 }  // namespace
 
-void fill(float* dst, float value, int64_t n, cudaStream_t stream) {
+void fill(float* dst, float value, int64_t n, cudaStream_t cuda_stream) {
   ACTLAB_CHECK(n >= 0, "cuda::fill: negative element count ", n);
   if (n == 0) return;
   constexpr int kThreads = 256;
   constexpr int64_t kMaxBlocks = 1 << 16;  // enough to fill any GPU; beyond it threads loop
   const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-  fill_kernel<<<blocks, kThreads, 0, stream>>>(dst, value, n);
+  fill_kernel<<<blocks, kThreads, 0, cuda_stream>>>(dst, value, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 

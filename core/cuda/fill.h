@@ -10,6 +10,6 @@ namespace actlab::cuda {
 // dst[i] = value for i in [0, n) (assign). dst: n f32 on the device that owns `stream`, which must be
 // the current device. Asynchronous: queued on `stream`; n == 0 queues nothing. Throws Error for n < 0
 // or a failed launch.
-void fill(float* dst, float value, int64_t n, cudaStream_t stream);
+void fill(float* dst, float value, int64_t n, cudaStream_t cuda_stream);
 
 }  // namespace actlab::cuda

@@ -20,32 +20,32 @@ namespace actlab::cuda {
 
 // ---------------------------------------------------------------- element-wise (eltwise.cu)
 // y = max(x, 0) (NaN propagates), mask bit = (x > 0). y may alias x.
-void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t stream);
+void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream);
 // y = min(max(x, 0), 6), mask bit = (0 < x < 6). y may alias x.
-void relu6_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t stream);
+void relu6_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream);
 // y = relu(a + b), mask bit = (a + b > 0). y may alias a or b.
-void add_relu_forward(float* y, uint32_t* mask, const float* a, const float* b, int64_t n, cudaStream_t stream);
+void add_relu_forward(float* y, uint32_t* mask, const float* a, const float* b, int64_t n, cudaStream_t cuda_stream);
 // dx = mask bit ? dy·scale : 0 (ReLU, ReLU6: scale 1; dropout: 1/(1-p)). dx may alias dy.
-void masked_scale(float* dx, const uint32_t* mask, const float* dy, int64_t n, float scale, cudaStream_t stream);
+void masked_scale(float* dx, const uint32_t* mask, const float* dy, int64_t n, float scale, cudaStream_t cuda_stream);
 // y = a + b. y may alias a or b.
-void add(float* y, const float* a, const float* b, int64_t n, cudaStream_t stream);
+void add(float* y, const float* a, const float* b, int64_t n, cudaStream_t cuda_stream);
 // y += alpha·x (ACCUMULATES). y must not alias x.
-void axpy(float* y, const float* x, float alpha, int64_t n, cudaStream_t stream);
+void axpy(float* y, const float* x, float alpha, int64_t n, cudaStream_t cuda_stream);
 // y *= value.
-void scale(float* y, float value, int64_t n, cudaStream_t stream);
-// Inverted dropout with the CPU's draws: element i is kept iff philox_uniform(seed, stream_id, i) >= p.
+void scale(float* y, float value, int64_t n, cudaStream_t cuda_stream);
+// Inverted dropout with the CPU's draws: element i is kept iff philox_uniform(seed, subsequence, i) >= p.
 void dropout_forward(float* y, uint32_t* keep_mask, const float* x, int64_t n, float p, uint64_t seed,
-                     uint64_t stream_id, cudaStream_t stream);
+                     uint64_t subsequence, cudaStream_t cuda_stream);
 // CIFAR "option A" shortcut (see cpu::shortcut_pad_forward): x (N,C_in,H,W) -> y (N,C_out,ceil(H/s),ceil(W/s)).
 void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t stride,
-                          int64_t C_out, cudaStream_t stream);
+                          int64_t C_out, cudaStream_t cuda_stream);
 void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H, int64_t W,
-                           int64_t stride, int64_t C_out, cudaStream_t stream);
+                           int64_t stride, int64_t C_out, cudaStream_t cuda_stream);
 // True when every one of the n floats is finite. Synchronizes `stream` (returns a host value).
-bool all_finite(const float* x, int64_t n, int device, cudaStream_t stream);
+bool all_finite(const float* x, int64_t n, int device, cudaStream_t cuda_stream);
 // finite[i] = all_finite(xs[i], ns[i]) for i < count, with one copy back and one synchronization.
 void all_finite_each(bool* finite, const float* const* xs, const int64_t* ns, int count, int device,
-                     cudaStream_t stream);
+                     cudaStream_t cuda_stream);
 
 // ---------------------------------------------------------------- batch norm (norm.cu)
 // Same semantics and the same arithmetic plan as the CPU kernels: per-channel sums of (x - shift) and
@@ -56,50 +56,50 @@ void all_finite_each(bool* finite, const float* const* xs, const int64_t* ns, in
 // allocator (MemTag::Workspace), freed in stream order.
 void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, float* running_mean,
                              float* running_var, const float* x, const float* gamma, const float* beta, int64_t N,
-                             int64_t C, int64_t HW, float momentum, float eps, int device, cudaStream_t stream);
+                             int64_t C, int64_t HW, float momentum, float eps, int device, cudaStream_t cuda_stream);
 void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const float* beta, const float* running_mean,
                             const float* running_var, int64_t N, int64_t C, int64_t HW, float eps, int device,
-                            cudaStream_t stream);
+                            cudaStream_t cuda_stream);
 // dx = gamma·invstd·(dy - Σdy/M - x_hat·Σ(dy·x_hat)/M), x_hat recomputed from x (may be a lossy
 // reconstruction); dgamma = Σ dy·x_hat, dbeta = Σ dy (both assigned).
 void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
                         const float* save_mean, const float* save_invstd, int64_t N, int64_t C, int64_t HW,
-                        int device, cudaStream_t stream);
+                        int device, cudaStream_t cuda_stream);
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                              const float* gamma, const float* running_mean, const float* running_var, int64_t N,
-                             int64_t C, int64_t HW, float eps, int device, cudaStream_t stream);
+                             int64_t C, int64_t HW, float eps, int device, cudaStream_t cuda_stream);
 
 // ---------------------------------------------------------------- pooling (pool.cu)
 // Same formats as the CPU: argmax (N,C,P,Q) u8 = r·S + s inside the window, first maximum wins, a NaN
 // wins and sticks. Backward kernels gather (one thread per input element, windows in row-major order),
 // so they need no atomics and add in the CPU's order.
-void maxpool2d_forward(float* y, uint8_t* argmax, const float* x, const cpu::Pool2dShape& s, cudaStream_t stream);
+void maxpool2d_forward(float* y, uint8_t* argmax, const float* x, const cpu::Pool2dShape& s, cudaStream_t cuda_stream);
 void maxpool2d_backward(float* dx, const float* dy, const uint8_t* argmax, const cpu::Pool2dShape& s,
-                        cudaStream_t stream);
-void avgpool2d_forward(float* y, const float* x, const cpu::Pool2dShape& s, cudaStream_t stream);
-void avgpool2d_backward(float* dx, const float* dy, const cpu::Pool2dShape& s, cudaStream_t stream);
-void global_avgpool_forward(float* y, const float* x, int64_t N, int64_t C, int64_t HW, cudaStream_t stream);
-void global_avgpool_backward(float* dx, const float* dy, int64_t N, int64_t C, int64_t HW, cudaStream_t stream);
+                        cudaStream_t cuda_stream);
+void avgpool2d_forward(float* y, const float* x, const cpu::Pool2dShape& s, cudaStream_t cuda_stream);
+void avgpool2d_backward(float* dx, const float* dy, const cpu::Pool2dShape& s, cudaStream_t cuda_stream);
+void global_avgpool_forward(float* y, const float* x, int64_t N, int64_t C, int64_t HW, cudaStream_t cuda_stream);
+void global_avgpool_backward(float* dx, const float* dy, int64_t N, int64_t C, int64_t HW, cudaStream_t cuda_stream);
 
 // ---------------------------------------------------------------- loss and metrics (loss.cu)
 // loss (1 float on the device) = mean over rows of -Σ target·log softmax, target = (1-eps)·onehot + eps/K;
 // probs = softmax(logits). Validates the labels: synchronizes `stream` once and throws Error naming the
 // first bad label and its row, like the CPU.
 void softmax_cross_entropy_forward(float* loss, float* probs, const float* logits, const int64_t* labels, int64_t N,
-                                   int64_t K, float smoothing, int device, cudaStream_t stream);
+                                   int64_t K, float smoothing, int device, cudaStream_t cuda_stream);
 // dlogits = (probs - target)/N·dloss. dlogits may alias probs. Rows whose label is out of range (forward
 // already refused them) get no on-target term.
 void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int64_t* labels, int64_t N, int64_t K,
-                                    float smoothing, float dloss, cudaStream_t stream);
+                                    float smoothing, float dloss, cudaStream_t cuda_stream);
 // Rows whose argmax (first maximum wins) equals the label. Synchronizes `stream`. Labels are not validated
 // here (cross-entropy forward does; an out-of-range label simply never matches).
 int64_t top1_correct(const float* logits, const int64_t* labels, int64_t N, int64_t K, int device,
-                     cudaStream_t stream);
+                     cudaStream_t cuda_stream);
 
 // ---------------------------------------------------------------- optimizer (optim.cu)
 // One fused pass, the formulas of cpu::sgd_update (torch.optim.SGD semantics). momentum_buf may be
 // nullptr when momentum == 0.
 void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,
-                float dampening, float weight_decay, bool nesterov, bool first_step, cudaStream_t stream);
+                float dampening, float weight_decay, bool nesterov, bool first_step, cudaStream_t cuda_stream);
 
 }  // namespace actlab::cuda

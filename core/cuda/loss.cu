@@ -93,50 +93,50 @@ void check_sizes(const char* op, int64_t N, int64_t K, float smoothing) {
 }  // namespace
 
 void softmax_cross_entropy_forward(float* loss, float* probs, const float* logits, const int64_t* labels, int64_t N,
-                                   int64_t K, float smoothing, int device, cudaStream_t stream) {
+                                   int64_t K, float smoothing, int device, cudaStream_t cuda_stream) {
   check_sizes("softmax_cross_entropy_forward", N, K, smoothing);
   const Device gpu = Device::cuda(device);
   Buffer row_loss(static_cast<size_t>(N) * sizeof(double), MemTag::Workspace, gpu);
   Buffer bad_row(sizeof(unsigned long long), MemTag::Workspace, gpu);
-  ACTLAB_CUDA_CHECK(cudaMemsetAsync(bad_row.data(), 0xFF, sizeof(unsigned long long), stream));  // "none"
-  softmax_ce_rows<<<grid_blocks(N * 32), kBlockThreads, 0, stream>>>(row_loss.as<double>(), probs,
+  ACTLAB_CUDA_CHECK(cudaMemsetAsync(bad_row.data(), 0xFF, sizeof(unsigned long long), cuda_stream));  // "none"
+  softmax_ce_rows<<<grid_blocks(N * 32), kBlockThreads, 0, cuda_stream>>>(row_loss.as<double>(), probs,
                                                                     bad_row.as<unsigned long long>(), logits, labels,
                                                                     N, K, smoothing);
   ACTLAB_CUDA_CHECK_LAUNCH();
-  mean_of_rows<<<1, 1024, 0, stream>>>(loss, row_loss.as<double>(), N);
+  mean_of_rows<<<1, 1024, 0, cuda_stream>>>(loss, row_loss.as<double>(), N);
   ACTLAB_CUDA_CHECK_LAUNCH();
   unsigned long long first_bad = 0;
-  ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&first_bad, bad_row.data(), sizeof first_bad, cudaMemcpyDeviceToHost, stream));
-  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&first_bad, bad_row.data(), sizeof first_bad, cudaMemcpyDeviceToHost, cuda_stream));
+  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   if (first_bad != ~0ull) {
     int64_t label = 0;
-    ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&label, labels + first_bad, sizeof label, cudaMemcpyDeviceToHost, stream));
-    ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&label, labels + first_bad, sizeof label, cudaMemcpyDeviceToHost, cuda_stream));
+    ACTLAB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
     ACTLAB_FAIL("softmax_cross_entropy_forward: label ", label, " at index ", first_bad, " is outside [0, ", K, ")");
   }
 }
 
 void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int64_t* labels, int64_t N, int64_t K,
-                                    float smoothing, float dloss, cudaStream_t stream) {
+                                    float smoothing, float dloss, cudaStream_t cuda_stream) {
   check_sizes("softmax_cross_entropy_backward", N, K, smoothing);
   const float scale = dloss / static_cast<float>(N);
   const float off_target = smoothing / static_cast<float>(K);
   const float on_target = 1.f - smoothing;
-  softmax_ce_backward_kernel<<<grid_blocks(N * K), kBlockThreads, 0, stream>>>(dlogits, probs, labels, N, K, scale,
+  softmax_ce_backward_kernel<<<grid_blocks(N * K), kBlockThreads, 0, cuda_stream>>>(dlogits, probs, labels, N, K, scale,
                                                                               off_target, on_target);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 int64_t top1_correct(const float* logits, const int64_t* labels, int64_t N, int64_t K, int device,
-                     cudaStream_t stream) {
+                     cudaStream_t cuda_stream) {
   ACTLAB_CHECK(N > 0 && K > 0, "top1_correct: sizes must be positive, got N=", N, " K=", K);
   Buffer counter(sizeof(unsigned long long), MemTag::Workspace, Device::cuda(device));
-  ACTLAB_CUDA_CHECK(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned long long), stream));
-  top1_kernel<<<grid_blocks(N), kBlockThreads, 0, stream>>>(counter.as<unsigned long long>(), logits, labels, N, K);
+  ACTLAB_CUDA_CHECK(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned long long), cuda_stream));
+  top1_kernel<<<grid_blocks(N), kBlockThreads, 0, cuda_stream>>>(counter.as<unsigned long long>(), logits, labels, N, K);
   ACTLAB_CUDA_CHECK_LAUNCH();
   unsigned long long correct = 0;
-  ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&correct, counter.data(), sizeof correct, cudaMemcpyDeviceToHost, stream));
-  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ACTLAB_CUDA_CHECK(cudaMemcpyAsync(&correct, counter.data(), sizeof correct, cudaMemcpyDeviceToHost, cuda_stream));
+  ACTLAB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   return static_cast<int64_t>(correct);
 }
 

@@ -170,15 +170,15 @@ struct Scratch {
 };
 
 template <typename Pair>
-void launch_partials(double* partial, const Slicing& sl, Pair pair, cudaStream_t stream) {
+void launch_partials(double* partial, const Slicing& sl, Pair pair, cudaStream_t cuda_stream) {
   channel_partials<<<dim3(static_cast<unsigned>(sl.C), static_cast<unsigned>(sl.slices)), kBlockThreads, 0,
-                     stream>>>(partial, sl, pair);
+                     cuda_stream>>>(partial, sl, pair);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void launch_affine(float* y, const float* x, const float* coef, const Slicing& sl, cudaStream_t stream) {
+void launch_affine(float* y, const float* x, const float* coef, const Slicing& sl, cudaStream_t cuda_stream) {
   const int64_t n = sl.N * sl.C * sl.HW;
-  channel_affine<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, x, coef, sl.C, sl.HW, n);
+  channel_affine<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, coef, sl.C, sl.HW, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
@@ -186,7 +186,7 @@ void launch_affine(float* y, const float* x, const float* coef, const Slicing& s
 
 void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, float* running_mean,
                              float* running_var, const float* x, const float* gamma, const float* beta, int64_t N,
-                             int64_t C, int64_t HW, float momentum, float eps, int device, cudaStream_t stream) {
+                             int64_t C, int64_t HW, float momentum, float eps, int device, cudaStream_t cuda_stream) {
   const Slicing sl = make_slicing(N, C, HW);
   ACTLAB_CHECK(N * HW > 1, "batchnorm (training): need more than 1 value per channel, got N=", N, " HW=", HW);
   ACTLAB_CHECK((running_mean == nullptr) == (running_var == nullptr),
@@ -194,53 +194,53 @@ void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, flo
   Scratch scratch(sl, device);
   double* partial = scratch.partial.as<double>();
   float* coef = scratch.coef.as<float>();
-  launch_partials(partial, sl, Moments{x}, stream);
-  finalize_train<<<grid_blocks(C), kBlockThreads, 0, stream>>>(coef, save_mean, save_invstd, running_mean,
+  launch_partials(partial, sl, Moments{x}, cuda_stream);
+  finalize_train<<<grid_blocks(C), kBlockThreads, 0, cuda_stream>>>(coef, save_mean, save_invstd, running_mean,
                                                                running_var, partial, x, gamma, beta, sl, momentum,
                                                                eps);
   ACTLAB_CUDA_CHECK_LAUNCH();
-  launch_affine(y, x, coef, sl, stream);
+  launch_affine(y, x, coef, sl, cuda_stream);
 }
 
 void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const float* beta, const float* running_mean,
                             const float* running_var, int64_t N, int64_t C, int64_t HW, float eps, int device,
-                            cudaStream_t stream) {
+                            cudaStream_t cuda_stream) {
   const Slicing sl = make_slicing(N, C, HW);
   Buffer coef(static_cast<size_t>(3 * C) * sizeof(float), MemTag::Workspace, Device::cuda(device));
-  finalize_eval<<<grid_blocks(C), kBlockThreads, 0, stream>>>(coef.as<float>(), gamma, beta, running_mean,
+  finalize_eval<<<grid_blocks(C), kBlockThreads, 0, cuda_stream>>>(coef.as<float>(), gamma, beta, running_mean,
                                                               running_var, C, eps);
   ACTLAB_CUDA_CHECK_LAUNCH();
-  launch_affine(y, x, coef.as<float>(), sl, stream);
+  launch_affine(y, x, coef.as<float>(), sl, cuda_stream);
 }
 
 void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
                         const float* save_mean, const float* save_invstd, int64_t N, int64_t C, int64_t HW,
-                        int device, cudaStream_t stream) {
+                        int device, cudaStream_t cuda_stream) {
   const Slicing sl = make_slicing(N, C, HW);
   Scratch scratch(sl, device);
   double* partial = scratch.partial.as<double>();
   float* coef = scratch.coef.as<float>();
-  launch_partials(partial, sl, GradSums{dy, x, save_mean}, stream);
-  finalize_backward<<<grid_blocks(C), kBlockThreads, 0, stream>>>(coef, dgamma, dbeta, partial, gamma, save_invstd,
+  launch_partials(partial, sl, GradSums{dy, x, save_mean}, cuda_stream);
+  finalize_backward<<<grid_blocks(C), kBlockThreads, 0, cuda_stream>>>(coef, dgamma, dbeta, partial, gamma, save_invstd,
                                                                   sl);
   ACTLAB_CUDA_CHECK_LAUNCH();
   const int64_t n = N * C * HW;
-  backward_dx<<<grid_blocks(n), kBlockThreads, 0, stream>>>(dx, dy, x, save_mean, coef, C, HW, n);
+  backward_dx<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(dx, dy, x, save_mean, coef, C, HW, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                              const float* gamma, const float* running_mean, const float* running_var, int64_t N,
-                             int64_t C, int64_t HW, float eps, int device, cudaStream_t stream) {
+                             int64_t C, int64_t HW, float eps, int device, cudaStream_t cuda_stream) {
   const Slicing sl = make_slicing(N, C, HW);
   Scratch scratch(sl, device);
   double* partial = scratch.partial.as<double>();
   float* coef = scratch.coef.as<float>();
-  launch_partials(partial, sl, GradSums{dy, x, running_mean}, stream);
-  finalize_backward_eval<<<grid_blocks(C), kBlockThreads, 0, stream>>>(coef, dgamma, dbeta, partial, gamma,
+  launch_partials(partial, sl, GradSums{dy, x, running_mean}, cuda_stream);
+  finalize_backward_eval<<<grid_blocks(C), kBlockThreads, 0, cuda_stream>>>(coef, dgamma, dbeta, partial, gamma,
                                                                        running_var, sl, eps);
   ACTLAB_CUDA_CHECK_LAUNCH();
-  launch_affine(dx, dy, coef, sl, stream);
+  launch_affine(dx, dy, coef, sl, cuda_stream);
 }
 
 }  // namespace actlab::cuda

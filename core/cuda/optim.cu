@@ -36,7 +36,7 @@ __global__ void sgd_kernel(float* w, float* buf, const float* grad, int64_t n, f
 }  // namespace
 
 void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,
-                float dampening, float weight_decay, bool nesterov, bool first_step, cudaStream_t stream) {
+                float dampening, float weight_decay, bool nesterov, bool first_step, cudaStream_t cuda_stream) {
   ACTLAB_CHECK(n >= 0, "sgd_update: n must be >= 0, got ", n);
   ACTLAB_CHECK(momentum >= 0.f, "sgd_update: momentum must be >= 0, got ", momentum);
   ACTLAB_CHECK(!nesterov || (momentum > 0.f && dampening == 0.f),
@@ -48,16 +48,16 @@ void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, flo
   const int blocks = grid_blocks(n);
   const float keep = 1.f - dampening;
   if (momentum == 0.f) {
-    sgd_kernel<SgdVariant::Plain><<<blocks, kBlockThreads, 0, stream>>>(w, nullptr, grad, n, lr, 0.f, keep,
+    sgd_kernel<SgdVariant::Plain><<<blocks, kBlockThreads, 0, cuda_stream>>>(w, nullptr, grad, n, lr, 0.f, keep,
                                                                         weight_decay, false);
   } else if (first_step) {
-    sgd_kernel<SgdVariant::FirstStep><<<blocks, kBlockThreads, 0, stream>>>(w, momentum_buf, grad, n, lr, momentum,
+    sgd_kernel<SgdVariant::FirstStep><<<blocks, kBlockThreads, 0, cuda_stream>>>(w, momentum_buf, grad, n, lr, momentum,
                                                                             keep, weight_decay, nesterov);
   } else if (nesterov) {
-    sgd_kernel<SgdVariant::Nesterov><<<blocks, kBlockThreads, 0, stream>>>(w, momentum_buf, grad, n, lr, momentum,
+    sgd_kernel<SgdVariant::Nesterov><<<blocks, kBlockThreads, 0, cuda_stream>>>(w, momentum_buf, grad, n, lr, momentum,
                                                                            keep, weight_decay, true);
   } else {
-    sgd_kernel<SgdVariant::Momentum><<<blocks, kBlockThreads, 0, stream>>>(w, momentum_buf, grad, n, lr, momentum,
+    sgd_kernel<SgdVariant::Momentum><<<blocks, kBlockThreads, 0, cuda_stream>>>(w, momentum_buf, grad, n, lr, momentum,
                                                                            keep, weight_decay, false);
   }
   ACTLAB_CUDA_CHECK_LAUNCH();

@@ -116,49 +116,49 @@ __global__ void global_avgpool_backward_kernel(float* dx, const float* dy, int64
 
 }  // namespace
 
-void maxpool2d_forward(float* y, uint8_t* argmax, const float* x, const Pool2dShape& s, cudaStream_t stream) {
+void maxpool2d_forward(float* y, uint8_t* argmax, const float* x, const Pool2dShape& s, cudaStream_t cuda_stream) {
   cpu::check_pool_shape(s);
   ACTLAB_CHECK(s.R * s.S <= 256, "maxpool2d: window ", s.R, "x", s.S,
                " has more than 256 positions; the u8 argmax cannot index it");
   const int64_t P = s.P(), Q = s.Q();
-  maxpool_forward_kernel<<<grid_blocks(s.N * s.C * P * Q), kBlockThreads, 0, stream>>>(y, argmax, x, s, P, Q);
+  maxpool_forward_kernel<<<grid_blocks(s.N * s.C * P * Q), kBlockThreads, 0, cuda_stream>>>(y, argmax, x, s, P, Q);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 void maxpool2d_backward(float* dx, const float* dy, const uint8_t* argmax, const Pool2dShape& s,
-                        cudaStream_t stream) {
+                        cudaStream_t cuda_stream) {
   cpu::check_pool_shape(s);
-  maxpool_backward_kernel<<<grid_blocks(s.N * s.C * s.H * s.W), kBlockThreads, 0, stream>>>(dx, dy, argmax, s,
+  maxpool_backward_kernel<<<grid_blocks(s.N * s.C * s.H * s.W), kBlockThreads, 0, cuda_stream>>>(dx, dy, argmax, s,
                                                                                            s.P(), s.Q());
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void avgpool2d_forward(float* y, const float* x, const Pool2dShape& s, cudaStream_t stream) {
+void avgpool2d_forward(float* y, const float* x, const Pool2dShape& s, cudaStream_t cuda_stream) {
   cpu::check_pool_shape(s);
   const int64_t P = s.P(), Q = s.Q();
   const float inv_area = 1.f / static_cast<float>(s.R * s.S);
-  avgpool_forward_kernel<<<grid_blocks(s.N * s.C * P * Q), kBlockThreads, 0, stream>>>(y, x, s, P, Q, inv_area);
+  avgpool_forward_kernel<<<grid_blocks(s.N * s.C * P * Q), kBlockThreads, 0, cuda_stream>>>(y, x, s, P, Q, inv_area);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void avgpool2d_backward(float* dx, const float* dy, const Pool2dShape& s, cudaStream_t stream) {
+void avgpool2d_backward(float* dx, const float* dy, const Pool2dShape& s, cudaStream_t cuda_stream) {
   cpu::check_pool_shape(s);
   const float inv_area = 1.f / static_cast<float>(s.R * s.S);
-  avgpool_backward_kernel<<<grid_blocks(s.N * s.C * s.H * s.W), kBlockThreads, 0, stream>>>(dx, dy, s, s.P(), s.Q(),
+  avgpool_backward_kernel<<<grid_blocks(s.N * s.C * s.H * s.W), kBlockThreads, 0, cuda_stream>>>(dx, dy, s, s.P(), s.Q(),
                                                                                            inv_area);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void global_avgpool_forward(float* y, const float* x, int64_t N, int64_t C, int64_t HW, cudaStream_t stream) {
+void global_avgpool_forward(float* y, const float* x, int64_t N, int64_t C, int64_t HW, cudaStream_t cuda_stream) {
   ACTLAB_CHECK(N > 0 && C > 0 && HW > 0, "global_avgpool: sizes must be positive, got N=", N, " C=", C, " HW=", HW);
-  global_avgpool_forward_kernel<<<grid_blocks(N * C * 32), kBlockThreads, 0, stream>>>(y, x, N * C, HW);
+  global_avgpool_forward_kernel<<<grid_blocks(N * C * 32), kBlockThreads, 0, cuda_stream>>>(y, x, N * C, HW);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void global_avgpool_backward(float* dx, const float* dy, int64_t N, int64_t C, int64_t HW, cudaStream_t stream) {
+void global_avgpool_backward(float* dx, const float* dy, int64_t N, int64_t C, int64_t HW, cudaStream_t cuda_stream) {
   ACTLAB_CHECK(N > 0 && C > 0 && HW > 0, "global_avgpool: sizes must be positive, got N=", N, " C=", C, " HW=", HW);
   const int64_t n = N * C * HW;
-  global_avgpool_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(dx, dy, n, HW,
+  global_avgpool_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(dx, dy, n, HW,
                                                                               1.f / static_cast<float>(HW));
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
