@@ -1,4 +1,4 @@
-// Benchmark of the activation codec (compress/policies.h, compress/codec_cpu.cpp) on the saved-activation
+// Benchmark of the activation codec (compress/policies.h, core/cpu/codec.cpp) on the saved-activation
 // shapes of CIFAR ResNet-18 at batch 128: pack and unpack speed (plain planes, the 16-channel blocks a
 // convolution's backward reads, one channel at a time as batch-norm backward reads) against a plain memcpy of
 // the same f32 bytes, and the measured compression rate against the closed form. Results: bench/RESULTS_compress.md.

@@ -27,7 +27,7 @@
 #if defined(ACTLAB_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
-#include "compress/codec_cuda.h"
+#include "core/cuda/codec.h"
 #include "core/cuda/check.h"
 #include "core/cuda/conv.h"
 #include "core/cuda/context.h"

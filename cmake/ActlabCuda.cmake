@@ -4,9 +4,7 @@
 # What the backend contains and how it is tested: docs/cuda.md.
 
 function(actlab_cuda_sources out_var)
-  file(GLOB cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/cuda/*.cu
-                                           ${PROJECT_SOURCE_DIR}/core/cuda/*.cpp
-                                           ${PROJECT_SOURCE_DIR}/compress/*.cu)
+  file(GLOB cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/cuda/*.cu ${PROJECT_SOURCE_DIR}/core/cuda/*.cpp)
   set(${out_var} ${${out_var}} ${cuda_sources} PARENT_SCOPE)
 endfunction()
 

@@ -1,11 +1,14 @@
 // The lossy policies of compress/policies.h: plane views of shapes, the one-buffer pack layouts, the
-// closed-form sizes, and the calls into the codec kernels of the tensor's device (compress/codec_cpu.cpp,
-// compress/codec_cuda.cu). Tested in tests/test_policies.cpp and tests/test_cuda_codec.cpp.
+// closed-form sizes, and the calls into the codec kernels of the tensor's device (core/cpu/codec.cpp,
+// core/cuda/codec.cu). Tested in tests/test_policies.cpp and tests/test_cuda_codec.cpp.
 #include "compress/policies.h"
 
 #include <cstring>
 
-#include "compress/codec_cuda.h"
+#include "core/dispatch.h"
+#if defined(ACTLAB_WITH_CUDA)
+#include "core/cuda/codec.h"
+#endif
 
 namespace actlab {
 namespace {
@@ -98,13 +101,11 @@ std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInf
   PlaneGeometry g;
   if (!plane_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
   auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g, x.device());
-  if (x.device().is_cuda()) {
-    cuda::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
-                     x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream, x.device().index);
-  } else {
-    cpu::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
-                    x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream);
-  }
+  ACTLAB_DISPATCH(x.device(),
+                  cuda::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
+                                   x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream, gpu.device()),
+                  cpu::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
+                                  x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream));
   return packed;
 }
 
@@ -118,11 +119,12 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
   const PlaneGeometry& g = planes->geometry();
   if (planes->residual()) {
     copy_on_device(out.raw_data(), planes->residual(), out.nbytes(), device);
-  } else if (device.is_cuda()) {
-    cuda::plane_unpack(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(), g,
-                       device.index);
   } else {
-    cpu::plane_unpack(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(), g);
+    ACTLAB_DISPATCH(device,
+                    cuda::plane_unpack(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(),
+                                       planes->steps(), g, gpu.device()),
+                    cpu::plane_unpack(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(),
+                                      planes->steps(), g));
   }
   return out;
 }
@@ -216,12 +218,11 @@ std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&
   GroupGeometry g;
   if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
   auto packed = std::make_unique<PackedGroups>(x.shape(), g, x.device());
-  if (x.device().is_cuda()) {
-    cuda::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed, ctx.stream,
-                     x.device().index);
-  } else {
-    cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed, ctx.stream);
-  }
+  ACTLAB_DISPATCH(x.device(),
+                  cuda::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed,
+                                   ctx.stream, gpu.device()),
+                  cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed,
+                                  ctx.stream));
   return packed;
 }
 
@@ -232,12 +233,11 @@ Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const {
                shape_str(p.shape()), ")");
   const Device device = groups->buffer().device();
   Tensor out = Tensor::empty(groups->shape(), DType::F32, device);
-  if (device.is_cuda()) {
-    cuda::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(), groups->geometry(),
-                       device.index);
-  } else {
-    cpu::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(), groups->geometry());
-  }
+  ACTLAB_DISPATCH(device,
+                  cuda::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(),
+                                     groups->geometry(), gpu.device()),
+                  cpu::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(),
+                                    groups->geometry()));
   return out;
 }
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "compress/codec.h"
+#include "core/codec.h"
 #include "compress/policy.h"
 
 namespace actlab {
@@ -24,7 +24,7 @@ class PackedPassthrough final : public Packed {
   Tensor copy_;
 };
 
-// What the plane policies keep. A tensor is seen as planes (compress/codec.h PlaneGeometry):
+// What the plane policies keep. A tensor is seen as planes (core/codec.h PlaneGeometry):
 // (N,C,H,W) → N·C planes of H×W; (N,C,L) → N·C planes of 1×L; (N,D) → N planes of 1×D.
 enum class PlaneCodecKind {
   Division,  // bf16 LFC + Q-bit HFC; backward sees LFC↑ + HFC
@@ -80,7 +80,7 @@ class PackedPlanes final : public Packed {
 };
 
 // division / quant / lfc / hfc. pack: x is f32 on the CPU or a GPU (made contiguous if it is not); the pack
-// and the unpacked tensor live on x's device, and the bytes are the same on both (compress/codec_cuda.h).
+// and the unpacked tensor live on x's device, and the bytes are the same on both (core/cuda/codec.h).
 class PlaneCodecPolicy final : public ActivationCachePolicy {
  public:
   explicit PlaneCodecPolicy(const PlaneCodecConfig& config);  // throws Error on a bad B/Q

@@ -15,27 +15,12 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/kernels.h"
 
-// ACTLAB_CUDA_ONLY(statements): the statements in CUDA builds, an Error otherwise.
-// ACTLAB_DISPATCH(dev, cuda_call, cpu_call): cuda_call when dev is a GPU — with `gpu`, the op's
-// cuda::DeviceScope (device made current; gpu.ctx(), gpu.stream(), gpu.device()), in scope — else cpu_call.
+#include "core/dispatch.h"
 #if defined(ACTLAB_WITH_CUDA)
 #include "core/cuda/blas.h"
 #include "core/cuda/conv.h"
-#include "core/cuda/context.h"
-#include "core/cuda/fill.h"
 #include "core/cuda/kernels.h"
-#define ACTLAB_CUDA_ONLY(...) __VA_ARGS__
-#else
-#define ACTLAB_CUDA_ONLY(...) ACTLAB_FAIL("a tensor on a CUDA device in a build without CUDA")
 #endif
-#define ACTLAB_DISPATCH(dev, cuda_call, cpu_call)                        \
-  do {                                                                   \
-    if ((dev).is_cuda()) {                                               \
-      ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu((dev).index); (cuda_call)); \
-    } else {                                                             \
-      cpu_call;                                                          \
-    }                                                                    \
-  } while (0)
 
 namespace actlab::ops {
 namespace {
@@ -645,41 +630,6 @@ std::vector<bool> all_finite_each(const std::vector<Tensor>& xs) {
                                          gpu.device(), gpu.stream()));
   for (size_t k = 0; k < where.size(); ++k) finite[where[k]] = flags[k];
   return finite;
-}
-
-// ---------------------------------------------------------------- in-place helpers of Tensor
-// The CPU branches are Tensor's own loops (core/tensor.cpp), which call back here only for GPU tensors.
-void add_scaled_(Tensor& y, const Tensor& x, float alpha) {
-  const Device dev = op_device("add_", {&y, &x});
-  if (dev.is_cpu()) {
-    y.add_(x, alpha);
-    return;
-  }
-  require_f32_contig("add_", "destination", y);
-  require_f32_contig("add_", "source", x);
-  ACTLAB_CHECK(y.shape() == x.shape(), "add_: shape ", x.str(), " vs ", y.str());
-  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(dev.index); cuda::axpy(f32(y), f32(x), alpha, y.numel(), gpu.stream()));
-  y.storage()->bump_version();
-}
-
-void scale_(Tensor& y, float value) {
-  if (y.device().is_cpu()) {
-    y.mul_(value);
-    return;
-  }
-  require_f32_contig("mul_", "tensor", y);
-  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(y.device().index); cuda::scale(f32(y), value, y.numel(), gpu.stream()));
-  y.storage()->bump_version();
-}
-
-void fill_(Tensor& y, float value) {
-  if (y.device().is_cpu()) {
-    y.fill_(value);
-    return;
-  }
-  require_f32_contig("fill_", "tensor", y);
-  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(y.device().index); cuda::fill(f32(y), value, y.numel(), gpu.stream()));
-  y.storage()->bump_version();
 }
 
 }  // namespace actlab::ops

@@ -99,10 +99,5 @@ bool all_finite(const Tensor& x);
 // device-to-host copy and one synchronization for the whole list (the trainer's per-step gradient check).
 std::vector<bool> all_finite_each(const std::vector<Tensor>& xs);
 
-// In-place f32 arithmetic on a contiguous tensor of either device (Tensor::add_/mul_/fill_ call these for
-// GPU tensors; the CPU loops stay in core/tensor.cpp). Each bumps y's storage version.
-void add_scaled_(Tensor& y, const Tensor& x, float alpha);  // y += alpha·x, same shape and device
-void scale_(Tensor& y, float value);                         // y *= value
-void fill_(Tensor& y, float value);                          // y = value
 
 }  // namespace actlab::ops

@@ -6,7 +6,11 @@
 #include <numeric>
 #include <sstream>
 
-#include "core/ops.h"
+#include "core/dispatch.h"
+#if defined(ACTLAB_WITH_CUDA)
+#include "core/cuda/fill.h"
+#include "core/cuda/kernels.h"
+#endif
 
 namespace actlab {
 namespace {
@@ -284,29 +288,40 @@ std::vector<float> Tensor::to_vector() const {
 }
 
 // ---------------------------------------------------------------- in-place
-Tensor& Tensor::fill_(float value) {
-  if (device().is_cuda()) {
-    ops::fill_(*this, value);
-    return *this;
-  }
-  const int64_t n = numel();
-  if (dtype_ == DType::F32 && is_contiguous()) {
-    float* p = data<float>();
+namespace {
+// The CPU branch of Tensor::fill_: any dtype, any strides.
+void fill_host(Tensor& t, float value) {
+  const int64_t n = t.numel();
+  if (t.dtype() == DType::F32 && t.is_contiguous()) {
+    float* p = t.data<float>();
     for (int64_t i = 0; i < n; ++i) p[i] = value;
-  } else {
-    char* base = static_cast<char*>(storage_->data());
-    const size_t es = dtype_size(dtype_);
-    for_each_offset(shape_, strides_, offset_, [&](int64_t, int64_t off) {
-      char* dst = base + off * static_cast<int64_t>(es);
-      switch (dtype_) {
-        case DType::F32: *reinterpret_cast<float*>(dst) = value; break;
-        case DType::U8: *reinterpret_cast<uint8_t*>(dst) = static_cast<uint8_t>(value); break;
-        case DType::I32: *reinterpret_cast<int32_t*>(dst) = static_cast<int32_t>(value); break;
-        case DType::I64: *reinterpret_cast<int64_t*>(dst) = static_cast<int64_t>(value); break;
-        default: ACTLAB_FAIL("fill_ not supported for ", dtype_name(dtype_));
-      }
-    });
+    return;
   }
+  char* base = static_cast<char*>(t.storage()->data());
+  const size_t es = dtype_size(t.dtype());
+  const DType dtype = t.dtype();
+  for_each_offset(t.shape(), t.strides(), t.offset(), [&](int64_t, int64_t off) {
+    char* dst = base + off * static_cast<int64_t>(es);
+    switch (dtype) {
+      case DType::F32: *reinterpret_cast<float*>(dst) = value; break;
+      case DType::U8: *reinterpret_cast<uint8_t*>(dst) = static_cast<uint8_t>(value); break;
+      case DType::I32: *reinterpret_cast<int32_t*>(dst) = static_cast<int32_t>(value); break;
+      case DType::I64: *reinterpret_cast<int64_t*>(dst) = static_cast<int64_t>(value); break;
+      default: ACTLAB_FAIL("fill_ not supported for ", dtype_name(dtype));
+    }
+  });
+}
+
+// The GPU kernels of the in-place methods take contiguous f32 tensors.
+void require_gpu_f32(const char* op, const Tensor& t) {
+  ACTLAB_CHECK(!t.device().is_cuda() || (t.dtype() == DType::F32 && t.is_contiguous()), op,
+               " on a GPU needs a contiguous f32 tensor, got ", t.str());
+}
+}  // namespace
+
+Tensor& Tensor::fill_(float value) {
+  require_gpu_f32("fill_", *this);
+  ACTLAB_DISPATCH(device(), cuda::fill(data<float>(), value, numel(), gpu.stream()), fill_host(*this, value));
   storage_->bump_version();
   return *this;
 }
@@ -332,32 +347,28 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::add_(const Tensor& other, float alpha) {
-  if (device().is_cuda() || other.device().is_cuda()) {
-    ops::add_scaled_(*this, other, alpha);
-    return *this;
-  }
   ACTLAB_CHECK(other.shape_ == shape_, "add_: shape ", other.str(), " vs ", str());
+  ACTLAB_CHECK(other.device() == device(), "add_: a tensor on ", other.device().str(), " into one on ", device().str());
   ACTLAB_CHECK(is_contiguous() && other.is_contiguous() && dtype_ == DType::F32 && other.dtype_ == DType::F32,
                "add_ needs contiguous f32 tensors, got ", str(), " and ", other.str());
   float* p = data<float>();
   const float* q = other.data<float>();
   const int64_t n = numel();
-#pragma omp parallel for if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) p[i] += alpha * q[i];
+  // _Pragma, not #pragma: a directive cannot stand inside a macro's argument.
+  ACTLAB_DISPATCH(device(), cuda::axpy(p, q, alpha, n, gpu.stream()), {
+    _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; ++i) p[i] += alpha * q[i];
+  });
   storage_->bump_version();
   return *this;
 }
 
 Tensor& Tensor::mul_(float value) {
-  if (device().is_cuda()) {
-    ops::scale_(*this, value);
-    return *this;
-  }
   ACTLAB_CHECK(is_contiguous() && dtype_ == DType::F32, "mul_ needs a contiguous f32 tensor, got ", str());
   float* p = data<float>();
   const int64_t n = numel();
-#pragma omp parallel for if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) p[i] *= value;
+  ACTLAB_DISPATCH(device(), cuda::scale(p, value, n, gpu.stream()), {
+    _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; ++i) p[i] *= value;
+  });
   storage_->bump_version();
   return *this;
 }

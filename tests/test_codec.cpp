@@ -1,8 +1,8 @@
-// Tests of the codec arithmetic and CPU kernels (compress/codec.h, compress/codec_cpu.cpp): every
-// ACTLAB_HD function against a naive version written here (directed bf16 rounding by search over all bf16
-// values, PyTorch's float nearest rule, double-precision rounding), and the fused plane/group kernels
-// against a per-element naive codec that draws philox_uniform8(seed, stream, index) one element at a time,
-// byte for byte.
+// Tests of the codec arithmetic and CPU kernels (core/codec.h, core/cpu/codec.cpp): every ACTLAB_HD
+// function against a naive version written here (directed bf16 rounding by search over all bf16 values,
+// PyTorch's float nearest rule, double-precision rounding), and the fused plane/group kernels, AVX-512
+// and portable paths both, against the reference codec (core/cpu/codec_ref.cpp), which draws
+// philox_uniform8(seed, stream, index) one element at a time, byte for byte.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "compress/codec.h"
+#include "core/codec.h"
 #include "core/allocator.h"
 
 namespace {
@@ -221,7 +221,7 @@ TEST_CASE("codec: nearest_source, lfc_from_sum, dequantize and unpack_code match
 
 namespace {
 
-// The per-element spec of cpu::plane_pack, written as plainly as possible.
+// cpu::plane_pack_ref (core/cpu/codec_ref.cpp, the specification) into vectors.
 struct NaivePlanes {
   std::vector<uint16_t> lfc, mins, steps;
   std::vector<uint8_t> codes;
@@ -229,45 +229,14 @@ struct NaivePlanes {
 };
 NaivePlanes naive_plane_pack(const std::vector<float>& x, const PlaneGeometry& g, bool with_lfc, uint64_t seed,
                              uint64_t stream) {
-  const int64_t E = g.plane_elems();
   NaivePlanes out;
   out.lfc.assign(g.planes * g.lfc_elems(), 0);
   out.codes.assign(g.planes * g.code_bytes_per_plane(), 0);
   out.mins.assign(g.planes, 0);
   out.steps.assign(g.planes, 0);
-  out.residual.assign(g.planes * E, 0.f);
-  for (int64_t p = 0; p < g.planes; ++p) {
-    auto X = [&](int64_t h, int64_t w) { return x[p * E + h * g.width + w]; };
-    for (int64_t i = 0; i < g.lfc_h; ++i)
-      for (int64_t j = 0; j < g.lfc_w; ++j) {
-        float sum = 0.f;
-        for (int64_t b = 0; b < g.block_w; ++b) {
-          float col = 0.f;
-          for (int64_t r = 0; r < g.block_h; ++r) col += X(i * g.block_h + r, j * g.block_w + b);
-          sum += col;
-        }
-        out.lfc[p * g.lfc_elems() + i * g.lfc_w + j] = float_to_bf16(sum / static_cast<float>(g.block_h * g.block_w));
-      }
-    float lo = INFINITY, hi = -INFINITY;
-    for (int64_t h = 0; h < g.height; ++h)
-      for (int64_t w = 0; w < g.width; ++w) {
-        const int64_t i = std::min<int64_t>(static_cast<int64_t>(std::floor(h * (float(g.lfc_h) / g.height))), g.lfc_h - 1);
-        const int64_t j = std::min<int64_t>(static_cast<int64_t>(std::floor(w * (float(g.lfc_w) / g.width))), g.lfc_w - 1);
-        const float up = with_lfc ? bf16_to_float(out.lfc[p * g.lfc_elems() + i * g.lfc_w + j]) : 0.f;
-        const float r = with_lfc ? X(h, w) - up : X(h, w);
-        out.residual[p * E + h * g.width + w] = r;
-        lo = std::min(lo, r);
-        hi = std::max(hi, r);
-      }
-    if (g.bits == 0) continue;
-    quant_params(out.mins[p], out.steps[p], lo, hi, g.bits);
-    for (int64_t e = 0; e < E; ++e) {
-      const float u = philox_uniform8(seed, stream, static_cast<uint64_t>(p * E + e));
-      const uint32_t code = stochastic_code(out.residual[p * E + e], bf16_to_float(out.mins[p]),
-                                            1.0f / bf16_to_float(out.steps[p]), u, quant_levels(g.bits));
-      out.codes[p * g.code_bytes_per_plane() + e * g.bits / 8] |= static_cast<uint8_t>(code << (e * g.bits % 8));
-    }
-  }
+  out.residual.assign(g.planes * g.plane_elems(), 0.f);
+  cpu::plane_pack_ref(with_lfc ? out.lfc.data() : nullptr, g.bits ? out.codes.data() : nullptr, out.mins.data(),
+                      out.steps.data(), out.residual.data(), x.data(), g, with_lfc, seed, stream);
   return out;
 }
 
@@ -332,6 +301,9 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
           all_equal = all_equal && same_bits(out[p * E + e], expected);
         }
       CHECK(all_equal);
+      std::vector<float> ref(x.size());
+      cpu::plane_unpack_ref(ref.data(), with_lfc ? lfc.data() : nullptr, codes.data(), mins.data(), steps.data(), g);
+      CHECK(std::memcmp(ref.data(), out.data(), out.size() * sizeof(float)) == 0);
     }
   }
   CHECK(memory_stats().total.current == live_before);
@@ -489,8 +461,17 @@ TEST_CASE("codec: group_pack and group_unpack match the per-element spec, paddin
         CHECK(unpack_code(run, d, c.bits) == want);
       }
     }
-    std::vector<float> out(x.size());
+    // The reference codec writes the same bytes.
+    std::vector<uint16_t> ref_mins(g.groups()), ref_steps(g.groups());
+    std::vector<uint8_t> ref_codes(codes.size(), 0x33);
+    cpu::group_pack_ref(ref_codes.data(), ref_mins.data(), ref_steps.data(), x.data(), g, 42, 9);
+    CHECK(ref_codes == codes);
+    CHECK(ref_mins == mins);
+    CHECK(ref_steps == steps);
+    std::vector<float> out(x.size()), ref_out(x.size());
     cpu::group_unpack(out.data(), codes.data(), mins.data(), steps.data(), g);
+    cpu::group_unpack_ref(ref_out.data(), codes.data(), mins.data(), steps.data(), g);
+    CHECK(std::memcmp(ref_out.data(), out.data(), out.size() * sizeof(float)) == 0);
     for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
       const int64_t n = i / c.elems, d = i % c.elems, k = n * g.groups_per_sample() + d / c.group;
       const float want = dequantize(unpack_code(codes.data() + k * g.code_bytes_per_group(), d % c.group, c.bits),

@@ -12,7 +12,11 @@
 #include "autograd/functions.h"
 #include "autograd/saved_tensor.h"
 #include "autograd/tape.h"
-#include "compress/codec_cuda.h"
+#include "core/codec.h"
+#include "core/dispatch.h"
+#if defined(ACTLAB_WITH_CUDA)
+#include "core/cuda/codec.h"
+#endif
 #include "compress/exact.h"
 #include "compress/policies.h"
 #include "models/registry.h"
@@ -95,11 +99,11 @@ TEST_CASE("cuda codec: the raw kernels match the CPU on a batch of odd planes") 
     auto* lp = reinterpret_cast<uint16_t*>(lfc.data<uint8_t>());
     auto* mp = reinterpret_cast<uint16_t*>(mins.data<uint8_t>());
     auto* sp = reinterpret_cast<uint16_t*>(steps.data<uint8_t>());
-    if (d.is_cuda()) {
-      cuda::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6, d.index);
-    } else {
-      cpu::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6);
-    }
+    // The kernels directly, through the same switch the policies use (core/dispatch.h).
+    ACTLAB_DISPATCH(d,
+                    cuda::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6,
+                                     gpu.device()),
+                    cpu::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6));
     return std::vector<Tensor>{codes, lfc, mins, steps};
   };
   const std::vector<Tensor> want = raw(Device::cpu()), got = raw(gpu());

@@ -1,4 +1,4 @@
-// Launch geometry shared by the .cu files of core/cuda/ and compress/codec_cuda.cu: grid sizes for
+// Launch geometry shared by the .cu files of core/cuda/ and core/cuda/codec.cu: grid sizes for
 // grid-stride loops and the block-wide reduction helpers. Included only by CUDA translation units.
 // Exercised by every kernel test in tests/test_cuda_ops.cpp and tests/test_cuda_codec.cpp.
 #pragma once

@@ -1,4 +1,4 @@
-// CUDA kernels of the activation codec (compress/codec_cuda.h). A "team" of 1-32 consecutive lanes of a
+// CUDA kernels of the activation codec (core/cuda/codec.h). A "team" of 1-32 consecutive lanes of a
 // warp (a power of two, sized to the plane) owns one plane (or group) for the whole pass:
 //   pack:   LFC block sums (lanes split the blocks; sums in codec.h's order) -> __syncwarp -> residual and
 //           min/max keys per 8-element chunk -> team shuffle reduction -> quant_params -> residual again,
@@ -7,10 +7,10 @@
 // An 8-element chunk starting at element 8c of a plane covers exactly bytes [cQ, cQ + Q) of the plane's
 // LSB-first code run, so lanes write disjoint bytes. Every value is computed by codec.h's ACTLAB_HD
 // functions in the CPU's order (no FMA can change a result: the only product, code·step, is exact), so
-// the bytes equal compress/codec_cpu.cpp's. Tested in tests/test_cuda_codec.cpp.
+// the bytes equal core/cpu/codec.cpp's. Tested in tests/test_cuda_codec.cpp.
 #include <cuda_runtime.h>
 
-#include "compress/codec_cuda.h"
+#include "core/cuda/codec.h"
 #include "core/allocator.h"
 #include "core/cuda/check.h"
 #include "core/cuda/context.h"

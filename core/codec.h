@@ -1,6 +1,6 @@
 // The activation codec arithmetic: bf16 directed rounding, per-plane/per-group min/step, unbiased
 // stochastic rounding, block means and nearest up-sampling indices, as ACTLAB_HD functions shared by the
-// CPU kernels (compress/codec_cpu.cpp) and their CUDA twin (compress/codec_cuda.cu), plus the raw-pointer
+// CPU kernels (core/cpu/codec.cpp) and their CUDA twin (core/cuda/codec.cu), plus the raw-pointer
 // CPU kernel API.
 // Layouts and closed forms: docs/policies.md. Tested in tests/test_codec.cpp (against naive loops).
 #pragma once
@@ -202,6 +202,20 @@ void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x,
 // out (g.samples, g.sample_elems) f32 = dequantized codes (padding dropped). Assigns.
 void group_unpack(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
                   const GroupGeometry& g);
+
+// ---------------------------------------------------------------- the reference codec
+// The executable specification of the four kernels above (core/cpu/codec_ref.cpp): the same contracts
+// and outputs, written one element at a time with no SIMD, no threads and no tricks, in the order the
+// docs/policies.md formulas read. tests/test_codec.cpp checks every fast path (AVX-512 and portable)
+// against these, byte for byte.
+void plane_pack_ref(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
+                    const float* x, const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream);
+void plane_unpack_ref(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                      const uint16_t* steps, const PlaneGeometry& g);
+void group_pack_ref(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
+                    uint64_t seed, uint64_t stream);
+void group_unpack_ref(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
+                      const GroupGeometry& g);
 
 }  // namespace cpu
 }  // namespace actlab

@@ -1,14 +1,14 @@
-// The GPU twin of the activation codec kernels (compress/codec.h, cpu:: namespace): one fused pass per
+// The GPU twin of the activation codec kernels (core/codec.h, cpu:: namespace): one fused pass per
 // (n,c) plane for the division family (block means → bf16 LFC, residual, min/max, Philox stochastic
 // rounding, bit packing) and one fused decompress; the same for ActNN-style groups. The per-element
 // arithmetic is codec.h's ACTLAB_HD functions and the random numbers are the CPU's Philox stream, so for
 // the same seed the packed bytes are identical on CPU and GPU. CUDA-free header: implemented in
-// compress/codec_cuda.cu, and by compress/codec_cuda.cpp (throws: no CUDA) in CPU-only builds.
+// core/cuda/codec.cu, and by compress/codec_cuda.cpp (throws: no CUDA) in CPU-only builds.
 // Tested in tests/test_cuda_codec.cpp (byte-for-byte against the CPU); bench/bench_cuda.cpp times it.
 #pragma once
 #include <cstdint>
 
-#include "compress/codec.h"
+#include "core/codec.h"
 
 namespace actlab::cuda {
 

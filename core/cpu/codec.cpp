@@ -1,4 +1,4 @@
-// CPU kernels of the activation codec (declared in compress/codec.h), OpenMP over planes (groups).
+// CPU kernels of the activation codec (declared in core/codec.h), OpenMP over planes (groups).
 // Planes are processed in batches of ~4096 elements that stay in L1: one Philox pass for the batch (AVX-512
 // intrinsics where the CPU has them), then per plane pool → residual → min/max, one vectorized pass over the
 // batch's min/step, per plane quantize, and one bit-pack pass; 32² planes instead go through one AVX-512
@@ -25,7 +25,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "compress/codec.h"
+#include "core/codec.h"
 #include "core/allocator.h"
 
 // The batch loops are compiled for AVX-512 and AVX2 as well as the baseline and picked at load time

@@ -1,0 +1,111 @@
+// The reference activation codec (core/codec.h, *_ref): the specification of cpu::plane_pack,
+// plane_unpack, group_pack and group_unpack, one element at a time. Slow on purpose; nothing but the
+// tests calls it. Every step is a formula of docs/policies.md:
+//   L[i][j]   = bf16( Σ over the B_h × B_w block of x / (B_h·B_w) ), the block sum taken column by column
+//   R[h][w]   = x[h][w] − bf16→f32( L[⌊h·lfc_h/H⌋][⌊w·lfc_w/W⌋] )            (R = x without the LFC)
+//   min, step = quant_params(min R, max R, Q)                                  (both bf16)
+//   code      = stochastic_code(R, min, 1/step, philox_uniform8(seed, stream, p·E + e), 2^Q − 1)
+//   unpack    = L↑ + min + code·step
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/codec.h"
+
+namespace actlab::cpu {
+
+void plane_pack_ref(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual, const float* x,
+                    const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream) {
+  const int64_t E = g.plane_elems();
+  std::vector<uint16_t> plane_lfc(static_cast<size_t>(g.lfc_elems()));
+  std::vector<float> r(static_cast<size_t>(E));
+  for (int64_t p = 0; p < g.planes; ++p) {
+    const float* X = x + p * E;
+    if (with_lfc) {
+      for (int64_t i = 0; i < g.lfc_h; ++i)
+        for (int64_t j = 0; j < g.lfc_w; ++j) {
+          float sum = 0.f;
+          for (int64_t b = 0; b < g.block_w; ++b) {
+            float col = 0.f;
+            for (int64_t a = 0; a < g.block_h; ++a) col += X[(i * g.block_h + a) * g.width + j * g.block_w + b];
+            sum += col;
+          }
+          plane_lfc[i * g.lfc_w + j] = float_to_bf16(sum / static_cast<float>(g.block_h * g.block_w));
+        }
+      if (lfc) std::copy(plane_lfc.begin(), plane_lfc.end(), lfc + p * g.lfc_elems());
+    }
+    float lo = INFINITY, hi = -INFINITY;
+    for (int64_t h = 0; h < g.height; ++h)
+      for (int64_t w = 0; w < g.width; ++w) {
+        const float up = with_lfc ? bf16_to_float(plane_lfc[nearest_source(h, g.lfc_h, g.height) * g.lfc_w +
+                                                             nearest_source(w, g.lfc_w, g.width)])
+                                  : 0.f;
+        const float v = X[h * g.width + w] - up;
+        r[h * g.width + w] = v;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+    if (residual) std::copy(r.begin(), r.end(), residual + p * E);
+    if (codes == nullptr || g.bits == 0) continue;
+    quant_params(mins[p], steps[p], lo, hi, g.bits);
+    uint8_t* run = codes + p * g.code_bytes_per_plane();
+    std::fill(run, run + g.code_bytes_per_plane(), uint8_t{0});
+    const float min = bf16_to_float(mins[p]), inv_step = 1.0f / bf16_to_float(steps[p]);
+    for (int64_t e = 0; e < E; ++e) {
+      const float u = philox_uniform8(seed, stream, static_cast<uint64_t>(p * E + e));
+      const uint32_t code = stochastic_code(r[e], min, inv_step, u, quant_levels(g.bits));
+      run[e * g.bits / 8] |= static_cast<uint8_t>(code << (e * g.bits % 8));
+    }
+  }
+}
+
+void plane_unpack_ref(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                      const uint16_t* steps, const PlaneGeometry& g) {
+  const int64_t E = g.plane_elems();
+  for (int64_t p = 0; p < g.planes; ++p)
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t h = e / g.width, w = e % g.width;
+      const float up = lfc ? bf16_to_float(lfc[p * g.lfc_elems() + nearest_source(h, g.lfc_h, g.height) * g.lfc_w +
+                                               nearest_source(w, g.lfc_w, g.width)])
+                           : 0.f;
+      const float deq = codes ? dequantize(unpack_code(codes + p * g.code_bytes_per_plane(), e, g.bits),
+                                           bf16_to_float(mins[p]), bf16_to_float(steps[p]))
+                              : 0.f;
+      out[p * E + e] = lfc && codes ? up + deq : lfc ? up : deq;
+    }
+}
+
+void group_pack_ref(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
+                    uint64_t seed, uint64_t stream) {
+  for (int64_t k = 0; k < g.groups(); ++k) {
+    const int64_t n = k / g.groups_per_sample(), first = (k % g.groups_per_sample()) * g.group_size;
+    const int64_t count = std::min(g.group_size, g.sample_elems - first);
+    // A group cut short by the end of the sample counts its zero padding in the range.
+    float lo = count < g.group_size ? 0.f : INFINITY, hi = count < g.group_size ? 0.f : -INFINITY;
+    for (int64_t d = 0; d < count; ++d) {
+      lo = std::min(lo, x[n * g.sample_elems + first + d]);
+      hi = std::max(hi, x[n * g.sample_elems + first + d]);
+    }
+    quant_params(mins[k], steps[k], lo, hi, g.bits);
+    uint8_t* run = codes + k * g.code_bytes_per_group();
+    std::fill(run, run + g.code_bytes_per_group(), uint8_t{0});
+    for (int64_t d = 0; d < count; ++d) {  // padding keeps code 0
+      const uint64_t index = static_cast<uint64_t>(n * g.sample_elems + first + d);
+      const uint32_t code = stochastic_code(x[index], bf16_to_float(mins[k]), 1.0f / bf16_to_float(steps[k]),
+                                            philox_uniform8(seed, stream, index), quant_levels(g.bits));
+      run[d * g.bits / 8] |= static_cast<uint8_t>(code << (d * g.bits % 8));
+    }
+  }
+}
+
+void group_unpack_ref(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
+                      const GroupGeometry& g) {
+  for (int64_t i = 0; i < g.samples * g.sample_elems; ++i) {
+    const int64_t n = i / g.sample_elems, d = i % g.sample_elems;
+    const int64_t k = n * g.groups_per_sample() + d / g.group_size;
+    out[i] = dequantize(unpack_code(codes + k * g.code_bytes_per_group(), d % g.group_size, g.bits),
+                        bf16_to_float(mins[k]), bf16_to_float(steps[k]));
+  }
+}
+
+}  // namespace actlab::cpu
