@@ -163,14 +163,8 @@ TEST_CASE("measure_step_memory: the memory table's cell is one run_step, kept by
   set_pack_seed(c.seed);
   auto model = make_model({c.model, c.in_channels, c.num_classes, c.image_size});
   Sgd opt(model->parameters(), {0.01f, 0.9f, 0.f, 5e-4f, false});
-  PhiloxStream rng(c.seed, 77);
   Tensor x, y;
-  {
-    MemTagScope tag(MemTag::Data);
-    x = Tensor::randn({c.batch, c.in_channels, c.image_size, c.image_size}, rng);
-    y = Tensor::empty({c.batch}, DType::I64);
-    for (int64_t i = 0; i < c.batch; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(c.num_classes));
-  }
+  random_batch(c, &x, &y);
   const PolicySet set(parse_policy(c.policy));
   CHECK(run_step(*model, &opt, set, x, y).activation_bytes == division.activation_bytes);
 }

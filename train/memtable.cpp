@@ -11,6 +11,14 @@
 
 namespace actlab {
 
+void random_batch(const StepMemoryConfig& c, Tensor* images, Tensor* labels) {
+  PhiloxStream rng(c.seed, 77);
+  MemTagScope tag(MemTag::Data);
+  *images = Tensor::randn({c.batch, c.in_channels, c.image_size, c.image_size}, rng);
+  *labels = Tensor::empty({c.batch}, DType::I64);
+  for (int64_t i = 0; i < c.batch; ++i) labels->data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(c.num_classes));
+}
+
 StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
   ACTLAB_CHECK(c.batch >= 1, "batch must be >= 1, got ", c.batch);
   StepMemoryResult r;
@@ -26,14 +34,8 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
   const int64_t init = memory_stats().total.current;  // before the batch: the reference's total counts it
   reset_peak();
   {
-    PhiloxStream rng(c.seed, 77);
     Tensor images, labels;
-    {
-      MemTagScope tag(MemTag::Data);
-      images = Tensor::randn({c.batch, c.in_channels, c.image_size, c.image_size}, rng);
-      labels = Tensor::empty({c.batch}, DType::I64);
-      for (int64_t i = 0; i < c.batch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(c.num_classes));
-    }
+    random_batch(c, &images, &labels);
     StepOptions so;
     so.record_saves = true;
     const StepResult step = run_step(*model, &opt, policies, images, labels, so);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+
 namespace actlab {
 
 struct StepMemoryConfig {
@@ -29,6 +31,10 @@ struct StepMemoryResult {
   int64_t saved_expected_bytes = 0;   // the closed form for the same tensors
   double step_seconds = 0;
 };
+
+// The cell's random batch: N(0, 1) images and uniform labels drawn from Philox (seed, 77), under
+// MemTag::Data (so the activation measure counts the images once, as the input batch).
+void random_batch(const StepMemoryConfig& config, Tensor* images, Tensor* labels);
 
 // Builds the model, runs one forward + loss + backward + SGD step on random data with the policy in
 // force, and measures. Everything it allocates is freed before it returns.
