@@ -1,10 +1,10 @@
 // 2-D DCT-II/III as two matrix products per plane, the low-pass mask and the LFC/HFC split.
 // Every inner loop is an axpy over a contiguous row (no strided access), so it vectorizes.
-#include "analysis/dct.h"
+#include "actlab/analysis/dct.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "actlab/core/tensor.h"
 
 namespace actlab {
 

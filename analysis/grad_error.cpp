@@ -1,15 +1,15 @@
 // Per-layer weight-gradient error of activation-cache policies against the exact gradient.
-#include "analysis/grad_error.h"
+#include "actlab/analysis/grad_error.h"
 
 #include <cmath>
 #include <limits>
 
-#include "analysis/spectrum.h"
-#include "autograd/functions.h"
-#include "autograd/tape.h"
-#include "core/allocator.h"
-#include "core/error.h"
-#include "layers/layers.h"
+#include "actlab/analysis/spectrum.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/error.h"
+#include "actlab/layers/layers.h"
 
 namespace actlab {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "compress/policy.h"
-#include "layers/module.h"
+#include "actlab/compress/policy.h"
+#include "actlab/layers/module.h"
 
 namespace actlab {
 

@@ -2,14 +2,14 @@
 // quads, PNG encoding with stb_image_write. libstb.so (Debian libstb-dev) carries the stb_image_write
 // implementation (stbi_write_png_to_func is exported), so STB_IMAGE_WRITE_IMPLEMENTATION is not defined;
 // stb_easy_font is header-only with static functions.
-#include "analysis/image_grid.h"
+#include "actlab/analysis/image_grid.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include "core/error.h"
-#include "io/files.h"
+#include "actlab/core/error.h"
+#include "actlab/io/files.h"
 
 #include <stb_image_write.h>
 #pragma GCC diagnostic push

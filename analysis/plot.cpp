@@ -2,7 +2,7 @@
 // left, plot area with grid lines, legend in a right-hand column, x tick labels rotated by 40° when
 // they would collide. Coordinates are written with one decimal; text is XML-escaped.
 // Tested in tests/test_ablate.cpp ("plot: ...").
-#include "analysis/plot.h"
+#include "actlab/analysis/plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <limits>
 #include <sstream>
 
-#include "core/error.h"
-#include "io/files.h"
+#include "actlab/core/error.h"
+#include "actlab/io/files.h"
 
 namespace actlab::plot {
 namespace {

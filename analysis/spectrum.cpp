@@ -1,15 +1,15 @@
 // Fig. 4 quantities: capturing conv inputs with a forward observer, band energies of their DCT, and
 // policy round trips; plus ModelStateGuard.
-#include "analysis/spectrum.h"
+#include "actlab/analysis/spectrum.h"
 
 #include <cmath>
 #include <limits>
 
-#include "analysis/dct.h"
-#include "autograd/tape.h"
-#include "core/allocator.h"
-#include "core/error.h"
-#include "layers/layers.h"
+#include "actlab/analysis/dct.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/error.h"
+#include "actlab/layers/layers.h"
 
 namespace actlab {
 namespace {

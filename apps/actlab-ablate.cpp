@@ -12,12 +12,12 @@
 
 #include <unistd.h>
 
-#include "compress/policy.h"
-#include "core/cuda/runtime.h"
-#include "core/device.h"
-#include "core/error.h"
-#include "train/cli.h"
-#include "train/grid.h"
+#include "actlab/compress/policy.h"
+#include "actlab/core/cuda/runtime.h"
+#include "actlab/core/device.h"
+#include "actlab/core/error.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/grid.h"
 
 using namespace actlab;
 

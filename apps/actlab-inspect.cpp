@@ -14,21 +14,21 @@
 #include <set>
 #include <sstream>
 
-#include "analysis/dct.h"
-#include "analysis/grad_error.h"
-#include "analysis/image_grid.h"
-#include "analysis/plot.h"
-#include "analysis/spectrum.h"
-#include "core/allocator.h"
-#include "data/dataloader.h"
-#include "models/registry.h"
-#include "io/files.h"
-#include "train/checkpoint.h"
-#include "train/cli.h"
-#include "train/config_file.h"
-#include "train/grid.h"
-#include "train/logging.h"
-#include "train/trainer.h"
+#include "actlab/analysis/dct.h"
+#include "actlab/analysis/grad_error.h"
+#include "actlab/analysis/image_grid.h"
+#include "actlab/analysis/plot.h"
+#include "actlab/analysis/spectrum.h"
+#include "actlab/core/allocator.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/models/registry.h"
+#include "actlab/io/files.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/config_file.h"
+#include "actlab/train/grid.h"
+#include "actlab/train/logging.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 namespace fs = std::filesystem;

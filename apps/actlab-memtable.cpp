@@ -6,13 +6,13 @@
 #include <exception>
 #include <sstream>
 
-#include "compress/policy.h"
-#include "core/allocator.h"
-#include "io/files.h"
-#include "models/registry.h"
-#include "train/cli.h"
-#include "train/logging.h"
-#include "train/memtable.h"
+#include "actlab/compress/policy.h"
+#include "actlab/core/allocator.h"
+#include "actlab/io/files.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/logging.h"
+#include "actlab/train/memtable.h"
 
 using namespace actlab;
 

@@ -10,11 +10,11 @@
 #include <new>
 #include <set>
 
-#include "core/allocator.h"
-#include "train/checkpoint.h"
-#include "train/cli.h"
-#include "train/config_file.h"
-#include "train/trainer.h"
+#include "actlab/core/allocator.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/config_file.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "autograd/tape.h"
+#include "actlab/autograd/tape.h"
 
 namespace actlab {
 

@@ -1,6 +1,6 @@
 // conv2d and linear: forward plus their nodes.
-#include "autograd/functions.h"
-#include "core/ops.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 namespace {

@@ -1,6 +1,6 @@
 // Element-wise and shape ops: relu, relu6, add, add_relu, flatten, dropout, shortcut_pad.
-#include "autograd/functions.h"
-#include "core/ops.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 namespace {

@@ -1,6 +1,6 @@
 // Softmax cross-entropy (saves its probabilities) and top-1 counting.
-#include "autograd/functions.h"
-#include "core/ops.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 namespace {

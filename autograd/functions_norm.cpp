@@ -1,6 +1,6 @@
 // batch_norm: forward (training or eval) plus its node.
-#include "autograd/functions.h"
-#include "core/ops.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 namespace {

@@ -1,6 +1,6 @@
 // Pooling: max (saves u8 argmax), average and global average (save shapes only).
-#include "autograd/functions.h"
-#include "core/ops.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 namespace {

@@ -1,5 +1,5 @@
 // SavedTensor: packing through the policy in force, the pack-once table and CacheStats records.
-#include "autograd/saved_tensor.h"
+#include "actlab/autograd/saved_tensor.h"
 
 #include <omp.h>
 
@@ -9,7 +9,7 @@
 #include <map>
 #include <tuple>
 
-#include "compress/exact.h"
+#include "actlab/compress/exact.h"
 
 namespace actlab {
 namespace {

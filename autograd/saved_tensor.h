@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "compress/policy.h"
+#include "actlab/compress/policy.h"
 
 namespace actlab {
 

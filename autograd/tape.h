@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/variable.h"
+#include "actlab/autograd/variable.h"
 
 namespace actlab {
 

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "autograd/tape.h"
-#include "autograd/variable.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/autograd/variable.h"
 
 namespace actlab {
 namespace {

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/saved_tensor.h"
-#include "core/tensor.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/core/tensor.h"
 
 namespace actlab {
 

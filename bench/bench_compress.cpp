@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "compress/policies.h"
-#include "core/allocator.h"
-#include "io/files.h"
+#include "actlab/compress/policies.h"
+#include "actlab/core/allocator.h"
+#include "actlab/io/files.h"
 
 namespace {
 

@@ -22,10 +22,10 @@
 #include <map>
 #include <mutex>
 
-#include "core/allocator.h"
-#include "core/cpu/conv.h"
-#include "core/cpu/gemm.h"
-#include "core/error.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cpu/conv.h"
+#include "actlab/core/cpu/gemm.h"
+#include "actlab/core/error.h"
 
 namespace {
 

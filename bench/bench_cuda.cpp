@@ -11,26 +11,26 @@
 #include <string>
 #include <vector>
 
-#include "autograd/functions.h"
-#include "autograd/saved_tensor.h"
-#include "autograd/tape.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/autograd/tape.h"
 #include "bench/step_timing.h"
-#include "compress/policy.h"
-#include "core/cuda/runtime.h"
-#include "io/files.h"
-#include "io/json.h"
-#include "layers/optim/sgd.h"
-#include "models/registry.h"
-#include "train/cli.h"
-#include "train/step.h"
+#include "actlab/compress/policy.h"
+#include "actlab/core/cuda/runtime.h"
+#include "actlab/io/files.h"
+#include "actlab/io/json.h"
+#include "actlab/layers/optim/sgd.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/step.h"
 
 #if defined(ACTLAB_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/codec.h"
-#include "core/cuda/check.h"
-#include "core/cuda/conv.h"
-#include "core/cuda/context.h"
+#include "actlab/core/cuda/codec.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/conv.h"
+#include "actlab/core/cuda/context.h"
 #endif
 
 using namespace actlab;

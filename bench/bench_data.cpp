@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "data/dataloader.h"
-#include "data/idx.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/data/idx.h"
 
 namespace {
 

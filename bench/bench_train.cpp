@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/saved_tensor.h"
+#include "actlab/autograd/saved_tensor.h"
 #include "bench/step_timing.h"
-#include "compress/policy.h"
-#include "layers/optim/sgd.h"
-#include "models/registry.h"
-#include "train/cli.h"
-#include "train/step.h"
+#include "actlab/compress/policy.h"
+#include "actlab/layers/optim/sgd.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/step.h"
 
 using namespace actlab;
 using namespace actlab::bench;

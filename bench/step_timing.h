@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "train/cli.h"
+#include "actlab/train/cli.h"
 
 namespace actlab::bench {
 

@@ -1,7 +1,7 @@
 // The exact policy: keeps the tensor itself (shares its storage; no copy, no loss).
 // Tested in tests/test_policies.cpp.
 #pragma once
-#include "compress/policy.h"
+#include "actlab/compress/policy.h"
 
 namespace actlab {
 

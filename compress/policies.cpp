@@ -1,13 +1,13 @@
 // The lossy policies of compress/policies.h: plane views of shapes, the one-buffer pack layouts, the
 // closed-form sizes, and the calls into the codec kernels of the tensor's device (core/cpu/codec.cpp,
 // core/cuda/codec.cu). Tested in tests/test_policies.cpp and tests/test_cuda_codec.cpp.
-#include "compress/policies.h"
+#include "actlab/compress/policies.h"
 
 #include <cstring>
 
-#include "core/dispatch.h"
+#include "actlab/core/dispatch.h"
 #if defined(ACTLAB_WITH_CUDA)
-#include "core/cuda/codec.h"
+#include "actlab/core/cuda/codec.h"
 #endif
 
 namespace actlab {

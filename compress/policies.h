@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "core/codec.h"
-#include "compress/policy.h"
+#include "actlab/core/codec.h"
+#include "actlab/compress/policy.h"
 
 namespace actlab {
 

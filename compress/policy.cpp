@@ -1,9 +1,9 @@
 // PolicySet, the per-thread policy scope, module-path globbing and CacheStats.
-#include "compress/policy.h"
+#include "actlab/compress/policy.h"
 
 #include <mutex>
 
-#include "compress/exact.h"
+#include "actlab/compress/exact.h"
 
 namespace actlab {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "actlab/core/tensor.h"
 
 namespace actlab {
 

@@ -3,9 +3,9 @@
 #include <map>
 #include <vector>
 
-#include "compress/exact.h"
-#include "compress/policies.h"
-#include "compress/policy.h"
+#include "actlab/compress/exact.h"
+#include "actlab/compress/policies.h"
+#include "actlab/compress/policy.h"
 
 namespace actlab {
 namespace {

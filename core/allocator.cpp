@@ -1,5 +1,5 @@
 // Tracking allocator: statistics per device and tag, the CPU raw backend, and the tag scope.
-#include "core/allocator.h"
+#include "actlab/core/allocator.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/device.h"
-#include "core/error.h"
+#include "actlab/core/device.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/hostdevice.h"
+#include "actlab/core/hostdevice.h"
 
 namespace actlab {
 

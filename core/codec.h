@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/bf16.h"
-#include "core/hostdevice.h"
-#include "core/philox.h"
+#include "actlab/core/bf16.h"
+#include "actlab/core/hostdevice.h"
+#include "actlab/core/philox.h"
 
 namespace actlab {
 

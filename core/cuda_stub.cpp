@@ -3,9 +3,9 @@
 // Tested in tests/test_cuda.cpp ("cuda runtime: ...").
 #ifndef ACTLAB_WITH_CUDA
 
-#include "core/cuda/runtime.h"
+#include "actlab/core/cuda/runtime.h"
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 

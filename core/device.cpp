@@ -1,7 +1,7 @@
 // Device and DType helpers.
-#include "core/device.h"
+#include "actlab/core/device.h"
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 

@@ -10,10 +10,10 @@
 // Arguments of a cuda:: call: outputs, inputs, sizes and options, then where it runs (the CudaContext,
 // or the device and its stream) last.
 #pragma once
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 #if defined(ACTLAB_WITH_CUDA)
-#include "core/cuda/context.h"
+#include "actlab/core/cuda/context.h"
 #define ACTLAB_CUDA_ONLY(...) __VA_ARGS__
 #else
 #define ACTLAB_CUDA_ONLY(...) ACTLAB_FAIL("a tensor on a CUDA device in a build without CUDA")

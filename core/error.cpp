@@ -1,5 +1,5 @@
 // Error formatting: keeps only the file's base name so messages stay one readable line.
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 #include <cstring>
 

@@ -3,7 +3,7 @@
 // different devices are refused with an error naming both. CUDA branches are compiled in CUDA builds
 // only; in a CPU-only build no tensor can live on a GPU, so they are unreachable there.
 // Tested through tests/test_functions.cpp, the kernel suites and tests/test_cuda_ops.cpp (CPU vs CUDA).
-#include "core/ops.h"
+#include "actlab/core/ops.h"
 
 #include <cmath>
 #include <cstdint>
@@ -11,15 +11,15 @@
 #include <memory>
 #include <vector>
 
-#include "core/cpu/conv.h"
-#include "core/cpu/gemm.h"
-#include "core/cpu/kernels.h"
+#include "actlab/core/cpu/conv.h"
+#include "actlab/core/cpu/gemm.h"
+#include "actlab/core/cpu/kernels.h"
 
-#include "core/dispatch.h"
+#include "actlab/core/dispatch.h"
 #if defined(ACTLAB_WITH_CUDA)
-#include "core/cuda/blas.h"
-#include "core/cuda/conv.h"
-#include "core/cuda/kernels.h"
+#include "actlab/core/cuda/blas.h"
+#include "actlab/core/cuda/conv.h"
+#include "actlab/core/cuda/kernels.h"
 #endif
 
 namespace actlab::ops {

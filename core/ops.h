@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "core/tensor.h"
+#include "actlab/core/tensor.h"
 
 namespace actlab::ops {
 

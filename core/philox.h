@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/hostdevice.h"
+#include "actlab/core/hostdevice.h"
 
 namespace actlab {
 

@@ -1,15 +1,15 @@
 // Tensor and Storage implementation: factories, views, copies, simple in-place arithmetic.
-#include "core/tensor.h"
+#include "actlab/core/tensor.h"
 
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <sstream>
 
-#include "core/dispatch.h"
+#include "actlab/core/dispatch.h"
 #if defined(ACTLAB_WITH_CUDA)
-#include "core/cuda/fill.h"
-#include "core/cuda/kernels.h"
+#include "actlab/core/cuda/fill.h"
+#include "actlab/core/cuda/kernels.h"
 #endif
 
 namespace actlab {

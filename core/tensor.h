@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/device.h"
-#include "core/error.h"
-#include "core/philox.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/device.h"
+#include "actlab/core/error.h"
+#include "actlab/core/philox.h"
 
 namespace actlab {
 

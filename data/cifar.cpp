@@ -1,7 +1,7 @@
 // CIFAR-10 / CIFAR-100 binary reader (see data/cifar.h): locates the files, validates every size
 // before allocating, then streams records through one reused chunk buffer into the MemTag::Data
 // tensors. Every error message names the offending file. Tested in tests/test_data_cifar.cpp.
-#include "data/cifar.h"
+#include "actlab/data/cifar.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <vector>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 namespace {

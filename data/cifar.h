@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "data/dataset.h"
+#include "actlab/data/dataset.h"
 
 namespace actlab {
 

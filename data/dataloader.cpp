@@ -1,13 +1,13 @@
 // DataLoader: epoch order, batch assembly and the producer/consumer hand-off
 // (see data/dataloader.h).
 // Tested in tests/test_data.cpp.
-#include "data/dataloader.h"
+#include "actlab/data/dataloader.h"
 
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
-#include "core/philox.h"
+#include "actlab/core/philox.h"
 
 namespace actlab {
 namespace {

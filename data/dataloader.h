@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/tensor.h"
-#include "data/dataset.h"
-#include "data/transforms.h"
+#include "actlab/core/tensor.h"
+#include "actlab/data/dataset.h"
+#include "actlab/data/transforms.h"
 
 namespace actlab {
 

@@ -1,12 +1,12 @@
 // Dataset helpers, InMemoryImageDataset and the synthetic data set (see data/dataset.h).
 // Tested in tests/test_data.cpp.
-#include "data/dataset.h"
+#include "actlab/data/dataset.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "core/philox.h"
+#include "actlab/core/philox.h"
 
 namespace actlab {
 

@@ -1,7 +1,7 @@
 // IDX (MNIST / Fashion-MNIST) reader: streaming read (raw or gzip) straight into the
 // MemTag::Data tensors, header validation. Every error message starts with the offending file's path.
 // Tested in tests/test_data.cpp.
-#include "data/idx.h"
+#include "actlab/data/idx.h"
 
 #include <zlib.h>
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "data/dataset.h"
+#include "actlab/data/dataset.h"
 
 namespace actlab {
 

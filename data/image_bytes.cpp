@@ -1,5 +1,5 @@
 // Pre-decode checks of image bytes (see data/image_bytes.h).
-#include "data/image_bytes.h"
+#include "actlab/data/image_bytes.h"
 
 #include <stb_image.h>
 

@@ -3,7 +3,7 @@
 // separable resize/crop kernel.
 // stb's implementations come from libstb.so (Debian), so STB_IMAGE_IMPLEMENTATION is not defined.
 // Tested in tests/test_data_folder.cpp.
-#include "data/image_folder.h"
+#include "actlab/data/image_folder.h"
 
 #include <stb_image.h>
 
@@ -17,9 +17,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.h"
-#include "core/philox.h"
-#include "data/image_bytes.h"
+#include "actlab/core/error.h"
+#include "actlab/core/philox.h"
+#include "actlab/data/image_bytes.h"
 
 namespace actlab {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/dataset.h"
+#include "actlab/data/dataset.h"
 
 namespace actlab {
 

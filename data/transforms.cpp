@@ -1,11 +1,11 @@
 // Normalization table, per-sample random choices and the fused crop/flip/normalize image kernel
 // (see data/transforms.h). Tested in tests/test_data.cpp and tests/test_data_cifar.cpp (reflect).
-#include "data/transforms.h"
+#include "actlab/data/transforms.h"
 
 #include <algorithm>
 
-#include "core/error.h"
-#include "core/philox.h"
+#include "actlab/core/error.h"
+#include "actlab/core/philox.h"
 
 namespace actlab {
 namespace {

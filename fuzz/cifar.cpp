@@ -2,7 +2,7 @@
 // Input: one mode byte (bit 0: CIFAR-100, bit 1: coarse labels, bit 2: the file sits in the
 // archive's subfolder), then the test-split file (test_batch.bin or test.bin).
 // Seeds: fuzz/corpus/cifar (fuzz/make_seeds.cpp). Replayed by the fuzz_replay_cifar test.
-#include "data/cifar.h"
+#include "actlab/data/cifar.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

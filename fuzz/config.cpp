@@ -6,7 +6,7 @@
 // JSON input is only held to the JSON round trip). Seeds: fuzz/corpus/config
 // (fuzz/make_seeds.cpp). Replayed by the fuzz_replay_config test.
 #include "fuzz/fuzz_util.h"
-#include "train/config_file.h"
+#include "actlab/train/config_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -15,7 +15,7 @@
 #include <string>
 #include <system_error>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

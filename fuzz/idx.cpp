@@ -3,7 +3,7 @@
 // Seeds: fuzz/corpus/idx (written by fuzz/make_seeds.cpp). Replayed by the fuzz_replay_idx test.
 #include <algorithm>
 
-#include "data/idx.h"
+#include "actlab/data/idx.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,8 +7,8 @@
 // Seeds: fuzz/corpus/image_folder (fuzz/make_seeds.cpp). Replayed by the fuzz_replay_image_folder test.
 #include <stb_image.h>
 
-#include "data/image_bytes.h"
-#include "data/image_folder.h"
+#include "actlab/data/image_bytes.h"
+#include "actlab/data/image_folder.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

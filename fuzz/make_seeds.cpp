@@ -12,10 +12,10 @@
 
 #include <stb_image_write.h>
 
-#include "autograd/functions.h"
+#include "actlab/autograd/functions.h"
 #include "fuzz/tiny_model.h"
-#include "train/checkpoint.h"
-#include "train/config_file.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/config_file.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "compress/policy.h"
+#include "actlab/compress/policy.h"
 #include "fuzz/fuzz_util.h"
 
 namespace {

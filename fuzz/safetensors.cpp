@@ -5,8 +5,8 @@
 // (fuzz/make_seeds.cpp). Replayed by the fuzz_replay_safetensors test.
 #include "fuzz/fuzz_util.h"
 #include "fuzz/tiny_model.h"
-#include "train/checkpoint.h"
-#include "train/config_file.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/config_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using actlab::fuzz::Scratch;

@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "layers/layers.h"
+#include "actlab/layers/layers.h"
 
 namespace actlab::fuzz {
 

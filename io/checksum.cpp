@@ -1,5 +1,5 @@
 // FNV-1a 64 (io/checksum.h).
-#include "io/checksum.h"
+#include "actlab/io/checksum.h"
 
 #include <cinttypes>
 #include <cstdio>

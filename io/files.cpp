@@ -1,5 +1,5 @@
 // Atomic file writes and output checks (io/files.h).
-#include "io/files.h"
+#include "actlab/io/files.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 namespace {

@@ -1,5 +1,5 @@
 // JSON reader and writer (io/json.h).
-#include "io/json.h"
+#include "actlab/io/json.h"
 
 #include <cmath>
 #include <cinttypes>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 namespace {

@@ -1,5 +1,5 @@
 // Safetensors reader and writer (io/safetensors.h).
-#include "io/safetensors.h"
+#include "actlab/io/safetensors.h"
 
 #include <sys/stat.h>
 
@@ -9,10 +9,10 @@
 #include <cstring>
 #include <memory>
 
-#include "core/error.h"
-#include "io/checksum.h"
-#include "io/files.h"
-#include "io/json.h"
+#include "actlab/core/error.h"
+#include "actlab/io/checksum.h"
+#include "actlab/io/files.h"
+#include "actlab/io/json.h"
 
 namespace actlab {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "actlab/core/tensor.h"
 
 namespace actlab {
 

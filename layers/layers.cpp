@@ -1,5 +1,5 @@
 // Layer constructors (torchvision initialisation) and forwards.
-#include "layers/layers.h"
+#include "actlab/layers/layers.h"
 
 #include <cmath>
 

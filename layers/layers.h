@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/functions.h"
-#include "layers/module.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/layers/module.h"
 
 namespace actlab {
 

@@ -1,9 +1,9 @@
 // Module bookkeeping: registration, traversal, train/eval, the init random stream.
-#include "layers/module.h"
+#include "actlab/layers/module.h"
 
 #include <unordered_set>
 
-#include "core/allocator.h"
+#include "actlab/core/allocator.h"
 
 namespace actlab {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/variable.h"
+#include "actlab/autograd/variable.h"
 
 namespace actlab {
 

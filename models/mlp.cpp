@@ -1,5 +1,5 @@
 // MLP: construction and forward.
-#include "models/mlp.h"
+#include "actlab/models/mlp.h"
 
 namespace actlab {
 

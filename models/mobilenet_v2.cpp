@@ -1,5 +1,5 @@
 // MobileNetV2: InvertedResidual blocks, the network and the three named configurations.
-#include "models/mobilenet_v2.h"
+#include "actlab/models/mobilenet_v2.h"
 
 namespace actlab {
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <memory>
 
-#include "layers/layers.h"
+#include "actlab/layers/layers.h"
 
 namespace actlab {
 

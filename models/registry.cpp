@@ -1,11 +1,11 @@
 // Model registry: one table of names, descriptions, input-size facts and builders.
-#include "models/registry.h"
+#include "actlab/models/registry.h"
 
 #include <functional>
 
-#include "models/mlp.h"
-#include "models/mobilenet_v2.h"
-#include "models/resnet.h"
+#include "actlab/models/mlp.h"
+#include "actlab/models/mobilenet_v2.h"
+#include "actlab/models/resnet.h"
 
 namespace actlab {
 

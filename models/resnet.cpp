@@ -1,6 +1,6 @@
 // ResNet blocks and networks: BasicBlock, Bottleneck, ResNet (CIFAR or ImageNet stem), the
 // pre-activation WideBasicBlock and WideResNetCifar, and the depth → configuration factories.
-#include "models/resnet.h"
+#include "actlab/models/resnet.h"
 
 namespace actlab {
 

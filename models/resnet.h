@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "layers/layers.h"
+#include "actlab/layers/layers.h"
 
 namespace actlab {
 

@@ -1,11 +1,11 @@
 // Model summary: a ForwardObserver that records output shapes and MACs per module, and the table.
-#include "models/summary.h"
+#include "actlab/models/summary.h"
 
 #include <algorithm>
 #include <map>
 
-#include "core/allocator.h"
-#include "layers/layers.h"
+#include "actlab/core/allocator.h"
+#include "actlab/layers/layers.h"
 
 namespace actlab {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/module.h"
+#include "actlab/layers/module.h"
 
 namespace actlab {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab::testing {
 

@@ -7,8 +7,8 @@
 #include <functional>
 #include <vector>
 
-#include "autograd/tape.h"
-#include "core/tensor.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/core/tensor.h"
 
 namespace actlab::testing {
 

@@ -17,14 +17,14 @@
 #include <set>
 #include <sstream>
 
-#include "analysis/plot.h"
-#include "core/allocator.h"
-#include "core/error.h"
+#include "actlab/analysis/plot.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/error.h"
 #include "tests/error_of.h"
 #include "temp_dir.h"
-#include "train/grid.h"
-#include "train/logging.h"
-#include "train/trainer.h"
+#include "actlab/train/grid.h"
+#include "actlab/train/logging.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 using actlab::testing::error_of;

@@ -5,10 +5,10 @@
 #include <set>
 #include <string>
 
-#include "autograd/functions.h"
-#include "autograd/tape.h"
-#include "compress/policy.h"
-#include "core/ops.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/compress/policy.h"
+#include "actlab/core/ops.h"
 
 using namespace actlab;
 

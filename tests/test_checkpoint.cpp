@@ -12,14 +12,14 @@
 #include <fstream>
 #include <iterator>
 
-#include "autograd/functions.h"
-#include "core/allocator.h"
-#include "io/files.h"
-#include "models/registry.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/core/allocator.h"
+#include "actlab/io/files.h"
+#include "actlab/models/registry.h"
 #include "tests/error_of.h"
-#include "train/checkpoint.h"
-#include "train/config_file.h"
-#include "train/trainer.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/config_file.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 using actlab::testing::error_of;
@@ -332,4 +332,57 @@ TEST_CASE("a stop request ends the run after the current step and records the si
   CHECK(s.stop_step == 0);
   CHECK(s.stop_checkpoint == dir.file("last.safetensors"));
   CHECK(checkpoint_state(read_safetensors(s.stop_checkpoint)).global_step == 0);
+}
+
+TEST_CASE("state dicts: an export imports back exactly, and a file that does not fit names every problem") {
+  TempDir dir("state_dict");
+  seed_init(2);
+  auto model = make_model({"resnet20", 1, 10, 28});
+  Sgd opt(model->parameters(), {0.1f, 0.9f, 0.f, 5e-4f, false});
+  one_step(*model, opt, 1);
+  const std::string path = dir.file("weights.safetensors");
+  export_state_dict(path, *model, 7);
+  const SafetensorsFile file = read_safetensors(path);
+  // PyTorch's layout: parameters, buffers, num_batches_tracked per batch norm; nothing of actlab's.
+  size_t tracked = 0;
+  for (const auto& t : file.tensors) {
+    CHECK(t.first.rfind("optim.", 0) != 0);
+    if (t.first.size() > 19 && t.first.compare(t.first.size() - 19, 19, "num_batches_tracked") == 0) {
+      ++tracked;
+      CHECK(t.second.dtype() == DType::I64);
+      CHECK(t.second.dim() == 0);
+      CHECK(t.second.data<int64_t>()[0] == 7);
+    }
+  }
+  CHECK(tracked == 19);  // ResNet-20: bn1 + 9 blocks x 2
+  CHECK(file.find_metadata("format") != nullptr);
+  CHECK(file.find_metadata("config") == nullptr);
+
+  seed_init(99);  // other weights
+  auto fresh = make_model({"resnet20", 1, 10, 28});
+  import_state_dict(file, *fresh, "test");
+  const auto a = model->named_parameters(), b = fresh->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].second.data().to_vector() == b[i].second.data().to_vector());
+  const auto ab = model->named_buffers(), bb = fresh->named_buffers();
+  for (size_t i = 0; i < ab.size(); ++i) CHECK(ab[i].second.to_vector() == bb[i].second.to_vector());
+
+  // One of each problem, all named in one error, and the model left as it was.
+  NamedTensors bad;
+  for (const auto& t : file.tensors) {
+    if (t.first == "layer1.0.conv1.weight") continue;                                    // missing
+    if (t.first == "fc.weight") bad.emplace_back(t.first, Tensor::zeros({100, 64}));      // wrong shape
+    else bad.emplace_back(t.first, t.second);
+  }
+  bad.emplace_back("head.extra", Tensor::zeros({3}));                                     // unexpected
+  write_safetensors(dir.file("bad.safetensors"), bad, {});
+  seed_init(5);
+  auto victim = make_model({"resnet20", 1, 10, 28});
+  const auto before = victim->named_parameters().front().second.data().to_vector();
+  const std::string err = error_of([&] { import_state_dict(read_safetensors(dir.file("bad.safetensors")), *victim, "bad.safetensors"); });
+  CAPTURE(err);
+  CHECK(err.find("bad.safetensors does not fit the model") != std::string::npos);
+  CHECK(err.find("missing layer1.0.conv1.weight") != std::string::npos);
+  CHECK(err.find("unexpected head.extra") != std::string::npos);
+  CHECK(err.find("fc.weight: f32 (100,64) in the file, f32 (10,64) in the model") != std::string::npos);
+  CHECK(victim->named_parameters().front().second.data().to_vector() == before);
 }

@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "core/codec.h"
-#include "core/allocator.h"
+#include "actlab/core/codec.h"
+#include "actlab/core/allocator.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <set>
 
-#include "core/error.h"
-#include "train/config_file.h"
+#include "actlab/core/error.h"
+#include "actlab/train/config_file.h"
 
 using namespace actlab;
 

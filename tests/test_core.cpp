@@ -3,9 +3,9 @@
 
 #include <cmath>
 
-#include "core/bf16.h"
-#include "core/philox.h"
-#include "core/tensor.h"
+#include "actlab/core/bf16.h"
+#include "actlab/core/philox.h"
+#include "actlab/core/tensor.h"
 
 using namespace actlab;
 

@@ -10,10 +10,10 @@
 #include <random>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/cpu/conv.h"
-#include "core/cpu/gemm.h"
-#include "core/error.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cpu/conv.h"
+#include "actlab/core/cpu/gemm.h"
+#include "actlab/core/error.h"
 
 namespace {
 

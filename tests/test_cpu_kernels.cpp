@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/cpu/kernels.h"
-#include "core/error.h"
-#include "core/philox.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cpu/kernels.h"
+#include "actlab/core/error.h"
+#include "actlab/core/philox.h"
 
 namespace {
 

@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/cuda/allocator.h"
-#include "core/cuda/runtime.h"
-#include "core/tensor.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cuda/allocator.h"
+#include "actlab/core/cuda/runtime.h"
+#include "actlab/core/tensor.h"
 #include "tests/error_of.h"
 
 #if defined(ACTLAB_WITH_CUDA)
-#include "core/cuda/check.h"
-#include "core/cuda/context.h"
-#include "core/cuda/fill.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/context.h"
+#include "actlab/core/cuda/fill.h"
 #endif
 
 using namespace actlab;

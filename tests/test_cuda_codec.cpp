@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "autograd/functions.h"
-#include "autograd/saved_tensor.h"
-#include "autograd/tape.h"
-#include "core/codec.h"
-#include "core/dispatch.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/core/codec.h"
+#include "actlab/core/dispatch.h"
 #if defined(ACTLAB_WITH_CUDA)
-#include "core/cuda/codec.h"
+#include "actlab/core/cuda/codec.h"
 #endif
-#include "compress/exact.h"
-#include "compress/policies.h"
-#include "models/registry.h"
+#include "actlab/compress/exact.h"
+#include "actlab/compress/policies.h"
+#include "actlab/models/registry.h"
 #include "tests/test_cuda_util.h"
 
 using namespace actlab;

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "layers/layers.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/core/ops.h"
+#include "actlab/layers/layers.h"
 #include "tests/test_cuda_util.h"
 
 #if defined(ACTLAB_WITH_CUDA)
-#include "core/cuda/conv.h"
+#include "actlab/core/cuda/conv.h"
 #endif
 
 using namespace actlab;

@@ -14,7 +14,7 @@
 
 #include "tests/error_of.h"
 #include "tests/test_cuda_util.h"
-#include "train/trainer.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 using namespace actlab::testing;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/cuda/runtime.h"
-#include "core/tensor.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cuda/runtime.h"
+#include "actlab/core/tensor.h"
 
 namespace actlab::testing {
 

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
+#include "actlab/core/allocator.h"
 #include "temp_dir.h"
-#include "data/dataloader.h"
-#include "data/dataset.h"
-#include "data/idx.h"
-#include "data/transforms.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/data/dataset.h"
+#include "actlab/data/idx.h"
+#include "actlab/data/transforms.h"
 #include "tests/prerequisite.h"
 
 using namespace actlab;

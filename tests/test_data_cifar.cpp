@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
+#include "actlab/core/allocator.h"
 #include "temp_dir.h"
-#include "data/cifar.h"
-#include "data/dataloader.h"
-#include "data/transforms.h"
+#include "actlab/data/cifar.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/data/transforms.h"
 
 using namespace actlab;
 namespace fs = std::filesystem;

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
+#include "actlab/core/allocator.h"
 #include "temp_dir.h"
-#include "data/image_folder.h"
+#include "actlab/data/image_folder.h"
 
 using namespace actlab;
 namespace fs = std::filesystem;

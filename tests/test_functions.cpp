@@ -2,7 +2,7 @@
 // results against plain reference loops where the kernel suites do not already cover them.
 #include <doctest/doctest.h>
 
-#include "autograd/functions.h"
+#include "actlab/autograd/functions.h"
 #include "gradcheck.h"
 
 using namespace actlab;

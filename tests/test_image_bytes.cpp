@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/image_bytes.h"
+#include "actlab/data/image_bytes.h"
 
 using namespace actlab;
 

@@ -12,14 +12,14 @@
 
 #include <stb_image.h>
 
-#include "analysis/dct.h"
-#include "analysis/grad_error.h"
-#include "analysis/image_grid.h"
-#include "analysis/spectrum.h"
-#include "compress/policies.h"
-#include "core/allocator.h"
-#include "data/dataloader.h"
-#include "models/registry.h"
+#include "actlab/analysis/dct.h"
+#include "actlab/analysis/grad_error.h"
+#include "actlab/analysis/image_grid.h"
+#include "actlab/analysis/spectrum.h"
+#include "actlab/compress/policies.h"
+#include "actlab/core/allocator.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/models/registry.h"
 #include "temp_dir.h"
 
 using namespace actlab;

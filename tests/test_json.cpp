@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "io/json.h"
+#include "actlab/io/json.h"
 #include "tests/error_of.h"
 
 using namespace actlab;

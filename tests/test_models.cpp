@@ -7,13 +7,13 @@
 #include <map>
 #include <tuple>
 
-#include "autograd/functions.h"
+#include "actlab/autograd/functions.h"
 #include "gradcheck.h"
-#include "models/mlp.h"
-#include "models/mobilenet_v2.h"
-#include "models/registry.h"
-#include "models/resnet.h"
-#include "models/summary.h"
+#include "actlab/models/mlp.h"
+#include "actlab/models/mobilenet_v2.h"
+#include "actlab/models/registry.h"
+#include "actlab/models/resnet.h"
+#include "actlab/models/summary.h"
 
 using namespace actlab;
 

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "layers/optim/schedule.h"
-#include "layers/optim/sgd.h"
+#include "actlab/layers/optim/schedule.h"
+#include "actlab/layers/optim/sgd.h"
 
 using namespace actlab;
 

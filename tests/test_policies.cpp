@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "compress/policies.h"
-#include "core/allocator.h"
+#include "actlab/compress/policies.h"
+#include "actlab/core/allocator.h"
 
 namespace {
 

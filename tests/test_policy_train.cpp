@@ -5,14 +5,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "autograd/functions.h"
-#include "autograd/saved_tensor.h"
-#include "core/ops.h"
-#include "data/dataloader.h"
-#include "data/idx.h"
-#include "layers/optim/sgd.h"
-#include "models/registry.h"
-#include "train/trainer.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/core/ops.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/data/idx.h"
+#include "actlab/layers/optim/sgd.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 

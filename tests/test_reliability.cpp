@@ -10,16 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "autograd/functions.h"
-#include "compress/policy.h"
-#include "core/ops.h"
-#include "layers/layers.h"
-#include "layers/optim/sgd.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/compress/policy.h"
+#include "actlab/core/ops.h"
+#include "actlab/layers/layers.h"
+#include "actlab/layers/optim/sgd.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
-#include "train/checkpoint.h"
-#include "train/guards.h"
-#include "train/trainer.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/guards.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 using actlab::testing::error_of;

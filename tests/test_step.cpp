@@ -5,12 +5,12 @@
 
 #include <cmath>
 
-#include "autograd/saved_tensor.h"
-#include "autograd/tape.h"
-#include "core/philox.h"
-#include "models/registry.h"
-#include "train/memtable.h"
-#include "train/step.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/core/philox.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/memtable.h"
+#include "actlab/train/step.h"
 
 using namespace actlab;
 

@@ -11,16 +11,16 @@
 
 #include <unistd.h>
 
-#include "autograd/functions.h"
-#include "data/dataloader.h"
-#include "data/idx.h"
-#include "io/json.h"
-#include "layers/optim/sgd.h"
-#include "models/registry.h"
-#include "train/checkpoint.h"
-#include "train/cli.h"
-#include "train/logging.h"
-#include "train/trainer.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/data/idx.h"
+#include "actlab/io/json.h"
+#include "actlab/layers/optim/sgd.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/logging.h"
+#include "actlab/train/trainer.h"
 #include "tests/temp_dir.h"
 
 using namespace actlab;

@@ -1,6 +1,6 @@
 // Training checkpoints: the mapping of a model + SGD optimizer + loop position onto a safetensors
 // file's tensors and metadata (the file format itself is io/safetensors.h).
-#include "train/checkpoint.h"
+#include "actlab/train/checkpoint.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <map>
 
-#include "core/error.h"
-#include "io/json.h"
+#include "actlab/core/error.h"
+#include "actlab/io/json.h"
 
 namespace actlab {
 namespace {
@@ -136,5 +136,71 @@ void restore_checkpoint(const SafetensorsFile& f, Module& model, Sgd* opt) {
   opt->set_steps(optimizer_steps);
 }
 
-}  // namespace actlab
+namespace {
+const char* const kBatchesTracked = "num_batches_tracked";
 
+// "<path>." of every module that has running statistics (its buffers end in ".running_mean").
+std::vector<std::string> batch_norm_prefixes(const Module& model) {
+  std::vector<std::string> out;
+  const std::string tail = "running_mean";
+  for (const auto& b : model.named_buffers())
+    if (b.first.size() >= tail.size() && b.first.compare(b.first.size() - tail.size(), tail.size(), tail) == 0)
+      out.push_back(b.first.substr(0, b.first.size() - tail.size()));
+  return out;
+}
+
+std::string first_few(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > 4) s += ", ... (" + std::to_string(names.size()) + " in all)";
+  return s;
+}
+}  // namespace
+
+void export_state_dict(const std::string& path, const Module& model, int64_t batches_tracked) {
+  NamedTensors tensors;
+  for (const auto& p : model.named_parameters()) tensors.emplace_back(p.first, p.second.data());
+  for (const auto& b : model.named_buffers()) tensors.emplace_back(b.first, b.second);
+  for (const auto& prefix : batch_norm_prefixes(model)) {
+    Tensor count = Tensor::empty({}, DType::I64);
+    count.data<int64_t>()[0] = batches_tracked;
+    tensors.emplace_back(prefix + kBatchesTracked, count);
+  }
+  write_safetensors(path, tensors, {{"format", "pt"}});
+}
+
+void import_state_dict(const SafetensorsFile& f, Module& model, const std::string& what) {
+  std::map<std::string, const Tensor*> in_file;
+  for (const auto& t : f.tensors) in_file[t.first] = &t.second;
+  std::vector<std::string> missing, mismatched;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;  // (destination, source), all checked first
+  auto need = [&](const std::string& name, const Tensor& dst) {
+    const auto it = in_file.find(name);
+    if (it == in_file.end()) {
+      missing.push_back(name);
+      return;
+    }
+    const Tensor& src = *it->second;
+    if (src.dtype() != dst.dtype() || src.shape() != dst.shape())
+      mismatched.push_back(name + ": " + dtype_name(src.dtype()) + " " + shape_str(src.shape()) + " in the file, " +
+                           dtype_name(dst.dtype()) + " " + shape_str(dst.shape()) + " in the model");
+    else
+      copies.emplace_back(dst, &src);
+    in_file.erase(it);
+  };
+  for (const auto& p : model.named_parameters()) need(p.first, p.second.data());
+  for (const auto& b : model.named_buffers()) need(b.first, b.second);
+  for (const auto& prefix : batch_norm_prefixes(model)) in_file.erase(prefix + kBatchesTracked);
+  std::vector<std::string> unexpected;
+  for (const auto& u : in_file) unexpected.push_back(u.first);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string why;
+    if (!missing.empty()) why += "missing " + first_few(missing);
+    if (!unexpected.empty()) why += std::string(why.empty() ? "" : "; ") + "unexpected " + first_few(unexpected);
+    if (!mismatched.empty()) why += std::string(why.empty() ? "" : "; ") + "wrong shape or dtype " + first_few(mismatched);
+    ACTLAB_FAIL(what, " does not fit the model: ", why);
+  }
+  for (auto& c : copies) c.first.copy_(*c.second);
+}
+
+}  // namespace actlab

@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
-#include "io/safetensors.h"
-#include "layers/module.h"
-#include "layers/optim/sgd.h"
+#include "actlab/core/tensor.h"
+#include "actlab/io/safetensors.h"
+#include "actlab/layers/module.h"
+#include "actlab/layers/optim/sgd.h"
 
 namespace actlab {
 
@@ -39,5 +39,17 @@ TrainState checkpoint_state(const SafetensorsFile& file);
 // step count; opt may be nullptr for evaluation). Every model tensor must be present with the same
 // dtype and shape and no other tensor may be: Error names the first mismatching tensor.
 void restore_checkpoint(const SafetensorsFile& file, Module& model, Sgd* opt);
+
+// ---- plain state dicts: weights to and from other programs. The model's parameters and buffers under
+// their torchvision names, plus "<module>.num_batches_tracked" (an I64 scalar: PyTorch's batch-norm
+// counter, here the optimizer steps taken) for every batch-norm module; no optimizer state and no
+// actlab metadata, so PyTorch's model.load_state_dict(safetensors.torch.load_file(path), strict=True)
+// takes it. Written atomically (io/safetensors.h).
+void export_state_dict(const std::string& path, const Module& model, int64_t batches_tracked);
+// Copies a plain state dict (written by export_state_dict, or by another program under torchvision names)
+// into the model's parameters and buffers. Every tensor of the model must be there with its shape and
+// dtype, and the file may hold nothing else (num_batches_tracked entries are read and ignored); otherwise
+// one Error names every missing, unexpected and mismatched tensor, and the model is left as it was.
+void import_state_dict(const SafetensorsFile& file, Module& model, const std::string& what);
 
 }  // namespace actlab

@@ -1,5 +1,5 @@
 // FlagParser implementation.
-#include "train/cli.h"
+#include "actlab/train/cli.h"
 
 #include <cctype>
 #include <cerrno>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 namespace {

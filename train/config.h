@@ -44,7 +44,12 @@ struct TrainConfig {
   bool quiet = false;
   std::string save_dir;                   // last.safetensors every epoch, best.safetensors on a new best
   std::string resume;                     // checkpoint to continue from (model, data set, batch, seed must match)
-  bool eval_only = false;                 // with resume: evaluate the checkpoint, no training
+  bool eval_only = false;                 // with resume or init_weights: evaluate those weights, no training
+  // A plain state dict (train/checkpoint.h) to start a new run from: weights of another program or an
+  // export of actlab's, checked name by name. Not with resume.
+  std::string init_weights;
+  // Where to write the final weights as a plain state dict, for PyTorch's load_state_dict(strict=True).
+  std::string export_weights;
   bool summary_only = false;              // print the model's layer table and return
   int64_t stop_after_steps = 0;           // tests: behave as on SIGINT after this many global steps
   // A NaN or infinity in the loss or in a gradient is caught before the optimizer step, so the

@@ -1,5 +1,5 @@
 // Config-file reading and the TrainConfig <-> key/value table behind it.
-#include "train/config_file.h"
+#include "actlab/train/config_file.h"
 
 #include <cerrno>
 #include <cmath>
@@ -9,10 +9,10 @@
 #include <functional>
 #include <sstream>
 
-#include "core/error.h"
-#include "compress/policy.h"
-#include "io/json.h"
-#include "models/registry.h"
+#include "actlab/core/error.h"
+#include "actlab/compress/policy.h"
+#include "actlab/io/json.h"
+#include "actlab/models/registry.h"
 
 namespace actlab {
 namespace {
@@ -123,7 +123,14 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("print-every", print_every, "progress line every N steps (0: about 10 per epoch)"),
         ACTLAB_STR("save-dir", save_dir,
                    "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best"),
-        ACTLAB_BOOL("eval-only", eval_only, "with --resume: evaluate the checkpoint on the test split, no training"),
+        ACTLAB_BOOL("eval-only", eval_only,
+                    "with --resume or --init-weights: evaluate those weights on the test split, no training"),
+        ACTLAB_STR("init-weights", init_weights,
+                   "start from the weights of a plain safetensors state dict (torchvision names; e.g. from "
+                   "--export-weights or PyTorch's safetensors.torch.save_file), every name and shape checked"),
+        ACTLAB_STR("export-weights", export_weights,
+                   "write the final weights as a plain safetensors state dict that PyTorch's "
+                   "load_state_dict(strict=True) takes (no optimizer state)"),
         ACTLAB_BOOL("quiet", quiet, "print only errors"),
         ACTLAB_STR("on-nonfinite", on_nonfinite,
                    "a NaN/Inf loss or gradient: stop (save the last good state to --save-dir, name the step and "
@@ -158,7 +165,8 @@ std::string trim(const std::string& s) {
 // Range checks of one value on its own: validate() on the defaults with only this key changed.
 // Keys naming output files are checked later, together with --overwrite and --resume.
 void check_value_alone(const std::string& key, const std::string& value) {
-  if (key == "log" || key == "memory-report" || key == "summary-json" || key == "overwrite" || key == "save-dir" || key == "data-dir")
+  if (key == "log" || key == "memory-report" || key == "summary-json" || key == "overwrite" || key == "save-dir" ||
+      key == "data-dir" || key == "init-weights" || key == "export-weights")
     return;
   TrainConfig d;
   set_config_value(d, key, value);

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "train/cli.h"
-#include "train/config.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/config.h"
 
 namespace actlab {
 

@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "data/cifar.h"
-#include "data/idx.h"
-#include "data/image_folder.h"
-#include "train/data_splits.h"
+#include "actlab/data/cifar.h"
+#include "actlab/data/idx.h"
+#include "actlab/data/image_folder.h"
+#include "actlab/train/data_splits.h"
 
 namespace actlab {
 namespace {

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "data/dataset.h"
-#include "data/transforms.h"
-#include "train/config.h"
+#include "actlab/data/dataset.h"
+#include "actlab/data/transforms.h"
+#include "actlab/train/config.h"
 
 namespace actlab {
 

@@ -3,7 +3,7 @@
 // is the only state: summary.json with "interrupted": false means done; a checkpoint without it means
 // resume; failed.txt records a non-zero exit. Presets live in grid_presets.cpp, reports in
 // grid_report.cpp. Tested in tests/test_ablate.cpp.
-#include "train/grid.h"
+#include "actlab/train/grid.h"
 
 #include <atomic>
 #include <cctype>
@@ -25,12 +25,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "io/files.h"
-#include "io/json.h"
-#include "train/checkpoint.h"
-#include "train/grid_internal.h"
-#include "train/logging.h"
+#include "actlab/core/error.h"
+#include "actlab/io/files.h"
+#include "actlab/io/json.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/grid_internal.h"
+#include "actlab/train/logging.h"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "train/grid.h"
+#include "actlab/train/grid.h"
 
 namespace actlab::grid_detail {
 

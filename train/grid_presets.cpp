@@ -1,7 +1,7 @@
 // The grid's presets (cpu, paper) and the paper's tables as rows of (policy, label): which cells
 // make_grid builds for a preset / table selection or a custom policy list, the CIFAR presence check,
 // and the wall-clock estimate of one cell. Declared in train/grid.h; tested in tests/test_ablate.cpp.
-#include "train/grid.h"
+#include "actlab/train/grid.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,12 +10,12 @@
 #include <thread>
 #include <vector>
 
-#include "compress/policy.h"
-#include "core/error.h"
-#include "data/cifar.h"
-#include "models/registry.h"
-#include "models/summary.h"
-#include "train/grid_internal.h"
+#include "actlab/compress/policy.h"
+#include "actlab/core/error.h"
+#include "actlab/data/cifar.h"
+#include "actlab/models/registry.h"
+#include "actlab/models/summary.h"
+#include "actlab/train/grid_internal.h"
 
 namespace actlab {
 using namespace grid_detail;

@@ -2,7 +2,7 @@
 // cell), tables.md (the paper's tables, mean ± std over seeds) and two SVG figures (test accuracy per
 // epoch, activation memory per policy). Declared in train/grid.h (write_reports); tested in
 // tests/test_ablate.cpp.
-#include "train/grid.h"
+#include "actlab/train/grid.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,11 +17,11 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "analysis/plot.h"
-#include "io/files.h"
-#include "train/cli.h"
-#include "train/grid_internal.h"
-#include "train/logging.h"
+#include "actlab/analysis/plot.h"
+#include "actlab/io/files.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/grid_internal.h"
+#include "actlab/train/logging.h"
 
 namespace fs = std::filesystem;
 

@@ -1,11 +1,11 @@
 // Non-finite checks, buffer snapshots and the per-step memory check (see train/guards.h).
-#include "train/guards.h"
+#include "actlab/train/guards.h"
 
 #include <algorithm>
 
-#include "autograd/variable.h"
-#include "core/ops.h"
-#include "train/summary.h"  // format_bytes
+#include "actlab/autograd/variable.h"
+#include "actlab/core/ops.h"
+#include "actlab/train/summary.h"  // format_bytes
 
 namespace actlab {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
-#include "layers/module.h"
+#include "actlab/core/allocator.h"
+#include "actlab/layers/module.h"
 
 namespace actlab {
 

@@ -1,5 +1,5 @@
 // Progress lines, epoch logs, memory reports and the summary.
-#include "train/logging.h"
+#include "actlab/train/logging.h"
 
 #include <unistd.h>
 
@@ -8,10 +8,10 @@
 #include <cstring>
 #include <string>
 
-#include "core/allocator.h"
-#include "io/files.h"
-#include "io/json.h"
-#include "train/config_file.h"
+#include "actlab/core/allocator.h"
+#include "actlab/io/files.h"
+#include "actlab/io/json.h"
+#include "actlab/train/config_file.h"
 
 namespace actlab {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "compress/policy.h"
-#include "train/config.h"
-#include "train/summary.h"
+#include "actlab/compress/policy.h"
+#include "actlab/train/config.h"
+#include "actlab/train/summary.h"
 
 namespace actlab {
 

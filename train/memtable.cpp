@@ -1,13 +1,13 @@
 // One measured training step on random data.
-#include "train/memtable.h"
+#include "actlab/train/memtable.h"
 
 #include <chrono>
 
-#include "autograd/saved_tensor.h"
-#include "compress/policy.h"
-#include "layers/optim/sgd.h"
-#include "models/registry.h"
-#include "train/step.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/compress/policy.h"
+#include "actlab/layers/optim/sgd.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/step.h"
 
 namespace actlab {
 

@@ -1,8 +1,8 @@
 // One training step and the activation measure (train/step.h).
-#include "train/step.h"
+#include "actlab/train/step.h"
 
-#include "autograd/functions.h"
-#include "autograd/tape.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/tape.h"
 
 namespace actlab {
 

@@ -7,11 +7,11 @@
 #include <functional>
 #include <vector>
 
-#include "compress/policy.h"
-#include "core/allocator.h"
-#include "core/tensor.h"
-#include "layers/module.h"
-#include "layers/optim/sgd.h"
+#include "actlab/compress/policy.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/tensor.h"
+#include "actlab/layers/module.h"
+#include "actlab/layers/optim/sgd.h"
 
 namespace actlab {
 

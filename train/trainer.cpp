@@ -1,5 +1,5 @@
 // The training loop: setup, steps with memory measurement, evaluation, logging, checkpoints, summary.
-#include "train/trainer.h"
+#include "actlab/train/trainer.h"
 
 #include <omp.h>
 #include <signal.h>
@@ -13,24 +13,24 @@
 #include <filesystem>
 #include <fstream>
 
-#include "autograd/functions.h"
-#include "autograd/saved_tensor.h"
-#include "autograd/tape.h"
-#include "core/cuda/runtime.h"
-#include "data/dataloader.h"
-#include "layers/layers.h"
-#include "layers/optim/schedule.h"
-#include "layers/optim/sgd.h"
-#include "models/registry.h"
-#include "models/summary.h"
-#include "io/checksum.h"
-#include "io/files.h"
-#include "train/checkpoint.h"
-#include "train/config_file.h"
-#include "train/cli.h"
-#include "train/guards.h"
-#include "train/logging.h"
-#include "train/step.h"
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/core/cuda/runtime.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/layers/layers.h"
+#include "actlab/layers/optim/schedule.h"
+#include "actlab/layers/optim/sgd.h"
+#include "actlab/models/registry.h"
+#include "actlab/models/summary.h"
+#include "actlab/io/checksum.h"
+#include "actlab/io/files.h"
+#include "actlab/train/checkpoint.h"
+#include "actlab/train/config_file.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/guards.h"
+#include "actlab/train/logging.h"
+#include "actlab/train/step.h"
 
 namespace actlab {
 namespace {
@@ -130,6 +130,7 @@ void validate(const TrainConfig& c) {
   check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
   check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
   check_writable(c.summary_json, true, "summary file");  // rewritten at the end of every (resumed) run
+  check_writable(c.export_weights, true, "--export-weights file");  // before training, not after
   ACTLAB_CHECK(c.log_file.empty() || c.log_file != c.memory_report, "log file and memory report are the same file");
   ACTLAB_CHECK(c.summary_json.empty() || (c.summary_json != c.log_file && c.summary_json != c.memory_report),
                "--summary-json names the same file as the log or the memory report");
@@ -533,13 +534,21 @@ TrainSummary Run::go() {
     return summary_;
   }
   if (!c_.resume.empty()) restore();
+  if (!c_.init_weights.empty()) {
+    import_state_dict(read_safetensors(c_.init_weights), *model_, "--init-weights '" + c_.init_weights + "'");
+    buffers_->save();  // the snapshot the non-finite guard restores from holds the imported statistics
+    if (!c_.quiet) std::printf("initial weights from %s\n", c_.init_weights.c_str());
+  }
   if (c_.eval_only) {
     const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_);
     summary_.final_test_loss = ev.loss;
     summary_.final_test_acc = ev.acc;
     if (!c_.quiet)
-      std::printf("eval %s on %s: test loss %.4f accuracy %.2f%% (%lld images)\n", c_.resume.c_str(),
-                  data_.note.c_str(), ev.loss, ev.acc, static_cast<long long>(data_.test->size()));
+      std::printf("eval %s on %s: test loss %.4f accuracy %.2f%% (%lld images)\n",
+                  (c_.resume.empty() ? c_.init_weights : c_.resume).c_str(), data_.note.c_str(), ev.loss, ev.acc,
+                  static_cast<long long>(data_.test->size()));
+    if (!c_.export_weights.empty()) export_state_dict(c_.export_weights, *model_, opt_->steps());
+    if (!c_.summary_json.empty()) write_summary_json(c_.summary_json, summary_, c_);
     return summary_;
   }
   if (global_step_ > 0) {  // resumed: the first-step report was printed by the first process
@@ -573,6 +582,10 @@ TrainSummary Run::go() {
     summary_.memory_check = memory_check_->verdict();
     if (!c_.quiet) std::printf("%s\n", summary_.memory_check.c_str());
   }
+  if (!c_.export_weights.empty() && !summary_.interrupted) {
+    export_state_dict(c_.export_weights, *model_, opt_->steps());
+    if (!c_.quiet) std::printf("weights exported to %s\n", c_.export_weights.c_str());
+  }
   if (!c_.summary_json.empty()) write_summary_json(c_.summary_json, summary_, c_);
   return summary_;
 }
@@ -593,7 +606,10 @@ void prepare_save_dir(const TrainConfig& c) {
 
 TrainSummary train(const TrainConfig& c) {
   validate(c);
-  ACTLAB_CHECK(!c.eval_only || !c.resume.empty(), "--eval-only needs --resume CHECKPOINT");
+  ACTLAB_CHECK(!c.eval_only || !c.resume.empty() || !c.init_weights.empty(),
+               "--eval-only needs --resume CHECKPOINT or --init-weights FILE");
+  ACTLAB_CHECK(c.resume.empty() || c.init_weights.empty(),
+               "--init-weights starts a new run and --resume continues one: give one of them");
   // The run sets the OpenMP thread count and turns the per-pack statistics off after its first step;
   // whatever way it ends (done, stopped, an error), put both back as they were.
   struct Restore {

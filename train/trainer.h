@@ -4,10 +4,10 @@
 // summary. Tested in tests/test_train.cpp (end to end), tests/test_checkpoint.cpp (checkpoints, resume)
 // and tests/test_reliability.cpp (guards).
 #pragma once
-#include "train/config.h"
-#include "train/data_splits.h"
-#include "train/stop.h"
-#include "train/summary.h"
+#include "actlab/train/config.h"
+#include "actlab/train/data_splits.h"
+#include "actlab/train/stop.h"
+#include "actlab/train/summary.h"
 
 namespace actlab {
 

@@ -25,8 +25,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/codec.h"
-#include "core/allocator.h"
+#include "actlab/core/codec.h"
+#include "actlab/core/allocator.h"
 
 // The batch loops are compiled for AVX-512 and AVX2 as well as the baseline and picked at load time
 // (GCC function multi-versioning): Philox and the quantizer are 3x faster on AVX-512 than on SSE2. Only

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/codec.h"
+#include "actlab/core/codec.h"
 
 namespace actlab::cpu {
 

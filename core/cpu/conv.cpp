@@ -2,7 +2,7 @@
 // implementation, then cached) with NCHW user memory reordered into the layout the primitive
 // picked, plus an im2col + gemm candidate kept for comparison. The spec lives in conv_ref.cpp.
 // Tested against it in tests/test_cpu_conv.cpp; the candidates are timed in bench/bench_conv.cpp.
-#include "core/cpu/conv.h"
+#include "actlab/core/cpu/conv.h"
 
 #include <algorithm>
 #include <array>
@@ -17,9 +17,9 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "core/allocator.h"
-#include "core/cpu/gemm.h"
-#include "core/error.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cpu/gemm.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu/conv.h"
-#include "core/error.h"
+#include "actlab/core/cpu/conv.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 

@@ -1,11 +1,11 @@
 // CPU GEMM: gemm() forwards to oneDNN's dnnl_sgemm (it detects AVX-512 at run time; the Debian
 // OpenBLAS 0.3.21 picks a slow kernel on Zen 5 unless an environment variable forces it). The argument
 // checks and gemm_ref() are in gemm_ref.cpp. Tested in tests/test_cpu_conv.cpp.
-#include "core/cpu/gemm.h"
+#include "actlab/core/cpu/gemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 namespace {

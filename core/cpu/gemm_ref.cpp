@@ -1,9 +1,9 @@
 // The executable spec of gemm.h (gemm_ref: triple loop, double accumulation) and the argument checks
 // every gemm() implementation runs first. No oneDNN here, so the minimal GPU-check build
 // (core/cpu/minimal/gemm_minimal.cpp) shares both with the full build. Tested in tests/test_cpu_conv.cpp.
-#include "core/cpu/gemm.h"
+#include "actlab/core/cpu/gemm.h"
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 

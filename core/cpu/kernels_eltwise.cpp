@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/cpu/kernels.h"
-#include "core/error.h"
-#include "core/philox.h"
+#include "actlab/core/cpu/kernels.h"
+#include "actlab/core/error.h"
+#include "actlab/core/philox.h"
 
 namespace actlab::cpu {
 namespace {

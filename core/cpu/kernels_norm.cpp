@@ -10,9 +10,9 @@
 #include <cmath>
 #include <exception>
 
-#include "core/allocator.h"
-#include "core/cpu/kernels.h"
-#include "core/error.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cpu/kernels.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 namespace {

@@ -2,8 +2,8 @@
 // one pass over each parameter. Contract in core/cpu/kernels.h; tested in
 // tests/test_cpu_kernels.cpp. The four variants are separate loops so each inner loop is
 // branch-free and vectorizes.
-#include "core/cpu/kernels.h"
-#include "core/error.h"
+#include "actlab/core/cpu/kernels.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/cpu/kernels.h"
-#include "core/error.h"
+#include "actlab/core/cpu/kernels.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 namespace {

@@ -2,7 +2,7 @@
 // Owns every cudaMalloc/cudaFree in actlab. Freed blocks stay cached per device and stream (policy in
 // core/cuda/allocator.h); reserved_bytes counts live + cached blocks. Also owns the pinned staging buffers
 // of host-to-device copies. Tested in tests/test_cuda.cpp.
-#include "core/cuda/allocator.h"
+#include "actlab/core/cuda/allocator.h"
 
 #include <cuda_runtime_api.h>
 
@@ -11,9 +11,9 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "core/allocator.h"
-#include "core/cuda/check.h"
-#include "core/cuda/context.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/context.h"
 
 namespace actlab::cuda {
 namespace {

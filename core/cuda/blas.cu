@@ -3,10 +3,10 @@
 // column-major Bᵀ·Aᵀ with the operands swapped. Tested in tests/test_cuda_ops.cpp.
 #include <climits>
 
-#include "core/cuda/blas.h"
-#include "core/cuda/check.h"
-#include "core/cuda/conv.h"
-#include "core/cuda/launch.h"
+#include "actlab/core/cuda/blas.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/conv.h"
+#include "actlab/core/cuda/launch.h"
 
 namespace actlab::cuda {
 namespace {

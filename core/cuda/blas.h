@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/cuda/context.h"
+#include "actlab/core/cuda/context.h"
 
 namespace actlab::cuda {
 

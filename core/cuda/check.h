@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cuda::detail {
 

@@ -10,11 +10,11 @@
 // the bytes equal core/cpu/codec.cpp's. Tested in tests/test_cuda_codec.cpp.
 #include <cuda_runtime.h>
 
-#include "core/cuda/codec.h"
-#include "core/allocator.h"
-#include "core/cuda/check.h"
-#include "core/cuda/context.h"
-#include "core/cuda/launch.h"
+#include "actlab/core/cuda/codec.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/context.h"
+#include "actlab/core/cuda/launch.h"
 
 namespace actlab::cuda {
 namespace {

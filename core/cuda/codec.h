@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/codec.h"
+#include "actlab/core/codec.h"
 
 namespace actlab::cuda {
 

@@ -1,12 +1,12 @@
 // CudaContext (stream, cuBLAS/cuDNN handles, workspace per device), DeviceGuard and the registry of
 // contexts. Tested in tests/test_cuda.cpp ("cuda context: ...").
-#include "core/cuda/context.h"
+#include "actlab/core/cuda/context.h"
 
 #include <mutex>
 #include <vector>
 
-#include "core/cuda/check.h"
-#include "core/cuda/runtime.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/runtime.h"
 
 namespace actlab::cuda {
 

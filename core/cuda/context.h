@@ -11,7 +11,7 @@
 #include <memory>
 #include <type_traits>
 
-#include "core/allocator.h"
+#include "actlab/core/allocator.h"
 
 namespace actlab::cuda {
 

@@ -3,7 +3,7 @@
 // every algorithm in benchmark mode), and the forward / backward-data / backward-filter / bias calls.
 // Uses cuDNN's convolution API (cudnnConvolution*; deprecated in cuDNN 9 in favour of the graph API but
 // still shipped and supported there). Tested in tests/test_cuda_ops.cpp.
-#include "core/cuda/conv.h"
+#include "actlab/core/cuda/conv.h"
 
 #include <algorithm>
 #include <climits>
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "core/cuda/check.h"
+#include "actlab/core/cuda/check.h"
 
 namespace actlab::cuda {
 

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/cpu/conv.h"  // ConvShape (shared plain struct)
-#include "core/cuda/context.h"
+#include "actlab/core/cpu/conv.h"  // ConvShape (shared plain struct)
+#include "actlab/core/cuda/context.h"
 
 namespace actlab::cuda {
 

@@ -5,11 +5,11 @@
 // 32·w + j and __ballot_sync assembles the word with bit j = lane j, exactly the CPU's LSB-first layout.
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/cuda/check.h"
-#include "core/cuda/kernels.h"
-#include "core/cuda/launch.h"
-#include "core/philox.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/kernels.h"
+#include "actlab/core/cuda/launch.h"
+#include "actlab/core/philox.h"
 
 namespace actlab::cuda {
 namespace {

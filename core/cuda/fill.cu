@@ -1,9 +1,9 @@
 // CUDA fill kernel (see core/cuda/fill.h). Tested in tests/test_cuda.cpp ("cuda fill: ...").
-#include "core/cuda/fill.h"
+#include "actlab/core/cuda/fill.h"
 
 #include <algorithm>
 
-#include "core/cuda/check.h"
+#include "actlab/core/cuda/check.h"
 
 namespace actlab::cuda {
 namespace {

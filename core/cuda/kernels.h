@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "core/cpu/kernels.h"  // Pool2dShape (shared plain struct)
+#include "actlab/core/cpu/kernels.h"  // Pool2dShape (shared plain struct)
 
 namespace actlab::cuda {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cuda {
 

@@ -6,10 +6,10 @@
 // Contracts in core/cuda/kernels.h; tested in tests/test_cuda_ops.cpp.
 #include <cmath>
 
-#include "core/allocator.h"
-#include "core/cuda/check.h"
-#include "core/cuda/kernels.h"
-#include "core/cuda/launch.h"
+#include "actlab/core/allocator.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/kernels.h"
+#include "actlab/core/cuda/launch.h"
 
 namespace actlab::cuda {
 namespace {

@@ -1,9 +1,9 @@
 // CUDA fused SGD step (weight decay, momentum with dampening, Nesterov): one pass over w, grad and the
 // momentum buffer, torch.optim.SGD semantics. Contract in core/cuda/kernels.h (CPU twin:
 // core/cpu/kernels_optim.cpp); tested in tests/test_cuda_ops.cpp.
-#include "core/cuda/check.h"
-#include "core/cuda/kernels.h"
-#include "core/cuda/launch.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/kernels.h"
+#include "actlab/core/cuda/launch.h"
 
 namespace actlab::cuda {
 namespace {

@@ -3,9 +3,9 @@
 // input element gathering from the windows that cover it, in the CPU's row-major window order (no
 // atomics, same additions). Contracts in core/cuda/kernels.h (CPU twins: core/cpu/kernels_pool.cpp);
 // tested in tests/test_cuda_ops.cpp.
-#include "core/cuda/check.h"
-#include "core/cuda/kernels.h"
-#include "core/cuda/launch.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/kernels.h"
+#include "actlab/core/cuda/launch.h"
 
 namespace actlab::cuda {
 namespace {

@@ -1,15 +1,15 @@
 // CUDA implementation of core/cuda/runtime.h: device discovery through the runtime API and the
 // one-time installation of the caching device allocator. Host code only (compiled by the C++ compiler).
 // Tested in tests/test_cuda.cpp ("cuda runtime: ...").
-#include "core/cuda/runtime.h"
+#include "actlab/core/cuda/runtime.h"
 
 #include <cuda_runtime_api.h>
 
 #include <mutex>
 
-#include "core/cuda/allocator.h"
-#include "core/cuda/check.h"
-#include "core/error.h"
+#include "actlab/core/cuda/allocator.h"
+#include "actlab/core/cuda/check.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 namespace {

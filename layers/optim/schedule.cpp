@@ -1,10 +1,10 @@
 // Learning-rate schedules.
-#include "layers/optim/schedule.h"
+#include "actlab/layers/optim/schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
+#include "actlab/core/error.h"
 
 namespace actlab {
 

@@ -1,7 +1,7 @@
 // SGD step: one fused kernel per parameter (core/ops.h sgd_update_).
-#include "layers/optim/sgd.h"
+#include "actlab/layers/optim/sgd.h"
 
-#include "core/ops.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 

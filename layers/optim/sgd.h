@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "autograd/variable.h"
+#include "actlab/autograd/variable.h"
 
 namespace actlab {
 

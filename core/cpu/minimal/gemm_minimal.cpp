@@ -1,7 +1,7 @@
 // The CPU GEMM of a minimal build (ACTLAB_GPU_CHECK: no oneDNN on the machine): gemm.h's contract as
 // gemm_ref (gemm_ref.cpp: double accumulation) on the rows of C in parallel. Only the CMake option compiles
 // this file; it replaces core/cpu/gemm.cpp. The CPU reference of the CUDA parity suites.
-#include "core/cpu/gemm.h"
+#include "actlab/core/cpu/gemm.h"
 
 namespace actlab::cpu {
 
