@@ -64,9 +64,31 @@ Storage::Storage(size_t bytes, Device device, MemTag tag)
     : bytes_(bytes), device_(device), tag_(tag), id_(g_storage_ids.fetch_add(1)) {
   data_ = tracked_allocate(device, bytes, tag);
 }
-Storage::~Storage() { tracked_free(device_, data_, bytes_, tag_); }
+Storage::Storage(void* borrowed, size_t bytes, std::shared_ptr<void> owner)
+    : owner_(std::move(owner)), data_(borrowed), bytes_(bytes), device_(Device::cpu()), tag_(MemTag::Other),
+      id_(g_storage_ids.fetch_add(1)) {
+  ACTLAB_CHECK(owner_ != nullptr, "borrowed storage needs an owner that keeps its memory alive");
+}
+
+Storage::~Storage() {
+  if (!owner_) tracked_free(device_, data_, bytes_, tag_);
+}
+
+void Storage::own_copy(Device device, MemTag tag) {
+  void* fresh = tracked_allocate(device, bytes_, tag);
+  copy_bytes(fresh, device, data_, device_, bytes_);
+  owner_.reset();
+  data_ = fresh;
+  device_ = device;
+  tag_ = tag;
+  bump_version();
+}
 
 void Storage::retag(MemTag tag) {
+  if (owner_) {
+    own_copy(device_, tag);
+    return;
+  }
   if (tag == tag_ || data_ == nullptr) { tag_ = tag; return; }
   // Move the bytes from one tag's books to the other's: account a fresh allocation, free the old one.
   void* fresh = tracked_allocate(device_, bytes_, tag);
@@ -78,6 +100,10 @@ void Storage::retag(MemTag tag) {
 
 void Storage::move_to(Device device) {
   if (device == device_) return;
+  if (owner_) {
+    own_copy(device, tag_);
+    return;
+  }
   void* fresh = tracked_allocate(device, bytes_, tag_);
   copy_bytes(fresh, device, data_, device_, bytes_);
   tracked_free(device_, data_, bytes_, tag_);
@@ -87,6 +113,17 @@ void Storage::move_to(Device device) {
 }
 
 // ---------------------------------------------------------------- factories
+Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+  for (int64_t v : shape) ACTLAB_CHECK(v >= 0, "negative size in shape ", shape_str(shape));
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype),
+                                         std::move(owner));
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::empty_tagged(const Shape& shape, MemTag tag, DType dtype, Device device) {
   for (int64_t v : shape) ACTLAB_CHECK(v >= 0, "negative size in shape ", shape_str(shape));
   Tensor t;

@@ -27,6 +27,10 @@ Shape contiguous_strides(const Shape& s);
 class Storage {
  public:
   Storage(size_t bytes, Device device, MemTag tag);
+  // Host memory actlab does not own (a NumPy array's buffer, for the Python module's zero-copy pack):
+  // not counted by the allocator and never freed here; `owner` keeps it alive while this storage lives.
+  // retag and move_to copy it into owned, tracked memory first.
+  Storage(void* borrowed, size_t bytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -44,7 +48,10 @@ class Storage {
   // sharing this storage now lives on `device`: how Module::to moves parameters and buffers that layers
   // also hold by value. Bumps the version. A no-op when already there.
   void move_to(Device device);
+  bool borrowed() const { return owner_ != nullptr; }
  private:
+  void own_copy(Device device, MemTag tag);  // borrowed -> owned, tracked bytes
+  std::shared_ptr<void> owner_;              // set for borrowed memory only
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
@@ -64,6 +71,8 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, float value, DType dtype = DType::F32);
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
+  // A contiguous CPU tensor over `data`, which `owner` keeps alive (Storage's borrowed form).
+  static Tensor borrow(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
   // Normal(mean, std) / Uniform[lo, hi) from a Philox stream (advances it by numel draws).
   static Tensor randn(const Shape& shape, PhiloxStream& rng, float mean = 0.f, float std = 1.f);
   static Tensor rand(const Shape& shape, PhiloxStream& rng, float lo = 0.f, float hi = 1.f);

@@ -5,6 +5,8 @@
 #                                      start); ARGS go to actlab-train
 #   scripts/setup.sh --packages-only   install the packages, build nothing
 #   scripts/setup.sh --fuzz-packages   install the packages and the fuzzing toolchain (scripts/fuzz.sh)
+#   scripts/setup.sh --python [ARGS]   also install what the Python module needs (pybind11, Python's
+#                                      headers, numpy; PyTorch for actlab.torch), then build as above
 # Safe to run again: installed packages are skipped. This is the one list of what actlab needs from
 # Debian (third_party/README.md says why each is there); scripts/fresh-machine-test.sh proves it is
 # complete on a bare Debian 12 root file system.
@@ -14,6 +16,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config zlib1g-dev libdnnl-dev libstb-dev doctest-dev
           dataset-fashion-mnist)
 fuzz_packages=(clang libclang-rt-14-dev)  # libFuzzer's runtime and the sanitizers for clang 14
+python_packages=(pybind11-dev python3-dev python3-numpy python3-torch)
 
 install_missing() {
   local missing=() p
@@ -34,8 +37,9 @@ install_missing() {
 case "${1:-}" in
   --packages-only) install_missing "${packages[@]}"; exit 0 ;;
   --fuzz-packages) install_missing "${packages[@]}" "${fuzz_packages[@]}"; exit 0 ;;
+  --python) install_missing "${python_packages[@]}"; shift ;;
   "" | --train) ;;
-  *) echo "setup: error: unknown argument '$1' (--train [ARGS], --packages-only, --fuzz-packages)" >&2; exit 2 ;;
+  *) echo "setup: error: unknown argument '$1' (--train [ARGS], --packages-only, --fuzz-packages, --python)" >&2; exit 2 ;;
 esac
 install_missing "${packages[@]}"
 

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "actlab/core/bf16.h"
 #include "actlab/core/philox.h"
@@ -153,4 +155,29 @@ TEST_CASE("device strings parse and bad ones are refused") {
   CHECK(Device::parse("cuda").str() == "cuda:0");
   CHECK_THROWS_AS(Device::parse("gpu"), Error);
   CHECK_THROWS_AS(Device::parse("cuda:x"), Error);
+}
+
+TEST_CASE("borrowed storage: not counted, not freed, its owner released with it, copied when retagged") {
+  auto owner_alive = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = owner_alive;
+  std::vector<float> host = {1.f, 2.f, 3.f, 4.f, 5.f, 6.f};
+  const int64_t live = memory_stats().total.current;
+  {
+    Tensor t = Tensor::borrow(host.data(), {2, 3}, DType::F32, owner_alive);
+    owner_alive.reset();
+    CHECK(t.data<float>() == host.data());          // no copy
+    CHECK(memory_stats().total.current == live);    // not the allocator's bytes
+    CHECK(t.storage()->borrowed());
+    CHECK(t.to_vector() == host);
+    CHECK_FALSE(watch.expired());                   // the tensor keeps the owner
+    Tensor u = t;
+    u.storage()->retag(MemTag::Activation);         // now a tracked copy
+    CHECK_FALSE(t.storage()->borrowed());
+    CHECK(t.data<float>() != host.data());
+    CHECK(memory_stats().total.current == live + 24);
+    CHECK(t.to_vector() == host);
+    CHECK(watch.expired());                         // the borrowed memory is let go at once
+  }
+  CHECK(memory_stats().total.current == live);
+  CHECK(host[0] == 1.f);  // never freed or written by actlab
 }

@@ -173,6 +173,10 @@ void write_memory_report(const std::string& path, const std::vector<CacheEntrySt
 namespace actlab {
 
 void write_summary_json(const std::string& path, const TrainSummary& s, const TrainConfig& c) {
+  write_text_atomic(path, summary_to_json(s, c) + "\n");
+}
+
+std::string summary_to_json(const TrainSummary& s, const TrainConfig& c) {
   JsonWriter w(true);
   w.begin_object()
       .key("config").raw(config_to_json(c))
@@ -202,7 +206,7 @@ void write_summary_json(const std::string& path, const TrainSummary& s, const Tr
     w.raw(row.str());
   }
   w.end_array().end_object();
-  write_text_atomic(path, w.str() + "\n");
+  return w.str();
 }
 
 }  // namespace actlab

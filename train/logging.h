@@ -48,6 +48,7 @@ void print_summary(const TrainSummary& s, const TrainConfig& c);
 // saved-tensor totals, per-epoch rows, whether it was interrupted). Written to a temp file and renamed,
 // so a reader (actlab-ablate) never sees half a file.
 void write_summary_json(const std::string& path, const TrainSummary& s, const TrainConfig& c);
+std::string summary_to_json(const TrainSummary& s, const TrainConfig& c);  // the same object as text
 void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries);
 // One CSV field (RFC 4180): as it is, or in double quotes with inner quotes doubled when it holds a
 // comma, a quote or a line break (policy strings such as "division:B=8,Q=2" do).

@@ -1,0 +1,212 @@
+"""Tests of the Python module (python/module.cpp) and the PyTorch adapter (python/actlab/torch.py).
+Run by CTest (python_module) with PYTHONPATH=<build>/python. Prints one line per case and a closing
+'N passed, N failed'; a missing torch is a visible skip of the adapter cases only."""
+import math
+import sys
+import traceback
+
+import numpy as np
+
+import actlab
+
+CASES = []
+
+
+def case(f):
+    CASES.append(f)
+    return f
+
+
+def maps(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@case
+def exact_keeps_the_array():
+    x = maps((2, 3, 8, 8))
+    p = actlab.pack(x, "exact")
+    assert p.nbytes == x.nbytes, p
+    assert np.array_equal(actlab.unpack(p), x)
+
+
+@case
+def division_keeps_the_closed_form_and_reconstructs_closely():
+    x = maps((4, 16, 32, 32), 1)
+    p = actlab.pack(x, "division:B=8,Q=2", seed=3, stream=7)
+    assert p.nbytes == actlab.expected_bytes("division:B=8,Q=2", list(x.shape))
+    assert x.nbytes / p.nbytes > 12, x.nbytes / p.nbytes  # 2-bit codes + a bf16 LFC of 1/64 of the elements
+    y = actlab.unpack(p)
+    assert y.shape == x.shape and y.dtype == np.float32
+    err = np.abs(y - x)
+    # Each element is within one quantization step of its residual: (max - min of the plane residual) / 3.
+    assert err.max() < 3.0, err.max()
+    assert abs(float((y - x).mean())) < 0.01  # stochastic rounding is unbiased
+    # The same seed and stream give the same bytes, another stream others.
+    again = actlab.unpack(actlab.pack(x, "division:B=8,Q=2", seed=3, stream=7))
+    other = actlab.unpack(actlab.pack(x, "division:B=8,Q=2", seed=3, stream=8))
+    assert np.array_equal(again, y) and not np.array_equal(other, y)
+
+
+@case
+def every_policy_string_and_clear_errors():
+    x = maps((2, 4, 16, 16), 2)
+    for policy in ["quant:Q=2", "lfc:B=8", "hfc:B=8,Q=2", "pergroup:G=256,Q=2", "division:B=4,Q=4"]:
+        p = actlab.pack(x, policy)
+        assert p.nbytes == actlab.expected_bytes(policy, list(x.shape)), policy
+        assert actlab.unpack(p).shape == x.shape
+    for bad in ["division:B=8,Q=3", "zip:Q=2"]:
+        try:
+            actlab.pack(x, bad)
+        except RuntimeError as e:
+            assert "policy" in str(e) or "Q" in str(e), e
+        else:
+            raise AssertionError("no error for " + bad)
+
+
+@case
+def pack_reads_the_array_without_copying_and_keeps_no_reference_to_it():
+    x = maps((2, 4, 16, 16), 5)
+    before = actlab.memory_stats()
+    div = actlab.pack(x, "division:B=8,Q=2")
+    kept = actlab.pack(x, "exact")  # exact keeps a copy, so writes to x cannot reach it
+    want_div, want_exact = actlab.unpack(div), x.copy()
+    x[:] = 0
+    assert np.array_equal(actlab.unpack(div), want_div)
+    assert np.array_equal(actlab.unpack(kept), want_exact)
+    assert "activation_packed" in before
+
+
+@case
+def unpacked_arrays_outlive_their_pack():
+    p = actlab.pack(maps((2, 2, 8, 8), 4), "quant:Q=8")
+    y = actlab.unpack(p)
+    del p
+    assert np.isfinite(y).all()
+
+
+@case
+def train_returns_the_summary():
+    s = actlab.train(model="mlp", dataset="synthetic", synthetic_size=256, batch_size=64, test_limit=64,
+                     policy="division:B=8,Q=2", seed=1)
+    assert s["epochs_done"] == 1 and s["steps"] == 4, s
+    assert 0 <= s["final_test_acc"] <= 100
+    assert s["config"]["policy"] == "division:B=8,Q=2"
+    try:
+        actlab.train(frobnicate=1)
+    except RuntimeError as e:
+        assert "unknown key 'frobnicate'" in str(e), e
+    else:
+        raise AssertionError("no error for an unknown option")
+
+
+@case
+def step_memory_measures_as_the_memory_table():
+    exact = actlab.step_memory("resnet20", batch=8, policy="exact", image_size=16, channels=1)
+    div = actlab.step_memory("resnet20", batch=8, policy="division:B=4,Q=2", image_size=16, channels=1)
+    assert div["saved_packed_bytes"] == div["saved_expected_bytes"]
+    assert exact["activation_bytes"] > 3 * div["activation_bytes"], (exact, div)
+
+
+# ---------------------------------------------------------------- the PyTorch adapter
+def torch_or_skip():
+    try:
+        import torch  # noqa: F401
+        import actlab.torch  # noqa: F401
+        return True
+    except ImportError as e:
+        print("SKIPPED: missing prerequisite: torch (%s): the adapter cases do not run" % e)
+        return False
+
+
+def resnet20(torch, in_ch=1, classes=10):
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.pad = cout - cin if stride != 1 or cin != cout else 0
+
+        def forward(self, x):
+            out = torch.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            sc = x
+            if self.pad:  # option A: subsample and pad channels
+                sc = nn.functional.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+            return torch.relu(out + sc)
+
+    layers, cin = [], 16
+    for cout, stride in [(16, 1), (32, 2), (64, 2)]:
+        for i in range(3):
+            layers.append(Block(cin, cout, stride if i == 0 else 1))
+            cin = cout
+    return nn.Sequential(nn.Conv2d(in_ch, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), *layers,
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes))
+
+
+@case
+def a_pytorch_resnet20_trains_under_division_like_exact():
+    if not torch_or_skip():
+        return
+    import torch
+    import actlab.torch as at
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    # A learnable problem: the class is which quadrant of the image holds a bright square.
+    images = rng.standard_normal((24 * 32, 1, 28, 28)).astype(np.float32) * 0.3
+    labels = rng.integers(0, 4, len(images))
+    for i, c in enumerate(labels):
+        r, q = divmod(int(c), 2)
+        images[i, 0, r * 14 + 3:r * 14 + 11, q * 14 + 3:q * 14 + 11] += 1.5
+    x, y = torch.from_numpy(images), torch.from_numpy(labels)
+
+    def run(policy):
+        torch.manual_seed(0)
+        model = resnet20(torch, 1, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        losses, stats = [], None
+        for step in range(24):
+            xb, yb = x[step * 32:(step + 1) * 32], y[step * 32:(step + 1) * 32]
+            if policy is None:
+                loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            else:
+                with at.saved_tensors(policy=policy, seed=step) as stats:
+                    loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+        return losses, stats
+
+    exact, _ = run(None)
+    div, stats = run("division:B=8,Q=2")
+    tail = lambda v: sum(v[-8:]) / 8
+    print("  exact loss %.3f -> %.3f, division %.3f -> %.3f; hooks packed %d tensors, %.1f MiB -> %.2f MiB (%.1fx)"
+          % (exact[0], tail(exact), div[0], tail(div), stats.packs, stats.raw_bytes / 2**20,
+             stats.packed_bytes / 2**20, stats.raw_bytes / stats.packed_bytes))
+    assert tail(exact) < 0.8 * exact[0] and tail(div) < 0.8 * div[0]  # both learn
+    assert abs(tail(div) - tail(exact)) < 0.25 * tail(exact) + 0.1, (tail(div), tail(exact))
+    assert stats.raw_bytes / stats.packed_bytes > 8
+    assert all(math.isfinite(v) for v in div)
+
+
+def main():
+    failed = 0
+    for f in CASES:
+        try:
+            f()
+            print("ok   " + f.__name__)
+        except Exception:  # noqa: BLE001 - every failure is reported, then counted
+            failed += 1
+            print("FAIL " + f.__name__)
+            traceback.print_exc()
+    print("%d passed, %d failed" % (len(CASES) - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
