@@ -9,7 +9,7 @@
 #   cli_resume, cli_crash_resume: checkpoint write/read and resume are the doctest resume cases;
 #   "behaviour: ResNet-20 with DIVISION trains like exact ...": 505 s under ASan (129 s without);
 #   its kernels and policies are the codec, policy and training-step cases;
-#   example_consumer: a project of its own linking the installed library needs the sanitizer runtime
+#   example_consumer, readme_snippets: a project of its own linking the installed library needs the sanitizer runtime
 #   too, which the package does not pass on; the normal build runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +24,4 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"  # see scripts/test.sh
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 ctest --output-on-failure -j "$(nproc)" --timeout 900 \
-  -E '^(cli_resume|cli_crash_resume|example_consumer|behaviour: ResNet-20 with DIVISION.*)$'
+  -E '^(cli_resume|cli_crash_resume|example_consumer|readme_snippets|behaviour: ResNet-20 with DIVISION.*)$'

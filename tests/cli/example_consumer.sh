@@ -15,6 +15,16 @@ if ! cmake --install "$build" --prefix "$prefix" > "$work/install.log" 2>&1; the
 fi
 [ -f "$prefix/include/actlab/train/step.h" ] || fail "no actlab/train/step.h under $prefix/include"
 [ -f "$prefix/lib/cmake/actlab/actlabConfig.cmake" ] || fail "no actlabConfig.cmake"
+# The Python package, where the build has the module: importable from the prefix alone.
+if [ -d "$build/python/actlab" ]; then
+  site=$(ls -d "$prefix"/lib/python3*/site-packages 2>/dev/null | head -n 1)
+  if [ -z "$site" ] || ! (cd "$work" && PYTHONPATH="$site" /usr/bin/python3 -c \
+       "import actlab, numpy; p = actlab.pack(numpy.ones((2, 3, 8, 8), numpy.float32), 'quant:Q=2'); assert p.nbytes > 0"); then
+    fail "the installed Python package does not import from $prefix"
+  else
+    echo "ok   the installed Python package imports from $site"
+  fi
+fi
 if ! cmake -S "$src/examples/train_division" -B "$work/example" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
      > "$work/configure.log" 2>&1; then
   fail "configuring the example: $(grep -m3 -E 'Error|error' "$work/configure.log")"; exit 1
