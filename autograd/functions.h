@@ -27,6 +27,13 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b);
 Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta, Tensor& running_mean,
                     Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
 
+// GELU: x·Φ(x), or the tanh approximation. saves: x (lossy_ok: through the policy; no f32 copy kept
+// beside it). In functions_token.cpp.
+Variable gelu(const Variable& x, bool tanh_approx = false);
+// LayerNorm over the last dimension; gamma, beta (D). saves: x (lossy_ok), gamma (parameter), mean and
+// rstd per row (exact). In functions_token.cpp.
+Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps = 1e-5f);
+
 // saves: a 1-bit mask (x > 0), exact.
 Variable relu(const Variable& x);
 // saves: a 1-bit gradient mask (0 < x < 6), exact.

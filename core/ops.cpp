@@ -389,6 +389,66 @@ Tensor masked_backward(const char* op, MaskOp kind, const Tensor& dy, const Tens
 }
 }  // namespace
 
+// ---------------------------------------------------------------- transformer ops
+Tensor gelu_forward(const Tensor& x, bool tanh_approx) {
+  const Device dev = op_device("gelu", {&x});
+  require_f32_contig("gelu", "input", x);
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::gelu_forward(f32(y), f32(x), x.numel(), tanh_approx, gpu.stream()),
+                  cpu::gelu_forward(f32(y), f32(x), x.numel(), tanh_approx));
+  return y;
+}
+
+Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool tanh_approx) {
+  const Device dev = op_device("gelu_backward", {&dy, &x});
+  require_f32_contig("gelu_backward", "grad", dy);
+  require_f32_contig("gelu_backward", "input", x);
+  ACTLAB_CHECK(dy.shape() == x.shape(), "gelu_backward: grad ", dy.str(), " for an input ", x.str());
+  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::gelu_backward(f32(dx), f32(dy), f32(x), x.numel(), tanh_approx, gpu.stream()),
+                  cpu::gelu_backward(f32(dx), f32(dy), f32(x), x.numel(), tanh_approx));
+  return dx;
+}
+
+Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor* mean,
+                         Tensor* rstd) {
+  const Device dev = op_device("layer_norm", {&x, &gamma, &beta});
+  require_f32_contig("layer_norm", "input", x);
+  ACTLAB_CHECK(x.dim() >= 1 && x.numel() > 0, "layer_norm: input ", x.str());
+  const int64_t d = x.size(x.dim() - 1), rows = x.numel() / d;
+  ACTLAB_CHECK(gamma.numel() == d && beta.numel() == d, "layer_norm: gamma ", gamma.str(), " and beta ", beta.str(),
+               " for rows of ", d);
+  ACTLAB_CHECK(eps > 0, "layer_norm: eps must be > 0, got ", eps);
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  *mean = Tensor::empty({rows}, DType::F32, dev);
+  *rstd = Tensor::empty({rows}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::layernorm_forward(f32(y), f32(*mean), f32(*rstd), f32(x), f32(gamma), f32(beta), rows, d, eps,
+                                          gpu.stream()),
+                  cpu::layernorm_forward(f32(y), f32(*mean), f32(*rstd), f32(x), f32(gamma), f32(beta), rows, d, eps));
+  return y;
+}
+
+Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, Tensor* dgamma, Tensor* dbeta) {
+  const Device dev = op_device("layer_norm_backward", {&dy, &x, &gamma, &mean, &rstd});
+  require_f32_contig("layer_norm_backward", "grad", dy);
+  require_f32_contig("layer_norm_backward", "input", x);
+  ACTLAB_CHECK(dy.shape() == x.shape(), "layer_norm_backward: grad ", dy.str(), " for an input ", x.str());
+  const int64_t d = x.size(x.dim() - 1), rows = x.numel() / d;
+  ACTLAB_CHECK(mean.numel() == rows && rstd.numel() == rows && gamma.numel() == d,
+               "layer_norm_backward: statistics for ", mean.numel(), " rows, the input has ", rows);
+  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
+  *dgamma = Tensor::empty({d}, DType::F32, dev);
+  *dbeta = Tensor::empty({d}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev,
+                  cuda::layernorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma), f32(mean),
+                                           f32(rstd), rows, d, gpu.stream()),
+                  cpu::layernorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma), f32(mean),
+                                          f32(rstd), rows, d));
+  return dx;
+}
+
 Tensor relu_forward(const Tensor& x, Tensor* mask) { return masked_forward("relu", MaskOp::Relu, x, nullptr, mask); }
 Tensor relu_backward(const Tensor& dy, const Tensor& mask) {
   return masked_backward("relu_backward", MaskOp::Relu, dy, mask, 0.f);

@@ -40,6 +40,16 @@ Tensor linear_backward_data(const Tensor& dy, const Tensor& w);  // (N,D)
 // dw (M,D); db (M) when want_bias.
 Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias, Tensor* db);
 
+// ---- transformer ops. GELU of any shape (erf form, or the tanh approximation); dx from dy and x.
+Tensor gelu_forward(const Tensor& x, bool tanh_approx);
+Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool tanh_approx);
+// LayerNorm over the last dimension D of x (..., D); gamma, beta (D). mean, rstd: one per row (the
+// product of the other dims), allocated here. Backward returns dx and sets dgamma, dbeta (D).
+Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor* mean,
+                         Tensor* rstd);
+Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, Tensor* dgamma, Tensor* dbeta);
+
 // x (N,C,...) ; statistics over every dim but 1. save_mean/save_invstd: (C), allocated here.
 Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                                Tensor& running_var, float momentum, float eps, Tensor* save_mean,

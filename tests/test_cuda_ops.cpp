@@ -356,3 +356,33 @@ TEST_CASE("cuda ops: Module::to moves parameters and buffers in place and traini
   gpu_net->to(Device::cpu());
   for (const auto& p : gpu_net->named_parameters()) CHECK(p.second.data().device() == Device::cpu());
 }
+
+TEST_CASE("cuda ops: GELU (both forms) and LayerNorm match the CPU, forward and backward") {
+  if (!gpu_or_skip("GELU and LayerNorm parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    const Tensor x = uniform({6, 50, 96}, 21, -4.f, 4.f), dy = uniform({6, 50, 96}, 22);
+    for (const bool tanh_form : {false, true}) {
+      const std::string form = tanh_form ? "tanh" : "erf";
+      // erff/tanhf/expf may differ from the host libm by an ulp or two.
+      check_close(ops::gelu_forward(x, tanh_form), ops::gelu_forward(on(x, gpu()), tanh_form), 1e-6, "gelu " + form);
+      check_close(ops::gelu_backward(dy, x, tanh_form), ops::gelu_backward(on(dy, gpu()), on(x, gpu()), tanh_form),
+                  1e-6, "gelu backward " + form);
+    }
+    const Tensor g = uniform({96}, 23), b = uniform({96}, 24);
+    Tensor m_cpu, r_cpu, m_gpu, r_gpu;
+    const Tensor y_cpu = ops::layernorm_forward(x, g, b, 1e-5f, &m_cpu, &r_cpu);
+    const Tensor y_gpu = ops::layernorm_forward(on(x, gpu()), on(g, gpu()), on(b, gpu()), 1e-5f, &m_gpu, &r_gpu);
+    check_close(y_cpu, y_gpu, 1e-5, "layer_norm");
+    check_close(m_cpu, m_gpu, 1e-6, "layer_norm mean");
+    check_close(r_cpu, r_gpu, 1e-6, "layer_norm rstd");
+    Tensor dg_cpu, db_cpu, dg_gpu, db_gpu;
+    const Tensor dx_cpu = ops::layernorm_backward(dy, x, g, m_cpu, r_cpu, &dg_cpu, &db_cpu);
+    const Tensor dx_gpu =
+        ops::layernorm_backward(on(dy, gpu()), on(x, gpu()), on(g, gpu()), m_gpu, r_gpu, &dg_gpu, &db_gpu);
+    check_close(dx_cpu, dx_gpu, 1e-5, "layer_norm dx");
+    check_close(dg_cpu, dg_gpu, 1e-4, "layer_norm dgamma");
+    check_close(db_cpu, db_gpu, 1e-4, "layer_norm dbeta");
+  }
+  live.check();
+}

@@ -87,6 +87,18 @@ void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float
 // Element-wise. All arrays have n elements.
 
 // y = max(x, 0) (NaN propagates), mask bit = (x > 0). y may alias x.
+// ---- transformer ops (kernels_token.cpp)
+// GELU y = x·Φ(x) (erf form) or 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (tanh_approx); dx = dy·gelu'(x).
+void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx);
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx);
+// LayerNorm over the last dimension of x (rows, d): y = (x − mean)·rstd·γ + β with the biased
+// variance; mean and rstd (rows) are written for backward. Backward recomputes x̂ from x (which may be
+// a policy's reconstruction) and assigns dx, dγ = Σ dy·x̂, dβ = Σ dy.
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                       int64_t rows, int64_t d, float eps);
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
+                        const float* mean, const float* rstd, int64_t rows, int64_t d);
+
 void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n);
 // mask bit = (y > 0) from an already computed ReLU output (e.g. a fused conv+ReLU).
 void relu_mask_from_output(uint32_t* mask, const float* y, int64_t n);

@@ -20,6 +20,14 @@ namespace actlab::cuda {
 
 // ---------------------------------------------------------------- element-wise (eltwise.cu)
 // y = max(x, 0) (NaN propagates), mask bit = (x > 0). y may alias x.
+// ---- transformer ops (token.cu): the contracts of cpu::gelu_* and cpu::layernorm_* (core/cpu/kernels.h).
+void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx, cudaStream_t cuda_stream);
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx, cudaStream_t cuda_stream);
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                       int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream);
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
+                        const float* mean, const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream);
+
 void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream);
 // y = min(max(x, 0), 6), mask bit = (0 < x < 6). y may alias x.
 void relu6_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream);

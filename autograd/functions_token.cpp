@@ -1,0 +1,73 @@
+// The transformer ops: gelu and layer_norm, forward plus their nodes.
+#include "actlab/autograd/functions.h"
+#include "actlab/core/ops.h"
+
+namespace actlab {
+namespace {
+
+bool wants_grad(const Node::Edge& e) { return e.leaf || !e.node.expired(); }
+
+// saves: input x (lossy_ok: through the policy). GELU's derivative needs x itself, not a mask, and x
+// is as large as a linear layer's input, so it is exactly what a policy should see; nothing is kept in f32
+// behind the policy's back.
+class GeluNode final : public Node {
+ public:
+  explicit GeluNode(bool tanh_approx) : tanh_approx_(tanh_approx) {}
+  const char* name() const override { return "gelu"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"input"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    return {ops::gelu_backward(g[0].contiguous(), load("input"), tanh_approx_)};
+  }
+ private:
+  bool tanh_approx_;
+};
+
+// saves: input x (lossy_ok), gamma (parameter), mean and rstd per row (exact: two floats a row). The
+// backward recomputes x̂ from the (possibly reconstructed) x with the exact statistics.
+class LayerNormNode final : public Node {
+ public:
+  const char* name() const override { return "layer_norm"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"input", "weight", "mean", "rstd"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Tensor dgamma, dbeta;
+    const Tensor dx = ops::layernorm_backward(g[0].contiguous(), load("input"), load("weight"), load("mean"),
+                                              load("rstd"), &dgamma, &dbeta);
+    std::vector<Tensor> grads(3);
+    if (wants_grad(inputs[0])) grads[0] = dx;
+    if (wants_grad(inputs[1])) grads[1] = dgamma;
+    if (wants_grad(inputs[2])) grads[2] = dbeta;
+    return grads;
+  }
+};
+
+}  // namespace
+
+Variable gelu(const Variable& x, bool tanh_approx) {
+  const Tensor xc = x.data().contiguous();
+  Tensor y = ops::gelu_forward(xc, tanh_approx);
+  auto node = make_node<GeluNode>({&x}, tanh_approx);
+  if (node) node->save_lossy("input", xc);
+  return make_output(std::move(y), node);
+}
+
+Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps) {
+  const Tensor xc = x.data().contiguous();
+  Tensor mean, rstd;
+  Tensor y = ops::layernorm_forward(xc, gamma.data(), beta.data(), eps, &mean, &rstd);
+  auto node = make_node<LayerNormNode>({&x, &gamma, &beta});
+  if (node) {
+    node->save_lossy("input", xc);
+    node->save_exact("weight", gamma.data());
+    node->save_exact("mean", mean);
+    node->save_exact("rstd", rstd);
+  }
+  return make_output(std::move(y), node);
+}
+
+}  // namespace actlab

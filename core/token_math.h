@@ -1,0 +1,75 @@
+// The per-element and per-row arithmetic of GELU and LayerNorm, written once as ACTLAB_HD functions that
+// the CPU kernels (core/cpu/kernels_token.cpp) and their CUDA twins (core/cuda/token.cu) both run, so the
+// two devices compute the same formulas in the same order (as core/codec.h does for the codec).
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+
+#include "actlab/core/hostdevice.h"
+
+namespace actlab::token_math {
+
+constexpr float kSqrt1_2 = 0.70710678118654752f;      // 1/√2
+constexpr float kSqrt2OverPi = 0.79788456080286536f;  // √(2/π)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1/√(2π)
+constexpr float kTanhCubic = 0.044715f;
+
+// x·Φ(x), or 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))).
+ACTLAB_HD float gelu(float x, bool tanh_approx) {
+  return tanh_approx ? 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kTanhCubic * x * x * x)))
+                     : 0.5f * x * (1.f + erff(x * kSqrt1_2));
+}
+
+// d gelu / dx: Φ(x) + x·φ(x), or the tanh form's derivative.
+ACTLAB_HD float gelu_grad(float x, bool tanh_approx) {
+  if (tanh_approx) {
+    const float t = tanhf(kSqrt2OverPi * (x + kTanhCubic * x * x * x));
+    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kTanhCubic * x * x);
+  }
+  return 0.5f * (1.f + erff(x * kSqrt1_2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
+}
+
+// Row r of a LayerNorm forward: statistics in double (rows are the model width), biased variance.
+ACTLAB_HD void layernorm_row(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                             int64_t r, int64_t d, float eps) {
+  const float* xr = x + r * d;
+  double sum = 0, sq = 0;
+  for (int64_t j = 0; j < d; ++j) sum += xr[j];
+  const double mu = sum / static_cast<double>(d);
+  for (int64_t j = 0; j < d; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
+  const float m = static_cast<float>(mu), s = static_cast<float>(1.0 / sqrt(sq / static_cast<double>(d) + eps));
+  mean[r] = m;
+  rstd[r] = s;
+  for (int64_t j = 0; j < d; ++j) y[r * d + j] = (xr[j] - m) * s * gamma[j] + beta[j];
+}
+
+// dx of row r: rstd·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), x̂ recomputed from x and the row's statistics.
+ACTLAB_HD void layernorm_row_backward(float* dx, const float* dy, const float* x, const float* gamma,
+                                      const float* mean, const float* rstd, int64_t r, int64_t d) {
+  const float m = mean[r], s = rstd[r];
+  double sum_g = 0, sum_gx = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    const double g = static_cast<double>(dy[r * d + j]) * gamma[j];
+    sum_g += g;
+    sum_gx += g * ((x[r * d + j] - m) * s);
+  }
+  const float mg = static_cast<float>(sum_g / static_cast<double>(d));
+  const float mgx = static_cast<float>(sum_gx / static_cast<double>(d));
+  for (int64_t j = 0; j < d; ++j) dx[r * d + j] = s * (dy[r * d + j] * gamma[j] - mg - (x[r * d + j] - m) * s * mgx);
+}
+
+// dγ[j] = Σ_rows dy·x̂ and dβ[j] = Σ_rows dy for column j, rows in order (deterministic on both devices).
+ACTLAB_HD void layernorm_column_grads(float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
+                                      const float* rstd, int64_t j, int64_t rows, int64_t d) {
+  double a = 0, b = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float g = dy[r * d + j];
+    a += static_cast<double>(g) * ((x[r * d + j] - mean[r]) * rstd[r]);
+    b += g;
+  }
+  dgamma[j] = static_cast<float>(a);
+  dbeta[j] = static_cast<float>(b);
+}
+
+}  // namespace actlab::token_math
