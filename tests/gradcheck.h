@@ -12,6 +12,12 @@
 
 namespace actlab::testing {
 
+// A leaf that wants a gradient, N(0, scale²) from Philox(seed): the inputs of the gradient checks.
+inline Variable param(const Shape& s, uint64_t seed, float scale = 1.f) {
+  PhiloxStream rng(seed);
+  return Variable(Tensor::randn(s, rng, 0.f, scale), true);
+}
+
 inline double weighted_sum(const Tensor& out, const std::vector<float>& r) {
   const auto v = out.to_vector();
   double s = 0;

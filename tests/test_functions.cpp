@@ -7,12 +7,9 @@
 
 using namespace actlab;
 using actlab::testing::gradcheck;
+using actlab::testing::param;
 
 namespace {
-Variable param(const Shape& s, uint64_t seed, float scale = 1.f) {
-  PhiloxStream rng(seed);
-  return Variable(Tensor::randn(s, rng, 0.f, scale), true);
-}
 // Values kept away from 0 (and 6) so ReLU kinks do not sit inside the finite-difference step.
 Variable away_from_kinks(const Shape& s, uint64_t seed) {
   PhiloxStream rng(seed);

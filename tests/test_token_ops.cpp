@@ -13,12 +13,9 @@
 
 using namespace actlab;
 using actlab::testing::gradcheck;
+using actlab::testing::param;
 
 namespace {
-Variable param(const Shape& s, uint64_t seed, float scale = 1.f) {
-  PhiloxStream rng(seed);
-  return Variable(Tensor::randn(s, rng, 0.f, scale), true);
-}
 double gelu_ref(double x, bool tanh_form) {
   return tanh_form ? 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)))
                    : 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));

@@ -58,7 +58,16 @@ struct Field {
   std::function<void(TrainConfig&, const std::string&)> set;
   std::function<std::string(const TrainConfig&)> get;
   bool repeatable = false;
+  // A file or directory: not range-checked alone, since whether it may be used depends on --overwrite
+  // and --resume, which validate() sees together.
+  bool path = false;
 };
+
+// A row for a path option (Field::path).
+Field path_field(Field f) {
+  f.path = true;
+  return f;
+}
 
 #define ACTLAB_STR(k, f, help) {k, "string", help, [](TrainConfig& c, const std::string& v) { c.f = v; }, \
                                 [](const TrainConfig& c) { return c.f; }}
@@ -76,9 +85,9 @@ const std::vector<Field>& fields() {
     return std::vector<Field>{
         ACTLAB_STR("model", model, "model: " + models),
         ACTLAB_STR("dataset", dataset, "data set: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic"),
-        ACTLAB_STR("data-dir", data_dir,
+        path_field(ACTLAB_STR("data-dir", data_dir,
                    "directory of the data set files (default: Debian's Fashion-MNIST; for CIFAR the directory "
-                   "scripts/get-cifar.sh fills, ~/.cache/actlab/cifar or $ACTLAB_CIFAR_DIR)"),
+                   "scripts/get-cifar.sh fills, ~/.cache/actlab/cifar or $ACTLAB_CIFAR_DIR)")),
         ACTLAB_INT("image-size", image_size, "folder data set: resize/crop images to this size"),
         ACTLAB_INT("image-channels", image_channels, "folder data set: 1 (grey) or 3 (RGB)"),
         ACTLAB_FLT("test-fraction", test_fraction, "folder data set without train/ and test/: held-out share per class"),
@@ -115,22 +124,23 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("steps-per-epoch", steps_per_epoch, "stop each epoch after N steps (0: full epochs)"),
         ACTLAB_INT("train-limit", train_limit, "use only the first N training images (0: all)"),
         ACTLAB_INT("test-limit", test_limit, "evaluate on the first N test images (0: all)"),
-        ACTLAB_STR("log", log_file, "per-epoch log file (.csv or .jsonl)"),
-        ACTLAB_STR("memory-report", memory_report, "per-layer saved-tensor table of the first step (.csv or .json)"),
-        ACTLAB_STR("summary-json", summary_json,
-                   "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON"),
+        path_field(ACTLAB_STR("log", log_file, "per-epoch log file (.csv or .jsonl)")),
+        path_field(ACTLAB_STR("memory-report", memory_report,
+                              "per-layer saved-tensor table of the first step (.csv or .json)")),
+        path_field(ACTLAB_STR("summary-json", summary_json,
+                   "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON")),
         ACTLAB_BOOL("overwrite", overwrite, "allow replacing an existing log or memory report"),
         ACTLAB_INT("print-every", print_every, "progress line every N steps (0: about 10 per epoch)"),
-        ACTLAB_STR("save-dir", save_dir,
-                   "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best"),
+        path_field(ACTLAB_STR("save-dir", save_dir,
+                   "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best")),
         ACTLAB_BOOL("eval-only", eval_only,
                     "with --resume or --init-weights: evaluate those weights on the test split, no training"),
-        ACTLAB_STR("init-weights", init_weights,
+        path_field(ACTLAB_STR("init-weights", init_weights,
                    "start from the weights of a plain safetensors state dict (torchvision names; e.g. from "
-                   "--export-weights or PyTorch's safetensors.torch.save_file), every name and shape checked"),
-        ACTLAB_STR("export-weights", export_weights,
+                   "--export-weights or PyTorch's safetensors.torch.save_file), every name and shape checked")),
+        path_field(ACTLAB_STR("export-weights", export_weights,
                    "write the final weights as a plain safetensors state dict that PyTorch's "
-                   "load_state_dict(strict=True) takes (no optimizer state)"),
+                   "load_state_dict(strict=True) takes (no optimizer state)")),
         ACTLAB_BOOL("quiet", quiet, "print only errors"),
         ACTLAB_STR("on-nonfinite", on_nonfinite,
                    "a NaN/Inf loss or gradient: stop (save the last good state to --save-dir, name the step and "
@@ -162,12 +172,11 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-// Range checks of one value on its own: validate() on the defaults with only this key changed.
-// Keys naming output files are checked later, together with --overwrite and --resume.
+// Range checks of one value on its own: validate() on the defaults with only this key changed. Paths,
+// and --overwrite which only matters for them, are checked later, all together.
 void check_value_alone(const std::string& key, const std::string& value) {
-  if (key == "log" || key == "memory-report" || key == "summary-json" || key == "overwrite" || key == "save-dir" ||
-      key == "data-dir" || key == "init-weights" || key == "export-weights")
-    return;
+  const Field* f = find_field(key);
+  if (f != nullptr && (f->path || key == "overwrite")) return;
   TrainConfig d;
   set_config_value(d, key, value);
   if (key == "warmup-epochs") d.epochs = d.warmup_epochs + 1;

@@ -46,8 +46,8 @@ StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Te
   if (o.after_forward && !o.after_forward(r.loss)) {
     logits = loss = Variable();
     Tape::current().clear();
-    r.total_after_step = memory_stats(device).total.current;
     r.memory = memory_stats(device);
+    r.total_after_step = r.memory.total.current;
     return r;
   }
   r.correct = count_correct(logits.data(), labels);
