@@ -1,6 +1,6 @@
 // Differentiable operations on Variables. Each is its forward function plus its Node, in the .cpp
 // of its family (functions_conv.cpp, functions_norm.cpp, functions_eltwise.cpp, functions_pool.cpp,
-// functions_loss.cpp); each Node says what it saves and in what form.
+// functions_loss.cpp, functions_token.cpp); each Node says what it saves and in what form.
 // Tested in tests/test_functions.cpp (naive references and central-difference gradient checks).
 #pragma once
 #include <cstdint>
@@ -18,8 +18,9 @@ struct Conv2dOptions {
 // saves: x (lossy_ok: through the policy), w (a parameter: kept by reference, never packed).
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dOptions& opt);
 
-// x: (N,D); w: (M,D); b: (M) or undefined. Returns (N,M) = x·wᵀ + b.
-// saves: x (lossy_ok), w (parameter).
+// x: (..., D); w: (M,D); b: (M) or undefined. Returns (..., M) = x·wᵀ + b.
+// saves: x (lossy_ok) in its own shape — a (B, T, D) token map reaches the policy as one, and the policies
+// lay 3-D saves out along the token axis (docs/policies.md) — and w (parameter).
 Variable linear(const Variable& x, const Variable& w, const Variable& b);
 
 // Training mode: batch statistics, updates running_mean/var in place. Eval: running statistics.
@@ -33,6 +34,28 @@ Variable gelu(const Variable& x, bool tanh_approx = false);
 // LayerNorm over the last dimension; gamma, beta (D). saves: x (lossy_ok), gamma (parameter), mean and
 // rstd per row (exact). In functions_token.cpp.
 Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps = 1e-5f);
+
+// Softmax of scale·x over the last dimension. saves: the output y (lossy_ok: through the policy — for
+// attention it is the same tensor the following matmul saves, so it is packed once). In functions_token.cpp.
+Variable softmax(const Variable& x, float scale = 1.f);
+// Batched matrix product over the last two dims (ops::matmul): a (..., M, K) or its transpose, b (..., K, N)
+// or its transpose. saves: both operands as stored (lossy_ok): attention's (B, heads, T, d) maps, whose
+// (T, d) planes a plane policy compresses — for q·kᵀ the second operand is k itself, already "transposed
+// first". In functions_token.cpp.
+Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
+
+// Views and copies between layouts (functions_eltwise.cpp). saves: nothing (shapes and offsets).
+Variable reshape(const Variable& x, const Shape& shape);  // a view when x is contiguous
+Variable permute(const Variable& x, const std::vector<int64_t>& order);  // a contiguous copy
+std::vector<Variable> split(const Variable& x, int64_t dim, const std::vector<int64_t>& sizes);
+Variable concat(const std::vector<Variable>& xs, int64_t dim);
+// x + p, p of shape (1, ...) broadcast over dim 0 (a position embedding). saves: nothing.
+Variable add_rows(const Variable& x, const Variable& p);
+// p (1, ...) repeated n times along dim 0 (a class token for every sample). saves: nothing.
+Variable expand_rows(const Variable& p, int64_t n);
+// Stochastic depth: each sample (dim 0) is zeroed with probability p, the others scaled by 1/(1-p)
+// (training only). saves: the per-sample scale, exact (one f32 per sample). Randomness: philox(seed, stream, sample).
+Variable drop_path(const Variable& x, float p, bool training, uint64_t seed, uint64_t stream);
 
 // saves: a 1-bit mask (x > 0), exact.
 Variable relu(const Variable& x);

@@ -1,6 +1,11 @@
-// Element-wise and shape ops: relu, relu6, add, add_relu, flatten, dropout, shortcut_pad.
+// Element-wise and shape ops: relu, relu6, add, add_relu, flatten, reshape, permute, split, concat, the row
+// broadcasts (add_rows, expand_rows), dropout, drop_path, shortcut_pad.
 #include "actlab/autograd/functions.h"
+
+#include <numeric>
+
 #include "actlab/core/ops.h"
+#include "actlab/core/philox.h"
 
 namespace actlab {
 namespace {
@@ -53,6 +58,106 @@ class ReshapeNode final : public Node {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {g[0].reshape(in_shape_)}; }
  private:
   Shape in_shape_;
+};
+
+// saves: nothing (the inverse order).
+class PermuteNode final : public Node {
+ public:
+  explicit PermuteNode(const std::vector<int64_t>& order) : inverse_(order.size()) {
+    for (size_t k = 0; k < order.size(); ++k) inverse_[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+  }
+  const char* name() const override { return "permute"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {g[0].permute(inverse_).contiguous()}; }
+ private:
+  std::vector<int64_t> inverse_;
+};
+
+// saves: nothing (the input shape and the part sizes). An output no gradient reached contributes zeros.
+class SplitNode final : public Node {
+ public:
+  SplitNode(Shape in_shape, int64_t dim, std::vector<int64_t> sizes)
+      : in_shape_(std::move(in_shape)), dim_(dim), sizes_(std::move(sizes)) {}
+  const char* name() const override { return "split"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    const Device device = [&] {
+      for (const Tensor& t : g) if (t.defined()) return t.device();
+      return Device::cpu();
+    }();
+    Tensor dx = Tensor::empty(in_shape_, DType::F32, device);
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      Tensor part = dx.slice(dim_, at, at + sizes_[i]);
+      if (i < g.size() && g[i].defined()) {
+        part.copy_(g[i]);
+      } else {
+        part.zero_();
+      }
+      at += sizes_[i];
+    }
+    return {dx};
+  }
+ private:
+  Shape in_shape_;
+  int64_t dim_;
+  std::vector<int64_t> sizes_;
+};
+
+// saves: nothing (where each input sits along dim).
+class ConcatNode final : public Node {
+ public:
+  ConcatNode(int64_t dim, std::vector<int64_t> sizes) : dim_(dim), sizes_(std::move(sizes)) {}
+  const char* name() const override { return "concat"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    std::vector<Tensor> grads(sizes_.size());
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      if (wants_grad(inputs[i])) grads[i] = g[0].slice(dim_, at, at + sizes_[i]).contiguous();
+      at += sizes_[i];
+    }
+    return grads;
+  }
+ private:
+  int64_t dim_;
+  std::vector<int64_t> sizes_;
+};
+
+// y = x + p with p one row broadcast over dim 0. saves: nothing (p's shape).
+class AddRowsNode final : public Node {
+ public:
+  explicit AddRowsNode(Shape p_shape) : p_shape_(std::move(p_shape)) {}
+  const char* name() const override { return "add_rows"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    const Tensor dy = g[0].contiguous();
+    std::vector<Tensor> grads(2);
+    if (wants_grad(inputs[0])) grads[0] = dy;
+    if (wants_grad(inputs[1])) grads[1] = ops::sum_rows(dy, p_shape_);
+    return grads;
+  }
+ private:
+  Shape p_shape_;
+};
+
+// y = p repeated n times along dim 0. saves: nothing (p's shape).
+class ExpandRowsNode final : public Node {
+ public:
+  explicit ExpandRowsNode(Shape p_shape) : p_shape_(std::move(p_shape)) {}
+  const char* name() const override { return "expand_rows"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {ops::sum_rows(g[0].contiguous(), p_shape_)}; }
+ private:
+  Shape p_shape_;
+};
+
+// saves: the per-sample scale (0 or 1/(1-p); one f32 per sample, exact).
+class DropPathNode final : public Node {
+ public:
+  const char* name() const override { return "drop_path"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"scale"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    return {ops::scale_rows(g[0].contiguous(), load("scale"))};
+  }
 };
 
 // saves: keep mask (1 bit/elem, exact).
@@ -118,6 +223,88 @@ Variable add_relu(const Variable& a, const Variable& b) {
 Variable flatten(const Variable& x, int64_t start_dim) {
   Tensor y = x.data().flatten(start_dim);
   return make_output(std::move(y), make_node<ReshapeNode>({&x}, x.shape()));
+}
+
+Variable reshape(const Variable& x, const Shape& shape) {
+  Tensor y = x.data().reshape(shape);
+  return make_output(std::move(y), make_node<ReshapeNode>({&x}, x.shape()));
+}
+
+Variable permute(const Variable& x, const std::vector<int64_t>& order) {
+  Tensor y = x.data().permute(order).contiguous();
+  return make_output(std::move(y), make_node<PermuteNode>({&x}, order));
+}
+
+std::vector<Variable> split(const Variable& x, int64_t dim, const std::vector<int64_t>& sizes) {
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  ACTLAB_CHECK(d >= 0 && d < x.dim(), "split: dim ", dim, " of ", x.data().str());
+  ACTLAB_CHECK(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == x.size(d), "split: sizes do not add up to ",
+               x.size(d), " along dim ", d, " of ", x.data().str());
+  auto node = make_node<SplitNode>({&x}, x.shape(), d, sizes);
+  std::vector<Variable> out;
+  int64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out.push_back(make_output(x.data().slice(d, at, at + sizes[i]).contiguous(), node, static_cast<int>(i)));
+    at += sizes[i];
+  }
+  return out;
+}
+
+Variable concat(const std::vector<Variable>& xs, int64_t dim) {
+  ACTLAB_CHECK(!xs.empty(), "concat: no inputs");
+  const Tensor& first = xs[0].data();
+  const int64_t d = dim < 0 ? dim + first.dim() : dim;
+  ACTLAB_CHECK(d >= 0 && d < first.dim(), "concat: dim ", dim, " of ", first.str());
+  Shape out_shape = first.shape();
+  out_shape[static_cast<size_t>(d)] = 0;
+  std::vector<int64_t> sizes;
+  std::vector<const Variable*> inputs;
+  for (const Variable& v : xs) {
+    Shape s = v.shape();
+    ACTLAB_CHECK(v.dim() == first.dim(), "concat: ", v.data().str(), " and ", first.str(), " differ in rank");
+    sizes.push_back(s[static_cast<size_t>(d)]);
+    s[static_cast<size_t>(d)] = 0;
+    Shape f = first.shape();
+    f[static_cast<size_t>(d)] = 0;
+    ACTLAB_CHECK(s == f, "concat: ", v.data().str(), " and ", first.str(), " differ outside dim ", d);
+    out_shape[static_cast<size_t>(d)] += sizes.back();
+    inputs.push_back(&v);
+  }
+  Tensor y = Tensor::empty(out_shape, DType::F32, first.device());
+  int64_t at = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    y.slice(d, at, at + sizes[i]).copy_(xs[i].data());
+    at += sizes[i];
+  }
+  return make_output(std::move(y), make_node<ConcatNode>(inputs, d, sizes));
+}
+
+Variable add_rows(const Variable& x, const Variable& p) {
+  ACTLAB_CHECK(p.dim() == x.dim() && p.size(0) == 1, "add_rows: ", p.data().str(), " is not one row of ", x.data().str());
+  Tensor y = ops::add_to_rows(x.data().contiguous(), p.data().contiguous());
+  return make_output(std::move(y), make_node<AddRowsNode>({&x, &p}, p.shape()));
+}
+
+Variable expand_rows(const Variable& p, int64_t n) {
+  ACTLAB_CHECK(p.dim() >= 1 && p.size(0) == 1 && n >= 1, "expand_rows: ", p.data().str(), " to ", n, " rows");
+  Shape s = p.shape();
+  s[0] = n;
+  Tensor y = ops::add_to_rows(Tensor::zeros(s, DType::F32, p.data().device()), p.data().contiguous());
+  return make_output(std::move(y), make_node<ExpandRowsNode>({&p}, p.shape()));
+}
+
+Variable drop_path(const Variable& x, float p, bool training, uint64_t seed, uint64_t stream) {
+  ACTLAB_CHECK(p >= 0.f && p < 1.f, "drop_path: p must be in [0, 1), got ", p);
+  if (!training || p == 0.f) return x;
+  const int64_t n = x.size(0);
+  std::vector<float> scale(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    scale[static_cast<size_t>(i)] = philox_uniform(seed, stream, static_cast<uint64_t>(i)) < p ? 0.f : 1.f / (1.f - p);
+  const Tensor s = Tensor::from_vector(scale, {n}).to(x.data().device());
+  Tensor y = ops::scale_rows(x.data().contiguous(), s);
+  auto node = make_node<DropPathNode>({&x});
+  if (node) node->save_exact("scale", s);
+  return make_output(std::move(y), node);
 }
 
 Variable dropout(const Variable& x, float p, bool training, uint64_t seed, uint64_t stream) {

@@ -1,4 +1,4 @@
-// The transformer ops: gelu and layer_norm, forward plus their nodes.
+// The transformer ops: gelu, layer_norm, softmax and matmul, forward plus their nodes.
 #include "actlab/autograd/functions.h"
 #include "actlab/core/ops.h"
 
@@ -46,6 +46,50 @@ class LayerNormNode final : public Node {
   }
 };
 
+// saves: the output y (lossy_ok). Softmax's derivative is a function of y alone.
+class SoftmaxNode final : public Node {
+ public:
+  explicit SoftmaxNode(float scale) : scale_(scale) {}
+  const char* name() const override { return "softmax"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"output"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    return {ops::softmax_backward(g[0].contiguous(), load("output"), scale_)};
+  }
+ private:
+  float scale_;
+};
+
+// saves: both operands (lossy_ok), as stored. dA = dC·op(B)ᵀ and dB = op(A)ᵀ·dC, written for each transpose
+// case so no operand is ever copied into a transposed layout.
+class MatmulNode final : public Node {
+ public:
+  MatmulNode(bool trans_a, bool trans_b) : trans_a_(trans_a), trans_b_(trans_b) {}
+  const char* name() const override { return "matmul"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"lhs", "rhs"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    const Tensor dc = g[0].contiguous();
+    std::vector<Tensor> grads(2);
+    if (wants_grad(inputs[0])) {
+      const Tensor b = load("rhs");
+      // C = op(A)·op(B): d op(A) = dC·op(B)ᵀ; A itself is op(A) or its transpose.
+      grads[0] = trans_a_ ? ops::matmul(b, dc, trans_b_, true) : ops::matmul(dc, b, false, !trans_b_);
+    }
+    if (wants_grad(inputs[1])) {
+      const Tensor a = load("lhs");
+      grads[1] = trans_b_ ? ops::matmul(dc, a, true, trans_a_) : ops::matmul(a, dc, !trans_a_, false);
+    }
+    return grads;
+  }
+ private:
+  bool trans_a_, trans_b_;
+};
+
 }  // namespace
 
 Variable gelu(const Variable& x, bool tanh_approx) {
@@ -68,6 +112,24 @@ Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& be
     node->save_exact("rstd", rstd);
   }
   return make_output(std::move(y), node);
+}
+
+Variable softmax(const Variable& x, float scale) {
+  Tensor y = ops::softmax_forward(x.data().contiguous(), scale);
+  auto node = make_node<SoftmaxNode>({&x}, scale);
+  if (node) node->save_lossy("output", y);
+  return make_output(std::move(y), node);
+}
+
+Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b) {
+  const Tensor ac = a.data().contiguous(), bc = b.data().contiguous();
+  Tensor c = ops::matmul(ac, bc, trans_a, trans_b);
+  auto node = make_node<MatmulNode>({&a, &b}, trans_a, trans_b);
+  if (node) {
+    if (b.requires_grad()) node->save_lossy("lhs", ac);
+    if (a.requires_grad()) node->save_lossy("rhs", bc);
+  }
+  return make_output(std::move(c), node);
 }
 
 }  // namespace actlab

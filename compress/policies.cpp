@@ -85,7 +85,10 @@ bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
   if (shape.size() == 4) {
     planes = shape[0] * shape[1], height = shape[2], width = shape[3];
   } else if (shape.size() == 3) {
-    planes = shape[0] * shape[1], width = shape[2];
+    // (batch, tokens, features): one plane per sample, pooled along the tokens (make_token_geometry).
+    if (shape_numel(shape) == 0 || shape[1] * shape[2] == 1) return false;
+    g = make_token_geometry(shape[0], shape[1], shape[2], config_.pool_block, config_.bits);
+    return true;
   } else if (shape.size() == 2) {
     planes = shape[0], width = shape[1];
   } else {

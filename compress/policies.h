@@ -25,7 +25,8 @@ class PackedPassthrough final : public Packed {
 };
 
 // What the plane policies keep. A tensor is seen as planes (core/codec.h PlaneGeometry):
-// (N,C,H,W) → N·C planes of H×W; (N,C,L) → N·C planes of 1×L; (N,D) → N planes of 1×D.
+// (N,C,H,W) → N·C planes of H×W; (B,T,D) token maps → B planes of T×D pooled along T only
+// (make_token_geometry); (N,D) → N planes of 1×D.
 enum class PlaneCodecKind {
   Division,  // bf16 LFC + Q-bit HFC; backward sees LFC↑ + HFC
   Quant,     // Q-bit x itself (DIVISION w/o LFC, Fixed Quant)

@@ -34,6 +34,10 @@ struct PlaneGeometry {
 
 // pool_block = B; the pool kernel per axis is min(B, extent).
 PlaneGeometry make_plane_geometry(int64_t planes, int64_t height, int64_t width, int64_t pool_block, int bits);
+// A token map (samples, tokens, features) as one plane per sample, pooled along the token axis only: the
+// kernel is min(B, tokens) × 1, so the LFC keeps every feature and averages runs of B consecutive tokens,
+// and the codes' min and step are per sample (docs/policies.md, "Token maps").
+PlaneGeometry make_token_geometry(int64_t samples, int64_t tokens, int64_t features, int64_t pool_block, int bits);
 
 // A tensor seen as `samples` rows of sample_elems values, each zero-padded to groups·group_size and split
 // into groups of group_size consecutive elements (ActNN-style per-group quantization).

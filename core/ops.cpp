@@ -162,11 +162,11 @@ void add_row_bias(float* y, const float* b, int64_t N, int64_t M) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t m = 0; m < M; ++m) y[n * M + m] += b[m];
 }
-// db (M) = Σ_n dy (N,M) on the CPU, rows in order.
-void column_sums(float* db, const float* dy, int64_t N, int64_t M) {
-  for (int64_t m = 0; m < M; ++m) db[m] = 0.f;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t m = 0; m < M; ++m) db[m] += dy[n * M + m];
+// The rows of a (..., F) tensor: the product of every dim but the last (token maps (B,T,D) are B·T rows).
+int64_t leading_rows(const Tensor& t) { return t.dim() >= 1 && t.size(-1) > 0 ? t.numel() / t.size(-1) : 0; }
+Shape with_last(Shape s, int64_t last) {
+  s.back() = last;
+  return s;
 }
 }  // namespace
 
@@ -174,14 +174,14 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
   const Device dev = op_device("linear", {&x, &w, &b});
   require_f32_contig("linear", "input", x);
   require_f32_contig("linear", "weight", w);
-  ACTLAB_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "linear: input ", x.str(),
-               " vs weight ", w.str(), ": features ", x.dim() == 2 ? x.size(1) : -1, " != ", w.size(-1));
-  const int64_t N = x.size(0), D = x.size(1), M = w.size(0);
+  ACTLAB_CHECK(x.dim() >= 2 && w.dim() == 2 && x.size(-1) == w.size(1), "linear: input ", x.str(),
+               " vs weight ", w.str(), ": features ", x.dim() >= 2 ? x.size(-1) : -1, " != ", w.size(-1));
+  const int64_t N = leading_rows(x), D = x.size(-1), M = w.size(0);
   if (b.defined()) {
     require_f32_contig("linear", "bias", b);
     ACTLAB_CHECK(b.numel() == M, "linear: bias ", b.str(), " for ", M, " outputs");
   }
-  Tensor y = Tensor::empty({N, M}, DType::F32, dev);
+  Tensor y = Tensor::empty(with_last(x.shape(), M), DType::F32, dev);
   ACTLAB_DISPATCH(dev, cuda::linear_forward(f32(y), f32(x), f32(w), opt_ptr(b), N, D, M, gpu.ctx()), {
     cpu::gemm(false, true, N, M, D, 1.f, f32(x), D, f32(w), D, 0.f, f32(y), M);
     if (b.defined()) add_row_bias(f32(y), f32(b), N, M);
@@ -193,9 +193,10 @@ Tensor linear_backward_data(const Tensor& dy, const Tensor& w) {
   const Device dev = op_device("linear_backward_data", {&dy, &w});
   require_f32_contig("linear_backward_data", "grad", dy);
   require_f32_contig("linear_backward_data", "weight", w);
-  const int64_t N = dy.size(0), M = dy.size(1), D = w.size(1);
-  ACTLAB_CHECK(w.size(0) == M, "linear backward: grad ", dy.str(), " vs weight ", w.str());
-  Tensor dx = Tensor::empty({N, D}, DType::F32, dev);
+  ACTLAB_CHECK(dy.dim() >= 2 && w.dim() == 2 && w.size(0) == dy.size(-1), "linear backward: grad ", dy.str(),
+               " vs weight ", w.str());
+  const int64_t N = leading_rows(dy), M = dy.size(-1), D = w.size(1);
+  Tensor dx = Tensor::empty(with_last(dy.shape(), D), DType::F32, dev);
   ACTLAB_DISPATCH(dev, cuda::linear_backward_data(f32(dx), f32(dy), f32(w), N, M, D, gpu.ctx()),
                   cpu::gemm(false, false, N, D, M, 1.f, f32(dy), M, f32(w), D, 0.f, f32(dx), D));
   return dx;
@@ -205,8 +206,8 @@ Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias,
   const Device dev = op_device("linear_backward_weight", {&dy, &x});
   require_f32_contig("linear_backward_weight", "grad", dy);
   require_f32_contig("linear_backward_weight", "input", x);
-  const int64_t N = dy.size(0), M = dy.size(1), D = x.size(1);
-  ACTLAB_CHECK(x.size(0) == N, "linear backward: grad ", dy.str(), " vs input ", x.str());
+  const int64_t N = leading_rows(dy), M = dy.size(-1), D = x.size(-1);
+  ACTLAB_CHECK(dy.dim() == x.dim() && leading_rows(x) == N, "linear backward: grad ", dy.str(), " vs input ", x.str());
   Tensor dw = Tensor::empty({M, D}, DType::F32, dev);
   float* db_ptr = nullptr;
   if (want_bias) {
@@ -215,7 +216,7 @@ Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias,
   }
   ACTLAB_DISPATCH(dev, cuda::linear_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), N, M, D, gpu.ctx()), {
     cpu::gemm(true, false, M, D, N, 1.f, f32(dy), M, f32(x), D, 0.f, f32(dw), D);
-    if (db_ptr) column_sums(db_ptr, f32(dy), N, M);
+    if (db_ptr) cpu::column_sums(db_ptr, f32(dy), N, M);
   });
   return dw;
 }
@@ -447,6 +448,90 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
                   cpu::layernorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma), f32(mean),
                                           f32(rstd), rows, d));
   return dx;
+}
+
+Tensor softmax_forward(const Tensor& x, float scale) {
+  const Device dev = op_device("softmax", {&x});
+  require_f32_contig("softmax", "input", x);
+  ACTLAB_CHECK(x.dim() >= 1 && x.numel() > 0, "softmax: input ", x.str());
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::softmax_forward(f32(y), f32(x), rows, d, scale, gpu.stream()),
+                  cpu::softmax_forward(f32(y), f32(x), rows, d, scale));
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& dy, const Tensor& y, float scale) {
+  const Device dev = op_device("softmax_backward", {&dy, &y});
+  require_f32_contig("softmax_backward", "grad", dy);
+  require_f32_contig("softmax_backward", "output", y);
+  ACTLAB_CHECK(dy.shape() == y.shape(), "softmax_backward: grad ", dy.str(), " for an output ", y.str());
+  const int64_t d = y.size(-1), rows = y.numel() / d;
+  Tensor dx = Tensor::empty(y.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::softmax_backward(f32(dx), f32(dy), f32(y), rows, d, scale, gpu.stream()),
+                  cpu::softmax_backward(f32(dx), f32(dy), f32(y), rows, d, scale));
+  return dx;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const Device dev = op_device("matmul", {&a, &b});
+  require_f32_contig("matmul", "first operand", a);
+  require_f32_contig("matmul", "second operand", b);
+  ACTLAB_CHECK(a.dim() >= 2 && a.dim() == b.dim(), "matmul: operands ", a.str(), " and ", b.str(),
+               " must have the same rank >= 2");
+  int64_t batch = 1;
+  for (int64_t k = 0; k + 2 < a.dim(); ++k) {
+    ACTLAB_CHECK(a.size(k) == b.size(k), "matmul: batch dims of ", a.str(), " and ", b.str(), " differ");
+    batch *= a.size(k);
+  }
+  const int64_t M = trans_a ? a.size(-1) : a.size(-2), K = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t Kb = trans_b ? b.size(-1) : b.size(-2), N = trans_b ? b.size(-2) : b.size(-1);
+  ACTLAB_CHECK(K == Kb, "matmul: inner sizes of ", a.str(), trans_a ? "ᵀ" : "", " and ", b.str(), trans_b ? "ᵀ" : "",
+               " differ (", K, " vs ", Kb, ")");
+  Shape out_shape = a.shape();
+  out_shape[out_shape.size() - 2] = M;
+  out_shape.back() = N;
+  Tensor c = Tensor::empty(out_shape, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::batched_matmul(f32(c), f32(a), f32(b), batch, M, N, K, trans_a, trans_b, gpu.ctx()),
+                  cpu::gemm_batched(trans_a, trans_b, batch, M, N, K, f32(a), f32(b), f32(c)));
+  return c;
+}
+
+Tensor scale_rows(const Tensor& x, const Tensor& s) {
+  const Device dev = op_device("scale_rows", {&x, &s});
+  require_f32_contig("scale_rows", "input", x);
+  require_f32_contig("scale_rows", "scales", s);
+  ACTLAB_CHECK(x.dim() >= 1 && s.numel() == x.size(0), "scale_rows: ", s.str(), " scales for ", x.str());
+  const int64_t rows = x.size(0), d = rows > 0 ? x.numel() / rows : 0;
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::scale_rows(f32(y), f32(x), f32(s), rows, d, gpu.stream()),
+                  cpu::scale_rows(f32(y), f32(x), f32(s), rows, d));
+  return y;
+}
+
+Tensor add_to_rows(const Tensor& x, const Tensor& p) {
+  const Device dev = op_device("add_to_rows", {&x, &p});
+  require_f32_contig("add_to_rows", "input", x);
+  require_f32_contig("add_to_rows", "row", p);
+  ACTLAB_CHECK(x.dim() >= 1 && x.size(0) > 0 && p.numel() * x.size(0) == x.numel(), "add_to_rows: ", p.str(),
+               " does not broadcast over the rows of ", x.str());
+  const int64_t rows = x.size(0), d = p.numel();
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::add_to_rows(f32(y), f32(x), f32(p), rows, d, gpu.stream()),
+                  cpu::add_to_rows(f32(y), f32(x), f32(p), rows, d));
+  return y;
+}
+
+Tensor sum_rows(const Tensor& x, const Shape& row_shape) {
+  const Device dev = op_device("sum_rows", {&x});
+  require_f32_contig("sum_rows", "input", x);
+  const int64_t d = shape_numel(row_shape);
+  ACTLAB_CHECK(d > 0 && x.numel() % d == 0, "sum_rows: ", x.str(), " is not rows of ", shape_str(row_shape));
+  const int64_t rows = x.numel() / d;
+  Tensor out = Tensor::empty(row_shape, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::column_sums(f32(out), f32(x), rows, d, gpu.stream()),
+                  cpu::column_sums(f32(out), f32(x), rows, d));
+  return out;
 }
 
 Tensor relu_forward(const Tensor& x, Tensor* mask) { return masked_forward("relu", MaskOp::Relu, x, nullptr, mask); }

@@ -34,10 +34,10 @@ int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, c
 Tensor conv2d_backward_weight_blocked_input(const Tensor& dy, const Tensor& x_blocked, const Shape& x_shape,
                                             const Shape& w_shape, const ConvParams& p, bool want_bias, Tensor* db);
 
-// x (N,D), w (M,D), b (M) or undefined -> (N,M).
+// x (..., D), w (M,D), b (M) or undefined -> (..., M): every leading dim is a row (token maps (B,T,D)).
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
-Tensor linear_backward_data(const Tensor& dy, const Tensor& w);  // (N,D)
-// dw (M,D); db (M) when want_bias.
+Tensor linear_backward_data(const Tensor& dy, const Tensor& w);  // (..., D)
+// dw (M,D) from dy (..., M) and x (..., D); db (M) when want_bias.
 Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias, Tensor* db);
 
 // ---- transformer ops. GELU of any shape (erf form, or the tanh approximation); dx from dy and x.
@@ -49,6 +49,19 @@ Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& bet
                          Tensor* rstd);
 Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, Tensor* dgamma, Tensor* dbeta);
+
+// Softmax of scale·x over the last dimension (attention: scale = 1/√d folded in); backward from the output.
+Tensor softmax_forward(const Tensor& x, float scale);
+Tensor softmax_backward(const Tensor& dy, const Tensor& y, float scale);
+// Batched matrix product over the last two dims: a (..., M, K) (or (..., K, M) when trans_a), b (..., K, N)
+// (or (..., N, K) when trans_b), equal leading dims -> (..., M, N). CPU: cpu::gemm_batched; CUDA: cuBLAS
+// strided-batched SGEMM.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+// Row-wise broadcasts over dim 0 of x: y = x·s[row] (s: one value per row), y = x + p (p: one row, any
+// shape of x.numel()/x.size(0) values), and their adjoint sum_rows: Σ over rows of x, shaped row_shape.
+Tensor scale_rows(const Tensor& x, const Tensor& s);
+Tensor add_to_rows(const Tensor& x, const Tensor& p);
+Tensor sum_rows(const Tensor& x, const Shape& row_shape);
 
 // x (N,C,...) ; statistics over every dim but 1. save_mean/save_invstd: (C), allocated here.
 Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,

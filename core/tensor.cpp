@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "actlab/core/cpu/kernels.h"
 #include "actlab/core/dispatch.h"
 #if defined(ACTLAB_WITH_CUDA)
 #include "actlab/core/cuda/fill.h"
@@ -369,15 +370,20 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (is_contiguous() && src.is_contiguous()) {
     copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
   } else {
-    ACTLAB_CHECK(device().is_cpu() && src.device().is_cpu(), "strided copy_ across devices is not supported");
-    const size_t es = dtype_size(dtype_);
-    const char* sbase = static_cast<const char*>(src.storage_->data());
-    std::vector<int64_t> src_offsets(static_cast<size_t>(numel()));
-    for_each_offset(src.shape_, src.strides_, src.offset_, [&](int64_t i, int64_t off) { src_offsets[i] = off; });
-    char* dbase = static_cast<char*>(storage_->data());
-    for_each_offset(shape_, strides_, offset_, [&](int64_t i, int64_t off) {
-      std::memcpy(dbase + off * static_cast<int64_t>(es), sbase + src_offsets[i] * static_cast<int64_t>(es), es);
-    });
+    ACTLAB_CHECK(device() == src.device(), "strided copy_ across devices is not supported (", src.str(), " on ",
+                 src.device().str(), " into one on ", device().str(), ")");
+    ACTLAB_CHECK(dim() <= 8, "copy_: at most 8 dims between layouts, got ", str());
+    cpu::StridedCopy c;
+    c.ndim = static_cast<int>(dim());
+    c.elem_bytes = static_cast<int>(dtype_size(dtype_));
+    for (int k = 0; k < c.ndim; ++k) {
+      c.shape[k] = shape_[k];
+      c.dst_strides[k] = strides_[k];
+      c.src_strides[k] = src.strides_[k];
+    }
+    void* dst = raw_data();
+    const void* from = src.raw_data();
+    ACTLAB_DISPATCH(device(), cuda::strided_copy(dst, from, c, gpu.stream()), cpu::strided_copy(dst, from, c));
   }
   storage_->bump_version();
   return *this;

@@ -72,4 +72,44 @@ ACTLAB_HD void layernorm_column_grads(float* dgamma, float* dbeta, const float* 
   dbeta[j] = static_cast<float>(b);
 }
 
+// Row r of softmax(scale·x) over the last dimension d: the row max subtracted first (no overflow for any
+// finite input), the sum of exponentials in double, rows independent.
+ACTLAB_HD void softmax_row(float* y, const float* x, int64_t r, int64_t d, float scale) {
+  const float* xr = x + r * d;
+  float* yr = y + r * d;
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < d; ++j) mx = xr[j] > mx ? xr[j] : mx;
+  double sum = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    yr[j] = expf(scale * (xr[j] - mx));
+    sum += yr[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < d; ++j) yr[j] *= inv;
+}
+
+// dx of row r from the softmax output y: scale·y·(dy − Σ dy·y). y may be a policy's reconstruction.
+ACTLAB_HD void softmax_row_backward(float* dx, const float* dy, const float* y, int64_t r, int64_t d, float scale) {
+  const float* yr = y + r * d;
+  const float* gr = dy + r * d;
+  double dot = 0;
+  for (int64_t j = 0; j < d; ++j) dot += static_cast<double>(gr[j]) * yr[j];
+  const float dotf = static_cast<float>(dot);
+  for (int64_t j = 0; j < d; ++j) dx[r * d + j] = scale * yr[j] * (gr[j] - dotf);
+}
+
+// The largest rank a strided copy takes (Tensor::copy_ between layouts: permute, slice, concat).
+constexpr int kMaxCopyDims = 8;
+
+// Where element i (in row-major order of `shape`) of a strided tensor lives, in elements from its start.
+ACTLAB_HD int64_t strided_offset(int64_t i, const int64_t* shape, const int64_t* strides, int ndim) {
+  int64_t off = 0;
+  for (int k = ndim - 1; k >= 0; --k) {
+    const int64_t q = i / shape[k];
+    off += (i - q * shape[k]) * strides[k];
+    i = q;
+  }
+  return off;
+}
+
 }  // namespace actlab::token_math

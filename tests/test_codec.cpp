@@ -244,15 +244,23 @@ NaivePlanes naive_plane_pack(const std::vector<float>& x, const PlaneGeometry& g
 
 TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte for byte") {
   const int64_t live_before = memory_stats().total.current;
-  struct Case { int64_t planes, h, w, block; int bits; };
+  // token: a (samples, tokens, features) map, pooled along the tokens only (make_token_geometry).
+  struct Case { int64_t planes, h, w, block; int bits; bool token = false; };
   const Case cases[] = {{6, 32, 32, 8, 2}, {4, 28, 28, 8, 4}, {15, 7, 7, 8, 2}, {15, 4, 4, 8, 1}, {5, 6, 10, 4, 8},
                         {7, 14, 14, 8, 2}, {3, 1, 10, 8, 2}, {40, 1, 3, 2, 4}, {2, 9, 5, 3, 1},
                         {70, 8, 8, 8, 2}, {6, 8, 8, 4, 4}, {300, 4, 4, 8, 2}, {9, 16, 16, 8, 4}, {2, 56, 56, 8, 2},
                         {5, 32, 32, 8, 1}, {4, 32, 32, 8, 4}, {3, 32, 32, 8, 8}, {6, 16, 16, 8, 2}, {4, 16, 16, 8, 1},
-                        {3, 16, 16, 8, 8}};
+                        {3, 16, 16, 8, 8}, {4, 65, 192, 8, 2, true}, {3, 5, 6, 8, 4, true}, {2, 17, 33, 4, 1, true},
+                        {2, 64, 48, 8, 8, true}, {3, 50, 16, 16, 2, true}};
   uint32_t seed_counter = 1;
   for (const Case& c : cases) {
-    const PlaneGeometry g = make_plane_geometry(c.planes, c.h, c.w, c.block, c.bits);
+    const PlaneGeometry g = c.token ? make_token_geometry(c.planes, c.h, c.w, c.block, c.bits)
+                                    : make_plane_geometry(c.planes, c.h, c.w, c.block, c.bits);
+    if (c.token) {
+      CHECK(g.block_w == 1);
+      CHECK(g.lfc_w == c.w);
+      CHECK(g.block_h == std::min(c.block, c.h));
+    }
     const int64_t E = g.plane_elems();
     const std::vector<float> x = random_values(static_cast<size_t>(c.planes * E), seed_counter++);
     for (const bool simd : {true, false})

@@ -386,3 +386,29 @@ TEST_CASE("cuda ops: GELU (both forms) and LayerNorm match the CPU, forward and 
   }
   live.check();
 }
+
+TEST_CASE("cuda ops: softmax, batched matmul, the row broadcasts and strided copies match the CPU") {
+  if (!gpu_or_skip("softmax, matmul, row broadcast and strided copy parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    const Tensor x = uniform({4, 3, 33, 33}, 31, -6.f, 6.f), dy = uniform({4, 3, 33, 33}, 32);
+    const Tensor y_cpu = ops::softmax_forward(x, 0.125f);
+    check_close(y_cpu, ops::softmax_forward(on(x, gpu()), 0.125f), 1e-6, "softmax");
+    check_close(ops::softmax_backward(dy, y_cpu, 0.125f), ops::softmax_backward(on(dy, gpu()), on(y_cpu, gpu()), 0.125f),
+                1e-6, "softmax backward");
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        const Tensor a = uniform(ta ? Shape{2, 3, 16, 33} : Shape{2, 3, 33, 16}, 33);
+        const Tensor b = uniform(tb ? Shape{2, 3, 20, 16} : Shape{2, 3, 16, 20}, 34);
+        check_close(ops::matmul(a, b, ta, tb), ops::matmul(on(a, gpu()), on(b, gpu()), ta, tb), 1e-5,
+                    std::string("matmul ") + (ta ? "T" : "N") + (tb ? "T" : "N"));
+      }
+    }
+    const Tensor s = uniform({4}, 35), p = uniform({3, 33, 33}, 36);
+    check_close(ops::scale_rows(x, s), ops::scale_rows(on(x, gpu()), on(s, gpu())), 0, "scale_rows");
+    check_close(ops::add_to_rows(x, p), ops::add_to_rows(on(x, gpu()), on(p, gpu())), 0, "add_to_rows");
+    check_close(ops::sum_rows(x, {3, 33, 33}), ops::sum_rows(on(x, gpu()), {3, 33, 33}), 0, "sum_rows (rows in order)");
+    check_close(x.permute({0, 2, 3, 1}).contiguous(), on(x, gpu()).permute({0, 2, 3, 1}).contiguous(), 0, "permute copy");
+  }
+  live.check();
+}

@@ -170,7 +170,12 @@ TEST_CASE("policies: nbytes matches the closed forms") {
   CHECK(bytes("division:B=8,Q=2", {4, 3, 1, 1}) == 4 * 12);  // passthrough
   CHECK(bytes("quant:Q=1", {3, 5, 4, 4}) == 15 * (2 + 4));
   CHECK(bytes("lfc:B=4", {2, 3, 6, 10}) == 6 * 2 * 1 * 2);
-  CHECK(bytes("hfc:B=8,Q=8", {2, 3, 5}) == 6 * (5 + 4));
+  CHECK(bytes("hfc:B=8,Q=8", {2, 3, 5}) == 2 * (15 + 4));  // a (B, T, D) map: one plane per sample
+  // division on a (B, T, D) token map: B·(2·⌊T/k⌋·D + ceil(Q·T·D/8) + 4) with k = min(B, T) along T only.
+  CHECK(bytes("division:B=8,Q=2", {4, 65, 192}) == 4 * (2 * 8 * 192 + 65 * 192 / 4 + 4));
+  CHECK(bytes("division:B=8,Q=2", {2, 5, 6}) == 2 * (2 * 1 * 6 + 8 + 4));  // T < B: the token mean
+  CHECK(bytes("quant:Q=4", {3, 10, 7}) == 3 * (35 + 4));
+  CHECK(bytes("lfc:B=4", {2, 9, 5}) == 2 * 2 * 2 * 5);
   CHECK(bytes("hfc:B=8", {2, 3, 5}) == 30 * 4);
   // pergroup: N·ceil(D/G)·(ceil(G·Q/8) + 4).
   CHECK(bytes("pergroup:G=256,Q=2", {2, 64, 32, 32}) == 2 * 256 * (64 + 4));

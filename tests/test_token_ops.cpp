@@ -9,6 +9,9 @@
 #include "actlab/autograd/tape.h"
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
+#include "actlab/core/cpu/gemm.h"
+#include "actlab/core/cpu/kernels.h"
+#include "actlab/core/ops.h"
 #include "gradcheck.h"
 
 using namespace actlab;
@@ -80,8 +83,7 @@ TEST_CASE("transformer ops keep for backward only what the policy reports: input
   bool gelu_lossy = false, ln_lossy = false, stats_exact = false;
   for (const auto& e : CacheStats::global().entries()) {
     reported += e.bytes_packed;
-    // A (B, T, D) map is viewed today as B·T rows of D (the LFC pools along the width): 7.1x here. The
-    // token-axis layout of the transformer issue is not built yet.
+    // A (B, T, D) map is one plane per sample pooled along the tokens (docs/policies.md): 8.0x here.
     gelu_lossy = gelu_lossy || (e.op == "gelu.input" && e.lossy && e.bytes_packed * 4 < e.bytes_raw);
     ln_lossy = ln_lossy || (e.op == "layer_norm.input" && e.lossy && e.bytes_packed * 4 < e.bytes_raw);
     stats_exact = stats_exact || (e.op == "layer_norm.rstd" && !e.lossy && e.bytes_packed == 4 * 4 * 32);
@@ -93,4 +95,173 @@ TEST_CASE("transformer ops keep for backward only what the policy reports: input
   backward(y, Tensor::full(y.shape(), 1.f));
   CHECK(x.grad().defined());
   CHECK(g.grad().defined());
+}
+
+namespace {
+std::vector<double> softmax_ref(const std::vector<float>& x, int64_t rows, int64_t d, double scale) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < d; ++j) mx = std::max(mx, static_cast<double>(x[r * d + j]));
+    for (int64_t j = 0; j < d; ++j) sum += std::exp(scale * (x[r * d + j] - mx));
+    for (int64_t j = 0; j < d; ++j) y[r * d + j] = std::exp(scale * (x[r * d + j] - mx)) / sum;
+  }
+  return y;
+}
+}  // namespace
+
+TEST_CASE("softmax: rows of softmax(scale·x) against double, large inputs do not overflow, and gradcheck") {
+  const Variable x = param({2, 3, 5, 17}, 30, 3.f);
+  for (const float scale : {1.f, 0.125f}) {
+    CAPTURE(scale);
+    const auto y = softmax(x, scale).data().to_vector();
+    const auto ref = softmax_ref(x.data().to_vector(), 30, 17, scale);
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - ref[i]));
+    CHECK(worst < 1e-6);
+    Tape::current().clear();
+    gradcheck([&](std::vector<Variable>& v) { return softmax(v[0], scale); }, {param({3, 4, 9}, 31)}, 1e-2, 2e-2);
+  }
+  const auto big = ops::softmax_forward(Tensor::from_vector({1000.f, 999.f, -1000.f}, {1, 3}), 1.f).to_vector();
+  CHECK(big[0] == doctest::Approx(1 / (1 + std::exp(-1.0))).epsilon(1e-6));
+  CHECK(big[2] == 0.f);
+}
+
+TEST_CASE("matmul: the four transpose cases against the reference GEMM loop, and gradcheck of both operands") {
+  const int64_t batch = 6, M = 5, N = 7, K = 4;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      const Variable a = param(ta ? Shape{2, 3, K, M} : Shape{2, 3, M, K}, 40);
+      const Variable b = param(tb ? Shape{2, 3, N, K} : Shape{2, 3, K, N}, 41);
+      const Tensor c = matmul(a, b, ta, tb).data();
+      CHECK(c.shape() == Shape{2, 3, M, N});
+      std::vector<float> ref(static_cast<size_t>(batch * M * N));
+      cpu::gemm_batched_ref(ta, tb, batch, M, N, K, a.data().data<float>(), b.data().data<float>(), ref.data());
+      const auto got = c.to_vector();
+      double worst = 0;
+      for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - ref[i])));
+      CHECK(worst < 1e-5);
+      Tape::current().clear();
+      gradcheck([&](std::vector<Variable>& v) { return matmul(v[0], v[1], ta, tb); },
+                {param(a.shape(), 42), param(b.shape(), 43)}, 1e-2, 2e-2);
+    }
+  }
+  // Fewer matrices than threads takes the other branch of gemm_batched: the same values.
+  const Tensor a = param({1, 33, 20}, 44).data(), b = param({1, 20, 9}, 45).data();
+  std::vector<float> ref(33 * 9);
+  cpu::gemm_batched_ref(false, false, 1, 33, 9, 20, a.data<float>(), b.data<float>(), ref.data());
+  const auto got = ops::matmul(a, b, false, false).to_vector();
+  for (size_t i = 0; i < ref.size(); ++i) CHECK(got[i] == doctest::Approx(ref[i]).epsilon(1e-5));
+  CHECK_THROWS_AS(ops::matmul(a, a, false, false), Error);  // inner sizes 20 vs 33
+}
+
+TEST_CASE("strided copies between layouts: the fast loop equals the element-at-a-time reference") {
+  PhiloxStream rng(50);
+  const Tensor x = Tensor::randn({3, 4, 5, 6}, rng);
+  const std::vector<std::vector<int64_t>> orders = {{0, 2, 1, 3}, {3, 2, 1, 0}, {1, 0, 3, 2}, {0, 1, 3, 2}};
+  for (const auto& order : orders) {
+    const Tensor view = x.permute(order);
+    const Tensor fast = view.contiguous();
+    cpu::StridedCopy c;
+    c.ndim = 4;
+    for (int k = 0; k < 4; ++k) {
+      c.shape[k] = view.shape()[k];
+      c.src_strides[k] = view.strides()[k];
+      c.dst_strides[k] = fast.strides()[k];
+    }
+    std::vector<float> ref(static_cast<size_t>(x.numel()));
+    cpu::strided_copy_ref(ref.data(), view.raw_data(), c);
+    CHECK(fast.to_vector() == ref);
+    // and one value by hand: element (i0..i3) of the view is x at the permuted index
+    CHECK(fast.at({1, 2, 3, 0}) == x.permute(order).at({1, 2, 3, 0}));
+  }
+  // 1- and 2-byte elements, and a strided destination (a slice of a bigger tensor)
+  Tensor bytes = Tensor::empty({4, 6}, DType::U8);
+  for (int i = 0; i < 24; ++i) bytes.data<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+  const Tensor bt = bytes.permute({1, 0}).contiguous();
+  CHECK(bt.data<uint8_t>()[1] == bytes.data<uint8_t>()[6]);
+  Tensor wide = Tensor::zeros({4, 10});
+  wide.slice(1, 2, 8).copy_(x.reshape({4, 90}).slice(1, 0, 6));
+  CHECK(wide.at({3, 2}) == x.reshape({4, 90}).at({3, 0}));
+  CHECK(wide.at({3, 8}) == 0.f);
+}
+
+TEST_CASE("shape ops: reshape, permute, split (one part unused), concat, add_rows and expand_rows gradcheck") {
+  gradcheck([](std::vector<Variable>& v) { return permute(reshape(v[0], {2, 3, 4}), {2, 0, 1}); },
+            {param({6, 4}, 60)});
+  gradcheck([](std::vector<Variable>& v) {
+    const auto parts = split(v[0], -1, {2, 3, 1});
+    return concat({parts[2], parts[0]}, 1);  // parts[1] reaches no loss: its gradient is zero
+  }, {param({3, 6}, 61)});
+  gradcheck([](std::vector<Variable>& v) { return concat({v[0], v[1]}, 1); }, {param({2, 1, 4}, 62), param({2, 3, 4}, 63)});
+  gradcheck([](std::vector<Variable>& v) { return add_rows(v[0], v[1]); }, {param({3, 5, 4}, 64), param({1, 5, 4}, 65)});
+  gradcheck([](std::vector<Variable>& v) { return expand_rows(v[0], 4); }, {param({1, 2, 3}, 66)});
+  CHECK_THROWS_AS(split(param({3, 6}, 67), 1, {2, 3}), Error);
+  CHECK_THROWS_AS(concat({param({2, 3}, 68), param({3, 3}, 69)}, 1), Error);
+  CHECK_THROWS_AS(add_rows(param({3, 4}, 70), param({2, 4}, 71)), Error);
+}
+
+TEST_CASE("drop_path zeroes whole samples with probability p, scales the rest, and backward reuses the draw") {
+  const Variable x(Tensor::full({4000, 3}, 1.f), true);
+  const Variable y = drop_path(x, 0.25f, true, 7, 0);
+  const auto v = y.data().to_vector();
+  int64_t dropped = 0;
+  for (int64_t n = 0; n < 4000; ++n) {
+    CHECK((v[n * 3] == 0.f || v[n * 3] == doctest::Approx(1 / 0.75f)));
+    CHECK(v[n * 3] == v[n * 3 + 2]);  // one decision per sample
+    dropped += v[n * 3] == 0.f;
+  }
+  CHECK(std::abs(static_cast<double>(dropped) / 4000 - 0.25) < 0.03);
+  backward(y, Tensor::full(y.shape(), 1.f));
+  CHECK(x.grad().to_vector() == v);  // d/dx of x·s is s, the same per-sample draw
+  const Variable z(Tensor::full({8, 3}, 2.f), true);
+  CHECK(drop_path(z, 0.25f, false, 7, 0).data().to_vector() == z.data().to_vector());  // eval: identity
+  CHECK_THROWS_AS(drop_path(z, 1.f, true, 7, 0), Error);
+}
+
+TEST_CASE("linear on a (B, T, D) token map equals linear on its B·T rows, and gradcheck") {
+  const Variable x = param({2, 5, 6}, 80), w = param({4, 6}, 81), b = param({4}, 82);
+  const Tensor y3 = linear(x, w, b).data();
+  const Tensor y2 = linear(Variable(x.data().reshape({10, 6})), w, b).data();
+  CHECK(y3.shape() == Shape{2, 5, 4});
+  CHECK(y3.to_vector() == y2.to_vector());
+  Tape::current().clear();
+  gradcheck([](std::vector<Variable>& v) { return linear(v[0], v[1], v[2]); },
+            {param({2, 3, 6}, 83), param({4, 6}, 84), param({4}, 85)});
+}
+
+TEST_CASE("attention keeps its softmax output once: the softmax and the following matmul share one pack") {
+  const PolicySet division(parse_policy("division:B=8,Q=2"));
+  const Variable q = param({2, 3, 16, 8}, 90), k = param({2, 3, 16, 8}, 91), v = param({2, 3, 16, 8}, 92);
+  CacheStats::global().reset();
+  CacheStats::global().set_enabled(true);
+  const int64_t before = memory_stats().total.current;
+  Variable out;
+  {
+    ActivationCacheScope scope(division);
+    MemTagScope tag(MemTag::Activation);
+    out = matmul(softmax(matmul(q, k, false, true), 0.25f), v);
+  }
+  const int64_t held = memory_stats().total.current - before - static_cast<int64_t>(out.data().nbytes());
+  int64_t reported = 0, softmax_bytes = 0;
+  bool attn_shared = false;
+  for (const auto& e : CacheStats::global().entries()) {
+    reported += e.bytes_packed;
+    if (e.op == "softmax.output") softmax_bytes += e.bytes_packed;
+    // Both matmuls' first operands (q, then the softmax output) land in one entry of this module: q's
+    // pack, plus the shared softmax pack listed with zero bytes, as it is held once.
+    attn_shared = attn_shared || (e.op == "matmul.lhs" && e.packs == 2 &&
+                                  e.policy == "division:B=8,Q=2 (shared)" &&
+                                  e.bytes_packed == static_cast<int64_t>(division.default_policy().expected_bytes(
+                                                        Shape{2, 3, 16, 8})));
+  }
+  CHECK(softmax_bytes > 0);
+  CHECK(attn_shared);
+  CHECK(held == reported);
+  backward(out, Tensor::full(out.shape(), 1.f));
+  CHECK(q.grad().defined());
+  CHECK(k.grad().defined());
+  CHECK(v.grad().defined());
 }

@@ -60,6 +60,13 @@ PlaneGeometry make_plane_geometry(int64_t planes, int64_t height, int64_t width,
   return g;
 }
 
+PlaneGeometry make_token_geometry(int64_t samples, int64_t tokens, int64_t features, int64_t block, int bits) {
+  PlaneGeometry g = make_plane_geometry(samples, tokens, features, block, bits);
+  g.block_w = 1;
+  g.lfc_w = features;
+  return g;
+}
+
 namespace cpu {
 namespace {
 

@@ -15,6 +15,15 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
           float* C, int64_t ldc);
 
+// `batch` independent products C_i (M,N) = op(A_i)·op(B_i), alpha 1 and beta 0, the matrices packed one after
+// another (A_i = A + i·M·K, B_i = B + i·K·N, C_i = C + i·M·N; op as in gemm). Threads go to the batch when
+// it has enough matrices (each gemm then on one thread), else to each gemm in turn.
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                  const float* B, float* C);
+// The same over gemm_ref, serial.
+void gemm_batched_ref(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                      const float* B, float* C);
+
 // Throws actlab::Error unless the sizes and leading dimensions fit gemm's contract (every gemm runs it).
 void check_gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                      int64_t ldc);

@@ -1,7 +1,9 @@
-// The executable spec of gemm.h (gemm_ref: triple loop, double accumulation) and the argument checks
-// every gemm() implementation runs first. No oneDNN here, so the minimal GPU-check build
+// The executable spec of gemm.h (gemm_ref: triple loop, double accumulation), the argument checks
+// every gemm() implementation runs first, and the batched loop over whichever gemm() is built. No oneDNN here, so the minimal GPU-check build
 // (core/cpu/minimal/gemm_minimal.cpp) shares both with the full build. Tested in tests/test_cpu_conv.cpp.
 #include "actlab/core/cpu/gemm.h"
+
+#include <omp.h>
 
 #include "actlab/core/error.h"
 
@@ -35,6 +37,28 @@ void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
       c = static_cast<float>(alpha * acc + (beta == 0.f ? 0.0 : static_cast<double>(beta) * c));
     }
   }
+}
+
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                  const float* B, float* C) {
+  const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+  // Attention's products are small (tokens × head width) and many (batch × heads): one per thread beats
+  // threading each. oneDNN's sgemm runs on the calling thread inside a parallel region.
+  if (batch >= omp_get_max_threads()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < batch; ++i)
+      gemm(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, N);
+  } else {
+    for (int64_t i = 0; i < batch; ++i)
+      gemm(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, N);
+  }
+}
+
+void gemm_batched_ref(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                      const float* B, float* C) {
+  const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+  for (int64_t i = 0; i < batch; ++i)
+    gemm_ref(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, N);
 }
 
 }  // namespace actlab::cpu

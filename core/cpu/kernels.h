@@ -98,6 +98,32 @@ void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const
                        int64_t rows, int64_t d, float eps);
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
                         const float* mean, const float* rstd, int64_t rows, int64_t d);
+// Softmax of scale·x over the last dimension of x (rows, d); backward from the output y (which may be a
+// policy's reconstruction): dx = scale·y·(dy − Σ dy·y) per row.
+void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale);
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale);
+// Row-wise broadcasts over (rows, d): y = x·s[row] (drop-path's per-sample scale) and y = x + p (a
+// position embedding p of d values added to every row). y may alias x.
+void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t d);
+void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t d);
+// out[j] = Σ_r x[r·d + j], rows added in order in f32 (the gradient of a broadcast; the same order as
+// the CUDA twin, so both give the same bits).
+void column_sums(float* out, const float* x, int64_t rows, int64_t d);
+
+// ---- copies between layouts (kernels_copy.cpp): what Tensor::copy_ runs when either side is strided
+// (a permute made contiguous, a slice, a concat's parts). Element (i0, .., i(n-1)) of `shape` is at
+// Σ ik·strides[k] elements from each base pointer; elem_bytes is 1, 2, 4 or 8.
+struct StridedCopy {
+  int ndim = 0;
+  int64_t shape[8] = {};
+  int64_t dst_strides[8] = {};
+  int64_t src_strides[8] = {};
+  int elem_bytes = 4;
+};
+// Parallel over rows (all dims but the last), the last dim an inner loop.
+void strided_copy(void* dst, const void* src, const StridedCopy& c);
+// The executable spec: one element at a time, serial.
+void strided_copy_ref(void* dst, const void* src, const StridedCopy& c);
 
 void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n);
 // mask bit = (y > 0) from an already computed ReLU output (e.g. a fused conv+ReLU).

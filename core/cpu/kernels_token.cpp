@@ -1,5 +1,5 @@
-// CPU kernels of the transformer ops: GELU (erf and tanh forms) and LayerNorm over the last dimension,
-// OpenMP over elements, rows or columns around the shared arithmetic of core/token_math.h. Contracts in
+// CPU kernels of the transformer ops: GELU (erf and tanh forms), LayerNorm and softmax over the last
+// dimension, and the row-wise broadcasts of position embeddings and drop-path, OpenMP over elements, rows or columns around the shared arithmetic of core/token_math.h. Contracts in
 // core/cpu/kernels.h; tested in tests/test_token_ops.cpp against double-precision formulas and by
 // gradcheck through autograd.
 #include "actlab/core/cpu/kernels.h"
@@ -29,6 +29,42 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
   for (int64_t r = 0; r < rows; ++r) token_math::layernorm_row_backward(dx, dy, x, gamma, mean, rstd, r, d);
 #pragma omp parallel for if (rows * d > 32768)
   for (int64_t j = 0; j < d; ++j) token_math::layernorm_column_grads(dgamma, dbeta, dy, x, mean, rstd, j, rows, d);
+}
+
+void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale) {
+#pragma omp parallel for if (rows * d > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) token_math::softmax_row(y, x, r, d, scale);
+}
+
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale) {
+#pragma omp parallel for if (rows * d > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) token_math::softmax_row_backward(dx, dy, y, r, d, scale);
+}
+
+void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t d) {
+#pragma omp parallel for if (rows * d > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] * s[r];
+}
+
+void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t d) {
+#pragma omp parallel for if (rows * d > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + p[j];
+}
+
+void column_sums(float* out, const float* x, int64_t rows, int64_t d) {
+  // Chunks of columns per thread, rows inner in order: contiguous reads that vectorize, and each column's
+  // sum in the row order the CUDA kernel uses.
+  constexpr int64_t kChunk = 256;
+  const int64_t chunks = (d + kChunk - 1) / kChunk;
+#pragma omp parallel for if (rows * d > kParallelGrain)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t j0 = c * kChunk, j1 = j0 + kChunk < d ? j0 + kChunk : d;
+    for (int64_t j = j0; j < j1; ++j) out[j] = 0.f;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = j0; j < j1; ++j) out[j] += x[r * d + j];
+  }
 }
 
 }  // namespace actlab::cpu

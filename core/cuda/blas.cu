@@ -6,6 +6,7 @@
 #include "actlab/core/cuda/blas.h"
 #include "actlab/core/cuda/check.h"
 #include "actlab/core/cuda/conv.h"
+#include "actlab/core/cuda/kernels.h"
 #include "actlab/core/cuda/launch.h"
 
 namespace actlab::cuda {
@@ -14,15 +15,6 @@ namespace {
 // y[n, m] += b[m].
 __global__ void add_row_bias(float* y, const float* b, int64_t N, int64_t M) {
   for (int64_t i = global_thread(); i < N * M; i += grid_threads()) y[i] += b[i % M];
-}
-
-// db[m] = Σ_n dy[n, m], rows in order (the CPU's order): one thread per column, coalesced across m.
-__global__ void column_sums(float* db, const float* dy, int64_t N, int64_t M) {
-  for (int64_t m = global_thread(); m < M; m += grid_threads()) {
-    float sum = 0.f;
-    for (int64_t n = 0; n < N; ++n) sum += dy[n * M + m];
-    db[m] = sum;
-  }
 }
 
 int blas_int(int64_t v, const char* what) {
@@ -69,9 +61,19 @@ void linear_backward_weight(float* dw, float* db, const float* dy, const float* 
                                   blas_int(N, "N"), &kOne, x, blas_int(D, "D"), dy, blas_int(M, "M"), &kZero, dw,
                                   blas_int(D, "D")));
   if (db != nullptr && M > 0) {
-    column_sums<<<grid_blocks(M), kBlockThreads, 0, ctx.stream()>>>(db, dy, N, M);
-    ACTLAB_CUDA_CHECK_LAUNCH();
+    column_sums(db, dy, N, M, ctx.stream());  // token.cu: rows in order, the CPU's bits
   }
+}
+
+void batched_matmul(float* c, const float* a, const float* b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                    bool trans_a, bool trans_b, CudaContext& ctx) {
+  if (batch == 0 || M == 0 || N == 0) return;
+  // Column-major: cᵀ (N×M) = op(b)ᵀ · op(a)ᵀ, each row-major operand read as its column-major transpose.
+  const int lda = blas_int(trans_a ? M : K, "lda"), ldb = blas_int(trans_b ? K : N, "ldb");
+  ACTLAB_CUBLAS_CHECK(cublasSgemmStridedBatched(
+      blas(ctx), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(N, "N"),
+      blas_int(M, "M"), blas_int(K, "K"), &kOne, b, ldb, K * N, a, lda, M * K, &kZero, c, blas_int(N, "N"), M * N,
+      blas_int(batch, "batch")));
 }
 
 }  // namespace actlab::cuda

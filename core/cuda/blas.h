@@ -1,4 +1,4 @@
-// Fully-connected layers on the GPU: cuBLAS SGEMM for the products plus small kernels for the bias and
+// Fully-connected layers and batched matrix products on the GPU: cuBLAS SGEMM for the products plus small kernels for the bias and
 // its gradient. Row-major contracts identical to the CPU path of core/ops.cpp (linear_*). Implemented in
 // core/cuda/blas.cu; called only from core/ops.cpp. Tested in tests/test_cuda_ops.cpp.
 #pragma once
@@ -20,5 +20,10 @@ void linear_backward_data(float* dx, const float* dy, const float* w, int64_t N,
 // dw (M,D) = dy (N,M)ᵀ · x (N,D); db (M) = Σ_n dy[n, :] (rows added in order) unless db is nullptr.
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int64_t N,
                             int64_t M, int64_t D, CudaContext& ctx);
+
+// c (batch, M, N) = op(a)·op(b) per batch, the contract of cpu::gemm_batched (core/cpu/gemm.h): a (batch, M, K)
+// or (batch, K, M) when trans_a, b (batch, K, N) or (batch, N, K) when trans_b.
+void batched_matmul(float* c, const float* a, const float* b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                    bool trans_a, bool trans_b, CudaContext& ctx);
 
 }  // namespace actlab::cuda

@@ -27,6 +27,14 @@ void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const
                        int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream);
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
                         const float* mean, const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream);
+// The contracts of cpu::softmax_*, cpu::scale_rows, cpu::add_to_rows, cpu::column_sums and cpu::strided_copy.
+void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale, cudaStream_t cuda_stream);
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale,
+                      cudaStream_t cuda_stream);
+void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t d, cudaStream_t cuda_stream);
+void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t d, cudaStream_t cuda_stream);
+void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream_t cuda_stream);
+void strided_copy(void* dst, const void* src, const cpu::StridedCopy& c, cudaStream_t cuda_stream);
 
 void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream);
 // y = min(max(x, 0), 6), mask bit = (0 < x < 6). y may alias x.

@@ -1,4 +1,5 @@
-// CUDA kernels of the transformer ops: GELU and LayerNorm over the last dimension, twins of
+// CUDA kernels of the transformer ops: GELU, LayerNorm and softmax over the last dimension, the row-wise
+// broadcasts and the strided copy, twins of
 // core/cpu/kernels_token.cpp around the same ACTLAB_HD arithmetic (core/token_math.h).
 // Contracts in core/cuda/kernels.h; tested in tests/test_cuda_ops.cpp ("cuda ops: GELU and LayerNorm").
 #include "actlab/core/cuda/check.h"
@@ -37,7 +38,87 @@ __global__ void layernorm_dparams_kernel(float* dgamma, float* dbeta, const floa
     token_math::layernorm_column_grads(dgamma, dbeta, dy, x, mean, rstd, j, rows, d);
 }
 
+// One thread per row, as LayerNorm: softmax rows are the token count long.
+__global__ void softmax_kernel(float* y, const float* x, int64_t rows, int64_t d, float scale) {
+  for (int64_t r = global_thread(); r < rows; r += grid_threads()) token_math::softmax_row(y, x, r, d, scale);
+}
+
+__global__ void softmax_backward_kernel(float* dx, const float* dy, const float* y, int64_t rows, int64_t d,
+                                        float scale) {
+  for (int64_t r = global_thread(); r < rows; r += grid_threads())
+    token_math::softmax_row_backward(dx, dy, y, r, d, scale);
+}
+
+__global__ void scale_rows_kernel(float* y, const float* x, const float* s, int64_t rows, int64_t d) {
+  for (int64_t i = global_thread(); i < rows * d; i += grid_threads()) y[i] = x[i] * s[i / d];
+}
+
+__global__ void add_to_rows_kernel(float* y, const float* x, const float* p, int64_t rows, int64_t d) {
+  for (int64_t i = global_thread(); i < rows * d; i += grid_threads()) y[i] = x[i] + p[i % d];
+}
+
+// One thread per column, rows in order in f32: the CPU's summation order.
+__global__ void column_sums_kernel(float* out, const float* x, int64_t rows, int64_t d) {
+  for (int64_t j = global_thread(); j < d; j += grid_threads()) {
+    float acc = 0.f;
+    for (int64_t r = 0; r < rows; ++r) acc += x[r * d + j];
+    out[j] = acc;
+  }
+}
+
+template <typename T>
+__global__ void strided_copy_kernel(T* dst, const T* src, cpu::StridedCopy c, int64_t numel) {
+  for (int64_t i = global_thread(); i < numel; i += grid_threads())
+    dst[token_math::strided_offset(i, c.shape, c.dst_strides, c.ndim)] =
+        src[token_math::strided_offset(i, c.shape, c.src_strides, c.ndim)];
+}
+
 }  // namespace
+
+void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale, cudaStream_t cuda_stream) {
+  if (rows == 0) return;
+  softmax_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(y, x, rows, d, scale);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale,
+                      cudaStream_t cuda_stream) {
+  if (rows == 0) return;
+  softmax_backward_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(dx, dy, y, rows, d, scale);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
+  if (rows * d == 0) return;
+  scale_rows_kernel<<<grid_blocks(rows * d), kBlockThreads, 0, cuda_stream>>>(y, x, s, rows, d);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
+  if (rows * d == 0) return;
+  add_to_rows_kernel<<<grid_blocks(rows * d), kBlockThreads, 0, cuda_stream>>>(y, x, p, rows, d);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
+  if (d == 0) return;
+  column_sums_kernel<<<grid_blocks(d), kBlockThreads, 0, cuda_stream>>>(out, x, rows, d);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void strided_copy(void* dst, const void* src, const cpu::StridedCopy& c, cudaStream_t cuda_stream) {
+  int64_t numel = 1;
+  for (int k = 0; k < c.ndim; ++k) numel *= c.shape[k];
+  if (numel == 0) return;
+  const int blocks = grid_blocks(numel);
+  switch (c.elem_bytes) {
+    case 1: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), c, numel); break;
+    case 2: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), c, numel); break;
+    case 4: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), c, numel); break;
+    default: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), c, numel); break;
+  }
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
 
 void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx, cudaStream_t cuda_stream) {
   if (n == 0) return;

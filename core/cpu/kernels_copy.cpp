@@ -1,0 +1,58 @@
+// Copies between tensor layouts (core/cpu/kernels.h, StridedCopy): the fast loop Tensor::copy_ runs and
+// the one-element-at-a-time reference it is tested against (tests/test_token_ops.cpp).
+#include <cstring>
+
+#include "actlab/core/cpu/kernels.h"
+#include "actlab/core/token_math.h"
+
+namespace actlab::cpu {
+namespace {
+
+template <typename T>
+void copy_rows(T* dst, const T* src, const StridedCopy& c) {
+  const int last = c.ndim - 1;
+  const int64_t n = c.shape[last], ds = c.dst_strides[last], ss = c.src_strides[last];
+  int64_t rows = 1;
+  for (int k = 0; k < last; ++k) rows *= c.shape[k];
+#pragma omp parallel for if (rows * n > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* d = dst + token_math::strided_offset(r, c.shape, c.dst_strides, last);
+    const T* s = src + token_math::strided_offset(r, c.shape, c.src_strides, last);
+    if (ds == 1 && ss == 1) {
+      std::memcpy(d, s, static_cast<size_t>(n) * sizeof(T));
+    } else {
+      for (int64_t j = 0; j < n; ++j) d[j * ds] = s[j * ss];
+    }
+  }
+}
+
+}  // namespace
+
+void strided_copy(void* dst, const void* src, const StridedCopy& c) {
+  if (c.ndim == 0) {
+    std::memcpy(dst, src, static_cast<size_t>(c.elem_bytes));
+    return;
+  }
+  for (int k = 0; k < c.ndim; ++k)
+    if (c.shape[k] == 0) return;
+  switch (c.elem_bytes) {
+    case 1: copy_rows(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), c); break;
+    case 2: copy_rows(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), c); break;
+    case 4: copy_rows(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), c); break;
+    default: copy_rows(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), c); break;
+  }
+}
+
+void strided_copy_ref(void* dst, const void* src, const StridedCopy& c) {
+  int64_t numel = 1;
+  for (int k = 0; k < c.ndim; ++k) numel *= c.shape[k];
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  for (int64_t i = 0; i < numel; ++i) {
+    std::memcpy(d + token_math::strided_offset(i, c.shape, c.dst_strides, c.ndim) * c.elem_bytes,
+                s + token_math::strided_offset(i, c.shape, c.src_strides, c.ndim) * c.elem_bytes,
+                static_cast<size_t>(c.elem_bytes));
+  }
+}
+
+}  // namespace actlab::cpu
