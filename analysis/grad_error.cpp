@@ -38,8 +38,8 @@ std::vector<Tensor> weight_gradients(Module& model, const std::vector<WeightLaye
   state.restore_buffers();
   set_pack_seed(o.seed);
   set_pack_step(0);
-  for (const auto& [path, pointer] : model.named_modules())
-    if (auto* dropout = dynamic_cast<Dropout*>(pointer.get())) dropout->set_seed(o.seed);
+  for (const auto& [path, pointer] : model.named_modules())  // same masks every run; the root has no handle
+    (pointer ? *pointer : model).set_seed(o.seed);
   for (auto& p : model.parameters()) p.zero_grad();
   {
     TapeClearGuard clear_on_error;

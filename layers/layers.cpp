@@ -41,13 +41,28 @@ std::string Conv2d::describe() const {
                         bias_.defined() ? ", bias" : "", ")");
 }
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_features), out_(out_features) {
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, LinearInit init)
+    : in_(in_features), out_(out_features) {
   ACTLAB_CHECK(in_features > 0 && out_features > 0, "Linear: bad sizes ", in_features, "->", out_features);
   MemTagScope tag(MemTag::Param);
+  if (init == LinearInit::TruncNormal) {
+    weight_ = register_parameter("weight", trunc_normal_init({out_features, in_features}, 0.02f));
+    if (bias) bias_ = register_parameter("bias", Tensor::zeros({out_features}));
+    return;
+  }
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
   weight_ = register_parameter("weight", Tensor::rand({out_features, in_features}, init_rng(), -bound, bound));
   if (bias) bias_ = register_parameter("bias", Tensor::rand({out_features}, init_rng(), -bound, bound));
 }
+
+LayerNorm::LayerNorm(int64_t features, float eps) : features_(features), eps_(eps) {
+  ACTLAB_CHECK(features > 0 && eps > 0.f, "LayerNorm: bad arguments features=", features, " eps=", eps);
+  MemTagScope tag(MemTag::Param);
+  gamma_ = register_parameter("weight", Tensor::full({features}, 1.f));
+  beta_ = register_parameter("bias", Tensor::zeros({features}));
+}
+
+std::string LayerNorm::describe() const { return detail::concat("LayerNorm(", features_, ")"); }
 
 Variable Linear::forward(const Variable& x) { return linear(x, weight_, bias_); }
 
@@ -74,6 +89,14 @@ Dropout::Dropout(float p) : p_(p) {
 }
 
 Variable Dropout::forward(const Variable& x) { return dropout(x, p_, is_training(), seed_, calls_++); }
+
+DropPath::DropPath(float p) : p_(p) {
+  ACTLAB_CHECK(p >= 0.f && p < 1.f, "DropPath: p must be in [0, 1), got ", p);
+}
+
+Variable DropPath::forward(const Variable& x) { return drop_path(x, p_, is_training(), seed_, calls_++); }
+
+std::string DropPath::describe() const { return detail::concat("DropPath(", p_, ")"); }
 
 Variable Sequential::forward(const Variable& x) {
   Variable h = x;

@@ -1,5 +1,6 @@
-// The standard layers: Conv2d, Linear, BatchNorm2d, ReLU, ReLU6, MaxPool2d, AvgPool2d,
-// GlobalAvgPool, Dropout, Flatten, Sequential. Initialisation follows torchvision.
+// The standard layers: Conv2d, Linear, BatchNorm2d, LayerNorm, ReLU, ReLU6, GELU, MaxPool2d, AvgPool2d,
+// GlobalAvgPool, Dropout, DropPath, Flatten, Sequential. Initialisation follows torchvision (and timm for
+// the transformer layers: LinearInit::TruncNormal).
 // Tested in tests/test_functions.cpp (the ops they call) and tests/test_models.cpp (in networks).
 #pragma once
 #include <memory>
@@ -32,10 +33,15 @@ class Conv2d final : public Module {
   Variable weight_, bias_;
 };
 
+enum class LinearInit {
+  Default,      // PyTorch's: weight and bias U(-1/sqrt(in), 1/sqrt(in))
+  TruncNormal,  // timm's ViT: weight N(0, 0.02²) truncated to ±2σ, bias 0
+};
+
+// Input (..., in_features): every leading dim is a row (token maps (B, T, D) included).
 class Linear final : public Module {
  public:
-  // PyTorch's default init: weight and bias U(-1/sqrt(in), 1/sqrt(in)).
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, LinearInit init = LinearInit::Default);
   Variable forward(const Variable& x) override;
   std::string kind() const override { return "Linear"; }
   std::string describe() const override;
@@ -58,6 +64,28 @@ class BatchNorm2d final : public Module {
   float momentum_, eps_;
   Variable gamma_, beta_;
   Tensor running_mean_, running_var_;  // share storage with the registered buffers
+};
+
+// LayerNorm over the last dimension; weight 1, bias 0 (timm's ViT uses eps 1e-6).
+class LayerNorm final : public Module {
+ public:
+  explicit LayerNorm(int64_t features, float eps = 1e-5f);
+  Variable forward(const Variable& x) override { return layer_norm(x, gamma_, beta_, eps_); }
+  std::string kind() const override { return "LayerNorm"; }
+  std::string describe() const override;
+ private:
+  int64_t features_;
+  float eps_;
+  Variable gamma_, beta_;
+};
+
+class GELU final : public Module {
+ public:
+  explicit GELU(bool tanh_approx = false) : tanh_approx_(tanh_approx) {}
+  Variable forward(const Variable& x) override { return gelu(x, tanh_approx_); }
+  std::string kind() const override { return "GELU"; }
+ private:
+  bool tanh_approx_;
 };
 
 class ReLU final : public Module {
@@ -108,7 +136,25 @@ class Dropout final : public Module {
   Variable forward(const Variable& x) override;
   std::string kind() const override { return "Dropout"; }
   // Dropout draws philox(seed, stream, i); the stream advances every call.
-  void set_seed(uint64_t seed) {
+  void set_seed(uint64_t seed) override {
+    seed_ = seed;
+    calls_ = 0;
+  }
+ private:
+  float p_;
+  uint64_t seed_ = 0;
+  uint64_t calls_ = 0;
+};
+
+// Stochastic depth on a residual branch: whole samples dropped with probability p (drop_path).
+class DropPath final : public Module {
+ public:
+  explicit DropPath(float p);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "DropPath"; }
+  std::string describe() const override;
+  // Sample n of call k draws philox(seed, k, n).
+  void set_seed(uint64_t seed) override {
     seed_ = seed;
     calls_ = 0;
   }

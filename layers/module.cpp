@@ -1,6 +1,8 @@
 // Module bookkeeping: registration, traversal, train/eval, the init random stream.
 #include "actlab/layers/module.h"
 
+#include <cmath>
+
 #include <unordered_set>
 
 #include "actlab/core/allocator.h"
@@ -108,5 +110,13 @@ PhiloxStream& init_stream() {
 }  // namespace
 PhiloxStream& init_rng() { return init_stream(); }
 void seed_init(uint64_t seed) { init_stream() = PhiloxStream(seed, 0x1A17); }
+
+Tensor trunc_normal_init(const Shape& shape, float std) {
+  Tensor t = Tensor::randn(shape, init_rng(), 0.f, std);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    while (std::fabs(p[i]) > 2.f * std) p[i] = Tensor::randn({1}, init_rng(), 0.f, std).item();
+  return t;
+}
 
 }  // namespace actlab

@@ -28,6 +28,10 @@ class Module {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   int64_t parameter_count() const;
 
+  // Restarts the random draws of a module that makes any (Dropout, DropPath) from `seed`; a no-op for the
+  // rest. The trainer reseeds every module before each step, so masks are a function of the step.
+  virtual void set_seed(uint64_t /*seed*/) {}
+
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
@@ -86,5 +90,8 @@ class ObserverScope {
 // The random stream parameters are initialised from (seed it once per run for reproducibility).
 PhiloxStream& init_rng();
 void seed_init(uint64_t seed);
+// N(0, std²) truncated to ±2σ by redrawing, from init_rng() (timm's trunc_normal_, used by the transformer
+// layers' weights, class token and position embedding).
+Tensor trunc_normal_init(const Shape& shape, float std);
 
 }  // namespace actlab

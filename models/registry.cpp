@@ -6,6 +6,7 @@
 #include "actlab/models/mlp.h"
 #include "actlab/models/mobilenet_v2.h"
 #include "actlab/models/resnet.h"
+#include "actlab/models/vit.h"
 
 namespace actlab {
 
@@ -61,7 +62,12 @@ const std::vector<ModelEntry>& model_table() {
        [](const ModelSpec& s) {
          return std::make_shared<MobileNetV2>(mobilenet_v2_imagenet_config(s.in_channels, s.num_classes));
        }},
-      {"mlp", "MLP: flatten, 2 hidden layers of 512 with ReLU, Linear to classes", 0, 0,
+      {"vit_tiny_cifar", "ViT-Tiny for small images (patch 4, width 192, depth 12, 3 heads, drop-path 0.1; timm names; 5.36M params at 32x32)",
+       32, 0,
+       [](const ModelSpec& s) {
+         return std::make_shared<VisionTransformer>(vit_tiny_cifar_config(s.image_size, s.in_channels, s.num_classes));
+       }},
+            {"mlp", "MLP: flatten, 2 hidden layers of 512 with ReLU, Linear to classes", 0, 0,
        [](const ModelSpec& s) {
          return std::make_shared<Mlp>(s.in_channels * s.image_size * s.image_size, std::vector<int64_t>{512, 512},
                                       s.num_classes);

@@ -95,6 +95,14 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
       {"mobilenet_v2_torchcifar", {10, 2236682, 32, 2}},
       // Closed form above; PyTorch on the kuangliu definition also gives 2,296,922.
       {"mobilenet_v2", {10, division_mobilenet_v2_parameters(3, 10), 32, 2}},
+      // timm/torchvision ViT at 32x32, patch 4 (65 tokens), width 192, depth 12, MLP 768: torchvision's
+      // VisionTransformer(image_size=32, patch_size=4, num_layers=12, num_heads=3, hidden_dim=192,
+      // mlp_dim=768, num_classes=10) counts the same: patch conv 3·16·192 + 192, class token 192, position
+      // embedding 65·192, per block 2·384 (norms) + 192·576 + 576 + 192·192 + 192 + 192·768 + 768 + 768·192 + 192,
+      // final norm 384, head 192·10 + 10.
+      {"vit_tiny_cifar", {10, 3 * 16 * 192 + 192 + 192 + 65 * 192 +
+                                  12 * (2 * 384 + 192 * 576 + 576 + 192 * 192 + 192 + 192 * 768 + 768 + 768 * 192 + 192) +
+                                  384 + 192 * 10 + 10, 32, 2}},
       // (3·32·32→512) + (512→512) + (512→10), weights and biases.
       {"mlp", {10, 3072 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10, 32, 2}},
   };
@@ -119,6 +127,11 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
       {"mobilenet_v2",
        {173, {"features.1.conv.3.weight", "features.1.shortcut.0.weight", "features.2.shortcut.1.bias",
             "features.11.shortcut.0.weight", "features.17.shortcut.0.weight", "classifier.1.weight"}}},
+      // timm's names: patch_embed.proj 2 + cls_token + pos_embed + 12 blocks × 12 + norm 2 + head 2 = 152 tensors.
+      {"vit_tiny_cifar",
+       {152, {"patch_embed.proj.weight", "patch_embed.proj.bias", "cls_token", "pos_embed", "blocks.0.norm1.weight",
+              "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.bias", "blocks.5.norm2.bias", "blocks.11.mlp.fc1.weight",
+              "blocks.11.mlp.fc2.bias", "norm.weight", "head.bias"}}},
       // conv1 + 12 blocks × 6 + 3 shortcut convs + bn_final 2 + fc 2 = 80 tensors.
       {"wrn28_10",
        {80, {"conv1.weight", "layer1.0.bn1.weight", "layer1.0.shortcut.weight", "layer3.3.conv2.weight",
@@ -136,6 +149,14 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
       for (const auto& n : it->second.second) CHECK_MESSAGE(contains(got, n), name, ": no ", n);
     }
     if (name == "mlp") continue;  // its input width is fixed at construction; checked below
+    if (name == "vit_tiny_cifar") {  // its position embedding fixes the image size: one size
+      NoGradGuard no_grad;
+      model->eval();
+      MemTagScope tag(MemTag::Activation);
+      const Variable out = (*model)(Variable(Tensor::zeros({r.batch, 3, 32, 32})));
+      CHECK((out.shape() == Shape{r.batch, r.classes}));
+      continue;
+    }
     NoGradGuard no_grad;
     model->eval();
     for (const int64_t size : {r.size, min_image_size(name)}) {

@@ -156,15 +156,14 @@ void request_stop(int signal) { g_stop_signal = signal; }
 // ---------------------------------------------------------------- the run
 namespace {
 
-// Dropout masks draw philox(seed, stream, i); reseeding every module from (run seed, global step,
-// module index) before each step makes them a function of the step rather than of how many calls
-// this process made. NOTE: exact across a resume only once Dropout::set_seed also restarts its
-// per-call stream counter (asked of layers/); no model used by the resume tests has dropout.
+// Dropout and drop-path masks draw philox(seed, stream, i); reseeding every module from (run seed, global
+// step, module index) before each step (Module::set_seed, which also restarts the per-call stream counter)
+// makes them a function of the step rather than of how many calls this process made, so a resume redraws them.
 void seed_dropout(Module& model, uint64_t seed, int64_t global_step) {
   uint64_t index = 0;
   for (const auto& m : model.named_modules()) {
-    if (auto* d = dynamic_cast<Dropout*>(m.second.get()))
-      d->set_seed(fnv1a64(&index, sizeof index, fnv1a64(&global_step, sizeof global_step, seed ^ 0xD509u)));
+    Module& module = m.second ? *m.second : model;  // the root is listed first, without a handle
+    module.set_seed(fnv1a64(&index, sizeof index, fnv1a64(&global_step, sizeof global_step, seed ^ 0xD509u)));
     ++index;
   }
 }
