@@ -88,13 +88,13 @@ Dropout::Dropout(float p) : p_(p) {
   ACTLAB_CHECK(p >= 0.f && p < 1.f, "Dropout: p must be in [0, 1), got ", p);
 }
 
-Variable Dropout::forward(const Variable& x) { return dropout(x, p_, is_training(), seed_, calls_++); }
+Variable Dropout::forward(const Variable& x) { return dropout(x, p_, is_training(), seed(), next_call()); }
 
 DropPath::DropPath(float p) : p_(p) {
   ACTLAB_CHECK(p >= 0.f && p < 1.f, "DropPath: p must be in [0, 1), got ", p);
 }
 
-Variable DropPath::forward(const Variable& x) { return drop_path(x, p_, is_training(), seed_, calls_++); }
+Variable DropPath::forward(const Variable& x) { return drop_path(x, p_, is_training(), seed(), next_call()); }
 
 std::string DropPath::describe() const { return detail::concat("DropPath(", p_, ")"); }
 

@@ -130,38 +130,40 @@ class Flatten final : public Module {
   std::string kind() const override { return "Flatten"; }
 };
 
-class Dropout final : public Module {
+// A module whose forward draws random numbers: call k after set_seed(s) draws philox(s, k, i) for its
+// element (Dropout) or sample (DropPath) i.
+class SeededModule : public Module {
  public:
-  explicit Dropout(float p);
-  Variable forward(const Variable& x) override;
-  std::string kind() const override { return "Dropout"; }
-  // Dropout draws philox(seed, stream, i); the stream advances every call.
   void set_seed(uint64_t seed) override {
     seed_ = seed;
     calls_ = 0;
   }
+ protected:
+  uint64_t seed() const { return seed_; }
+  uint64_t next_call() { return calls_++; }
  private:
-  float p_;
   uint64_t seed_ = 0;
   uint64_t calls_ = 0;
 };
 
+class Dropout final : public SeededModule {
+ public:
+  explicit Dropout(float p);
+  Variable forward(const Variable& x) override;
+  std::string kind() const override { return "Dropout"; }
+ private:
+  float p_;
+};
+
 // Stochastic depth on a residual branch: whole samples dropped with probability p (drop_path).
-class DropPath final : public Module {
+class DropPath final : public SeededModule {
  public:
   explicit DropPath(float p);
   Variable forward(const Variable& x) override;
   std::string kind() const override { return "DropPath"; }
   std::string describe() const override;
-  // Sample n of call k draws philox(seed, k, n).
-  void set_seed(uint64_t seed) override {
-    seed_ = seed;
-    calls_ = 0;
-  }
  private:
   float p_;
-  uint64_t seed_ = 0;
-  uint64_t calls_ = 0;
 };
 
 // Runs its children in order; children are named "0", "1", ... (torchvision naming).
