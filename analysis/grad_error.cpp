@@ -96,6 +96,13 @@ std::vector<double> GradErrorReport::mean_relative_error() const {
 GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tensor& labels,
                                 const std::vector<std::shared_ptr<const ActivationCachePolicy>>& policies,
                                 const GradErrorOptions& options) {
+  std::vector<PolicySet> sets;
+  for (const auto& policy : policies) sets.emplace_back(policy);
+  return gradient_errors(model, images, labels, sets, options);
+}
+
+GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tensor& labels,
+                                const std::vector<PolicySet>& policy_sets, const GradErrorOptions& options) {
   ACTLAB_CHECK(images.defined() && images.dtype() == DType::F32 && images.dim() == 4,
                "gradient_errors: images must be (N,C,H,W) f32, got ", images.defined() ? images.str() : "none");
   ACTLAB_CHECK(labels.defined() && labels.dim() == 1 && labels.size(0) == images.size(0),
@@ -118,14 +125,13 @@ GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tenso
     difference_norms(exact[l], exact[l], &unused, &row.grad_norm);
     report.layers.push_back(std::move(row));
   }
-  for (const auto& policy : policies) {
-    report.policies.push_back(policy->name());
+  for (const PolicySet& set : policy_sets) {
+    report.policies.push_back(set.describe());
     double loss = 0;
-    const std::vector<Tensor> approx =
-        weight_gradients(model, layers, images, labels, PolicySet(policy), options, state, &loss);
+    const std::vector<Tensor> approx = weight_gradients(model, layers, images, labels, set, options, state, &loss);
     // Policies change only what backward reads: a different loss means the forwards differed and the
     // comparison would measure something else.
-    ACTLAB_CHECK(loss == report.loss, "gradient_errors: the forward under ", policy->name(), " gave loss ", loss,
+    ACTLAB_CHECK(loss == report.loss, "gradient_errors: the forward under ", set.describe(), " gave loss ", loss,
                  ", the exact one ", report.loss, " (non-deterministic forward?)");
     for (size_t l = 0; l < layers.size(); ++l) {
       double diff = 0, ref = 0;

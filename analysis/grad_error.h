@@ -44,5 +44,9 @@ struct GradErrorReport {
 GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tensor& labels,
                                 const std::vector<std::shared_ptr<const ActivationCachePolicy>>& policies,
                                 const GradErrorOptions& options = {});
+// The same for policy sets (a default plus per-module rules, PolicySet::describe() names them): which
+// layers a rule such as "blocks.*.attn=exact" protects, on the same batch and draws.
+GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tensor& labels,
+                                const std::vector<PolicySet>& policy_sets, const GradErrorOptions& options = {});
 
 }  // namespace actlab

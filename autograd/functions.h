@@ -31,8 +31,8 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
 // GELU: x·Φ(x), or the tanh approximation. saves: x (lossy_ok: through the policy; no f32 copy kept
 // beside it). In functions_token.cpp.
 Variable gelu(const Variable& x, bool tanh_approx = false);
-// LayerNorm over the last dimension; gamma, beta (D). saves: x (lossy_ok), gamma (parameter), mean and
-// rstd per row (exact). In functions_token.cpp.
+// LayerNorm over the last dimension; gamma, beta (D). saves: the normalized input x̂ (lossy_ok), gamma
+// (parameter), rstd per row (exact). In functions_token.cpp.
 Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps = 1e-5f);
 
 // Softmax of scale·x over the last dimension. saves: the output y (lossy_ok: through the policy — for

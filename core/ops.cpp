@@ -412,7 +412,7 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool tanh_approx) {
 }
 
 Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor* mean,
-                         Tensor* rstd) {
+                         Tensor* rstd, Tensor* xhat) {
   const Device dev = op_device("layer_norm", {&x, &gamma, &beta});
   require_f32_contig("layer_norm", "input", x);
   ACTLAB_CHECK(x.dim() >= 1 && x.numel() > 0, "layer_norm: input ", x.str());
@@ -423,29 +423,35 @@ Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& bet
   Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
   *mean = Tensor::empty({rows}, DType::F32, dev);
   *rstd = Tensor::empty({rows}, DType::F32, dev);
+  float* xhat_ptr = nullptr;
+  if (xhat) {
+    *xhat = Tensor::empty(x.shape(), DType::F32, dev);
+    xhat_ptr = f32(*xhat);
+  }
   ACTLAB_DISPATCH(dev,
-                  cuda::layernorm_forward(f32(y), f32(*mean), f32(*rstd), f32(x), f32(gamma), f32(beta), rows, d, eps,
-                                          gpu.stream()),
-                  cpu::layernorm_forward(f32(y), f32(*mean), f32(*rstd), f32(x), f32(gamma), f32(beta), rows, d, eps));
+                  cuda::layernorm_forward(f32(y), xhat_ptr, f32(*mean), f32(*rstd), f32(x), f32(gamma), f32(beta), rows,
+                                          d, eps, gpu.stream()),
+                  cpu::layernorm_forward(f32(y), xhat_ptr, f32(*mean), f32(*rstd), f32(x), f32(gamma), f32(beta), rows,
+                                         d, eps));
   return y;
 }
 
-Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, Tensor* dgamma, Tensor* dbeta) {
-  const Device dev = op_device("layer_norm_backward", {&dy, &x, &gamma, &mean, &rstd});
+Tensor layernorm_backward(const Tensor& dy, const Tensor& xhat, const Tensor& gamma, const Tensor& rstd,
+                          Tensor* dgamma, Tensor* dbeta) {
+  const Device dev = op_device("layer_norm_backward", {&dy, &xhat, &gamma, &rstd});
   require_f32_contig("layer_norm_backward", "grad", dy);
-  require_f32_contig("layer_norm_backward", "input", x);
-  ACTLAB_CHECK(dy.shape() == x.shape(), "layer_norm_backward: grad ", dy.str(), " for an input ", x.str());
-  const int64_t d = x.size(x.dim() - 1), rows = x.numel() / d;
-  ACTLAB_CHECK(mean.numel() == rows && rstd.numel() == rows && gamma.numel() == d,
-               "layer_norm_backward: statistics for ", mean.numel(), " rows, the input has ", rows);
-  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
+  require_f32_contig("layer_norm_backward", "normalized input", xhat);
+  ACTLAB_CHECK(dy.shape() == xhat.shape(), "layer_norm_backward: grad ", dy.str(), " for an input ", xhat.str());
+  const int64_t d = xhat.size(xhat.dim() - 1), rows = xhat.numel() / d;
+  ACTLAB_CHECK(rstd.numel() == rows && gamma.numel() == d, "layer_norm_backward: statistics for ", rstd.numel(),
+               " rows, the input has ", rows);
+  Tensor dx = Tensor::empty(xhat.shape(), DType::F32, dev);
   *dgamma = Tensor::empty({d}, DType::F32, dev);
   *dbeta = Tensor::empty({d}, DType::F32, dev);
   ACTLAB_DISPATCH(dev,
-                  cuda::layernorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma), f32(mean),
+                  cuda::layernorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(xhat), f32(gamma),
                                            f32(rstd), rows, d, gpu.stream()),
-                  cpu::layernorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma), f32(mean),
+                  cpu::layernorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(xhat), f32(gamma),
                                           f32(rstd), rows, d));
   return dx;
 }

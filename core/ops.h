@@ -44,11 +44,12 @@ Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias,
 Tensor gelu_forward(const Tensor& x, bool tanh_approx);
 Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool tanh_approx);
 // LayerNorm over the last dimension D of x (..., D); gamma, beta (D). mean, rstd: one per row (the
-// product of the other dims), allocated here. Backward returns dx and sets dgamma, dbeta (D).
+// product of the other dims), allocated here; xhat (when asked for): the normalized input (x − mean)·rstd,
+// which backward reads with rstd. Backward returns dx and sets dgamma, dbeta (D).
 Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor* mean,
-                         Tensor* rstd);
-Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, Tensor* dgamma, Tensor* dbeta);
+                         Tensor* rstd, Tensor* xhat = nullptr);
+Tensor layernorm_backward(const Tensor& dy, const Tensor& xhat, const Tensor& gamma, const Tensor& rstd,
+                          Tensor* dgamma, Tensor* dbeta);
 
 // Softmax of scale·x over the last dimension (attention: scale = 1/√d folded in); backward from the output.
 Tensor softmax_forward(const Tensor& x, float scale);

@@ -30,9 +30,10 @@ ACTLAB_HD float gelu_grad(float x, bool tanh_approx) {
   return 0.5f * (1.f + erff(x * kSqrt1_2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
 }
 
-// Row r of a LayerNorm forward: statistics in double (rows are the model width), biased variance.
-ACTLAB_HD void layernorm_row(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
-                             int64_t r, int64_t d, float eps) {
+// Row r of a LayerNorm forward: statistics in double (rows are the model width), biased variance. x̂ =
+// (x − mean)·rstd is written too when xhat is not null: it is what backward reads (see below).
+ACTLAB_HD void layernorm_row(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
+                             const float* beta, int64_t r, int64_t d, float eps) {
   const float* xr = x + r * d;
   double sum = 0, sq = 0;
   for (int64_t j = 0; j < d; ++j) sum += xr[j];
@@ -41,31 +42,38 @@ ACTLAB_HD void layernorm_row(float* y, float* mean, float* rstd, const float* x,
   const float m = static_cast<float>(mu), s = static_cast<float>(1.0 / sqrt(sq / static_cast<double>(d) + eps));
   mean[r] = m;
   rstd[r] = s;
-  for (int64_t j = 0; j < d; ++j) y[r * d + j] = (xr[j] - m) * s * gamma[j] + beta[j];
+  for (int64_t j = 0; j < d; ++j) {
+    const float h = (xr[j] - m) * s;
+    if (xhat) xhat[r * d + j] = h;
+    y[r * d + j] = h * gamma[j] + beta[j];
+  }
 }
 
-// dx of row r: rstd·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), x̂ recomputed from x and the row's statistics.
-ACTLAB_HD void layernorm_row_backward(float* dx, const float* dy, const float* x, const float* gamma,
-                                      const float* mean, const float* rstd, int64_t r, int64_t d) {
-  const float m = mean[r], s = rstd[r];
+// dx of row r: rstd·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), from the normalized input x̂ and the row's rstd.
+// Backward reads x̂, not x: x̂ has zero mean and unit variance in every row, so a policy's per-sample step
+// fits every token alike, while x (the residual stream) mixes rows of very different scales, and an error
+// of one step in x is an error of step·rstd in x̂ (measured: docs/policies.md, "Token maps").
+ACTLAB_HD void layernorm_row_backward(float* dx, const float* dy, const float* xhat, const float* gamma,
+                                      const float* rstd, int64_t r, int64_t d) {
+  const float s = rstd[r];
   double sum_g = 0, sum_gx = 0;
   for (int64_t j = 0; j < d; ++j) {
     const double g = static_cast<double>(dy[r * d + j]) * gamma[j];
     sum_g += g;
-    sum_gx += g * ((x[r * d + j] - m) * s);
+    sum_gx += g * xhat[r * d + j];
   }
   const float mg = static_cast<float>(sum_g / static_cast<double>(d));
   const float mgx = static_cast<float>(sum_gx / static_cast<double>(d));
-  for (int64_t j = 0; j < d; ++j) dx[r * d + j] = s * (dy[r * d + j] * gamma[j] - mg - (x[r * d + j] - m) * s * mgx);
+  for (int64_t j = 0; j < d; ++j) dx[r * d + j] = s * (dy[r * d + j] * gamma[j] - mg - xhat[r * d + j] * mgx);
 }
 
 // dγ[j] = Σ_rows dy·x̂ and dβ[j] = Σ_rows dy for column j, rows in order (deterministic on both devices).
-ACTLAB_HD void layernorm_column_grads(float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
-                                      const float* rstd, int64_t j, int64_t rows, int64_t d) {
+ACTLAB_HD void layernorm_column_grads(float* dgamma, float* dbeta, const float* dy, const float* xhat, int64_t j,
+                                      int64_t rows, int64_t d) {
   double a = 0, b = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float g = dy[r * d + j];
-    a += static_cast<double>(g) * ((x[r * d + j] - mean[r]) * rstd[r]);
+    a += static_cast<double>(g) * xhat[r * d + j];
     b += g;
   }
   dgamma[j] = static_cast<float>(a);

@@ -370,16 +370,18 @@ TEST_CASE("cuda ops: GELU (both forms) and LayerNorm match the CPU, forward and 
                   1e-6, "gelu backward " + form);
     }
     const Tensor g = uniform({96}, 23), b = uniform({96}, 24);
-    Tensor m_cpu, r_cpu, m_gpu, r_gpu;
-    const Tensor y_cpu = ops::layernorm_forward(x, g, b, 1e-5f, &m_cpu, &r_cpu);
-    const Tensor y_gpu = ops::layernorm_forward(on(x, gpu()), on(g, gpu()), on(b, gpu()), 1e-5f, &m_gpu, &r_gpu);
+    Tensor m_cpu, r_cpu, m_gpu, r_gpu, h_cpu, h_gpu;
+    const Tensor y_cpu = ops::layernorm_forward(x, g, b, 1e-5f, &m_cpu, &r_cpu, &h_cpu);
+    const Tensor y_gpu =
+        ops::layernorm_forward(on(x, gpu()), on(g, gpu()), on(b, gpu()), 1e-5f, &m_gpu, &r_gpu, &h_gpu);
     check_close(y_cpu, y_gpu, 1e-5, "layer_norm");
+    check_close(h_cpu, h_gpu, 1e-5, "layer_norm normalized input");
     check_close(m_cpu, m_gpu, 1e-6, "layer_norm mean");
     check_close(r_cpu, r_gpu, 1e-6, "layer_norm rstd");
     Tensor dg_cpu, db_cpu, dg_gpu, db_gpu;
-    const Tensor dx_cpu = ops::layernorm_backward(dy, x, g, m_cpu, r_cpu, &dg_cpu, &db_cpu);
-    const Tensor dx_gpu =
-        ops::layernorm_backward(on(dy, gpu()), on(x, gpu()), on(g, gpu()), m_gpu, r_gpu, &dg_gpu, &db_gpu);
+    const Tensor dx_cpu = ops::layernorm_backward(dy, h_cpu, g, r_cpu, &dg_cpu, &db_cpu);
+    const Tensor dx_gpu = ops::layernorm_backward(on(dy, gpu()), on(h_cpu, gpu()), on(g, gpu()), on(r_cpu, gpu()),
+                                                  &dg_gpu, &db_gpu);
     check_close(dx_cpu, dx_gpu, 1e-5, "layer_norm dx");
     check_close(dg_cpu, dg_gpu, 1e-4, "layer_norm dgamma");
     check_close(db_cpu, db_gpu, 1e-4, "layer_norm dbeta");

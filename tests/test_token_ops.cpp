@@ -85,7 +85,7 @@ TEST_CASE("transformer ops keep for backward only what the policy reports: input
     reported += e.bytes_packed;
     // A (B, T, D) map is one plane per sample pooled along the tokens (docs/policies.md): 8.0x here.
     gelu_lossy = gelu_lossy || (e.op == "gelu.input" && e.lossy && e.bytes_packed * 4 < e.bytes_raw);
-    ln_lossy = ln_lossy || (e.op == "layer_norm.input" && e.lossy && e.bytes_packed * 4 < e.bytes_raw);
+    ln_lossy = ln_lossy || (e.op == "layer_norm.normalized" && e.lossy && e.bytes_packed * 4 < e.bytes_raw);
     stats_exact = stats_exact || (e.op == "layer_norm.rstd" && !e.lossy && e.bytes_packed == 4 * 4 * 32);
   }
   CHECK(gelu_lossy);

@@ -91,13 +91,13 @@ void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float
 // GELU y = x·Φ(x) (erf form) or 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (tanh_approx); dx = dy·gelu'(x).
 void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx);
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx);
-// LayerNorm over the last dimension of x (rows, d): y = (x − mean)·rstd·γ + β with the biased
-// variance; mean and rstd (rows) are written for backward. Backward recomputes x̂ from x (which may be
-// a policy's reconstruction) and assigns dx, dγ = Σ dy·x̂, dβ = Σ dy.
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
-                       int64_t rows, int64_t d, float eps);
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
-                        const float* mean, const float* rstd, int64_t rows, int64_t d);
+// LayerNorm over the last dimension of x (rows, d): y = x̂·γ + β with x̂ = (x − mean)·rstd and the biased
+// variance; mean and rstd (rows) are written, and x̂ too unless xhat is null. Backward reads x̂ (which may be
+// a policy's reconstruction) and rstd: dx = rstd·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), dγ = Σ dy·x̂, dβ = Σ dy.
+void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
+                       const float* beta, int64_t rows, int64_t d, float eps);
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
+                        const float* rstd, int64_t rows, int64_t d);
 // Softmax of scale·x over the last dimension of x (rows, d); backward from the output y (which may be a
 // policy's reconstruction): dx = scale·y·(dy − Σ dy·y) per row.
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale);

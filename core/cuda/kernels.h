@@ -23,10 +23,10 @@ namespace actlab::cuda {
 // ---- transformer ops (token.cu): the contracts of cpu::gelu_* and cpu::layernorm_* (core/cpu/kernels.h).
 void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx, cudaStream_t cuda_stream);
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx, cudaStream_t cuda_stream);
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
-                       int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream);
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
-                        const float* mean, const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream);
+void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
+                       const float* beta, int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream);
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
+                        const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream);
 // The contracts of cpu::softmax_*, cpu::scale_rows, cpu::add_to_rows, cpu::column_sums and cpu::strided_copy.
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale, cudaStream_t cuda_stream);
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale,

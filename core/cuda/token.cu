@@ -19,23 +19,23 @@ __global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x,
 }
 
 // One thread per row: rows are the model width long (a few hundred), and there are many of them.
-__global__ void layernorm_kernel(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+__global__ void layernorm_kernel(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
                                  const float* beta, int64_t rows, int64_t d, float eps) {
   for (int64_t r = global_thread(); r < rows; r += grid_threads())
-    token_math::layernorm_row(y, mean, rstd, x, gamma, beta, r, d, eps);
+    token_math::layernorm_row(y, xhat, mean, rstd, x, gamma, beta, r, d, eps);
 }
 
-__global__ void layernorm_dx_kernel(float* dx, const float* dy, const float* x, const float* gamma, const float* mean,
+__global__ void layernorm_dx_kernel(float* dx, const float* dy, const float* xhat, const float* gamma,
                                     const float* rstd, int64_t rows, int64_t d) {
   for (int64_t r = global_thread(); r < rows; r += grid_threads())
-    token_math::layernorm_row_backward(dx, dy, x, gamma, mean, rstd, r, d);
+    token_math::layernorm_row_backward(dx, dy, xhat, gamma, rstd, r, d);
 }
 
 // One thread per column, rows in order: the CPU's summation order.
-__global__ void layernorm_dparams_kernel(float* dgamma, float* dbeta, const float* dy, const float* x,
-                                         const float* mean, const float* rstd, int64_t rows, int64_t d) {
+__global__ void layernorm_dparams_kernel(float* dgamma, float* dbeta, const float* dy, const float* xhat, int64_t rows,
+                                         int64_t d) {
   for (int64_t j = global_thread(); j < d; j += grid_threads())
-    token_math::layernorm_column_grads(dgamma, dbeta, dy, x, mean, rstd, j, rows, d);
+    token_math::layernorm_column_grads(dgamma, dbeta, dy, xhat, j, rows, d);
 }
 
 // One thread per row, as LayerNorm: softmax rows are the token count long.
@@ -132,19 +132,20 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool t
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
-                       int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream) {
+void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
+                       const float* beta, int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream) {
   if (rows == 0) return;
-  layernorm_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(y, mean, rstd, x, gamma, beta, rows, d, eps);
+  layernorm_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(y, xhat, mean, rstd, x, gamma, beta, rows, d,
+                                                                        eps);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
-                        const float* mean, const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
+                        const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
   if (rows == 0) return;
-  layernorm_dx_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(dx, dy, x, gamma, mean, rstd, rows, d);
+  layernorm_dx_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(dx, dy, xhat, gamma, rstd, rows, d);
   ACTLAB_CUDA_CHECK_LAUNCH();
-  layernorm_dparams_kernel<<<grid_blocks(d), kBlockThreads, 0, cuda_stream>>>(dgamma, dbeta, dy, x, mean, rstd, rows, d);
+  layernorm_dparams_kernel<<<grid_blocks(d), kBlockThreads, 0, cuda_stream>>>(dgamma, dbeta, dy, xhat, rows, d);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
