@@ -216,11 +216,12 @@ bool PerGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const {
   return true;
 }
 
-std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
-  const Tensor x = checked_input(x_in, name());
-  GroupGeometry g;
-  if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
-  auto packed = std::make_unique<PackedGroups>(x.shape(), g, x.device());
+namespace {
+// The per-group codec on x's device: x (contiguous f32) as g.samples rows of g.sample_elems values, kept as
+// `shape` (which may differ from x's: a policy that reorders first records the caller's shape).
+std::unique_ptr<PackedGroups> pack_groups(const Tensor& x, const Shape& shape, const GroupGeometry& g,
+                                          const PackContext& ctx) {
+  auto packed = std::make_unique<PackedGroups>(shape, g, x.device());
   ACTLAB_DISPATCH(x.device(),
                   cuda::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed,
                                    ctx.stream, gpu.device()),
@@ -229,19 +230,37 @@ std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&
   return packed;
 }
 
+// The dequantized values in the codec's row order, shaped `shape` (a fresh f32 tensor).
+Tensor unpack_groups(const PackedGroups& groups, const Shape& shape) {
+  const Device device = groups.buffer().device();
+  Tensor out = Tensor::empty(shape, DType::F32, device);
+  ACTLAB_DISPATCH(device,
+                  cuda::group_unpack(out.data<float>(), groups.codes(), groups.mins(), groups.steps(),
+                                     groups.geometry(), gpu.device()),
+                  cpu::group_unpack(out.data<float>(), groups.codes(), groups.mins(), groups.steps(),
+                                    groups.geometry()));
+  return out;
+}
+
+const PackedGroups& checked_groups(const Packed& p, const std::string& policy) {
+  const auto* groups = dynamic_cast<const PackedGroups*>(&p);
+  ACTLAB_CHECK(groups != nullptr, "policy ", policy, " cannot unpack a pack it did not make (shape ",
+               shape_str(p.shape()), ")");
+  return *groups;
+}
+}  // namespace
+
+std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+  const Tensor x = checked_input(x_in, name());
+  GroupGeometry g;
+  if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  return pack_groups(x, x.shape(), g, ctx);
+}
+
 Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const {
   if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
-  const auto* groups = dynamic_cast<const PackedGroups*>(&p);
-  ACTLAB_CHECK(groups != nullptr, "policy ", name(), " cannot unpack a pack it did not make (shape ",
-               shape_str(p.shape()), ")");
-  const Device device = groups->buffer().device();
-  Tensor out = Tensor::empty(groups->shape(), DType::F32, device);
-  ACTLAB_DISPATCH(device,
-                  cuda::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(),
-                                     groups->geometry(), gpu.device()),
-                  cpu::group_unpack(out.data<float>(), groups->codes(), groups->mins(), groups->steps(),
-                                    groups->geometry()));
-  return out;
+  const PackedGroups& groups = checked_groups(p, name());
+  return unpack_groups(groups, groups.shape());
 }
 
 std::string PerGroupPolicy::name() const {
@@ -254,6 +273,55 @@ size_t PerGroupPolicy::expected_bytes(const Shape& shape) const {
   if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
   const int64_t groups = g.samples * ((g.sample_elems + group_size_ - 1) / group_size_);
   return to_size(groups * ((group_size_ * bits_ + 7) / 8 + 4));
+}
+
+// ---------------------------------------------------------------- Mesa-style policy
+MesaPolicy::MesaPolicy(int bits) : bits_(bits) {
+  ACTLAB_CHECK(valid_bits(bits), "policy bit width Q must be 1, 2, 4 or 8, got ", bits);
+}
+
+bool MesaPolicy::range_view(const Shape& shape, GroupGeometry& g) const {
+  const int64_t numel = shape_numel(shape);
+  if (numel <= 1) return false;
+  // 4-D: one range per index of dim 1 (a head of (B, heads, T, d), a channel of (N, C, H, W)) over the batch.
+  g.samples = shape.size() == 4 ? shape[1] : 1;
+  g.sample_elems = numel / g.samples;
+  g.group_size = g.sample_elems;
+  g.bits = bits_;
+  return true;
+}
+
+std::unique_ptr<Packed> MesaPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+  const Tensor x = checked_input(x_in, name());
+  GroupGeometry g;
+  if (!range_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  if (x.dim() != 4) return pack_groups(x, x.shape(), g, ctx);
+  // Each head's values across the batch made contiguous (a scratch copy, freed before returning).
+  MemTagScope tag(MemTag::Workspace);
+  const Tensor by_head = x.permute({1, 0, 2, 3}).contiguous();
+  return pack_groups(by_head, x.shape(), g, ctx);
+}
+
+Tensor MesaPolicy::unpack(const Packed& p, const SaveInfo&) const {
+  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
+  const PackedGroups& groups = checked_groups(p, name());
+  const Shape& s = groups.shape();
+  if (s.size() != 4) return unpack_groups(groups, s);
+  Tensor by_head;
+  {
+    MemTagScope tag(MemTag::Workspace);
+    by_head = unpack_groups(groups, {s[1], s[0], s[2], s[3]});
+  }
+  return by_head.permute({1, 0, 2, 3}).contiguous();
+}
+
+std::string MesaPolicy::name() const { return "mesa:Q=" + std::to_string(bits_); }
+
+// R ranges (dim 1's size for 4-D, else 1) of E = numel/R elements: R·(ceil(E·Q/8) + 4); numel <= 1 is a copy.
+size_t MesaPolicy::expected_bytes(const Shape& shape) const {
+  GroupGeometry g;
+  if (!range_view(shape, g)) return to_size(shape_numel(shape)) * 4;
+  return to_size(g.samples * ((g.sample_elems * bits_ + 7) / 8 + 4));
 }
 
 }  // namespace actlab

@@ -132,4 +132,22 @@ class PerGroupPolicy final : public ActivationCachePolicy {
   int bits_;
 };
 
+// Mesa-style activation quantization for vision transformers: Q-bit codes (Q = 8 by default, as Mesa)
+// with one range per head of a 4-D (B, heads, T, d) map — per channel of an (N, C, H, W) map — taken over
+// the whole batch, and one range per tensor for every other rank. What it follows and where it departs
+// (stochastic rounding, the batch's min/max instead of running averages): docs/policies.md, "mesa".
+// Pack: a PackedGroups of the head-major copy (heads as the codec's rows), shape() the caller's.
+class MesaPolicy final : public ActivationCachePolicy {
+ public:
+  explicit MesaPolicy(int bits);  // throws Error on a bad Q
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override;
+  std::string name() const override;
+  size_t expected_bytes(const Shape& shape) const override;
+  // The ranges of a shape as the per-group codec sees them (one group per row), or false for a copy.
+  bool range_view(const Shape& shape, GroupGeometry& g) const;
+ private:
+  int bits_;
+};
+
 }  // namespace actlab

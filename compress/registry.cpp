@@ -23,6 +23,7 @@ const Form kForms[] = {
     {"lfc", "B", "lfc:B=8", "bf16 LFC only (DIVISION w/o HFC, LFC-ACT)"},
     {"hfc", "BQ", "hfc:B=8,Q=2 | hfc:B=8", "HFC only, Q-bit or (no Q) f32 (HFC-ACT)"},
     {"pergroup", "GQ", "pergroup:G=256,Q=2", "ActNN-style Q-bit groups of G elements"},
+    {"mesa", "Q", "mesa:Q=8", "Mesa-style Q-bit codes, one range per head (4-D) or per tensor"},
 };
 
 std::string compact_forms() {
@@ -81,13 +82,14 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
     if (colon + 1 == spec.size()) bad_policy(spec, "nothing after ':'");
     args = parse_args(spec, spec.substr(colon + 1), form->keys);
   }
-  const int64_t B = arg_or(args, 'B', 8), G = arg_or(args, 'G', 256), Q = arg_or(args, 'Q', 2);
+  const int64_t B = arg_or(args, 'B', 8), G = arg_or(args, 'G', 256), Q = arg_or(args, 'Q', name == "mesa" ? 8 : 2);
   if (B < 1) bad_policy(spec, "B must be >= 1");
   if (G < 1) bad_policy(spec, "G must be >= 1");
   if (Q != 1 && Q != 2 && Q != 4 && Q != 8) bad_policy(spec, "Q must be 1, 2, 4 or 8, got " + std::to_string(Q));
 
   if (name == "exact") return std::make_shared<ExactPolicy>();
   if (name == "pergroup") return std::make_shared<PerGroupPolicy>(G, static_cast<int>(Q));
+  if (name == "mesa") return std::make_shared<MesaPolicy>(static_cast<int>(Q));
   PlaneCodecConfig config;
   config.pool_block = B;
   config.bits = static_cast<int>(Q);

@@ -335,3 +335,44 @@ TEST_CASE("policies: parse_policy accepts the documented forms and rejects the r
   }
   CHECK(policy_forms().find("hfc:B=8,Q=2") != std::string::npos);
 }
+
+TEST_CASE("policies: mesa keeps one range per head of a 4-D map over the batch and one per tensor otherwise") {
+  const int64_t live_before = live_bytes();
+  CHECK(parse_policy("mesa")->name() == "mesa:Q=8");
+  CHECK(parse_policy("mesa:Q=4")->name() == "mesa:Q=4");
+  CHECK_THROWS_AS(parse_policy("mesa:B=8"), Error);
+  CHECK_THROWS_AS(parse_policy("mesa:Q=3"), Error);
+  const auto mesa = parse_policy("mesa:Q=8");
+  {
+    // (B, heads, T, d) = (3, 4, 5, 6): head 2 a hundred times larger than the rest.
+    Tensor x = random_tensor({3, 4, 5, 6}, 31);
+    for (int64_t b = 0; b < 3; ++b) x.select(0, b).select(0, 2).mul_(100.f);
+    const auto packed = mesa->pack(x, {}, {5, 1});
+    CHECK(packed->shape() == Shape{3, 4, 5, 6});
+    CHECK(packed->nbytes() == mesa->expected_bytes({3, 4, 5, 6}));
+    CHECK(mesa->expected_bytes({3, 4, 5, 6}) == 4 * (3 * 5 * 6 + 4));  // 4 ranges of 90 one-byte codes
+    const auto* groups = dynamic_cast<const PackedGroups*>(packed.get());
+    REQUIRE(groups != nullptr);
+    std::vector<float> steps(4);
+    for (int h = 0; h < 4; ++h) steps[h] = bf16_to_float(groups->steps()[h]);
+    CHECK(steps[2] > 30 * steps[0]);  // the large head has its own range ...
+    CHECK(steps[1] < 2 * steps[0]);   // ... and does not coarsen the others
+    const std::vector<float> got = mesa->unpack(*packed, {}).to_vector(), want = x.to_vector();
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int64_t head = (static_cast<int64_t>(i) / 30) % 4;
+      if (!(std::fabs(got[i] - want[i]) <= steps[head] * 1.0001f)) ++bad;
+  }
+  CHECK(bad == 0);
+  // A token map (B, T, D): one range for the tensor.
+  const Tensor t = random_tensor({2, 7, 9}, 32);
+  const auto tp = mesa->pack(t, {}, {5, 2});
+  CHECK(tp->nbytes() == static_cast<size_t>(2 * 7 * 9 + 4));
+  const float step = bf16_to_float(dynamic_cast<const PackedGroups&>(*tp).steps()[0]);
+  const std::vector<float> tg = mesa->unpack(*tp, {}).to_vector(), tw = t.to_vector();
+  for (size_t i = 0; i < tg.size(); ++i) CHECK(std::fabs(tg[i] - tw[i]) <= step * 1.0001f);
+  // A single value is an exact copy.
+  CHECK(dynamic_cast<const PackedPassthrough*>(mesa->pack(random_tensor({1}, 33), {}, {}).get()) != nullptr);
+  }
+  CHECK(live_bytes() == live_before);
+}
