@@ -48,6 +48,10 @@ Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool
 Variable reshape(const Variable& x, const Shape& shape);  // a view when x is contiguous
 Variable permute(const Variable& x, const std::vector<int64_t>& order);  // a contiguous copy
 std::vector<Variable> split(const Variable& x, int64_t dim, const std::vector<int64_t>& sizes);
+// x[start:end:step] along dim (a contiguous copy); end is clamped like Tensor::slice.
+Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+// Element i along dim moves to (i + shift) mod size (torch.roll; Swin's shifted windows).
+Variable roll(const Variable& x, int64_t shift, int64_t dim);
 Variable concat(const std::vector<Variable>& xs, int64_t dim);
 // x + p, p of shape (1, ...) broadcast over dim 0 (a position embedding). saves: nothing.
 Variable add_rows(const Variable& x, const Variable& p);
@@ -56,6 +60,12 @@ Variable expand_rows(const Variable& p, int64_t n);
 // Stochastic depth: each sample (dim 0) is zeroed with probability p, the others scaled by 1/(1-p)
 // (training only). saves: the per-sample scale, exact (one f32 per sample). Randomness: philox(seed, stream, sample).
 Variable drop_path(const Variable& x, float p, bool training, uint64_t seed, uint64_t stream);
+
+// alpha·x. saves: nothing.
+Variable scale(const Variable& x, float alpha);
+// Rows of a parameter table (rows, d) at index (n, i64): (n, d) — a relative-position bias. saves: the index,
+// exact.
+Variable gather_rows(const Variable& table, const Tensor& index);
 
 // saves: a 1-bit mask (x > 0), exact.
 Variable relu(const Variable& x);

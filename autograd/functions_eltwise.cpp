@@ -1,5 +1,5 @@
-// Element-wise and shape ops: relu, relu6, add, add_relu, flatten, reshape, permute, split, concat, the row
-// broadcasts (add_rows, expand_rows), dropout, drop_path, shortcut_pad.
+// Element-wise and shape ops: relu, relu6, add, add_relu, scale, flatten, reshape, permute, slice, roll, split,
+// concat, the row broadcasts (add_rows, expand_rows), gather_rows, dropout, drop_path, shortcut_pad.
 #include "actlab/autograd/functions.h"
 
 #include <numeric>
@@ -160,6 +160,62 @@ class DropPathNode final : public Node {
   }
 };
 
+// saves: nothing (where the slice sits in the input).
+class SliceNode final : public Node {
+ public:
+  SliceNode(Shape in_shape, int64_t dim, int64_t start, int64_t end, int64_t step)
+      : in_shape_(std::move(in_shape)), dim_(dim), start_(start), end_(end), step_(step) {}
+  const char* name() const override { return "slice"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Tensor dx = Tensor::zeros(in_shape_, DType::F32, g[0].device());
+    dx.slice(dim_, start_, end_, step_).copy_(g[0]);
+    return {dx};
+  }
+ private:
+  Shape in_shape_;
+  int64_t dim_, start_, end_, step_;
+};
+
+// saves: nothing (the shift).
+class RollNode final : public Node {
+ public:
+  RollNode(int64_t shift, int64_t dim) : shift_(shift), dim_(dim) {}
+  const char* name() const override { return "roll"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override;
+ private:
+  int64_t shift_, dim_;
+};
+
+// saves: nothing (the factor).
+class ScaleNode final : public Node {
+ public:
+  explicit ScaleNode(float alpha) : alpha_(alpha) {}
+  const char* name() const override { return "scale"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Tensor dx = g[0].clone();
+    dx.mul_(alpha_);
+    return {dx};
+  }
+ private:
+  float alpha_;
+};
+
+// saves: the index (exact; i64, one per gathered row). The table is a parameter and backward does not read it.
+class GatherRowsNode final : public Node {
+ public:
+  explicit GatherRowsNode(int64_t rows) : rows_(rows) {}
+  const char* name() const override { return "gather_rows"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"index"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    return {ops::scatter_add_rows(g[0].contiguous(), load("index"), rows_)};
+  }
+ private:
+  int64_t rows_;
+};
+
 // saves: keep mask (1 bit/elem, exact).
 class DropoutNode final : public Node {
  public:
@@ -304,6 +360,48 @@ Variable drop_path(const Variable& x, float p, bool training, uint64_t seed, uin
   Tensor y = ops::scale_rows(x.data().contiguous(), s);
   auto node = make_node<DropPathNode>({&x});
   if (node) node->save_exact("scale", s);
+  return make_output(std::move(y), node);
+}
+
+namespace {
+// y = x rolled by shift along dim (element i goes to (i + shift) mod n), as two slice copies.
+Tensor roll_tensor(const Tensor& x, int64_t shift, int64_t dim) {
+  const int64_t n = x.size(dim), s = ((shift % n) + n) % n;
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (s == 0) {
+    y.copy_(x);
+    return y;
+  }
+  y.slice(dim, s, n).copy_(x.slice(dim, 0, n - s));
+  y.slice(dim, 0, s).copy_(x.slice(dim, n - s, n));
+  return y;
+}
+}  // namespace
+
+std::vector<Tensor> RollNode::backward(const std::vector<Tensor>& g) { return {roll_tensor(g[0], -shift_, dim_)}; }
+
+Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  Tensor y = x.data().slice(d, start, end, step).contiguous();
+  return make_output(std::move(y), make_node<SliceNode>({&x}, x.shape(), d, start, end, step));
+}
+
+Variable roll(const Variable& x, int64_t shift, int64_t dim) {
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  ACTLAB_CHECK(d >= 0 && d < x.dim() && x.size(d) > 0, "roll: dim ", dim, " of ", x.data().str());
+  return make_output(roll_tensor(x.data(), shift, d), make_node<RollNode>({&x}, shift, d));
+}
+
+Variable scale(const Variable& x, float alpha) {
+  Tensor y = x.data().contiguous().clone();
+  y.mul_(alpha);
+  return make_output(std::move(y), make_node<ScaleNode>({&x}, alpha));
+}
+
+Variable gather_rows(const Variable& table, const Tensor& index) {
+  Tensor y = ops::gather_rows(table.data().contiguous(), index);
+  auto node = make_node<GatherRowsNode>({&table}, table.size(0));
+  if (node) node->save_exact("index", index);
   return make_output(std::move(y), node);
 }
 

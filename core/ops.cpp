@@ -540,6 +540,42 @@ Tensor sum_rows(const Tensor& x, const Shape& row_shape) {
   return out;
 }
 
+namespace {
+void check_index(const char* op, const Tensor& index, int64_t rows) {
+  ACTLAB_CHECK(index.defined() && index.dtype() == DType::I64 && index.dim() == 1 && index.is_contiguous(), op,
+               ": index must be (n) i64, got ", index.defined() ? index.str() : "none");
+  if (!index.device().is_cpu()) return;
+  const int64_t* p = index.data<int64_t>();
+  for (int64_t i = 0; i < index.numel(); ++i)
+    ACTLAB_CHECK(p[i] >= 0 && p[i] < rows, op, ": index ", p[i], " at ", i, " is outside [0, ", rows, ")");
+}
+}  // namespace
+
+Tensor gather_rows(const Tensor& table, const Tensor& index) {
+  const Device dev = op_device("gather_rows", {&table, &index});
+  require_f32_contig("gather_rows", "table", table);
+  ACTLAB_CHECK(table.dim() == 2, "gather_rows: table must be (rows, d), got ", table.str());
+  check_index("gather_rows", index, table.size(0));
+  const int64_t n = index.numel(), d = table.size(1);
+  Tensor out = Tensor::empty({n, d}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::gather_rows(f32(out), f32(table), index.data<int64_t>(), n, d, gpu.stream()),
+                  cpu::gather_rows(f32(out), f32(table), index.data<int64_t>(), n, d));
+  return out;
+}
+
+Tensor scatter_add_rows(const Tensor& dy, const Tensor& index, int64_t rows) {
+  const Device dev = op_device("scatter_add_rows", {&dy, &index});
+  require_f32_contig("scatter_add_rows", "grad", dy);
+  check_index("scatter_add_rows", index, rows);
+  ACTLAB_CHECK(dy.dim() == 2 && dy.size(0) == index.numel(), "scatter_add_rows: grad ", dy.str(), " for ",
+               index.numel(), " indices");
+  const int64_t n = index.numel(), d = dy.size(1);
+  Tensor grad = Tensor::empty({rows, d}, DType::F32, dev);
+  ACTLAB_DISPATCH(dev, cuda::scatter_add_rows(f32(grad), f32(dy), index.data<int64_t>(), n, rows, d, gpu.stream()),
+                  cpu::scatter_add_rows(f32(grad), f32(dy), index.data<int64_t>(), n, rows, d));
+  return grad;
+}
+
 Tensor relu_forward(const Tensor& x, Tensor* mask) { return masked_forward("relu", MaskOp::Relu, x, nullptr, mask); }
 Tensor relu_backward(const Tensor& dy, const Tensor& mask) {
   return masked_backward("relu_backward", MaskOp::Relu, dy, mask, 0.f);

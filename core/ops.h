@@ -63,6 +63,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
 Tensor scale_rows(const Tensor& x, const Tensor& s);
 Tensor add_to_rows(const Tensor& x, const Tensor& p);
 Tensor sum_rows(const Tensor& x, const Shape& row_shape);
+// out (n, d) = table (rows, d) at rows index (n, i64, each in [0, rows): checked on the CPU; a GPU index must
+// come from one the CPU checked); scatter_add_rows is its adjoint, (rows, d).
+Tensor gather_rows(const Tensor& table, const Tensor& index);
+Tensor scatter_add_rows(const Tensor& dy, const Tensor& index, int64_t rows);
 
 // x (N,C,...) ; statistics over every dim but 1. save_mean/save_invstd: (C), allocated here.
 Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,

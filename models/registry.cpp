@@ -6,6 +6,7 @@
 #include "actlab/models/mlp.h"
 #include "actlab/models/mobilenet_v2.h"
 #include "actlab/models/resnet.h"
+#include "actlab/models/swin.h"
 #include "actlab/models/vit.h"
 
 namespace actlab {
@@ -67,6 +68,9 @@ const std::vector<ModelEntry>& model_table() {
        [](const ModelSpec& s) {
          return std::make_shared<VisionTransformer>(vit_tiny_cifar_config(s.image_size, s.in_channels, s.num_classes));
        }},
+            {"swin_t", "torchvision Swin-T (patch 4, window 7, widths 96-768, depths 2-2-6-2, drop-path 0.2; 224x224; 28.29M params)",
+       224, 0,
+       [](const ModelSpec& s) { return make_swin(swin_t_config(s.image_size, s.in_channels, s.num_classes)); }},
             {"mlp", "MLP: flatten, 2 hidden layers of 512 with ReLU, Linear to classes", 0, 0,
        [](const ModelSpec& s) {
          return std::make_shared<Mlp>(s.in_channels * s.image_size * s.image_size, std::vector<int64_t>{512, 512},

@@ -103,6 +103,8 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
       {"vit_tiny_cifar", {10, 3 * 16 * 192 + 192 + 192 + 65 * 192 +
                                   12 * (2 * 384 + 192 * 576 + 576 + 192 * 192 + 192 + 192 * 768 + 768 + 768 * 192 + 192) +
                                   384 + 192 * 10 + 10, 32, 2}},
+      // torchvision's swin_t documentation and sum(p.numel()) on torchvision 0.14's swin_t(): 28,288,354.
+      {"swin_t", {1000, 28288354, 224, 1}},
       // (3·32·32→512) + (512→512) + (512→10), weights and biases.
       {"mlp", {10, 3072 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10, 32, 2}},
   };
@@ -127,6 +129,13 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
       {"mobilenet_v2",
        {173, {"features.1.conv.3.weight", "features.1.shortcut.0.weight", "features.2.shortcut.1.bias",
             "features.11.shortcut.0.weight", "features.17.shortcut.0.weight", "classifier.1.weight"}}},
+      // torchvision swin_t: 173 tensors (named_parameters of torchvision 0.14's swin_t()).
+      {"swin_t",
+       {173, {"features.0.0.weight", "features.0.2.bias", "features.1.0.norm1.weight",
+              "features.1.0.attn.relative_position_bias_table", "features.1.0.attn.qkv.weight",
+              "features.1.1.attn.proj.bias", "features.1.0.mlp.0.weight", "features.1.0.mlp.3.bias",
+              "features.2.reduction.weight", "features.2.norm.weight", "features.5.5.norm2.bias",
+              "features.6.reduction.weight", "features.7.1.mlp.3.weight", "norm.weight", "head.bias"}}},
       // timm's names: patch_embed.proj 2 + cls_token + pos_embed + 12 blocks × 12 + norm 2 + head 2 = 152 tensors.
       {"vit_tiny_cifar",
        {152, {"patch_embed.proj.weight", "patch_embed.proj.bias", "cls_token", "pos_embed", "blocks.0.norm1.weight",
@@ -141,7 +150,8 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
     const auto ref = reference.find(name);
     REQUIRE_MESSAGE(ref != reference.end(), "registered model ", name, " has no reference figure in this test");
     const Reference& r = ref->second;
-    auto model = make_model({name, 3, r.classes, 32});
+    const bool fixed_size = name == "vit_tiny_cifar" || name == "swin_t";  // position tables fix the input
+    auto model = make_model({name, 3, r.classes, fixed_size ? r.size : 32});
     CHECK_MESSAGE(model->parameter_count() == r.parameters, name);
     if (const auto it = names.find(name); it != names.end()) {
       const auto got = parameter_names(*model);
@@ -149,11 +159,11 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
       for (const auto& n : it->second.second) CHECK_MESSAGE(contains(got, n), name, ": no ", n);
     }
     if (name == "mlp") continue;  // its input width is fixed at construction; checked below
-    if (name == "vit_tiny_cifar") {  // its position embedding fixes the image size: one size
+    if (fixed_size) {  // built for one image size: run at that one
       NoGradGuard no_grad;
       model->eval();
       MemTagScope tag(MemTag::Activation);
-      const Variable out = (*model)(Variable(Tensor::zeros({r.batch, 3, 32, 32})));
+      const Variable out = (*model)(Variable(Tensor::zeros({r.batch, 3, r.size, r.size})));
       CHECK((out.shape() == Shape{r.batch, r.classes}));
       continue;
     }

@@ -265,3 +265,25 @@ TEST_CASE("attention keeps its softmax output once: the softmax and the followin
   CHECK(k.grad().defined());
   CHECK(v.grad().defined());
 }
+
+TEST_CASE("slice with a step, roll and gather_rows: values by hand and gradcheck") {
+  const Variable x(Tensor::from_vector({0, 1, 2, 3, 4, 5}, {1, 6}), true);
+  CHECK(slice(x, 1, 1, 6, 2).data().to_vector() == std::vector<float>{1, 3, 5});
+  CHECK(roll(x, 2, 1).data().to_vector() == std::vector<float>{4, 5, 0, 1, 2, 3});
+  CHECK(roll(x, -1, 1).data().to_vector() == std::vector<float>{1, 2, 3, 4, 5, 0});
+  CHECK(roll(x, 6, 1).data().to_vector() == x.data().to_vector());
+  Tape::current().clear();
+  gradcheck([](std::vector<Variable>& v) { return slice(slice(v[0], 1, 0, 5, 2), 2, 1, 4, 2); }, {param({2, 5, 4}, 120)});
+  gradcheck([](std::vector<Variable>& v) { return roll(roll(v[0], -2, 1), 3, 2); }, {param({2, 5, 4}, 121)});
+  Tensor index = Tensor::empty({5}, DType::I64);
+  const int64_t rows[] = {2, 0, 2, 1, 2};
+  for (int i = 0; i < 5; ++i) index.data<int64_t>()[i] = rows[i];
+  const Variable table = param({3, 4}, 122);
+  const Tensor got = gather_rows(table, index).data();
+  CHECK(got.at({0, 1}) == table.data().at({2, 1}));
+  CHECK(got.at({3, 2}) == table.data().at({1, 2}));
+  Tape::current().clear();
+  gradcheck([&](std::vector<Variable>& v) { return gather_rows(v[0], index); }, {param({3, 4}, 123)});
+  index.data<int64_t>()[4] = 3;
+  CHECK_THROWS_AS(gather_rows(table, index), Error);  // outside the table
+}

@@ -8,6 +8,7 @@
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
 #include "actlab/models/registry.h"
+#include "actlab/models/swin.h"
 #include "actlab/models/vit.h"
 #include "gradcheck.h"
 
@@ -119,4 +120,22 @@ TEST_CASE("vit: DIVISION's weight-gradient error stays bounded down to the patch
   CHECK(mean[1] < 0.05);
   CHECK(mean[2] < 0.5);
   CHECK(mean[1] < mean[0]);
+}
+
+TEST_CASE("swin: a small Swin (shifted windows with their mask, patch merging) passes a gradient check") {
+  seed_init(7);
+  SwinConfig c;
+  c.image_size = 16;
+  c.patch = 2;
+  c.in_channels = 1;
+  c.num_classes = 3;
+  c.embed_dim = 4;
+  c.depths = {2, 2};
+  c.heads = {1, 2};
+  c.window = 4;  // stage 1: 8x8 map, 2x2 windows, the second block shifted by 2; stage 2: one 4x4 window
+  c.drop_path = 0.f;
+  auto model = make_swin(c);
+  gradcheck([&](std::vector<Variable>& v) { return (*model)(v[0]); }, {param({2, 1, 16, 16}, 130)}, 1e-2, 3e-2);
+  c.image_size = 20;  // a 10x10 map: patch merging cannot halve it into windows of 4
+  CHECK_THROWS_AS(make_swin(c), Error);
 }

@@ -110,6 +110,12 @@ void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t
 // the CUDA twin, so both give the same bits).
 void column_sums(float* out, const float* x, int64_t rows, int64_t d);
 
+// Row gather and its adjoint (a relative-position bias table read through a fixed index): out (n, d) =
+// table[index[i]]; grad (rows, d) = Σ over i with index[i] == r of dy[i], i in order (deterministic, and
+// the CUDA twin adds in the same order). index values must lie in [0, rows) (checked by the caller).
+void gather_rows(float* out, const float* table, const int64_t* index, int64_t n, int64_t d);
+void scatter_add_rows(float* grad, const float* dy, const int64_t* index, int64_t n, int64_t rows, int64_t d);
+
 // ---- copies between layouts (kernels_copy.cpp): what Tensor::copy_ runs when either side is strided
 // (a permute made contiguous, a slice, a concat's parts). Element (i0, .., i(n-1)) of `shape` is at
 // Σ ik·strides[k] elements from each base pointer; elem_bytes is 1, 2, 4 or 8.

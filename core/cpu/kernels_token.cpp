@@ -67,4 +67,16 @@ void column_sums(float* out, const float* x, int64_t rows, int64_t d) {
   }
 }
 
+void gather_rows(float* out, const float* table, const int64_t* index, int64_t n, int64_t d) {
+#pragma omp parallel for if (n * d > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) out[i * d + j] = table[index[i] * d + j];
+}
+
+void scatter_add_rows(float* grad, const float* dy, const int64_t* index, int64_t n, int64_t rows, int64_t d) {
+  for (int64_t k = 0; k < rows * d; ++k) grad[k] = 0.f;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) grad[index[i] * d + j] += dy[i * d + j];
+}
+
 }  // namespace actlab::cpu

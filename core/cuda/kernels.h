@@ -27,7 +27,8 @@ void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const fl
                        const float* beta, int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream);
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
                         const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream);
-// The contracts of cpu::softmax_*, cpu::scale_rows, cpu::add_to_rows, cpu::column_sums and cpu::strided_copy.
+// The contracts of cpu::softmax_*, cpu::scale_rows, cpu::add_to_rows, cpu::column_sums, cpu::strided_copy,
+// cpu::gather_rows and cpu::scatter_add_rows.
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale, cudaStream_t cuda_stream);
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale,
                       cudaStream_t cuda_stream);
@@ -35,6 +36,9 @@ void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t 
 void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t d, cudaStream_t cuda_stream);
 void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream_t cuda_stream);
 void strided_copy(void* dst, const void* src, const cpu::StridedCopy& c, cudaStream_t cuda_stream);
+void gather_rows(float* out, const float* table, const int64_t* index, int64_t n, int64_t d, cudaStream_t cuda_stream);
+void scatter_add_rows(float* grad, const float* dy, const int64_t* index, int64_t n, int64_t rows, int64_t d,
+                      cudaStream_t cuda_stream);
 
 void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n, cudaStream_t cuda_stream);
 // y = min(max(x, 0), 6), mask bit = (0 < x < 6). y may alias x.

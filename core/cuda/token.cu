@@ -73,7 +73,36 @@ __global__ void strided_copy_kernel(T* dst, const T* src, cpu::StridedCopy c, in
         src[token_math::strided_offset(i, c.shape, c.src_strides, c.ndim)];
 }
 
+__global__ void gather_rows_kernel(float* out, const float* table, const int64_t* index, int64_t n, int64_t d) {
+  for (int64_t k = global_thread(); k < n * d; k += grid_threads()) out[k] = table[index[k / d] * d + k % d];
+}
+
+// One thread per table element, indices in order: the CPU's summation order, no atomics.
+__global__ void scatter_add_rows_kernel(float* grad, const float* dy, const int64_t* index, int64_t n, int64_t rows,
+                                        int64_t d) {
+  for (int64_t k = global_thread(); k < rows * d; k += grid_threads()) {
+    const int64_t r = k / d, j = k % d;
+    float acc = 0.f;
+    for (int64_t i = 0; i < n; ++i)
+      if (index[i] == r) acc += dy[i * d + j];
+    grad[k] = acc;
+  }
+}
+
 }  // namespace
+
+void gather_rows(float* out, const float* table, const int64_t* index, int64_t n, int64_t d, cudaStream_t cuda_stream) {
+  if (n * d == 0) return;
+  gather_rows_kernel<<<grid_blocks(n * d), kBlockThreads, 0, cuda_stream>>>(out, table, index, n, d);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void scatter_add_rows(float* grad, const float* dy, const int64_t* index, int64_t n, int64_t rows, int64_t d,
+                      cudaStream_t cuda_stream) {
+  if (rows * d == 0) return;
+  scatter_add_rows_kernel<<<grid_blocks(rows * d), kBlockThreads, 0, cuda_stream>>>(grad, dy, index, n, rows, d);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
 
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale, cudaStream_t cuda_stream) {
   if (rows == 0) return;
