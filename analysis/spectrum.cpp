@@ -171,11 +171,19 @@ std::vector<LayerSpectrum> layer_spectra(const std::vector<CapturedInput>& input
   std::vector<LayerSpectrum> out;
   for (size_t l = 0; l < inputs.size(); ++l) {
     const CapturedInput& in = inputs[l];
-    if (in.input.dim() != 4) continue;
+    if (in.input.dim() != 4 && in.input.dim() != 3) continue;
     LayerSpectrum row;
     row.path = in.path;
     row.shape = in.input.shape();
-    row.energy = band_energy(in.input, options.ratio);
+    row.token_axis = in.input.dim() == 3;
+    if (row.token_axis) {
+      // (B, T, D) → (B, D, T, 1): every feature's sequence over the tokens is one T×1 plane, so the 2-D DCT
+      // is the 1-D DCT along the tokens — the axis the token-map policies pool along.
+      const Shape& s = in.input.shape();
+      row.energy = band_energy(in.input.permute({0, 2, 1}).contiguous().reshape({s[0], s[2], s[1], 1}), options.ratio);
+    } else {
+      row.energy = band_energy(in.input, options.ratio);
+    }
     const SaveInfo info{in.kind == "Linear" ? "linear" : "conv2d", "input", true, in.path};
     for (const auto& policy : policies)
       row.reconstruction.push_back(measure_reconstruction(*policy, in.input, {options.seed, l}, info));

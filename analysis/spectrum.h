@@ -84,6 +84,7 @@ Reconstruction measure_reconstruction(const ActivationCachePolicy& policy, const
 struct LayerSpectrum {
   std::string path;
   Shape shape;
+  bool token_axis = false;  // a (B, T, D) token map: λ of the 1-D DCT along the tokens, per feature
   BandEnergy energy;
   std::vector<Reconstruction> reconstruction;  // one per policy, in the order given
 };
@@ -92,7 +93,7 @@ struct SpectrumOptions {
   uint64_t seed = 0;       // stochastic rounding: layer l packs with PackContext{seed, l}
   bool train_mode = true;  // see capture_layer_inputs
 };
-// One row per captured input (ranks other than 4 are skipped: λ is defined on spatial maps).
+// One row per captured input of rank 4 (spatial maps) or 3 (token maps, along the tokens); others are skipped.
 std::vector<LayerSpectrum> layer_spectra(const std::vector<CapturedInput>& inputs,
                                          const std::vector<std::shared_ptr<const ActivationCachePolicy>>& policies,
                                          const SpectrumOptions& options);

@@ -446,12 +446,14 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   std::printf("[1/4] data and model ready: batch %s (%.1f s)\n", dims(batch.images.shape()).c_str(), seconds_since(t));
 
   t = Clock::now();
-  const std::vector<CapturedInput> inputs = capture_layer_inputs(*s.model, batch.images, st.train_bn);
+  // Linear inputs too: a transformer's (B, T, D) token maps get their spectra along the tokens.
+  const std::vector<CapturedInput> inputs = capture_layer_inputs(*s.model, batch.images, st.train_bn, true);
   const std::vector<const CapturedInput*> maps = unique_maps(inputs);
   r.fig_layers = flags.given("layers") ? split_list(flags.get("layers"), ',') : default_fig_layers(maps);
   for (const auto& l : r.fig_layers) find_map(maps, l);  // unknown names fail before the long work
   r.spectra = layer_spectra(inputs, st.policies, {r.ratio, r.seed, st.train_bn});
-  std::printf("[2/4] spectra and reconstruction of %zu conv inputs (%.1f s)\n", r.spectra.size(), seconds_since(t));
+  std::printf("[2/4] spectra and reconstruction of %zu conv inputs and token maps (%.1f s)\n", r.spectra.size(),
+              seconds_since(t));
 
   t = Clock::now();
   GradErrorOptions go;

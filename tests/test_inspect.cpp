@@ -381,3 +381,28 @@ TEST_CASE("image_grid: PNG bytes decode to the rendered pixels, write_png is ato
   CHECK(std::filesystem::file_size(dir.file("grid.png")) == png.size());
   CHECK_THROWS_AS(write_png(dir.file("missing/grid.png"), img), Error);
 }
+
+TEST_CASE("spectrum: a (B, T, D) token map is measured along the tokens, one plane per feature") {
+  // Feature j of sample b is constant over the tokens (all energy at frequency 0: λᴴ = 0) in the first map,
+  // and alternates sign token to token (the energy at the top frequencies) in the second.
+  Tensor smooth = Tensor::empty({2, 16, 3}), rough = Tensor::empty({2, 16, 3});
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 16; ++t)
+      for (int64_t j = 0; j < 3; ++j) {
+        smooth.data<float>()[(b * 16 + t) * 3 + j] = static_cast<float>(1 + j + b);
+        rough.data<float>()[(b * 16 + t) * 3 + j] = (t % 2 ? -1.f : 1.f) * static_cast<float>(1 + j);
+      }
+  const std::vector<CapturedInput> inputs = {{"blocks.0.mlp.fc1", "Linear", smooth}, {"blocks.0.mlp.fc2", "Linear", rough},
+                                             {"head", "Linear", Tensor::zeros({2, 3})}};
+  const auto rows = layer_spectra(inputs, {parse_policy("division:B=8,Q=2")}, {0.25, 0, true});
+  REQUIRE(rows.size() == 2);  // the (N, D) input of the head has no axis to measure along
+  CHECK(rows[0].token_axis);
+  CHECK(rows[0].energy.planes == 6);  // B·D sequences
+  CHECK(rows[0].energy.lambda_high == doctest::Approx(0.0).epsilon(1e-6));
+  CHECK(rows[0].energy.lambda_low > 1.0);
+  CHECK(rows[1].energy.high_over_low() > 3.0);
+  // The reconstruction is of the token map itself, in the token layout (one plane per sample).
+  CHECK(rows[0].reconstruction[0].packed_bytes ==
+        static_cast<int64_t>(parse_policy("division:B=8,Q=2")->expected_bytes({2, 16, 3})));
+  CHECK(rows[0].reconstruction[0].relative_error < 1e-2);  // the LFC along the tokens holds it all
+}
