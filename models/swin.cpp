@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "actlab/models/vit.h"  // PreNormBlock
+
 namespace actlab {
 
 namespace {
@@ -29,30 +31,23 @@ Variable window_merge(const Variable& windows, int64_t B, int64_t H, int64_t W, 
   return reshape(parts, {B, H, W, C});
 }
 
-class SwinBlock final : public Module {
+// torchvision's names: norm1, attn, stochastic_depth, norm2, mlp.0 (Linear) .1 (GELU) .2 (Dropout) .3 .4.
+class SwinBlock final : public PreNormBlock {
  public:
   SwinBlock(int64_t dim, int64_t heads, int64_t window, int64_t shift, int64_t mlp_ratio, float drop_path) {
     norm1_ = register_module("norm1", std::make_shared<LayerNorm>(dim));
     attn_ = register_module("attn", std::make_shared<ShiftedWindowAttention>(dim, heads, window, shift));
     drop_path_ = register_module("stochastic_depth", std::make_shared<DropPath>(drop_path));
     norm2_ = register_module("norm2", std::make_shared<LayerNorm>(dim));
-    mlp_ = register_module("mlp", std::make_shared<Sequential>());
-    mlp_->add(std::make_shared<Linear>(dim, mlp_ratio * dim, true, LinearInit::TruncNormal));
-    mlp_->add(std::make_shared<GELU>());
-    mlp_->add(std::make_shared<Dropout>(0.f));
-    mlp_->add(std::make_shared<Linear>(mlp_ratio * dim, dim, true, LinearInit::TruncNormal));
-    mlp_->add(std::make_shared<Dropout>(0.f));
-  }
-  Variable forward(const Variable& x) override {
-    const Variable h = add(x, (*drop_path_)((*attn_)((*norm1_)(x))));
-    return add(h, (*drop_path_)((*mlp_)((*norm2_)(h))));
+    auto mlp = register_module("mlp", std::make_shared<Sequential>());
+    mlp->add(std::make_shared<Linear>(dim, mlp_ratio * dim, true, LinearInit::TruncNormal));
+    mlp->add(std::make_shared<GELU>());
+    mlp->add(std::make_shared<Dropout>(0.f));
+    mlp->add(std::make_shared<Linear>(mlp_ratio * dim, dim, true, LinearInit::TruncNormal));
+    mlp->add(std::make_shared<Dropout>(0.f));
+    mlp_ = mlp;
   }
   std::string kind() const override { return "SwinTransformerBlock"; }
- private:
-  std::shared_ptr<LayerNorm> norm1_, norm2_;
-  std::shared_ptr<ShiftedWindowAttention> attn_;
-  std::shared_ptr<Sequential> mlp_;
-  std::shared_ptr<DropPath> drop_path_;
 };
 
 // (B, H, W, C) → (B, H/2, W/2, 2C): the four 2×2 phases side by side, LayerNorm(4C), Linear(4C → 2C).

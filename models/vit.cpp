@@ -53,20 +53,21 @@ Variable Attention::forward(const Variable& x) {
 
 std::string Attention::describe() const { return detail::concat("Attention(", dim_, ", heads=", heads_, ")"); }
 
+Variable PreNormBlock::forward(const Variable& x) {
+  const Variable h = add(x, (*drop_path_)((*attn_)((*norm1_)(x))));
+  return add(h, (*drop_path_)((*mlp_)((*norm2_)(h))));
+}
+
 TransformerBlock::TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio, float drop_path) {
   norm1_ = register_module("norm1", std::make_shared<LayerNorm>(dim, 1e-6f));
   attn_ = register_module("attn", std::make_shared<Attention>(dim, heads));
   drop_path_ = register_module("drop_path", std::make_shared<DropPath>(drop_path));
   norm2_ = register_module("norm2", std::make_shared<LayerNorm>(dim, 1e-6f));
-  mlp_ = register_module("mlp", std::make_shared<Sequential>());
-  mlp_->add("fc1", std::make_shared<Linear>(dim, mlp_ratio * dim, true, LinearInit::TruncNormal));
-  mlp_->add("act", std::make_shared<GELU>());
-  mlp_->add("fc2", std::make_shared<Linear>(mlp_ratio * dim, dim, true, LinearInit::TruncNormal));
-}
-
-Variable TransformerBlock::forward(const Variable& x) {
-  const Variable h = add(x, (*drop_path_)((*attn_)((*norm1_)(x))));
-  return add(h, (*drop_path_)((*mlp_)((*norm2_)(h))));
+  auto mlp = register_module("mlp", std::make_shared<Sequential>());
+  mlp->add("fc1", std::make_shared<Linear>(dim, mlp_ratio * dim, true, LinearInit::TruncNormal));
+  mlp->add("act", std::make_shared<GELU>());
+  mlp->add("fc2", std::make_shared<Linear>(mlp_ratio * dim, dim, true, LinearInit::TruncNormal));
+  mlp_ = mlp;
 }
 
 VisionTransformer::VisionTransformer(const VitConfig& c) : config_(c) {

@@ -35,17 +35,20 @@ class Attention final : public Module {
   std::shared_ptr<Linear> qkv_, proj_;
 };
 
-// Pre-norm block: x + drop_path(attn(norm1(x))), then x + drop_path(mlp(norm2(x))).
-class TransformerBlock final : public Module {
+// The pre-norm residual block of ViT and Swin: h = x + drop_path(attn(norm1(x))), then
+// h + drop_path(mlp(norm2(h))). Each model's block registers the parts under its own names.
+class PreNormBlock : public Module {
+ public:
+  Variable forward(const Variable& x) override;
+ protected:
+  std::shared_ptr<Module> norm1_, attn_, drop_path_, norm2_, mlp_;
+};
+
+// ViT's block (timm names: norm1, attn, drop_path, norm2, mlp.fc1/act/fc2).
+class TransformerBlock final : public PreNormBlock {
  public:
   TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio, float drop_path);
-  Variable forward(const Variable& x) override;
   std::string kind() const override { return "TransformerBlock"; }
- private:
-  std::shared_ptr<LayerNorm> norm1_, norm2_;
-  std::shared_ptr<Attention> attn_;
-  std::shared_ptr<Sequential> mlp_;
-  std::shared_ptr<DropPath> drop_path_;
 };
 
 // Images (N, C, H, W) → logits (N, classes): patch embedding (a stride-patch conv), class token, learned
