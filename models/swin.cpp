@@ -9,15 +9,23 @@ namespace actlab {
 
 namespace {
 
-// (B, C, H, W) → (B, H, W, C): torchvision's Permute([0, 2, 3, 1]) in features.0 and its inverse at the head.
-class PermuteModule final : public Module {
+// (B, C, H, W) → (B, H·W, C): torchvision's Permute([0, 2, 3, 1]) of features.0 (a module without
+// parameters there too), with the map kept as a token map (B, L, C) rather than (B, H, W, C) — the same
+// values; every LayerNorm, MLP and merge input is then a 3-D save, which the policies pool along the
+// tokens, where a 4-D (B, H, W, C) save would be pooled across W and the channels (docs/policies.md).
+class ToTokens final : public Module {
  public:
-  explicit PermuteModule(std::vector<int64_t> order) : order_(std::move(order)) {}
-  Variable forward(const Variable& x) override { return permute(x, order_); }
+  Variable forward(const Variable& x) override {
+    return reshape(permute(x, {0, 2, 3, 1}), {x.size(0), x.size(2) * x.size(3), x.size(1)});
+  }
   std::string kind() const override { return "Permute"; }
- private:
-  std::vector<int64_t> order_;
 };
+
+int64_t map_side(const Variable& tokens, int64_t side) {
+  ACTLAB_CHECK(tokens.dim() == 3 && tokens.size(1) == side * side, "swin: expected (B, ", side * side,
+               ", C) tokens of a ", side, "x", side, " map, got ", tokens.data().str());
+  return side;
+}
 
 // (B, H, W, C) → (B·(H/w)·(W/w), w·w, C) and back.
 Variable window_partition(const Variable& x, int64_t w) {
@@ -34,9 +42,10 @@ Variable window_merge(const Variable& windows, int64_t B, int64_t H, int64_t W, 
 // torchvision's names: norm1, attn, stochastic_depth, norm2, mlp.0 (Linear) .1 (GELU) .2 (Dropout) .3 .4.
 class SwinBlock final : public PreNormBlock {
  public:
-  SwinBlock(int64_t dim, int64_t heads, int64_t window, int64_t shift, int64_t mlp_ratio, float drop_path) {
+  SwinBlock(int64_t dim, int64_t heads, int64_t window, int64_t shift, int64_t side, int64_t mlp_ratio,
+            float drop_path) {
     norm1_ = register_module("norm1", std::make_shared<LayerNorm>(dim));
-    attn_ = register_module("attn", std::make_shared<ShiftedWindowAttention>(dim, heads, window, shift));
+    attn_ = register_module("attn", std::make_shared<ShiftedWindowAttention>(dim, heads, window, shift, side));
     drop_path_ = register_module("stochastic_depth", std::make_shared<DropPath>(drop_path));
     norm2_ = register_module("norm2", std::make_shared<LayerNorm>(dim));
     auto mlp = register_module("mlp", std::make_shared<Sequential>());
@@ -50,24 +59,24 @@ class SwinBlock final : public PreNormBlock {
   std::string kind() const override { return "SwinTransformerBlock"; }
 };
 
-// (B, H, W, C) → (B, H/2, W/2, 2C): the four 2×2 phases side by side, LayerNorm(4C), Linear(4C → 2C).
+// (B, side², C) → (B, (side/2)², 2C): the four 2×2 phases of the map side by side, LayerNorm(4C), Linear(4C → 2C).
 class PatchMerging final : public Module {
  public:
-  explicit PatchMerging(int64_t dim) {
+  PatchMerging(int64_t dim, int64_t side) : side_(side) {
+    ACTLAB_CHECK(side % 2 == 0, "swin: patch merging needs an even map, got ", side, "x", side);
     reduction_ = register_module("reduction", std::make_shared<Linear>(4 * dim, 2 * dim, false, LinearInit::TruncNormal));
     norm_ = register_module("norm", std::make_shared<LayerNorm>(4 * dim));
   }
-  Variable forward(const Variable& x) override {
-    ACTLAB_CHECK(x.size(1) % 2 == 0 && x.size(2) % 2 == 0, "swin: patch merging needs an even map, got ",
-                 x.data().str());
-    const auto phase = [&](int64_t r, int64_t c) {
-      return slice(slice(x, 1, r, x.size(1), 2), 2, c, x.size(2), 2);
-    };
+  Variable forward(const Variable& tokens) override {
+    const int64_t B = tokens.size(0), C = tokens.size(2), s = map_side(tokens, side_);
+    const Variable x = reshape(tokens, {B, s, s, C});
+    const auto phase = [&](int64_t r, int64_t c) { return slice(slice(x, 1, r, s, 2), 2, c, s, 2); };
     const Variable merged = concat({phase(0, 0), phase(1, 0), phase(0, 1), phase(1, 1)}, 3);
-    return (*reduction_)((*norm_)(merged));
+    return (*reduction_)((*norm_)(reshape(merged, {B, (s / 2) * (s / 2), 4 * C})));
   }
   std::string kind() const override { return "PatchMerging"; }
  private:
+  int64_t side_;
   std::shared_ptr<Linear> reduction_;
   std::shared_ptr<LayerNorm> norm_;
 };
@@ -82,7 +91,7 @@ class SwinTransformer final : public Module {
     auto stem = std::make_shared<Sequential>();
     stem->add(std::make_shared<Conv2d>(c.in_channels, c.embed_dim, c.patch, c.patch, 0, 1, true,
                                        ConvInit::KaimingUniformDefault));
-    stem->add(std::make_shared<PermuteModule>(std::vector<int64_t>{0, 2, 3, 1}));
+    stem->add(std::make_shared<ToTokens>());
     stem->add(std::make_shared<LayerNorm>(c.embed_dim));
     features_->add(stem);
     int64_t total = 0, k = 0;
@@ -101,12 +110,12 @@ class SwinTransformer final : public Module {
       auto stage = std::make_shared<Sequential>();
       for (int64_t b = 0; b < c.depths[s]; ++b, ++k) {
         const float rate = total > 1 ? c.drop_path * static_cast<float>(k) / static_cast<float>(total - 1) : 0.f;
-        stage->add(std::make_shared<SwinBlock>(dim, c.heads[s], std::min(window, side), b % 2 ? shift : 0,
+        stage->add(std::make_shared<SwinBlock>(dim, c.heads[s], std::min(window, side), b % 2 ? shift : 0, side,
                                                c.mlp_ratio, rate));
       }
       features_->add(stage);
       if (s + 1 < c.depths.size()) {
-        features_->add(std::make_shared<PatchMerging>(dim));
+        features_->add(std::make_shared<PatchMerging>(dim, side));
         dim *= 2;
         side /= 2;
       }
@@ -117,8 +126,10 @@ class SwinTransformer final : public Module {
   Variable forward(const Variable& x) override {
     ACTLAB_CHECK(x.dim() == 4 && x.size(2) == config_.image_size && x.size(3) == config_.image_size, "swin: built for ",
                  config_.image_size, "x", config_.image_size, " images, got ", x.data().str());
-    const Variable h = (*norm_)((*features_)(x));               // (B, h, w, C)
-    return (*head_)(global_avg_pool(permute(h, {0, 3, 1, 2})));  // torchvision: permute, avgpool, flatten
+    const Variable h = (*norm_)((*features_)(x));  // (B, L, C)
+    // torchvision: permute to (B, C, h, w), average pool, flatten — the mean over the tokens.
+    const Variable mean = global_avg_pool(reshape(permute(h, {0, 2, 1}), {h.size(0), h.size(2), h.size(1), 1}));
+    return (*head_)(mean);
   }
   std::string kind() const override { return "SwinTransformer"; }
  private:
@@ -138,10 +149,11 @@ SwinConfig swin_t_config(int64_t image_size, int64_t in_channels, int64_t num_cl
   return c;
 }
 
-ShiftedWindowAttention::ShiftedWindowAttention(int64_t dim, int64_t heads, int64_t window, int64_t shift)
-    : dim_(dim), heads_(heads), window_(window), shift_(shift) {
+ShiftedWindowAttention::ShiftedWindowAttention(int64_t dim, int64_t heads, int64_t window, int64_t shift, int64_t side)
+    : dim_(dim), heads_(heads), window_(window), shift_(shift), side_(side) {
   ACTLAB_CHECK(heads >= 1 && dim % heads == 0, "ShiftedWindowAttention: width ", dim, " over ", heads, " heads");
-  ACTLAB_CHECK(window >= 1 && shift >= 0 && shift < window, "ShiftedWindowAttention: window ", window, " shift ", shift);
+  ACTLAB_CHECK(window >= 1 && shift >= 0 && shift < window && side % window == 0, "ShiftedWindowAttention: window ",
+               window, " shift ", shift, " on a ", side, "x", side, " map");
   const int64_t span = 2 * window - 1, n = window * window;
   {
     MemTagScope tag(MemTag::Param);
@@ -175,9 +187,9 @@ Tensor ShiftedWindowAttention::shift_mask(int64_t H, int64_t W, Device device) c
   return mask.to(device);
 }
 
-Variable ShiftedWindowAttention::forward(const Variable& x_in) {
-  const int64_t B = x_in.size(0), H = x_in.size(1), W = x_in.size(2), w = window_, n = w * w, d = dim_ / heads_;
-  ACTLAB_CHECK(H % w == 0 && W % w == 0, "swin: a ", H, "x", W, " map is not a multiple of the window ", w);
+Variable ShiftedWindowAttention::forward(const Variable& tokens) {
+  const int64_t B = tokens.size(0), H = map_side(tokens, side_), W = H, w = window_, n = w * w, d = dim_ / heads_;
+  const Variable x_in = reshape(tokens, {B, H, W, dim_});
   Variable x = shift_ > 0 ? roll(roll(x_in, -shift_, 1), -shift_, 2) : x_in;
   const Variable windows = window_partition(x, w);  // (B·nW, n, C)
   const int64_t bw = windows.size(0);
@@ -196,11 +208,13 @@ Variable ShiftedWindowAttention::forward(const Variable& x_in) {
   }
   const Variable out = reshape(permute(matmul(softmax(logits), v), {0, 2, 1, 3}), {bw, n, dim_});
   x = window_merge((*proj_)(out), B, H, W, w);
-  return shift_ > 0 ? roll(roll(x, shift_, 1), shift_, 2) : x;
+  if (shift_ > 0) x = roll(roll(x, shift_, 1), shift_, 2);
+  return reshape(x, {B, H * W, dim_});
 }
 
 std::string ShiftedWindowAttention::describe() const {
-  return detail::concat("ShiftedWindowAttention(", dim_, ", heads=", heads_, ", window=", window_, ", shift=", shift_, ")");
+  return detail::concat("ShiftedWindowAttention(", dim_, ", heads=", heads_, ", window=", window_, ", shift=", shift_,
+                        ", map ", side_, "x", side_, ")");
 }
 
 std::shared_ptr<Module> make_swin(const SwinConfig& config) { return std::make_shared<SwinTransformer>(config); }
