@@ -389,7 +389,7 @@ TEST_CASE("cuda ops: GELU (both forms) and LayerNorm match the CPU, forward and 
   live.check();
 }
 
-TEST_CASE("cuda ops: softmax, batched matmul, the row broadcasts and strided copies match the CPU") {
+TEST_CASE("cuda ops: softmax, batched matmul, the row broadcasts, strided copies and row gathers match the CPU") {
   if (!gpu_or_skip("softmax, matmul, row broadcast and strided copy parity")) return;
   const LiveBytesOnBoth live;
   {
@@ -411,6 +411,12 @@ TEST_CASE("cuda ops: softmax, batched matmul, the row broadcasts and strided cop
     check_close(ops::add_to_rows(x, p), ops::add_to_rows(on(x, gpu()), on(p, gpu())), 0, "add_to_rows");
     check_close(ops::sum_rows(x, {3, 33, 33}), ops::sum_rows(on(x, gpu()), {3, 33, 33}), 0, "sum_rows (rows in order)");
     check_close(x.permute({0, 2, 3, 1}).contiguous(), on(x, gpu()).permute({0, 2, 3, 1}).contiguous(), 0, "permute copy");
+    Tensor index = Tensor::empty({2401}, DType::I64);
+    for (int64_t i = 0; i < 2401; ++i) index.data<int64_t>()[i] = (i * 37) % 169;
+    const Tensor table = uniform({169, 3}, 37), rows_dy = uniform({2401, 3}, 38);
+    check_close(ops::gather_rows(table, index), ops::gather_rows(on(table, gpu()), on(index, gpu())), 0, "gather_rows");
+    check_close(ops::scatter_add_rows(rows_dy, index, 169),
+                ops::scatter_add_rows(on(rows_dy, gpu()), on(index, gpu()), 169), 0, "scatter_add_rows (indices in order)");
   }
   live.check();
 }
