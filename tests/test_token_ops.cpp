@@ -287,3 +287,43 @@ TEST_CASE("slice with a step, roll and gather_rows: values by hand and gradcheck
   index.data<int64_t>()[4] = 3;
   CHECK_THROWS_AS(gather_rows(table, index), Error);  // outside the table
 }
+
+TEST_CASE("softmax and LayerNorm forward: the oneDNN fast paths equal the spec loops to f32 rounding") {
+  PhiloxStream rng(140);
+  const int64_t rows = 300, d = 50;
+  const Tensor x = Tensor::randn({rows, d}, rng, 0.f, 4.f), dy = Tensor::randn({rows, d}, rng);
+  for (const float scale : {1.f, 0.125f}) {
+    CAPTURE(scale);
+    std::vector<float> fast(rows * d), ref(rows * d), dfast(rows * d), dref(rows * d);
+    cpu::softmax_forward(fast.data(), x.data<float>(), rows, d, scale);
+    cpu::softmax_forward_ref(ref.data(), x.data<float>(), rows, d, scale);
+    cpu::softmax_backward(dfast.data(), dy.data<float>(), ref.data(), rows, d, scale);
+    cpu::softmax_backward_ref(dref.data(), dy.data<float>(), ref.data(), rows, d, scale);
+    double worst = 0, dworst = 0;
+    for (size_t i = 0; i < fast.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(fast[i] - ref[i])));
+      dworst = std::max(dworst, static_cast<double>(std::fabs(dfast[i] - dref[i])));
+    }
+    CHECK(worst < 1e-6);
+    CHECK(dworst < 1e-6);
+  }
+  const int64_t D = 192;
+  const Tensor xs = Tensor::randn({rows, D}, rng, 3.f, 2.f), g = Tensor::randn({D}, rng), b = Tensor::randn({D}, rng);
+  std::vector<float> y1(rows * D), y2(rows * D), h1(rows * D), h2(rows * D), m1(rows), m2(rows), r1(rows), r2(rows);
+  cpu::layernorm_forward(y1.data(), h1.data(), m1.data(), r1.data(), xs.data<float>(), g.data<float>(), b.data<float>(),
+                         rows, D, 1e-6f);
+  cpu::layernorm_forward_ref(y2.data(), h2.data(), m2.data(), r2.data(), xs.data<float>(), g.data<float>(),
+                             b.data<float>(), rows, D, 1e-6f);
+  double worst = 0;
+  for (size_t i = 0; i < y1.size(); ++i)
+    worst = std::max({worst, static_cast<double>(std::fabs(y1[i] - y2[i])), static_cast<double>(std::fabs(h1[i] - h2[i]))});
+  CHECK(worst < 2e-5);
+  for (int64_t r = 0; r < rows; ++r) {
+    CHECK(m1[r] == doctest::Approx(m2[r]).epsilon(1e-5));
+    CHECK(r1[r] == doctest::Approx(r2[r]).epsilon(1e-5));
+  }
+  std::vector<float> y3(rows * D);  // without the x̂ output: the same y
+  cpu::layernorm_forward(y3.data(), nullptr, m1.data(), r1.data(), xs.data<float>(), g.data<float>(), b.data<float>(), rows,
+                         D, 1e-6f);
+  CHECK(y3 == y1);
+}

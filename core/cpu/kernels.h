@@ -94,14 +94,21 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool t
 // LayerNorm over the last dimension of x (rows, d): y = x̂·γ + β with x̂ = (x − mean)·rstd and the biased
 // variance; mean and rstd (rows) are written, and x̂ too unless xhat is null. Backward reads x̂ (which may be
 // a policy's reconstruction) and rstd: dx = rstd·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), dγ = Σ dy·x̂, dβ = Σ dy.
+// The fast path (oneDNN's layer normalization, kernels_token_dnnl.cpp) and the spec loop (_ref, the CUDA
+// kernel's arithmetic): the same values to f32 rounding.
 void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
                        const float* beta, int64_t rows, int64_t d, float eps);
+void layernorm_forward_ref(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
+                           const float* beta, int64_t rows, int64_t d, float eps);
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
                         const float* rstd, int64_t rows, int64_t d);
 // Softmax of scale·x over the last dimension of x (rows, d); backward from the output y (which may be a
 // policy's reconstruction): dx = scale·y·(dy − Σ dy·y) per row.
+// Fast paths: oneDNN's softmax (kernels_token_dnnl.cpp); _ref: the spec loops.
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale);
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale);
+void softmax_forward_ref(float* y, const float* x, int64_t rows, int64_t d, float scale);
+void softmax_backward_ref(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale);
 // Row-wise broadcasts over (rows, d): y = x·s[row] (drop-path's per-sample scale) and y = x + p (a
 // position embedding p of d values added to every row). y may alias x.
 void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t d);

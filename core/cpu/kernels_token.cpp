@@ -1,5 +1,6 @@
 // CPU kernels of the transformer ops: GELU (erf and tanh forms), LayerNorm and softmax over the last
-// dimension, and the row-wise broadcasts of position embeddings and drop-path, OpenMP over elements, rows or columns around the shared arithmetic of core/token_math.h. Contracts in
+// dimension (the _ref loops: the spec, and what minimal builds run; kernels_token_dnnl.cpp has the fast
+// paths), the row-wise broadcasts of position embeddings and drop-path, OpenMP over elements, rows or columns around the shared arithmetic of core/token_math.h. Contracts in
 // core/cpu/kernels.h; tested in tests/test_token_ops.cpp against double-precision formulas and by
 // gradcheck through autograd.
 #include "actlab/core/cpu/kernels.h"
@@ -17,7 +18,7 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool t
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * token_math::gelu_grad(x[i], tanh_approx);
 }
 
-void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
+void layernorm_forward_ref(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
                        const float* beta, int64_t rows, int64_t d, float eps) {
 #pragma omp parallel for if (rows * d > 32768)
   for (int64_t r = 0; r < rows; ++r) token_math::layernorm_row(y, xhat, mean, rstd, x, gamma, beta, r, d, eps);
@@ -31,12 +32,12 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
   for (int64_t j = 0; j < d; ++j) token_math::layernorm_column_grads(dgamma, dbeta, dy, xhat, j, rows, d);
 }
 
-void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale) {
+void softmax_forward_ref(float* y, const float* x, int64_t rows, int64_t d, float scale) {
 #pragma omp parallel for if (rows * d > kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) token_math::softmax_row(y, x, r, d, scale);
 }
 
-void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale) {
+void softmax_backward_ref(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale) {
 #pragma omp parallel for if (rows * d > kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) token_math::softmax_row_backward(dx, dy, y, r, d, scale);
 }
