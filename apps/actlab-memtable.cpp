@@ -50,29 +50,47 @@ int main(int argc, char** argv) {
   flags.add("seed", "int", "0", "random seed");
   flags.add("out", "string", "", "also write the Markdown table to this file");
   flags.add("csv", "string", "", "also write one CSV row per cell to this file");
+  flags.add("by-kind", "string", "",
+            "also write, per cell, the saves summed by kind (linear.input, softmax.output, ...) as CSV to this file");
+  flags.add("table", "string", "",
+            "a paper table's grid: '1b' = Swin-T at 224x224, batch 128, 1000 classes, Normal / Checkpoint / Mesa / "
+            "DIVISION (flags given explicitly still win)");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
       return 0;
     }
-    const auto models = split_list(flags.get("models"), ',');
-    const auto policies = split_policies(flags.get("policies"));
+    // --table 1b: the paper's Table 1(b) grid. Its Checkpoint row is a placeholder until the checkpoint
+    // baseline exists; it is printed with the reason instead of a measurement.
+    const std::string table = flags.get("table");
+    ACTLAB_CHECK(table.empty() || table == "1b", "--table: only 1b (Swin-T memory) is a memtable grid, got '", table,
+                 "'; Table 1(a) is --models resnet50_imagenet,wrn50_2_imagenet --batches 64 --image-size 224 --classes 1000");
+    const bool t1b = table == "1b";
+    const auto pick = [&](const char* flag, const std::string& preset) {
+      return t1b && !flags.given(flag) ? preset : flags.get(flag);
+    };
+    const auto models = split_list(pick("models", "swin_t"), ',');
+    const auto policies = split_policies(pick("policies", "exact;checkpoint;mesa:Q=8;division:B=8,Q=2"));
+    const int64_t image_size = std::stoll(pick("image-size", "224")), classes = std::stoll(pick("classes", "1000"));
     std::vector<int64_t> batches;
-    for (const auto& b : split_list(flags.get("batches"), ',')) {
+    for (const auto& b : split_list(pick("batches", "128"), ',')) {
       ACTLAB_CHECK(b.find_first_not_of("0123456789") == std::string::npos && std::stoll(b) > 0,
                    "bad batch size '", b, "'");
       batches.push_back(std::stoll(b));
     }
     ACTLAB_CHECK(!models.empty() && !policies.empty() && !batches.empty(), "empty grid");
-    for (const auto& p : policies) parse_policy(p);
+    for (const auto& p : policies)
+      if (!(t1b && p == "checkpoint")) parse_policy(p);
     const int64_t threads = flags.get_int("threads");
     ACTLAB_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
     omp_set_num_threads(static_cast<int>(threads));
     // Before the measurements, which can take minutes: an output that cannot be written fails now.
     check_writable(flags.get("out"), true, "--out file");
     check_writable(flags.get("csv"), true, "--csv file");
+    check_writable(flags.get("by-kind"), true, "--by-kind file");
 
-    std::ostringstream md, csv;
+    std::ostringstream md, csv, kinds;
+    kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";
     csv << "model,batch,policy,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
            "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s\n";
     md << "| model | batch | policy | total GiB | activation GiB (rate vs exact) | policy-kept inputs: measured / closed form |\n"
@@ -81,12 +99,22 @@ int main(int argc, char** argv) {
       for (int64_t batch : batches) {
         int64_t exact_act = 0;
         for (const auto& policy : policies) {
+          if (t1b && policy == "checkpoint") {
+            char row[512];
+            std::snprintf(row, sizeof row,
+                          "| %s | %lld | checkpoint | - | - | not measured: actlab has no checkpoint (recompute) "
+                          "baseline yet |\n",
+                          model.c_str(), static_cast<long long>(batch));
+            md << row;
+            std::printf("%s", row);
+            continue;
+          }
           StepMemoryConfig c;
           c.model = model;
           c.batch = batch;
           c.in_channels = flags.get_int("channels");
-          c.image_size = flags.get_int("image-size");
-          c.num_classes = flags.get_int("classes");
+          c.image_size = image_size;
+          c.num_classes = classes;
           c.policy = policy;
           c.seed = static_cast<uint64_t>(flags.get_int("seed"));
           std::fprintf(stderr, "measuring %s b%lld %s ...\n", model.c_str(), static_cast<long long>(batch),
@@ -109,11 +137,16 @@ int main(int argc, char** argv) {
               << gib(r.activation_bytes) << "," << rate << "," << r.saved_raw_bytes / 1048576.0 << ","
               << r.saved_packed_bytes / 1048576.0 << "," << r.saved_expected_bytes / 1048576.0 << "," << vs_closed
               << "," << gib(r.peak_bytes) << "," << r.step_seconds << "\n";
+          for (const SaveKindBytes& k : r.by_kind)
+            kinds << model << "," << batch << "," << csv_field(policy) << "," << csv_field(k.op) << ","
+                  << (k.lossy ? "true" : "false") << "," << k.raw / 1048576.0 << "," << k.packed / 1048576.0 << ","
+                  << (k.packed > 0 ? static_cast<double>(k.raw) / k.packed : 0.0) << "\n";
         }
       }
     }
     if (!flags.get("out").empty()) write_text_atomic(flags.get("out"), md.str());
     if (!flags.get("csv").empty()) write_text_atomic(flags.get("csv"), csv.str());
+    if (!flags.get("by-kind").empty()) write_text_atomic(flags.get("by-kind"), kinds.str());
     return 0;
   } catch (const OutOfMemory& e) {
     std::fprintf(stderr, "actlab-memtable: error: %s\n", e.what());

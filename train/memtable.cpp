@@ -1,6 +1,7 @@
 // One measured training step on random data.
 #include "actlab/train/memtable.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "actlab/autograd/saved_tensor.h"
@@ -43,6 +44,12 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
     r.saved_raw_bytes = step.saved.raw;
     r.saved_packed_bytes = step.saved.packed;
     r.saved_expected_bytes = step.saved.expected;
+    for (const CacheEntryStats& e : step.saves) {
+      auto it = std::find_if(r.by_kind.begin(), r.by_kind.end(), [&](const SaveKindBytes& k) { return k.op == e.op; });
+      if (it == r.by_kind.end()) it = r.by_kind.insert(r.by_kind.end(), SaveKindBytes{e.op, e.lossy, 0, 0});
+      it->raw += e.bytes_raw;
+      it->packed += e.bytes_packed;
+    }
     // The reference's total: what was live before backward plus what the step (batch included) added.
     r.total_bytes = step.total_after_forward + (step.total_after_step - init) - start;
   }

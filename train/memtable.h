@@ -21,6 +21,15 @@ struct StepMemoryConfig {
   uint64_t seed = 0;
 };
 
+// The saves of one step summed by what they are ("linear.input", "softmax.output", "layer_norm.normalized",
+// "conv2d.input", "relu.mask", ...): the per-layer-type view of the memory report.
+struct SaveKindBytes {
+  std::string op;       // CacheEntryStats::op
+  bool lossy = false;   // offered to the policy
+  int64_t raw = 0;      // bytes of the tensors saved
+  int64_t packed = 0;   // bytes kept (shared packs counted once)
+};
+
 struct StepMemoryResult {
   int64_t model_only_bytes = 0;       // parameters + buffers (+ gradient buffers once allocated)
   int64_t activation_bytes = 0;       // StepResult::activation_bytes (docs/measures.md)
@@ -30,6 +39,7 @@ struct StepMemoryResult {
   int64_t saved_packed_bytes = 0;     // what the policy kept of them
   int64_t saved_expected_bytes = 0;   // the closed form for the same tensors
   double step_seconds = 0;
+  std::vector<SaveKindBytes> by_kind;  // in the order each kind first appears in the step
 };
 
 // The cell's random batch: N(0, 1) images and uniform labels drawn from Philox (seed, 77), under
