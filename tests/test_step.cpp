@@ -158,6 +158,20 @@ TEST_CASE("measure_step_memory: the memory table's cell is one run_step, kept by
   CHECK(division.saved_raw_bytes == exact.saved_raw_bytes);  // the same tensors were offered
   CHECK(division.activation_bytes * 3 < exact.activation_bytes);
   CHECK(division.model_only_bytes == exact.model_only_bytes);
+  // The by-kind view adds up to the totals: lossy kinds to the policy's figures.
+  for (const StepMemoryResult* r : {&exact, &division}) {
+    int64_t raw = 0, packed = 0;
+    bool conv_inputs = false, masks = false;
+    for (const SaveKindBytes& k : r->by_kind) {
+      if (k.lossy) raw += k.raw, packed += k.packed;
+      conv_inputs = conv_inputs || (k.op == "conv2d.input" && k.lossy);
+      masks = masks || (k.op == "add_relu.mask" && !k.lossy && k.packed == k.raw);
+    }
+    CHECK(raw == r->saved_raw_bytes);
+    CHECK(packed == r->saved_packed_bytes);
+    CHECK(conv_inputs);
+    CHECK(masks);
+  }
   // The same step through run_step directly measures the same activation bytes.
   seed_init(c.seed);
   set_pack_seed(c.seed);
