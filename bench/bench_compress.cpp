@@ -2,8 +2,10 @@
 // shapes of CIFAR ResNet-18 at batch 128: pack and unpack speed (plain planes, the 16-channel blocks a
 // convolution's backward reads, one channel at a time as batch-norm backward reads) against a plain memcpy of
 // the same f32 bytes, and the measured compression rate against the closed form. Results: bench/RESULTS_compress.md.
+// --shapes vit takes vit_tiny_cifar's saves at 28² instead (token maps (B, 50, 192) and (B, 50, 768), attention
+// planes (B, 3, 50, 64) and (B, 3, 50, 50)).
 // Usage: bench_compress [--policies division:B=8,Q=2;quant:Q=2 (';'-separated)] [--batch 128] [--reps 10]
-//                       [--threads 2] [--clock wall|cpu] [--out FILE.md]
+//                       [--threads 2] [--clock wall|cpu] [--shapes resnet18|vit] [--out FILE.md]
 // --clock cpu divides by the process CPU time instead of wall time: GB/s per busy core, which stays
 // meaningful on a shared, oversubscribed machine (the wall clock then measures the neighbours).
 #include <omp.h>
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
     std::string policies = "division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2;pergroup:G=256,Q=2;division:B=8,Q=4";
     int64_t batch = 128;
     int reps = 10, threads = 2;
-    std::string out_path;
+    std::string out_path, shape_set = "resnet18";
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       ACTLAB_CHECK(i + 1 < argc, "option ", a, " needs a value");
@@ -153,11 +155,16 @@ int main(int argc, char** argv) {
       else if (a == "--threads") threads = std::stoi(v);
       else if (a == "--out") out_path = v;
       else if (a == "--clock") g_cpu_clock = (v == "cpu");
-      else ACTLAB_FAIL("unknown option ", a, "; accepted: --policies --batch --reps --threads --clock --out");
+      else if (a == "--shapes") shape_set = v;
+      else ACTLAB_FAIL("unknown option ", a, "; accepted: --policies --batch --reps --threads --clock --shapes --out");
     }
     omp_set_num_threads(threads);
     check_writable(out_path, true, "--out file");
-    const std::vector<Shape> shapes = {{batch, 64, 32, 32}, {batch, 128, 16, 16}, {batch, 256, 8, 8}, {batch, 512, 4, 4}};
+    ACTLAB_CHECK(shape_set == "resnet18" || shape_set == "vit", "--shapes: resnet18 or vit, got '", shape_set, "'");
+    const std::vector<Shape> shapes =
+        shape_set == "vit"
+            ? std::vector<Shape>{{batch, 50, 192}, {batch, 50, 768}, {batch, 3, 50, 64}, {batch, 3, 50, 50}}
+            : std::vector<Shape>{{batch, 64, 32, 32}, {batch, 128, 16, 16}, {batch, 256, 8, 8}, {batch, 512, 4, 4}};
 
     std::ostringstream md;
     md << "| policy | shape | pack GB/s | unpack GB/s (kernel) | unpack GB/s (API) | blocked unpack GB/s | "
