@@ -13,6 +13,9 @@
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
 #include "actlab/core/error.h"
+#include "actlab/io/safetensors.h"
+#include "actlab/models/registry.h"
+#include "actlab/train/checkpoint.h"
 #include "actlab/train/config_file.h"
 #include "actlab/train/logging.h"
 #include "actlab/train/memtable.h"
@@ -97,6 +100,27 @@ py::object train_run(const py::kwargs& kwargs) {
   return py::module_::import("json").attr("loads")(summary_to_json(s, c));
 }
 
+// forward(model, images, weights, classes): the named model's logits for a batch in evaluation mode, its
+// weights from a plain safetensors state dict (torchvision/timm names, as --init-weights takes) or a fresh
+// initialisation from seed. For checking actlab's models against another framework's with the same weights.
+py::array forward(const std::string& model, const py::array_t<float, py::array::c_style | py::array::forcecast>& images,
+                  const std::string& weights, int64_t classes, uint64_t seed) {
+  ACTLAB_CHECK(images.ndim() == 4 && images.shape(2) == images.shape(3), "forward: images must be (N, C, S, S), got ",
+               images.ndim(), " dims");
+  const Tensor x = tensor_from(images);
+  seed_init(seed);
+  std::shared_ptr<Module> net = make_model({model, x.size(1), classes, x.size(2)});
+  if (!weights.empty()) import_state_dict(read_safetensors(weights), *net, "weights '" + weights + "'");
+  net->eval();
+  Tensor logits;
+  {
+    py::gil_scoped_release release;
+    NoGradGuard no_grad;
+    logits = (*net)(Variable(x)).data();
+  }
+  return array_of(logits);
+}
+
 py::dict step_memory(const std::string& model, int64_t batch, const std::string& policy, int64_t image_size,
                      int64_t channels, int64_t classes, uint64_t seed) {
   StepMemoryConfig c;
@@ -161,4 +185,8 @@ PYBIND11_MODULE(_actlab, m) {
         "One training step's memory on random data, as actlab-memtable measures it (docs/measures.md).");
   m.def(
       "memory_stats", [] { return memory_stats().table(); }, "The allocator's table (bytes by tag) on the CPU.");
+  m.def("forward", &forward, py::arg("model"), py::arg("images"), py::arg("weights") = "", py::arg("classes") = 10,
+        py::arg("seed") = 0,
+        "The model's logits for images (N, C, S, S) float32 in evaluation mode, with the weights of a plain "
+        "safetensors state dict (torchvision/timm names) or a fresh initialisation from seed.");
 }

@@ -194,6 +194,94 @@ def a_pytorch_resnet20_trains_under_division_like_exact():
     assert all(math.isfinite(v) for v in div)
 
 
+# ---------------------------------------------------------------- the models against torchvision's
+def write_safetensors(path, tensors):
+    """A plain safetensors writer (numpy only: not actlab's), F32 tensors."""
+    import json
+    import struct
+    header, blobs, offset = {}, [], 0
+    for name, value in tensors.items():
+        a = np.ascontiguousarray(value.detach().cpu().numpy().astype(np.float32))
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        blobs.append(a.tobytes())
+        offset += a.nbytes
+    raw = json.dumps(header).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
+def torchvision_or_skip():
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+        return True
+    except ImportError as e:
+        print("SKIPPED: missing prerequisite: torchvision (%s): the model comparisons do not run" % e)
+        return False
+
+
+@case
+def swin_t_computes_torchvisions_swin_t():
+    # The same weights in both (torchvision's state dict minus its constant relative_position_index
+    # buffers, which actlab derives), the same images: the same logits to float rounding.
+    if not torchvision_or_skip():
+        return
+    import tempfile
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    net = torchvision.models.swin_t().eval()
+    weights = {k: v for k, v in net.state_dict().items() if not k.endswith("relative_position_index")}
+    x = maps((2, 3, 224, 224), 5)
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    with tempfile.TemporaryDirectory() as d:
+        write_safetensors(d + "/w.safetensors", weights)
+        got = actlab.forward("swin_t", x, weights=d + "/w.safetensors", classes=1000)
+    assert got.shape == want.shape, got.shape
+    assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max()), np.abs(got - want).max()
+
+
+@case
+def vit_tiny_cifar_computes_torchvisions_vision_transformer():
+    # torchvision's VisionTransformer of the same configuration, its names mapped to timm's (actlab's):
+    # conv_proj → patch_embed.proj, in_proj → attn.qkv, out_proj → attn.proj, ln_1/ln_2 → norm1/norm2,
+    # mlp.0/3 → mlp.fc1/fc2, encoder.ln → norm, heads.head → head.
+    if not torchvision_or_skip():
+        return
+    import tempfile
+    import torch
+    import torchvision
+    torch.manual_seed(1)
+    net = torchvision.models.VisionTransformer(image_size=32, patch_size=4, num_layers=12, num_heads=3,
+                                               hidden_dim=192, mlp_dim=768, num_classes=10).eval()
+    names = {"conv_proj.weight": "patch_embed.proj.weight", "conv_proj.bias": "patch_embed.proj.bias",
+             "class_token": "cls_token", "encoder.pos_embedding": "pos_embed", "encoder.ln.weight": "norm.weight",
+             "encoder.ln.bias": "norm.bias", "heads.head.weight": "head.weight", "heads.head.bias": "head.bias"}
+    parts = {"ln_1": "norm1", "ln_2": "norm2", "self_attention.in_proj_weight": "attn.qkv.weight",
+             "self_attention.in_proj_bias": "attn.qkv.bias", "self_attention.out_proj": "attn.proj",
+             "mlp.0": "mlp.fc1", "mlp.3": "mlp.fc2"}
+    weights = {}
+    for k, v in net.state_dict().items():
+        if k in names:
+            weights[names[k]] = v
+            continue
+        block, rest = k[len("encoder.layers.encoder_layer_"):].split(".", 1)
+        for a, b in parts.items():
+            if rest.startswith(a):
+                rest = b + rest[len(a):]
+                break
+        weights["blocks.%s.%s" % (block, rest)] = v
+    x = maps((3, 3, 32, 32), 6)
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    with tempfile.TemporaryDirectory() as d:
+        write_safetensors(d + "/w.safetensors", weights)
+        got = actlab.forward("vit_tiny_cifar", x, weights=d + "/w.safetensors", classes=10)
+    assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max()), np.abs(got - want).max()
+
+
 def main():
     failed = 0
     for f in CASES:
