@@ -3,6 +3,7 @@
 // backward, so saved memory falls layer by layer.
 // Tested in tests/test_autograd.cpp.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,8 +26,15 @@ class Tape {
   // Runs backward from `root` (seed gradient: ones, or `grad` when given), accumulating into leaf
   // gradients, then clears the tape.
   void backward(const Variable& root, const Tensor& grad = Tensor());
+
+  // Called during backward once a leaf's gradient is final for this pass: no node left on the tape
+  // has an edge to it. Data-parallel training (dist/reducer.h) starts a gradient's all-reduce there,
+  // while backward goes on. Empty: no bookkeeping. Leaves no recorded node points at are not reported.
+  using GradReadyHook = std::function<void(VariableImpl& leaf)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
  private:
   std::vector<std::shared_ptr<Node>> nodes_;
+  GradReadyHook grad_ready_hook_;
 };
 
 // loss.backward(): Tape::current().backward(loss).

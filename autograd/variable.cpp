@@ -1,6 +1,7 @@
 // Variable, Node saved slots, the tape and the backward walk.
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "actlab/autograd/tape.h"
 #include "actlab/autograd/variable.h"
@@ -140,12 +141,26 @@ void Tape::backward(const Variable& root, const Tensor& grad) {
     clear();
     return;
   }
+  // With a grad-ready hook: how many edges of the nodes not yet walked point at each leaf.
+  std::unordered_map<VariableImpl*, int> pending;
+  if (grad_ready_hook_)
+    for (const auto& n : nodes_)
+      for (const Node::Edge& e : n->inputs)
+        if (e.leaf) ++pending[e.leaf.get()];
+  auto walked = [&](const Node& n) {
+    if (!grad_ready_hook_) return;
+    for (const Node::Edge& e : n.inputs)
+      if (e.leaf && --pending[e.leaf.get()] == 0) grad_ready_hook_(*e.leaf);
+  };
   for (size_t i = nodes_.size(); i-- > 0;) {
     std::shared_ptr<Node> node = std::move(nodes_[i]);
     nodes_.pop_back();
     const bool reached = std::any_of(node->grad_outputs.begin(), node->grad_outputs.end(),
                                      [](const Tensor& g) { return g.defined(); });
-    if (!reached) continue;  // not on the path to root: its saved tensors go with it
+    if (!reached) {  // not on the path to root: its saved tensors go with it
+      walked(*node);
+      continue;
+    }
     std::vector<Tensor> grads_in = node->backward(node->grad_outputs);
     node->release_saved();
     node->grad_outputs.clear();
@@ -160,6 +175,7 @@ void Tape::backward(const Variable& root, const Tensor& grad) {
         accumulate(producer->grad_outputs[e.index], grads_in[j]);
       }
     }
+    walked(*node);
   }
   clear();
 }
