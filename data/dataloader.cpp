@@ -44,15 +44,38 @@ DataLoader::~DataLoader() { stop_worker(); }
 
 std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
   ACTLAB_CHECK(epoch >= 0, "epoch must be >= 0, got ", epoch);
-  std::vector<int64_t> order(static_cast<size_t>(size_));
+  const int64_t n = dataset_.size();  // not size_: that is this loader's shard
+  std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
   if (!shuffle_) return order;
   PhiloxStream rng(seed_, kShuffleStreamTag ^ static_cast<uint64_t>(epoch));
-  for (int64_t i = size_ - 1; i > 0; --i) {
+  for (int64_t i = n - 1; i > 0; --i) {
     const int64_t j = static_cast<int64_t>(rng.next_below(static_cast<uint64_t>(i) + 1));
     std::swap(order[i], order[j]);
   }
   return order;
+}
+
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t rank, int64_t world) {
+  ACTLAB_CHECK(world >= 1 && rank >= 0 && rank < world, "shard ", rank, " of ", world, ": need 0 <= rank < world");
+  const int64_t n = static_cast<int64_t>(order.size()) / world;
+  std::vector<int64_t> shard(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) shard[i] = order[static_cast<size_t>(rank + i * world)];
+  return shard;
+}
+
+void DataLoader::shard(int64_t rank, int64_t world) {
+  ACTLAB_CHECK(world >= 1 && rank >= 0 && rank < world, "shard ", rank, " of ", world, ": need 0 <= rank < world");
+  const int64_t n = dataset_.size() / world;
+  ACTLAB_CHECK(n >= 1 && (!drop_last_ || batch_size_ <= n), "data set '", dataset_.name(), "' (", dataset_.size(),
+               " examples) split over ", world, " ranks leaves ", n, " per rank, fewer than the batch size ",
+               batch_size_);
+  stop_worker();
+  epoch_started_ = false;
+  shard_rank_ = rank;
+  shard_world_ = world;
+  size_ = n;
+  num_batches_ = drop_last_ ? size_ / batch_size_ : (size_ + batch_size_ - 1) / batch_size_;
 }
 
 void DataLoader::start_epoch(int64_t epoch) {
@@ -99,7 +122,7 @@ void DataLoader::stop_worker() {
 
 void DataLoader::worker_main(int64_t epoch) {
   try {
-    const std::vector<int64_t> order = epoch_order(epoch);
+    const std::vector<int64_t> order = shard_order(epoch_order(epoch), shard_rank_, shard_world_);
     Buffer staging(static_cast<size_t>(spec_.image_bytes()), MemTag::Data);
     for (int64_t b = 0; b < num_batches_; ++b) {
       {

@@ -33,6 +33,11 @@ struct Batch {
 // N = batch_size for every batch except the last one of an epoch when drop_last is false.
 // NOTE: the loader keeps a reference to `dataset`, which must outlive it; dataset.read() is called
 // from the background thread. One consumer thread calls start_epoch/next.
+// The distributed sampler: rank's share of an epoch's order, order[rank], order[rank + world], ...,
+// size/world of them (the remainder is dropped), so the shards are disjoint, every rank takes the same
+// number of steps, and batch k of every rank together is batch k of one loader with world times the batch.
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t rank, int64_t world);
+
 class DataLoader {
  public:
   // Throws Error on batch_size < 1, an empty data set, batch_size > size with drop_last,
@@ -54,8 +59,13 @@ class DataLoader {
   int64_t batch_size() const { return batch_size_; }
   const Dataset& dataset() const { return dataset_; }
   // Dataset indices in the order `epoch` visits them: identity without shuffle, otherwise a
-  // Fisher-Yates permutation drawn from PhiloxStream(seed, shuffle stream of epoch).
+  // Fisher-Yates permutation drawn from PhiloxStream(seed, shuffle stream of epoch). The whole data
+  // set's order, also when the loader is sharded.
   std::vector<int64_t> epoch_order(int64_t epoch) const;
+  // Data-parallel training: from the next start_epoch on, this loader yields only shard `rank` of
+  // `world` of each epoch's order (shard_order), so its batches are rank's part of every global batch.
+  // Every rank must use the same seed. Throws when a shard would be smaller than a batch with drop_last.
+  void shard(int64_t rank, int64_t world);
 
  private:
   void stop_worker();
@@ -74,6 +84,7 @@ class DataLoader {
   PixelAffine affine_;
   size_t prefetch_depth_;
   int64_t num_batches_;
+  int64_t shard_rank_ = 0, shard_world_ = 1;
 
   // Shared with the worker, guarded by mutex_.
   std::mutex mutex_;
