@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config zlib1g-dev libdnnl-dev libstb-dev doctest-dev
-          dataset-fashion-mnist)
+          dataset-fashion-mnist libopenmpi-dev openmpi-bin)
 fuzz_packages=(clang libclang-rt-14-dev)  # libFuzzer's runtime and the sanitizers for clang 14
 python_packages=(pybind11-dev python3-dev python3-numpy python3-torch python3-torchvision)
 

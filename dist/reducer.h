@@ -1,0 +1,76 @@
+// GradReducer: data-parallel gradient averaging with overlap. Parameters are grouped into buckets of
+// about --bucket-mib each, in the reverse of their registration order (the order backward produces
+// their gradients in); as soon as backward has produced every gradient of a bucket (the tape's
+// grad-ready hook), the bucket is copied into one flat buffer and its all-reduce is started on the
+// communicator, so the transfer runs while backward computes the layers below. finish() waits for
+// the rest and writes the averages back. Tested in tests/test_dist.cpp.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "actlab/autograd/variable.h"
+#include "actlab/dist/communicator.h"
+
+namespace actlab {
+
+// Parameter indices per bucket. Parameters are taken from the last to the first; a bucket is closed
+// when the next parameter would take it past cap_bytes, so every bucket holds at most cap_bytes except
+// one holding a single parameter larger than the cap. Every index appears exactly once.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& param_bytes, int64_t cap_bytes);
+
+// Communication time, summed over the steps since the last reset.
+struct OverlapStats {
+  int64_t steps = 0;
+  int64_t buckets = 0;           // all-reduces started
+  int64_t bytes = 0;             // gradient bytes all-reduced
+  double comm_s = 0;             // the all-reduces' own time (communication thread or stream)
+  double exposed_s = 0;          // time the training thread waited in finish(): communication not hidden
+  // Share of the communication that ran behind backward: 1 - exposed / comm (0 without communication).
+  double hidden_fraction() const { return comm_s > 0 ? std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0; }
+};
+
+class GradReducer {
+ public:
+  // params: the model's parameters in registration order (the same on every rank); their gradients and
+  // the flat buckets live on the parameters' device, which must be the one `comm` serves.
+  GradReducer(std::vector<Variable> params, Communicator& comm, int64_t bucket_cap_bytes);
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // Arms the current thread's tape for the next backward: each bucket starts its all-reduce when its
+  // last gradient is final. Call before backward; finish() disarms.
+  void begin_backward();
+  // After backward: buckets not started yet start now (a parameter backward did not reach contributes
+  // zeros, as on a rank that did reach it the others must still match), then waits for every bucket and
+  // overwrites each gradient with the average over ranks.
+  void finish();
+  // Drops an armed step without communicating (the step was abandoned before backward on every rank).
+  void cancel();
+
+  const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+  OverlapStats& stats() { return stats_; }
+
+ private:
+  void grad_ready(VariableImpl& leaf);
+  void start_bucket(size_t b);
+
+  std::vector<Variable> params_;
+  std::unordered_map<const VariableImpl*, size_t> index_of_;
+  Communicator& comm_;
+  std::vector<std::vector<size_t>> buckets_;
+  std::vector<size_t> bucket_of_;      // parameter -> bucket
+  std::vector<Tensor> flat_;           // per bucket: (sum of the bucket's numels) f32, MemTag::Grad
+  std::vector<int64_t> offset_;        // parameter -> element offset in its bucket's flat buffer
+  std::vector<size_t> pending_;        // per bucket: gradients not final yet this step
+  std::vector<bool> ready_;            // per parameter, this step
+  std::vector<std::unique_ptr<CollectiveWork>> work_;  // per bucket, this step
+  size_t next_to_start_ = 0;           // buckets start in index order, the same on every rank
+  bool armed_ = false;
+  OverlapStats stats_;
+};
+
+}  // namespace actlab
