@@ -46,7 +46,7 @@ TrainConfig effective_config(const FlagParser& flags) {
 
 // Test hooks (documented in docs/reliability.md, used by tests/cli/nonfinite.sh): inject a NaN at
 // ACTLAB_INJECT_NAN_STEP (1-based global step) for ACTLAB_INJECT_NAN_COUNT steps into the input
-// batch or, with ACTLAB_INJECT_NAN_INTO=grad, into a gradient.
+// batch or, with ACTLAB_INJECT_NAN_INTO=grad, into a gradient; ACTLAB_STOP_AFTER_STEPS.
 void apply_test_hooks(TrainConfig& c) {
   auto env_int = [](const char* name, int64_t fallback) {
     const char* v = std::getenv(name);
@@ -59,6 +59,9 @@ void apply_test_hooks(TrainConfig& c) {
   c.inject_nan_step = env_int("ACTLAB_INJECT_NAN_STEP", 0);
   c.inject_nan_count = env_int("ACTLAB_INJECT_NAN_COUNT", 1);
   if (const char* into = std::getenv("ACTLAB_INJECT_NAN_INTO")) c.inject_nan_into = into;
+  // Stop as on SIGINT after this many global steps (tests/test_dist.cpp: a signal to mpirun ends the
+  // job instead of reaching the ranks).
+  c.stop_after_steps = env_int("ACTLAB_STOP_AFTER_STEPS", 0);
 }
 
 }  // namespace
@@ -83,7 +86,8 @@ int main(int argc, char** argv) {
     const TrainSummary s = train(c);
     if (!s.interrupted) return 0;
     const int sig = s.stop_signal != 0 ? s.stop_signal : SIGINT;
-    if (s.stop_checkpoint.empty()) {
+    if (s.rank != 0) {  // --distributed: rank 0 says where the run stopped
+    } else if (s.stop_checkpoint.empty()) {
       std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; nothing saved (no --save-dir)\n",
                    static_cast<long long>(s.stop_epoch), static_cast<long long>(s.stop_step));
     } else {

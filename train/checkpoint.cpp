@@ -62,6 +62,7 @@ void save_checkpoint(const std::string& path, const Module& model, Sgd& opt, con
       {"best_test_acc", round_trip_double(st.best_acc)},
       {"lr_schedule", st.lr_schedule},
       {"config", st.config_json},
+      {"world_size", std::to_string(st.world_size)},
   };
   write_safetensors(path, tensors, meta);
 }
@@ -87,6 +88,7 @@ TrainState checkpoint_state(const SafetensorsFile& f) {
   st.seen = meta_int(f, "epoch_seen");
   st.best_acc = meta_double(f, "best_test_acc");
   st.lr_schedule = f.metadata_value("lr_schedule");
+  st.world_size = f.find_metadata("world_size") != nullptr ? meta_int(f, "world_size") : 1;
   st.config_json = f.metadata_value("config");
   ACTLAB_CHECK(st.epoch >= 0 && st.step_in_epoch >= 0 && st.global_step >= 0 && st.seen >= 0,
                "checkpoint loop position is negative");

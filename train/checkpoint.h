@@ -29,6 +29,7 @@ struct TrainState {
   double best_acc = -1;       // best test accuracy so far (-1: none evaluated)
   std::string lr_schedule;    // description of the schedule and the rate at global_step
   std::string config_json;    // the full effective run configuration (config_file.h)
+  int64_t world_size = 1;     // data-parallel ranks that trained it (1 in checkpoints from before --distributed)
 };
 
 // Saves model + optimizer + state atomically (write_safetensors).

@@ -61,6 +61,11 @@ struct TrainConfig {
   // A cap on the live bytes the allocator hands out on the run's device ("" none; "2GiB", "512MiB"):
   // past it an allocation throws OutOfMemory, as on a smaller GPU. Finds the batch that fits.
   std::string memory_limit;
+  // Data-parallel training (docs/distributed.md): launched by mpirun, one process per rank. batch_size
+  // is per rank (the global batch is batch_size x ranks), each rank reads its shard of every epoch.
+  bool distributed = false;
+  double bucket_mib = 25;                 // gradients per all-reduce bucket, MiB
+  double dist_timeout = 300;              // seconds a collective may take before the run gives up
   // Test hooks, not configuration keys (actlab-train sets them from the environment variables
   // ACTLAB_INJECT_NAN_STEP, ACTLAB_INJECT_NAN_COUNT, ACTLAB_INJECT_NAN_INTO): make the input batch
   // ("input") or the last parameter's gradient ("grad") hold a NaN at the 1-based global steps

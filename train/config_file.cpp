@@ -151,6 +151,12 @@ const std::vector<Field>& fields() {
         ACTLAB_STR("memory-limit", memory_limit,
                    "cap the live bytes on the device (e.g. 2GiB): past it the run fails with out of memory, as a "
                    "smaller GPU would; finds the batch size that fits"),
+        ACTLAB_BOOL("distributed", distributed,
+                    "data-parallel training, one process per rank (mpirun -np N actlab-train --distributed ...): "
+                    "--batch-size is per rank, each rank reads a disjoint shard, gradients are averaged"),
+        ACTLAB_FLT("bucket-mib", bucket_mib, "--distributed: MiB of gradients per all-reduce bucket"),
+        ACTLAB_FLT("dist-timeout", dist_timeout,
+                   "--distributed: seconds a collective may wait for the other ranks before the run fails"),
     };
   }();
   return table;

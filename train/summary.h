@@ -38,6 +38,11 @@ struct TrainSummary {
   int64_t stop_epoch = 0, stop_step = 0;
   std::string stop_checkpoint;
   int64_t skipped_steps = 0;        // --on-nonfinite=skip-step: updates dropped in this process
+  // --distributed: ranks, and the gradient all-reduces' time over the run: their own time and the part
+  // the training thread waited for (the rest ran behind backward). median_img_per_s is per rank.
+  int64_t world_size = 1;
+  int rank = 0;                     // this process's rank; the others leave the closing lines to rank 0
+  double comm_s = 0, comm_exposed_s = 0;
   std::string memory_check;         // --check-memory: the verdict line (empty when not checked)
 };
 

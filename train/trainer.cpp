@@ -25,9 +25,11 @@
 #include "actlab/models/summary.h"
 #include "actlab/io/checksum.h"
 #include "actlab/io/files.h"
+#include "actlab/dist/reducer.h"
 #include "actlab/train/checkpoint.h"
 #include "actlab/train/config_file.h"
 #include "actlab/train/cli.h"
+#include "actlab/train/distributed.h"
 #include "actlab/train/guards.h"
 #include "actlab/train/logging.h"
 #include "actlab/train/step.h"
@@ -108,6 +110,8 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.steps_per_epoch >= 0 && c.train_limit >= 0 && c.test_limit >= 0 && c.print_every >= 0,
                "step and sample limits must be >= 0");
   ACTLAB_CHECK(c.step_epochs >= 1, "--step-epochs must be >= 1, got ", c.step_epochs);
+  ACTLAB_CHECK(c.bucket_mib > 0 && c.dist_timeout > 0, "--bucket-mib and --dist-timeout must be > 0, got ",
+               c.bucket_mib, " and ", c.dist_timeout);
   ACTLAB_CHECK(c.synthetic_size >= 1, "--synthetic-size must be >= 1, got ", c.synthetic_size);
   ACTLAB_CHECK(c.on_nonfinite == "stop" || c.on_nonfinite == "skip-step", "--on-nonfinite must be stop or skip-step, got '",
                c.on_nonfinite, "'");
@@ -176,7 +180,8 @@ std::string describe_schedule(const LrSchedule& s, int64_t global_step) {
   return buf;
 }
 
-void check_resume_compatible(const TrainConfig& now, const TrainConfig& saved, const std::string& path) {
+void check_resume_compatible(const TrainConfig& now, const TrainConfig& saved, const std::string& path,
+                             int64_t world_now, int64_t world_saved) {
   auto same = [&](const char* key, const std::string& a, const std::string& b) {
     ACTLAB_CHECK(a == b, "cannot resume from '", path, "': it was trained with ", key, " ", b, ", this run has ", a,
                  " (", key, " must match)");
@@ -187,13 +192,26 @@ void check_resume_compatible(const TrainConfig& now, const TrainConfig& saved, c
   same("seed", std::to_string(now.seed), std::to_string(saved.seed));
   same("train-limit", std::to_string(now.train_limit), std::to_string(saved.train_limit));
   same("steps-per-epoch", std::to_string(now.steps_per_epoch), std::to_string(saved.steps_per_epoch));
+  // Each rank's shard of an epoch, and so which samples are still to come, depends on the world size.
+  ACTLAB_CHECK(world_now == world_saved, "cannot resume from '", path, "': it was trained on ", world_saved,
+               world_saved == 1 ? " rank" : " ranks", ", this run has ", world_now,
+               " (the data shards depend on the world size; resume with ", world_saved, " ranks",
+               world_saved > 1 ? ": mpirun -np " + std::to_string(world_saved) + " ... --distributed" : std::string(),
+               ")");
   if (now.dataset == "synthetic")
     same("synthetic-size", std::to_string(now.synthetic_size), std::to_string(saved.synthetic_size));
 }
 
+// "rank 1" or "ranks 0, 2".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
 class Run {
  public:
-  explicit Run(const TrainConfig& c) : c_(c), device_(Device::parse(c.device)) {}
+  Run(const TrainConfig& c, const DistRun& dist, Device device) : c_(c), device_(device), dist_(dist) {}
   TrainSummary go();
 
  private:
@@ -208,10 +226,21 @@ class Run {
   void finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start);
   void stop(int64_t epoch, int64_t step);
   TrainState state(int64_t epochs_done, int64_t step_in_epoch) const;
+  // Dropout masks differ between ranks (as their samples do); rank 0 keeps the seed of a one-rank run.
+  uint64_t dropout_seed() const {
+    const uint64_t rank = static_cast<uint64_t>(dist_.rank());
+    return rank == 0 ? c_.seed : fnv1a64(&rank, sizeof rank, c_.seed);
+  }
   void save(const std::string& file, const TrainState& st) const;
+  void gather_epoch_sums();
+  void report_overlap(int64_t epoch);
+  bool stop_requested() const;
 
   TrainConfig c_;
   Device device_;
+  const DistRun& dist_;
+  std::unique_ptr<GradReducer> reducer_;  // --distributed
+  OverlapStats overlap_epoch_start_;
   DataSplits data_;
   std::unique_ptr<DataLoader> train_loader_, test_loader_;
   std::shared_ptr<Module> model_;
@@ -241,6 +270,7 @@ void Run::setup() {
   ACTLAB_CHECK(data_.test->spec().channels == spec.channels && data_.test->spec().height == spec.height,
                "train and test splits have different image shapes");
   train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms);
+  if (dist_.on()) train_loader_->shard(dist_.rank(), dist_.world());
   test_loader_ = std::make_unique<DataLoader>(*data_.test, std::min<int64_t>(c_.batch_size, 256), false, c_.seed, false,
                                               data_.test_transforms);
   model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height});
@@ -251,6 +281,9 @@ void Run::setup() {
   policies_ = std::make_unique<PolicySet>(parse_policy(c_.policy));
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
   buffers_ = std::make_unique<BufferSnapshot>(*model_);
+  if (dist_.on())
+    reducer_ = std::make_unique<GradReducer>(model_->parameters(), *dist_.comm(),
+                                             static_cast<int64_t>(c_.bucket_mib * 1024 * 1024));
   if (c_.check_memory) memory_check_ = std::make_unique<MemoryCheck>(device_);
   steps_per_epoch_ = c_.steps_per_epoch > 0 ? std::min(c_.steps_per_epoch, train_loader_->num_batches())
                                             : train_loader_->num_batches();
@@ -260,12 +293,16 @@ void Run::setup() {
   sched_.warmup_steps = steps_per_epoch_ * c_.warmup_epochs;
   sched_.step_size = steps_per_epoch_ * c_.step_epochs;
   summary_.data_note = data_.note;
+  summary_.world_size = dist_.world();
+  summary_.rank = dist_.rank();
 }
 
 void Run::restore() {
   const SafetensorsFile file = read_safetensors(c_.resume);
   const TrainState st = checkpoint_state(file);
-  check_resume_compatible(c_, config_from_json(st.config_json), c_.resume);
+  // Evaluating the weights does not depend on how many ranks trained them.
+  check_resume_compatible(c_, config_from_json(st.config_json), c_.resume, c_.eval_only ? st.world_size : dist_.world(),
+                          st.world_size);
   restore_checkpoint(file, *model_, opt_.get());
   ACTLAB_CHECK(st.step_in_epoch <= steps_per_epoch_, "checkpoint '", c_.resume, "' stopped at step ",
                st.step_in_epoch, " of an epoch of ", steps_per_epoch_, " steps");
@@ -274,9 +311,10 @@ void Run::restore() {
   first_epoch_ = st.epoch;
   resume_step_ = st.step_in_epoch;
   global_step_ = st.global_step;
-  loss_sum_ = st.loss_sum;
-  correct_ = st.correct;
-  seen_ = st.seen;
+  // The stored sums are the whole job's (gather_epoch_sums before the save): rank 0 carries them on.
+  loss_sum_ = dist_.lead() ? st.loss_sum : 0;
+  correct_ = dist_.lead() ? st.correct : 0;
+  seen_ = dist_.lead() ? st.seen : 0;
   best_acc_ = st.best_acc;
   if (!c_.quiet)
     std::printf("resumed from %s: %lld epochs done%s, global step %lld, best test accuracy %.2f%%\n", c_.resume.c_str(),
@@ -299,10 +337,12 @@ TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {
   st.best_acc = best_acc_;
   st.lr_schedule = describe_schedule(sched_, global_step_);
   st.config_json = config_to_json(c_);
+  st.world_size = dist_.world();
   return st;
 }
 
 void Run::save(const std::string& file, const TrainState& st) const {
+  if (!dist_.lead()) return;  // every rank holds the same weights; one writes them
   save_checkpoint((std::filesystem::path(c_.save_dir) / file).string(), *model_, *opt_, st);
 }
 
@@ -318,6 +358,12 @@ void Run::print_header() const {
               static_cast<long long>(steps_per_epoch_), c_.lr, c_.schedule.c_str(), c_.momentum, c_.weight_decay,
               static_cast<long long>(c_.threads), static_cast<unsigned long long>(c_.seed));
   if (device_.is_cuda()) std::printf("device %s (%s)\n", device_.str().c_str(), cuda_device_name(device_.index).c_str());
+  if (dist_.on())
+    std::printf("distributed: %d ranks over %s; --batch-size %lld is per rank (global batch %lld), each rank reads "
+                "1/%d of every epoch; %zu gradient buckets of <= %g MiB\n",
+                dist_.world(), dist_.comm()->backend().c_str(), static_cast<long long>(c_.batch_size),
+                static_cast<long long>(c_.batch_size * dist_.world()), dist_.world(), reducer_->buckets().size(),
+                c_.bucket_mib);
   std::string line = "config:";
   for (const auto& e : config_entries(c_)) line += " " + e.first + "=" + e.second;
   std::printf("%s\n", line.c_str());
@@ -339,7 +385,7 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   row.lr = lr;
   // Every random stream of a step is a function of (seed, global step): resume needs no counters.
   set_pack_step(static_cast<uint64_t>(global_step_));
-  seed_dropout(*model_, c_.seed, global_step_);
+  seed_dropout(*model_, dropout_seed(), global_step_);
   buffers_->save();
   const bool inject = c_.inject_nan_step > 0 && global_step_ + 1 >= c_.inject_nan_step &&
                       global_step_ + 1 < c_.inject_nan_step + c_.inject_nan_count;
@@ -348,15 +394,28 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   StepOptions so;
   so.label_smoothing = static_cast<float>(c_.label_smoothing);
   so.record_saves = !first_step_done_;  // the first step's saves are the memory report
-  // The loss is read every step anyway; only a non-finite one pays for the diagnostic forward.
-  so.after_forward = [](float loss) { return std::isfinite(loss); };
+  // The loss is read every step anyway; only a non-finite one pays for the diagnostic forward. With
+  // --distributed every rank takes the same decision: one rank's NaN stops or skips the step on all.
+  std::vector<int> bad_loss_ranks;
+  so.after_forward = [&](float loss) {
+    bad_loss_ranks = dist_.ranks_with(!std::isfinite(loss));
+    if (!bad_loss_ranks.empty()) return false;
+    if (reducer_) reducer_->begin_backward();  // each bucket's all-reduce starts as backward fills it
+    return true;
+  };
   std::string bad_gradient;
   so.before_update = [&] {
+    if (reducer_) reducer_->finish();  // the gradients are now the average over the ranks
     const auto params = model_->named_parameters();
     if (inject && c_.inject_nan_into == "grad" && !params.empty()) poison(params.back().second.grad());
     // Before the update: a bad gradient never reaches the weights or the momentum.
     const std::vector<std::string> bad = nonfinite_gradients(*model_);
-    if (bad.empty()) return true;
+    const std::vector<int> bad_ranks = dist_.ranks_with(!bad.empty());
+    if (bad_ranks.empty()) return true;
+    if (bad.empty()) {
+      bad_gradient = "on " + rank_list(bad_ranks) + " (this rank's gradients were finite)";
+      return false;
+    }
     const std::string& last = bad.back();  // the nearest the loss: where backward met it first
     bad_gradient = "first in layer '" + last.substr(0, last.rfind('.')) + "' (parameter " + last + "; " +
                    std::to_string(bad.size()) + " of " + std::to_string(params.size()) +
@@ -365,7 +424,10 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   };
   const StepResult r = run_step(*model_, opt_.get(), *policies_, batch.images, batch.labels, so);
   if (!r.backward_done) {
-    nonfinite_step("loss (" + std::to_string(r.loss) + ")", locate_in_forward(batch.images), epoch, step);
+    const bool here = !std::isfinite(r.loss);
+    const std::string where = here ? locate_in_forward(batch.images) : "this rank's loss was finite";
+    nonfinite_step(dist_.on() ? "loss on " + rank_list(bad_loss_ranks) : "loss (" + std::to_string(r.loss) + ")",
+                   where, epoch, step);
     return false;
   }
   if (!r.updated) {
@@ -398,6 +460,9 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
 // and stop collecting.
 void Run::after_first_step(const StepResult& r) {
   first_step_done_ = true;
+  // Each rank's policy packs its own activations: the measure per rank, and what the job holds.
+  const std::vector<double> act = dist_.gather(static_cast<double>(r.activation_bytes));
+  if (dist_.on() && !c_.quiet) std::printf("distributed: activation memory %s\n", per_rank_bytes(act).c_str());
   summary_.saved_raw_bytes = r.saved.raw;
   summary_.saved_packed_bytes = r.saved.packed;
   summary_.saved_expected_bytes = r.saved.expected;
@@ -409,7 +474,7 @@ void Run::after_first_step(const StepResult& r) {
 // Re-runs the failing forward (same dropout masks) to find the first layer with a non-finite
 // output; the pass updates the BN statistics again, so the snapshot is restored after it.
 std::string Run::locate_in_forward(const Tensor& images) {
-  seed_dropout(*model_, c_.seed, global_step_);
+  seed_dropout(*model_, dropout_seed(), global_step_);
   const std::string where = locate_nonfinite_forward(*model_, images);
   buffers_->restore();
   return where.empty() ? "every layer output finite (the loss itself overflowed)" : where;
@@ -427,12 +492,13 @@ void Run::nonfinite_step(const std::string& what, const std::string& where, int6
   const bool skipping = c_.on_nonfinite == "skip-step";
   if (skipping && nonfinite_in_a_row_ < kMaxConsecutiveSkips) {
     ++summary_.skipped_steps;
-    std::fprintf(stderr, "actlab-train: warning: non-finite %s %s; update skipped (%lld skipped so far)\n",
+    if (dist_.lead()) std::fprintf(stderr, "actlab-train: warning: non-finite %s %s; update skipped (%lld skipped so far)\n",
                  what.c_str(), at.c_str(), static_cast<long long>(summary_.skipped_steps));
     return;
   }
   std::string saved = "; nothing saved (no --save-dir)";
   if (!c_.save_dir.empty()) {
+    gather_epoch_sums();
     const std::string path = (std::filesystem::path(c_.save_dir) / "last.safetensors").string();
     bool weights_finite = true;
     for (const auto& p : model_->named_parameters()) weights_finite = weights_finite && all_finite(p.second.data());
@@ -448,9 +514,52 @@ void Run::nonfinite_step(const std::string& what, const std::string& where, int6
               "; try a smaller --lr (now ", c_.lr, ")");
 }
 
+// The epoch's running loss and accuracy sums over every rank; afterwards rank 0 holds them (the
+// others start from zero again, so a later gather does not count their part twice).
+void Run::gather_epoch_sums() {
+  if (!dist_.on()) return;
+  std::vector<double> sums = {loss_sum_, static_cast<double>(correct_), static_cast<double>(seen_)};
+  dist_.sum(sums);
+  loss_sum_ = dist_.lead() ? sums[0] : 0;
+  correct_ = dist_.lead() ? static_cast<int64_t>(sums[1]) : 0;
+  seen_ = dist_.lead() ? static_cast<int64_t>(sums[2]) : 0;
+}
+
+// Rank 0's line on the epoch's gradient all-reduces: their own time against the time backward's end
+// waited for them, i.e. how much of the communication ran behind the computation.
+void Run::report_overlap(int64_t epoch) {
+  if (!reducer_) return;
+  const OverlapStats& now = reducer_->stats();
+  const OverlapStats& was = overlap_epoch_start_;
+  OverlapStats d;
+  d.steps = now.steps - was.steps;
+  d.buckets = now.buckets - was.buckets;
+  d.bytes = now.bytes - was.bytes;
+  d.comm_s = now.comm_s - was.comm_s;
+  d.exposed_s = now.exposed_s - was.exposed_s;
+  overlap_epoch_start_ = now;
+  summary_.comm_s = now.comm_s;
+  summary_.comm_exposed_s = now.exposed_s;
+  if (c_.quiet || d.steps == 0) return;
+  std::printf("epoch %lld all-reduce: %lld steps x %lld buckets (%.2f MiB), communication %.3f s, exposed wait %.3f s: "
+              "%.0f%% hidden behind backward\n",
+              static_cast<long long>(epoch + 1), static_cast<long long>(d.steps),
+              static_cast<long long>(d.buckets / d.steps),
+              static_cast<double>(d.bytes / d.steps) / (1024.0 * 1024.0), d.comm_s, d.exposed_s,
+              100.0 * d.hidden_fraction());
+}
+
+// A stop request (a signal, or the test hook) on any rank stops every rank after the same step.
+bool Run::stop_requested() const {
+  const bool here = stop_signal() != 0 || (c_.stop_after_steps > 0 && global_step_ >= c_.stop_after_steps);
+  return !dist_.ranks_with(here).empty();
+}
+
 void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   CacheStats::global().set_enabled(true);
   ACTLAB_CHECK(seen_ > 0 || summary_.skipped_steps > 0, "epoch ", epoch + 1, " had no training batches");
+  gather_epoch_sums();
+  report_overlap(epoch);
   // An epoch whose every step was skipped (--on-nonfinite=skip-step) has no training figures: NaN.
   const double seen = seen_ > 0 ? static_cast<double>(seen_) : std::nan("");
   row.train_loss = loss_sum_ / seen;
@@ -459,7 +568,8 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   const MemoryStats stats = memory_stats(device_);
   row.peak_bytes = memory_check_ ? memory_check_->epoch_peak() : stats.total.peak;
   summary_.reserved_peak_bytes = std::max(summary_.reserved_peak_bytes, stats.reserved_peak);
-  const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_);
+  // Every rank holds the same weights: rank 0 evaluates (and alone writes what follows from it).
+  const EvalResult ev = dist_.lead() ? evaluate(*model_, *test_loader_, data_.test->name(), device_) : EvalResult{};
   row.test_loss = ev.loss;
   row.test_acc = ev.acc;
   row.wall_s = seconds_since(start);
@@ -483,6 +593,7 @@ void Run::stop(int64_t epoch, int64_t step) {
   summary_.stop_epoch = epoch + 1;
   summary_.stop_step = step;
   if (c_.save_dir.empty()) return;
+  gather_epoch_sums();
   // The exact mid-epoch state: weights, momentum, the step reached and the epoch's running sums.
   summary_.stop_checkpoint = (std::filesystem::path(c_.save_dir) / "last.safetensors").string();
   save("last.safetensors", state(epoch, step));
@@ -508,8 +619,7 @@ bool Run::run_epoch(int64_t epoch) {
   }
   last_ = Clock::now();
   for (; step < steps_per_epoch_; ++step) {
-    const bool stop_now = stop_signal() != 0 || (c_.stop_after_steps > 0 && global_step_ >= c_.stop_after_steps);
-    if (stop_now) {
+    if (stop_requested()) {
       stop(epoch, step);
       return false;
     }
@@ -538,7 +648,11 @@ TrainSummary Run::go() {
     buffers_->save();  // the snapshot the non-finite guard restores from holds the imported statistics
     if (!c_.quiet) std::printf("initial weights from %s\n", c_.init_weights.c_str());
   }
+  // Rank 0's weights everywhere: the same initialisation or checkpoint either way, but a rank that
+  // computed anything differently would otherwise drift unseen.
+  dist_.broadcast_model(*model_);
   if (c_.eval_only) {
+    if (!dist_.lead()) return summary_;
     const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_);
     summary_.final_test_loss = ev.loss;
     summary_.final_test_acc = ev.acc;
@@ -573,6 +687,15 @@ TrainSummary Run::go() {
   summary_.median_img_per_s = median(all_rates_);
   summary_.steps = global_step_;
   summary_.wall_s = seconds_since(run_start);
+  if (dist_.on()) {  // collective: every rank takes part, rank 0 prints
+    const std::vector<double> peaks = dist_.gather(static_cast<double>(summary_.peak_bytes));
+    const std::vector<double> rates = dist_.gather(summary_.median_img_per_s);
+    double total_rate = 0;
+    for (double r : rates) total_rate += r;
+    if (!c_.quiet && !summary_.epochs.empty())
+      std::printf("distributed: peak memory %s; throughput %.1f img/s over %d ranks\n", per_rank_bytes(peaks).c_str(),
+                  total_rate, dist_.world());
+  }
   if (!c_.quiet && !summary_.interrupted && !summary_.epochs.empty()) print_summary(summary_, c_);
   if (summary_.skipped_steps > 0)
     std::fprintf(stderr, "actlab-train: warning: %lld steps skipped for non-finite values (--on-nonfinite=skip-step)\n",
@@ -590,12 +713,13 @@ TrainSummary Run::go() {
 }
 
 // Creates the save directory and refuses to clobber another run's checkpoints.
-void prepare_save_dir(const TrainConfig& c) {
+void prepare_save_dir(const TrainConfig& c, bool lead) {
   if (c.save_dir.empty()) return;
   namespace fs = std::filesystem;
   make_output_dir(c.save_dir, "save directory");
-  for (const auto& stale : remove_stale_temp_files(c.save_dir))
-    std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
+  if (lead)  // the rank that writes there; the others only check
+    for (const auto& stale : remove_stale_temp_files(c.save_dir))
+      std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";
   ACTLAB_CHECK(!c.resume.empty() || c.overwrite || !fs::exists(last), "'", last.string(),
                "' already exists; pass --resume ", last.string(), " to continue that run, or --overwrite");
@@ -622,20 +746,46 @@ TrainSummary train(const TrainConfig& c) {
     }
   } restore{omp_get_max_threads(), Device::parse(c.device)};
   omp_set_num_threads(static_cast<int>(c.threads));
-  const Device device = Device::parse(c.device);
+  Device device = Device::parse(c.device);
+  // Distributed, MPI is initialised here, after every check of the configuration, and a plain
+  // "--device cuda" means one GPU per rank on each machine.
+  DistRun dist = c.distributed ? DistRun(c, device) : DistRun();
+  if (device.is_cuda() && dist.on() && c.device == "cuda") {
+    cuda_init();
+    device = Device::cuda(dist.comm()->local_rank() % std::max(1, cuda_device_count()));
+  }
   if (device.is_cuda()) {
     cuda_init();  // throws saying why when there is none (a CPU-only build, no driver, no GPU)
     ACTLAB_CHECK(device.index < cuda_device_count(), "--device ", c.device, ": only ", cuda_device_count(),
                  " CUDA device(s) visible (cuda:0 .. cuda:", cuda_device_count() - 1, ")");
   }
   if (!c.memory_limit.empty()) set_memory_limit(device, parse_byte_size(c.memory_limit, "--memory-limit"));
-  seed_init(c.seed);
-  set_pack_seed(c.seed);
+  seed_init(c.seed);  // the same initial weights on every rank (and rank 0's are broadcast anyway)
+  // Stochastic rounding draws differ between ranks, as their activations do; rank 0's are a one-rank run's.
+  const uint64_t rank = static_cast<uint64_t>(dist.rank());
+  set_pack_seed(rank == 0 ? c.seed : fnv1a64(&rank, sizeof rank, c.seed ^ 0x9ACCu));
   set_pack_step(0);
   CacheStats::global().reset();
-  if (!c.eval_only && !c.summary_only) prepare_save_dir(c);
-  Run run(c);
-  return run.go();
+  TrainConfig rank_config = c;
+  if (!dist.lead()) {  // rank 0 prints and writes every output; the others train
+    rank_config.quiet = true;
+    rank_config.log_file = rank_config.memory_report = rank_config.summary_json = rank_config.export_weights = "";
+  }
+  try {
+    if (!c.eval_only && !c.summary_only) prepare_save_dir(rank_config, dist.lead());
+    Run run(rank_config, dist, device);
+    return run.go();
+  } catch (const DistError&) {  // names its rank already
+    dist.fail_job();
+    throw;
+  } catch (const OutOfMemory&) {
+    dist.fail_job();
+    throw;
+  } catch (const Error& e) {
+    dist.fail_job();
+    if (!dist.on()) throw;
+    throw Error(dist.who() + e.what());
+  }
 }
 
 }  // namespace actlab

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A rank killed mid-run (docs/distributed.md, "Faults"): 2 ranks under mpirun, SIGKILL to rank 1 once
+# the first checkpoint exists. The surviving rank must exit non-zero within a bounded time with one
+# line naming rank 1, the checkpoint must still load, and --resume on 2 ranks must finish the run.
+# Without mpirun or an MPI build: a visible skip (a failure under CI, where scripts/setup.sh installs both).
+#   tests/cli/dist_fault.sh PATH/TO/actlab-train HAVE_MPI(ON|OFF)
+set -u
+bin="$1"
+have_mpi="$2"
+source "$(dirname "$0")/lib.sh"
+if [ "$have_mpi" != "ON" ] || ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIPPED: missing prerequisite: mpirun (openmpi-bin) and a build with MPI (libopenmpi-dev; scripts/setup.sh)"
+  case "${CI:-}" in "" | false | 0) exit 0 ;; *) exit 1 ;; esac
+fi
+epochs=30
+launch=(mpirun --allow-run-as-root --oversubscribe -np 2 "$bin" --distributed)
+common=(--model mlp --dataset synthetic --synthetic-size 256 --batch-size 16 --steps-per-epoch 4 --epochs $epochs
+        --threads 1 --test-limit 64 --no-augment --dist-timeout 60 --save-dir "$work/ck")
+"${launch[@]}" "${common[@]}" --print-every 1 > "$work/run.out" 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 1 600); do [ -f "$work/ck/last.safetensors" ] && break; sleep 0.1; done
+[ -f "$work/ck/last.safetensors" ] || fail "no checkpoint after 60 s"
+rank1=""
+for child in $(pgrep -P "$mpirun_pid"); do
+  tr '\0' '\n' < "/proc/$child/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && rank1=$child
+done
+[ -n "$rank1" ] || fail "rank 1's process not found among mpirun's children"
+kill -9 "$rank1"
+killed_at=$(date +%s)
+for _ in $(seq 1 300); do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$mpirun_pid" 2>/dev/null; then
+  fail "the job still runs 30 s after rank 1 was killed"
+  kill -9 "$mpirun_pid"
+fi
+wait "$mpirun_pid"
+status=$?
+echo "rank 1 (pid $rank1) killed; mpirun exited with $status after $(($(date +%s) - killed_at)) s"
+[ "$status" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
+grep -q "^actlab-train: error: rank 0 of 2: rank 1 (pid $rank1 on .*) died" "$work/run.out" ||
+  fail "no line from rank 0 naming rank 1: $(grep 'actlab-train' "$work/run.out" | head -3)"
+epoch_before=$(epoch_of "$work/ck/last.safetensors")
+"${launch[@]}" --resume "$work/ck/last.safetensors" --quiet > "$work/resume.out" 2>&1 ||
+  fail "resume after the kill failed: $(tail -3 "$work/resume.out")"
+[ "$(epoch_of "$work/ck/last.safetensors")" = "$epochs" ] ||
+  fail "the resumed run (from epoch $epoch_before) did not finish epoch $epochs"
+echo "dist fault checks: $failures failed"
+[ "$failures" -eq 0 ]

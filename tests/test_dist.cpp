@@ -1,0 +1,316 @@
+// Data-parallel training (dist/, train/distributed.h): the distributed sampler, bucket assignment, the
+// tape's grad-ready hook, the reducer's averaging and overlap with a one-process communicator, and,
+// through mpirun and the real actlab-train, 2 ranks against 1, resume, world-size and NaN agreement.
+// The kill-a-rank case is tests/cli/dist_fault.sh. Without mpirun or an MPI build the mpirun cases
+// skip visibly (tests/prerequisite.h).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "actlab/autograd/functions.h"
+#include "actlab/autograd/tape.h"
+#include "actlab/data/dataloader.h"
+#include "actlab/data/dataset.h"
+#include "actlab/dist/communicator.h"
+#include "actlab/dist/reducer.h"
+#include "actlab/io/safetensors.h"
+#include "actlab/models/registry.h"
+#include "tests/prerequisite.h"
+#include "tests/temp_dir.h"
+
+using namespace actlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+Variable param(const Shape& shape, uint64_t seed) {
+  PhiloxStream rng(seed, 0);
+  return Variable(Tensor::randn(shape, rng), true);
+}
+
+// A stand-in for W identical ranks: every all-reduce multiplies by W (the sum of W equal copies), and
+// each start records how many nodes were still on the tape, i.e. whether backward was still running.
+class EchoCommunicator : public LocalCommunicator {
+ public:
+  explicit EchoCommunicator(int world) : world_(world) {}
+  int world_size() const override { return world_; }
+  std::unique_ptr<CollectiveWork> allreduce_sum_async(Tensor t) override {
+    tape_left_at_start.push_back(Tape::current().size());
+    t.mul_(static_cast<float>(world_));
+    return LocalCommunicator::allreduce_sum_async(t);
+  }
+  std::vector<size_t> tape_left_at_start;
+ private:
+  int world_;
+};
+
+struct Output {
+  int rc = -1;
+  std::string text;
+};
+
+// Runs a shell command, stdout and stderr together.
+Output run(const std::string& command) {
+  Output o;
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  const int status = ::pclose(p);
+  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+std::string train_bin() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  REQUIRE(n > 0);
+  return (fs::path(std::string(buf, static_cast<size_t>(n))).parent_path() / "actlab-train").string();
+}
+
+bool have_mpirun() {
+  const bool ok = mpi_built() && run("command -v mpirun").rc == 0;
+  return testing::have_prerequisite(ok, "mpirun (openmpi-bin) and a build with MPI (libopenmpi-dev; scripts/setup.sh)");
+}
+
+// mpirun for a 2-core test machine, as root where CI runs: --oversubscribe lets 2 ranks share fewer
+// cores, passive OpenMP waits keep them from spinning against each other.
+std::string mpirun(int ranks) {
+  return "OMP_WAIT_POLICY=passive mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
+}
+
+// The MLP (no batch norm, no dropout) on synthetic data: a rank's gradient is the mean over its part
+// of the global batch, so 2 ranks of b must match 1 rank of 2b.
+std::string tiny_run(const std::string& extra) {
+  return " --model mlp --dataset synthetic --synthetic-size 512 --threads 1 --test-limit 64 --quiet --no-augment "
+         "--dist-timeout 60 " + extra;
+}
+
+std::map<std::string, std::vector<float>> weights(const std::string& path) {
+  std::map<std::string, std::vector<float>> w;
+  for (const auto& t : read_safetensors(path).tensors)
+    if (t.second.dtype() == DType::F32) w[t.first] = t.second.to_vector();
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("dist: the shards of an epoch are disjoint, equal in size, and together cover the permutation") {
+  InMemoryImageDataset data = make_synthetic_dataset(103, 1, 4, 4, 3, 7);
+  DataLoader full(data, 5, true, 11, true);
+  const std::vector<int64_t> order = full.epoch_order(2);
+  for (int64_t world : {1, 2, 3, 4}) {
+    std::set<int64_t> seen;
+    for (int64_t rank = 0; rank < world; ++rank) {
+      const std::vector<int64_t> shard = shard_order(order, rank, world);
+      CHECK(static_cast<int64_t>(shard.size()) == 103 / world);
+      for (int64_t i : shard) CHECK_MESSAGE(seen.insert(i).second, "index ", i, " in two shards");
+    }
+    // What is left out is the permutation's tail, fewer than `world` samples.
+    const std::set<int64_t> head(order.begin(), order.begin() + (103 / world) * world);
+    CHECK(seen == head);
+  }
+  CHECK_THROWS_WITH_AS(shard_order(order, 2, 2), doctest::Contains("rank < world"), Error);
+}
+
+TEST_CASE("dist: a sharded loader's batch k on every rank together is batch k of one loader with the global batch") {
+  InMemoryImageDataset data = make_synthetic_dataset(64, 1, 4, 4, 10, 3);
+  DataLoader global(data, 8, true, 5, true);
+  DataLoader rank0(data, 4, true, 5, true), rank1(data, 4, true, 5, true);
+  rank0.shard(0, 2);
+  rank1.shard(1, 2);
+  CHECK(rank0.num_batches() == global.num_batches());
+  for (DataLoader* l : {&global, &rank0, &rank1}) l->start_epoch(1);
+  Batch g, a, b;
+  while (global.next(g)) {
+    REQUIRE(rank0.next(a));
+    REQUIRE(rank1.next(b));
+    // Strided shards: global sample 2i is rank 0's i-th, 2i+1 rank 1's.
+    const auto gi = g.images.to_vector(), ai = a.images.to_vector(), bi = b.images.to_vector();
+    const size_t image = gi.size() / 8;
+    for (size_t i = 0; i < 4; ++i) {
+      CHECK(std::equal(ai.begin() + i * image, ai.begin() + (i + 1) * image, gi.begin() + 2 * i * image));
+      CHECK(std::equal(bi.begin() + i * image, bi.begin() + (i + 1) * image, gi.begin() + (2 * i + 1) * image));
+    }
+  }
+  CHECK_FALSE(rank0.next(a));
+  CHECK_THROWS_WITH_AS(DataLoader(data, 40, true, 5, true).shard(0, 2), doctest::Contains("fewer than the batch size"),
+                       Error);
+}
+
+TEST_CASE("dist: buckets take parameters last to first, close at the cap, and hold every parameter once") {
+  // Bytes per parameter, registration order.
+  const std::vector<int64_t> bytes = {400, 100, 100, 300, 50, 1000, 20};
+  const auto buckets = assign_buckets(bytes, 500);
+  const std::vector<std::vector<size_t>> expected = {{6}, {5}, {4, 3, 2}, {1, 0}};
+  CHECK(buckets == expected);  // 1000 > cap alone; 50+300+100 = 450, +100 would pass 500
+  std::vector<size_t> all;
+  for (const auto& b : buckets) all.insert(all.end(), b.begin(), b.end());
+  std::sort(all.begin(), all.end());
+  std::vector<size_t> every(bytes.size());
+  std::iota(every.begin(), every.end(), size_t{0});
+  CHECK(all == every);
+  CHECK(assign_buckets(bytes, int64_t{1} << 30).size() == 1);
+  CHECK(assign_buckets(bytes, 1).size() == bytes.size());
+  CHECK(assign_buckets({}, 10).empty());
+  CHECK_THROWS_AS(assign_buckets(bytes, 0), Error);
+}
+
+TEST_CASE("dist: the tape reports each leaf once, after its last gradient contribution") {
+  Variable w1 = param({4, 3}, 1), w2 = param({2, 4}, 2), x = Variable(Tensor::full({5, 3}, 0.5f));
+  // w1 is used twice (two contributions); the hook must fire after the second.
+  Variable h = relu(add(linear(x, w1, Variable()), linear(x, w1, Variable())));
+  Variable y = linear(h, w2, Variable());
+  std::vector<const VariableImpl*> order;
+  std::vector<bool> had_grad;
+  size_t nodes_left_at_w1 = 0;
+  Tape::current().set_grad_ready_hook([&](VariableImpl& leaf) {
+    order.push_back(&leaf);
+    had_grad.push_back(!leaf.grad_stale);
+    if (&leaf == w1.impl().get()) nodes_left_at_w1 = Tape::current().size();
+  });
+  backward(y, Tensor::full({5, 2}, 1.f));
+  Tape::current().set_grad_ready_hook(nullptr);
+  REQUIRE(order.size() == 2);
+  CHECK(order[0] == w2.impl().get());  // the layer nearest the loss first
+  CHECK(order[1] == w1.impl().get());
+  CHECK(had_grad == std::vector<bool>{true, true});
+  CHECK(nodes_left_at_w1 == 0);  // both linear nodes on w1 had run (the first-recorded runs last)
+  // Without a hook nothing is reported.
+  backward(linear(x, w1, Variable()), Tensor::full({5, 4}, 1.f));
+  CHECK(order.size() == 2);
+}
+
+TEST_CASE("dist: the reducer averages over ranks, starts buckets during backward, and leaves gradients exact") {
+  auto model = make_model({"mlp", 1, 10, 8});
+  InMemoryImageDataset data = make_synthetic_dataset(16, 1, 8, 8, 10, 1);
+  DataLoader loader(data, 16, false, 0, true);
+  loader.start_epoch(0);
+  Batch batch;
+  REQUIRE(loader.next(batch));
+  auto step = [&](GradReducer* reducer) {
+    for (auto& p : model->parameters()) p.zero_grad();
+    Variable loss = cross_entropy((*model)(Variable(batch.images)), batch.labels);
+    if (reducer) reducer->begin_backward();
+    backward(loss);
+    if (reducer) reducer->finish();
+    std::vector<std::vector<float>> grads;
+    for (auto& p : model->parameters()) grads.push_back(p.grad().to_vector());
+    return grads;
+  };
+  const auto plain = step(nullptr);
+  EchoCommunicator two_ranks(2);
+  // A cap smaller than any weight matrix: one bucket per parameter (or close), several per backward.
+  GradReducer reducer(model->parameters(), two_ranks, 1024);
+  REQUIRE(reducer.buckets().size() >= 2);
+  const auto averaged = step(&reducer);
+  CHECK(averaged == plain);  // (g + g) / 2 == g exactly
+  REQUIRE(two_ranks.tape_left_at_start.size() == reducer.buckets().size());
+  CHECK_MESSAGE(two_ranks.tape_left_at_start.front() > 0, "the first bucket started only after backward");
+  CHECK(reducer.stats().steps == 1);
+  CHECK(reducer.stats().buckets == static_cast<int64_t>(reducer.buckets().size()));
+  CHECK(Tape::current().size() == 0);
+}
+
+TEST_CASE("dist: 2 ranks with batch b end with the weights of 1 rank with batch 2b (MLP, through mpirun)") {
+  if (!have_mpirun()) return;
+  testing::TempDir dir("dist_equal");
+  const std::string one = (dir.path() / "one.safetensors").string(), two = (dir.path() / "two.safetensors").string();
+  const Output a = run(train_bin() + tiny_run("--epochs 2 --steps-per-epoch 6 --batch-size 32 --export-weights " + one));
+  REQUIRE_MESSAGE(a.rc == 0, a.text);
+  const Output b = run(mpirun(2) + train_bin() + " --distributed" +
+                       tiny_run("--epochs 2 --steps-per-epoch 6 --batch-size 16 --bucket-mib 0.5 --export-weights " + two));
+  REQUIRE_MESSAGE(b.rc == 0, b.text);
+  const auto w1 = weights(one), w2 = weights(two);
+  REQUIRE(w1.size() == w2.size());
+  float max_diff = 0;
+  for (const auto& kv : w1) {
+    const std::vector<float>& x = kv.second;
+    const std::vector<float>& y = w2.at(kv.first);
+    REQUIRE(x.size() == y.size());
+    for (size_t i = 0; i < x.size(); ++i) max_diff = std::max(max_diff, std::abs(x[i] - y[i]));
+  }
+  // Different summation orders only: far below what 12 SGD steps move the weights.
+  CHECK(max_diff < 1e-5f);
+}
+
+TEST_CASE("dist: a 2-rank run stopped mid-epoch and resumed on 2 ranks ends bit-identical, and 1 rank is refused") {
+  if (!have_mpirun()) return;
+  testing::TempDir dir("dist_resume");
+  const std::string base = tiny_run("--epochs 2 --steps-per-epoch 5 --batch-size 16 --lr 0.05");
+  const std::string straight = (dir.path() / "straight.safetensors").string();
+  const std::string resumed = (dir.path() / "resumed.safetensors").string();
+  const std::string ck = (dir.path() / "ck").string();
+  const Output a = run(mpirun(2) + train_bin() + " --distributed" + base + " --export-weights " + straight);
+  REQUIRE_MESSAGE(a.rc == 0, a.text);
+  // Stopped after 7 of 10 steps (mid-epoch 2), as on SIGINT, by the test hook: the checkpoint in ck/.
+  const Output b = run("ACTLAB_STOP_AFTER_STEPS=7 " + mpirun(2) + train_bin() + " --distributed" + base +
+                       " --save-dir " + ck);
+  const std::string last = ck + "/last.safetensors";
+  REQUIRE_MESSAGE(fs::exists(last), b.text);
+  CHECK(read_safetensors(last).metadata_value("world_size") == "2");
+  CHECK(read_safetensors(last).metadata_value("global_step") == "7");
+  const Output c = run(mpirun(2) + train_bin() + " --distributed --resume " + last + " --export-weights " +
+                       resumed);
+  REQUIRE_MESSAGE(c.rc == 0, c.text);
+  const SafetensorsFile x = read_safetensors(straight), y = read_safetensors(resumed);
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  for (size_t i = 0; i < x.tensors.size(); ++i) {
+    const Tensor& p = x.tensors[i].second;
+    const Tensor& q = y.tensors[i].second;
+    REQUIRE(p.nbytes() == q.nbytes());
+    CHECK_MESSAGE(std::memcmp(p.raw_data(), q.raw_data(), p.nbytes()) == 0, x.tensors[i].first, " differs");
+  }
+  // The same checkpoint on one rank: refused with one line naming both world sizes.
+  const Output d = run(train_bin() + " --resume " + last + " --distributed=false");
+  CHECK(d.rc != 0);
+  CHECK_MESSAGE(d.text.find("trained on 2 ranks, this run has 1") != std::string::npos, d.text);
+}
+
+TEST_CASE("dist: a NaN loss on one rank skips or stops the step on every rank together") {
+  if (!have_mpirun()) return;
+  testing::TempDir dir("dist_nan");
+  const std::string base = train_bin() + " --distributed" + tiny_run("--epochs 1 --steps-per-epoch 6 --batch-size 16");
+  // MPMD launch: only rank 1 gets the NaN at step 3.
+  auto launch = [&](const std::string& args) {
+    return run("OMP_WAIT_POLICY=passive mpirun --allow-run-as-root --oversubscribe -np 1 " + base + args +
+               " : -np 1 -x ACTLAB_INJECT_NAN_STEP=3 " + base + args);
+  };
+  const std::string summary = (dir.path() / "s.json").string();
+  const Output skip = launch(" --on-nonfinite skip-step --summary-json " + summary);
+  REQUIRE_MESSAGE(skip.rc == 0, skip.text);
+  CHECK_MESSAGE(skip.text.find("non-finite loss on rank 1") != std::string::npos, skip.text);
+  std::ifstream in(summary);
+  std::stringstream json;
+  json << in.rdbuf();
+  CHECK_MESSAGE(json.str().find("\"skipped_steps\": 1") != std::string::npos, json.str());
+  const Output stop = launch(" --on-nonfinite stop --save-dir " + (dir.path() / "ck").string());
+  CHECK(stop.rc != 0);
+  CHECK_MESSAGE(stop.text.find("non-finite loss on rank 1 at epoch 1 step 3") != std::string::npos, stop.text);
+  CHECK(fs::exists(dir.path() / "ck" / "last.safetensors"));
+}
+
+TEST_CASE("dist: --distributed in a build without MPI is one clear error") {
+  if (mpi_built()) {
+    MESSAGE("this build has MPI: the refusal is dist/mpi_absent.cpp's, checked only in builds without it");
+    CHECK_THROWS_AS(make_mpi_communicator(0), Error);  // the timeout is checked before MPI starts
+    return;
+  }
+  const Output o = run(train_bin() + tiny_run("--distributed --epochs 1 --steps-per-epoch 1 --batch-size 16"));
+  CHECK(o.rc == 2);
+  CHECK_MESSAGE(o.text.find("--distributed needs a build with MPI") != std::string::npos, o.text);
+}

@@ -1,0 +1,68 @@
+// DistRun (train/distributed.h).
+#include "actlab/train/distributed.h"
+
+#include <cstdio>
+
+
+namespace actlab {
+
+DistRun::DistRun(const TrainConfig& c, Device device) {
+  std::unique_ptr<Communicator> mpi = make_mpi_communicator(c.dist_timeout);
+  comm_ = device.is_cuda() ? make_nccl_communicator(std::move(mpi), device.index, c.dist_timeout) : std::move(mpi);
+  rank_ = comm_->rank();
+  world_ = comm_->world_size();
+}
+
+std::string DistRun::who() const {
+  return on() ? "rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " : "";
+}
+
+std::vector<int> DistRun::ranks_with(bool flag) const {
+  const std::vector<double> flags = gather(flag ? 1.0 : 0.0);
+  std::vector<int> ranks;
+  for (size_t r = 0; r < flags.size(); ++r)
+    if (flags[r] != 0) ranks.push_back(static_cast<int>(r));
+  return ranks;
+}
+
+std::vector<double> DistRun::gather(double value) const {
+  if (!on()) return {value};
+  std::vector<double> slots(static_cast<size_t>(world_), 0.0);
+  slots[static_cast<size_t>(rank_)] = value;  // a sum of one non-zero slot per rank is a gather
+  comm_->allreduce(slots, ReduceOp::Sum);
+  return slots;
+}
+
+void DistRun::sum(std::vector<double>& values) const {
+  if (on()) comm_->allreduce(values, ReduceOp::Sum);
+}
+
+void DistRun::broadcast_model(Module& model) const {
+  if (!on() || world_ == 1) return;
+  auto send = [&](Tensor t) {
+    Tensor host = t.to(Device::cpu()).contiguous();
+    comm_->broadcast(host.raw_data(), host.nbytes(), 0);
+    t.copy_(host);
+  };
+  for (const auto& p : model.named_parameters()) send(p.second.data());
+  for (const auto& b : model.named_buffers()) send(b.second);
+}
+
+void DistRun::fail_job() const {
+  if (on() && world_ > 1) comm_->fail_job_at_exit();
+}
+
+std::string per_rank_bytes(const std::vector<double>& bytes) {
+  std::string s;
+  double total = 0;
+  char buf[64];
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    std::snprintf(buf, sizeof buf, "%srank %zu %.2f MiB", r ? ", " : "", r, bytes[r] / (1024.0 * 1024.0));
+    s += buf;
+    total += bytes[r];
+  }
+  std::snprintf(buf, sizeof buf, "; total %.2f MiB", total / (1024.0 * 1024.0));
+  return s + buf;
+}
+
+}  // namespace actlab
