@@ -778,9 +778,10 @@ TrainSummary train(const TrainConfig& c) {
   } catch (const DistError&) {  // names its rank already
     dist.fail_job();
     throw;
-  } catch (const OutOfMemory&) {
+  } catch (const OutOfMemory& e) {
     dist.fail_job();
-    throw;
+    if (!dist.on()) throw;
+    throw OutOfMemory(dist.who() + e.what());  // still exit 3, and the rank it happened on
   } catch (const Error& e) {
     dist.fail_job();
     if (!dist.on()) throw;

@@ -37,7 +37,7 @@ status=$?
 echo "rank 1 (pid $rank1) killed; mpirun exited with $status after $(($(date +%s) - killed_at)) s"
 [ "$status" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
 grep -q "^actlab-train: error: rank 0 of 2: rank 1 (pid $rank1 on .*) died" "$work/run.out" ||
-  fail "no line from rank 0 naming rank 1: $(grep 'actlab-train' "$work/run.out" | head -3)"
+  fail "no line from rank 0 naming rank 1; the job printed: $(grep -v "^epoch" "$work/run.out" | tail -12)"
 epoch_before=$(epoch_of "$work/ck/last.safetensors")
 "${launch[@]}" --resume "$work/ck/last.safetensors" --quiet > "$work/resume.out" 2>&1 ||
   fail "resume after the kill failed: $(tail -3 "$work/resume.out")"
