@@ -1,14 +1,21 @@
 // DistRun (train/distributed.h).
 #include "actlab/train/distributed.h"
 
+#include <algorithm>
 #include <cstdio>
+
+#include "actlab/core/cuda/runtime.h"
 
 
 namespace actlab {
 
-DistRun::DistRun(const TrainConfig& c, Device device) {
+DistRun::DistRun(const TrainConfig& c, Device device) : device_(device) {
   std::unique_ptr<Communicator> mpi = make_mpi_communicator(c.dist_timeout);
-  comm_ = device.is_cuda() ? make_nccl_communicator(std::move(mpi), device.index, c.dist_timeout) : std::move(mpi);
+  if (device.is_cuda() && c.device == "cuda") {  // no index given: one GPU per rank on each machine
+    cuda_init();
+    device_ = Device::cuda(mpi->local_rank() % std::max(1, cuda_device_count()));
+  }
+  comm_ = device_.is_cuda() ? make_nccl_communicator(std::move(mpi), device_.index, c.dist_timeout) : std::move(mpi);
   rank_ = comm_->rank();
   world_ = comm_->world_size();
 }

@@ -19,8 +19,10 @@ class DistRun {
  public:
   DistRun() = default;  // not distributed: one rank, every collective a no-op
   // Opens the communicator of `config` (MPI_Init happens here) for a run on `device` (host tensors:
-  // MPI; a GPU: NCCL). Throws Error in a build without MPI or NCCL.
+  // MPI; a GPU: NCCL, on cuda:<local rank> when config.device is a plain "cuda"). Throws Error in a
+  // build without MPI or NCCL.
   DistRun(const TrainConfig& config, Device device);
+  Device device() const { return device_; }  // where this rank trains
 
   bool on() const { return comm_ != nullptr; }
   int rank() const { return rank_; }
@@ -43,6 +45,7 @@ class DistRun {
 
  private:
   std::unique_ptr<Communicator> comm_;
+  Device device_ = Device::cpu();
   int rank_ = 0, world_ = 1;
 };
 

@@ -750,10 +750,7 @@ TrainSummary train(const TrainConfig& c) {
   // Distributed, MPI is initialised here, after every check of the configuration, and a plain
   // "--device cuda" means one GPU per rank on each machine.
   DistRun dist = c.distributed ? DistRun(c, device) : DistRun();
-  if (device.is_cuda() && dist.on() && c.device == "cuda") {
-    cuda_init();
-    device = Device::cuda(dist.comm()->local_rank() % std::max(1, cuda_device_count()));
-  }
+  if (dist.on()) device = dist.device();
   if (device.is_cuda()) {
     cuda_init();  // throws saying why when there is none (a CPU-only build, no driver, no GPU)
     ACTLAB_CHECK(device.index < cuda_device_count(), "--device ", c.device, ": only ", cuda_device_count(),
