@@ -53,8 +53,9 @@ class Communicator {
   virtual void allreduce(std::vector<double>& values, ReduceOp op) = 0;
   // Blocking: rank `root`'s n bytes into every rank's `bytes`.
   virtual void broadcast(void* bytes, size_t n, int root) = 0;
-  // This rank is ending with an error: take the whole job down when the process exits (MPI_Abort)
-  // instead of leaving the other ranks waiting in a collective for it.
+  // This rank is ending with an error: exit without the finalize that would wait for the other
+  // ranks; the launcher ends the job on the non-zero exit, and the ranks waiting in a collective for
+  // this one see it gone.
   virtual void fail_job_at_exit() {}
 };
 

@@ -27,14 +27,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What the process does with MPI when it exits (atexit): finalize after a clean run; abort the whole
-// job after a failure, since a finalize would wait for peers that are gone or stuck in a collective.
-int g_exit_abort_code = 0;
+// What the process does with MPI when it exits (atexit): finalize after a clean run. After a failure
+// nothing: a finalize would wait for peers that are gone or stuck in a collective, and MPI_Abort makes
+// Open MPI's launcher kill the job before it has forwarded this rank's last output (the error line).
+// Exiting non-zero is enough: the launcher ends the job on it, and a rank still waiting for this one
+// sees it gone (or times out).
+bool g_failed = false;
 void mpi_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return;
-  if (g_exit_abort_code != 0) MPI_Abort(MPI_COMM_WORLD, g_exit_abort_code);
+  if (finalized || g_failed) return;
   MPI_Finalize();
 }
 
@@ -100,7 +102,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<CollectiveWork> allreduce_sum_async(Tensor t) override;
   void allreduce(std::vector<double>& values, ReduceOp op) override;
   void broadcast(void* bytes, size_t n, int root) override;
-  void fail_job_at_exit() override { g_exit_abort_code = 2; }
+  void fail_job_at_exit() override { g_failed = true; }
 
  private:
   // A job runs on the communication thread and returns its error text (empty: success).
@@ -161,7 +163,7 @@ MpiCommunicator::~MpiCommunicator() {
   thread_.join();
   // A failed job leaves MPI in no state to free anything; the process aborts the job at exit.
   if (failure_.empty()) MPI_Comm_free(&comm_);
-  else g_exit_abort_code = 4;
+  else g_failed = true;
 }
 
 std::shared_ptr<Completion> MpiCommunicator::post(Job job) {
@@ -188,7 +190,7 @@ void MpiCommunicator::thread_main() {
     std::string error = failure_.empty() ? job.first() : failure_;
     if (!error.empty() && failure_.empty()) {
       failure_ = error;
-      g_exit_abort_code = 4;
+      g_failed = true;
     }
     job.second->finish(error, std::chrono::duration<double>(Clock::now() - start).count());
   }

@@ -78,7 +78,14 @@ BatchNorm2d::BatchNorm2d(int64_t channels, float momentum, float eps)
   running_var_ = register_buffer("running_var", Tensor::full({channels}, 1.f));
 }
 
+namespace {
+thread_local BatchNormTrainFn t_batch_norm_train;
+}  // namespace
+void set_batch_norm_train_override(BatchNormTrainFn fn) { t_batch_norm_train = std::move(fn); }
+
 Variable BatchNorm2d::forward(const Variable& x) {
+  if (is_training() && t_batch_norm_train)
+    return t_batch_norm_train(x, gamma_, beta_, running_mean_, running_var_, momentum_, eps_);
   return batch_norm(x, gamma_, beta_, running_mean_, running_var_, is_training(), momentum_, eps_);
 }
 

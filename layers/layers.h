@@ -3,6 +3,7 @@
 // the transformer layers: LinearInit::TruncNormal).
 // Tested in tests/test_functions.cpp (the ops they call) and tests/test_models.cpp (in networks).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,6 +52,13 @@ class Linear final : public Module {
   int64_t in_, out_;
   Variable weight_, bias_;
 };
+
+// What BatchNorm2d runs in training mode on this thread instead of batch_norm(); empty (the default):
+// batch_norm(). Set by data-parallel training with --sync-bn (dist/sync_batch_norm.h), whose statistics
+// span every rank's batch, so the models need no other batch-norm module.
+using BatchNormTrainFn = std::function<Variable(const Variable& x, const Variable& gamma, const Variable& beta,
+                                               Tensor& running_mean, Tensor& running_var, float momentum, float eps)>;
+void set_batch_norm_train_override(BatchNormTrainFn fn);
 
 class BatchNorm2d final : public Module {
  public:

@@ -66,6 +66,7 @@ struct TrainConfig {
   bool distributed = false;
   double bucket_mib = 25;                 // gradients per all-reduce bucket, MiB
   double dist_timeout = 300;              // seconds a collective may take before the run gives up
+  bool sync_bn = false;                   // batch-norm statistics over the global batch (CPU ranks)
   // Test hooks, not configuration keys (actlab-train sets them from the environment variables
   // ACTLAB_INJECT_NAN_STEP, ACTLAB_INJECT_NAN_COUNT, ACTLAB_INJECT_NAN_INTO): make the input batch
   // ("input") or the last parameter's gradient ("grad") hold a NaN at the 1-based global steps

@@ -155,6 +155,9 @@ const std::vector<Field>& fields() {
                     "data-parallel training, one process per rank (mpirun -np N actlab-train --distributed ...): "
                     "--batch-size is per rank, each rank reads a disjoint shard, gradients are averaged"),
         ACTLAB_FLT("bucket-mib", bucket_mib, "--distributed: MiB of gradients per all-reduce bucket"),
+        ACTLAB_BOOL("sync-bn", sync_bn,
+                    "--distributed on CPU ranks: batch-norm mean and variance over every rank's batch (all-reduced "
+                    "in forward and backward) instead of each rank's own"),
         ACTLAB_FLT("dist-timeout", dist_timeout,
                    "--distributed: seconds a collective may wait for the other ranks before the run fails"),
     };

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "actlab/core/cuda/runtime.h"
+#include "actlab/dist/sync_batch_norm.h"
 
 
 namespace actlab {
@@ -53,6 +54,15 @@ void DistRun::broadcast_model(Module& model) const {
   };
   for (const auto& p : model.named_parameters()) send(p.second.data());
   for (const auto& b : model.named_buffers()) send(b.second);
+}
+
+BatchNormTrainFn DistRun::sync_bn() const {
+  Communicator* comm = comm_.get();
+  ACTLAB_CHECK(comm != nullptr, "--sync-bn needs --distributed");
+  return [comm](const Variable& x, const Variable& gamma, const Variable& beta, Tensor& running_mean,
+                Tensor& running_var, float momentum, float eps) {
+    return sync_batch_norm(x, gamma, beta, running_mean, running_var, momentum, eps, *comm);
+  };
 }
 
 void DistRun::fail_job() const {

@@ -10,6 +10,7 @@
 
 #include "actlab/core/device.h"
 #include "actlab/dist/communicator.h"
+#include "actlab/layers/layers.h"
 #include "actlab/layers/module.h"
 #include "actlab/train/config.h"
 
@@ -42,6 +43,8 @@ class DistRun {
   void broadcast_model(Module& model) const;
   // This rank is failing: end the whole job at exit rather than leave the others waiting.
   void fail_job() const;
+  // What --sync-bn makes every BatchNorm2d run in training (dist/sync_batch_norm.h over comm()).
+  BatchNormTrainFn sync_bn() const;
 
  private:
   std::unique_ptr<Communicator> comm_;

@@ -110,6 +110,9 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.steps_per_epoch >= 0 && c.train_limit >= 0 && c.test_limit >= 0 && c.print_every >= 0,
                "step and sample limits must be >= 0");
   ACTLAB_CHECK(c.step_epochs >= 1, "--step-epochs must be >= 1, got ", c.step_epochs);
+  ACTLAB_CHECK(!c.sync_bn || c.distributed, "--sync-bn needs --distributed");
+  ACTLAB_CHECK(!c.sync_bn || Device::parse(c.device).is_cpu(),
+               "--sync-bn is implemented for CPU ranks only (not yet with --device ", c.device, ")");
   ACTLAB_CHECK(c.bucket_mib > 0 && c.dist_timeout > 0, "--bucket-mib and --dist-timeout must be > 0, got ",
                c.bucket_mib, " and ", c.dist_timeout);
   ACTLAB_CHECK(c.synthetic_size >= 1, "--synthetic-size must be >= 1, got ", c.synthetic_size);
@@ -475,7 +478,10 @@ void Run::after_first_step(const StepResult& r) {
 // output; the pass updates the BN statistics again, so the snapshot is restored after it.
 std::string Run::locate_in_forward(const Tensor& images) {
   seed_dropout(*model_, dropout_seed(), global_step_);
+  // This rank alone re-runs its forward: synchronized batch norm would wait for the others.
+  if (c_.sync_bn) set_batch_norm_train_override(nullptr);
   const std::string where = locate_nonfinite_forward(*model_, images);
+  if (c_.sync_bn) set_batch_norm_train_override(dist_.sync_bn());
   buffers_->restore();
   return where.empty() ? "every layer output finite (the loss itself overflowed)" : where;
 }
@@ -751,6 +757,13 @@ TrainSummary train(const TrainConfig& c) {
   // "--device cuda" means one GPU per rank on each machine.
   DistRun dist = c.distributed ? DistRun(c, device) : DistRun();
   if (dist.on()) device = dist.device();
+  struct SyncBn {  // every BatchNorm2d of this thread's training forwards, for the run's length
+    bool on;
+    ~SyncBn() {
+      if (on) set_batch_norm_train_override(nullptr);
+    }
+  } sync_bn{c.sync_bn && dist.on()};
+  if (sync_bn.on) set_batch_norm_train_override(dist.sync_bn());
   if (device.is_cuda()) {
     cuda_init();  // throws saying why when there is none (a CPU-only build, no driver, no GPU)
     ACTLAB_CHECK(device.index < cuda_device_count(), "--device ", c.device, ": only ", cuda_device_count(),

@@ -1,0 +1,142 @@
+// Synchronized batch norm (dist/sync_batch_norm.h): the moments in double, over channels in parallel.
+#include "actlab/dist/sync_batch_norm.h"
+
+#include <cmath>
+
+#include "actlab/autograd/tape.h"
+
+namespace actlab {
+namespace {
+
+bool wants_grad(const Node::Edge& e) { return e.leaf || !e.node.expired(); }
+
+// (N, C, S): the batch, the channels, the spatial size (1 for (N,C) inputs).
+struct Dims {
+  int64_t n, c, s;
+};
+Dims dims_of(const Tensor& x) {
+  ACTLAB_CHECK((x.dim() == 4 || x.dim() == 2) && x.dtype() == DType::F32 && x.device().is_cpu(),
+               "sync batch norm needs an (N,C,H,W) or (N,C) f32 host tensor, got ", x.str(), " on ", x.device().str());
+  return {x.size(0), x.size(1), x.numel() / (x.size(0) * x.size(1))};
+}
+
+// out[c] += sum over (n, s) of f(x[n,c,s], c), for every channel.
+template <typename F>
+void channel_sums(double* out, const float* x, const Dims& d, F f) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < d.c; ++c) {
+    double sum = 0;
+    for (int64_t n = 0; n < d.n; ++n) {
+      const float* row = x + (n * d.c + c) * d.s;
+      for (int64_t i = 0; i < d.s; ++i) sum += f(row[i], c, n * d.c * d.s + c * d.s + i);
+    }
+    out[c] += sum;
+  }
+}
+
+class SyncBatchNormNode final : public Node {
+ public:
+  SyncBatchNormNode(Communicator& comm, double count) : comm_(comm), count_(count) {}
+  const char* name() const override { return "sync_batchnorm2d"; }
+  const SlotList& slots() const override {
+    static const SlotList s = {"input", "weight", "mean", "invstd"};
+    return s;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    const Tensor dy = grad_outputs[0].contiguous();
+    const Tensor x = load("input").contiguous(), gamma = load("weight"), mean = load("mean"), invstd = load("invstd");
+    const Dims d = dims_of(x);
+    const float *px = x.data<float>(), *pdy = dy.data<float>(), *pg = gamma.data<float>();
+    const float *pm = mean.data<float>(), *pi = invstd.data<float>();
+    // sums = [sum dy (C), sum dy * xhat (C)]: this rank's, then the global batch's.
+    std::vector<double> sums(static_cast<size_t>(2 * d.c), 0.0);
+    channel_sums(sums.data(), pdy, d, [](float g, int64_t, int64_t) { return static_cast<double>(g); });
+    channel_sums(sums.data() + d.c, px, d, [&](float v, int64_t c, int64_t at) {
+      return static_cast<double>(pdy[at]) * (static_cast<double>(v) - pm[c]) * pi[c];
+    });
+    Tensor dgamma = Tensor::empty({d.c}), dbeta = Tensor::empty({d.c});
+    for (int64_t c = 0; c < d.c; ++c) {
+      dbeta.data<float>()[c] = static_cast<float>(sums[c]);
+      dgamma.data<float>()[c] = static_cast<float>(sums[d.c + c]);
+    }
+    comm_.allreduce(sums, ReduceOp::Sum);
+    Tensor dx = Tensor::empty(x.shape());
+    float* pdx = dx.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d.c; ++c) {
+      const double mean_dy = sums[c] / count_, mean_dy_xhat = sums[d.c + c] / count_;
+      const double scale = static_cast<double>(pg[c]) * pi[c];
+      for (int64_t n = 0; n < d.n; ++n)
+        for (int64_t i = 0; i < d.s; ++i) {
+          const int64_t at = (n * d.c + c) * d.s + i;
+          const double xhat = (static_cast<double>(px[at]) - pm[c]) * pi[c];
+          pdx[at] = static_cast<float>(scale * (pdy[at] - mean_dy - xhat * mean_dy_xhat));
+        }
+    }
+    std::vector<Tensor> grads(3);
+    if (wants_grad(inputs[0])) grads[0] = dx;
+    if (wants_grad(inputs[1])) grads[1] = dgamma;
+    if (wants_grad(inputs[2])) grads[2] = dbeta;
+    return grads;
+  }
+ private:
+  Communicator& comm_;
+  double count_;  // values per channel in the global batch
+};
+
+}  // namespace
+
+Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variable& beta, Tensor& running_mean,
+                         Tensor& running_var, float momentum, float eps, Communicator& comm) {
+  const Tensor xin = x.data().contiguous();
+  const Dims d = dims_of(xin);
+  const float* px = xin.data<float>();
+  // Round 1: sums and the global count, so every rank holds the same mean. Round 2: squared deviations
+  // from it (no cancellation, as a shifted one-pass sum would risk with the ranks' different shifts).
+  std::vector<double> sums(static_cast<size_t>(d.c + 1), 0.0);
+  channel_sums(sums.data(), px, d, [](float v, int64_t, int64_t) { return static_cast<double>(v); });
+  sums[d.c] = static_cast<double>(d.n * d.s);
+  comm.allreduce(sums, ReduceOp::Sum);
+  const double count = sums[d.c];
+  ACTLAB_CHECK(count > 1, "sync batch norm: need more than 1 value per channel over all ranks, got ", count);
+  std::vector<double> mean(sums.begin(), sums.begin() + d.c);
+  for (double& m : mean) m /= count;
+  std::vector<double> squares(static_cast<size_t>(d.c), 0.0);
+  channel_sums(squares.data(), px, d, [&](float v, int64_t c, int64_t) {
+    const double dev = static_cast<double>(v) - mean[c];
+    return dev * dev;
+  });
+  comm.allreduce(squares, ReduceOp::Sum);
+  Tensor save_mean = Tensor::empty({d.c}), save_invstd = Tensor::empty({d.c});
+  float *rm = running_mean.data<float>(), *rv = running_var.data<float>();
+  for (int64_t c = 0; c < d.c; ++c) {
+    const double var = squares[c] / count;  // biased, for normalising
+    save_mean.data<float>()[c] = static_cast<float>(mean[c]);
+    save_invstd.data<float>()[c] = static_cast<float>(1.0 / std::sqrt(var + eps));
+    rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * mean[c]);
+    rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * count / (count - 1));
+  }
+  running_mean.storage()->bump_version();
+  running_var.storage()->bump_version();
+  Tensor y = Tensor::empty(xin.shape());
+  float* py = y.data<float>();
+  const float *pg = gamma.data().data<float>(), *pb = beta.data().data<float>();
+  const float *pm = save_mean.data<float>(), *pi = save_invstd.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < d.c; ++c)
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t i = 0; i < d.s; ++i) {
+        const int64_t at = (n * d.c + c) * d.s + i;
+        py[at] = (px[at] - pm[c]) * (pg[c] * pi[c]) + pb[c];
+      }
+  auto node = make_node<SyncBatchNormNode>({&x, &gamma, &beta}, comm, count);
+  if (node) {
+    node->save_lossy("input", xin);
+    node->save_exact("weight", gamma.data());
+    node->save_exact("mean", save_mean);
+    node->save_exact("invstd", save_invstd);
+  }
+  return make_output(std::move(y), node);
+}
+
+}  // namespace actlab
