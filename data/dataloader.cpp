@@ -56,9 +56,10 @@ std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
   return order;
 }
 
-std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t rank, int64_t world) {
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t rank, int64_t world, bool keep_tail) {
   ACTLAB_CHECK(world >= 1 && rank >= 0 && rank < world, "shard ", rank, " of ", world, ": need 0 <= rank < world");
-  const int64_t n = static_cast<int64_t>(order.size()) / world;
+  const int64_t total = static_cast<int64_t>(order.size());
+  const int64_t n = keep_tail ? (total - rank + world - 1) / world : total / world;
   std::vector<int64_t> shard(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) shard[i] = order[static_cast<size_t>(rank + i * world)];
   return shard;
@@ -66,7 +67,8 @@ std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t rank
 
 void DataLoader::shard(int64_t rank, int64_t world) {
   ACTLAB_CHECK(world >= 1 && rank >= 0 && rank < world, "shard ", rank, " of ", world, ": need 0 <= rank < world");
-  const int64_t n = dataset_.size() / world;
+  const int64_t n = static_cast<int64_t>(shard_order(std::vector<int64_t>(static_cast<size_t>(dataset_.size())), rank,
+                                                      world, !drop_last_).size());
   ACTLAB_CHECK(n >= 1 && (!drop_last_ || batch_size_ <= n), "data set '", dataset_.name(), "' (", dataset_.size(),
                " examples) split over ", world, " ranks leaves ", n, " per rank, fewer than the batch size ",
                batch_size_);
@@ -122,7 +124,7 @@ void DataLoader::stop_worker() {
 
 void DataLoader::worker_main(int64_t epoch) {
   try {
-    const std::vector<int64_t> order = shard_order(epoch_order(epoch), shard_rank_, shard_world_);
+    const std::vector<int64_t> order = shard_order(epoch_order(epoch), shard_rank_, shard_world_, !drop_last_);
     Buffer staging(static_cast<size_t>(spec_.image_bytes()), MemTag::Data);
     for (int64_t b = 0; b < num_batches_; ++b) {
       {

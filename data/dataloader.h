@@ -34,9 +34,12 @@ struct Batch {
 // NOTE: the loader keeps a reference to `dataset`, which must outlive it; dataset.read() is called
 // from the background thread. One consumer thread calls start_epoch/next.
 // The distributed sampler: rank's share of an epoch's order, order[rank], order[rank + world], ...,
-// size/world of them (the remainder is dropped), so the shards are disjoint, every rank takes the same
-// number of steps, and batch k of every rank together is batch k of one loader with world times the batch.
-std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t rank, int64_t world);
+// size/world of them, so the shards are disjoint, every rank takes the same number of steps, and batch
+// k of every rank together is batch k of one loader with world times the batch. The remainder (fewer
+// than world samples) is dropped, or with keep_tail given to the first ranks, one each, so that the
+// shards cover the whole order (evaluation).
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t rank, int64_t world,
+                                 bool keep_tail = false);
 
 class DataLoader {
  public:
@@ -63,8 +66,9 @@ class DataLoader {
   // set's order, also when the loader is sharded.
   std::vector<int64_t> epoch_order(int64_t epoch) const;
   // Data-parallel training: from the next start_epoch on, this loader yields only shard `rank` of
-  // `world` of each epoch's order (shard_order), so its batches are rank's part of every global batch.
-  // Every rank must use the same seed. Throws when a shard would be smaller than a batch with drop_last.
+  // `world` of each epoch's order (shard_order; the tail kept without drop_last, so that evaluation
+  // sees every sample once), so its batches are rank's part of every global batch. Every rank must
+  // use the same seed. Throws when a shard would be smaller than a batch with drop_last.
   void shard(int64_t rank, int64_t world);
 
  private:

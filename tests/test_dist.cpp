@@ -114,7 +114,7 @@ std::map<std::string, std::vector<float>> weights(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("dist: the shards of an epoch are disjoint, equal in size, and together cover the permutation") {
+TEST_CASE("dist: the shards of an epoch are disjoint, equal in size, and together cover the permutation (or all of it)") {
   InMemoryImageDataset data = make_synthetic_dataset(103, 1, 4, 4, 3, 7);
   DataLoader full(data, 5, true, 11, true);
   const std::vector<int64_t> order = full.epoch_order(2);
@@ -128,6 +128,11 @@ TEST_CASE("dist: the shards of an epoch are disjoint, equal in size, and togethe
     // What is left out is the permutation's tail, fewer than `world` samples.
     const std::set<int64_t> head(order.begin(), order.begin() + (103 / world) * world);
     CHECK(seen == head);
+    // Keeping the tail (evaluation): the shards partition the whole order.
+    std::multiset<int64_t> every;
+    for (int64_t rank = 0; rank < world; ++rank)
+      for (int64_t i : shard_order(order, rank, world, true)) every.insert(i);
+    CHECK(every == std::multiset<int64_t>(order.begin(), order.end()));
   }
   CHECK_THROWS_WITH_AS(shard_order(order, 2, 2), doctest::Contains("rank < world"), Error);
 }
@@ -235,10 +240,13 @@ TEST_CASE("dist: 2 ranks with batch b end with the weights of 1 rank with batch 
   if (!have_mpirun()) return;
   testing::TempDir dir("dist_equal");
   const std::string one = (dir.path() / "one.safetensors").string(), two = (dir.path() / "two.safetensors").string();
-  const Output a = run(train_bin() + tiny_run("--epochs 2 --steps-per-epoch 6 --batch-size 32 --export-weights " + one));
+  const std::string json_one = (dir.path() / "one.json").string(), json_two = (dir.path() / "two.json").string();
+  const Output a = run(train_bin() + tiny_run("--epochs 2 --steps-per-epoch 6 --batch-size 32 --test-limit 67 "
+                                              "--summary-json " + json_one + " --export-weights " + one));
   REQUIRE_MESSAGE(a.rc == 0, a.text);
   const Output b = run(mpirun(2) + train_bin() + " --distributed" +
-                       tiny_run("--epochs 2 --steps-per-epoch 6 --batch-size 16 --bucket-mib 0.5 --export-weights " + two));
+                       tiny_run("--epochs 2 --steps-per-epoch 6 --batch-size 16 --bucket-mib 0.5 --test-limit 67 "
+                                "--summary-json " + json_two + " --export-weights " + two));
   REQUIRE_MESSAGE(b.rc == 0, b.text);
   const auto w1 = weights(one), w2 = weights(two);
   REQUIRE(w1.size() == w2.size());
@@ -251,6 +259,19 @@ TEST_CASE("dist: 2 ranks with batch b end with the weights of 1 rank with batch 
   }
   // Different summation orders only: far below what 12 SGD steps move the weights.
   CHECK(max_diff < 1e-5f);
+  // The test split (67 images: an odd count, so one rank evaluates one more) is evaluated in shards and
+  // summed: the same loss and accuracy.
+  auto number = [](const std::string& path, const std::string& key) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string s = text.str();
+    const size_t at = s.find("\"" + key + "\": ");
+    REQUIRE_MESSAGE(at != std::string::npos, key, " not in ", path);
+    return std::stod(s.substr(at + key.size() + 4));
+  };
+  CHECK(number(json_one, "final_test_acc") == number(json_two, "final_test_acc"));
+  CHECK(number(json_one, "final_test_loss") == doctest::Approx(number(json_two, "final_test_loss")).epsilon(1e-5));
 }
 
 TEST_CASE("dist: a 2-rank run stopped mid-epoch and resumed on 2 ranks ends bit-identical, and 1 rank is refused") {

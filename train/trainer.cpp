@@ -63,7 +63,9 @@ Batch on_device(const Batch& host, Device device) {
   return b;
 }
 
-EvalResult evaluate(Module& model, DataLoader& loader, const std::string& dataset, Device device) {
+// With --distributed every rank evaluates its shard of the test split and the sums are added up, so
+// every rank gets the whole split's figures and none waits for another.
+EvalResult evaluate(Module& model, DataLoader& loader, const std::string& dataset, Device device, const DistRun& dist) {
   NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
@@ -81,6 +83,11 @@ EvalResult evaluate(Module& model, DataLoader& loader, const std::string& datase
     seen += n;
   }
   model.train();
+  std::vector<double> sums = {loss_sum, static_cast<double>(correct), static_cast<double>(seen)};
+  dist.sum(sums);
+  loss_sum = sums[0];
+  correct = static_cast<int64_t>(sums[1]);
+  seen = static_cast<int64_t>(sums[2]);
   ACTLAB_CHECK(seen > 0, "the ", dataset, " test split produced no batches");
   return {loss_sum / static_cast<double>(seen), 100.0 * static_cast<double>(correct) / static_cast<double>(seen)};
 }
@@ -273,9 +280,12 @@ void Run::setup() {
   ACTLAB_CHECK(data_.test->spec().channels == spec.channels && data_.test->spec().height == spec.height,
                "train and test splits have different image shapes");
   train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms);
-  if (dist_.on()) train_loader_->shard(dist_.rank(), dist_.world());
   test_loader_ = std::make_unique<DataLoader>(*data_.test, std::min<int64_t>(c_.batch_size, 256), false, c_.seed, false,
                                               data_.test_transforms);
+  if (dist_.on()) {
+    train_loader_->shard(dist_.rank(), dist_.world());
+    test_loader_->shard(dist_.rank(), dist_.world());
+  }
   model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height});
   model_->to(device_);  // before the optimizer and the snapshot: momentum and copies live beside the weights
   opt_ = std::make_unique<Sgd>(model_->parameters(),
@@ -574,8 +584,7 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   const MemoryStats stats = memory_stats(device_);
   row.peak_bytes = memory_check_ ? memory_check_->epoch_peak() : stats.total.peak;
   summary_.reserved_peak_bytes = std::max(summary_.reserved_peak_bytes, stats.reserved_peak);
-  // Every rank holds the same weights: rank 0 evaluates (and alone writes what follows from it).
-  const EvalResult ev = dist_.lead() ? evaluate(*model_, *test_loader_, data_.test->name(), device_) : EvalResult{};
+  const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_, dist_);
   row.test_loss = ev.loss;
   row.test_acc = ev.acc;
   row.wall_s = seconds_since(start);
@@ -658,8 +667,7 @@ TrainSummary Run::go() {
   // computed anything differently would otherwise drift unseen.
   dist_.broadcast_model(*model_);
   if (c_.eval_only) {
-    if (!dist_.lead()) return summary_;
-    const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_);
+    const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_, dist_);
     summary_.final_test_loss = ev.loss;
     summary_.final_test_acc = ev.acc;
     if (!c_.quiet)
