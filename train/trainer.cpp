@@ -654,7 +654,7 @@ TrainSummary Run::go() {
   setup();
   if (c_.summary_only) {
     const ImageSpec spec = data_.train->spec();
-    std::printf("%s", model_summary(*model_, {spec.channels, spec.height, spec.width}).c_str());
+    if (dist_.lead()) std::printf("%s", model_summary(*model_, {spec.channels, spec.height, spec.width}).c_str());
     return summary_;
   }
   if (!c_.resume.empty()) restore();
