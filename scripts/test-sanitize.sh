@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test suite again, built with AddressSanitizer + UndefinedBehaviorSanitizer (-DACTLAB_SANITIZE=ON,
 # -O1 -g, CUDA off) in build-asan: every doctest case, the CLI bad-input and non-finite checks and
-# the fuzz corpus replays. Any ASan report (out-of-bounds, use-after-free, leak) or UBSan report
-# (the build stops at the first) fails the test that triggered it. .ci/run calls this after
+# the fuzz corpus replays. Any ASan report (out-of-bounds, use-after-free, leak — except in the MPI tests,
+# below) or UBSan report (the build stops at the first) fails the test that triggered it. .ci/run calls this after
 # scripts/test.sh.
 # Left out, because they repeat whole training runs (ASan makes training ~4x slower: they would
 # add 5-10 minutes on 2 cores) while their code runs under the sanitizers in shorter tests anyway:
@@ -23,5 +23,11 @@ cd "$build_dir"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"  # see scripts/test.sh
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-ctest --output-on-failure -j "$(nproc)" --timeout 900 \
-  -E '^(cli_resume|cli_crash_resume|example_consumer|readme_snippets|behaviour: ResNet-20 with DIVISION.*)$'
+left_out='cli_resume|cli_crash_resume|example_consumer|readme_snippets|behaviour: ResNet-20 with DIVISION.*'
+# The data-parallel tests ("dist: ..." and cli_dist_fault) run the real actlab-train under mpirun: Open MPI's
+# runtime leaves its own allocations behind at MPI_Finalize, many from plugins it has already unloaded, which
+# LeakSanitizer can neither attribute nor suppress. They run with leak detection off; every other ASan check
+# and UBSan stay on for them, and every other test keeps leak detection.
+ctest --output-on-failure -j "$(nproc)" --timeout 900 -E "^(${left_out}|dist: .*|cli_dist_fault)\$"
+ASAN_OPTIONS="${ASAN_OPTIONS}:detect_leaks=0" \
+  ctest --output-on-failure -j "$(nproc)" --timeout 900 -R '^(dist: .*|cli_dist_fault)$'
