@@ -36,8 +36,10 @@ wait "$mpirun_pid"
 status=$?
 echo "rank 1 (pid $rank1) killed; mpirun exited with $status after $(($(date +%s) - killed_at)) s"
 [ "$status" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
-grep -q "^actlab-train: error: rank 0 of 2: rank 1 (pid $rank1 on .*) died" "$work/run.out" ||
-  fail "no line from rank 0 naming rank 1; the job printed: $(grep -v "^epoch" "$work/run.out" | tail -12)"
+# Where the ranks' output reaches mpirun through a terminal, progress lines end in '\r' (train/logging.cpp)
+# and the error line follows the last one after that '\r': split there before matching the line.
+tr '\r' '\n' < "$work/run.out" | grep -q "^actlab-train: error: rank 0 of 2: rank 1 (pid $rank1 on .*) died" ||
+  fail "no line from rank 0 naming rank 1; the job printed: $(tr '\r' '\n' < "$work/run.out" | grep -v "^epoch" | tail -12)"
 epoch_before=$(epoch_of "$work/ck/last.safetensors")
 "${launch[@]}" --resume "$work/ck/last.safetensors" --quiet > "$work/resume.out" 2>&1 ||
   fail "resume after the kill failed: $(tail -3 "$work/resume.out")"
