@@ -13,7 +13,13 @@ namespace actlab {
 
 class Tape {
  public:
-  // The tape ops record onto (one per thread).
+  // A tape that ends the pack step when cleared (the step's tape). A checkpoint's recompute records
+  // onto a tape made with false: its backward runs inside the step's and must not end it.
+  explicit Tape(bool ends_pack_step = true) : ends_pack_step_(ends_pack_step) {}
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  // The tape ops record onto: the thread's own tape, or the one a TapeScope installed.
   static Tape& current();
 
   void record(std::shared_ptr<Node> node) { nodes_.push_back(std::move(node)); }
@@ -35,6 +41,19 @@ class Tape {
  private:
   std::vector<std::shared_ptr<Node>> nodes_;
   GradReadyHook grad_ready_hook_;
+  bool ends_pack_step_;
+};
+
+// Makes `tape` the calling thread's current tape while alive (a checkpoint's recompute, which records
+// and walks its own nodes while the step's tape is mid-backward).
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+ private:
+  Tape* previous_;
 };
 
 // loss.backward(): Tape::current().backward(loss).

@@ -109,15 +109,22 @@ ModulePathScope::~ModulePathScope() { t_module_path.resize(previous_length_); }
 const std::string& current_module_path() { return t_module_path; }
 
 // ---------------------------------------------------------------- tape
+namespace {
+thread_local Tape* t_current_tape = nullptr;
+}  // namespace
+
 Tape& Tape::current() {
   thread_local Tape tape;
-  return tape;
+  return t_current_tape ? *t_current_tape : tape;
 }
+
+TapeScope::TapeScope(Tape& tape) : previous_(t_current_tape) { t_current_tape = &tape; }
+TapeScope::~TapeScope() { t_current_tape = previous_; }
 
 void Tape::clear() {
   // Release newest first: the same order backward frees memory in.
   while (!nodes_.empty()) nodes_.pop_back();
-  end_pack_step();
+  if (ends_pack_step_) end_pack_step();
 }
 
 size_t Tape::saved_bytes() const {
@@ -200,6 +207,10 @@ bool wire_inputs(Node& node, const std::vector<const Variable*>& inputs) {
   bool any = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Variable* v = inputs[i];
+    ACTLAB_CHECK(!v || !v->impl()->checkpoint_inner, node.name(), " (", node.module_path,
+                 "): its input was made inside a checkpointed segment, which keeps only the segment's input "
+                 "and output; checkpoint the modules whose outputs are used elsewhere one by one "
+                 "(--policy-rule 'PATTERN=checkpoint') or leave this model unsegmented");
     if (!v || !v->requires_grad()) continue;
     any = true;
     if (auto producer = v->grad_fn()) {

@@ -24,6 +24,9 @@ struct VariableImpl {
   std::weak_ptr<Node> grad_fn;  // producing node (non-leaf); expired once the tape is cleared
   int output_index = 0;
   bool is_op_output = false;    // made by an op: once its node is gone, no gradient can flow through it
+  // An output of a block inside a checkpointed segment that the next block of the segment consumed: the
+  // segment's recompute rebuilds it only on the way to the segment's output, so any other use is refused.
+  bool checkpoint_inner = false;
 };
 
 class Variable {

@@ -144,7 +144,7 @@ TrainRow run_policy(const FlagParser& flags, const std::string& policy) {
   auto model = make_model({flags.get("model"), 3, 10, 32});
   model->to(gpu);
   Sgd opt(model->parameters(), {0.01f, 0.9f, 0.f, 5e-4f, false});
-  const PolicySet set(parse_policy(policy));
+  const PolicySet set = parse_policy_set(policy);
   PhiloxStream rng(0, 5);
   Tensor x, y;
   {

@@ -40,7 +40,7 @@ struct TrainStep {
   int64_t activation_bytes = 0;  // of the last step (train/step.h, docs/measures.md)
 
   TrainStep(const std::string& name, const std::string& policy, int64_t B, int64_t C, int64_t S)
-      : set(parse_policy(policy)) {
+      : set(parse_policy_set(policy)) {
     seed_init(0);
     set_pack_seed(0);
     model = make_model({name, C, 10, S});

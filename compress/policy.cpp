@@ -47,8 +47,22 @@ void PolicySet::add_rule(const std::string& pattern, std::shared_ptr<const Activ
 void PolicySet::add_rule(const std::string& rule) {
   const size_t eq = rule.find('=');
   ACTLAB_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < rule.size(), "bad --policy-rule '", rule,
-               "': expected MODULE_PATTERN=POLICY, e.g. conv1=exact or layer1.*=quant:Q=4");
-  add_rule(rule.substr(0, eq), parse_policy(rule.substr(eq + 1)));
+               "': expected MODULE_PATTERN=POLICY, e.g. conv1=exact, layer1.*=quant:Q=4 or layer1.*=checkpoint");
+  const std::string pattern = rule.substr(0, eq), policy = rule.substr(eq + 1);
+  if (policy == "checkpoint") {
+    checkpoint_.modules.push_back(pattern);
+    return;
+  }
+  ACTLAB_CHECK(policy.compare(0, 11, "checkpoint:") != 0, "bad --policy-rule '", rule,
+               "': a rule checkpoints with the bare word (", pattern,
+               "=checkpoint); segments=K belongs to the run's policy string");
+  add_rule(pattern, parse_policy(policy));
+}
+
+void PolicySet::set_checkpoint_segments(int segments) {
+  ACTLAB_CHECK(segments > 0 || segments == CheckpointRequest::kAutoSegments, "checkpoint: segments must be >= 1, got ",
+               segments);
+  checkpoint_.segments = segments;
 }
 
 const ActivationCachePolicy& PolicySet::for_module(const std::string& module_path) const {
@@ -58,9 +72,50 @@ const ActivationCachePolicy& PolicySet::for_module(const std::string& module_pat
 }
 
 std::string PolicySet::describe() const {
-  std::string s = default_->name();
+  std::string s;
+  if (checkpoint_.segments != 0)
+    s = "checkpoint:segments=" +
+        (checkpoint_.segments == CheckpointRequest::kAutoSegments ? std::string("auto")
+                                                                   : std::to_string(checkpoint_.segments)) +
+        "+";
+  s += default_->name();
   for (const auto& r : rules_) s += "; " + r.first + "=" + r.second->name();
+  for (const auto& m : checkpoint_.modules) s += "; " + m + "=checkpoint";
   return s;
+}
+
+std::string checkpoint_forms() {
+  return "checkpoint[:segments=K|auto]      checkpoint all but the last of K segments of the model's blocks "
+         "(auto: sqrt(blocks)), exact saves\n"
+         "checkpoint[:segments=K|auto]+P    the same, everything kept (segment inputs, recomputed saves) through policy P\n"
+         "--policy-rule 'GLOB=checkpoint'   checkpoint each outermost module matching GLOB";
+}
+
+PolicySet parse_policy_set(const std::string& spec) {
+  const std::string word = "checkpoint";
+  if (spec.compare(0, word.size(), word) != 0) return PolicySet(parse_policy(spec));
+  const size_t plus = spec.find('+');
+  const std::string head = spec.substr(0, plus);
+  const auto bad = [&](const std::string& why) {
+    ACTLAB_FAIL("bad policy '", spec, "': ", why, "; checkpoint forms: checkpoint, checkpoint:segments=K, "
+                "checkpoint:segments=auto, each optionally followed by +POLICY (e.g. checkpoint:segments=4+division:B=8,Q=2)");
+  };
+  int segments = CheckpointRequest::kAutoSegments;
+  if (head.size() > word.size()) {
+    const std::string key = word + ":segments=";
+    if (head.compare(0, key.size(), key) != 0) bad("expected segments=K after 'checkpoint:'");
+    const std::string value = head.substr(key.size());
+    if (value != "auto") {
+      if (value.empty() || value.size() > 6 || value.find_first_not_of("0123456789") != std::string::npos)
+        bad("segments needs a positive integer or 'auto', got '" + value + "'");
+      segments = std::stoi(value);
+      if (segments < 1) bad("segments must be >= 1");
+    }
+  }
+  if (plus != std::string::npos && plus + 1 == spec.size()) bad("nothing after '+'");
+  PolicySet set(plus == std::string::npos ? std::make_shared<ExactPolicy>() : parse_policy(spec.substr(plus + 1)));
+  set.set_checkpoint_segments(segments);
+  return set;
 }
 
 ActivationCacheScope::ActivationCacheScope(const PolicySet& set) : previous_(t_policy_set) { t_policy_set = &set; }

@@ -77,21 +77,48 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
 // One line per accepted form, for --help and error messages.
 std::string policy_forms();
 
+// Which modules keep only their input and recompute their forward in backward (gradient checkpointing;
+// the tape side is autograd/checkpoint.h, the choice of modules layers/checkpoint.h). It belongs to the
+// policy set because it is the same decision — what the network keeps for backward — and every tool
+// that takes a policy string (trainer, memtable, bench_train, ablation grids) then takes it too.
+struct CheckpointRequest {
+  // Cut the model's chain of blocks into this many segments of consecutive blocks and checkpoint all
+  // but the last (torch.utils.checkpoint.checkpoint_sequential's rule); kAutoSegments: round(sqrt(blocks)).
+  static constexpr int kAutoSegments = -1;
+  int segments = 0;                   // 0: no segments
+  std::vector<std::string> modules;   // globs: each outermost matching module is its own segment
+  bool any() const { return segments != 0 || !modules.empty(); }
+};
+
 // The policies in force: a default plus rules "pattern=policy" matched against module paths
-// ("conv1", "layer1.*", "*.bn1"; '*' matches any run of characters, the last matching rule wins).
+// ("conv1", "layer1.*", "*.bn1"; '*' matches any run of characters, the last matching rule wins),
+// and what is checkpointed. Whatever is kept — a checkpointed segment's input, the saves of its
+// recomputed forward — goes through these policies.
 class PolicySet {
  public:
   PolicySet();  // exact everywhere
   explicit PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy);
   void add_rule(const std::string& pattern, std::shared_ptr<const ActivationCachePolicy> policy);
-  void add_rule(const std::string& rule);  // "layer1.*=exact"; throws Error when malformed
+  // "layer1.*=exact"; "layer1.*=checkpoint" checkpoints the outermost matching modules. Throws Error when
+  // malformed.
+  void add_rule(const std::string& rule);
+  void set_checkpoint_segments(int segments);  // > 0 or CheckpointRequest::kAutoSegments
   const ActivationCachePolicy& for_module(const std::string& module_path) const;
   const ActivationCachePolicy& default_policy() const { return *default_; }
-  std::string describe() const;  // "division:B=8,Q=2; conv1=exact"
+  const CheckpointRequest& checkpoint() const { return checkpoint_; }
+  std::string describe() const;  // "checkpoint:segments=4+division:B=8,Q=2; conv1=exact; layer1.*=checkpoint"
  private:
   std::shared_ptr<const ActivationCachePolicy> default_;
   std::vector<std::pair<std::string, std::shared_ptr<const ActivationCachePolicy>>> rules_;
+  CheckpointRequest checkpoint_;
 };
+
+// A run's policy string: a policy (parse_policy), "checkpoint[:segments=K|auto]" (checkpointing with
+// exact saves), or "checkpoint[:segments=K|auto]+POLICY" (checkpointing, whatever is kept through POLICY).
+// Throws Error naming the accepted forms.
+PolicySet parse_policy_set(const std::string& spec);
+// The checkpoint forms, for --help (one line each).
+std::string checkpoint_forms();
 bool glob_match(const std::string& pattern, const std::string& text);
 
 // The policy set used by autograd while this scope is alive (per thread; default: exact).

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "actlab/autograd/checkpoint.h"
+
 namespace actlab {
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
@@ -84,9 +86,17 @@ thread_local BatchNormTrainFn t_batch_norm_train;
 void set_batch_norm_train_override(BatchNormTrainFn fn) { t_batch_norm_train = std::move(fn); }
 
 Variable BatchNorm2d::forward(const Variable& x) {
-  if (is_training() && t_batch_norm_train)
-    return t_batch_norm_train(x, gamma_, beta_, running_mean_, running_var_, momentum_, eps_);
-  return batch_norm(x, gamma_, beta_, running_mean_, running_var_, is_training(), momentum_, eps_);
+  // A checkpoint's recompute sees the same batch again: its statistics must not enter the running
+  // averages twice, so it updates throw-away copies.
+  Tensor scratch_mean, scratch_var;
+  if (is_training() && recomputing()) {
+    scratch_mean = running_mean_.clone();
+    scratch_var = running_var_.clone();
+  }
+  Tensor& mean = scratch_mean.defined() ? scratch_mean : running_mean_;
+  Tensor& var = scratch_var.defined() ? scratch_var : running_var_;
+  if (is_training() && t_batch_norm_train) return t_batch_norm_train(x, gamma_, beta_, mean, var, momentum_, eps_);
+  return batch_norm(x, gamma_, beta_, mean, var, is_training(), momentum_, eps_);
 }
 
 std::string BatchNorm2d::describe() const { return detail::concat("BatchNorm2d(", channels_, ")"); }

@@ -146,6 +146,8 @@ class SeededModule : public Module {
     seed_ = seed;
     calls_ = 0;
   }
+  uint64_t draw_position() const override { return calls_; }
+  void rewind_draws(uint64_t position) override { calls_ = position; }
  protected:
   uint64_t seed() const { return seed_; }
   uint64_t next_call() { return calls_++; }

@@ -5,7 +5,9 @@
 
 #include <unordered_set>
 
+#include "actlab/autograd/checkpoint.h"
 #include "actlab/core/allocator.h"
+#include "actlab/layers/checkpoint.h"
 
 namespace actlab {
 
@@ -20,9 +22,11 @@ ForwardObserver* set_forward_observer(ForwardObserver* observer) {
 }
 
 Variable Module::operator()(const Variable& x) {
+  if (Variable y = checkpoint_forward(*this, name_, x); y.defined()) return y;
   ModulePathScope path(name_);
   Variable y = forward(x);
-  if (t_forward_observer) t_forward_observer->on_forward(current_module_path(), *this, y);
+  // A checkpoint's recompute runs the forward a second time: observers saw it the first time.
+  if (t_forward_observer && !recomputing()) t_forward_observer->on_forward(current_module_path(), *this, y);
   return y;
 }
 

@@ -31,6 +31,10 @@ class Module {
   // Restarts the random draws of a module that makes any (Dropout, DropPath) from `seed`; a no-op for the
   // rest. The trainer reseeds every module before each step, so masks are a function of the step.
   virtual void set_seed(uint64_t /*seed*/) {}
+  // How far this module's own draws have gone since set_seed, and a way back there: a checkpointed
+  // segment's recompute rewinds each module to where the forward found it, so it redraws the same masks.
+  virtual uint64_t draw_position() const { return 0; }
+  virtual void rewind_draws(uint64_t /*position*/) {}
 
   void train(bool on = true);
   void eval() { train(false); }

@@ -113,8 +113,8 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("threads", threads, "CPU threads"),
         ACTLAB_STR("device", device,
                    "where to train: cpu, cuda or cuda:N (a build with the CUDA backend and an NVIDIA GPU)"),
-        ACTLAB_STR("policy", policy, "activation-cache policy: " + policy_forms()),
-        {"policy-rule", "string", "per-module override PATTERN=POLICY, e.g. conv1=exact or 'layer1.*=quant:Q=4'",
+        ACTLAB_STR("policy", policy, "activation-cache policy: " + policy_forms() + "\n" + checkpoint_forms()),
+        {"policy-rule", "string", "per-module override PATTERN=POLICY, e.g. conv1=exact, 'layer1.*=quant:Q=4' or 'layer1.*=checkpoint'",
          [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },
          [](const TrainConfig&) { return std::string(); },  // printed per rule by config_entries
          true},

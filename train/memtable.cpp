@@ -23,7 +23,7 @@ void random_batch(const StepMemoryConfig& c, Tensor* images, Tensor* labels) {
 StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
   ACTLAB_CHECK(c.batch >= 1, "batch must be >= 1, got ", c.batch);
   StepMemoryResult r;
-  PolicySet policies(parse_policy(c.policy));
+  PolicySet policies = parse_policy_set(c.policy);
   const int64_t start = memory_stats().total.current;
   seed_init(c.seed);
   set_pack_seed(c.seed);

@@ -1,8 +1,10 @@
 // One training step and the activation measure (train/step.h).
 #include "actlab/train/step.h"
 
+#include "actlab/autograd/checkpoint.h"
 #include "actlab/autograd/functions.h"
 #include "actlab/autograd/tape.h"
+#include "actlab/layers/checkpoint.h"
 
 namespace actlab {
 
@@ -31,8 +33,11 @@ StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Te
   const MemoryStats before = memory_stats(device);
   r.total_before = before.total.current;
   Variable logits, loss;
+  const CheckpointPlan plan = make_checkpoint_plan(model, policies.checkpoint());
+  reset_recompute_stats();
   {
     ActivationCacheScope scope(policies);
+    CheckpointScope checkpoints(plan);
     MemTagScope tag(MemTag::Activation);
     logits = model(Variable(images));
     loss = cross_entropy(logits, labels, o.label_smoothing);
@@ -65,6 +70,9 @@ StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Te
   }
   r.memory = memory_stats(device);
   r.total_after_step = r.memory.total.current;
+  const RecomputeStats recompute = recompute_stats();
+  r.recompute_seconds = recompute.seconds;
+  r.recomputed_segments = recompute.segments;
   if (o.record_saves) {
     r.saves = cache.entries();
     for (const auto& e : r.saves) {

@@ -51,6 +51,9 @@ struct StepResult {
   // All-tag live bytes on the step's device before the forward, after forward + loss, after the step.
   int64_t total_before = 0, total_after_forward = 0, total_after_step = 0;
   MemoryStats memory;           // the device's stats when the step ended (peaks by tag; reset by the caller)
+  // Checkpointing (PolicySet::checkpoint): the time backward spent re-running segments' forwards, and how many.
+  double recompute_seconds = 0;
+  int64_t recomputed_segments = 0;
   SavedBytes saved;             // record_saves: the lossy saves' totals
   std::vector<CacheEntryStats> saves;  // record_saves: every save of the step, per module (unpack times too)
 };

@@ -18,6 +18,7 @@
 #include "actlab/autograd/tape.h"
 #include "actlab/core/cuda/runtime.h"
 #include "actlab/data/dataloader.h"
+#include "actlab/layers/checkpoint.h"
 #include "actlab/layers/layers.h"
 #include "actlab/layers/optim/schedule.h"
 #include "actlab/layers/optim/sgd.h"
@@ -139,7 +140,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
   ACTLAB_CHECK(c.test_fraction >= 0 && c.test_fraction < 1, "--test-fraction must be in [0, 1), got ", c.test_fraction);
-  PolicySet set(parse_policy(c.policy));
+  PolicySet set = parse_policy_set(c.policy);
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
   check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
@@ -291,8 +292,9 @@ void Run::setup() {
   opt_ = std::make_unique<Sgd>(model_->parameters(),
                                SgdOptions{static_cast<float>(c_.lr), static_cast<float>(c_.momentum), 0.f,
                                           static_cast<float>(c_.weight_decay), c_.nesterov});
-  policies_ = std::make_unique<PolicySet>(parse_policy(c_.policy));
+  policies_ = std::make_unique<PolicySet>(parse_policy_set(c_.policy));
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
+  make_checkpoint_plan(*model_, policies_->checkpoint());  // a request this model cannot take fails now
   buffers_ = std::make_unique<BufferSnapshot>(*model_);
   if (dist_.on())
     reducer_ = std::make_unique<GradReducer>(model_->parameters(), *dist_.comm(),
