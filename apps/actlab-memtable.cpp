@@ -13,6 +13,7 @@
 #include "actlab/train/cli.h"
 #include "actlab/train/logging.h"
 #include "actlab/train/memtable.h"
+#include "actlab/train/paper_reference.h"
 
 using namespace actlab;
 
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
                    "Measure one training step's memory (docs/measures.md: activation = live after forward+loss minus\n"
                    "before, minus logits and loss, plus the input batch; total = live before backward + what the step\n"
                    "added) for every model x batch x policy, and print the table in the shape of the paper's Table 1(a).\n"
-                   "Random data. Example (the paper's setting):\n"
+                   "Random data. The paper's Table 1(a) with its figures beside: actlab-memtable --table 1a\n"
+                   "Example (the paper's setting, chosen by hand):\n"
                    "  actlab-memtable --models resnet50_imagenet,wrn50_2_imagenet --batches 64 --image-size 224 \\\n"
                    "                  --classes 1000 --policies 'exact;division:B=8,Q=2'");
   flags.add("models", "string", "resnet18", "comma-separated model names");
@@ -53,34 +55,37 @@ int main(int argc, char** argv) {
   flags.add("by-kind", "string", "",
             "also write, per cell, the saves summed by kind (linear.input, softmax.output, ...) as CSV to this file");
   flags.add("table", "string", "",
-            "a paper table's grid: '1b' = Swin-T at 224x224, batch 128, 1000 classes, Normal / Checkpoint / Mesa / "
-            "DIVISION (flags given explicitly still win)");
+            "a paper table's grid (flags given explicitly still win): '1a' = ResNet-50 and WRN-50-2 at 224x224, "
+            "batch 64, 1000 classes, every method, with the paper's figures beside; '1b' = Swin-T at 224x224, "
+            "batch 128, 1000 classes, Normal / Checkpoint / Mesa / DIVISION");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
       return 0;
     }
-    // --table 1b: the paper's Table 1(b) grid. Its Checkpoint row is a placeholder until the checkpoint
-    // baseline exists; it is printed with the reason instead of a measurement.
     const std::string table = flags.get("table");
-    ACTLAB_CHECK(table.empty() || table == "1b", "--table: only 1b (Swin-T memory) is a memtable grid, got '", table,
-                 "'; Table 1(a) is --models resnet50_imagenet,wrn50_2_imagenet --batches 64 --image-size 224 --classes 1000");
-    const bool t1b = table == "1b";
-    const auto pick = [&](const char* flag, const std::string& preset) {
-      return t1b && !flags.given(flag) ? preset : flags.get(flag);
+    ACTLAB_CHECK(table.empty() || table == "1a" || table == "1b", "--table: 1a (ResNet-50/WRN-50-2 memory) or 1b "
+                 "(Swin-T memory), got '", table, "'");
+    const bool preset = !table.empty();
+    const auto pick = [&](const char* flag, const std::string& value) {
+      return preset && !flags.given(flag) ? value : flags.get(flag);
     };
-    const auto models = split_list(pick("models", "swin_t"), ',');
-    const auto policies = split_policies(pick("policies", "exact;checkpoint;mesa:Q=8;division:B=8,Q=2"));
+    const bool t1a = table == "1a";
+    const auto models = split_list(pick("models", t1a ? "resnet50_imagenet,wrn50_2_imagenet" : "swin_t"), ',');
+    const auto policies = split_policies(pick(
+        "policies", t1a ? "exact;checkpoint;division:B=8,Q=2;checkpoint+division:B=8,Q=2"
+                        : "exact;checkpoint;mesa:Q=8;division:B=8,Q=2"));
     const int64_t image_size = std::stoll(pick("image-size", "224")), classes = std::stoll(pick("classes", "1000"));
     std::vector<int64_t> batches;
-    for (const auto& b : split_list(pick("batches", "128"), ',')) {
+    for (const auto& b : split_list(pick("batches", t1a ? "64" : "128"), ',')) {
       ACTLAB_CHECK(b.find_first_not_of("0123456789") == std::string::npos && std::stoll(b) > 0,
                    "bad batch size '", b, "'");
       batches.push_back(std::stoll(b));
     }
     ACTLAB_CHECK(!models.empty() && !policies.empty() && !batches.empty(), "empty grid");
-    for (const auto& p : policies)
-      if (!(t1b && p == "checkpoint")) parse_policy(p);
+    for (const auto& p : policies) parse_policy_set(p);  // a typo fails now, not after minutes of other cells
+    // The paper's Table 1(a) cells exist for ImageNet inputs only.
+    const bool paper_cells = image_size == 224 && classes == 1000 && flags.get_int("channels") == 3;
     const int64_t threads = flags.get_int("threads");
     ACTLAB_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
     omp_set_num_threads(static_cast<int>(threads));
@@ -91,24 +96,17 @@ int main(int argc, char** argv) {
 
     std::ostringstream md, csv, kinds;
     kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";
-    csv << "model,batch,policy,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
-           "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s\n";
-    md << "| model | batch | policy | total GiB | activation GiB (rate vs exact) | policy-kept inputs: measured / closed form |\n"
-       << "|---|---|---|---|---|---|\n";
+    csv << "model,batch,policy,method,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
+           "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s,recompute_s,paper_total_gb,paper_activation_gb\n";
+    md << "| model | batch | method | policy | total GiB | activation GiB (rate vs exact) | peak GiB | "
+          "policy-kept inputs: measured / closed form | recompute s |"
+       << (paper_cells ? " paper total GB | paper activation GB (rate) |" : "") << "\n"
+       << "|---|---|---|---|---|---|---|---|---|" << (paper_cells ? "---|---|" : "") << "\n";
     for (const auto& model : models) {
       for (int64_t batch : batches) {
         int64_t exact_act = 0;
+        const PaperMemory* paper_normal = paper_cells ? paper_table_1a("Normal", model, batch) : nullptr;
         for (const auto& policy : policies) {
-          if (t1b && policy == "checkpoint") {
-            char row[512];
-            std::snprintf(row, sizeof row,
-                          "| %s | %lld | checkpoint | - | - | not measured: actlab has no checkpoint (recompute) "
-                          "baseline yet |\n",
-                          model.c_str(), static_cast<long long>(batch));
-            md << row;
-            std::printf("%s", row);
-            continue;
-          }
           StepMemoryConfig c;
           c.model = model;
           c.batch = batch;
@@ -125,18 +123,41 @@ int main(int argc, char** argv) {
           const double vs_closed = r.saved_expected_bytes > 0
                                        ? static_cast<double>(r.saved_packed_bytes) / r.saved_expected_bytes
                                        : 0.0;
-          char row[512];
-          std::snprintf(row, sizeof row, "| %s | %lld | %s | %.2f | %.3f%s | %.1f / %.1f MiB |\n", model.c_str(),
-                        static_cast<long long>(batch), policy.c_str(), gib(r.total_bytes), gib(r.activation_bytes),
+          const std::string method = paper_method_name(policy);
+          const PaperMemory* paper = paper_cells ? paper_table_1a(method, model, batch) : nullptr;
+          char row[768];
+          std::snprintf(row, sizeof row, "| %s | %lld | %s | %s | %.2f | %.3f%s | %.2f | %.1f / %.1f MiB | %s |",
+                        model.c_str(), static_cast<long long>(batch), method.c_str(), policy.c_str(), gib(r.total_bytes),
+                        gib(r.activation_bytes),
                         rate > 0 && policy != "exact" ? (" (" + std::to_string(rate).substr(0, 5) + "x)").c_str() : "",
-                        r.saved_packed_bytes / 1048576.0, r.saved_expected_bytes / 1048576.0);
-          md << row;
-          std::printf("%s", row);
+                        gib(r.peak_bytes), r.saved_packed_bytes / 1048576.0, r.saved_expected_bytes / 1048576.0,
+                        r.recomputed_segments > 0 ? std::to_string(r.recompute_seconds).substr(0, 5).c_str() : "-");
+          std::string line = row;
+          if (paper_cells) {
+            if (!paper) {
+              line += " - | - |";
+            } else if (paper->total_gb < 0) {
+              line += " OOM | OOM |";
+            } else {
+              std::snprintf(row, sizeof row, " %.2f | %.2f", paper->total_gb, paper->activation_gb);
+              line += row;
+              if (paper_normal && paper != paper_normal && paper_normal->activation_gb > 0) {
+                std::snprintf(row, sizeof row, " (%.1fx)", paper_normal->activation_gb / paper->activation_gb);
+                line += row;
+              }
+              line += " |";
+            }
+          }
+          md << line << "\n";
+          std::printf("%s\n", line.c_str());
           std::fflush(stdout);
-          csv << model << "," << batch << "," << csv_field(policy) << "," << gib(r.total_bytes) << ","
-              << gib(r.activation_bytes) << "," << rate << "," << r.saved_raw_bytes / 1048576.0 << ","
-              << r.saved_packed_bytes / 1048576.0 << "," << r.saved_expected_bytes / 1048576.0 << "," << vs_closed
-              << "," << gib(r.peak_bytes) << "," << r.step_seconds << "\n";
+          csv << model << "," << batch << "," << csv_field(policy) << "," << csv_field(method) << ","
+              << gib(r.total_bytes) << "," << gib(r.activation_bytes) << "," << rate << ","
+              << r.saved_raw_bytes / 1048576.0 << "," << r.saved_packed_bytes / 1048576.0 << ","
+              << r.saved_expected_bytes / 1048576.0 << "," << vs_closed << "," << gib(r.peak_bytes) << ","
+              << r.step_seconds << "," << r.recompute_seconds << ","
+              << (paper && paper->total_gb >= 0 ? std::to_string(paper->total_gb) : "") << ","
+              << (paper && paper->activation_gb >= 0 ? std::to_string(paper->activation_gb) : "") << "\n";
           for (const SaveKindBytes& k : r.by_kind)
             kinds << model << "," << batch << "," << csv_field(policy) << "," << csv_field(k.op) << ","
                   << (k.lossy ? "true" : "false") << "," << k.raw / 1048576.0 << "," << k.packed / 1048576.0 << ","

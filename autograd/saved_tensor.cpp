@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "actlab/autograd/checkpoint.h"
 #include "actlab/compress/exact.h"
 
 namespace actlab {
@@ -54,7 +55,7 @@ void end_pack_step() {
   t_state.step += 1;
 }
 
-SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
+SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), recorded_(!recomputing()) {
   ACTLAB_CHECK(t.defined(), "saving an undefined tensor in ", info.op, " (", info.module_path, ")");
   const ActivationCachePolicy* policy = &exact_policy();
   if (info.lossy_ok && t.dtype() == DType::F32) {
@@ -68,7 +69,8 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
     if (auto shared = it->second.lock()) {
       // Pack once: a second consumer of the same tensor shares the first pack. It is recorded with
       // zero bytes so per-layer reports list it without counting the memory twice.
-      if (!is_param) CacheStats::global().record_pack(info, policy->name() + " (shared)", t.shape(), 0, 0, 0, 0.0);
+      if (!is_param && recorded_)
+        CacheStats::global().record_pack(info, policy->name() + " (shared)", t.shape(), 0, 0, 0, 0.0);
       entry_ = std::move(shared);
       return;
     }
@@ -88,7 +90,7 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const int64_t raw = static_cast<int64_t>(t.nbytes());
   // Parameters kept by reference cost nothing extra; they stay out of the activation accounting.
-  if (!is_param)
+  if (!is_param && recorded_)
     CacheStats::global().record_pack(info, policy->name(), t.shape(), raw,
                                      static_cast<int64_t>(entry->packed->nbytes()),
                                      t.dtype() == DType::F32 ? static_cast<int64_t>(policy->expected_bytes(t.shape()))
@@ -102,7 +104,7 @@ Tensor SavedTensor::unpack() const {
   ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack(*entry_->packed, info_);
-  if (!entry_->policy->is_exact())
+  if (!entry_->policy->is_exact() && recorded_)
     CacheStats::global().record_unpack(info_, std::chrono::duration<double>(Clock::now() - start).count());
   return t;
 }
@@ -111,7 +113,7 @@ Tensor SavedTensor::unpack_blocked(int channel_block) const {
   ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack_blocked(*entry_->packed, info_, channel_block);
-  if (t.defined())
+  if (t.defined() && recorded_)
     CacheStats::global().record_unpack(info_, std::chrono::duration<double>(Clock::now() - start).count());
   return t;
 }
@@ -153,7 +155,7 @@ class TimedChannelReader final : public ChannelReader {
 std::unique_ptr<ChannelReader> SavedTensor::channel_reader() const {
   ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
   std::unique_ptr<ChannelReader> reader = entry_->policy->channel_reader(*entry_->packed, info_);
-  if (!reader) return nullptr;
+  if (!reader || !recorded_) return reader;
   return std::make_unique<TimedChannelReader>(std::move(reader), info_);
 }
 

@@ -32,6 +32,9 @@ class SavedTensor {
  private:
   std::shared_ptr<PackedEntry> entry_;
   SaveInfo info_;
+  // In CacheStats. A checkpoint's recomputed saves are not: the report and the memory table describe
+  // what forward keeps until backward, and the recompute's cost is counted as its own (RecomputeStats).
+  bool recorded_ = true;
 };
 
 // Seed for stochastic rounding of this run (element i of pack number p in step s draws

@@ -10,6 +10,7 @@
 #include "actlab/core/philox.h"
 #include "actlab/models/registry.h"
 #include "actlab/train/memtable.h"
+#include "actlab/train/paper_reference.h"
 #include "actlab/train/step.h"
 
 using namespace actlab;
@@ -181,4 +182,18 @@ TEST_CASE("measure_step_memory: the memory table's cell is one run_step, kept by
   random_batch(c, &x, &y);
   const PolicySet set(parse_policy(c.policy));
   CHECK(run_step(*model, &opt, set, x, y).activation_bytes == division.activation_bytes);
+}
+
+TEST_CASE("paper reference: Table 1(a) cells and the paper's name for each policy string") {
+  const PaperMemory* normal = paper_table_1a("Normal", "resnet50_imagenet", 64);
+  REQUIRE(normal != nullptr);
+  CHECK(normal->activation_gb == doctest::Approx(5.14));
+  CHECK(paper_table_1a("DIVISION", "wrn50_2_imagenet", 128)->total_gb == doctest::Approx(2.12));
+  CHECK(paper_table_1a("Normal", "resnet50_imagenet", 512)->total_gb < 0);  // OOM in the paper
+  CHECK(paper_table_1a("DIVISION", "resnet18", 64) == nullptr);
+  CHECK(paper_method_name("exact") == "Normal");
+  CHECK(paper_method_name("division:B=8,Q=2") == "DIVISION");
+  CHECK(paper_method_name("checkpoint:segments=4") == "Checkpoint");
+  CHECK(paper_method_name("checkpoint+division:B=8,Q=2") == "Checkpoint+DIVISION");
+  CHECK(paper_method_name("quant:Q=2") == "quant:Q=2");
 }

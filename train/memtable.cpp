@@ -44,6 +44,8 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
     r.saved_raw_bytes = step.saved.raw;
     r.saved_packed_bytes = step.saved.packed;
     r.saved_expected_bytes = step.saved.expected;
+    r.recompute_seconds = step.recompute_seconds;
+    r.recomputed_segments = step.recomputed_segments;
     for (const CacheEntryStats& e : step.saves) {
       auto it = std::find_if(r.by_kind.begin(), r.by_kind.end(), [&](const SaveKindBytes& k) { return k.op == e.op; });
       if (it == r.by_kind.end()) it = r.by_kind.insert(r.by_kind.end(), SaveKindBytes{e.op, e.lossy, 0, 0});

@@ -39,6 +39,8 @@ struct StepMemoryResult {
   int64_t saved_packed_bytes = 0;     // what the policy kept of them
   int64_t saved_expected_bytes = 0;   // the closed form for the same tensors
   double step_seconds = 0;
+  double recompute_seconds = 0;        // checkpointing: backward's re-run forwards (StepResult)
+  int64_t recomputed_segments = 0;
   std::vector<SaveKindBytes> by_kind;  // in the order each kind first appears in the step
 };
 
