@@ -50,6 +50,7 @@ std::vector<Tensor> CheckpointNode::backward(const std::vector<Tensor>& grad_out
   {
     const auto start = std::chrono::steady_clock::now();
     RecomputeFlag flag;
+    ActivationCacheScope policies(*policies_);
     TapeScope scope(inner);
     MemTagScope tag(MemTag::Activation);
     output = input;

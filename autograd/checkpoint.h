@@ -3,7 +3,7 @@
 // "checkpoint + DIVISION" keeps a packed input). Its backward re-runs the segment's forward from that
 // input onto a tape of its own, walks that tape with the gradient of the segment's output and hands
 // back the gradient of the input; the parameters' gradients are accumulated by that inner walk. Which
-// modules form segments is chosen above (layers/checkpoint.h). Tested in tests/test_recompute.cpp.
+// modules form segments is chosen above (layers/checkpoint.h). Tested in tests/test_baselines.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,7 +24,10 @@ class CheckpointNode final : public Node {
   // started). Captures no tensor: the block is reached through its module and the input is the slot.
   using Unit = std::function<Variable(const Variable&)>;
 
-  explicit CheckpointNode(bool input_requires_grad) : input_requires_grad_(input_requires_grad) {}
+  // The policies in force when the segment ran forward are the ones its recompute saves through (backward
+  // runs outside the step's ActivationCacheScope); the set must outlive the backward, as the step's does.
+  CheckpointNode(bool input_requires_grad, const PolicySet& policies)
+      : input_requires_grad_(input_requires_grad), policies_(&policies) {}
   const char* name() const override { return "checkpoint"; }
   const SlotList& slots() const override;  // "input"
   // Adds the next block of the segment and the parameters it uses, whose gradients the recompute
@@ -36,6 +39,7 @@ class CheckpointNode final : public Node {
  private:
   std::vector<Unit> units_;
   bool input_requires_grad_;
+  const PolicySet* policies_;
 };
 
 // What checkpointing cost since the last reset (per process): the recomputed forwards' time and count.

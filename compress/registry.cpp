@@ -6,6 +6,7 @@
 #include "actlab/compress/exact.h"
 #include "actlab/compress/policies.h"
 #include "actlab/compress/policy.h"
+#include "actlab/compress/swap.h"
 
 namespace actlab {
 namespace {
@@ -24,12 +25,13 @@ const Form kForms[] = {
     {"hfc", "BQ", "hfc:B=8,Q=2 | hfc:B=8", "HFC only, Q-bit or (no Q) f32 (HFC-ACT)"},
     {"pergroup", "GQ", "pergroup:G=256,Q=2", "ActNN-style Q-bit groups of G elements"},
     {"mesa", "Q", "mesa:Q=8", "Mesa-style Q-bit codes, one range per head (4-D) or per tensor"},
+    {"swap", "P", "swap:P=2", "offload to host memory, P saves prefetched ahead of backward (SWAP)"},
 };
 
 std::string compact_forms() {
   std::string s;
   for (const Form& f : kForms) s += (s.empty() ? "" : " | ") + std::string(f.example);
-  return s + " (B>=1, G>=1, Q in {1,2,4,8}; omitted keys take the defaults shown)";
+  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}; omitted keys take the defaults shown)";
 }
 
 [[noreturn]] void bad_policy(const std::string& spec, const std::string& why) {
@@ -67,7 +69,7 @@ int64_t arg_or(const std::map<char, int64_t>& args, char key, int64_t fallback) 
 std::string policy_forms() {
   std::string s;
   for (const Form& f : kForms) s += std::string(f.example) + std::string(24 - std::string(f.example).size(), ' ') + f.what + "\n";
-  return s + "B >= 1 (pool block), G >= 1 (group size), Q in {1,2,4,8}; omitted keys take the defaults shown";
+  return s + "B >= 1 (pool block), G >= 1 (group size), P >= 0 (prefetch), Q in {1,2,4,8}; omitted keys take the defaults shown";
 }
 
 std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spec) {
@@ -90,6 +92,7 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
   if (name == "exact") return std::make_shared<ExactPolicy>();
   if (name == "pergroup") return std::make_shared<PerGroupPolicy>(G, static_cast<int>(Q));
   if (name == "mesa") return std::make_shared<MesaPolicy>(static_cast<int>(Q));
+  if (name == "swap") return std::make_shared<SwapPolicy>(static_cast<int>(arg_or(args, 'P', 2)));
   PlaneCodecConfig config;
   config.pool_block = B;
   config.bits = static_cast<int>(Q);

@@ -170,6 +170,7 @@ const char* mem_tag_name(MemTag t) {
     case MemTag::ActivationPacked: return "activation_packed";
     case MemTag::Workspace: return "workspace";
     case MemTag::Data: return "data";
+    case MemTag::Offloaded: return "offloaded";
     case MemTag::Other: return "other";
   }
   return "?";

@@ -13,10 +13,12 @@
 
 namespace actlab {
 
+// Offloaded: what a swap policy (compress/swap.h) moved off the device for backward — host memory, and on
+// a CPU run a pool tagged apart, so device and host bytes are reported separately on every build.
 enum class MemTag : uint8_t {
-  Param, Grad, OptimState, Activation, ActivationPacked, Workspace, Data, Other
+  Param, Grad, OptimState, Activation, ActivationPacked, Workspace, Data, Offloaded, Other
 };
-constexpr int kNumMemTags = 8;
+constexpr int kNumMemTags = 9;
 const char* mem_tag_name(MemTag t);  // "param", "grad", ... (lower case, for tables and CSV)
 
 struct TagStats {

@@ -136,7 +136,7 @@ Variable checkpoint_forward(Module& module, const std::string& name, const Varia
   const bool extend = node && t_open.segment == segment && t_open.output.lock() == x.impl() &&
                       Tape::current().size() == t_open.tape_size;
   if (!extend) {
-    node = std::make_shared<CheckpointNode>(x.requires_grad());
+    node = std::make_shared<CheckpointNode>(x.requires_grad(), current_policy_set());
     detail::wire_inputs(*node, {&x});
     node->module_path = path;
     node->save_lossy("input", x.data().contiguous());

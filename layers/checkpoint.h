@@ -8,7 +8,7 @@
 // but the last (checkpoint_sequential's rule: the last segment's backward comes first, so recomputing
 // it would buy nothing). Blocks of one segment are joined only while each consumes the previous
 // one's output directly; anything else between them starts a new segment (one more input kept).
-// Tested in tests/test_recompute.cpp.
+// Tested in tests/test_baselines.cpp.
 #pragma once
 #include <string>
 #include <unordered_map>

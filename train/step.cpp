@@ -9,7 +9,7 @@
 namespace actlab {
 
 int64_t activation_measure_live(const MemoryStats& s) {
-  return s.total.current - s[MemTag::Data].current - s[MemTag::Workspace].current;
+  return s.total.current - s[MemTag::Data].current - s[MemTag::Workspace].current - s[MemTag::Offloaded].current;
 }
 
 StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
@@ -31,6 +31,7 @@ StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Te
   } restore{cache, was_recording, o.record_saves};
 
   const MemoryStats before = memory_stats(device);
+  const int64_t before_offloaded = memory_stats()[MemTag::Offloaded].current;
   r.total_before = before.total.current;
   Variable logits, loss;
   const CheckpointPlan plan = make_checkpoint_plan(model, policies.checkpoint());
@@ -47,6 +48,8 @@ StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Te
   r.activation_bytes = activation_measure_live(after_forward) - activation_measure_live(before) -
                        static_cast<int64_t>(logits.data().nbytes()) - static_cast<int64_t>(loss.data().nbytes()) +
                        static_cast<int64_t>(images.nbytes());
+  // Host stats: on a GPU run the device's do not hold them.
+  r.offloaded_bytes = memory_stats()[MemTag::Offloaded].current - before_offloaded;
   r.loss = loss.data().item();
   if (o.after_forward && !o.after_forward(r.loss)) {
     logits = loss = Variable();

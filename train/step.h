@@ -16,8 +16,9 @@
 namespace actlab {
 
 // The bytes the activation measure counts as live: every tag but MemTag::Data (the data loader's
-// batches, on the host or copied to the device) and MemTag::Workspace (library scratch: cuDNN and
-// cuBLAS keep theirs across ops once allocated; CPU workspaces are freed inside each op).
+// batches, on the host or copied to the device), MemTag::Workspace (library scratch: cuDNN and
+// cuBLAS keep theirs across ops once allocated; CPU workspaces are freed inside each op) and
+// MemTag::Offloaded (what a swap policy moved to the host; StepResult::offloaded_bytes).
 int64_t activation_measure_live(const MemoryStats& stats);
 
 struct StepOptions {
@@ -54,6 +55,8 @@ struct StepResult {
   // Checkpointing (PolicySet::checkpoint): the time backward spent re-running segments' forwards, and how many.
   double recompute_seconds = 0;
   int64_t recomputed_segments = 0;
+  // Swap (compress/swap.h): bytes the step's saves kept off the device after forward + loss (host memory).
+  int64_t offloaded_bytes = 0;
   SavedBytes saved;             // record_saves: the lossy saves' totals
   std::vector<CacheEntryStats> saves;  // record_saves: every save of the step, per module (unpack times too)
 };

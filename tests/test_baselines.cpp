@@ -1,7 +1,9 @@
+// The baselines that change where or whether saves are kept rather than how they are coded.
 // Gradient checkpointing (autograd/checkpoint.h, layers/checkpoint.h, the checkpoint forms of
 // parse_policy_set): with exact saves the gradients and batch-norm statistics are bit-identical to a run
 // without it, drop-path masks are redrawn the same, less is kept after forward, checkpoint + DIVISION
 // keeps packed segment inputs, and what cannot be checkpointed is refused with one clear error.
+// SWAP (compress/swap.h): bit-identical gradients, device bytes vs host bytes, prefetch.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "actlab/autograd/functions.h"
 #include "actlab/autograd/saved_tensor.h"
 #include "actlab/autograd/tape.h"
+#include "actlab/compress/swap.h"
 #include "actlab/core/philox.h"
 #include "actlab/layers/checkpoint.h"
 #include "actlab/layers/layers.h"
@@ -33,21 +36,23 @@ struct Run {
 // One forward + backward (no update) of a freshly built model under `spec`, with every random stream
 // (weights, drop-path masks, stochastic rounding) seeded the same for every spec.
 Run one_step(const std::string& model_name, const std::string& spec, int64_t image = 16,
-             const std::vector<std::string>& rules = {}) {
+             const std::vector<std::string>& rules = {}, const PolicySet* given = nullptr) {
   seed_init(5);
   set_pack_seed(5);
   set_pack_step(0);
   std::shared_ptr<Module> model = make_model({model_name, 1, 10, image});
   for (const auto& m : model->named_modules())
     if (m.second) m.second->set_seed(11);
-  PolicySet set = parse_policy_set(spec);
+  PolicySet set = given ? *given : parse_policy_set(spec);
   for (const auto& r : rules) set.add_rule(r);
   PhiloxStream rng(5, 1);
   Tensor x = Tensor::randn({4, 1, image, image}, rng);
   Tensor y = Tensor::empty({4}, DType::I64);
   for (int64_t i = 0; i < 4; ++i) y.data<int64_t>()[i] = (3 * i) % 10;
   Run r;
-  r.step = run_step(*model, nullptr, set, x, y);
+  StepOptions options;
+  options.record_saves = true;
+  r.step = run_step(*model, nullptr, set, x, y, options);
   for (const auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
   for (const auto& b : model->named_buffers()) r.buffers.push_back(b.second.clone());
   return r;
@@ -243,4 +248,30 @@ TEST_CASE("checkpoint: the grad-ready hook reports a checkpointed block's parame
     REQUIRE(it != at_hook.end());
     CHECK(bit_identical(it->second, p.grad()));
   }
+}
+
+TEST_CASE("swap: bit-identical gradients, no device bytes kept for the offered saves, all of them on the host") {
+  const Run plain = one_step("resnet20", "exact");
+  const int64_t host_before = memory_stats()[MemTag::Offloaded].current;
+  for (int ahead : {0, 2}) {
+    CAPTURE(ahead);
+    auto policy = std::make_shared<SwapPolicy>(ahead);
+    const PolicySet set(policy);
+    const Run swapped = one_step("resnet20", "", 16, {}, &set);
+    check_identical(swapped, plain);
+    CHECK(swapped.step.offloaded_bytes == plain.step.saved.raw);  // every offered save went to the host
+    CHECK(swapped.step.saved.packed == 0);                        // and none stayed on the device
+    // The measure counts the input batch whatever keeps it (docs/measures.md): 4 images of 1x16x16 f32.
+    const int64_t input_batch = 4 * 16 * 16 * 4;
+    CHECK(swapped.step.activation_bytes == plain.step.activation_bytes - plain.step.saved.packed + input_batch);
+    const SwapPolicy::Traffic t = policy->traffic();
+    CHECK(t.bytes_out == plain.step.saved.raw);
+    CHECK(t.bytes_back == t.bytes_out);
+    if (ahead == 0) CHECK(t.prefetched == 0);
+    if (ahead > 0) CHECK(t.prefetched > 0);
+    CHECK(memory_stats()[MemTag::Offloaded].current == host_before);  // freed with the step
+  }
+  CHECK(parse_policy("swap")->name() == "swap:P=2");
+  CHECK(error_of([] { parse_policy("swap:P=x"); }).find("bad policy") != std::string::npos);
+  CHECK(error_of([] { parse_policy("swap:Q=2"); }).find("unknown parameter") != std::string::npos);
 }

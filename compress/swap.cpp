@@ -1,0 +1,121 @@
+// SwapPolicy: saves offloaded to the host after forward, prefetched back for backward (compress/swap.h).
+#include "actlab/compress/swap.h"
+
+namespace actlab {
+
+SwapPolicy::SwapPolicy(int ahead) : ahead_(ahead) {
+  ACTLAB_CHECK(ahead >= 0, "swap: P (saves prefetched ahead) must be >= 0, got ", ahead);
+  thread_ = std::thread([this] { copy_thread(); });
+}
+
+SwapPolicy::~SwapPolicy() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::string SwapPolicy::name() const { return "swap:P=" + std::to_string(ahead_); }
+
+size_t SwapPolicy::expected_bytes(const Shape&) const { return 0; }
+
+size_t SwapPolicy::host_bytes(const Shape& shape) { return static_cast<size_t>(shape_numel(shape)) * 4; }
+
+std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const PackContext& ctx) const {
+  auto s = std::make_shared<SwapState>();
+  s->device = x.device();
+  s->host = Tensor::empty_tagged(x.shape(), MemTag::Offloaded, x.dtype(), Device::cpu());
+  copy_bytes(s->host.raw_data(), Device::cpu(), x.raw_data(), x.device(), x.nbytes());
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t step = ctx.stream >> 24;  // PackContext: (step << 24) | pack number
+  if (step != order_step_) {
+    order_.clear();
+    order_step_ = step;
+  }
+  s->index = order_.size();
+  order_.push_back(s);
+  traffic_.bytes_out += static_cast<int64_t>(x.nbytes());
+  return std::make_unique<PackedSwap>(std::move(s));
+}
+
+Tensor SwapPolicy::bring_back(const SwapState& s) {
+  Tensor t = Tensor::empty_tagged(s.host.shape(), MemTag::Activation, s.host.dtype(), s.device);
+  copy_bytes(t.raw_data(), s.device, s.host.raw_data(), Device::cpu(), s.host.nbytes());
+  return t;
+}
+
+Tensor SwapPolicy::unpack(const Packed& p, const SaveInfo&) const {
+  SwapState& s = *static_cast<const PackedSwap&>(p).state();
+  Tensor t;
+  bool prefetched = false;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.arrived.wait(lock, [&] { return s.where != SwapState::Where::Coming; });
+    if (s.where == SwapState::Where::Back) {
+      t = std::move(s.back);
+      prefetched = true;
+    } else {
+      t = bring_back(s);
+    }
+    s.back = Tensor();
+    s.where = SwapState::Where::Away;  // a second unpack (none in one backward) copies again
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    traffic_.bytes_back += static_cast<int64_t>(t.nbytes());
+    (prefetched ? traffic_.prefetched : traffic_.fetched_on_demand) += 1;
+  }
+  prefetch_before(s.index);
+  return t;
+}
+
+void SwapPolicy::prefetch_before(size_t index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t queued = 0;
+  for (size_t k = index; k-- > 0 && queued < static_cast<size_t>(ahead_);) {
+    if (k >= order_.size()) continue;
+    std::shared_ptr<SwapState> s = order_[k].lock();
+    if (!s) continue;  // freed already
+    // GPU saves come back synchronously in unpack (no copy stream yet; compress/swap.h).
+    if (!s->device.is_cpu()) continue;
+    std::lock_guard<std::mutex> state_lock(s->mutex);
+    ++queued;
+    if (s->where != SwapState::Where::Away) continue;
+    s->where = SwapState::Where::Coming;
+    queue_.push_back(std::move(s));
+  }
+  if (queued) wake_.notify_one();
+}
+
+void SwapPolicy::copy_thread() {
+  for (;;) {
+    std::shared_ptr<SwapState> s;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      s = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Tensor t;
+    try {
+      t = bring_back(*s);
+    } catch (...) {  // out of memory on the copy thread: leave it to the unpack, which reports it
+    }
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      s->back = std::move(t);
+      s->where = s->back.defined() ? SwapState::Where::Back : SwapState::Where::Away;
+    }
+    s->arrived.notify_all();
+  }
+}
+
+SwapPolicy::Traffic SwapPolicy::traffic() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return traffic_;
+}
+
+}  // namespace actlab

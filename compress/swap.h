@@ -1,0 +1,85 @@
+// SWAP, the offloading baseline: a save leaves the device right after forward packs it and comes back
+// when backward needs it, prefetched ahead so the copy overlaps the backward of the layers in between.
+// Tested in tests/test_baselines.cpp.
+//
+// What moves: every tensor a policy is offered (conv, linear, batch-norm, LayerNorm, GELU, softmax and
+// matmul inputs), kept exactly; masks, indices and statistics stay where they are, as under every policy.
+// Where it goes: host memory under MemTag::Offloaded. On a CPU run the host *is* the device, so the copy
+// goes to a pool tagged apart: the accounting (device bytes vs host bytes) and the correctness of the
+// round trip are what a CPU run tests, and the copy costs a memcpy each way.
+// Prefetch: backward unpacks saves in about the reverse of the order forward packed them, so when save
+// k is unpacked the policy starts bringing back the `ahead` saves packed just before it, on a copy
+// thread of its own; an unpack that finds its save on the way waits for that copy instead of starting
+// another. A GPU tensor is copied back synchronously (no copy stream yet: its overlap is measured when a
+// GPU is lent); its host side is pageable memory.
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "actlab/compress/policy.h"
+
+namespace actlab {
+
+// One offloaded save: the host copy and, once brought back, the device copy waiting for its unpack.
+struct SwapState {
+  enum class Where { Away, Coming, Back };
+  Tensor host;     // MemTag::Offloaded, on the host
+  Device device;   // where the save lived and goes back to
+  std::mutex mutex;
+  std::condition_variable arrived;
+  Where where = Where::Away;
+  Tensor back;     // Where::Back: the device copy
+  size_t index = 0;  // position in the policy's pack order
+};
+
+class PackedSwap final : public Packed {
+ public:
+  explicit PackedSwap(std::shared_ptr<SwapState> s) : state_(std::move(s)) {}
+  size_t nbytes() const override { return 0; }  // nothing stays on the device
+  const Shape& shape() const override { return state_->host.shape(); }
+  const std::shared_ptr<SwapState>& state() const { return state_; }
+ private:
+  std::shared_ptr<SwapState> state_;
+};
+
+class SwapPolicy final : public ActivationCachePolicy {
+ public:
+  explicit SwapPolicy(int ahead);  // saves brought back ahead of their backward; >= 0
+  ~SwapPolicy() override;
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override;
+  std::string name() const override;
+  // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes; host_bytes()).
+  size_t expected_bytes(const Shape& shape) const override;
+  static size_t host_bytes(const Shape& shape);
+  int ahead() const { return ahead_; }
+
+  // What moved since the policy was made: bytes out to the host, bytes back, and how many unpacks found
+  // their save already back (prefetched) or had to copy it themselves.
+  struct Traffic {
+    int64_t bytes_out = 0, bytes_back = 0, prefetched = 0, fetched_on_demand = 0;
+  };
+  Traffic traffic() const;
+
+ private:
+  void copy_thread();
+  void prefetch_before(size_t index) const;
+  static Tensor bring_back(const SwapState& s);
+
+  int ahead_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable wake_;
+  // Packs in the order forward made them (weak: a pack freed by backward or a cleared tape drops out).
+  mutable std::vector<std::weak_ptr<SwapState>> order_;
+  mutable uint64_t order_step_ = ~uint64_t{0};             // the pack step order_ belongs to
+  mutable std::deque<std::shared_ptr<SwapState>> queue_;  // waiting for the copy thread
+  mutable Traffic traffic_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace actlab
