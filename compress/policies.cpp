@@ -319,6 +319,13 @@ const PackedGroups& checked_groups(const Packed& p, const std::string& policy) {
                shape_str(p.shape()), ")");
   return *groups;
 }
+
+// The unpack of the policies that keep samples as rows (pergroup, actnn): an f32 copy, or the groups.
+Tensor unpack_sample_rows(const Packed& p, const std::string& policy) {
+  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
+  const PackedGroups& groups = checked_groups(p, policy);
+  return unpack_groups(groups, groups.shape());
+}
 }  // namespace
 
 std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
@@ -328,11 +335,7 @@ std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&
   return pack_groups(x, x.shape(), g, ctx);
 }
 
-Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const {
-  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
-  const PackedGroups& groups = checked_groups(p, name());
-  return unpack_groups(groups, groups.shape());
-}
+Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const { return unpack_sample_rows(p, name()); }
 
 std::string PerGroupPolicy::name() const {
   return "pergroup:G=" + std::to_string(group_size_) + ",Q=" + std::to_string(bits_);
@@ -408,11 +411,7 @@ std::unique_ptr<Packed> AdaptiveGroupPolicy::pack(const Tensor& x_in, const Save
   return pack_groups(x, x.shape(), g, ctx, allocate_sample_bits(cost, average_bits_));
 }
 
-Tensor AdaptiveGroupPolicy::unpack(const Packed& p, const SaveInfo&) const {
-  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
-  const PackedGroups& groups = checked_groups(p, name());
-  return unpack_groups(groups, groups.shape());
-}
+Tensor AdaptiveGroupPolicy::unpack(const Packed& p, const SaveInfo&) const { return unpack_sample_rows(p, name()); }
 
 std::string AdaptiveGroupPolicy::name() const {
   return "actnn:G=" + std::to_string(group_size_) + ",Q=" + std::to_string(average_bits_);

@@ -267,6 +267,20 @@ Groups groups_of(const GroupGeometry& g) {
           g.first_sample};
 }
 
+// The order keys of the min and max of a group's `count` values v (zero padding included when count < G),
+// reduced over the team. Every lane of the warp calls (an inactive team reduces nothing).
+__device__ __forceinline__ void group_min_max(int32_t& lo, int32_t& hi, const float* v, int64_t count, int64_t G,
+                                              bool active, const Team& t) {
+  lo = INT32_MAX, hi = INT32_MIN;
+  for (int64_t e = active ? t.lane : count; e < count; e += t.size) {
+    const int32_t key = float_order_key(v[e]);
+    lo = min(lo, key);
+    hi = max(hi, key);
+  }
+  team_min_max(lo, hi, t.size);
+  if (count < G) lo = min(lo, float_order_key(0.f)), hi = max(hi, float_order_key(0.f));  // zero padding
+}
+
 __global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, Groups g,
                                   uint64_t seed, uint64_t stream, int team_size) {
   const Team t = my_team(team_size);
@@ -275,15 +289,9 @@ __global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* step
   const int64_t begin = (k % g.per_sample) * g.G, count = min64(g.G, g.D - begin);
   const int64_t base = (k / g.per_sample) * g.D + begin;  // the group's first element in x
   const int64_t chunks = (g.G + kChunk - 1) / kChunk;
-  int32_t lo = INT32_MAX, hi = INT32_MIN;
-  for (int64_t e = active ? t.lane : count; e < count; e += t.size) {
-    const int32_t key = float_order_key(x[base + e]);
-    lo = min(lo, key);
-    hi = max(hi, key);
-  }
-  team_min_max(lo, hi, t.size);
+  int32_t lo, hi;
+  group_min_max(lo, hi, x + base, count, g.G, active, t);
   if (!active) return;
-  if (count < g.G) lo = min(lo, float_order_key(0.f)), hi = max(hi, float_order_key(0.f));  // zero padding
   uint16_t min_bits, step_bits;
   quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
   if (t.lane == 0) mins[k] = min_bits, steps[k] = step_bits;
@@ -328,15 +336,9 @@ __global__ void group_range_kernel(float* ranges, const float* x, Groups g, int 
   const int64_t k = active ? t.item : 0;
   const int64_t begin = (k % g.per_sample) * g.G, count = min64(g.G, g.D - begin);
   const int64_t base = (k / g.per_sample) * g.D + begin;
-  int32_t lo = INT32_MAX, hi = INT32_MIN;
-  for (int64_t e = active ? t.lane : count; e < count; e += t.size) {
-    const int32_t key = float_order_key(x[base + e]);
-    lo = min(lo, key);
-    hi = max(hi, key);
-  }
-  team_min_max(lo, hi, t.size);
+  int32_t lo, hi;
+  group_min_max(lo, hi, x + base, count, g.G, active, t);
   if (!active || t.lane != 0) return;
-  if (count < g.G) lo = min(lo, float_order_key(0.f)), hi = max(hi, float_order_key(0.f));
   ranges[k] = float_from_order_key(hi) - float_from_order_key(lo);
 }
 
