@@ -4,6 +4,8 @@
 #include "actlab/compress/policies.h"
 
 #include <cstring>
+#include <queue>
+#include <tuple>
 
 #include "actlab/core/dispatch.h"
 #if defined(ACTLAB_WITH_CUDA)
@@ -196,37 +198,101 @@ size_t PlaneCodecPolicy::expected_bytes(const Shape& shape) const {
 }
 
 // ---------------------------------------------------------------- per-group policy
-PackedGroups::PackedGroups(const Shape& shape, const GroupGeometry& g, Device device)
-    : shape_(shape), geometry_(g),
-      buffer_(Tensor::empty_tagged({g.groups() * (4 + g.code_bytes_per_group())}, MemTag::ActivationPacked,
-                                   DType::U8, device)) {}
+namespace {
+// Where each sample's codes start (N + 1 offsets: the last is the code section's size); empty when uniform.
+std::vector<int64_t> sample_code_offsets(const GroupGeometry& g, const std::vector<uint8_t>& sample_bits) {
+  if (sample_bits.empty()) return {};
+  ACTLAB_CHECK(static_cast<int64_t>(sample_bits.size()) == g.samples, "per-group pack: ", sample_bits.size(),
+               " sample widths for ", g.samples, " samples");
+  std::vector<int64_t> offsets(sample_bits.size() + 1, 0);
+  for (size_t n = 0; n < sample_bits.size(); ++n) {
+    ACTLAB_CHECK(valid_bits(sample_bits[n]), "per-group pack: sample ", n, " has width ", int{sample_bits[n]},
+                 ", not 1, 2, 4 or 8");
+    offsets[n + 1] = offsets[n] + g.groups_per_sample() * ((g.group_size * sample_bits[n] + 7) / 8);
+  }
+  return offsets;
+}
+
+int64_t group_pack_bytes(const GroupGeometry& g, const std::vector<int64_t>& offsets) {
+  if (offsets.empty()) return g.groups() * (4 + g.code_bytes_per_group());
+  return g.groups() * 4 + offsets.back() + g.samples;  // + the width of each sample
+}
+}  // namespace
+
+PackedGroups::PackedGroups(const Shape& shape, const GroupGeometry& g, Device device, std::vector<uint8_t> sample_bits)
+    : shape_(shape), geometry_(g), sample_bits_(std::move(sample_bits)),
+      code_offsets_(sample_code_offsets(g, sample_bits_)),
+      buffer_(Tensor::empty_tagged({group_pack_bytes(g, code_offsets_)}, MemTag::ActivationPacked, DType::U8,
+                                   device)) {
+  if (!sample_bits_.empty())
+    copy_bytes(codes() + code_offsets_.back(), device, sample_bits_.data(), Device::cpu(), sample_bits_.size());
+}
+
+int64_t PackedGroups::code_offset(int64_t n) const {
+  if (code_offsets_.empty()) return n * geometry_.groups_per_sample() * geometry_.code_bytes_per_group();
+  return code_offsets_[static_cast<size_t>(n)];
+}
+
+std::vector<PackedGroups::Run> PackedGroups::runs() const {
+  std::vector<Run> out;
+  for (int64_t n = 0; n < geometry_.samples; ++n) {
+    const int bits = bits_of(n);
+    if (!out.empty() && out.back().bits == bits) {
+      ++out.back().count;
+    } else {
+      out.push_back({n, 1, bits});
+    }
+  }
+  return out;
+}
 
 PerGroupPolicy::PerGroupPolicy(int64_t group_size, int bits) : group_size_(group_size), bits_(bits) {
   ACTLAB_CHECK(group_size >= 1, "policy group size G must be >= 1, got ", group_size);
   ACTLAB_CHECK(valid_bits(bits), "policy bit width Q must be 1, 2, 4 or 8, got ", bits);
 }
 
-bool PerGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const {
+namespace {
+// (N, ...) as N samples of numel/N values; false (an f32 copy) for rank 0, numel 0 and D == 1.
+bool sample_rows(const Shape& shape, int64_t group_size, int bits, GroupGeometry& g) {
   const int64_t numel = shape_numel(shape);
   if (shape.empty() || numel == 0 || numel == shape[0]) return false;
   g.samples = shape[0];
   g.sample_elems = numel / shape[0];
-  g.group_size = group_size_;
-  g.bits = bits_;
+  g.group_size = group_size;
+  g.bits = bits;
   return true;
+}
+}  // namespace
+
+bool PerGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const {
+  return sample_rows(shape, group_size_, bits_, g);
 }
 
 namespace {
+// The geometry of one run of samples for the codec: its rows, its width, and where its draws start.
+GroupGeometry run_geometry(const GroupGeometry& g, const PackedGroups::Run& run) {
+  GroupGeometry r = g;
+  r.samples = run.count;
+  r.bits = run.bits;
+  r.first_sample = run.first;
+  return r;
+}
+
 // The per-group codec on x's device: x (contiguous f32) as g.samples rows of g.sample_elems values, kept as
-// `shape` (which may differ from x's: a policy that reorders first records the caller's shape).
+// `shape` (which may differ from x's: a policy that reorders first records the caller's shape), one codec
+// call per run of samples of one width (a single call unless sample_bits gives each sample its own).
 std::unique_ptr<PackedGroups> pack_groups(const Tensor& x, const Shape& shape, const GroupGeometry& g,
-                                          const PackContext& ctx) {
-  auto packed = std::make_unique<PackedGroups>(shape, g, x.device());
-  ACTLAB_DISPATCH(x.device(),
-                  cuda::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed,
-                                   ctx.stream, gpu.device()),
-                  cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), x.data<float>(), g, ctx.seed,
-                                  ctx.stream));
+                                          const PackContext& ctx, std::vector<uint8_t> sample_bits = {}) {
+  auto packed = std::make_unique<PackedGroups>(shape, g, x.device(), std::move(sample_bits));
+  const int64_t K = g.groups_per_sample();
+  for (const PackedGroups::Run& run : packed->runs()) {
+    const GroupGeometry r = run_geometry(g, run);
+    uint8_t* codes = packed->codes() + packed->code_offset(run.first);
+    uint16_t *mins = packed->mins() + run.first * K, *steps = packed->steps() + run.first * K;
+    const float* rows = x.data<float>() + run.first * g.sample_elems;
+    ACTLAB_DISPATCH(x.device(), cuda::group_pack(codes, mins, steps, rows, r, ctx.seed, ctx.stream, gpu.device()),
+                    cpu::group_pack(codes, mins, steps, rows, r, ctx.seed, ctx.stream));
+  }
   return packed;
 }
 
@@ -234,11 +300,16 @@ std::unique_ptr<PackedGroups> pack_groups(const Tensor& x, const Shape& shape, c
 Tensor unpack_groups(const PackedGroups& groups, const Shape& shape) {
   const Device device = groups.buffer().device();
   Tensor out = Tensor::empty(shape, DType::F32, device);
-  ACTLAB_DISPATCH(device,
-                  cuda::group_unpack(out.data<float>(), groups.codes(), groups.mins(), groups.steps(),
-                                     groups.geometry(), gpu.device()),
-                  cpu::group_unpack(out.data<float>(), groups.codes(), groups.mins(), groups.steps(),
-                                    groups.geometry()));
+  const GroupGeometry& g = groups.geometry();
+  const int64_t K = g.groups_per_sample();
+  for (const PackedGroups::Run& run : groups.runs()) {
+    const GroupGeometry r = run_geometry(g, run);
+    const uint8_t* codes = groups.codes() + groups.code_offset(run.first);
+    const uint16_t *mins = groups.mins() + run.first * K, *steps = groups.steps() + run.first * K;
+    float* rows = out.data<float>() + run.first * g.sample_elems;
+    ACTLAB_DISPATCH(device, cuda::group_unpack(rows, codes, mins, steps, r, gpu.device()),
+                    cpu::group_unpack(rows, codes, mins, steps, r));
+  }
   return out;
 }
 
@@ -247,6 +318,13 @@ const PackedGroups& checked_groups(const Packed& p, const std::string& policy) {
   ACTLAB_CHECK(groups != nullptr, "policy ", policy, " cannot unpack a pack it did not make (shape ",
                shape_str(p.shape()), ")");
   return *groups;
+}
+
+// The unpack of the policies that keep samples as rows (pergroup, actnn): an f32 copy, or the groups.
+Tensor unpack_sample_rows(const Packed& p, const std::string& policy) {
+  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
+  const PackedGroups& groups = checked_groups(p, policy);
+  return unpack_groups(groups, groups.shape());
 }
 }  // namespace
 
@@ -257,11 +335,7 @@ std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&
   return pack_groups(x, x.shape(), g, ctx);
 }
 
-Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const {
-  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
-  const PackedGroups& groups = checked_groups(p, name());
-  return unpack_groups(groups, groups.shape());
-}
+Tensor PerGroupPolicy::unpack(const Packed& p, const SaveInfo&) const { return unpack_sample_rows(p, name()); }
 
 std::string PerGroupPolicy::name() const {
   return "pergroup:G=" + std::to_string(group_size_) + ",Q=" + std::to_string(bits_);
@@ -273,6 +347,143 @@ size_t PerGroupPolicy::expected_bytes(const Shape& shape) const {
   if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
   const int64_t groups = g.samples * ((g.sample_elems + group_size_ - 1) / group_size_);
   return to_size(groups * ((group_size_ * bits_ + 7) / 8 + 4));
+}
+
+// ---------------------------------------------------------------- ActNN's per-sample widths
+std::vector<uint8_t> allocate_sample_bits(const std::vector<double>& cost, int average_bits) {
+  ACTLAB_CHECK(valid_bits(average_bits), "bit allocation: the average width must be 1, 2, 4 or 8, got ", average_bits);
+  std::vector<uint8_t> bits(cost.size(), 1);
+  // Upgrading b → 2b adds b bits. Why upward from 1 bit and not down from 8 as ActNN's unit steps: with
+  // steps of 1, 2 and 4 bits a budget left over can always be spent exactly (a sample at 1 bit takes 1;
+  // with none, every width is even and so is the budget left, and likewise for 2 and 4), whereas going
+  // down one can be left with 1 bit to remove and no 2-bit sample. So the loop ends at Σ b = N·Q.
+  const auto gain = [&](size_t n) {  // decrease of cost/(2^b − 1)² per added bit
+    const double c = cost[n] == cost[n] ? cost[n] : INFINITY;  // a NaN range: treat as the costliest
+    const double now = (1 << bits[n]) - 1, next = (1 << (2 * bits[n])) - 1;
+    return c * (1.0 / (now * now) - 1.0 / (next * next)) / bits[n];
+  };
+  // (gain, −width, −n): the largest gain first, then the narrower sample, then the lower n, so equal costs
+  // (zero ones too) raise every sample one level before any sample goes further.
+  using Upgrade = std::tuple<double, int, int64_t>;
+  std::priority_queue<Upgrade> upgrades;
+  for (size_t n = 0; n < cost.size(); ++n) upgrades.emplace(gain(n), -1, -static_cast<int64_t>(n));
+  int64_t budget = static_cast<int64_t>(cost.size()) * (average_bits - 1);
+  while (budget > 0) {
+    ACTLAB_CHECK(!upgrades.empty(), "bit allocation: ", budget, " bits left and no upgrade fits");
+    const size_t n = static_cast<size_t>(-std::get<2>(upgrades.top()));
+    upgrades.pop();
+    if (bits[n] > budget) continue;  // it never fits again: the budget only shrinks
+    budget -= bits[n];
+    bits[n] = static_cast<uint8_t>(bits[n] * 2);
+    if (bits[n] < 8) upgrades.emplace(gain(n), -bits[n], -static_cast<int64_t>(n));
+  }
+  return bits;
+}
+
+AdaptiveGroupPolicy::AdaptiveGroupPolicy(int64_t group_size, int average_bits)
+    : group_size_(group_size), average_bits_(average_bits) {
+  ACTLAB_CHECK(group_size >= 8 && group_size % 8 == 0,
+               "policy actnn: group size G must be a positive multiple of 8 (a group's codes then fill whole "
+               "bytes at every width), got ", group_size);
+  ACTLAB_CHECK(valid_bits(average_bits), "policy actnn: average width Q must be 1, 2, 4 or 8, got ", average_bits);
+}
+
+bool AdaptiveGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const {
+  return sample_rows(shape, group_size_, average_bits_, g);
+}
+
+std::unique_ptr<Packed> AdaptiveGroupPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+  const Tensor x = checked_input(x_in, name());
+  GroupGeometry g;
+  if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  // ActNN's cost of sample n is (kernel area, G/pixels, the gradient EMA: factors shared by the samples of
+  // one layer) × ‖range_n‖²; only the last decides how one layer's budget is shared among its samples.
+  std::vector<double> cost(static_cast<size_t>(g.samples));
+  if (x.device().is_cpu()) {
+    cpu::group_range_norms(cost.data(), x.data<float>(), g);
+  } else {
+    MemTagScope tag(MemTag::Workspace);
+    const Tensor on_device = Tensor::empty({g.samples * 8}, DType::U8, x.device());
+    ACTLAB_CUDA_ONLY(
+        cuda::group_range_norms(static_cast<double*>(on_device.raw_data()), x.data<float>(), g, x.device().index));
+    copy_bytes(cost.data(), Device::cpu(), on_device.raw_data(), x.device(), cost.size() * sizeof(double));
+  }
+  return pack_groups(x, x.shape(), g, ctx, allocate_sample_bits(cost, average_bits_));
+}
+
+Tensor AdaptiveGroupPolicy::unpack(const Packed& p, const SaveInfo&) const { return unpack_sample_rows(p, name()); }
+
+std::string AdaptiveGroupPolicy::name() const {
+  return "actnn:G=" + std::to_string(group_size_) + ",Q=" + std::to_string(average_bits_);
+}
+
+size_t AdaptiveGroupPolicy::bytes_for_widths(const Shape& shape, const std::vector<uint8_t>& sample_bits) const {
+  GroupGeometry g;
+  if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
+  const int64_t K = g.groups_per_sample();
+  int64_t codes = 0;
+  for (const uint8_t b : sample_bits) codes += K * ((group_size_ * b + 7) / 8);
+  return to_size(g.samples * K * 4 + codes + g.samples);
+}
+
+// N samples of D elements, K = ceil(D/G) groups each: N·K·4 + N·K·G·Q/8 + N (G % 8 == 0 and Σ b_n = N·Q).
+size_t AdaptiveGroupPolicy::expected_bytes(const Shape& shape) const {
+  GroupGeometry g;
+  if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
+  const int64_t K = g.groups_per_sample();
+  return to_size(g.samples * K * 4 + g.samples * K * group_size_ * average_bits_ / 8 + g.samples);
+}
+
+// ---------------------------------------------------------------- BLPA
+PackedBlpa::PackedBlpa(const Shape& shape, const BlpaGeometry& g)
+    : shape_(shape), geometry_(g),
+      buffer_(Tensor::empty_tagged({g.channels * static_cast<int64_t>(sizeof(BlpaChannel)) + g.code_bytes()},
+                                   MemTag::ActivationPacked, DType::U8, Device::cpu())) {}
+
+BlpaPolicy::BlpaPolicy(int bits) : bits_(bits) {
+  ACTLAB_CHECK(bits == 4 || bits == 8, "policy blpa: Q must be 4 or 8 (BLPA's widths), got ", bits);
+}
+
+bool BlpaPolicy::blpa_view(const Shape& shape, BlpaGeometry& g) const {
+  const int64_t numel = shape_numel(shape);
+  if (numel == 0) return false;
+  // Channels as batch norm normalizes them (dim 1 of a map), which is where BLPA's ±3σ grid comes from.
+  const bool map = shape.size() == 4;
+  g.outer = map ? shape[0] : 1;
+  g.channels = map ? shape[1] : 1;
+  g.inner = numel / (g.outer * g.channels);
+  g.bits = bits_;
+  return true;
+}
+
+std::unique_ptr<Packed> BlpaPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext&) const {
+  const Tensor x = checked_input(x_in, name());
+  ACTLAB_CHECK(x.device().is_cpu(), "policy ", name(), " has no CUDA kernel yet: cannot pack ", x.str(), " of ",
+               info.module_path.empty() ? info.op : info.module_path, " on ", x.device().str(),
+               " (use it on the CPU, or another policy on a GPU)");
+  BlpaGeometry g;
+  if (!blpa_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  auto packed = std::make_unique<PackedBlpa>(x.shape(), g);
+  cpu::blpa_pack(packed->params(), packed->codes(), x.data<float>(), g);
+  return packed;
+}
+
+Tensor BlpaPolicy::unpack(const Packed& p, const SaveInfo&) const {
+  if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
+  const auto* blpa = dynamic_cast<const PackedBlpa*>(&p);
+  ACTLAB_CHECK(blpa != nullptr, "policy ", name(), " cannot unpack a pack it did not make (shape ",
+               shape_str(p.shape()), ")");
+  Tensor out = Tensor::empty(blpa->shape(), DType::F32, Device::cpu());
+  cpu::blpa_unpack(out.data<float>(), blpa->params(), blpa->codes(), blpa->geometry());
+  return out;
+}
+
+std::string BlpaPolicy::name() const { return "blpa:Q=" + std::to_string(bits_); }
+
+size_t BlpaPolicy::expected_bytes(const Shape& shape) const {
+  BlpaGeometry g;
+  if (!blpa_view(shape, g)) return 0;  // an empty f32 copy
+  return to_size(g.code_bytes() + g.channels * 16);
 }
 
 // ---------------------------------------------------------------- Mesa-style policy

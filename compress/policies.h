@@ -1,11 +1,13 @@
 // The lossy activation-cache policies: DIVISION (division:B,Q), its ablations (quant:Q, lfc:B, hfc:B[,Q])
-// and the ActNN-style per-group baseline (pergroup:G,Q), with the Packed forms they keep until backward.
+// and the baselines (pergroup:G,Q and actnn:G,Q after ActNN, blpa:Q after BLPA, mesa:Q after Mesa), with
+// the Packed forms they keep until backward.
 // Each pack is ONE allocation under MemTag::ActivationPacked whose size is the closed form of
 // expected_bytes() (docs/policies.md derives them). parse_policy (compress/registry.cpp) builds these.
 // Tested in tests/test_policies.cpp; the codec arithmetic in tests/test_codec.cpp.
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actlab/core/codec.h"
 #include "actlab/compress/policy.h"
@@ -101,10 +103,14 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
 };
 
 // ActNN-style per-group pack: (N, ...) → N samples of D = numel/N elements, zero-padded to groups of G.
-// Buffer: mins bf16 [groups] | steps bf16 [groups] | codes u8 [groups·ceil(G·Q/8)].
+// Buffer: mins bf16 [groups] | steps bf16 [groups] | codes u8 [Σ_n groups_per_sample·ceil(G·b_n/8)] |
+// bits u8 [N] — the last section only when the samples have their own widths b_n (actnn); otherwise every
+// sample has geometry().bits. Sample n's codes start at code_offset(n).
 class PackedGroups final : public Packed {
  public:
-  PackedGroups(const Shape& shape, const GroupGeometry& g, Device device = Device::cpu());
+  // sample_bits: empty (every sample g.bits) or one width in {1,2,4,8} per sample.
+  PackedGroups(const Shape& shape, const GroupGeometry& g, Device device = Device::cpu(),
+               std::vector<uint8_t> sample_bits = {});
   size_t nbytes() const override { return buffer_.nbytes(); }
   const Shape& shape() const override { return shape_; }
   const GroupGeometry& geometry() const { return geometry_; }
@@ -112,9 +118,22 @@ class PackedGroups final : public Packed {
   uint16_t* steps() const { return mins() + geometry_.groups(); }
   uint8_t* codes() const { return reinterpret_cast<uint8_t*>(steps() + geometry_.groups()); }
   const Tensor& buffer() const { return buffer_; }  // every byte of the pack, u8
+  // The width of sample n's codes, and a host copy of the per-sample widths (empty when uniform). The
+  // buffer's bits section holds the same widths: the bytes a backward needs, counted in nbytes().
+  int bits_of(int64_t n) const { return sample_bits_.empty() ? geometry_.bits : sample_bits_[static_cast<size_t>(n)]; }
+  const std::vector<uint8_t>& sample_bits() const { return sample_bits_; }
+  int64_t code_offset(int64_t n) const;
+  // The maximal runs of consecutive samples with one width: each is one call of the group codec.
+  struct Run {
+    int64_t first, count;
+    int bits;
+  };
+  std::vector<Run> runs() const;
  private:
   Shape shape_;
   GroupGeometry geometry_;
+  std::vector<uint8_t> sample_bits_;
+  std::vector<int64_t> code_offsets_;  // per sample, when sample_bits_ is not empty
   Tensor buffer_;  // u8, MemTag::ActivationPacked
 };
 
@@ -129,6 +148,68 @@ class PerGroupPolicy final : public ActivationCachePolicy {
   bool group_view(const Shape& shape, GroupGeometry& g) const;
  private:
   int64_t group_size_;
+  int bits_;
+};
+
+// ActNN's per-sample mixed precision (its default optimization level L3) on top of the per-group codec:
+// each sample n gets its own width b_n ∈ {1,2,4,8}, chosen by allocate_sample_bits from the sample's
+// ‖range_n‖² (cpu::group_range_norms) under Σ b_n = N·Q, then the samples go through group_pack in runs
+// of equal width. What it follows of ActNN and where it departs: docs/policies.md, "actnn".
+// G % 8 == 0, so a group's codes take G·b/8 bytes and the size depends on the widths only through
+// Σ b_n = N·Q: expected_bytes(shape) holds for every allocation (bytes_for_widths checks it per pack).
+class AdaptiveGroupPolicy final : public ActivationCachePolicy {
+ public:
+  AdaptiveGroupPolicy(int64_t group_size, int average_bits);  // throws Error on a bad G/Q
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override;
+  std::string name() const override;
+  size_t expected_bytes(const Shape& shape) const override;
+  // The closed form for one allocation: N·K·4 + Σ_n K·ceil(G·b_n/8) + N with K = ceil(D/G).
+  size_t bytes_for_widths(const Shape& shape, const std::vector<uint8_t>& sample_bits) const;
+  bool group_view(const Shape& shape, GroupGeometry& g) const;  // as PerGroupPolicy's
+ private:
+  int64_t group_size_;
+  int average_bits_;
+};
+
+// The per-sample widths b_n ∈ {1,2,4,8} that a greedy picks to make Σ_n cost[n]/(2^b_n − 1)² small under
+// Σ_n b_n = N·average_bits exactly (average_bits ∈ {1,2,4,8}): every sample starts at 1 bit and the
+// upgrade (1→2, 2→4, 4→8) with the largest decrease of the sum per added bit that still fits the budget is
+// taken until the budget is spent. Ties go to the lower n. Equal costs give every sample average_bits.
+std::vector<uint8_t> allocate_sample_bits(const std::vector<double>& cost, int average_bits);
+
+// BLPA (Chakrabarti & Moseley, "Backprop with Approximate Activations", NeurIPS 2019) as a policy: Q-bit
+// codes (Q ∈ {4, 8}) of each value on a fixed grid per channel — 2^Q cells of 6σ/2^Q over ±3σ around the
+// channel mean, 0 a cell boundary, so each code keeps its value's sign — decoded to the cell midpoint
+// (core/codec.h, blpa_code). Channels: dim 1 of a 4-D map; other ranks are one channel. CPU only (a GPU
+// tensor is refused with one error line). What it follows of BLPA and where it departs: docs/policies.md,
+// "blpa".
+class PackedBlpa final : public Packed {
+ public:
+  PackedBlpa(const Shape& shape, const BlpaGeometry& g);
+  size_t nbytes() const override { return buffer_.nbytes(); }
+  const Shape& shape() const override { return shape_; }
+  const BlpaGeometry& geometry() const { return geometry_; }
+  // Buffer: params BlpaChannel [channels] | codes u8 [ceil(numel·Q/8)].
+  BlpaChannel* params() const { return reinterpret_cast<BlpaChannel*>(buffer_.raw_data()); }
+  uint8_t* codes() const { return reinterpret_cast<uint8_t*>(params() + geometry_.channels); }
+  const Tensor& buffer() const { return buffer_; }
+ private:
+  Shape shape_;
+  BlpaGeometry geometry_;
+  Tensor buffer_;  // u8, MemTag::ActivationPacked
+};
+
+class BlpaPolicy final : public ActivationCachePolicy {
+ public:
+  explicit BlpaPolicy(int bits);  // throws Error unless Q is 4 or 8
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override;
+  std::string name() const override;
+  // ceil(numel·Q/8) + 16·C (C = dim 1 of a 4-D shape, else 1); an empty tensor is a 0-byte copy.
+  size_t expected_bytes(const Shape& shape) const override;
+  bool blpa_view(const Shape& shape, BlpaGeometry& g) const;  // false: kept as an f32 copy (numel 0)
+ private:
   int bits_;
 };
 

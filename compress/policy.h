@@ -72,7 +72,8 @@ class ActivationCachePolicy {
 };
 
 // Parses "exact", "division:B=8,Q=2", "quant:Q=2", "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8",
-// "pergroup:G=256,Q=2". Throws Error naming the accepted forms on anything else.
+// "pergroup:G=256,Q=2", "actnn:G=256,Q=2", "blpa:Q=4", "mesa:Q=8". Throws Error naming the accepted forms on
+// anything else.
 std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spec);
 // One line per accepted form, for --help and error messages.
 std::string policy_forms();

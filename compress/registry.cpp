@@ -24,6 +24,8 @@ const Form kForms[] = {
     {"lfc", "B", "lfc:B=8", "bf16 LFC only (DIVISION w/o HFC, LFC-ACT)"},
     {"hfc", "BQ", "hfc:B=8,Q=2 | hfc:B=8", "HFC only, Q-bit or (no Q) f32 (HFC-ACT)"},
     {"pergroup", "GQ", "pergroup:G=256,Q=2", "ActNN-style Q-bit groups of G elements"},
+    {"actnn", "GQ", "actnn:G=256,Q=2", "ActNN L3: groups of G, per-sample widths {1,2,4,8} averaging Q"},
+    {"blpa", "Q", "blpa:Q=4", "BLPA: Q-bit sign-preserving codes on a fixed +-3 sigma grid per channel"},
     {"mesa", "Q", "mesa:Q=8", "Mesa-style Q-bit codes, one range per head (4-D) or per tensor"},
     {"swap", "P", "swap:P=2", "offload to host memory, P saves prefetched ahead of backward (SWAP)"},
 };
@@ -31,7 +33,8 @@ const Form kForms[] = {
 std::string compact_forms() {
   std::string s;
   for (const Form& f : kForms) s += (s.empty() ? "" : " | ") + std::string(f.example);
-  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}; omitted keys take the defaults shown)";
+  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}; actnn: G a multiple of 8; blpa: Q 4 or 8; omitted keys take the "
+             "defaults shown)";
 }
 
 [[noreturn]] void bad_policy(const std::string& spec, const std::string& why) {
@@ -69,7 +72,8 @@ int64_t arg_or(const std::map<char, int64_t>& args, char key, int64_t fallback) 
 std::string policy_forms() {
   std::string s;
   for (const Form& f : kForms) s += std::string(f.example) + std::string(24 - std::string(f.example).size(), ' ') + f.what + "\n";
-  return s + "B >= 1 (pool block), G >= 1 (group size), P >= 0 (prefetch), Q in {1,2,4,8}; omitted keys take the defaults shown";
+  return s + "B >= 1 (pool block), G >= 1 (group size; actnn: a multiple of 8), P >= 0 (prefetch), Q in {1,2,4,8} "
+             "(blpa: 4 or 8); omitted keys take the defaults shown";
 }
 
 std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spec) {
@@ -84,13 +88,18 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
     if (colon + 1 == spec.size()) bad_policy(spec, "nothing after ':'");
     args = parse_args(spec, spec.substr(colon + 1), form->keys);
   }
-  const int64_t B = arg_or(args, 'B', 8), G = arg_or(args, 'G', 256), Q = arg_or(args, 'Q', name == "mesa" ? 8 : 2);
+  const int64_t default_q = name == "mesa" ? 8 : name == "blpa" ? 4 : 2;
+  const int64_t B = arg_or(args, 'B', 8), G = arg_or(args, 'G', 256), Q = arg_or(args, 'Q', default_q);
   if (B < 1) bad_policy(spec, "B must be >= 1");
   if (G < 1) bad_policy(spec, "G must be >= 1");
   if (Q != 1 && Q != 2 && Q != 4 && Q != 8) bad_policy(spec, "Q must be 1, 2, 4 or 8, got " + std::to_string(Q));
+  if (name == "actnn" && G % 8 != 0) bad_policy(spec, "actnn needs G a multiple of 8, got " + std::to_string(G));
+  if (name == "blpa" && Q != 4 && Q != 8) bad_policy(spec, "blpa takes Q 4 or 8 (BLPA's widths), got " + std::to_string(Q));
 
   if (name == "exact") return std::make_shared<ExactPolicy>();
   if (name == "pergroup") return std::make_shared<PerGroupPolicy>(G, static_cast<int>(Q));
+  if (name == "actnn") return std::make_shared<AdaptiveGroupPolicy>(G, static_cast<int>(Q));
+  if (name == "blpa") return std::make_shared<BlpaPolicy>(static_cast<int>(Q));
   if (name == "mesa") return std::make_shared<MesaPolicy>(static_cast<int>(Q));
   if (name == "swap") return std::make_shared<SwapPolicy>(static_cast<int>(arg_or(args, 'P', 2)));
   PlaneCodecConfig config;

@@ -46,6 +46,10 @@ struct GroupGeometry {
   int64_t sample_elems = 0;
   int64_t group_size = 1;
   int bits = 0;
+  // The rows are samples first_sample.. of a larger tensor: a stochastic-rounding draw counts its element
+  // from there, so a tensor packed as runs of samples with different bit widths (actnn) draws exactly
+  // what one call over the whole tensor would. Memory offsets are the caller's (x, codes, mins, steps).
+  int64_t first_sample = 0;
 
   int64_t groups_per_sample() const { return (sample_elems + group_size - 1) / group_size; }
   int64_t groups() const { return samples * groups_per_sample(); }
@@ -160,6 +164,58 @@ ACTLAB_HD uint32_t unpack_code(const uint8_t* run, int64_t e, int bits) {
   return (static_cast<uint32_t>(run[bit >> 3]) >> (bit & 7)) & static_cast<uint32_t>(quant_levels(bits));
 }
 
+// ---------------------------------------------------------------- BLPA codes
+// BLPA (Chakrabarti & Moseley 2019; docs/policies.md, "blpa"): each value of a channel takes the cell
+// (k·step, (k+1)·step] that holds it, step = 6σ/2^Q — a fixed window of 2^Q cells, ±3 standard deviations
+// wide, placed so the channel mean sits near its middle — and code = k + shift clamped to [0, 2^Q − 1].
+// 0 is a cell boundary and 1 <= shift <= 2^Q − 1, so code >= shift exactly when v > 0: the sign (what a
+// ReLU's gradient needs) survives every value, clipped ones too. Decoding gives the cell's midpoint,
+// clamped to the channel's [lo, hi] (a ReLU output's zeros decode to 0, a constant channel exactly).
+struct BlpaGeometry {
+  int64_t outer = 0, channels = 0, inner = 0;  // element (n, c, e) is x[(n·channels + c)·inner + e]
+  int bits = 4;                                // Q ∈ {4, 8}, BLPA's two widths
+  int64_t numel() const { return outer * channels * inner; }
+  int64_t code_bytes() const { return (numel() * bits + 7) / 8; }
+};
+
+// The per-channel parameters a BLPA pack keeps (16 bytes). NaN lo/hi: the channel held a NaN.
+struct BlpaChannel {
+  float step, shift, lo, hi;
+};
+
+// step = 6σ/2^Q (1 when that is not a positive finite f32: a constant channel, which lo = hi then decodes
+// exactly); shift = 2^(Q−1) − ⌊mean/step⌋ clamped into [1, 2^Q − 1] (2^(Q−1) when not finite).
+ACTLAB_HD BlpaChannel blpa_channel(double mean, double stddev, float lo, float hi, int bits) {
+  const double cells = static_cast<double>(1 << bits);
+  float step = static_cast<float>(6.0 * stddev / cells);
+  step = step > 0.f && step <= 3.0e38f ? step : 1.f;  // also maps NaN to 1
+  double shift = cells / 2 - floor(mean / static_cast<double>(step));
+  if (shift != shift) shift = cells / 2;  // a NaN or infinite mean
+  shift = shift < 1.0 ? 1.0 : shift > cells - 1 ? cells - 1 : shift;
+  return {step, static_cast<float>(shift), lo, hi};
+}
+
+ACTLAB_HD uint32_t blpa_code(float v, const BlpaChannel& p, int bits) {
+  const float top = static_cast<float>((1 << bits) - 1);
+  float k = ceilf(v / p.step) - 1.f;  // v ∈ (k·step, (k+1)·step]
+  // The division can round a value next to a cell boundary across it; the sign is decided on v itself.
+  if (v > 0.f) {
+    k = k > 0.f ? k : 0.f;
+  } else {
+    k = k < -1.f ? k : -1.f;  // also maps NaN to −1
+  }
+  k = k > -p.shift ? k : -p.shift;
+  k = k < top - p.shift ? k : top - p.shift;
+  return static_cast<uint32_t>(k + p.shift);
+}
+
+ACTLAB_HD float blpa_value(uint32_t code, const BlpaChannel& p) {
+  float v = (static_cast<float>(code) - p.shift + 0.5f) * p.step;
+  v = v < p.lo ? p.lo : v;
+  v = v > p.hi ? p.hi : v;
+  return p.lo != p.lo ? p.lo : v;  // a channel with a NaN decodes to NaN, as the codec's planes do
+}
+
 namespace cpu {
 
 // ---------------------------------------------------------------- CPU kernels (OpenMP over planes)
@@ -198,7 +254,7 @@ void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes,
 
 // Per-group pack of x: (g.samples, g.sample_elems) f32 contiguous. Group j of sample n covers sample
 // elements [j·G, (j+1)·G); elements past sample_elems are zeros (they take part in min/max, as in ActNN)
-// and get code 0. Element d of sample n draws philox_uniform8(seed, stream, n·sample_elems + d).
+// and get code 0. Element d of sample n draws philox_uniform8(seed, stream, (g.first_sample + n)·sample_elems + d).
 // codes: g.groups() runs of code_bytes_per_group; mins/steps: g.groups() bf16 bits. Assigns.
 void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, const GroupGeometry& g,
                 uint64_t seed, uint64_t stream);
@@ -207,8 +263,21 @@ void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x,
 void group_unpack(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
                   const GroupGeometry& g);
 
+// out[n] (g.samples doubles) = Σ over the groups j of sample n of (hi_j − lo_j)², the range of each group
+// as group_pack takes it (zero padding included) — ActNN's ‖range_n‖², the per-sample cost of the actnn
+// policy's bit allocation. Each square is exact in double and the sum runs over j in order, so the result
+// does not depend on threads, FMA contraction or the device. g.bits is not used. Assigns.
+void group_range_norms(double* out, const float* x, const GroupGeometry& g);
+
+// BLPA codes (blpa_code): x (g.outer, g.channels, g.inner) f32 contiguous; params: g.channels BlpaChannel
+// (mean and standard deviation of each channel over its outer·inner values, in double, n then e in order);
+// codes: ceil(numel·bits/8) bytes, element i at bits [(i·bits) mod 8, +bits) of byte ⌊i·bits/8⌋. Assigns.
+void blpa_pack(BlpaChannel* params, uint8_t* codes, const float* x, const BlpaGeometry& g);
+// out (g.outer, g.channels, g.inner) f32 = blpa_value of each code. Assigns.
+void blpa_unpack(float* out, const BlpaChannel* params, const uint8_t* codes, const BlpaGeometry& g);
+
 // ---------------------------------------------------------------- the reference codec
-// The executable specification of the four kernels above (core/cpu/codec_ref.cpp): the same contracts
+// The executable specification of the kernels above (core/cpu/codec_ref.cpp): the same contracts
 // and outputs, written one element at a time with no SIMD, no threads and no tricks, in the order the
 // docs/policies.md formulas read. tests/test_codec.cpp checks every fast path (AVX-512 and portable)
 // against these, byte for byte.
@@ -220,6 +289,9 @@ void group_pack_ref(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float
                     uint64_t seed, uint64_t stream);
 void group_unpack_ref(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
                       const GroupGeometry& g);
+void group_range_norms_ref(double* out, const float* x, const GroupGeometry& g);
+void blpa_pack_ref(BlpaChannel* params, uint8_t* codes, const float* x, const BlpaGeometry& g);
+void blpa_unpack_ref(float* out, const BlpaChannel* params, const uint8_t* codes, const BlpaGeometry& g);
 
 }  // namespace cpu
 }  // namespace actlab

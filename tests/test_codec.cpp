@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -472,6 +473,136 @@ TEST_CASE("codec: group_pack and group_unpack match the per-element spec, paddin
       const float want = dequantize(unpack_code(codes.data() + k * g.code_bytes_per_group(), d % c.group, c.bits),
                                     bf16_to_float(mins[k]), bf16_to_float(steps[k]));
       CHECK(out[i] == want);
+    }
+  }
+}
+
+TEST_CASE("codec: group_pack in runs of samples (first_sample) writes what one call over the tensor writes") {
+  for (const bool simd : {true, false}) {
+    CodecSimd mode(simd);
+    GroupGeometry g;
+    g.samples = 5, g.sample_elems = 300, g.group_size = 64, g.bits = 2;
+    const std::vector<float> x = random_values(static_cast<size_t>(g.samples * g.sample_elems), 23);
+    std::vector<uint16_t> mins(g.groups()), steps(g.groups());
+    std::vector<uint8_t> codes(g.groups() * g.code_bytes_per_group());
+    cpu::group_pack(codes.data(), mins.data(), steps.data(), x.data(), g, 42, 9);
+    // Samples [0, 2) and [2, 5) as two calls, the second told where its rows start; fast and reference.
+    for (const bool reference : {false, true}) {
+      std::vector<uint16_t> run_mins(g.groups()), run_steps(g.groups());
+      std::vector<uint8_t> run_codes(codes.size(), 0xCC);
+      const int64_t K = g.groups_per_sample(), bytes = g.code_bytes_per_group();
+      for (const int64_t first : {int64_t{0}, int64_t{2}}) {
+        GroupGeometry r = g;
+        r.samples = first == 0 ? 2 : 3, r.first_sample = first;
+        uint8_t* c = run_codes.data() + first * K * bytes;
+        const float* rows = x.data() + first * g.sample_elems;
+        if (reference) {
+          cpu::group_pack_ref(c, run_mins.data() + first * K, run_steps.data() + first * K, rows, r, 42, 9);
+        } else {
+          cpu::group_pack(c, run_mins.data() + first * K, run_steps.data() + first * K, rows, r, 42, 9);
+        }
+      }
+      CHECK(run_codes == codes);
+      CHECK(run_mins == mins);
+      CHECK(run_steps == steps);
+    }
+  }
+}
+
+TEST_CASE("codec: group_range_norms is Σ (hi − lo)² per sample, padding included, the reference's bits") {
+  struct Case { int64_t samples, elems, group; };
+  for (const bool simd : {true, false}) {
+    CodecSimd mode(simd);
+    for (const Case& c : {Case{3, 300, 256}, Case{4, 10, 4}, Case{2, 7, 16}, Case{64, 1024, 256}}) {
+      GroupGeometry g;
+      g.samples = c.samples, g.sample_elems = c.elems, g.group_size = c.group, g.bits = 2;
+      const std::vector<float> x = random_values(static_cast<size_t>(c.samples * c.elems), 29, 0.5f, 2.f);
+      std::vector<double> got(static_cast<size_t>(c.samples), -1.0), ref(got.size(), -2.0);
+      cpu::group_range_norms(got.data(), x.data(), g);
+      cpu::group_range_norms_ref(ref.data(), x.data(), g);
+      CHECK(std::memcmp(got.data(), ref.data(), got.size() * sizeof(double)) == 0);
+      for (int64_t n = 0; n < c.samples; ++n) {
+        double want = 0.0;
+        for (int64_t first = 0; first < c.elems; first += c.group) {
+          const auto begin = x.begin() + n * c.elems + first;
+          const int64_t count = std::min(c.group, c.elems - first);
+          float lo = *std::min_element(begin, begin + count), hi = *std::max_element(begin, begin + count);
+          if (count < c.group) lo = std::min(lo, 0.f), hi = std::max(hi, 0.f);  // all values > 0 here
+          want += static_cast<double>(hi - lo) * static_cast<double>(hi - lo);
+        }
+        CHECK(got[static_cast<size_t>(n)] == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("codec: blpa_code keeps the sign, picks the cell of its value and blpa_value its midpoint") {
+  for (const int bits : {4, 8}) {
+    const int top = (1 << bits) - 1;
+    // A channel with mean 0.3 and σ 1: step 6/2^Q, the window centred on the mean.
+    const BlpaChannel p = blpa_channel(0.3, 1.0, -5.f, 5.f, bits);
+    CHECK(p.step == static_cast<float>(6.0 / (1 << bits)));
+    CHECK(p.shift == static_cast<float>((1 << (bits - 1)) - std::floor(0.3 / p.step)));
+    for (const float v : random_values(20000, 31 + bits, -5.f, 5.f)) {
+      const uint32_t code = blpa_code(v, p, bits);
+      REQUIRE(code <= static_cast<uint32_t>(top));
+      CHECK((code >= p.shift) == (v > 0.f));
+      const float k = static_cast<float>(code) - p.shift;  // v ∈ (k·step, (k+1)·step] unless clipped
+      const bool clipped = code == 0 || code == static_cast<uint32_t>(top);
+      if (!clipped) CHECK((v > k * p.step && v <= (k + 1) * p.step));
+      const float back = blpa_value(code, p);
+      CHECK((back > 0.f) == (v > 0.f));
+      if (!clipped) CHECK(std::fabs(back - v) <= p.step * 0.5f * 1.0001f);
+    }
+    CHECK(blpa_code(0.f, p, bits) == static_cast<uint32_t>(p.shift) - 1);  // 0 is not positive
+    CHECK(blpa_code(1e-30f, p, bits) == static_cast<uint32_t>(p.shift));   // however small, it is
+    CHECK(blpa_code(NAN, p, bits) == static_cast<uint32_t>(p.shift) - 1);
+    // The window follows the mean but the sign always survives: shift stays in [1, 2^Q − 1].
+    CHECK(blpa_channel(100.0, 1.0, 0.f, 1.f, bits).shift == 1.f);
+    CHECK(blpa_channel(-100.0, 1.0, 0.f, 1.f, bits).shift == static_cast<float>(top));
+    CHECK(blpa_channel(NAN, NAN, 0.f, 1.f, bits).shift == static_cast<float>(1 << (bits - 1)));
+    // A constant channel (σ = 0) decodes exactly through its [lo, hi]; a ReLU output's zeros decode to 0.
+    const BlpaChannel constant = blpa_channel(0.75, 0.0, 0.75f, 0.75f, bits);
+    CHECK(blpa_value(blpa_code(0.75f, constant, bits), constant) == 0.75f);
+    const BlpaChannel relu = blpa_channel(0.4, 0.6, 0.f, 3.f, bits);
+    CHECK(blpa_value(blpa_code(0.f, relu, bits), relu) == 0.f);
+    CHECK(std::isnan(blpa_value(3, blpa_channel(0.0, 1.0, NAN, NAN, bits))));
+  }
+}
+
+TEST_CASE("codec: blpa_pack and blpa_unpack match the reference byte for byte") {
+  struct Case { int64_t outer, channels, inner; int bits; };
+  for (const Case& c : {Case{4, 3, 49, 4}, Case{3, 5, 7, 4}, Case{2, 16, 256, 8}, Case{1, 1, 1001, 4},
+                        Case{64, 8, 64, 4}}) {
+    BlpaGeometry g;
+    g.outer = c.outer, g.channels = c.channels, g.inner = c.inner, g.bits = c.bits;
+    std::vector<float> x = random_values(static_cast<size_t>(g.numel()), 37 + c.bits, -2.f, 3.f);
+    if (c.channels > 2) x[static_cast<size_t>(c.inner)] = NAN;  // channel 1 of sample 0
+    std::vector<BlpaChannel> params(static_cast<size_t>(c.channels)), ref_params(params.size());
+    std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xCC), ref_codes(codes.size(), 0x33);
+    cpu::blpa_pack(params.data(), codes.data(), x.data(), g);
+    cpu::blpa_pack_ref(ref_params.data(), ref_codes.data(), x.data(), g);
+    CHECK(codes == ref_codes);
+    CHECK(std::memcmp(params.data(), ref_params.data(), params.size() * sizeof(BlpaChannel)) == 0);
+    std::vector<float> out(x.size()), ref_out(x.size());
+    cpu::blpa_unpack(out.data(), params.data(), codes.data(), g);
+    cpu::blpa_unpack_ref(ref_out.data(), params.data(), codes.data(), g);
+    CHECK(std::memcmp(out.data(), ref_out.data(), out.size() * sizeof(float)) == 0);
+    // The statistics are the channel's: step = 6σ/2^Q over its outer·inner values (channel 0 has no NaN).
+    double sum = 0.0, squares = 0.0;
+    for (int64_t n = 0; n < c.outer; ++n)
+      for (int64_t e = 0; e < c.inner; ++e) sum += x[static_cast<size_t>(n * c.channels * c.inner + e)];
+    const double mean = sum / static_cast<double>(c.outer * c.inner);
+    for (int64_t n = 0; n < c.outer; ++n)
+      for (int64_t e = 0; e < c.inner; ++e) {
+        const double d = x[static_cast<size_t>(n * c.channels * c.inner + e)] - mean;
+        squares += d * d;
+      }
+    const float sigma = static_cast<float>(std::sqrt(squares / static_cast<double>(c.outer * c.inner)));
+    CHECK(params[0].step == doctest::Approx(6.f * sigma / static_cast<float>(1 << c.bits)).epsilon(1e-6));
+    if (c.channels > 2) {
+      CHECK(std::isnan(params[1].lo));
+      CHECK(std::isnan(out[static_cast<size_t>(c.inner) + 1]));  // the NaN reaches backward
     }
   }
 }

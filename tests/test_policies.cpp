@@ -4,8 +4,10 @@
 // here, ActivationPacked accounting, determinism, passthrough, and parse errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "actlab/compress/policies.h"
@@ -19,7 +21,8 @@ const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {2, 2, 28, 28}, {2, 3, 14, 1
                                     {4, 3, 1, 1},   {2, 3, 6, 10},  {3, 5, 1, 6},   {4, 10},      {4, 1},
                                     {2, 3, 5},      {7}};
 const char* kLossy[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
-                        "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4"};
+                        "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
+                        "actnn:G=256,Q=2", "actnn:G=8,Q=4"};
 
 Tensor random_tensor(const Shape& shape, uint64_t seed) {
   PhiloxStream rng(seed, 3);
@@ -109,7 +112,7 @@ TEST_CASE("policies: stochastic rounding is unbiased over many streams") {
     const Shape shape = {2, 3, 6, 10};
     const Tensor x = random_tensor(shape, 8);
     const int streams = 256;
-    for (const char* spec : {"division:B=4,Q=2", "quant:Q=1", "hfc:B=8,Q=2", "pergroup:G=32,Q=2"}) {
+    for (const char* spec : {"division:B=4,Q=2", "quant:Q=1", "hfc:B=8,Q=2", "pergroup:G=32,Q=2", "actnn:G=32,Q=2"}) {
       INFO(spec);
       const auto policy = parse_policy(spec);
       const std::vector<float> want = target_of(spec, x);
@@ -265,7 +268,7 @@ TEST_CASE("policies: unpack_blocked is unpack in 16-channel blocks where a polic
 }
 
 TEST_CASE("policies: packs are deterministic per (seed, stream) and keep no reference to x") {
-  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "hfc:B=4,Q=1", "pergroup:G=64,Q=2"}) {
+  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "hfc:B=4,Q=1", "pergroup:G=64,Q=2", "actnn:G=64,Q=2"}) {
     INFO(spec);
     const auto policy = parse_policy(spec);
     const Tensor x = random_tensor({2, 3, 14, 14}, 4);
@@ -291,7 +294,7 @@ TEST_CASE("policies: 1x1 planes, D == 1 and other ranks pass through exactly as 
   for (const char* spec : kLossy) {
     const auto policy = parse_policy(spec);
     for (const Shape& shape : {Shape{4, 3, 1, 1}, Shape{4, 1}, Shape{7}, Shape{2, 1, 2, 1, 3}}) {
-      const bool per_group = std::string(spec).rfind("pergroup", 0) == 0;
+      const bool per_group = std::string(spec).rfind("pergroup", 0) == 0 || std::string(spec).rfind("actnn", 0) == 0;
       if (per_group && shape_numel(shape) != shape[0]) continue;  // groups span the whole sample
       INFO(spec);
       CAPTURE(shape_str(shape));
@@ -315,13 +318,18 @@ TEST_CASE("policies: parse_policy accepts the documented forms and rejects the r
   CHECK(parse_policy("hfc:B=8")->name() == "hfc:B=8");
   CHECK(parse_policy("hfc:Q=2")->name() == "hfc:B=8,Q=2");
   CHECK(parse_policy("pergroup")->name() == "pergroup:G=256,Q=2");
+  CHECK(parse_policy("actnn")->name() == "actnn:G=256,Q=2");
+  CHECK(parse_policy("actnn:Q=4")->name() == "actnn:G=256,Q=4");
+  CHECK(parse_policy("blpa")->name() == "blpa:Q=4");
+  CHECK(parse_policy("blpa:Q=8")->name() == "blpa:Q=8");
   CHECK(parse_policy("exact")->is_exact());
   for (const char* spec : kLossy) CHECK(parse_policy(parse_policy(spec)->name())->name() == spec);
 
   for (const char* bad : {"division:B=0", "division:Q=3", "division:B=", "division:B=8,,Q=2", "division:B=8,",
                           "division:", "division:X=1", "division:B=8,B=4", "division:B=-1", "division:B=1e3",
                           "quant:B=8", "lfc:Q=2", "pergroup:G=0", "pergroup:B=8", "exact:Q=2", "divison", "",
-                          "hfc:Q=16", "division:b=8"}) {
+                          "hfc:Q=16", "division:b=8", "actnn:G=12", "actnn:G=0", "actnn:Q=3", "actnn:B=8",
+                          "blpa:Q=2", "blpa:Q=1", "blpa:Q=16", "blpa:G=256"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_policy(bad), Error);
     try {
@@ -374,5 +382,158 @@ TEST_CASE("policies: mesa keeps one range per head of a 4-D map over the batch a
   // A single value is an exact copy.
   CHECK(dynamic_cast<const PackedPassthrough*>(mesa->pack(random_tensor({1}, 33), {}, {}).get()) != nullptr);
   }
+  CHECK(live_bytes() == live_before);
+}
+
+namespace {
+double allocation_cost(const std::vector<double>& cost, const std::vector<uint8_t>& bits) {
+  double sum = 0.0;
+  for (size_t n = 0; n < cost.size(); ++n) {
+    const double levels = (1 << bits[n]) - 1;
+    sum += cost[n] / (levels * levels);
+  }
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("actnn: the bit allocation spends exactly N·Q bits on widths {1,2,4,8} and favours wide ranges") {
+  std::mt19937 gen(5);
+  std::lognormal_distribution<double> spread(0.0, 2.0);
+  for (const int q : {1, 2, 4, 8}) {
+    for (const size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{7}, size_t{128}}) {
+      CAPTURE(q);
+      CAPTURE(n);
+      std::vector<double> cost(n);
+      for (double& c : cost) c = spread(gen);
+      const std::vector<uint8_t> bits = allocate_sample_bits(cost, q);
+      REQUIRE(bits.size() == n);
+      int64_t total = 0;
+      for (const uint8_t b : bits) {
+        CHECK((b == 1 || b == 2 || b == 4 || b == 8));
+        total += b;
+      }
+      CHECK(total == static_cast<int64_t>(n) * q);
+      // Never worse than giving every sample Q bits (checked on these cases; the greedy is not exact).
+      CHECK(allocation_cost(cost, bits) <= allocation_cost(cost, std::vector<uint8_t>(n, static_cast<uint8_t>(q))));
+      // Equal costs, zero ones too, give every sample Q bits.
+      CHECK(allocate_sample_bits(std::vector<double>(n, 2.5), q) == std::vector<uint8_t>(n, static_cast<uint8_t>(q)));
+      CHECK(allocate_sample_bits(std::vector<double>(n, 0.0), q) == std::vector<uint8_t>(n, static_cast<uint8_t>(q)));
+    }
+  }
+  // One wide sample among narrow ones takes the bits: 3 samples, 6 bits.
+  CHECK(allocate_sample_bits({1.0, 1.0, 1e4}, 2) == std::vector<uint8_t>{1, 1, 4});
+  CHECK(allocate_sample_bits({1e4, NAN, 1.0}, 2).size() == 3);  // a NaN range does not break the order
+  CHECK_THROWS_AS(allocate_sample_bits({1.0}, 3), Error);
+}
+
+TEST_CASE("actnn: per-sample widths follow the sample ranges, bytes = the closed form of the allocation") {
+  const int64_t live_before = live_bytes(), packed_before = packed_live_bytes();
+  {
+    const auto policy = parse_policy("actnn:G=256,Q=2");
+    const auto& actnn = dynamic_cast<const AdaptiveGroupPolicy&>(*policy);
+    // 8 samples of (16, 8, 8); sample 3 a hundred times wider, samples 5 and 6 a hundred times narrower.
+    const Shape shape = {8, 16, 8, 8};
+    Tensor x = random_tensor(shape, 41);
+    x.select(0, 3).mul_(100.f);
+    x.select(0, 5).mul_(0.01f);
+    x.select(0, 6).mul_(0.01f);
+    const auto packed = policy->pack(x, {}, {3, 7});
+    const auto& groups = dynamic_cast<const PackedGroups&>(*packed);
+    const std::vector<uint8_t>& bits = groups.sample_bits();
+    REQUIRE(bits.size() == 8);
+    int total = 0;
+    for (const uint8_t b : bits) total += b;
+    CHECK(total == 8 * 2);  // the average is Q
+    CHECK(bits[3] > 2);
+    CHECK(bits[5] == 1);
+    CHECK(bits[6] == 1);
+    // Measured bytes = the closed form for this allocation = the shape's closed form (G % 8 == 0).
+    const int64_t K = 1024 / 256;
+    int64_t codes = 0;
+    for (const uint8_t b : bits) codes += K * 256 * b / 8;
+    CHECK(packed->nbytes() == static_cast<size_t>(8 * K * 4 + codes + 8));
+    CHECK(packed->nbytes() == actnn.bytes_for_widths(shape, bits));
+    CHECK(packed->nbytes() == actnn.expected_bytes(shape));
+    CHECK(packed_live_bytes() - packed_before == static_cast<int64_t>(packed->nbytes()));
+    // The widths are in the pack itself (its last N bytes), so backward has what it needs.
+    const uint8_t* buffer = static_cast<const uint8_t*>(groups.buffer().raw_data());
+    CHECK(std::vector<uint8_t>(buffer + groups.nbytes() - 8, buffer + groups.nbytes()) == bits);
+    // Each sample's error stays inside its own groups' steps: the narrow samples are not coarsened.
+    const std::vector<float> got = policy->unpack(*packed, {}).to_vector(), want = x.to_vector();
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!(std::fabs(got[i] - want[i]) <= element_bound(*packed, static_cast<int64_t>(i), std::fabs(want[i])))) ++bad;
+    CHECK(bad == 0);
+    // With equal ranges every sample has Q bits and the codes are pergroup's, byte for byte.
+    const Tensor one = random_tensor({16, 8, 8}, 42);
+    Tensor same = Tensor::empty({4, 16, 8, 8});
+    for (int64_t n = 0; n < 4; ++n) same.select(0, n).copy_(one);
+    const auto a = policy->pack(same, {}, {3, 7});
+    const auto b = parse_policy("pergroup:G=256,Q=2")->pack(same, {}, {3, 7});
+    const Tensor& ab = dynamic_cast<const PackedGroups&>(*a).buffer();
+    const Tensor& bb = dynamic_cast<const PackedGroups&>(*b).buffer();
+    REQUIRE(ab.nbytes() == bb.nbytes() + 4);
+    CHECK(std::memcmp(ab.raw_data(), bb.raw_data(), bb.nbytes()) == 0);
+  }
+  CHECK(packed_live_bytes() == packed_before);
+  CHECK(live_bytes() == live_before);
+}
+
+TEST_CASE("blpa: sign-preserving codes on a ±3σ grid per channel, midpoints within half a step") {
+  const int64_t live_before = live_bytes(), packed_before = packed_live_bytes();
+  {
+    for (const int q : {4, 8}) {
+      const auto policy = parse_policy("blpa:Q=" + std::to_string(q));
+      for (const Shape& shape : {Shape{2, 3, 32, 32}, Shape{3, 5, 7, 7}, Shape{4, 3, 1, 1}, Shape{4, 10},
+                                 Shape{2, 3, 5}, Shape{7}, Shape{3, 5, 4, 4}}) {
+        CAPTURE(q);
+        CAPTURE(shape_str(shape));
+        const Tensor x = random_tensor(shape, 43);
+        const auto packed = policy->pack(x, {}, {});
+        const auto* blpa = dynamic_cast<const PackedBlpa*>(packed.get());
+        REQUIRE(blpa != nullptr);
+        // ceil(numel·Q/8) code bytes + 16 per channel (dim 1 of a map, else one).
+        const int64_t channels = shape.size() == 4 ? shape[1] : 1, numel = shape_numel(shape);
+        CHECK(packed->nbytes() == static_cast<size_t>((numel * q + 7) / 8 + 16 * channels));
+        CHECK(packed->nbytes() == policy->expected_bytes(shape));
+        CHECK(packed_live_bytes() - packed_before == static_cast<int64_t>(packed->nbytes()));
+        const std::vector<float> got = policy->unpack(*packed, {}).to_vector(), want = x.to_vector();
+        const int64_t inner = numel / (shape.size() == 4 ? shape[0] * channels : 1);
+        int sign_flips = 0, bad = 0, clipped = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const BlpaChannel& p = blpa->params()[(static_cast<int64_t>(i) / inner) % channels];
+          if ((got[i] > 0.f) != (want[i] > 0.f)) ++sign_flips;
+          const float k = std::ceil(want[i] / p.step) - 1.f;  // the cell of the value
+          if (k + p.shift < 0.f || k + p.shift > static_cast<float>((1 << q) - 1)) {
+            ++clipped;
+            continue;
+          }
+          if (!(std::fabs(got[i] - want[i]) <= 0.5f * p.step * 1.0001f)) ++bad;
+        }
+        CHECK(sign_flips == 0);
+        CHECK(bad == 0);
+        CHECK(clipped * 50 <= static_cast<int>(got.size()));  // ±3σ holds nearly all of a normal sample
+      }
+    }
+    // A ReLU output keeps its zeros exactly and its positives positive; deterministic (no randomness).
+    const auto policy = parse_policy("blpa:Q=4");
+    std::vector<float> values = random_tensor({4, 6, 8, 8}, 44).to_vector();
+    for (float& v : values) v = std::max(v, 0.f);
+    const Tensor r = Tensor::from_vector(values, {4, 6, 8, 8});
+    const auto p1 = policy->pack(r, {}, {1, 1}), p2 = policy->pack(r, {}, {2, 9});
+    const std::vector<float> got = policy->unpack(*p1, {}).to_vector(), want = r.to_vector();
+    int zeros_kept = 0, zeros = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (want[i] == 0.f) ++zeros, zeros_kept += got[i] == 0.f;
+    CHECK(zeros > 0);
+    CHECK(zeros_kept == zeros);
+    const Tensor& b1 = dynamic_cast<const PackedBlpa&>(*p1).buffer();
+    const Tensor& b2 = dynamic_cast<const PackedBlpa&>(*p2).buffer();
+    CHECK(std::memcmp(b1.raw_data(), b2.raw_data(), b1.nbytes()) == 0);
+    // An empty tensor is an empty copy.
+    CHECK(policy->pack(Tensor::zeros({0, 3}), {}, {})->nbytes() == 0);
+    CHECK(policy->expected_bytes({0, 3}) == 0);
+  }
+  CHECK(packed_live_bytes() == packed_before);
   CHECK(live_bytes() == live_before);
 }

@@ -1073,8 +1073,7 @@ void pack_groups(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x
   for (int64_t k = first; k < last; ++k) {
     const int64_t n = k / per_sample, begin = (k % per_sample) * G;
     const int64_t count = std::min(G, g.sample_elems - begin);
-    const uint64_t base = static_cast<uint64_t>(n * g.sample_elems + begin);
-    const float* v = x + base;
+    const float* v = x + n * g.sample_elems + begin;
     int32_t lo, hi;
     min_max_keys(lo, hi, v, count);
     if (count < G) lo = std::min(lo, float_order_key(0.f)), hi = std::max(hi, float_order_key(0.f));  // padding
@@ -1082,7 +1081,7 @@ void pack_groups(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x
     quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
     mins[k] = min_bits, steps[k] = step_bits;
     const float min = bf16_to_float(min_bits), scale = quant_scale(bf16_to_float(step_bits));
-    fill_bits8(bits, seed, stream, base, count);
+    fill_bits8(bits, seed, stream, static_cast<uint64_t>((g.first_sample + n) * g.sample_elems + begin), count);
     quantize_plane(cbuf, v, bits, count, min, scale, levels);
     std::memset(cbuf + count, 0, static_cast<size_t>(G - count));  // padding: code 0
     pack_run(codes + k * code_bytes, cbuf, G, g.bits);
@@ -1119,6 +1118,30 @@ void group_unpack(float* out, const uint8_t* codes, const uint16_t* mins, const 
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
                           unpack_groups(out, codes, mins, steps, g, first, last, scratch);
                         });
+}
+
+namespace {
+ACTLAB_CODEC_CLONES
+void range_norms(double* out, const float* x, const GroupGeometry& g, int64_t first, int64_t last) {
+  const int64_t G = g.group_size;
+  for (int64_t n = first; n < last; ++n) {
+    double sum = 0.0;
+    for (int64_t begin = 0; begin < g.sample_elems; begin += G) {
+      const int64_t count = std::min(G, g.sample_elems - begin);
+      int32_t lo, hi;
+      min_max_keys(lo, hi, x + n * g.sample_elems + begin, count);
+      if (count < G) lo = std::min(lo, float_order_key(0.f)), hi = std::max(hi, float_order_key(0.f));  // padding
+      const double range = static_cast<double>(float_from_order_key(hi) - float_from_order_key(lo));
+      sum += range * range;
+    }
+    out[n] = sum;
+  }
+}
+}  // namespace
+
+void group_range_norms(double* out, const float* x, const GroupGeometry& g) {
+  for_each_thread_range(g.samples, g.samples * g.sample_elems, 0,
+                        [&](int64_t first, int64_t last, uint8_t*) { range_norms(out, x, g, first, last); });
 }
 
 }  // namespace cpu

@@ -90,8 +90,9 @@ void group_pack_ref(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float
     uint8_t* run = codes + k * g.code_bytes_per_group();
     std::fill(run, run + g.code_bytes_per_group(), uint8_t{0});
     for (int64_t d = 0; d < count; ++d) {  // padding keeps code 0
-      const uint64_t index = static_cast<uint64_t>(n * g.sample_elems + first + d);
-      const uint32_t code = stochastic_code(x[index], bf16_to_float(mins[k]), 1.0f / bf16_to_float(steps[k]),
+      const int64_t at = n * g.sample_elems + first + d;
+      const uint64_t index = static_cast<uint64_t>((g.first_sample + n) * g.sample_elems + first + d);
+      const uint32_t code = stochastic_code(x[at], bf16_to_float(mins[k]), 1.0f / bf16_to_float(steps[k]),
                                             philox_uniform8(seed, stream, index), quant_levels(g.bits));
       run[d * g.bits / 8] |= static_cast<uint8_t>(code << (d * g.bits % 8));
     }
@@ -106,6 +107,59 @@ void group_unpack_ref(float* out, const uint8_t* codes, const uint16_t* mins, co
     out[i] = dequantize(unpack_code(codes + k * g.code_bytes_per_group(), d % g.group_size, g.bits),
                         bf16_to_float(mins[k]), bf16_to_float(steps[k]));
   }
+}
+
+void group_range_norms_ref(double* out, const float* x, const GroupGeometry& g) {
+  for (int64_t n = 0; n < g.samples; ++n) {
+    out[n] = 0.0;
+    for (int64_t first = 0; first < g.sample_elems; first += g.group_size) {
+      const int64_t count = std::min(g.group_size, g.sample_elems - first);
+      float lo = count < g.group_size ? 0.f : INFINITY, hi = count < g.group_size ? 0.f : -INFINITY;
+      for (int64_t d = 0; d < count; ++d) {
+        lo = std::min(lo, x[n * g.sample_elems + first + d]);
+        hi = std::max(hi, x[n * g.sample_elems + first + d]);
+      }
+      const double range = static_cast<double>(hi - lo);
+      out[n] += range * range;
+    }
+  }
+}
+
+// The channel statistics in the order blpa_pack promises: for each channel, n then e, in double.
+void blpa_pack_ref(BlpaChannel* params, uint8_t* codes, const float* x, const BlpaGeometry& g) {
+  const int64_t C = g.channels, E = g.inner, count = g.outer * E;
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0.0;
+    float lo = INFINITY, hi = -INFINITY;
+    bool nan = false;
+    for (int64_t n = 0; n < g.outer; ++n)
+      for (int64_t e = 0; e < E; ++e) {
+        const float v = x[(n * C + c) * E + e];
+        sum += v;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+        nan = nan || v != v;
+      }
+    const double mean = sum / static_cast<double>(count);
+    double squares = 0.0;
+    for (int64_t n = 0; n < g.outer; ++n)
+      for (int64_t e = 0; e < E; ++e) {
+        const double d = x[(n * C + c) * E + e] - mean;
+        squares += d * d;
+      }
+    if (nan) lo = hi = NAN;
+    params[c] = blpa_channel(mean, std::sqrt(squares / static_cast<double>(count)), lo, hi, g.bits);
+  }
+  std::fill(codes, codes + g.code_bytes(), uint8_t{0});
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const uint32_t code = blpa_code(x[i], params[(i / E) % C], g.bits);
+    codes[i * g.bits / 8] |= static_cast<uint8_t>(code << (i * g.bits % 8));
+  }
+}
+
+void blpa_unpack_ref(float* out, const BlpaChannel* params, const uint8_t* codes, const BlpaGeometry& g) {
+  for (int64_t i = 0; i < g.numel(); ++i)
+    out[i] = blpa_value(unpack_code(codes, i, g.bits), params[(i / g.inner) % g.channels]);
 }
 
 }  // namespace actlab::cpu

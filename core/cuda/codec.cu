@@ -260,9 +260,25 @@ __global__ void plane_unpack_kernel(PlaneUnpackArgs a, int team_size) {
 struct Groups {
   int64_t groups, per_sample, D, G, code_bytes;
   int bits;
+  int64_t first_sample;  // where the draws of row 0 start (GroupGeometry::first_sample)
 };
 Groups groups_of(const GroupGeometry& g) {
-  return {g.groups(), g.groups_per_sample(), g.sample_elems, g.group_size, g.code_bytes_per_group(), g.bits};
+  return {g.groups(), g.groups_per_sample(), g.sample_elems, g.group_size, g.code_bytes_per_group(), g.bits,
+          g.first_sample};
+}
+
+// The order keys of the min and max of a group's `count` values v (zero padding included when count < G),
+// reduced over the team. Every lane of the warp calls (an inactive team reduces nothing).
+__device__ __forceinline__ void group_min_max(int32_t& lo, int32_t& hi, const float* v, int64_t count, int64_t G,
+                                              bool active, const Team& t) {
+  lo = INT32_MAX, hi = INT32_MIN;
+  for (int64_t e = active ? t.lane : count; e < count; e += t.size) {
+    const int32_t key = float_order_key(v[e]);
+    lo = min(lo, key);
+    hi = max(hi, key);
+  }
+  team_min_max(lo, hi, t.size);
+  if (count < G) lo = min(lo, float_order_key(0.f)), hi = max(hi, float_order_key(0.f));  // zero padding
 }
 
 __global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x, Groups g,
@@ -273,15 +289,9 @@ __global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* step
   const int64_t begin = (k % g.per_sample) * g.G, count = min64(g.G, g.D - begin);
   const int64_t base = (k / g.per_sample) * g.D + begin;  // the group's first element in x
   const int64_t chunks = (g.G + kChunk - 1) / kChunk;
-  int32_t lo = INT32_MAX, hi = INT32_MIN;
-  for (int64_t e = active ? t.lane : count; e < count; e += t.size) {
-    const int32_t key = float_order_key(x[base + e]);
-    lo = min(lo, key);
-    hi = max(hi, key);
-  }
-  team_min_max(lo, hi, t.size);
+  int32_t lo, hi;
+  group_min_max(lo, hi, x + base, count, g.G, active, t);
   if (!active) return;
-  if (count < g.G) lo = min(lo, float_order_key(0.f)), hi = max(hi, float_order_key(0.f));  // zero padding
   uint16_t min_bits, step_bits;
   quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
   if (t.lane == 0) mins[k] = min_bits, steps[k] = step_bits;
@@ -293,7 +303,7 @@ __global__ void group_pack_kernel(uint8_t* codes, uint16_t* mins, uint16_t* step
     uint64_t word = 0;
     if (real > 0) {
       float u[kChunk];
-      chunk_uniforms(u, seed, stream, static_cast<uint64_t>(base + e0), real);
+      chunk_uniforms(u, seed, stream, static_cast<uint64_t>(g.first_sample * g.D + base + e0), real);
       for (int j = 0; j < real; ++j)
         word |= static_cast<uint64_t>(stochastic_code(x[base + e0 + j], min_value, scale, u[j], levels)) << (j * g.bits);
     }
@@ -317,6 +327,31 @@ __global__ void group_unpack_kernel(float* out, const uint8_t* codes, const uint
     for (int j = 0; j < n; ++j)
       out[base + e0 + j] = dequantize(static_cast<uint32_t>(word >> (j * g.bits)) & levels, min_value, step);
   }
+}
+
+// ranges[k] = hi − lo of group k (f32, as the CPU subtracts), zero padding included.
+__global__ void group_range_kernel(float* ranges, const float* x, Groups g, int team_size) {
+  const Team t = my_team(team_size);
+  const bool active = t.item < g.groups;
+  const int64_t k = active ? t.item : 0;
+  const int64_t begin = (k % g.per_sample) * g.G, count = min64(g.G, g.D - begin);
+  const int64_t base = (k / g.per_sample) * g.D + begin;
+  int32_t lo, hi;
+  group_min_max(lo, hi, x + base, count, g.G, active, t);
+  if (!active || t.lane != 0) return;
+  ranges[k] = float_from_order_key(hi) - float_from_order_key(lo);
+}
+
+// out[n] = Σ_j ranges[n·K + j]² in j order, each square exact in double: the CPU's sum, bit for bit.
+__global__ void range_norm_kernel(double* out, const float* ranges, int64_t samples, int64_t per_sample) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= samples) return;
+  double sum = 0.0;
+  for (int64_t j = 0; j < per_sample; ++j) {
+    const double r = ranges[n * per_sample + j];
+    sum += r * r;
+  }
+  out[n] = sum;
 }
 
 void check_bits(int bits) {
@@ -376,6 +411,20 @@ void group_unpack(float* out, const uint8_t* codes, const uint16_t* mins, const 
   const int team = team_size_for((g.group_size + kChunk - 1) / kChunk);
   group_unpack_kernel<<<team_blocks(g.groups(), team), kCodecThreads, 0, gpu.stream()>>>(out, codes, mins, steps,
                                                                                        groups_of(g), team);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void group_range_norms(double* out, const float* x, const GroupGeometry& g, int device) {
+  if (g.groups() == 0) return;
+  DeviceScope gpu(device);
+  Buffer ranges(static_cast<size_t>(g.groups()) * sizeof(float), MemTag::Workspace, Device::cuda(device));
+  const int team = team_size_for((g.group_size + kChunk - 1) / kChunk);
+  group_range_kernel<<<team_blocks(g.groups(), team), kCodecThreads, 0, gpu.stream()>>>(ranges.as<float>(), x,
+                                                                                       groups_of(g), team);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+  const int threads = 128;
+  range_norm_kernel<<<static_cast<unsigned>((g.samples + threads - 1) / threads), threads, 0, gpu.stream()>>>(
+      out, ranges.as<float>(), g.samples, g.groups_per_sample());
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 

@@ -23,5 +23,7 @@ void group_pack(uint8_t* codes, uint16_t* mins, uint16_t* steps, const float* x,
                 uint64_t seed, uint64_t stream, int device);
 void group_unpack(float* out, const uint8_t* codes, const uint16_t* mins, const uint16_t* steps,
                   const GroupGeometry& g, int device);
+// cpu::group_range_norms on the GPU (out: g.samples doubles in device memory), the same bits.
+void group_range_norms(double* out, const float* x, const GroupGeometry& g, int device);
 
 }  // namespace actlab::cuda
