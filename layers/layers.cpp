@@ -18,8 +18,10 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   MemTagScope tag(MemTag::Param);
   const int64_t fan_in = in_channels / groups * kernel * kernel;
   const int64_t fan_out = out_channels / groups * kernel * kernel;
-  if (init == ConvInit::KaimingNormalFanOut) {
-    const float std = std::sqrt(2.0f / static_cast<float>(fan_out));
+  const bool kaiming_normal = init == ConvInit::KaimingNormalFanOut || init == ConvInit::KaimingNormalFanIn;
+  if (kaiming_normal) {
+    const int64_t fan = init == ConvInit::KaimingNormalFanOut ? fan_out : fan_in;
+    const float std = std::sqrt(2.0f / static_cast<float>(fan));
     weight_ = register_parameter("weight", Tensor::randn({out_channels, in_channels / groups, kernel, kernel},
                                                          init_rng(), 0.f, std));
   } else {
@@ -29,8 +31,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   }
   if (bias) {
     const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-    bias_ = register_parameter("bias", init == ConvInit::KaimingNormalFanOut
-                                           ? Tensor::zeros({out_channels})
+    bias_ = register_parameter("bias", kaiming_normal ? Tensor::zeros({out_channels})
                                            : Tensor::rand({out_channels}, init_rng(), -bound, bound));
   }
 }

@@ -12,12 +12,14 @@
 
 namespace actlab {
 
-enum class ConvInit { KaimingNormalFanOut, KaimingUniformDefault };
+// KaimingNormalFanIn: torchvision's DenseNet (kaiming_normal_ with its default mode).
+enum class ConvInit { KaimingNormalFanOut, KaimingNormalFanIn, KaimingUniformDefault };
 
 class Conv2d final : public Module {
  public:
   // weight (out, in/groups, k, k); bias optional. Init: Kaiming normal, fan_out, gain sqrt(2)
-  // (torchvision's ResNet/MobileNetV2 init) unless `init` says PyTorch's default uniform.
+  // (torchvision's ResNet/MobileNetV2 init) unless `init` says fan_in or PyTorch's default uniform. A bias
+  // starts at 0 under both Kaiming inits, U(±1/sqrt(fan_in)) under the default one.
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
          int64_t groups = 1, bool bias = false, ConvInit init = ConvInit::KaimingNormalFanOut);
   Variable forward(const Variable& x) override;

@@ -23,7 +23,8 @@ std::shared_ptr<Module> make_model(const ModelSpec& spec);
 // Names accepted by make_model, with a one-line description each.
 std::vector<std::pair<std::string, std::string>> model_names();
 // The smallest image size the named model accepts: every stride-2 layer must see at least 2×2, so a
-// model with k stride-2 layers (each maps H to ceil(H/2)) needs H > 2^(k-1). 1 for the MLP.
+// model with k stride-2 layers that each map H to ceil(H/2) needs H > 2^(k-1); a floor(H/2) layer (an
+// unpadded 2×2 pool: DenseNet) needs an even 2m to give m. 1 for the MLP.
 int64_t min_image_size(const std::string& name);
 // The image size the model was designed for (32 for CIFAR models, 224 for ImageNet ones, 0 if none).
 int64_t native_image_size(const std::string& name);

@@ -1,5 +1,5 @@
 // ResNet blocks and networks: BasicBlock, Bottleneck, ResNet (CIFAR or ImageNet stem), the
-// pre-activation WideBasicBlock and WideResNetCifar, and the depth → configuration factories.
+// pre-activation PreActBlock and PreActResNetCifar, and the depth → configuration factories.
 #include "actlab/models/resnet.h"
 
 namespace actlab {
@@ -101,51 +101,67 @@ Variable ResNet::forward(const Variable& x) {
   return (*fc_)((*pool_)(h));
 }
 
-WideBasicBlock::WideBasicBlock(int64_t in_planes, int64_t planes, int64_t stride, float dropout) {
-  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(in_planes));
-  relu1_ = register_module("relu1", std::make_shared<ReLU>());
-  conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_planes, planes, 3, stride, 1));
-  bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
-  relu2_ = register_module("relu2", std::make_shared<ReLU>());
-  if (dropout > 0.f) dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout));
-  conv2_ = register_module("conv2", std::make_shared<Conv2d>(planes, planes, 3, 1, 1));
-  if (stride != 1 || in_planes != planes)
-    shortcut_ = register_module("shortcut", std::make_shared<Conv2d>(in_planes, planes, 1, stride, 0));
+PreActBlock::PreActBlock(int64_t in_planes, int64_t planes, int64_t stride, BlockType block, float dropout) {
+  const int64_t out = out_planes(planes, block);
+  struct ConvShape {
+    int64_t in, out, kernel, stride;
+  };
+  // The stride sits on the 3×3 conv: the first of a Basic block, the middle one of a Bottleneck.
+  const std::vector<ConvShape> convs =
+      block == BlockType::Basic
+          ? std::vector<ConvShape>{{in_planes, planes, 3, stride}, {planes, planes, 3, 1}}
+          : std::vector<ConvShape>{{in_planes, planes, 1, 1}, {planes, planes, 3, stride}, {planes, out, 1, 1}};
+  for (size_t i = 0; i < convs.size(); ++i) {
+    const ConvShape& c = convs[i];
+    const std::string k = std::to_string(i + 1);
+    Unit u;
+    u.bn = register_module("bn" + k, std::make_shared<BatchNorm2d>(c.in));
+    u.relu = register_module("relu" + k, std::make_shared<ReLU>());
+    if (i + 1 == convs.size() && dropout > 0.f)
+      dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout));
+    u.conv = register_module("conv" + k, std::make_shared<Conv2d>(c.in, c.out, c.kernel, c.stride, c.kernel / 2));
+    units_.push_back(u);
+  }
+  if (stride != 1 || in_planes != out)
+    shortcut_ = register_module("shortcut", std::make_shared<Conv2d>(in_planes, out, 1, stride, 0));
 }
 
-Variable WideBasicBlock::forward(const Variable& x) {
-  const Variable pre = (*relu1_)((*bn1_)(x));
-  Variable out = (*relu2_)((*bn2_)((*conv1_)(pre)));
-  if (dropout_) out = (*dropout_)(out);
-  out = (*conv2_)(out);
+int64_t PreActBlock::out_planes(int64_t planes, BlockType block) {
+  return block == BlockType::Basic ? planes : planes * Bottleneck::kExpansion;
+}
+
+Variable PreActBlock::forward(const Variable& x) {
+  const Variable pre = (*units_[0].relu)((*units_[0].bn)(x));
+  Variable out = (*units_[0].conv)(pre);
+  for (size_t i = 1; i < units_.size(); ++i) {
+    out = (*units_[i].relu)((*units_[i].bn)(out));
+    if (dropout_ && i + 1 == units_.size()) out = (*dropout_)(out);
+    out = (*units_[i].conv)(out);
+  }
   return add(out, shortcut_ ? (*shortcut_)(pre) : x);
 }
 
-WideResNetCifar::WideResNetCifar(int depth, int64_t widen, float dropout, int64_t in_channels,
-                                 int64_t num_classes) {
-  ACTLAB_CHECK(depth >= 10 && (depth - 4) % 6 == 0, "Wide ResNet depth must be 6n+4 (16, 22, 28, 40), got ",
-               depth);
-  ACTLAB_CHECK(widen >= 1, "Wide ResNet widening factor must be >= 1, got ", widen);
-  const int64_t n = (depth - 4) / 6;
-  conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_channels, 16, 3, 1, 1));
+PreActResNetCifar::PreActResNetCifar(const PreActResNetConfig& c) {
+  ACTLAB_CHECK(!c.widths.empty() && c.blocks >= 1, "PreActResNetCifar: needs stage widths and >= 1 block a stage, got ",
+               c.widths.size(), " widths, ", c.blocks, " blocks");
+  conv1_ = register_module("conv1", std::make_shared<Conv2d>(c.in_channels, 16, 3, 1, 1));
   int64_t in_planes = 16;
-  const int64_t widths[3] = {16 * widen, 32 * widen, 64 * widen};
-  for (int s = 0; s < 3; ++s) {
+  for (size_t s = 0; s < c.widths.size(); ++s) {
     auto stage = register_module("layer" + std::to_string(s + 1), std::make_shared<Sequential>());
-    for (int64_t b = 0; b < n; ++b) {
+    for (int64_t b = 0; b < c.blocks; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
-      stage->add(std::make_shared<WideBasicBlock>(in_planes, widths[s], stride, dropout));
-      in_planes = widths[s];
+      stage->add(std::make_shared<PreActBlock>(in_planes, c.widths[s], stride, c.block, c.dropout));
+      in_planes = PreActBlock::out_planes(c.widths[s], c.block);
     }
     stages_.push_back(stage);
   }
   bn_final_ = register_module("bn_final", std::make_shared<BatchNorm2d>(in_planes));
   relu_final_ = register_module("relu_final", std::make_shared<ReLU>());
   pool_ = register_module("avgpool", std::make_shared<GlobalAvgPool>());
-  fc_ = register_module("fc", std::make_shared<Linear>(in_planes, num_classes));
+  fc_ = register_module("fc", std::make_shared<Linear>(in_planes, c.num_classes));
 }
 
-Variable WideResNetCifar::forward(const Variable& x) {
+Variable PreActResNetCifar::forward(const Variable& x) {
   Variable h = (*conv1_)(x);
   for (auto& stage : stages_) h = (*stage)(h);
   h = (*relu_final_)((*bn_final_)(h));
@@ -188,9 +204,31 @@ std::shared_ptr<ResNet> resnet_torchvision(int depth, Stem stem, int64_t in_chan
   return std::make_shared<ResNet>(c);
 }
 
-std::shared_ptr<WideResNetCifar> wide_resnet_cifar(int depth, int64_t widen, int64_t in_channels,
-                                                   int64_t num_classes, float dropout) {
-  return std::make_shared<WideResNetCifar>(depth, widen, dropout, in_channels, num_classes);
+std::shared_ptr<PreActResNetCifar> wide_resnet_cifar(int depth, int64_t widen, int64_t in_channels,
+                                                     int64_t num_classes, float dropout) {
+  ACTLAB_CHECK(depth >= 10 && (depth - 4) % 6 == 0, "Wide ResNet depth must be 6n+4 (16, 22, 28, 40), got ",
+               depth);
+  ACTLAB_CHECK(widen >= 1, "Wide ResNet widening factor must be >= 1, got ", widen);
+  PreActResNetConfig c;
+  c.block = BlockType::Basic;
+  c.widths = {16 * widen, 32 * widen, 64 * widen};
+  c.blocks = (depth - 4) / 6;
+  c.dropout = dropout;
+  c.in_channels = in_channels;
+  c.num_classes = num_classes;
+  return std::make_shared<PreActResNetCifar>(c);
+}
+
+std::shared_ptr<PreActResNetCifar> preact_resnet_cifar(int depth, int64_t in_channels, int64_t num_classes) {
+  ACTLAB_CHECK(depth >= 11 && (depth - 2) % 9 == 0,
+               "pre-activation bottleneck ResNet depth must be 9n+2 (164, 1001), got ", depth);
+  PreActResNetConfig c;
+  c.block = BlockType::Bottleneck;
+  c.widths = {16, 32, 64};
+  c.blocks = (depth - 2) / 9;  // 3 convs a block in 3 stages, plus conv1 and fc
+  c.in_channels = in_channels;
+  c.num_classes = num_classes;
+  return std::make_shared<PreActResNetCifar>(c);
 }
 
 }  // namespace actlab

@@ -1,8 +1,9 @@
 // ResNets: the CIFAR ResNet-20/32/56/110 of He et al. 2016 (16-32-64 widths, option-A shortcuts), the
 // torchvision ResNet family (BasicBlock / Bottleneck v1.5, optionally wide) with either a CIFAR stem
 // (3×3 stride 1, no max-pool) or the ImageNet stem (7×7 stride 2 + 3×3 stride-2 max-pool), and the
-// pre-activation Wide ResNet of Zagoruyko & Komodakis 2016 for CIFAR. Parameter names follow
-// torchvision (conv1, bn1, layerK.I.conv1, layerK.I.downsample.0, fc). Tested in tests/test_models.cpp.
+// pre-activation CIFAR ResNets (the Wide ResNets of Zagoruyko & Komodakis 2016, the bottleneck ResNet-164
+// of He et al. 2016 "Identity Mappings"). Parameter names follow torchvision (conv1, bn1, layerK.I.conv1,
+// layerK.I.downsample.0, fc). Tested in tests/test_models.cpp.
 #pragma once
 #include <memory>
 #include <vector>
@@ -74,29 +75,49 @@ class ResNet final : public Module {
   std::shared_ptr<Linear> fc_;
 };
 
-// Pre-activation wide basic block (Zagoruyko & Komodakis): o = relu1(bn1(x)); conv1 3×3 (stride);
-// relu2(bn2(·)); optional dropout; conv2 3×3; plus x, or plus shortcut(o) — a bare 1×1 conv, no BN,
-// applied to the pre-activated input as in the authors' code — when the shape changes.
-class WideBasicBlock final : public Module {
+// Pre-activation residual block (He et al. 2016, "Identity Mappings"): every conv is preceded by its own
+// BN → ReLU unit (bnK, reluK, convK). Basic (Zagoruyko & Komodakis' wide block): 3×3 in→planes (stride),
+// 3×3 planes→planes; output planes. Bottleneck: 1×1 in→planes, 3×3 (stride), 1×1 planes→4·planes.
+// Optional dropout before the last conv (WRN's). Output: convs + x, or + shortcut(relu1(bn1(x))) — a bare
+// 1×1 conv, no BN, on the pre-activated input as in both papers' code — when the shape changes.
+class PreActBlock final : public Module {
  public:
-  WideBasicBlock(int64_t in_planes, int64_t planes, int64_t stride, float dropout);
+  PreActBlock(int64_t in_planes, int64_t planes, int64_t stride, BlockType block, float dropout = 0.f);
   Variable forward(const Variable& x) override;
-  std::string kind() const override { return "WideBasicBlock"; }
+  std::string kind() const override { return "PreActBlock"; }
+  // Channels the block outputs: planes (Basic), 4·planes (Bottleneck).
+  static int64_t out_planes(int64_t planes, BlockType block);
  private:
-  std::shared_ptr<BatchNorm2d> bn1_, bn2_;
-  std::shared_ptr<ReLU> relu1_, relu2_;
-  std::shared_ptr<Conv2d> conv1_, conv2_, shortcut_;
+  struct Unit {
+    std::shared_ptr<BatchNorm2d> bn;
+    std::shared_ptr<ReLU> relu;
+    std::shared_ptr<Conv2d> conv;
+  };
+  std::vector<Unit> units_;           // 2 (Basic) or 3 (Bottleneck), in order
   std::shared_ptr<Dropout> dropout_;  // only when p > 0
+  std::shared_ptr<Conv2d> shortcut_;
 };
 
-// WRN-depth-widen for CIFAR: conv1 3×3 in→16; layer1..3 of (depth−4)/6 WideBasicBlocks with widths
-// 16k, 32k, 64k (strides 1, 2, 2); then bn_final + relu_final (pre-activation nets end on BN-ReLU),
-// global average pool, fc. No torchvision counterpart; names follow the ResNet ones above.
-class WideResNetCifar final : public Module {
+// The CIFAR pre-activation ResNets: conv1 3×3 in→16; layer1..3 of PreActBlocks with planes widths[s]
+// (strides 1, 2, 2); then bn_final + relu_final (a pre-activation net ends on BN-ReLU), global average
+// pool, fc. WRN-d-k: Basic, widths 16k/32k/64k; ResNet-164: Bottleneck, widths 16/32/64 (outputs 64/128/256).
+// (He's code puts layer1.0's BN-ReLU after conv1 instead and skips it in that block: the same function,
+// since the block's shortcut is a projection of the pre-activated input too.)
+// No torchvision counterpart; names follow the ResNet ones above.
+struct PreActResNetConfig {
+  BlockType block = BlockType::Basic;
+  std::vector<int64_t> widths;  // planes per stage (3 for the CIFAR nets); stage s > 0 starts with stride 2
+  int64_t blocks = 0;           // blocks per stage
+  float dropout = 0.f;          // in every block, before its last conv
+  int64_t in_channels = 3;
+  int64_t num_classes = 10;
+};
+
+class PreActResNetCifar final : public Module {
  public:
-  WideResNetCifar(int depth, int64_t widen, float dropout, int64_t in_channels, int64_t num_classes);
+  explicit PreActResNetCifar(const PreActResNetConfig& config);
   Variable forward(const Variable& x) override;
-  std::string kind() const override { return "WideResNetCifar"; }
+  std::string kind() const override { return "PreActResNetCifar"; }
  private:
   std::shared_ptr<Conv2d> conv1_;
   std::vector<std::shared_ptr<Sequential>> stages_;
@@ -115,7 +136,10 @@ std::shared_ptr<ResNet> resnet_cifar_he(int depth, int64_t in_channels, int64_t 
 std::shared_ptr<ResNet> resnet_torchvision(int depth, Stem stem, int64_t in_channels, int64_t num_classes,
                                            int64_t width_factor = 1);
 // depth = 6n+4 (28 for WRN-28-10), widen ≥ 1, dropout in [0, 1).
-std::shared_ptr<WideResNetCifar> wide_resnet_cifar(int depth, int64_t widen, int64_t in_channels,
-                                                   int64_t num_classes, float dropout = 0.f);
+std::shared_ptr<PreActResNetCifar> wide_resnet_cifar(int depth, int64_t widen, int64_t in_channels,
+                                                     int64_t num_classes, float dropout = 0.f);
+// He et al. 2016's bottleneck pre-activation ResNet for CIFAR: depth = 9n+2 (164: 18 blocks a stage,
+// 1.70M parameters at 10 classes; 1001: 111 blocks).
+std::shared_ptr<PreActResNetCifar> preact_resnet_cifar(int depth, int64_t in_channels, int64_t num_classes);
 
 }  // namespace actlab

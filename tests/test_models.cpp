@@ -4,16 +4,22 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
 #include "actlab/autograd/functions.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/core/philox.h"
 #include "gradcheck.h"
+#include "actlab/models/densenet.h"
 #include "actlab/models/mlp.h"
 #include "actlab/models/mobilenet_v2.h"
 #include "actlab/models/registry.h"
 #include "actlab/models/resnet.h"
 #include "actlab/models/summary.h"
+#include "actlab/train/memtable.h"
+#include "actlab/train/step.h"
 
 using namespace actlab;
 
@@ -86,11 +92,19 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
       {"resnet34", {10, 21282122, 32, 1}},
       {"resnet50", {10, 23520842, 32, 1}},   // CIFAR ResNet-50 (Bottleneck), "23.5M"
       {"wrn28_10", {10, 36479194, 32, 1}},   // Zagoruyko & Komodakis 2016: WRN-28-10 "36.5M"
+      // He et al. 2016 ("Identity Mappings"): ResNet-164 "1.7M". Closed form: conv1 3·16·9; per bottleneck
+      // block (in → w → w → 4w) 2·in + in·w + 2w + 9w² + 2w + 4w² (BNs and convs), 18 blocks a stage at
+      // w = 16, 32, 64; shortcut convs 16·64, 64·128, 128·256; bn_final 2·256; fc 256·10 + 10.
+      {"preact_resnet164", {10, 1703258, 32, 1}},
+      // kuangliu's pytorch-cifar DenseNet121, "6.96M": torchvision's densenet121 (sum(p.numel()) = 7,978,856)
+      // with a 3·64·9 stem conv for its 3·64·49 one, no norm0 (−128) and a 1024→10 classifier.
+      {"densenet121", {10, 6956298, 32, 2}},
       // torchvision's model documentation (num_params with 1000 classes).
       {"resnet18_imagenet", {1000, 11689512, 64, 1}},
       {"resnet50_imagenet", {1000, 25557032, 64, 1}},
       {"wrn50_2_imagenet", {1000, 68883240, 64, 1}},
       {"mobilenet_v2_imagenet", {1000, 3504872, 64, 2}},
+      {"densenet121_imagenet", {1000, 7978856, 64, 1}},
       // ../shared/bench/cifar_models.py mobilenetv2 (PyTorch sum(p.numel())).
       {"mobilenet_v2_torchcifar", {10, 2236682, 32, 2}},
       // Closed form above; PyTorch on the kuangliu definition also gives 2,296,922.
@@ -141,6 +155,24 @@ TEST_CASE("every registered model: reference parameter count, (N, classes) logit
        {152, {"patch_embed.proj.weight", "patch_embed.proj.bias", "cls_token", "pos_embed", "blocks.0.norm1.weight",
               "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.bias", "blocks.5.norm2.bias", "blocks.11.mlp.fc1.weight",
               "blocks.11.mlp.fc2.bias", "norm.weight", "head.bias"}}},
+      // torchvision densenet121: 364 tensors (conv0, norm0 2, 58 dense layers × 6, 3 transitions × 3,
+      // norm5 2, classifier 2).
+      {"densenet121_imagenet",
+       {364, {"features.conv0.weight", "features.norm0.weight", "features.denseblock1.denselayer1.norm1.weight",
+              "features.denseblock1.denselayer1.conv1.weight", "features.denseblock1.denselayer1.norm2.bias",
+              "features.denseblock1.denselayer6.conv2.weight", "features.transition1.norm.weight",
+              "features.transition1.conv.weight", "features.denseblock3.denselayer24.norm1.bias",
+              "features.transition3.conv.weight", "features.denseblock4.denselayer16.conv2.weight",
+              "features.norm5.weight", "features.norm5.bias", "classifier.weight", "classifier.bias"}}},
+      {"densenet121",  // the same less norm0
+       {362, {"features.conv0.weight", "features.denseblock1.denselayer1.norm1.weight",
+              "features.transition2.norm.bias", "features.denseblock4.denselayer16.conv2.weight",
+              "features.norm5.bias", "classifier.weight"}}},
+      // conv1 + 54 blocks × 9 + 3 shortcut convs + bn_final 2 + fc 2 = 494 tensors.
+      {"preact_resnet164",
+       {494, {"conv1.weight", "layer1.0.bn1.weight", "layer1.0.conv1.weight", "layer1.0.bn3.bias",
+              "layer1.0.conv3.weight", "layer1.0.shortcut.weight", "layer2.0.shortcut.weight", "layer3.17.conv3.weight",
+              "bn_final.weight", "fc.bias"}}},
       // conv1 + 12 blocks × 6 + 3 shortcut convs + bn_final 2 + fc 2 = 80 tensors.
       {"wrn28_10",
        {80, {"conv1.weight", "layer1.0.bn1.weight", "layer1.0.shortcut.weight", "layer3.3.conv2.weight",
@@ -204,6 +236,16 @@ TEST_CASE("parameter names: the negative cases and the MLP") {
   CHECK(contains(wrn, "layer2.0.shortcut.weight"));
   CHECK(!contains(wrn, "layer2.1.shortcut.weight"));
   CHECK(!contains(wrn, "layer1.0.downsample.0.weight"));
+  const auto dn = parameter_names(*make_model({"densenet121", 3, 10, 32}));
+  CHECK(!contains(dn, "features.norm0.weight"));            // the CIFAR stem is the conv alone
+  CHECK(!contains(dn, "features.transition4.conv.weight"));  // no transition after the last block
+  CHECK(contains(dn, "features.denseblock3.denselayer24.conv2.weight"));
+  CHECK(!contains(dn, "features.denseblock3.denselayer25.conv2.weight"));
+  const auto pre = parameter_names(*make_model({"preact_resnet164", 3, 10, 32}));
+  CHECK(contains(pre, "layer3.0.shortcut.weight"));
+  CHECK(!contains(pre, "layer3.1.shortcut.weight"));  // 256 → 256, stride 1: identity
+  CHECK(!contains(pre, "layer1.0.downsample.0.weight"));
+  CHECK(!contains(pre, "layer1.0.bn4.weight"));
   const auto mlp = parameter_names(*make_model({"mlp", 1, 10, 28}));
   CHECK((mlp == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc.weight", "fc.bias"}));
 }
@@ -235,6 +277,84 @@ TEST_CASE("a training step through MobileNetV2 and a Bottleneck ResNet gives eve
   CHECK(memory_stats().total.current == live_before);
 }
 
+TEST_CASE("DenseNet-121 and pre-activation ResNet-164 train a step under division:B=8,Q=2") {
+  const int64_t live_before = memory_stats().total.current;
+  {
+    const PolicySet division(parse_policy("division:B=8,Q=2"));
+    for (const char* name : {"densenet121", "preact_resnet164"}) {
+      seed_init(5);
+      set_pack_seed(5);
+      auto model = make_model({name, 3, 10, 16});
+      Sgd opt(model->parameters(), SgdOptions{0.05f, 0.9f, 0.f, 5e-4f, false});
+      Tensor x, y;
+      {
+        MemTagScope tag(MemTag::Data);
+        PhiloxStream rng(7, 1);
+        x = Tensor::randn({4, 3, 16, 16}, rng);
+        y = Tensor::empty({4}, DType::I64);
+        for (int64_t i = 0; i < 4; ++i) y.data<int64_t>()[i] = i;
+      }
+      const Tensor w0 = model->parameters().front().data().clone();
+      const StepResult r = run_step(*model, &opt, division, x, y);
+      CHECK_MESSAGE(r.backward_done, name);
+      CHECK_MESSAGE(r.updated, name);
+      CHECK_MESSAGE(std::isfinite(r.loss), name);
+      for (const auto& [pname, p] : model->named_parameters())
+        CHECK_MESSAGE(p.grad().defined(), name, ": no gradient for ", pname);
+      const Tensor w1 = model->parameters().front().data();
+      bool moved = false;
+      for (int64_t i = 0; i < w0.numel() && !moved; ++i) moved = w0.data<float>()[i] != w1.data<float>()[i];
+      CHECK_MESSAGE(moved, name, ": the step left the stem conv unchanged");
+    }
+  }
+  CHECK(memory_stats().total.current == live_before);
+}
+
+// DenseNet's known memory cost: every dense layer's norm1 and conv1 save its whole concatenated input
+// (concat itself keeps only sizes). The f32 bytes offered to the policy must equal that closed form, the
+// policies must keep their own closed form of them, and nothing else may be live after the forward.
+TEST_CASE("DenseNet-121 memory: the concatenations saved through the policy, as the closed form counts them") {
+  const int64_t live_before = memory_stats().total.current;
+  StepMemoryConfig c;
+  c.model = "densenet121";
+  c.batch = 2;
+  c.image_size = 16;
+  c.policy = "exact";
+  const StepMemoryResult exact = measure_step_memory(c);
+  c.policy = "division:B=8,Q=2";
+  const StepMemoryResult division = measure_step_memory(c);
+  CHECK(memory_stats().total.current == live_before);
+  // Floats offered per sample: the image (conv0's input); per dense layer at an S×S map with C input
+  // channels norm1 and conv1 C each, norm2 and conv2 4·32 each; per transition norm and conv its input's
+  // channels; norm5 1024 at the last map; the classifier's 1024 pooled features.
+  const int64_t blocks[] = {6, 12, 24, 16};
+  int64_t floats = 3 * 16 * 16, channels = 64, size = 16;
+  for (int b = 0; b < 4; ++b) {
+    for (int64_t l = 0; l < blocks[b]; ++l) floats += size * size * (2 * (channels + 32 * l) + 2 * 128);
+    channels += 32 * blocks[b];
+    if (b == 3) break;
+    floats += size * size * 2 * channels;
+    channels /= 2;
+    size /= 2;
+  }
+  floats += size * size * channels + channels;
+  CHECK(exact.saved_raw_bytes == c.batch * floats * 4);
+  CHECK(division.saved_raw_bytes == exact.saved_raw_bytes);  // the same tensors offered
+  CHECK(exact.saved_packed_bytes == exact.saved_raw_bytes);
+  int64_t kept[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const StepMemoryResult& r = i == 0 ? exact : division;
+    CHECK(r.saved_packed_bytes == r.saved_expected_bytes);
+    for (const SaveKindBytes& k : r.by_kind) kept[i] += k.packed;  // lossy and exact saves
+  }
+  // The activation measure is the saves and nothing else (no concatenation outlives its consumers), less
+  // the labels (data, not counted), plus the image under DIVISION, which packs conv0's input apart from it.
+  const int64_t image_bytes = c.batch * 3 * 16 * 16 * 4, label_bytes = c.batch * 8;
+  CHECK(exact.activation_bytes == kept[0] - label_bytes);
+  CHECK(division.activation_bytes == kept[1] - label_bytes + image_bytes);
+  CHECK(division.activation_bytes * 4 < exact.activation_bytes);
+}
+
 TEST_CASE("gradcheck: a Bottleneck block with a projection shortcut (training-mode BN)") {
   const int64_t live_before = memory_stats().total.current;
   {
@@ -247,6 +367,31 @@ TEST_CASE("gradcheck: a Bottleneck block with a projection shortcut (training-mo
     // h = 1e-3 keeps the ReLU kinks out of the finite-difference step (worst error seen ≈ 1e-3).
     actlab::testing::gradcheck([&](std::vector<Variable>& v) { return (*block)(v[0]); }, in, 1e-3, 5e-3);
     CHECK(block->named_modules().size() == 11);  // self, conv1-3, bn1-3, relu, downsample(+2)
+  }
+  Tape::current().clear();
+  CHECK(memory_stats().total.current == live_before);
+}
+
+TEST_CASE("gradcheck: a dense block (concatenations) and a bottleneck pre-activation block (projection)") {
+  const int64_t live_before = memory_stats().total.current;
+  {
+    // Seed 14: no finite-difference step here crosses a ReLU kink (with seeds that do, one element is
+    // off by a few per cent while the rest agree to 4e-4).
+    seed_init(14);
+    // 2 layers, 3 → 3 + 2·2 channels: denselayer2's norm1 sees (x, denselayer1(x)), so its gradient
+    // and the input's run back through both concatenations.
+    auto dense = std::make_shared<DenseBlock>(2, 3, 2, 2, ConvInit::KaimingUniformDefault);
+    PhiloxStream rng(24);
+    std::vector<Variable> in = {Variable(Tensor::randn({2, 3, 4, 4}, rng), true),
+                                named_parameter(*dense, "denselayer1.conv1.weight"),
+                                named_parameter(*dense, "denselayer2.norm1.weight")};
+    actlab::testing::gradcheck([&](std::vector<Variable>& v) { return (*dense)(v[0]); }, in, 1e-3, 5e-3);
+    CHECK(dense->out_channels() == 7);
+
+    auto pre = std::make_shared<PreActBlock>(4, 2, 2, BlockType::Bottleneck);  // 4 → 8, stride 2, shortcut
+    std::vector<Variable> pin = {Variable(Tensor::randn({2, 4, 5, 5}, rng), true), named_parameter(*pre, "bn1.weight"),
+                                 named_parameter(*pre, "conv2.weight"), named_parameter(*pre, "shortcut.weight")};
+    actlab::testing::gradcheck([&](std::vector<Variable>& v) { return (*pre)(v[0]); }, pin, 1e-3, 5e-3);
   }
   Tape::current().clear();
   CHECK(memory_stats().total.current == live_before);
@@ -346,6 +491,11 @@ TEST_CASE("image sizes: small inputs are refused with the minimum, 28x28 works e
   CHECK(min_image_size("resnet20") == 3);
   CHECK(min_image_size("mobilenet_v2") == 5);
   CHECK(min_image_size("mlp") == 1);
+  // DenseNet's transitions are unpadded 2×2 pools, H → floor(H/2): the CIFAR one needs 8 → 4 → 2 → 1, the
+  // ImageNet one 29 → 15 → 8 (conv0, pool0, ceil) → 4 → 2 → 1.
+  CHECK(min_image_size("densenet121") == 8);
+  CHECK(min_image_size("densenet121_imagenet") == 29);
+  CHECK(min_image_size("preact_resnet164") == 3);
   CHECK(native_image_size("wrn50_2_imagenet") == 224);
   try {
     make_model({"resnet50_imagenet", 3, 10, 16});
@@ -354,9 +504,12 @@ TEST_CASE("image sizes: small inputs are refused with the minimum, 28x28 works e
     CHECK(std::string(e.what()).find(">= 17") != std::string::npos);
   }
   CHECK_THROWS_AS(make_model({"resnet18", 1, 10, 4}), Error);
+  CHECK_THROWS_AS(make_model({"densenet121", 1, 10, 7}), Error);  // 7 → 3 → 1 → 0
+  CHECK_THROWS_AS(make_model({"densenet121_imagenet", 1, 10, 28}), Error);
   NoGradGuard no_grad;
   for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
-           {"mobilenet_v2_imagenet", 28}, {"mobilenet_v2_imagenet", 17}, {"resnet20", 3}}) {
+           {"mobilenet_v2_imagenet", 28}, {"mobilenet_v2_imagenet", 17}, {"resnet20", 3}, {"densenet121", 28},
+           {"densenet121", 9}, {"densenet121_imagenet", 30}}) {
     auto model = make_model({name, 1, 10, size});
     model->eval();
     MemTagScope tag(MemTag::Activation);

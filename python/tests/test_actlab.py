@@ -221,26 +221,88 @@ def torchvision_or_skip():
         return False
 
 
+def assert_same_logits(net, weights, model, x, classes):
+    """torch `net` (in eval mode) and actlab's `model` loaded with the state dict `weights` give the same
+    logits for the images x, to float rounding."""
+    import tempfile
+    import torch
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    with tempfile.TemporaryDirectory() as d:
+        write_safetensors(d + "/w.safetensors", weights)
+        got = actlab.forward(model, x, weights=d + "/w.safetensors", classes=classes)
+    assert got.shape == want.shape, (model, got.shape)
+    err = np.abs(got - want).max()
+    assert err < 1e-4 * max(1.0, np.abs(want).max()), (model, err)
+
+
+def randomize_batch_norms(net):
+    """Random running statistics and affine parameters, so that an eval-mode BN is not the identity and
+    a misplaced or missing one changes the logits."""
+    import torch
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+
+
+def torchvision_state_dict(net):
+    """net's state dict without the num_batches_tracked counters, which actlab keeps none of."""
+    return {k: v for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
+
+
 @case
 def swin_t_computes_torchvisions_swin_t():
     # The same weights in both (torchvision's state dict minus its constant relative_position_index
     # buffers, which actlab derives), the same images: the same logits to float rounding.
     if not torchvision_or_skip():
         return
-    import tempfile
     import torch
     import torchvision
     torch.manual_seed(0)
     net = torchvision.models.swin_t().eval()
     weights = {k: v for k, v in net.state_dict().items() if not k.endswith("relative_position_index")}
-    x = maps((2, 3, 224, 224), 5)
-    with torch.no_grad():
-        want = net(torch.from_numpy(x)).numpy()
-    with tempfile.TemporaryDirectory() as d:
-        write_safetensors(d + "/w.safetensors", weights)
-        got = actlab.forward("swin_t", x, weights=d + "/w.safetensors", classes=1000)
-    assert got.shape == want.shape, got.shape
-    assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max()), np.abs(got - want).max()
+    assert_same_logits(net, weights, "swin_t", maps((2, 3, 224, 224), 5), 1000)
+
+
+@case
+def densenet121_imagenet_computes_torchvisions_densenet121():
+    # torchvision's state dict loads by name unchanged, and the same images give the same logits: at
+    # 64x64 with 3 channels and 1000 classes, and with a 1-channel stem and 7 classes at 32x32.
+    if not torchvision_or_skip():
+        return
+    import torch
+    import torchvision
+    torch.manual_seed(2)
+    for channels, size, classes in ((3, 64, 1000), (1, 32, 7)):
+        net = torchvision.models.densenet121(num_classes=classes)
+        if channels != 3:
+            net.features.conv0 = torch.nn.Conv2d(channels, 64, 7, 2, 3, bias=False)
+        randomize_batch_norms(net)
+        net.eval()
+        assert_same_logits(net, torchvision_state_dict(net), "densenet121_imagenet",
+                           maps((2, channels, size, size), 7), classes)
+
+
+@case
+def densenet121_is_torchvisions_densenet121_with_a_cifar_stem():
+    # actlab's CIFAR variant is torchvision's network with conv0 a 3x3 stride-1 conv and no norm0, relu0
+    # or pool0 (models/densenet.h): built so in torch, it loads by name and agrees at 32x32.
+    if not torchvision_or_skip():
+        return
+    import torch
+    import torchvision
+    torch.manual_seed(3)
+    net = torchvision.models.densenet121(num_classes=10)
+    net.features.conv0 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+    for name in ("norm0", "relu0", "pool0"):
+        delattr(net.features, name)
+    randomize_batch_norms(net)
+    net.eval()
+    assert_same_logits(net, torchvision_state_dict(net), "densenet121", maps((2, 3, 32, 32), 8), 10)
 
 
 @case
@@ -250,7 +312,6 @@ def vit_tiny_cifar_computes_torchvisions_vision_transformer():
     # mlp.0/3 → mlp.fc1/fc2, encoder.ln → norm, heads.head → head.
     if not torchvision_or_skip():
         return
-    import tempfile
     import torch
     import torchvision
     torch.manual_seed(1)
@@ -273,13 +334,7 @@ def vit_tiny_cifar_computes_torchvisions_vision_transformer():
                 rest = b + rest[len(a):]
                 break
         weights["blocks.%s.%s" % (block, rest)] = v
-    x = maps((3, 3, 32, 32), 6)
-    with torch.no_grad():
-        want = net(torch.from_numpy(x)).numpy()
-    with tempfile.TemporaryDirectory() as d:
-        write_safetensors(d + "/w.safetensors", weights)
-        got = actlab.forward("vit_tiny_cifar", x, weights=d + "/w.safetensors", classes=10)
-    assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max()), np.abs(got - want).max()
+    assert_same_logits(net, weights, "vit_tiny_cifar", maps((3, 3, 32, 32), 6), 10)
 
 
 def main():
