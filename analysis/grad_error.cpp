@@ -9,6 +9,7 @@
 #include "actlab/autograd/tape.h"
 #include "actlab/core/allocator.h"
 #include "actlab/core/error.h"
+#include "actlab/layers/checkpoint.h"
 #include "actlab/layers/layers.h"
 
 namespace actlab {
@@ -44,8 +45,10 @@ std::vector<Tensor> weight_gradients(Module& model, const std::vector<WeightLaye
   {
     TapeClearGuard clear_on_error;
     Variable loss;
+    const CheckpointPlan plan = make_checkpoint_plan(model, set.checkpoint());
     {
       ActivationCacheScope scope(set);
+      CheckpointScope checkpoints(plan);
       MemTagScope tag(MemTag::Activation);
       loss = cross_entropy(model(Variable(images)), labels, o.label_smoothing);
     }

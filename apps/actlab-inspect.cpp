@@ -60,15 +60,19 @@ std::string dims(const Shape& s) {  // "32x16x28x28"
   return out;
 }
 
-PolicyList parse_policies(const std::string& text, std::vector<std::string>* specs) {
-  PolicyList out;
+// Each entry is a run's policy string (parse_policy_set): a codec, or checkpointing with or without one.
+// The spectra and reconstructions use the codec (exact under a bare "checkpoint"); the gradient errors the
+// whole set, recompute included.
+std::vector<PolicySet> parse_policies(const std::string& text, PolicyList* codecs, std::vector<std::string>* specs) {
+  std::vector<PolicySet> out;
   for (const auto& spec : split_list(text, ';')) {
     try {
-      out.push_back(parse_policy(spec));
+      out.push_back(parse_policy_set(spec));
     } catch (const Error& e) {
       ACTLAB_FAIL("bad --policies entry '", spec, "' (separate policies with ';'): ", e.what());
     }
-    specs->push_back(out.back()->name());
+    codecs->push_back(out.back().shared_default());
+    specs->push_back(out.back().describe());
   }
   ACTLAB_CHECK(!out.empty(), "--policies is empty; give e.g. 'division:B=8,Q=2;quant:Q=2'");
   return out;
@@ -367,7 +371,7 @@ void declare_flags(FlagParser& flags) {
   flags.add("layers", "string", "", "comma-separated conv layers to draw in Fig. 3(a) (default: the first conv at each resolution)");
   flags.add("ratio", "float", "0.1", "DCT low-pass cut-off r = W/N in (0, 1]: keep frequencies u < r*H, v < r*W");
   flags.add("policies", "string", "division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2",
-            "policies separated by ';' (" + policy_forms() + ")");
+            "policies separated by ';' (" + policy_forms() + "\n" + checkpoint_forms() + ")");
   flags.add("block", "int", "8", "DIVISION block size B of the Fig. 3(a) DIVISION rows");
   flags.add("batch-size", "int", "32", "test images in the batch");
   flags.add("images", "int", "4", "images drawn in Fig. 3(a)");
@@ -382,7 +386,8 @@ struct Settings {
   std::string out;
   int64_t images = 4, channels = 2;
   bool train_bn = true;
-  PolicyList policies;
+  PolicyList policies;               // the codec of each entry (spectra, reconstructions)
+  std::vector<PolicySet> policy_sets;  // each entry whole (gradient errors)
 };
 
 Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r) {
@@ -406,7 +411,7 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
                r->batch, ", ", st.images, ", ", st.channels, ", ", threads);
   omp_set_num_threads(static_cast<int>(threads));
   r->seed = static_cast<uint64_t>(flags.get_int("seed"));
-  st.policies = parse_policies(flags.get("policies"), &r->policies);
+  st.policy_sets = parse_policies(flags.get("policies"), &st.policies, &r->policies);
   st.train_bn = !(flags.given("eval-bn") && flags.get_bool("eval-bn"));
   r->bn_mode = st.train_bn ? "batch statistics (training mode; running statistics untouched)" : "running statistics";
   return st;
@@ -459,7 +464,7 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   GradErrorOptions go;
   go.seed = r.seed;
   go.train_mode = st.train_bn;
-  r.grads = gradient_errors(*s.model, batch.images, batch.labels, st.policies, go);
+  r.grads = gradient_errors(*s.model, batch.images, batch.labels, st.policy_sets, go);
   std::printf("[3/4] weight gradients: exact + %zu policies over %zu layers (%.1f s)\n", st.policies.size(),
               r.grads.layers.size(), seconds_since(t));
 

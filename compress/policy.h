@@ -106,6 +106,7 @@ class PolicySet {
   void set_checkpoint_segments(int segments);  // > 0 or CheckpointRequest::kAutoSegments
   const ActivationCachePolicy& for_module(const std::string& module_path) const;
   const ActivationCachePolicy& default_policy() const { return *default_; }
+  const std::shared_ptr<const ActivationCachePolicy>& shared_default() const { return default_; }
   const CheckpointRequest& checkpoint() const { return checkpoint_; }
   std::string describe() const;  // "checkpoint:segments=4+division:B=8,Q=2; conv1=exact; layer1.*=checkpoint"
  private:
