@@ -97,11 +97,12 @@ int main(int argc, char** argv) {
     std::ostringstream md, csv, kinds;
     kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";
     csv << "model,batch,policy,method,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
-           "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s,recompute_s,paper_total_gb,paper_activation_gb\n";
+           "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s,recompute_s,offloaded_gib,paper_total_gb,"
+           "paper_activation_gb\n";
     md << "| model | batch | method | policy | total GiB | activation GiB (rate vs exact) | peak GiB | "
-          "policy-kept inputs: measured / closed form | recompute s |"
+          "policy-kept inputs: measured / closed form | recompute s | offloaded GiB |"
        << (paper_cells ? " paper total GB | paper activation GB (rate) |" : "") << "\n"
-       << "|---|---|---|---|---|---|---|---|---|" << (paper_cells ? "---|---|" : "") << "\n";
+       << "|---|---|---|---|---|---|---|---|---|---|" << (paper_cells ? "---|---|" : "") << "\n";
     for (const auto& model : models) {
       for (int64_t batch : batches) {
         int64_t exact_act = 0;
@@ -126,12 +127,13 @@ int main(int argc, char** argv) {
           const std::string method = paper_method_name(policy);
           const PaperMemory* paper = paper_cells ? paper_table_1a(method, model, batch) : nullptr;
           char row[768];
-          std::snprintf(row, sizeof row, "| %s | %lld | %s | %s | %.2f | %.3f%s | %.2f | %.1f / %.1f MiB | %s |",
+          std::snprintf(row, sizeof row, "| %s | %lld | %s | %s | %.2f | %.3f%s | %.2f | %.1f / %.1f MiB | %s | %s |",
                         model.c_str(), static_cast<long long>(batch), method.c_str(), policy.c_str(), gib(r.total_bytes),
                         gib(r.activation_bytes),
                         rate > 0 && policy != "exact" ? (" (" + std::to_string(rate).substr(0, 5) + "x)").c_str() : "",
                         gib(r.peak_bytes), r.saved_packed_bytes / 1048576.0, r.saved_expected_bytes / 1048576.0,
-                        r.recomputed_segments > 0 ? std::to_string(r.recompute_seconds).substr(0, 5).c_str() : "-");
+                        r.recomputed_segments > 0 ? std::to_string(r.recompute_seconds).substr(0, 5).c_str() : "-",
+                        r.offloaded_bytes > 0 ? std::to_string(gib(r.offloaded_bytes)).substr(0, 5).c_str() : "-");
           std::string line = row;
           if (paper_cells) {
             if (!paper) {
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
               << gib(r.total_bytes) << "," << gib(r.activation_bytes) << "," << rate << ","
               << r.saved_raw_bytes / 1048576.0 << "," << r.saved_packed_bytes / 1048576.0 << ","
               << r.saved_expected_bytes / 1048576.0 << "," << vs_closed << "," << gib(r.peak_bytes) << ","
-              << r.step_seconds << "," << r.recompute_seconds << ","
+              << r.step_seconds << "," << r.recompute_seconds << "," << gib(r.offloaded_bytes) << ","
               << (paper && paper->total_gb >= 0 ? std::to_string(paper->total_gb) : "") << ","
               << (paper && paper->activation_gb >= 0 ? std::to_string(paper->activation_gb) : "") << "\n";
           for (const SaveKindBytes& k : r.by_kind)

@@ -52,8 +52,11 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
       it->raw += e.bytes_raw;
       it->packed += e.bytes_packed;
     }
-    // The reference's total: what was live before backward plus what the step (batch included) added.
-    r.total_bytes = step.total_after_forward + (step.total_after_step - init) - start;
+    // The reference's total: what was live before backward plus what the step (batch included) added,
+    // on the device: a swap policy's host copies are not device memory (on a CPU run they share the one
+    // allocator, so they are taken out here and reported apart).
+    r.offloaded_bytes = step.offloaded_bytes;
+    r.total_bytes = step.total_after_forward - step.offloaded_bytes + (step.total_after_step - init) - start;
   }
   r.peak_bytes = memory_stats().total.peak - start;
   r.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

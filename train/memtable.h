@@ -34,7 +34,8 @@ struct StepMemoryResult {
   int64_t model_only_bytes = 0;       // parameters + buffers (+ gradient buffers once allocated)
   int64_t activation_bytes = 0;       // StepResult::activation_bytes (docs/measures.md)
   int64_t total_bytes = 0;            // live before backward + what the step added after it (docs/measures.md)
-  int64_t peak_bytes = 0;             // the allocator's peak over the step (all tags)
+  int64_t peak_bytes = 0;             // the allocator's peak over the step (all tags; on a CPU run, swap's host copies too)
+  int64_t offloaded_bytes = 0;        // swap: the saves' host copies after forward (not in total_bytes)
   int64_t saved_raw_bytes = 0;        // f32 bytes offered to the policy (conv/linear/BN inputs)
   int64_t saved_packed_bytes = 0;     // what the policy kept of them
   int64_t saved_expected_bytes = 0;   // the closed form for the same tensors
