@@ -397,8 +397,15 @@ std::string radar_chart_svg(const RadarChart& chart) {
   const size_t n = chart.axes.size();
   ACTLAB_CHECK(n >= 3, "radar chart '", chart.title, "': needs at least 3 axes, got ", n);
   for (const RadarAxis& a : chart.axes)
-    ACTLAB_CHECK(std::isfinite(a.lo) && std::isfinite(a.hi) && a.lo < a.hi, "radar chart '", chart.title, "': axis '",
-                 a.label, "' has range [", a.lo, ", ", a.hi, "]; it needs lo < hi");
+    ACTLAB_CHECK(std::isfinite(a.lo) && std::isfinite(a.hi) && a.lo < a.hi && (!a.log || a.lo > 0), "radar chart '",
+                 chart.title, "': axis '", a.label, "' has range [", a.lo, ", ", a.hi, "]; it needs lo < hi",
+                 a.log ? " and lo > 0 (log axis)" : "");
+  const auto frac = [](const RadarAxis& a, double v) {
+    return a.log ? std::log(v / a.lo) / std::log(a.hi / a.lo) : (v - a.lo) / (a.hi - a.lo);
+  };
+  const auto ring_value = [](const RadarAxis& a, int ring) {  // the value on ring 0..4
+    return a.log ? a.lo * std::pow(a.hi / a.lo, ring / 4.0) : a.lo + ring * (a.hi - a.lo) / 4;
+  };
   const double kPi = 3.14159265358979323846;
   const auto point = [&](size_t k, double frac) {  // frac of the radius along axis k
     const double angle = 2 * kPi * static_cast<double>(k) / static_cast<double>(n);
@@ -435,12 +442,10 @@ std::string radar_chart_svg(const RadarChart& chart) {
   o << "</g>\n<g class=\"ring-labels\" font-size=\"10\" fill=\"#666666\">\n";
   for (size_t k = 0; k < n; ++k) {  // each axis's own scale: its value at every ring, lo at the centre
     const RadarAxis& a = chart.axes[k];
-    const double step = (a.hi - a.lo) / 4;
-    for (int ring = 0; ring <= 4; ++ring) {
-      if (ring == 0 && k > 0) continue;  // the centre is shared: one label would overwrite the next
+    for (int ring = 1; ring <= 4; ++ring) {  // not ring 0: the centre is shared by every axis
       const std::string at = point(k, ring / 4.0);
-      const std::string label = ring == 0 ? "" : tick_label(a.lo + ring * step, step);
-      if (label.empty()) continue;
+      const double v = ring_value(a, ring);
+      const std::string label = a.log ? value_label(v) : tick_label(v, (a.hi - a.lo) / 4);
       o << "<text x=\"" << at.substr(0, at.find(',')) << "\" y=\"" << at.substr(at.find(',') + 1)
         << "\" dx=\"4\" dy=\"-3\">" << xml_escape(label) << "</text>\n";
     }
@@ -460,7 +465,7 @@ std::string radar_chart_svg(const RadarChart& chart) {
     std::string pts, tip = s.name;
     for (size_t k = 0; k < n; ++k) {
       const RadarAxis& a = chart.axes[k];
-      pts += (k ? " " : "") + point(k, (s.values[k] - a.lo) / (a.hi - a.lo));
+      pts += (k ? " " : "") + point(k, frac(a, s.values[k]));
       tip += "; " + a.label + " " + value_label(s.values[k]);
     }
     o << "<polygon class=\"series\" points=\"" << pts << "\" fill=\"" << colour(si) << "\" fill-opacity=\"0.12\" stroke=\""

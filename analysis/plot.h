@@ -43,9 +43,12 @@ struct BarChart {
 
 // A radar axis: value lo sits at the centre, hi on the outer ring (lo < hi, both finite). Orient each
 // axis so that larger is better (a memory saving, not a memory size): the best series is outermost.
+// log: distance grows with log(v / lo) (then lo > 0), so that one method far ahead — SWAP keeps almost
+// nothing on the device — does not squeeze the others into the centre.
 struct RadarAxis {
   std::string label;
   double lo = 0, hi = 1;
+  bool log = false;
 };
 
 // values[k] belongs to RadarChart::axes[k]; each must be finite and inside [lo, hi] of its axis.
@@ -61,8 +64,9 @@ struct RadarChart {
 };
 
 // The radar's geometry, for callers and tests that place a value: axis k of n points at angle
-// 2πk/n clockwise from straight up; value v on it sits at distance kRadarRadius·(v − lo)/(hi − lo)
-// from (kRadarCentreX, kRadarCentreY), i.e. at x = cx + d·sin(angle), y = cy − d·cos(angle).
+// 2πk/n clockwise from straight up; value v on it sits at distance d = kRadarRadius·(v − lo)/(hi − lo)
+// (log axis: kRadarRadius·log(v/lo)/log(hi/lo)) from (kRadarCentreX, kRadarCentreY), i.e. at
+// x = cx + d·sin(angle), y = cy − d·cos(angle).
 constexpr double kRadarCentreX = 300, kRadarCentreY = 275, kRadarRadius = 185;
 
 // Self-contained SVG text (<svg ...>...</svg> with an XML declaration). Throws Error on inconsistent

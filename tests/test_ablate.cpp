@@ -553,8 +553,8 @@ TEST_CASE("ablate: policy strings have one spelling, checkpoint forms included")
 
 TEST_CASE("plot: radar chart draws one polygon per series, each value where the geometry puts it") {
   plot::RadarChart chart{"Fig. 1 <test>",
-                         {{"accuracy (%)", 90, 94}, {"memory (×)", 0, 10}, {"speed (×)", 0, 2}},
-                         {{"Normal", {94, 1, 1}}, {"DIVISION", {93, 10, 0.5}}}};
+                         {{"accuracy (%)", 90, 94, false}, {"memory (×)", 1, 16, true}, {"speed (×)", 0, 2, false}},
+                         {{"Normal", {94, 1, 1}}, {"DIVISION", {93, 4, 0.5}}}};
   const std::string svg = plot::radar_chart_svg(chart);
   std::string why;
   CHECK_MESSAGE(xml_balanced(svg, &why), why);
@@ -563,13 +563,14 @@ TEST_CASE("plot: radar chart draws one polygon per series, each value where the 
   CHECK(svg.find("Fig. 1 &lt;test&gt;") != std::string::npos);
   for (const char* name : {">Normal</text>", ">DIVISION</text>", ">accuracy (%)</text>"})
     CHECK_MESSAGE(svg.find(name) != std::string::npos, name);
-  // DIVISION's polygon, by hand: accuracy 93 is 3/4 up axis 0 (straight up); memory 10 is the rim of
-  // axis 1 (120° clockwise); speed 0.5 is 1/4 out along axis 2 (240°).
+  // DIVISION's polygon, by hand: accuracy 93 is 3/4 up axis 0 (straight up); memory 4 is half way out
+  // the log axis 1 (120° clockwise; 1× to 16×); speed 0.5 is 1/4 out along axis 2 (240°).
   const size_t at = svg.find("points=\"", svg.find("class=\"series\"", svg.find("class=\"series\"") + 1)) + 8;
   std::istringstream pts(svg.substr(at, svg.find('"', at) - at));
   const double pi = 3.14159265358979323846, r = plot::kRadarRadius;
   const double want[3][2] = {{plot::kRadarCentreX, plot::kRadarCentreY - 0.75 * r},
-                             {plot::kRadarCentreX + r * std::sin(2 * pi / 3), plot::kRadarCentreY - r * std::cos(2 * pi / 3)},
+                             {plot::kRadarCentreX + 0.5 * r * std::sin(2 * pi / 3),
+                              plot::kRadarCentreY - 0.5 * r * std::cos(2 * pi / 3)},
                              {plot::kRadarCentreX + 0.25 * r * std::sin(4 * pi / 3),
                               plot::kRadarCentreY - 0.25 * r * std::cos(4 * pi / 3)}};
   for (const auto& w : want) {
@@ -579,9 +580,14 @@ TEST_CASE("plot: radar chart draws one polygon per series, each value where the 
     CHECK(x == doctest::Approx(w[0]).epsilon(0.001));
     CHECK(y == doctest::Approx(w[1]).epsilon(0.001));
   }
-  chart.series[1].values[1] = 11;
-  CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("11 on axis 'memory (×)', outside [0, 10]") !=
+  CHECK(svg.find(">4</text>") != std::string::npos);  // the log axis's second ring: 1 · 16^(2/4)
+  chart.series[1].values[1] = 17;
+  CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("17 on axis 'memory (×)', outside [1, 16]") !=
         std::string::npos);
+  chart.series[1].values[1] = 4;
+  chart.axes[1].lo = 0;
+  CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("lo > 0 (log axis)") != std::string::npos);
+  chart.axes[1].lo = 1;
   chart.series[1].values.pop_back();
   CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("2 values for 3 axes") != std::string::npos);
   chart.axes.pop_back();
@@ -645,8 +651,10 @@ TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and d
   REQUIRE(chart.axes.size() == 3);
   CHECK(chart.axes[0].lo < 92);  // the worst method is not at the centre
   CHECK(chart.axes[0].hi >= 92.5);
-  CHECK(chart.axes[1].lo == 0);
-  CHECK(chart.axes[1].hi == doctest::Approx(10));
+  CHECK(chart.axes[1].log);
+  CHECK(chart.axes[1].lo == 0.5);  // below Normal's 1×
+  CHECK(chart.axes[1].hi == doctest::Approx(128));  // 10× needs rings 4× apart: 2, 8, 32, 128
+  CHECK(!chart.axes[2].log);
   CHECK(chart.series.size() == 3);
   const std::string svg = plot::radar_chart_svg(chart);
   CHECK(count_of(svg, "class=\"series\"") == 3);
@@ -675,4 +683,34 @@ TEST_CASE("radar: a missing or foreign input is one error line naming the file")
   write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s\nresnet20,checkpoint,128,88\n");
   CHECK(error_of([&] { read_radar_data(in); }).find("no Normal (exact) row for resnet20 at batch 128") !=
         std::string::npos);
+}
+
+TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP against Normal") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_fig6");
+  Grid grid;
+  grid.preset = "test";
+  grid.tables = {"fig6"};
+  for (const auto& [policy, label] : std::vector<std::pair<std::string, std::string>>{
+           {"exact", "Normal"}, {"swap:P=2", "SWAP"}, {"division:B=8,Q=2", "DIVISION"}})
+    grid.add(tiny_cell(policy), "fig6", label);
+  const RunOptions o = run_options(dir);
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  INFO(read_all(dir.file("progress.txt")));
+  REQUIRE(rc == 0);
+  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  INFO(tables);
+  CHECK(tables.find("## Fig. 6: test accuracy of every method") != std::string::npos);
+  CHECK(tables.find("| Method | Policy | Test acc. (%) | Δ vs Normal | Seeds | Paper (%) | Paper Δ vs Normal |") !=
+        std::string::npos);
+  CHECK(tables.find("| SWAP | `swap:P=2` |") != std::string::npos);
+  // SWAP moves the saves to host memory and back: the run must end exactly where Normal's did.
+  CHECK(tables.find("- SWAP, seed 0: train loss") != std::string::npos);
+  CHECK(tables.find("identical to Normal's") != std::string::npos);
+  CHECK(tables.find("The paper reports no accuracy for") != std::string::npos);
+  CHECK(count_of(read_all(fs::path(o.out_dir) / "fig6_accuracy.svg"), "class=\"bar\"") == 3);
 }

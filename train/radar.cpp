@@ -179,12 +179,17 @@ plot::RadarChart radar_chart(const RadarData& d) {
   // Below the worst method by half the spread (at least half a point), so that no method sits at the
   // centre, where the three axes meet and a polygon would lose its shape.
   const auto acc = radar_range(acc_lo - std::max(0.5 * (acc_hi - acc_lo), 0.5), acc_hi);
-  const auto mem = radar_range(0, mem_hi), speed = radar_range(0, speed_hi);
+  // Memory on a log axis, rings ×2^k apart: savings span 1× (Normal) to ~50× (SWAP keeps almost nothing).
+  double mem_lo = 0.5;
+  for (const RadarPoint& p : d.points) mem_lo = std::min(mem_lo, std::exp2(std::floor(std::log2(p.memory_saving))));
+  const double per_ring = std::exp2(std::max(1.0, std::ceil(std::log2(mem_hi / mem_lo) / 4)));
+  const auto speed = radar_range(0, speed_hi);
   plot::RadarChart c;
   c.title = "Fig. 1: accuracy, memory and throughput per method (" + d.model + ", " + d.dataset + ")";
-  c.axes = {{"test accuracy (%)", acc.first, acc.second},
-            {"activation memory saving (× Normal, batch " + std::to_string(d.memory_batch) + ")", mem.first, mem.second},
-            {"throughput (× Normal, batch " + std::to_string(d.throughput_batch) + ")", speed.first, speed.second}};
+  c.axes = {{"test accuracy (%)", acc.first, acc.second, false},
+            {"activation memory saving (× Normal, batch " + std::to_string(d.memory_batch) + ", log)", mem_lo,
+             mem_lo * std::pow(per_ring, 4), true},
+            {"throughput (× Normal, batch " + std::to_string(d.throughput_batch) + ")", speed.first, speed.second, false}};
   for (const RadarPoint& p : d.points) c.series.push_back({p.method, {p.accuracy, p.memory_saving, p.throughput_ratio}});
   return c;
 }

@@ -41,8 +41,9 @@ struct RadarData {
 // model, no Normal (exact) row to compare with, or several models without RadarInputs::model.
 RadarData read_radar_data(const RadarInputs& inputs);
 
-// The chart: one polygon per method; axes test accuracy (%), memory saving (×) and throughput (×),
-// each from its lo (accuracy: below the worst method; the ratios: 0) to a round hi.
+// The chart: one polygon per method; axes test accuracy (%) from below the worst method to a round
+// hi, memory saving (×) on a log axis from 0.5× (or below the worst method) with rings a power of 2
+// apart, throughput (×) from 0 to a round hi.
 plot::RadarChart radar_chart(const RadarData& data);
 
 // [lo, lo + 4·step] covering [lo0, hi0] with a step of 1, 2, 2.5 or 5 × 10^k, so that every ring of
