@@ -1,4 +1,4 @@
-// SVG line and grouped-bar charts (see plot.h). Layout: title on top, y axis label rotated on the
+// SVG line, grouped-bar and radar charts (see plot.h). Layout: title on top, y axis label rotated on the
 // left, plot area with grid lines, legend in a right-hand column, x tick labels rotated by 40° when
 // they would collide. Coordinates are written with one decimal; text is XML-escaped.
 // Tested in tests/test_ablate.cpp ("plot: ...").
@@ -390,6 +390,89 @@ std::string bar_chart_svg(const BarChart& chart) {
     o << "<line x1=\"" << num(f.left) << "\" y1=\"" << num(f.y(base_frac)) << "\" x2=\"" << num(f.left + f.plot_w)
       << "\" y2=\"" << num(f.y(base_frac)) << "\" stroke=\"#333333\"/>\n";
   draw_legend(o, f, chart.series_names, true);
+  return close_svg(o);
+}
+
+std::string radar_chart_svg(const RadarChart& chart) {
+  const size_t n = chart.axes.size();
+  ACTLAB_CHECK(n >= 3, "radar chart '", chart.title, "': needs at least 3 axes, got ", n);
+  for (const RadarAxis& a : chart.axes)
+    ACTLAB_CHECK(std::isfinite(a.lo) && std::isfinite(a.hi) && a.lo < a.hi && (!a.log || a.lo > 0), "radar chart '",
+                 chart.title, "': axis '", a.label, "' has range [", a.lo, ", ", a.hi, "]; it needs lo < hi",
+                 a.log ? " and lo > 0 (log axis)" : "");
+  const auto frac = [](const RadarAxis& a, double v) {
+    return a.log ? std::log(v / a.lo) / std::log(a.hi / a.lo) : (v - a.lo) / (a.hi - a.lo);
+  };
+  const auto ring_value = [](const RadarAxis& a, int ring) {  // the value on ring 0..4
+    return a.log ? a.lo * std::pow(a.hi / a.lo, ring / 4.0) : a.lo + ring * (a.hi - a.lo) / 4;
+  };
+  const double kPi = 3.14159265358979323846;
+  const auto point = [&](size_t k, double frac) {  // frac of the radius along axis k
+    const double angle = 2 * kPi * static_cast<double>(k) / static_cast<double>(n);
+    return num(kRadarCentreX + kRadarRadius * frac * std::sin(angle)) + "," +
+           num(kRadarCentreY - kRadarRadius * frac * std::cos(angle));
+  };
+  std::vector<std::string> names;
+  for (const RadarSeries& s : chart.series) {
+    ACTLAB_CHECK(s.values.size() == n, "radar chart '", chart.title, "': series '", s.name, "' has ", s.values.size(),
+                 " values for ", n, " axes");
+    for (size_t k = 0; k < n; ++k)
+      ACTLAB_CHECK(std::isfinite(s.values[k]) && s.values[k] >= chart.axes[k].lo && s.values[k] <= chart.axes[k].hi,
+                   "radar chart '", chart.title, "': series '", s.name, "' has ", s.values[k], " on axis '",
+                   chart.axes[k].label, "', outside [", chart.axes[k].lo, ", ", chart.axes[k].hi, "]");
+    names.push_back(s.name);
+  }
+  Frame f;  // the shared frame supplies the canvas, title and legend column; the radar ignores its plot area
+  size_t longest = 0;
+  for (const auto& name : names) longest = std::max(longest, std::min<size_t>(name.size(), 32));
+  f.left = 0;
+  f.plot_w = 2 * kRadarCentreX + 20;  // the radar and its axis labels, then the legend column
+  f.width = std::max(f.width, f.plot_w + 60 + kCharWidth * static_cast<double>(longest));
+  f.height = 2 * kRadarCentreY - 30;
+  std::ostringstream o;
+  open_svg(o, f, chart.title);
+  o << "<g class=\"rings\" fill=\"none\" stroke=\"#dddddd\" stroke-width=\"1\">\n";
+  for (int ring = 1; ring <= 4; ++ring) {
+    std::string pts;
+    for (size_t k = 0; k < n; ++k) pts += (k ? " " : "") + point(k, ring / 4.0);
+    o << "<polygon points=\"" << pts << "\"/>\n";
+  }
+  for (size_t k = 0; k < n; ++k)
+    o << "<polyline points=\"" << point(k, 0) << " " << point(k, 1) << "\" stroke=\"#aaaaaa\"/>\n";
+  o << "</g>\n<g class=\"ring-labels\" font-size=\"10\" fill=\"#666666\">\n";
+  for (size_t k = 0; k < n; ++k) {  // each axis's own scale: its value at every ring, lo at the centre
+    const RadarAxis& a = chart.axes[k];
+    for (int ring = 1; ring <= 4; ++ring) {  // not ring 0: the centre is shared by every axis
+      const std::string at = point(k, ring / 4.0);
+      const double v = ring_value(a, ring);
+      const std::string label = a.log ? value_label(v) : tick_label(v, (a.hi - a.lo) / 4);
+      o << "<text x=\"" << at.substr(0, at.find(',')) << "\" y=\"" << at.substr(at.find(',') + 1)
+        << "\" dx=\"4\" dy=\"-3\">" << xml_escape(label) << "</text>\n";
+    }
+  }
+  o << "</g>\n<g class=\"axis-labels\" font-weight=\"bold\">\n";
+  for (size_t k = 0; k < n; ++k) {
+    const double angle = 2 * kPi * static_cast<double>(k) / static_cast<double>(n);
+    const double x = kRadarCentreX + (kRadarRadius + 18) * std::sin(angle);
+    const double y = kRadarCentreY - (kRadarRadius + 18) * std::cos(angle) + 4;
+    const char* anchor = std::sin(angle) > 0.2 ? "start" : std::sin(angle) < -0.2 ? "end" : "middle";
+    o << "<text x=\"" << num(x) << "\" y=\"" << num(y) << "\" text-anchor=\"" << anchor << "\">"
+      << xml_escape(chart.axes[k].label) << "</text>\n";
+  }
+  o << "</g>\n";
+  for (size_t si = 0; si < chart.series.size(); ++si) {
+    const RadarSeries& s = chart.series[si];
+    std::string pts, tip = s.name;
+    for (size_t k = 0; k < n; ++k) {
+      const RadarAxis& a = chart.axes[k];
+      pts += (k ? " " : "") + point(k, frac(a, s.values[k]));
+      tip += "; " + a.label + " " + value_label(s.values[k]);
+    }
+    o << "<polygon class=\"series\" points=\"" << pts << "\" fill=\"" << colour(si) << "\" fill-opacity=\"0.12\" stroke=\""
+      << colour(si) << "\" stroke-width=\"2\" stroke-linejoin=\"round\"><title>" << xml_escape(tip)
+      << "</title></polygon>\n";
+  }
+  draw_legend(o, f, names, false);
   return close_svg(o);
 }
 

@@ -1,6 +1,6 @@
 // Dependency-free SVG charts for the analysis tools (actlab-ablate, actlab-inspect): line charts
-// (one polyline per series, optional log y axis, optional categorical x tick labels) and grouped bar
-// charts, with "nice" tick values, grid lines, a legend, escaped text and a colour-blind-safe palette
+// (one polyline per series, optional log y axis, optional categorical x tick labels), grouped bar
+// charts and radar charts (one polygon per series over n axes), with "nice" tick values, grid lines, a legend, escaped text and a colour-blind-safe palette
 // (Okabe–Ito). Output is one self-contained SVG string. Tested in tests/test_ablate.cpp ("plot: ...").
 #pragma once
 #include <string>
@@ -41,11 +41,43 @@ struct BarChart {
   std::vector<BarGroup> groups;
 };
 
+// A radar axis: value lo sits at the centre, hi on the outer ring (lo < hi, both finite). Orient each
+// axis so that larger is better (a memory saving, not a memory size): the best series is outermost.
+// log: distance grows with log(v / lo) (then lo > 0), so that one method far ahead — SWAP keeps almost
+// nothing on the device — does not squeeze the others into the centre.
+struct RadarAxis {
+  std::string label;
+  double lo = 0, hi = 1;
+  bool log = false;
+};
+
+// values[k] belongs to RadarChart::axes[k]; each must be finite and inside [lo, hi] of its axis.
+struct RadarSeries {
+  std::string name;
+  std::vector<double> values;
+};
+
+struct RadarChart {
+  std::string title;
+  std::vector<RadarAxis> axes;  // at least 3
+  std::vector<RadarSeries> series;
+};
+
+// The radar's geometry, for callers and tests that place a value: axis k of n points at angle
+// 2πk/n clockwise from straight up; value v on it sits at distance d = kRadarRadius·(v − lo)/(hi − lo)
+// (log axis: kRadarRadius·log(v/lo)/log(hi/lo)) from (kRadarCentreX, kRadarCentreY), i.e. at
+// x = cx + d·sin(angle), y = cy − d·cos(angle).
+constexpr double kRadarCentreX = 300, kRadarCentreY = 275, kRadarRadius = 185;
+
 // Self-contained SVG text (<svg ...>...</svg> with an XML declaration). Throws Error on inconsistent
 // input (x/y size mismatch, values/series_names mismatch, non-positive values on a log axis).
 // An empty chart (no series / no groups) renders axes and the title only.
 std::string line_chart_svg(const LineChart& chart);
 std::string bar_chart_svg(const BarChart& chart);
+// One closed <polygon class="series"> per series, rings at quarters of every axis labelled with that
+// axis's values, and the legend. Throws Error for fewer than 3 axes, a values/axes size mismatch, an
+// axis with lo >= hi, or a value outside its axis.
+std::string radar_chart_svg(const RadarChart& chart);
 
 // Writes `svg` to `path` atomically (temp file + rename, io/files.h).
 void write_svg(const std::string& path, const std::string& svg);

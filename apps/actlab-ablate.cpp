@@ -1,8 +1,10 @@
 // actlab-ablate: reproduce the DIVISION paper's ablation tables with one command. Builds the grid of
 // actlab-train runs (train/grid.h) from a preset and table selection or from explicit lists, runs
 // the cells that are not done yet as child processes and writes results.csv, tables.md and two SVG
-// figures. Exit codes: 0 all cells done, 1 some failed or not run, 2 bad input, 128+n stopped by
-// signal n. Tested through the library in tests/test_ablate.cpp.
+// figures. With --radar it runs nothing and draws the paper's Fig. 1 radar from a finished grid's
+// results.csv and the memory and throughput CSVs (train/radar.h). Exit codes: 0 all cells done, 1 some
+// failed or not run, 2 bad input, 128+n stopped by signal n. Tested through the library in
+// tests/test_ablate.cpp.
 #include <climits>
 #include <cstdio>
 #include <exception>
@@ -12,12 +14,14 @@
 
 #include <unistd.h>
 
-#include "actlab/compress/policy.h"
+#include "actlab/analysis/plot.h"
 #include "actlab/core/cuda/runtime.h"
 #include "actlab/core/device.h"
 #include "actlab/core/error.h"
+#include "actlab/io/files.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/grid.h"
+#include "actlab/train/radar.h"
 
 using namespace actlab;
 
@@ -27,7 +31,7 @@ void declare_flags(FlagParser& f) {
   f.add("preset", "string", "cpu",
         "cpu: ResNet-20 on Fashion-MNIST (a CIFAR-10 subset with --datasets cifar10), 6 epochs, batch 128 — "
         "Table 1(c) in ~35 min on 2 cores; paper: ResNet-18 CIFAR-10, 100 epochs, batch 256 (Table 10)");
-  f.add("table", "string", "1c", "paper table(s), comma-separated: 1c, 2b, 3, fig3, all");
+  f.add("table", "string", "1c", "paper table(s), comma-separated: 1c, 2b, 3, fig3, fig6 (every method's accuracy), all");
   f.add("policies", "string", "",
         "custom grid of these policies instead of a table, ';'-separated (policies contain commas): "
         "'exact;division:B=8,Q=2'",
@@ -36,7 +40,9 @@ void declare_flags(FlagParser& f) {
   f.add("model", "string", "", "same as --models");
   f.add("datasets", "string", "", "comma-separated data sets (default: the preset's; Table 3: cifar10,cifar100)");
   f.add("dataset", "string", "", "same as --datasets");
-  f.add("seeds", "string", "0", "comma-separated seeds; tables show mean ± std over them");
+  f.add("seeds", "string", "",
+        "comma-separated seeds for every row; tables show mean ± std over them (default: 0; Fig. 6: 0,1,2 for "
+        "Normal, BLPA, ActNN and DIVISION, 0 for Checkpoint and SWAP)");
   f.add("epochs", "int", "", "epochs per cell (default: the preset's)");
   f.add("batch-size", "int", "", "mini-batch size (default: the preset's)");
   f.add("lr", "float", "", "initial learning rate (default 0.1)");
@@ -47,10 +53,16 @@ void declare_flags(FlagParser& f) {
   f.add("device", "string", "cpu", "where every cell trains: cpu, cuda or cuda:N (the paper preset is GPU scale)");
   f.add("data-dir", "string", "", "data set directory passed to every cell");
   f.add("train-arg", "string", "", "extra actlab-train flag for every cell, e.g. --train-arg=--no-augment", true);
-  f.add("out", "string", "", "output directory (default: ablate-<preset>)");
+  f.add("out", "string", "", "output directory (default: ablate-<preset>); with --radar the SVG file");
   f.add("train-bin", "string", "", "the actlab-train executable (default: next to this program)");
   f.add("dry-run", "bool", "false", "print the cells, their commands and the time estimate; run nothing");
   f.add("report-only", "bool", "false", "regenerate results.csv, tables.md and the figures from the cells; no training");
+  f.add("radar", "bool", "false",
+        "draw Fig. 1's radar (accuracy, memory, throughput per method) from --results, --memory and --throughput "
+        "into --out (default: fig1_radar.svg beside --results); no training");
+  f.add("results", "string", "", "--radar: the grid's results.csv (accuracy per method)");
+  f.add("memory", "string", "", "--radar: actlab-memtable --csv output (activation memory per method)");
+  f.add("throughput", "string", "", "--radar: bench_train --csv output (img/s per method)");
 }
 
 std::vector<std::string> list_flag(const FlagParser& f, const std::string& plural, const std::string& singular) {
@@ -63,12 +75,12 @@ GridOptions grid_options(const FlagParser& f) {
   GridOptions o;
   o.preset = f.get("preset");
   o.tables = split_list(f.get("table"), ',');
-  ACTLAB_CHECK(!o.tables.empty(), "--table is empty; use 1c, 2b, 3, fig3 or all");
+  ACTLAB_CHECK(!o.tables.empty(), "--table is empty; use 1c, 2b, 3, fig3, fig6 or all");
   for (const auto& p : f.get_all("policies"))
     for (const auto& item : split_list(p, ';')) o.policies.push_back(item);
   ACTLAB_CHECK(o.policies.empty() || !f.given("table"),
                "--policies makes a custom grid; it cannot be combined with --table");
-  for (const auto& p : o.policies) parse_policy(p);  // a typo fails now, not after hours of other cells
+  for (const auto& p : o.policies) canonical_policy(p);  // a typo fails now, not after hours of other cells
   o.models = list_flag(f, "models", "model");
   o.datasets = list_flag(f, "datasets", "dataset");
   o.seeds.clear();
@@ -103,6 +115,30 @@ GridOptions grid_options(const FlagParser& f) {
   return o;
 }
 
+// --radar: one SVG from three CSVs; the methods a file lacks are named on stderr and left out.
+int draw_radar(const FlagParser& f) {
+  RadarInputs in;
+  in.results_csv = f.get("results");
+  in.memory_csv = f.get("memory");
+  in.throughput_csv = f.get("throughput");
+  const std::vector<std::string> models = list_flag(f, "models", "model");
+  ACTLAB_CHECK(models.size() <= 1, "--radar draws one model, got ", models.size(), " in --model");
+  if (!models.empty()) in.model = models[0];
+  const std::string out = f.get("out").empty()
+                              ? (std::filesystem::path(in.results_csv).parent_path() / "fig1_radar.svg").string()
+                              : f.get("out");
+  check_writable(out, true, "--out file");
+  const RadarData data = read_radar_data(in);
+  for (const auto& s : data.skipped) std::fprintf(stderr, "actlab-ablate: left out of the radar: %s\n", s.c_str());
+  ACTLAB_CHECK(!data.points.empty(), "no method has all three values; nothing to draw");
+  plot::write_svg(out, plot::radar_chart_svg(radar_chart(data)));
+  for (const RadarPoint& p : data.points)
+    std::printf("%-12s accuracy %.2f %% (%d seed%s), memory saving %.2fx, throughput %.2fx\n", p.method.c_str(),
+                p.accuracy, p.seeds, p.seeds == 1 ? "" : "s", p.memory_saving, p.throughput_ratio);
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
 std::string default_train_bin() {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -114,10 +150,12 @@ std::string default_train_bin() {
 
 int main(int argc, char** argv) {
   FlagParser flags("actlab-ablate",
-                   "Run the DIVISION paper's ablation grids (Table 1(c), 2(b), 3, Fig. 3) with actlab-train and write\n"
+                   "Run the DIVISION paper's ablation grids (Table 1(c), 2(b), 3, Fig. 3, Fig. 6) with actlab-train and write\n"
                    "OUT/results.csv, OUT/tables.md, OUT/acc_per_epoch.svg and OUT/activation_memory.svg. Each cell\n"
                    "runs in OUT/cells/<id>/; finished cells are skipped and interrupted ones resumed, so re-running\n"
-                   "the same command continues the grid. Ctrl-C checkpoints the running cell and stops.");
+                   "the same command continues the grid. Ctrl-C checkpoints the running cell and stops.\n"
+                   "Fig. 1's radar from a finished grid: actlab-ablate --radar --results OUT/results.csv --memory mem.csv\n"
+                   "--throughput bench.csv --out fig1.svg (mem.csv: actlab-memtable --csv; bench.csv: bench_train --csv).");
   declare_flags(flags);
   try {
     if (!flags.parse(argc, argv)) {
@@ -126,6 +164,7 @@ int main(int argc, char** argv) {
     }
     ACTLAB_CHECK(!(flags.get_bool("dry-run") && flags.get_bool("report-only")),
                  "--dry-run and --report-only exclude each other");
+    if (flags.get_bool("radar")) return draw_radar(flags);
     const Grid grid = make_grid(grid_options(flags));
     RunOptions run;
     run.out_dir = flags.get("out").empty() ? "ablate-" + grid.preset : flags.get("out");

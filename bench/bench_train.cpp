@@ -7,7 +7,8 @@
 // policy list N times so that policies can be compared in back-to-back pairs on a shared machine;
 // --interleave goes further: one model per policy, and their timed steps alternate one by one, so every
 // step of a policy has a step of the first policy next to it and the median of those per-step ratios
-// ("paired") is not moved by the slow drifts of a shared machine's speed.
+// ("paired") is not moved by the slow drifts of a shared machine's speed. --csv FILE also writes one row
+// per timed run (model,policy,batch,img_per_s,...), the throughput that actlab-ablate --radar reads.
 #include <omp.h>
 
 #include <algorithm>
@@ -21,9 +22,11 @@
 #include "actlab/autograd/saved_tensor.h"
 #include "bench/step_timing.h"
 #include "actlab/compress/policy.h"
+#include "actlab/io/files.h"
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
 #include "actlab/train/cli.h"
+#include "actlab/train/logging.h"
 #include "actlab/train/step.h"
 
 using namespace actlab;
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
   flags.add("channels", "int", "3", "input channels");
   flags.add("rounds", "int", "1", "repeat the policy list this many times (paired comparisons)");
   flags.add("interleave", "bool", "false", "one model per policy, timed steps alternating (per-step pairs)");
+  flags.add("csv", "string", "", "also write one CSV row per timed run to this file");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
@@ -79,6 +83,9 @@ int main(int argc, char** argv) {
     for (int64_t round = 0; round < flags.get_int("rounds"); ++round)
       for (const auto& policy : split_list(flags.get("policies"), ';')) runs.push_back(policy);
     const StepTiming timing = StepTiming::from_flags(flags);
+    check_writable(flags.get("csv"), true, "--csv file");  // now, not after minutes of timing
+    std::ostringstream csv;
+    csv << "model,policy,batch,img_per_s,best_img_per_s,steps,activation_mib,wall_ms,cpu_ms,threads\n";
     const auto report = [&](const std::string& model, const std::string& policy, const std::vector<double>& ts,
                             const std::vector<double>& cpu, int64_t act) {
       const double med = median(ts), best = *std::min_element(ts.begin(), ts.end());
@@ -86,6 +93,8 @@ int main(int argc, char** argv) {
                   static_cast<long long>(B), B / med, B / best, ts.size(), act / 1048576.0, 1e3 * med,
                   1e3 * median(cpu));
       std::fflush(stdout);
+      csv << model << "," << csv_field(policy) << "," << B << "," << B / med << "," << B / best << "," << ts.size() << ","
+          << act / 1048576.0 << "," << 1e3 * med << "," << 1e3 * median(cpu) << "," << flags.get_int("threads") << "\n";
     };
     CacheStats::global().set_enabled(false);
     for (const auto& name : split_list(flags.get("models"), ',')) {
@@ -131,6 +140,7 @@ int main(int argc, char** argv) {
       }
     }
     CacheStats::global().set_enabled(true);
+    if (!flags.get("csv").empty()) write_text_atomic(flags.get("csv"), csv.str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: error: %s\n", e.what());

@@ -1,5 +1,6 @@
 // actlab-ablate's pieces: the SVG charts (analysis/plot.h: structure, one path per series, bars per
-// group × series, escaping, log-axis errors, nice ticks), the presets and tables (train/grid.h), and a
+// group × series, one polygon per radar series, escaping, log-axis errors, nice ticks), the presets and
+// tables (train/grid.h, Fig. 6 included), Fig. 1's radar from three CSVs (train/radar.h), and a
 // tiny grid run through the real actlab-train binary (built next to actlab_tests): results.csv,
 // tables.md and figures; finished cells skipped; a checkpointed cell resumed; a failing cell reported
 // while the grid goes on.
@@ -24,6 +25,8 @@
 #include "temp_dir.h"
 #include "actlab/train/grid.h"
 #include "actlab/train/logging.h"
+#include "actlab/train/paper_reference.h"
+#include "actlab/train/radar.h"
 #include "actlab/train/trainer.h"
 
 using namespace actlab;
@@ -283,9 +286,9 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   std::set<std::string> ids;
   for (const Cell& c : all.cells) ids.insert(c.id());
   CHECK(ids.size() == all.cells.size());
-  CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20));  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3
+  CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20 + 4));  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3, fig6's baselines
   const Cell& exact = all.cells[0];
-  CHECK(exact.tables.size() == 3);  // Normal in 1c, 2b and fig3
+  CHECK(exact.tables.size() == 4);  // Normal in 1c, 2b, fig3 and fig6
   int table3 = 0;
   for (const Cell& c : all.cells) table3 += c.tables[0].first == "3" && c.model == "mobilenet_v2" && c.dataset == "cifar100";
   CHECK(table3 == 2 * 5);
@@ -474,4 +477,240 @@ TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
   rows = read_results(fs::path(o.out_dir) / "results.csv", &columns);
   REQUIRE(rows.size() == 2);
   CHECK(rows[0]["status"] == "failed");
+}
+
+// ------------------------------------------------------------------ Fig. 6 and Fig. 1
+TEST_CASE("ablate: Fig. 6 runs every method, three seeds for the close rows and one for the exact-gradient ones") {
+  GridOptions o;
+  o.tables = {"fig6"};
+  const Grid g = make_grid(o);
+  std::map<std::string, std::set<int64_t>> seeds;  // label -> seeds
+  std::map<std::string, std::string> policy;       // label -> policy
+  for (const Cell& c : g.cells) {
+    REQUIRE(c.tables.size() == 1);
+    CHECK(c.tables[0].first == "fig6");
+    CHECK(c.model == "resnet20");
+    CHECK(c.dataset == "fashion-mnist");
+    CHECK(c.epochs == 6);
+    seeds[c.tables[0].second].insert(c.seed);
+    policy[c.tables[0].second] = c.policy;
+  }
+  const std::set<int64_t> three = {0, 1, 2}, one = {0};
+  CHECK(seeds.size() == 6);
+  for (const char* close : {"Normal", "BLPA", "ActNN", "DIVISION"}) CHECK_MESSAGE(seeds[close] == three, close);
+  for (const char* same : {"Checkpoint", "SWAP"}) CHECK_MESSAGE(seeds[same] == one, same);
+  CHECK(g.cells.size() == 4 * 3 + 2);
+  CHECK(policy["Normal"] == "exact");
+  CHECK(policy["Checkpoint"] == "checkpoint:segments=auto+exact");
+  CHECK(policy["SWAP"] == "swap:P=2");
+  CHECK(policy["BLPA"] == "blpa:Q=4");
+  CHECK(policy["ActNN"] == "actnn:G=256,Q=2");
+  CHECK(policy["DIVISION"] == "division:B=8,Q=2");
+  // Seed 0 of every method comes first: a grid stopped early still has one full column.
+  for (size_t i = 0; i < 6; ++i) CHECK(g.cells[i].seed == 0);
+  CHECK(g.cells[0].tables[0].second == "Normal");
+  CHECK(g.cells[1].id() == "resnet20-fashion-mnist-checkpoint_segmentsauto-exact-s0");
+  // --seeds given: every row runs exactly those.
+  o.seeds = {4};
+  CHECK(make_grid(o).cells.size() == 6);
+  // The paper preset: the CIFAR-10 ResNet-18 recipe of the paper's Table 10.
+  o = GridOptions();
+  o.preset = "paper";
+  o.tables = {"fig6"};
+  const Grid paper = make_grid(o);
+  CHECK(paper.cells.size() == 14);
+  CHECK(paper.cells[0].model == "resnet18");
+  CHECK(paper.cells[0].dataset == "cifar10");
+  CHECK(paper.cells[0].epochs == 100);
+  // Table 1(c) shares its Normal and DIVISION cells with Fig. 6.
+  o = GridOptions();
+  o.tables = {"1c", "fig6"};
+  const Grid both = make_grid(o);
+  // 1c's five; Fig. 6's seed 0 adds Checkpoint, SWAP, BLPA and ActNN; seeds 1 and 2 add Normal, BLPA, ActNN, DIVISION.
+  CHECK(both.cells.size() == 5 + 4 + 2 * 4);
+  CHECK(both.cells[0].tables.size() == 2);
+}
+
+TEST_CASE("ablate: policy strings have one spelling, checkpoint forms included") {
+  CHECK(canonical_policy("exact") == "exact");
+  CHECK(canonical_policy("division:Q=4,B=12") == "division:B=12,Q=4");
+  CHECK(canonical_policy("checkpoint") == "checkpoint:segments=auto+exact");
+  CHECK(canonical_policy("checkpoint:segments=4+division:Q=2,B=8") == "checkpoint:segments=4+division:B=8,Q=2");
+  CHECK(canonical_policy(canonical_policy("checkpoint:segments=4")) == "checkpoint:segments=4+exact");
+  CHECK(error_of([] { canonical_policy("checkpoint:segs=2"); }).find("checkpoint forms") != std::string::npos);
+  CHECK(error_of([] { canonical_policy("divison:B=8"); }) != "");
+  GridOptions o;
+  o.policies = {"checkpoint", "checkpoint+division:B=8,Q=2"};
+  const Grid g = make_grid(o);
+  REQUIRE(g.cells.size() == 2);
+  CHECK(g.cells[1].policy == "checkpoint:segments=auto+division:B=8,Q=2");
+  // The radar's and the tables' method names: checkpointing with exact saves is plain Checkpoint.
+  CHECK(paper_method_name("checkpoint:segments=auto+exact") == "Checkpoint");
+  CHECK(paper_method_name("checkpoint:segments=auto+division:B=8,Q=2") == "Checkpoint+DIVISION");
+  CHECK(paper_accuracy("DIVISION", "resnet18", "cifar10") == doctest::Approx(94.72));
+  CHECK(std::isnan(paper_accuracy("DIVISION", "resnet20", "fashion-mnist")));
+}
+
+TEST_CASE("plot: radar chart draws one polygon per series, each value where the geometry puts it") {
+  plot::RadarChart chart{"Fig. 1 <test>",
+                         {{"accuracy (%)", 90, 94, false}, {"memory (×)", 1, 16, true}, {"speed (×)", 0, 2, false}},
+                         {{"Normal", {94, 1, 1}}, {"DIVISION", {93, 4, 0.5}}}};
+  const std::string svg = plot::radar_chart_svg(chart);
+  std::string why;
+  CHECK_MESSAGE(xml_balanced(svg, &why), why);
+  CHECK(count_of(svg, "<svg ") == 1);
+  CHECK(count_of(svg, "class=\"series\"") == 2);
+  CHECK(svg.find("Fig. 1 &lt;test&gt;") != std::string::npos);
+  for (const char* name : {">Normal</text>", ">DIVISION</text>", ">accuracy (%)</text>"})
+    CHECK_MESSAGE(svg.find(name) != std::string::npos, name);
+  // DIVISION's polygon, by hand: accuracy 93 is 3/4 up axis 0 (straight up); memory 4 is half way out
+  // the log axis 1 (120° clockwise; 1× to 16×); speed 0.5 is 1/4 out along axis 2 (240°).
+  const size_t at = svg.find("points=\"", svg.find("class=\"series\"", svg.find("class=\"series\"") + 1)) + 8;
+  std::istringstream pts(svg.substr(at, svg.find('"', at) - at));
+  const double pi = 3.14159265358979323846, r = plot::kRadarRadius;
+  const double want[3][2] = {{plot::kRadarCentreX, plot::kRadarCentreY - 0.75 * r},
+                             {plot::kRadarCentreX + 0.5 * r * std::sin(2 * pi / 3),
+                              plot::kRadarCentreY - 0.5 * r * std::cos(2 * pi / 3)},
+                             {plot::kRadarCentreX + 0.25 * r * std::sin(4 * pi / 3),
+                              plot::kRadarCentreY - 0.25 * r * std::cos(4 * pi / 3)}};
+  for (const auto& w : want) {
+    double x = 0, y = 0;
+    char comma = 0;
+    REQUIRE(static_cast<bool>(pts >> x >> comma >> y));
+    CHECK(x == doctest::Approx(w[0]).epsilon(0.001));
+    CHECK(y == doctest::Approx(w[1]).epsilon(0.001));
+  }
+  CHECK(svg.find(">4</text>") != std::string::npos);  // the log axis's second ring: 1 · 16^(2/4)
+  chart.series[1].values[1] = 17;
+  CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("17 on axis 'memory (×)', outside [1, 16]") !=
+        std::string::npos);
+  chart.series[1].values[1] = 4;
+  chart.axes[1].lo = 0;
+  CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("lo > 0 (log axis)") != std::string::npos);
+  chart.axes[1].lo = 1;
+  chart.series[1].values.pop_back();
+  CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("2 values for 3 axes") != std::string::npos);
+  chart.axes.pop_back();
+  CHECK(error_of([&] { plot::radar_chart_svg(chart); }).find("at least 3 axes") != std::string::npos);
+}
+
+namespace {
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// A results.csv with the columns the radar reads (and one it ignores), a memtable and a bench_train CSV.
+void write_radar_inputs(const testing::TempDir& dir) {
+  write_file(dir.file("results.csv"),
+             "table,model,dataset,policy,seed,final_test_acc,status,cell\n"
+             "1c;fig6,resnet20,fashion-mnist,exact,0,92.0,done,a\n"
+             "fig6,resnet20,fashion-mnist,exact,1,93.0,done,b\n"
+             "fig6,resnet20,fashion-mnist,checkpoint:segments=auto+exact,0,92.0,done,c\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,d\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",1,,failed,e\n"
+             "fig6,resnet20,fashion-mnist,swap:P=2,0,92.0,done,f\n"
+             "1c,resnet20,fashion-mnist,lfc:B=8,0,75.0,done,g\n");
+  write_file(dir.file("mem.csv"),
+             "model,batch,policy,method,total_gib,activation_gib\n"
+             "resnet20,128,exact,Normal,1,0.2\n"
+             "resnet20,128,checkpoint,Checkpoint,1,0.05\n"
+             "resnet20,128,\"division:Q=2,B=8\",DIVISION,1,0.02\n"
+             "resnet20,256,exact,Normal,2,0.4\n"
+             "resnet18,128,exact,Normal,3,0.9\n");
+  write_file(dir.file("bench.csv"),
+             "model,policy,batch,img_per_s,best_img_per_s\n"
+             "resnet20,exact,128,100,110\n"
+             "resnet20,exact,128,120,130\n"
+             "resnet20,checkpoint,128,88,90\n"
+             "resnet20,\"division:B=8,Q=2\",128,66,70\n"
+             "resnet20,swap,128,99,99\n");
+}
+}  // namespace
+
+TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and drawn") {
+  testing::TempDir dir("ablate_radar");
+  write_radar_inputs(dir);
+  RadarInputs in{dir.file("results.csv"), dir.file("mem.csv"), dir.file("bench.csv"), ""};
+  const RadarData d = read_radar_data(in);
+  CHECK(d.model == "resnet20");
+  CHECK(d.memory_batch == 128);  // the first batch listed; the batch-256 row is not mixed in
+  REQUIRE(d.points.size() == 3);
+  CHECK(d.points[0].method == "Normal");
+  CHECK(d.points[0].accuracy == doctest::Approx(92.5));  // two seeds
+  CHECK(d.points[0].seeds == 2);
+  CHECK(d.points[0].memory_saving == doctest::Approx(1));
+  CHECK(d.points[0].throughput_ratio == doctest::Approx(1));
+  CHECK(d.points[1].method == "Checkpoint");
+  CHECK(d.points[1].memory_saving == doctest::Approx(4));
+  CHECK(d.points[1].throughput_ratio == doctest::Approx(0.8));  // 88 / mean(100, 120)
+  CHECK(d.points[2].method == "DIVISION");
+  CHECK(d.points[2].seeds == 1);  // the failed seed is not averaged in
+  CHECK(d.points[2].memory_saving == doctest::Approx(10));
+  CHECK(d.points[2].throughput_ratio == doctest::Approx(0.6));
+  REQUIRE(d.skipped.size() == 1);  // SWAP has a throughput but no memory row; lfc is not a Fig. 6 row
+  CHECK(d.skipped[0].find("SWAP (swap:P=2): not in '" + dir.file("mem.csv") + "'") == 0);
+  const plot::RadarChart chart = radar_chart(d);
+  REQUIRE(chart.axes.size() == 3);
+  CHECK(chart.axes[0].lo < 92);  // the worst method is not at the centre
+  CHECK(chart.axes[0].hi >= 92.5);
+  CHECK(chart.axes[1].log);
+  CHECK(chart.axes[1].lo == 0.5);  // below Normal's 1×
+  CHECK(chart.axes[1].hi == doctest::Approx(128));  // 10× needs rings 4× apart: 2, 8, 32, 128
+  CHECK(!chart.axes[2].log);
+  CHECK(chart.series.size() == 3);
+  const std::string svg = plot::radar_chart_svg(chart);
+  CHECK(count_of(svg, "class=\"series\"") == 3);
+  CHECK(radar_range(0, 10) == std::pair<double, double>(0, 10));
+  CHECK(radar_range(0, 1.2) == std::pair<double, double>(0, 2));
+  const auto acc = radar_range(91.75, 93.2);  // step 0.5: rings at 91.5, 92, 92.5, 93, 93.5
+  CHECK(acc.first == doctest::Approx(91.5));
+  CHECK(acc.second == doctest::Approx(93.5));
+}
+
+TEST_CASE("radar: a missing or foreign input is one error line naming the file") {
+  testing::TempDir dir("ablate_radar_bad");
+  write_radar_inputs(dir);
+  RadarInputs in{dir.file("results.csv"), dir.file("nothere.csv"), dir.file("bench.csv"), ""};
+  std::string e = error_of([&] { read_radar_data(in); });
+  CHECK(e.find("--memory file '" + dir.file("nothere.csv") + "' cannot be read: No such file or directory") !=
+        std::string::npos);
+  CHECK(e.find('\n') == std::string::npos);
+  in.memory_csv = dir.file("bench.csv");  // a bench_train CSV where the memtable's belongs
+  e = error_of([&] { read_radar_data(in); });
+  CHECK(e.find("has no column 'activation_gib' (is it actlab-memtable --csv output?)") != std::string::npos);
+  in.memory_csv = dir.file("mem.csv");
+  in.model = "resnet18";
+  CHECK(error_of([&] { read_radar_data(in); }).find("has no finished runs of model resnet18") != std::string::npos);
+  in.model.clear();
+  write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s\nresnet20,checkpoint,128,88\n");
+  CHECK(error_of([&] { read_radar_data(in); }).find("no Normal (exact) row for resnet20 at batch 128") !=
+        std::string::npos);
+}
+
+TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP against Normal") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_fig6");
+  Grid grid;
+  grid.preset = "test";
+  grid.tables = {"fig6"};
+  for (const auto& [policy, label] : std::vector<std::pair<std::string, std::string>>{
+           {"exact", "Normal"}, {"swap:P=2", "SWAP"}, {"division:B=8,Q=2", "DIVISION"}})
+    grid.add(tiny_cell(policy), "fig6", label);
+  const RunOptions o = run_options(dir);
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  INFO(read_all(dir.file("progress.txt")));
+  REQUIRE(rc == 0);
+  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  INFO(tables);
+  CHECK(tables.find("## Fig. 6: test accuracy of every method") != std::string::npos);
+  CHECK(tables.find("| Method | Policy | Test acc. (%) | Δ vs Normal | Seeds | Paper (%) | Paper Δ vs Normal |") !=
+        std::string::npos);
+  CHECK(tables.find("| SWAP | `swap:P=2` |") != std::string::npos);
+  // SWAP moves the saves to host memory and back: the run must end exactly where Normal's did.
+  CHECK(tables.find("- SWAP, seed 0: train loss") != std::string::npos);
+  CHECK(tables.find("identical to Normal's") != std::string::npos);
+  CHECK(tables.find("The paper reports no accuracy for") != std::string::npos);
+  CHECK(count_of(read_all(fs::path(o.out_dir) / "fig6_accuracy.svg"), "class=\"bar\"") == 3);
 }

@@ -1,7 +1,7 @@
 // The ablation grid behind actlab-ablate: cells (one actlab-train run each), the paper's presets and
-// tables (DIVISION Table 1(c), 2(b), 3 and Fig. 3(b)/(c)), running the cells as child processes with
+// tables (DIVISION Table 1(c), 2(b), 3, Fig. 3(b)/(c) and Fig. 6), running the cells as child processes with
 // skip / resume / failure bookkeeping in OUT/cells/<id>/, and the reports (results.csv, tables.md and
-// two SVG figures) regenerated from the cell directories. Implemented in grid.cpp (cells, running),
+// SVG figures) regenerated from the cell directories. Implemented in grid.cpp (cells, running),
 // grid_presets.cpp (presets, tables, estimates) and grid_report.cpp (reports). Tested in
 // tests/test_ablate.cpp.
 #pragma once
@@ -18,7 +18,7 @@ namespace actlab {
 struct Cell {
   std::string model = "resnet20";
   std::string dataset = "fashion-mnist";
-  std::string policy = "exact";    // passed verbatim to --policy (validated by the child, not here)
+  std::string policy = "exact";    // passed verbatim to --policy (make_grid writes canonical_policy's spelling)
   int64_t seed = 0;
   int64_t epochs = 1;
   int64_t batch_size = 128;
@@ -41,7 +41,7 @@ struct Cell {
 
 struct Grid {
   std::string preset;               // "cpu", "paper" (or "custom" for tests)
-  std::vector<std::string> tables;  // selected tables in report order: "1c", "2b", "3", "fig3", "custom"
+  std::vector<std::string> tables;  // selected tables in report order: "1c", "2b", "3", "fig3", "fig6", "custom"
   std::vector<Cell> cells;          // unique ids, in run order
   // Adds `cell` under (table, label); a cell with the same id already present only gains the label.
   void add(const Cell& cell, const std::string& table, const std::string& label);
@@ -50,10 +50,12 @@ struct Grid {
 // What the command line asks for. Unset optionals keep the preset's value.
 struct GridOptions {
   std::string preset = "cpu";                 // cpu | paper
-  std::vector<std::string> tables = {"1c"};   // 1c | 2b | 3 | fig3 | all (ignored with policies)
+  std::vector<std::string> tables = {"1c"};   // 1c | 2b | 3 | fig3 | fig6 | all (ignored with policies)
   std::vector<std::string> policies;          // non-empty: a custom grid of these policies
   std::vector<std::string> models, datasets;  // override the tables' model/data set (custom: the grid axes)
-  std::vector<int64_t> seeds = {0};
+  // Every row runs these seeds; empty: each row's default (seed 0; in Fig. 6 seeds 0-2 for Normal, BLPA,
+  // ActNN and DIVISION, seed 0 for Checkpoint and SWAP, whose gradients are Normal's bit for bit).
+  std::vector<int64_t> seeds;
   std::optional<int64_t> epochs, batch_size, train_limit, test_limit, steps_per_epoch, threads;
   std::optional<double> lr;
   std::string device = "cpu";
@@ -64,6 +66,10 @@ struct GridOptions {
 // Builds the grid of a preset/table selection or a custom policy list. Throws Error (one line) for an
 // unknown preset, table, model or policy string, an empty list, or a seed < 0.
 Grid make_grid(const GridOptions& options);
+// The one spelling of a run's policy string, checkpoint forms included (parse_policy_set(spec).describe():
+// "division:Q=4,B=12" → "division:B=12,Q=4", "checkpoint" → "checkpoint:segments=auto+exact"), so that
+// cells, results.csv and the other tools' CSVs name a policy alike. Throws Error for a bad string.
+std::string canonical_policy(const std::string& spec);
 // Error naming scripts/get-cifar.sh when a cell needs CIFAR-10/100 that is not where the child will
 // look (data_dir, else $ACTLAB_CIFAR_DIR or ./data).
 void check_data_present(const Grid& grid);
@@ -104,8 +110,8 @@ struct RunOptions {
 // Throws Error before running anything when a cell directory holds a run with other settings.
 int run_grid(const Grid& grid, const RunOptions& options);
 
-// results.csv, tables.md, acc_per_epoch.svg, activation_memory.svg in out_dir from the cell
-// directories (cells not run yet appear with status "not run").
+// results.csv, tables.md, acc_per_epoch.svg, activation_memory.svg (and fig6_accuracy.svg when Fig. 6
+// is selected) in out_dir from the cell directories (cells not run yet appear with status "not run").
 void write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line);
 
 // argv as one shell command line (tokens with special characters in single quotes), as command.txt

@@ -1,6 +1,6 @@
 // The grid's reports, regenerated from the cell directories on every run: results.csv (one row per
-// cell), tables.md (the paper's tables, mean ± std over seeds) and two SVG figures (test accuracy per
-// epoch, activation memory per policy). Declared in train/grid.h (write_reports); tested in
+// cell), tables.md (the paper's tables, mean ± std over seeds) and the SVG figures (test accuracy per
+// epoch, activation memory per policy; with Fig. 6 selected, its accuracy per method). Declared in train/grid.h (write_reports); tested in
 // tests/test_ablate.cpp.
 #include "actlab/train/grid.h"
 
@@ -22,6 +22,7 @@
 #include "actlab/train/cli.h"
 #include "actlab/train/grid_internal.h"
 #include "actlab/train/logging.h"
+#include "actlab/train/paper_reference.h"
 
 namespace fs = std::filesystem;
 
@@ -259,6 +260,65 @@ std::string table_3(const Results& r, const std::vector<TableGroup>& groups) {
   return s;
 }
 
+double mean_of(const Results& r, const std::vector<size_t>& idx, Metric metric) {
+  double sum = 0;
+  int n = 0;
+  for (size_t i : idx)
+    if (r.cells[i].status == CellStatus::Done && std::isfinite(metric(r, i))) sum += metric(r, i), ++n;
+  return n > 0 ? sum / n : CellResult::kNaN;
+}
+
+// Checkpointing with exact saves and SWAP change where backward's inputs live, never their values.
+bool same_gradients_as_exact(const std::string& policy) {
+  const std::string k = policy_kind(policy);
+  const std::string tail = "+exact";
+  return k == "swap" ||
+         (k == "checkpoint" && policy.size() > tail.size() && policy.compare(policy.size() - tail.size(), tail.size(), tail) == 0);
+}
+
+// Fig. 6: one row per method, accuracy mean ± std over seeds, its distance from Normal, and the
+// paper's figures for the same network and data set where §7.2 of the reference has them. Then, for
+// the methods whose gradients are exact's bit for bit, whether their runs ended where Normal's did.
+std::string table_fig6(const Results& r, const TableGroup& g) {
+  const Cell& first = r.grid.cells[g.cells.at(g.labels[0])[0]];
+  const auto normal_it = g.cells.find("Normal");
+  const double normal = normal_it == g.cells.end() ? CellResult::kNaN : mean_of(r, normal_it->second, m_final);
+  const double paper_normal = paper_accuracy("Normal", first.model, first.dataset);
+  const std::vector<std::string> head = {"Method", "Policy", "Test acc. (%)", "Δ vs Normal", "Seeds",
+                                         "Paper (%)", "Paper Δ vs Normal"};
+  std::string s = md_row(head) + md_rule(head.size()), proof;
+  for (const auto& label : g.labels) {
+    const auto& idx = g.cells.at(label);
+    const std::string& policy = r.grid.cells[idx[0]].policy;
+    const double acc = mean_of(r, idx, m_final);
+    const double paper = paper_accuracy(label, first.model, first.dataset);
+    const auto delta = [](double a, double b) { return std::isfinite(a) && std::isfinite(b) ? fmt("%+.2f", a - b) : "—"; };
+    s += md_row({label, "`" + policy + "`", stat_text(r, idx, m_final, "%.2f"), label == "Normal" ? "" : delta(acc, normal),
+                 std::to_string(idx.size()), std::isfinite(paper) ? fmt("%.2f", paper) : "—",
+                 label == "Normal" ? "" : delta(paper, paper_normal)});
+    if (!same_gradients_as_exact(policy) || normal_it == g.cells.end()) continue;
+    for (size_t i : idx)
+      for (size_t j : normal_it->second) {
+        const CellResult &a = r.cells[i], &e = r.cells[j];
+        if (r.grid.cells[j].seed != r.grid.cells[i].seed || a.status != CellStatus::Done || e.status != CellStatus::Done)
+          continue;
+        const bool same = a.train_loss == e.train_loss && a.final_test_acc == e.final_test_acc;
+        proof += "- " + label + ", seed " + std::to_string(r.grid.cells[i].seed) + ": train loss " +
+                 fmt("%.6f", a.train_loss) + ", test accuracy " + fmt("%.2f", a.final_test_acc) + " % — " +
+                 (same ? "identical to Normal's" : "**differs** from Normal's (" + fmt("%.6f", e.train_loss) + ", " +
+                                                         fmt("%.2f", e.final_test_acc) + " %)") + "\n";
+      }
+  }
+  if (!std::isfinite(paper_normal))
+    s += "\nThe paper reports no accuracy for " + group_name(first) +
+         " (its §7.2 figures are CIFAR-10/100 and ImageNet runs of ResNet-18, ResNet-164 and DenseNet); "
+         "compare the Δ columns, not the accuracies.\n";
+  if (!proof.empty())
+    s += "\nCheckpoint (exact saves) and SWAP compute backward from the very values Normal keeps, so their "
+         "runs must end where Normal's ends at the same seed:\n\n" + proof;
+  return s;
+}
+
 std::string machine_text() {
   struct utsname u {};
   std::string s = ::uname(&u) == 0 ? std::string(u.sysname) + " " + u.release + " " + u.machine : "unknown";
@@ -287,6 +347,7 @@ const char* table_title(const std::string& t) {
   if (t == "2b") return "Table 2(b): block size B and HFC bit width Q (DIVISION)";
   if (t == "3") return "Table 3: networks and data sets";
   if (t == "fig3") return "Fig. 3(b)/(c): backward from LFC only or HFC only";
+  if (t == "fig6") return "Fig. 6: test accuracy of every method";
   return "Custom grid";
 }
 
@@ -312,7 +373,8 @@ std::string tables_markdown(const Results& r, const std::string& command_line) {
       s += "\n" + table_3(r, groups);
       continue;
     }
-    for (const auto& g : groups) s += "\n**" + g.name + "**\n\n" + (t == "2b" ? table_2b(r, g) : metrics_table(r, g));
+    for (const auto& g : groups)
+      s += "\n**" + g.name + "**\n\n" + (t == "2b" ? table_2b(r, g) : t == "fig6" ? table_fig6(r, g) : metrics_table(r, g));
   }
   return s;
 }
@@ -370,6 +432,21 @@ plot::BarChart memory_chart(const Results& r) {
   return chart;
 }
 
+// Fig. 6's bars: test accuracy per method (groups), one bar per model·data set (series), mean over seeds.
+plot::BarChart fig6_chart(const Results& r) {
+  plot::BarChart chart{"Fig. 6: test accuracy per method", "test accuracy (%)", false, {}, {}};
+  const std::vector<TableGroup> groups = table_groups(r.grid, "fig6");
+  for (const auto& g : groups) chart.series_names.push_back(g.name);
+  for (const auto& g : groups)
+    for (const auto& label : g.labels) {
+      auto it = std::find_if(chart.groups.begin(), chart.groups.end(), [&](const plot::BarGroup& b) { return b.label == label; });
+      if (it == chart.groups.end())
+        it = chart.groups.insert(chart.groups.end(), plot::BarGroup{label, std::vector<double>(groups.size(), CellResult::kNaN)});
+      it->values[static_cast<size_t>(&g - groups.data())] = mean_of(r, g.cells.at(label), m_final);
+    }
+  return chart;
+}
+
 }  // namespace
 
 void write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line) {
@@ -381,6 +458,8 @@ void write_reports(const Grid& grid, const std::string& out_dir, const std::stri
   write_text_atomic((out / "tables.md").string(), tables_markdown(r, command_line));
   plot::write_svg((out / "acc_per_epoch.svg").string(), plot::line_chart_svg(accuracy_chart(r)));
   plot::write_svg((out / "activation_memory.svg").string(), plot::bar_chart_svg(memory_chart(r)));
+  if (std::find(grid.tables.begin(), grid.tables.end(), "fig6") != grid.tables.end())
+    plot::write_svg((out / "fig6_accuracy.svg").string(), plot::bar_chart_svg(fig6_chart(r)));
 }
 
 }  // namespace actlab

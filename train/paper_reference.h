@@ -1,6 +1,6 @@
 // The DIVISION paper's published figures that actlab's tables print beside their own measurements, kept
-// in one place (transcribed from the official repository's memory table; see
-// ../shared/docs/division-reference.md §7.1), and the paper's name for each of actlab's policy strings.
+// in one place (transcribed from the official repository's memory table and accuracy plot; see
+// ../shared/docs/division-reference.md §7.1 and §7.2), and the paper's name for each of actlab's policy strings.
 // Tested in tests/test_step.cpp.
 #pragma once
 #include <cstdint>
@@ -19,9 +19,15 @@ struct PaperMemory {
 };
 const PaperMemory* paper_table_1a(const std::string& method, const std::string& model, int64_t batch);
 
+// Top-1 test accuracy (%) the paper reports for a method ("Normal", "DIVISION", "ActNN", "BLPA", "AC-GC")
+// on actlab's model and data set names (resnet18 + cifar10, preact_resnet164 + cifar100, ...); NaN when
+// the paper has no such figure.
+double paper_accuracy(const std::string& method, const std::string& model, const std::string& dataset);
+
 // The paper's name for a policy string ("exact" → "Normal", "checkpoint:segments=4" → "Checkpoint",
 // "division:B=8,Q=2" → "DIVISION", a combination such as "checkpoint+division:B=8,Q=2" →
-// "Checkpoint+DIVISION"); the string itself when the paper has no name for it.
+// "Checkpoint+DIVISION"; checkpointing with exact saves, "checkpoint:segments=auto+exact", is
+// "Checkpoint"); the string itself when the paper has no name for it.
 std::string paper_method_name(const std::string& policy);
 
 }  // namespace actlab

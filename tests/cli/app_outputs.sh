@@ -44,6 +44,12 @@ check "ablate --out not creatable"    "cannot create output directory '/proc/act
   actlab-ablate --out /proc/actlab-nope --policies exact --models mlp --seeds 0
 check "ablate --out under a file"     "cannot create output directory '$work/a-file/x'" \
   actlab-ablate --out "$work/a-file/x" --policies exact --models mlp --seeds 0
+check "ablate --radar, no results file" "--results file '$work/none.csv' cannot be read: No such file or directory" \
+  actlab-ablate --radar --results "$work/none.csv" --memory "$work/none.csv" --throughput "$work/none.csv" --out "$work/r.svg"
+check "ablate --radar --out under a file" "--out file '$work/a-file/r.svg'" \
+  actlab-ablate --radar --results "$work/none.csv" --out "$work/a-file/r.svg"
+check "bench_train --csv, under a file" "--csv file '$work/a-file/b.csv'" \
+  bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0 --csv "$work/a-file/b.csv"
 check "inspect --out not creatable"   "cannot create output directory '/proc/actlab-nope'" \
   actlab-inspect --model mlp --out /proc/actlab-nope
 check "inspect --out under a file"    "cannot create output directory '$work/a-file/x'" \

@@ -1,0 +1,197 @@
+// Fig. 1's radar from the grid's, actlab-memtable's and bench_train's CSVs (train/radar.h): reading the
+// three files by column name, joining them by canonical policy string, and the chart's axes.
+// Tested in tests/test_ablate.cpp ("radar: ...").
+#include "actlab/train/radar.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "actlab/core/error.h"
+#include "actlab/train/cli.h"
+#include "actlab/train/grid.h"
+#include "actlab/train/logging.h"
+#include "actlab/train/paper_reference.h"
+
+namespace actlab {
+namespace {
+
+// A CSV file as rows of column name → field; `what` names the flag it came from in every error.
+struct CsvTable {
+  std::string path, what;
+  std::vector<std::map<std::string, std::string>> rows;
+  void require(const std::vector<std::string>& columns, const char* writer) const {
+    for (const auto& c : columns)
+      ACTLAB_CHECK(rows.empty() || rows[0].count(c), what, " file '", path, "' has no column '", c, "' (is it ",
+                   writer, " output?)");
+  }
+};
+
+CsvTable read_csv(const std::string& path, const std::string& what) {
+  ACTLAB_CHECK(!path.empty(), what, " file not given");
+  std::ifstream in(path);
+  ACTLAB_CHECK(in.good(), what, " file '", path, "' cannot be read: ", std::strerror(errno));
+  CsvTable t{path, what, {}};
+  std::string line;
+  ACTLAB_CHECK(static_cast<bool>(std::getline(in, line)), what, " file '", path, "' is empty");
+  const std::vector<std::string> header = csv_fields(line);
+  for (int64_t n = 2; std::getline(in, line); ++n) {
+    if (line.empty() || line == "\r") continue;
+    const std::vector<std::string> f = csv_fields(line);
+    ACTLAB_CHECK(f.size() == header.size(), what, " file '", path, "' line ", n, ": ", f.size(), " fields, the header has ",
+                 header.size());
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < f.size(); ++i) row[header[i]] = f[i];
+    t.rows.push_back(std::move(row));
+  }
+  ACTLAB_CHECK(!t.rows.empty(), what, " file '", path, "' has a header but no rows");
+  return t;
+}
+
+double number(const CsvTable& t, const std::map<std::string, std::string>& row, const std::string& column) {
+  const std::string& s = row.at(column);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  ACTLAB_CHECK(!s.empty() && *end == '\0', t.what, " file '", t.path, "': column '", column, "' holds '", s,
+               "', not a number");
+  return v;
+}
+
+// Per canonical policy, the mean of `column` over the rows of `model` at the first batch listed for it.
+std::map<std::string, double> per_policy(const CsvTable& t, const std::string& model, const std::string& column,
+                                         int64_t* batch) {
+  std::map<std::string, std::pair<double, int>> sums;
+  *batch = -1;
+  std::set<std::string> models;
+  for (const auto& row : t.rows) {
+    models.insert(row.at("model"));
+    if (row.at("model") != model) continue;
+    const int64_t b = static_cast<int64_t>(number(t, row, "batch"));
+    if (*batch < 0) *batch = b;
+    if (b != *batch) continue;
+    auto& s = sums[canonical_policy(row.at("policy"))];
+    s.first += number(t, row, column);
+    s.second += 1;
+  }
+  std::string listed;
+  for (const auto& m : models) listed += (listed.empty() ? "" : ", ") + m;
+  ACTLAB_CHECK(*batch >= 0, t.what, " file '", t.path, "' has no rows for model ", model, " (it has: ", listed, ")");
+  std::map<std::string, double> out;
+  for (const auto& [policy, s] : sums) out[policy] = s.first / s.second;
+  ACTLAB_CHECK(out.count("exact"), t.what, " file '", t.path, "' has no Normal (exact) row for ", model, " at batch ",
+               *batch, "; the radar measures every method against it");
+  return out;
+}
+
+bool listed_in_fig6(const std::string& tables) {
+  const auto t = split_list(tables, ';');
+  return std::find(t.begin(), t.end(), "fig6") != t.end();
+}
+
+}  // namespace
+
+std::pair<double, double> radar_range(double lo0, double hi0) {
+  ACTLAB_CHECK(std::isfinite(lo0) && std::isfinite(hi0) && lo0 <= hi0, "radar_range: bad range [", lo0, ", ", hi0, "]");
+  double raw = (hi0 - lo0) / 4;
+  if (raw <= 0) raw = std::max(std::abs(hi0), 1.0) * 0.05;  // one value: a small range below it
+  for (double mag = std::pow(10.0, std::floor(std::log10(raw)));; mag *= 10)
+    for (double m : {1.0, 2.0, 2.5, 5.0}) {
+      const double step = m * mag;
+      double lo = std::floor(lo0 / step) * step;
+      if (lo > lo0) lo -= step;  // k·step rounded a hair above lo0
+      if (lo + 4 * step >= hi0) return {lo, lo + 4 * step};
+    }
+}
+
+RadarData read_radar_data(const RadarInputs& in) {
+  const CsvTable results = read_csv(in.results_csv, "--results");
+  results.require({"table", "model", "dataset", "policy", "final_test_acc", "status"}, "actlab-ablate results.csv");
+  const CsvTable memory = read_csv(in.memory_csv, "--memory");
+  memory.require({"model", "batch", "policy", "activation_gib"}, "actlab-memtable --csv");
+  const CsvTable speed = read_csv(in.throughput_csv, "--throughput");
+  speed.require({"model", "batch", "policy", "img_per_s"}, "bench_train --csv");
+
+  bool any_fig6 = false;
+  for (const auto& row : results.rows) any_fig6 = any_fig6 || listed_in_fig6(row.at("table"));
+  std::vector<const std::map<std::string, std::string>*> rows;
+  std::set<std::string> groups;
+  for (const auto& row : results.rows) {
+    if (row.at("status") != "done" || (any_fig6 && !listed_in_fig6(row.at("table")))) continue;
+    if (!in.model.empty() && row.at("model") != in.model) continue;
+    rows.push_back(&row);
+    groups.insert(row.at("model") + " on " + row.at("dataset"));
+  }
+  ACTLAB_CHECK(!rows.empty(), "--results file '", in.results_csv, "' has no finished runs",
+               in.model.empty() ? "" : " of model " + in.model);
+  std::string listed;
+  for (const auto& g : groups) listed += (listed.empty() ? "" : ", ") + g;
+  ACTLAB_CHECK(groups.size() == 1, "--results file '", in.results_csv, "' holds runs of ", listed,
+               "; choose one model with --model");
+
+  RadarData d;
+  d.model = rows[0]->at("model");
+  d.dataset = rows[0]->at("dataset");
+  const auto act = per_policy(memory, d.model, "activation_gib", &d.memory_batch);
+  const auto rate = per_policy(speed, d.model, "img_per_s", &d.throughput_batch);
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<double, int>> acc;
+  for (const auto* row : rows) {
+    const std::string policy = canonical_policy(row->at("policy"));
+    if (!acc.count(policy)) order.push_back(policy);
+    auto& a = acc[policy];
+    a.first += number(results, *row, "final_test_acc");
+    a.second += 1;
+  }
+  for (const auto& policy : order) {
+    RadarPoint p;
+    p.policy = policy;
+    p.method = paper_method_name(policy);
+    p.accuracy = acc[policy].first / acc[policy].second;
+    p.seeds = acc[policy].second;
+    const auto m = act.find(policy), s = rate.find(policy);
+    const std::string who = p.method + " (" + policy + "): ";
+    if (m == act.end()) d.skipped.push_back(who + "not in '" + memory.path + "'");
+    else if (!(m->second > 0)) d.skipped.push_back(who + "no activation memory in '" + memory.path + "'");
+    else if (s == rate.end()) d.skipped.push_back(who + "not in '" + speed.path + "'");
+    else if (!(s->second > 0)) d.skipped.push_back(who + "no throughput in '" + speed.path + "'");
+    else {
+      p.memory_saving = act.at("exact") / m->second;
+      p.throughput_ratio = s->second / rate.at("exact");
+      d.points.push_back(p);
+    }
+  }
+  return d;
+}
+
+plot::RadarChart radar_chart(const RadarData& d) {
+  double acc_lo = 1e300, acc_hi = -1e300, mem_hi = 1, speed_hi = 1;
+  for (const RadarPoint& p : d.points) {
+    acc_lo = std::min(acc_lo, p.accuracy);
+    acc_hi = std::max(acc_hi, p.accuracy);
+    mem_hi = std::max(mem_hi, p.memory_saving);
+    speed_hi = std::max(speed_hi, p.throughput_ratio);
+  }
+  if (d.points.empty()) acc_lo = acc_hi = 0;
+  // Below the worst method by half the spread (at least half a point), so that no method sits at the
+  // centre, where the three axes meet and a polygon would lose its shape.
+  const auto acc = radar_range(acc_lo - std::max(0.5 * (acc_hi - acc_lo), 0.5), acc_hi);
+  // Memory on a log axis, rings ×2^k apart: savings span 1× (Normal) to ~50× (SWAP keeps almost nothing).
+  double mem_lo = 0.5;
+  for (const RadarPoint& p : d.points) mem_lo = std::min(mem_lo, std::exp2(std::floor(std::log2(p.memory_saving))));
+  const double per_ring = std::exp2(std::max(1.0, std::ceil(std::log2(mem_hi / mem_lo) / 4)));
+  const auto speed = radar_range(0, speed_hi);
+  plot::RadarChart c;
+  c.title = "Fig. 1: accuracy, memory and throughput per method (" + d.model + ", " + d.dataset + ")";
+  c.axes = {{"test accuracy (%)", acc.first, acc.second, false},
+            {"activation memory saving (× Normal, batch " + std::to_string(d.memory_batch) + ", log)", mem_lo,
+             mem_lo * std::pow(per_ring, 4), true},
+            {"throughput (× Normal, batch " + std::to_string(d.throughput_batch) + ")", speed.first, speed.second, false}};
+  for (const RadarPoint& p : d.points) c.series.push_back({p.method, {p.accuracy, p.memory_saving, p.throughput_ratio}});
+  return c;
+}
+
+}  // namespace actlab

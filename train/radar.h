@@ -1,0 +1,53 @@
+// The DIVISION paper's Fig. 1 radar — test accuracy, activation-memory saving and training throughput
+// per method — joined from three CSVs by canonical policy string (train/grid.h): the ablation grid's
+// results.csv (accuracy: mean over finished seeds), actlab-memtable --csv (activation_gib) and
+// bench_train --csv (img_per_s). actlab-ablate --radar draws it. Tested in tests/test_ablate.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actlab/analysis/plot.h"
+
+namespace actlab {
+
+struct RadarInputs {
+  std::string results_csv, memory_csv, throughput_csv;
+  std::string model;  // empty: the one model of results.csv's rows (Error when it holds several)
+};
+
+// One method. Memory and throughput are relative to Normal (exact) of the same model and batch, so
+// Normal sits at 1 on both and larger is better on every axis.
+struct RadarPoint {
+  std::string method, policy;   // paper_method_name(policy), canonical_policy(...)
+  double accuracy = 0;          // test accuracy %, mean over the done seeds
+  int seeds = 0;
+  double memory_saving = 0;     // Normal's activation memory / this method's
+  double throughput_ratio = 0;  // this method's img/s / Normal's
+};
+
+struct RadarData {
+  std::string model, dataset;
+  int64_t memory_batch = 0, throughput_batch = 0;  // the batch each file's rows were taken at
+  std::vector<RadarPoint> points;                  // in results.csv's order
+  std::vector<std::string> skipped;                // "SWAP (swap:P=2): not in 'mem.csv'", one per method left out
+};
+
+// Reads and joins the three files. results.csv rows: status "done", and those of Fig. 6 when any row
+// is listed there (else every row). The memory and throughput files: rows of the same model at the
+// first batch that file lists for it. A method missing from a file is left out (RadarData::skipped).
+// Throws Error (one line naming the file) for an unreadable file, a missing column, no rows for the
+// model, no Normal (exact) row to compare with, or several models without RadarInputs::model.
+RadarData read_radar_data(const RadarInputs& inputs);
+
+// The chart: one polygon per method; axes test accuracy (%) from below the worst method to a round
+// hi, memory saving (×) on a log axis from 0.5× (or below the worst method) with rings a power of 2
+// apart, throughput (×) from 0 to a round hi.
+plot::RadarChart radar_chart(const RadarData& data);
+
+// [lo, lo + 4·step] covering [lo0, hi0] with a step of 1, 2, 2.5 or 5 × 10^k, so that every ring of
+// the radar is a round number. lo0 <= hi0.
+std::pair<double, double> radar_range(double lo0, double hi0);
+
+}  // namespace actlab
