@@ -58,7 +58,7 @@ check "inspect --out under a file"    "cannot create output directory '$work/a-f
 # The good path: both files written, complete, no temp file left beside them.
 cases=$((cases + 1))
 if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" --csv "$work/t.csv" >/dev/null 2>&1 &&
-   grep -q "| mlp | 2 | exact |" "$work/t.md" && [ "$(wc -l < "$work/t.csv")" -eq 2 ] &&
+   grep -q "| mlp | 2 | Normal | exact |" "$work/t.md" && [ "$(wc -l < "$work/t.csv")" -eq 2 ] &&
    [ -z "$(ls "$work" | grep '\.tmp\.')" ]; then
   echo "ok   [memtable writes --out and --csv]"
 else
