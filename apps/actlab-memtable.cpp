@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     const bool t1a = table == "1a";
     const auto models = split_list(pick("models", t1a ? "resnet50_imagenet,wrn50_2_imagenet" : "swin_t"), ',');
     const auto policies = split_policies(pick(
-        "policies", t1a ? "exact;checkpoint;swap;blpa:Q=4;actnn:G=256,Q=2;division:B=8,Q=2;checkpoint+division:B=8,Q=2"
+        "policies", t1a ? "exact;checkpoint;swap;blpa:Q=4;acgc;actnn:G=256,Q=2;division:B=8,Q=2;checkpoint+division:B=8,Q=2"
                         : "exact;checkpoint;mesa:Q=8;division:B=8,Q=2"));
     const int64_t image_size = std::stoll(pick("image-size", "224")), classes = std::stoll(pick("classes", "1000"));
     std::vector<int64_t> batches;

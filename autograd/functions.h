@@ -102,4 +102,9 @@ Variable cross_entropy(const Variable& logits, const Tensor& labels, float label
 // Number of rows whose arg-max equals the label.
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 
+// Σ t² over a f32 tensor of any device, summed in double on the host in element order (so both devices
+// give the same number). For the gradient sensitivities the nodes report to a policy that asks
+// (Node::observe_sensitivity); a GPU tensor is copied to the host first, as that happens every I steps.
+double squared_norm(const Tensor& t);
+
 }  // namespace actlab

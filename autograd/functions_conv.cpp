@@ -7,6 +7,15 @@ namespace {
 
 ops::ConvParams to_params(const Conv2dOptions& o) { return {o.stride, o.padding, o.groups}; }
 
+// What acgc's bound needs of a weight layer (compress/policy.h GradientSensitivity): an error dx in the
+// input changes dW = Σ dy ⊗ x by at most |dy|²·|dx|² per output position the input reaches, i.e. about
+// (kernel area / stride area)·|dy|²·|dx|² in all (AC-GC's flat approximation), against |dW|²; the factor 2
+// leaves half of the allowed error to the other saves, as AC-GC's conv bound does.
+void observe_weight_sensitivity(const Node& node, double reach, const Tensor& dy, const Tensor& dw) {
+  if (!dw.defined() || !node.wants_sensitivity("input")) return;
+  node.observe_sensitivity("input", {2.0 * reach * squared_norm(dy), squared_norm(dw)});
+}
+
 // saves: input x (lossy_ok, through the policy), weight w (parameter, by reference).
 class Conv2dNode final : public Node {
  public:
@@ -36,6 +45,8 @@ class Conv2dNode final : public Node {
         grads[1] = ops::conv2d_backward_weight(dy, load("input"), w.shape(), to_params(opt_), has_bias_, &db);
       }
       if (has_bias_) grads[2] = db;
+      const double reach = static_cast<double>(w.shape()[2] * w.shape()[3]) / static_cast<double>(opt_.stride * opt_.stride);
+      observe_weight_sensitivity(*this, reach, dy, grads[1]);
     }
     if (need_x) grads[0] = ops::conv2d_backward_data(dy, w, x_shape_, to_params(opt_));
     return grads;
@@ -63,6 +74,7 @@ class LinearNode final : public Node {
       Tensor db;
       grads[1] = ops::linear_backward_weight(dy, load("input"), has_bias_, &db);
       if (has_bias_) grads[2] = db;
+      observe_weight_sensitivity(*this, 1.0, dy, grads[1]);
     }
     if (inputs[0].leaf || !inputs[0].node.expired()) grads[0] = ops::linear_backward_data(dy, w);
     return grads;
@@ -72,6 +84,16 @@ class LinearNode final : public Node {
 };
 
 }  // namespace
+
+double squared_norm(const Tensor& t) {
+  ACTLAB_CHECK(t.dtype() == DType::F32, "squared_norm takes an f32 tensor, got ", t.str());
+  MemTagScope tag(MemTag::Workspace);
+  const Tensor host = t.to(Device::cpu()).contiguous();
+  const float* v = host.data<float>();
+  double sum = 0;
+  for (int64_t i = 0, n = host.numel(); i < n; ++i) sum += static_cast<double>(v[i]) * v[i];
+  return sum;
+}
 
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dOptions& opt) {
   const Tensor bias = b.defined() ? b.data() : Tensor();

@@ -7,6 +7,27 @@ namespace {
 
 bool wants_grad(const Node::Edge& e) { return e.leaf || !e.node.expired(); }
 
+// What acgc's bound needs of a batch norm (compress/policy.h GradientSensitivity), after AC-GC's: an error
+// dx in channel c's input moves x̂ by rstd·dx and so dx_in by γ·rstd²·dγ·dx/M per element (M = N·H·W, the
+// first-order term through the x̂·mean(dy·x̂) part of the backward), a squared norm of
+// (γ rstd² dγ / M)²·|dx_c|²; with the error spread evenly over the channels, the mean of that factor over
+// the channels times |dx|², against |dx_in|².
+GradientSensitivity batchnorm_sensitivity(const Tensor& dx, const Tensor& dgamma, const Tensor& gamma,
+                                          const Tensor& invstd) {
+  MemTagScope tag(MemTag::Workspace);
+  const Tensor g = gamma.to(Device::cpu()).contiguous(), dg = dgamma.to(Device::cpu()).contiguous(),
+               r = invstd.to(Device::cpu()).contiguous();
+  const int64_t C = g.numel();
+  const double M = static_cast<double>(dx.numel()) / static_cast<double>(C);
+  double factor = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    const double rs = r.data<float>()[c];
+    const double a = static_cast<double>(g.data<float>()[c]) * rs * rs * static_cast<double>(dg.data<float>()[c]) / M;
+    factor += a * a;
+  }
+  return {C > 0 ? factor / static_cast<double>(C) : 0.0, squared_norm(dx)};
+}
+
 // saves (training): input x (lossy_ok), gamma (parameter), mean and invstd (C floats each, exact).
 // saves (eval with grad): input x (lossy_ok), gamma, running mean and var (exact).
 class BatchNormNode final : public Node {
@@ -32,6 +53,8 @@ class BatchNormNode final : public Node {
       } else {
         dx = ops::batchnorm_backward(dy, load("input"), load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
       }
+      if (dx.defined() && dgamma.defined() && wants_sensitivity("input"))
+        observe_sensitivity("input", batchnorm_sensitivity(dx, dgamma, load("weight"), load("invstd")));
     } else {
       dx = ops::batchnorm_backward_eval(dy, load("input"), load("weight"), load("running_mean"), load("running_var"),
                                         eps_, &dgamma, &dbeta);

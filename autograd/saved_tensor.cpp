@@ -78,7 +78,7 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   auto entry = std::make_shared<PackedEntry>();
   entry->policy = policy;
   entry->info = info;
-  const PackContext ctx{t_state.seed, (t_state.step << 24) | (t_state.packs_this_step++ & 0xFFFFFF)};
+  const PackContext ctx{t_state.seed, (t_state.step << 24) | (t_state.packs_this_step++ & 0xFFFFFF), t_state.step};
   const auto start = Clock::now();
   if (policy->is_exact()) {
     entry->packed = policy->pack(t, info, ctx);
@@ -93,11 +93,19 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   if (!is_param && recorded_)
     CacheStats::global().record_pack(info, policy->name(), t.shape(), raw,
                                      static_cast<int64_t>(entry->packed->nbytes()),
-                                     t.dtype() == DType::F32 ? static_cast<int64_t>(policy->expected_bytes(t.shape()))
+                                     t.dtype() == DType::F32 ? static_cast<int64_t>(policy->layer_expected_bytes(t.shape(), info))
                                                              : raw,
                                      seconds);
   t_state.pack_once[key] = entry;
   entry_ = std::move(entry);
+}
+
+bool SavedTensor::wants_gradient_sensitivity() const {
+  return entry_ != nullptr && entry_->policy->wants_gradient_sensitivity(entry_->info);
+}
+
+void SavedTensor::observe_gradient_sensitivity(const GradientSensitivity& s) const {
+  if (entry_ != nullptr) entry_->policy->observe_gradient_sensitivity(entry_->info, s);
 }
 
 Tensor SavedTensor::unpack() const {

@@ -28,6 +28,9 @@ class SavedTensor {
   // recorded as one unpack when the reader is destroyed; the reader must not outlive this SavedTensor.
   std::unique_ptr<ChannelReader> channel_reader() const;
   size_t nbytes() const { return entry_ ? entry_->packed->nbytes() : 0; }
+  // The policy's gradient-sensitivity hooks, for the pack's first consumer (ActivationCachePolicy).
+  bool wants_gradient_sensitivity() const;
+  void observe_gradient_sensitivity(const GradientSensitivity& s) const;
   bool defined() const { return entry_ != nullptr; }
  private:
   std::shared_ptr<PackedEntry> entry_;

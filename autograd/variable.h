@@ -92,6 +92,12 @@ class Node {
   // else nullptr. The reader must be destroyed before the node releases what it saved.
   std::unique_ptr<ChannelReader> load_channels(const std::string& slot) const;
   bool has_saved(const std::string& slot) const;
+  // Whether the policy of slot asks for its gradient sensitivity this step, and the report of it
+  // (GradientSensitivity in compress/policy.h): a node measures only when asked, as it costs reductions.
+  bool wants_sensitivity(const std::string& slot) const { return saved(slot).wants_gradient_sensitivity(); }
+  void observe_sensitivity(const std::string& slot, const GradientSensitivity& s) const {
+    saved(slot).observe_gradient_sensitivity(s);
+  }
   // Frees everything saved; called by the tape right after this node's backward.
   void release_saved() { saved_.clear(); }
   size_t saved_bytes() const;

@@ -350,6 +350,20 @@ size_t PerGroupPolicy::expected_bytes(const Shape& shape) const {
 }
 
 // ---------------------------------------------------------------- ActNN's per-sample widths
+std::vector<double> sample_range_norms(const Tensor& x, const GroupGeometry& g) {
+  std::vector<double> norms(static_cast<size_t>(g.samples));
+  if (x.device().is_cpu()) {
+    cpu::group_range_norms(norms.data(), x.data<float>(), g);
+  } else {
+    MemTagScope tag(MemTag::Workspace);
+    const Tensor on_device = Tensor::empty({g.samples * 8}, DType::U8, x.device());
+    ACTLAB_CUDA_ONLY(
+        cuda::group_range_norms(static_cast<double*>(on_device.raw_data()), x.data<float>(), g, x.device().index));
+    copy_bytes(norms.data(), Device::cpu(), on_device.raw_data(), x.device(), norms.size() * sizeof(double));
+  }
+  return norms;
+}
+
 std::vector<uint8_t> allocate_sample_bits(const std::vector<double>& cost, int average_bits) {
   ACTLAB_CHECK(valid_bits(average_bits), "bit allocation: the average width must be 1, 2, 4 or 8, got ", average_bits);
   std::vector<uint8_t> bits(cost.size(), 1);
@@ -398,17 +412,7 @@ std::unique_ptr<Packed> AdaptiveGroupPolicy::pack(const Tensor& x_in, const Save
   if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
   // ActNN's cost of sample n is (kernel area, G/pixels, the gradient EMA: factors shared by the samples of
   // one layer) × ‖range_n‖²; only the last decides how one layer's budget is shared among its samples.
-  std::vector<double> cost(static_cast<size_t>(g.samples));
-  if (x.device().is_cpu()) {
-    cpu::group_range_norms(cost.data(), x.data<float>(), g);
-  } else {
-    MemTagScope tag(MemTag::Workspace);
-    const Tensor on_device = Tensor::empty({g.samples * 8}, DType::U8, x.device());
-    ACTLAB_CUDA_ONLY(
-        cuda::group_range_norms(static_cast<double*>(on_device.raw_data()), x.data<float>(), g, x.device().index));
-    copy_bytes(cost.data(), Device::cpu(), on_device.raw_data(), x.device(), cost.size() * sizeof(double));
-  }
-  return pack_groups(x, x.shape(), g, ctx, allocate_sample_bits(cost, average_bits_));
+  return pack_groups(x, x.shape(), g, ctx, allocate_sample_bits(sample_range_norms(x, g), average_bits_));
 }
 
 Tensor AdaptiveGroupPolicy::unpack(const Packed& p, const SaveInfo&) const { return unpack_sample_rows(p, name()); }

@@ -178,6 +178,11 @@ class AdaptiveGroupPolicy final : public ActivationCachePolicy {
 // taken until the budget is spent. Ties go to the lower n. Equal costs give every sample average_bits.
 std::vector<uint8_t> allocate_sample_bits(const std::vector<double>& cost, int average_bits);
 
+// ‖range_n‖² of each sample of x (contiguous f32, CPU or GPU) as the group codec sees g: the sum over the
+// sample's groups of (max − min)², zero padding included (cpu::group_range_norms or its CUDA twin; the
+// numbers come back to the host). actnn's per-sample costs and acgc's codec error estimate.
+std::vector<double> sample_range_norms(const Tensor& x, const GroupGeometry& g);
+
 // BLPA (Chakrabarti & Moseley, "Backprop with Approximate Activations", NeurIPS 2019) as a policy: Q-bit
 // codes (Q ∈ {4, 8}) of each value on a fixed grid per channel — 2^Q cells of 6σ/2^Q over ±3σ around the
 // channel mean, 0 a cell boundary, so each code keeps its value's sign — decoded to the cell midpoint

@@ -1,6 +1,7 @@
 // PolicySet, the per-thread policy scope, module-path globbing and CacheStats.
 #include "actlab/compress/policy.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "actlab/compress/exact.h"
@@ -69,6 +70,13 @@ const ActivationCachePolicy& PolicySet::for_module(const std::string& module_pat
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
     if (glob_match(it->first, module_path)) return *it->second;
   return *default_;
+}
+
+std::vector<const ActivationCachePolicy*> PolicySet::policies() const {
+  std::vector<const ActivationCachePolicy*> out{default_.get()};
+  for (const auto& rule : rules_)
+    if (std::find(out.begin(), out.end(), rule.second.get()) == out.end()) out.push_back(rule.second.get());
+  return out;
 }
 
 std::string PolicySet::describe() const {

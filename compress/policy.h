@@ -26,6 +26,17 @@ struct SaveInfo {
 struct PackContext {
   uint64_t seed = 0;
   uint64_t stream = 0;
+  uint64_t step = 0;  // the training step the pack belongs to (pack_step(); policies with per-step state)
+};
+
+// What a node measures in backward for a policy whose choice depends on the gradient (acgc): to first
+// order, an error dx in the saved input changes the gradient the node computes from it by at most
+// sensitivity * |dx|^2 in squared norm, and `reference` is the squared norm of that exact gradient.
+// Conv2d/linear: 2 * (kernel area / stride area) * |dy|^2 against |dW|^2; batch norm: the mean over
+// channels of (gamma rstd^2 dgamma / M)^2 against |dx|^2 (docs/policies.md, "acgc").
+struct GradientSensitivity {
+  double sensitivity = 0;
+  double reference = 0;
 };
 
 // What stays in memory until backward. Packed bytes are allocated under MemTag::ActivationPacked.
@@ -68,11 +79,21 @@ class ActivationCachePolicy {
   virtual std::string name() const = 0;    // the canonical string, parseable by parse_policy
   // The closed-form number of bytes pack() holds for an f32 tensor of this shape.
   virtual size_t expected_bytes(const Shape& shape) const = 0;
+  // The closed form for this layer's save (what CacheStats records right after pack()): equal to
+  // expected_bytes(shape) unless the policy keeps per-layer state that sets the size (acgc's widths).
+  virtual size_t layer_expected_bytes(const Shape& shape, const SaveInfo& /*info*/) const {
+    return expected_bytes(shape);
+  }
   virtual bool is_exact() const { return false; }
+  // Whether backward should measure the gradient sensitivity of this save (Node::observe_sensitivity),
+  // and where it is reported. info is that of the pack's first consumer; a shared pack's consumers all
+  // report to it (their sensitivities add up, as the gradient errors they cause do).
+  virtual bool wants_gradient_sensitivity(const SaveInfo& /*info*/) const { return false; }
+  virtual void observe_gradient_sensitivity(const SaveInfo& /*info*/, const GradientSensitivity& /*s*/) const {}
 };
 
 // Parses "exact", "division:B=8,Q=2", "quant:Q=2", "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8",
-// "pergroup:G=256,Q=2", "actnn:G=256,Q=2", "blpa:Q=4", "mesa:Q=8". Throws Error naming the accepted forms on
+// "pergroup:G=256,Q=2", "actnn:G=256,Q=2", "blpa:Q=4", "mesa:Q=8", "acgc:E=0,I=100,G=256". Throws Error naming the accepted forms on
 // anything else.
 std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spec);
 // One line per accepted form, for --help and error messages.
@@ -107,6 +128,8 @@ class PolicySet {
   const ActivationCachePolicy& for_module(const std::string& module_path) const;
   const ActivationCachePolicy& default_policy() const { return *default_; }
   const std::shared_ptr<const ActivationCachePolicy>& shared_default() const { return default_; }
+  // The default and every rule's policy, each once, in that order (reports of per-policy state: acgc's widths).
+  std::vector<const ActivationCachePolicy*> policies() const;
   const CheckpointRequest& checkpoint() const { return checkpoint_; }
   std::string describe() const;  // "checkpoint:segments=4+division:B=8,Q=2; conv1=exact; layer1.*=checkpoint"
  private:

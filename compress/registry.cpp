@@ -3,6 +3,7 @@
 #include <map>
 #include <vector>
 
+#include "actlab/compress/acgc.h"
 #include "actlab/compress/exact.h"
 #include "actlab/compress/policies.h"
 #include "actlab/compress/policy.h"
@@ -27,14 +28,16 @@ const Form kForms[] = {
     {"actnn", "GQ", "actnn:G=256,Q=2", "ActNN L3: groups of G, per-sample widths {1,2,4,8} averaging Q"},
     {"blpa", "Q", "blpa:Q=4", "BLPA: Q-bit sign-preserving codes on a fixed +-3 sigma grid per channel"},
     {"mesa", "Q", "mesa:Q=8", "Mesa-style Q-bit codes, one range per head (4-D) or per tensor"},
+    {"acgc", "EIG", "acgc:E=0,I=100,G=256",
+     "AC-GC: per-layer widths {1,2,4,8} from a gradient-error bound 2^-E, re-chosen every I steps"},
     {"swap", "P", "swap:P=2", "offload to host memory, P saves prefetched ahead of backward (SWAP)"},
 };
 
 std::string compact_forms() {
   std::string s;
   for (const Form& f : kForms) s += (s.empty() ? "" : " | ") + std::string(f.example);
-  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}; actnn: G a multiple of 8; blpa: Q 4 or 8; omitted keys take the "
-             "defaults shown)";
+  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}, E in [0,60], I>=1; actnn: G a multiple of 8; blpa: Q 4 or 8; "
+             "omitted keys take the defaults shown)";
 }
 
 [[noreturn]] void bad_policy(const std::string& spec, const std::string& why) {
@@ -73,7 +76,8 @@ std::string policy_forms() {
   std::string s;
   for (const Form& f : kForms) s += std::string(f.example) + std::string(24 - std::string(f.example).size(), ' ') + f.what + "\n";
   return s + "B >= 1 (pool block), G >= 1 (group size; actnn: a multiple of 8), P >= 0 (prefetch), Q in {1,2,4,8} "
-             "(blpa: 4 or 8); omitted keys take the defaults shown";
+             "(blpa: 4 or 8), E in [0,60] (acgc: allowed gradient error 2^-E), I >= 1 (acgc: steps between "
+             "measurements); omitted keys take the defaults shown";
 }
 
 std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spec) {
@@ -96,7 +100,12 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
   if (name == "actnn" && G % 8 != 0) bad_policy(spec, "actnn needs G a multiple of 8, got " + std::to_string(G));
   if (name == "blpa" && Q != 4 && Q != 8) bad_policy(spec, "blpa takes Q 4 or 8 (BLPA's widths), got " + std::to_string(Q));
 
+  const int64_t E = arg_or(args, 'E', 0), I = arg_or(args, 'I', 100);
+  if (E > 60) bad_policy(spec, "E must be in [0, 60], got " + std::to_string(E));
+  if (I < 1) bad_policy(spec, "I must be >= 1");
+
   if (name == "exact") return std::make_shared<ExactPolicy>();
+  if (name == "acgc") return std::make_shared<AcgcPolicy>(static_cast<int>(E), I, G);
   if (name == "pergroup") return std::make_shared<PerGroupPolicy>(G, static_cast<int>(Q));
   if (name == "actnn") return std::make_shared<AdaptiveGroupPolicy>(G, static_cast<int>(Q));
   if (name == "blpa") return std::make_shared<BlpaPolicy>(static_cast<int>(Q));

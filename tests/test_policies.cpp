@@ -22,7 +22,7 @@ const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {2, 2, 28, 28}, {2, 3, 14, 1
                                     {2, 3, 5},      {7}};
 const char* kLossy[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
                         "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
-                        "actnn:G=256,Q=2", "actnn:G=8,Q=4"};
+                        "actnn:G=256,Q=2", "actnn:G=8,Q=4", "acgc:E=0,I=100,G=256", "acgc:E=4,I=3,G=5"};
 
 Tensor random_tensor(const Shape& shape, uint64_t seed) {
   PhiloxStream rng(seed, 3);
@@ -294,7 +294,8 @@ TEST_CASE("policies: 1x1 planes, D == 1 and other ranks pass through exactly as 
   for (const char* spec : kLossy) {
     const auto policy = parse_policy(spec);
     for (const Shape& shape : {Shape{4, 3, 1, 1}, Shape{4, 1}, Shape{7}, Shape{2, 1, 2, 1, 3}}) {
-      const bool per_group = std::string(spec).rfind("pergroup", 0) == 0 || std::string(spec).rfind("actnn", 0) == 0;
+      const bool per_group = std::string(spec).rfind("pergroup", 0) == 0 || std::string(spec).rfind("actnn", 0) == 0 ||
+                             std::string(spec).rfind("acgc", 0) == 0;
       if (per_group && shape_numel(shape) != shape[0]) continue;  // groups span the whole sample
       INFO(spec);
       CAPTURE(shape_str(shape));

@@ -84,6 +84,7 @@ void Progress::epoch_done(const EpochRow& r, int64_t epochs) {
               tty_ ? "\n" : "", static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss,
               r.train_acc, r.test_loss, r.test_acc, r.img_per_s, format_bytes(r.peak_bytes).c_str(),
               format_bytes(r.activation_bytes).c_str(), r.wall_s);
+  if (r.acgc_bits >= 0) std::printf("  acgc: average width %.2f bits over its saves' last packs\n", r.acgc_bits);
   std::fflush(stdout);
 }
 

@@ -14,6 +14,7 @@ struct EpochRow {
   int64_t peak_bytes = 0;          // allocator peak over the epoch's training steps (all tags)
   int64_t activation_bytes = 0;    // the activation measure (docs/measures.md), last step of the epoch
   double wall_s = 0;
+  double acgc_bits = -1;           // acgc's average width over its saves' last packs (-1: no acgc policy)
 };
 
 struct TrainSummary {

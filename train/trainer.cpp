@@ -16,6 +16,7 @@
 #include "actlab/autograd/functions.h"
 #include "actlab/autograd/saved_tensor.h"
 #include "actlab/autograd/tape.h"
+#include "actlab/compress/acgc.h"
 #include "actlab/core/cuda/runtime.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/layers/checkpoint.h"
@@ -590,6 +591,7 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   row.test_loss = ev.loss;
   row.test_acc = ev.acc;
   row.wall_s = seconds_since(start);
+  row.acgc_bits = acgc_average_bits(*policies_);
   all_rates_.insert(all_rates_.end(), rates_.begin(), rates_.end());
   summary_.peak_bytes = std::max(summary_.peak_bytes, row.peak_bytes);
   summary_.epochs.push_back(row);
