@@ -286,7 +286,7 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   std::set<std::string> ids;
   for (const Cell& c : all.cells) ids.insert(c.id());
   CHECK(ids.size() == all.cells.size());
-  CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20 + 4));  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3, fig6's baselines
+  CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20 + 5));  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3, fig6's baselines
   const Cell& exact = all.cells[0];
   CHECK(exact.tables.size() == 4);  // Normal in 1c, 2b, fig3 and fig6
   int table3 = 0;
@@ -496,29 +496,30 @@ TEST_CASE("ablate: Fig. 6 runs every method, three seeds for the close rows and 
     policy[c.tables[0].second] = c.policy;
   }
   const std::set<int64_t> three = {0, 1, 2}, one = {0};
-  CHECK(seeds.size() == 6);
-  for (const char* close : {"Normal", "BLPA", "ActNN", "DIVISION"}) CHECK_MESSAGE(seeds[close] == three, close);
+  CHECK(seeds.size() == 7);
+  for (const char* close : {"Normal", "BLPA", "AC-GC", "ActNN", "DIVISION"}) CHECK_MESSAGE(seeds[close] == three, close);
   for (const char* same : {"Checkpoint", "SWAP"}) CHECK_MESSAGE(seeds[same] == one, same);
-  CHECK(g.cells.size() == 4 * 3 + 2);
+  CHECK(g.cells.size() == 5 * 3 + 2);
   CHECK(policy["Normal"] == "exact");
   CHECK(policy["Checkpoint"] == "checkpoint:segments=auto+exact");
   CHECK(policy["SWAP"] == "swap:P=2");
   CHECK(policy["BLPA"] == "blpa:Q=4");
+  CHECK(policy["AC-GC"] == "acgc:E=0,I=100,G=256");
   CHECK(policy["ActNN"] == "actnn:G=256,Q=2");
   CHECK(policy["DIVISION"] == "division:B=8,Q=2");
   // Seed 0 of every method comes first: a grid stopped early still has one full column.
-  for (size_t i = 0; i < 6; ++i) CHECK(g.cells[i].seed == 0);
+  for (size_t i = 0; i < 7; ++i) CHECK(g.cells[i].seed == 0);
   CHECK(g.cells[0].tables[0].second == "Normal");
   CHECK(g.cells[1].id() == "resnet20-fashion-mnist-checkpoint_segmentsauto-exact-s0");
   // --seeds given: every row runs exactly those.
   o.seeds = {4};
-  CHECK(make_grid(o).cells.size() == 6);
+  CHECK(make_grid(o).cells.size() == 7);
   // The paper preset: the CIFAR-10 ResNet-18 recipe of the paper's Table 10.
   o = GridOptions();
   o.preset = "paper";
   o.tables = {"fig6"};
   const Grid paper = make_grid(o);
-  CHECK(paper.cells.size() == 14);
+  CHECK(paper.cells.size() == 17);
   CHECK(paper.cells[0].model == "resnet18");
   CHECK(paper.cells[0].dataset == "cifar10");
   CHECK(paper.cells[0].epochs == 100);
@@ -526,8 +527,9 @@ TEST_CASE("ablate: Fig. 6 runs every method, three seeds for the close rows and 
   o = GridOptions();
   o.tables = {"1c", "fig6"};
   const Grid both = make_grid(o);
-  // 1c's five; Fig. 6's seed 0 adds Checkpoint, SWAP, BLPA and ActNN; seeds 1 and 2 add Normal, BLPA, ActNN, DIVISION.
-  CHECK(both.cells.size() == 5 + 4 + 2 * 4);
+  // 1c's five; Fig. 6's seed 0 adds Checkpoint, SWAP, BLPA, AC-GC and ActNN; seeds 1 and 2 add Normal, BLPA, AC-GC,
+  // ActNN and DIVISION.
+  CHECK(both.cells.size() == 5 + 5 + 2 * 5);
   CHECK(both.cells[0].tables.size() == 2);
 }
 
