@@ -88,11 +88,17 @@ void Progress::epoch_done(const EpochRow& r, int64_t epochs) {
   std::fflush(stdout);
 }
 
-void print_first_step_report(const TrainSummary& s, int64_t activation_bytes, const TrainConfig& c) {
+void print_first_step_report(const TrainSummary& s, const StepResult& first, const TrainConfig& c) {
   std::printf("%s", memory_stats(Device::parse(c.device)).table().c_str());
   std::printf("first step: activation memory %s (docs/measures.md: live after forward+loss minus before, "
               "minus logits and loss, input batch included)\n",
-              format_bytes(activation_bytes).c_str());
+              format_bytes(first.activation_bytes).c_str());
+  if (first.recomputed_segments > 0)
+    std::printf("checkpoint: %lld segments recomputed in backward, %.1f ms of the step\n",
+                static_cast<long long>(first.recomputed_segments), first.recompute_seconds * 1e3);
+  if (first.offloaded_bytes > 0)
+    std::printf("swap: %s of saves kept in host memory after forward (moved out and back: twice that per step)\n",
+                format_bytes(first.offloaded_bytes).c_str());
   if (s.saved_raw_bytes > 0 && s.saved_packed_bytes > 0) {
     std::printf("policy %s on conv/linear/batchnorm inputs: %s raw -> %s kept, %.2fx measured, %.2fx closed form\n",
                 c.policy.c_str(), format_bytes(s.saved_raw_bytes).c_str(), format_bytes(s.saved_packed_bytes).c_str(),

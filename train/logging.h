@@ -9,6 +9,7 @@
 
 #include "actlab/compress/policy.h"
 #include "actlab/train/config.h"
+#include "actlab/train/step.h"
 #include "actlab/train/summary.h"
 
 namespace actlab {
@@ -41,7 +42,7 @@ class Progress {
   int64_t every_;
 };
 
-void print_first_step_report(const TrainSummary& s, int64_t activation_bytes, const TrainConfig& c);
+void print_first_step_report(const TrainSummary& s, const StepResult& first, const TrainConfig& c);
 void print_summary(const TrainSummary& s, const TrainConfig& c);
 // Per-layer table of what the first step saved: module, op, policy, shape, raw/packed/expected bytes.
 // The run's summary as one JSON object (configuration, final/best accuracy, throughput, memory, the

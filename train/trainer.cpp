@@ -483,7 +483,7 @@ void Run::after_first_step(const StepResult& r) {
   summary_.saved_packed_bytes = r.saved.packed;
   summary_.saved_expected_bytes = r.saved.expected;
   CacheStats::global().set_enabled(false);
-  if (!c_.quiet) print_first_step_report(summary_, r.activation_bytes, c_);
+  if (!c_.quiet) print_first_step_report(summary_, r, c_);
   if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, r.saves);
 }
 
