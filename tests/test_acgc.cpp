@@ -66,7 +66,7 @@ TEST_CASE("acgc: the width is the smallest of {1,2,4,8} whose rounding error fit
   CHECK(acgc_width(1.0, 4, 0.0) == 8);
 }
 
-TEST_CASE("acgc: a layer with a larger gradient sensitivity gets more bits; bytes = closed form at its width") {
+TEST_CASE("acgc: a layer with a larger gradient sensitivity gets more bits, bytes = closed form at its width") {
   const auto policy = make_acgc("acgc:E=0,I=4,G=256");
   const Shape shape{8, 4, 8, 8};
   const Tensor x = random_map(shape, 3);
@@ -130,7 +130,7 @@ TEST_CASE("acgc: a layer with a larger gradient sensitivity gets more bits; byte
   CHECK(changes.back().bits == 4);
 }
 
-TEST_CASE("acgc: nodes report their sensitivity when asked; ResNet-20 trains; two runs choose the same widths") {
+TEST_CASE("acgc: nodes report their sensitivity when asked, ResNet-20 trains, two runs choose the same widths") {
   PhiloxStream rng(21);
   const Tensor x = Tensor::randn({16, 1, 16, 16}, rng);
   Tensor labels = Tensor::empty({16}, DType::I64);

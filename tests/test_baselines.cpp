@@ -110,7 +110,7 @@ class Reuse final : public Module {
 
 }  // namespace
 
-TEST_CASE("checkpoint forms: parse_policy_set reads segments, auto, +POLICY and rules; bad forms are refused") {
+TEST_CASE("checkpoint forms: parse_policy_set reads segments, auto, +POLICY and rules, bad forms are refused") {
   CHECK(parse_policy_set("division:B=8,Q=2").checkpoint().segments == 0);
   CHECK(parse_policy_set("checkpoint").checkpoint().segments == CheckpointRequest::kAutoSegments);
   CHECK(parse_policy_set("checkpoint:segments=auto").checkpoint().segments == CheckpointRequest::kAutoSegments);
