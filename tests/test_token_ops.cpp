@@ -58,6 +58,7 @@ TEST_CASE("layer_norm: each row normalised over the last dimension, and gradchec
   gradcheck([](std::vector<Variable>& v) { return layer_norm(v[0], v[1], v[2]); },
             {param({3, 4, 8}, 6), param({8}, 7), param({8}, 8)}, 1e-2, 3e-2);
   CHECK_THROWS_AS(layer_norm(param({2, 8}, 9), param({7}, 10), param({7}, 11)), Error);
+  Tape::current().clear();  // the gradcheck's last forward stays recorded; later cases start from an empty tape
 }
 
 TEST_CASE("transformer ops keep for backward only what the policy reports: inputs packed, row statistics exact") {
