@@ -197,16 +197,16 @@ ACTLAB_HD BlpaChannel blpa_channel(double mean, double stddev, float lo, float h
 
 ACTLAB_HD uint32_t blpa_code(float v, const BlpaChannel& p, int bits) {
   const float top = static_cast<float>((1 << bits) - 1);
-  float k = ceilf(v / p.step) - 1.f;  // v ∈ (k·step, (k+1)·step]
+  const float k0 = ceilf(v / p.step) - 1.f;  // v ∈ (k·step, (k+1)·step]
   // The division can round a value next to a cell boundary across it; the sign is decided on v itself.
-  if (v > 0.f) {
-    k = k > 0.f ? k : 0.f;
-  } else {
-    k = k < -1.f ? k : -1.f;  // also maps NaN to −1
-  }
+  // Selects, not branches: the sign of activations is a coin flip the branch predictor loses, and a
+  // branch-free body lets the CPU kernel's loop vectorize.
+  const float positive = k0 > 0.f ? k0 : 0.f;
+  const float other = k0 < -1.f ? k0 : -1.f;  // also maps NaN to −1
+  float k = v > 0.f ? positive : other;
   k = k > -p.shift ? k : -p.shift;
   k = k < top - p.shift ? k : top - p.shift;
-  return static_cast<uint32_t>(k + p.shift);
+  return static_cast<uint32_t>(static_cast<int32_t>(k + p.shift));  // k + shift ∈ [0, 2^Q − 1]
 }
 
 ACTLAB_HD float blpa_value(uint32_t code, const BlpaChannel& p) {

@@ -125,28 +125,36 @@ void group_range_norms_ref(double* out, const float* x, const GroupGeometry& g) 
   }
 }
 
-// The channel statistics in the order blpa_pack promises: for each channel, n then e, in double.
+// The channel statistics in the order blpa_pack promises: the channel's values counted k = 0, 1, ... over
+// n then e; value k is added into double lane k % 8, and the eight lanes are summed 0 to 7 (the sum, then
+// the squared deviations from the mean the same way). Eight lanes let the fast kernel use vector adds.
 void blpa_pack_ref(BlpaChannel* params, uint8_t* codes, const float* x, const BlpaGeometry& g) {
   const int64_t C = g.channels, E = g.inner, count = g.outer * E;
   for (int64_t c = 0; c < C; ++c) {
-    double sum = 0.0;
+    double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     float lo = INFINITY, hi = -INFINITY;
     bool nan = false;
+    int64_t k = 0;
     for (int64_t n = 0; n < g.outer; ++n)
-      for (int64_t e = 0; e < E; ++e) {
+      for (int64_t e = 0; e < E; ++e, ++k) {
         const float v = x[(n * C + c) * E + e];
-        sum += v;
+        lanes[k % 8] += v;
         lo = std::min(lo, v);
         hi = std::max(hi, v);
         nan = nan || v != v;
       }
+    double sum = 0.0;
+    for (double l : lanes) sum += l;
     const double mean = sum / static_cast<double>(count);
-    double squares = 0.0;
+    double square_lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    k = 0;
     for (int64_t n = 0; n < g.outer; ++n)
-      for (int64_t e = 0; e < E; ++e) {
+      for (int64_t e = 0; e < E; ++e, ++k) {
         const double d = x[(n * C + c) * E + e] - mean;
-        squares += d * d;
+        square_lanes[k % 8] += d * d;
       }
+    double squares = 0.0;
+    for (double l : square_lanes) squares += l;
     if (nan) lo = hi = NAN;
     params[c] = blpa_channel(mean, std::sqrt(squares / static_cast<double>(count)), lo, hi, g.bits);
   }
