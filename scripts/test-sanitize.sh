@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 build_dir="${ACTLAB_ASAN_BUILD_DIR:-build-asan}"
 cmake -S . -B "$build_dir" -G Ninja -DACTLAB_SANITIZE=ON -DACTLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" >/dev/null
-targets=(actlab_tests actlab-train actlab-memtable actlab-ablate actlab-inspect)
+targets=(actlab_tests actlab-train actlab-memtable actlab-ablate actlab-inspect bench_train)  # bench_train: cli_app_outputs checks its --csv errors
 for t in idx cifar image_folder safetensors policy config; do targets+=("fuzz_replay_$t"); done
 cmake --build "$build_dir" --target "${targets[@]}"
 cd "$build_dir"
