@@ -9,6 +9,7 @@
 #include "actlab/compress/acgc.h"
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
+#include "checked_training.h"
 
 using namespace actlab;
 
@@ -149,26 +150,8 @@ TEST_CASE("acgc: nodes report their sensitivity when asked, ResNet-20 trains, tw
     const auto policy = make_acgc(spec);
     const PolicySet set(policy);
     Run run;
-    for (int step = 0; step < 20; ++step) {
-      CacheStats::global().reset();
-      const int64_t packed_before = memory_stats()[MemTag::ActivationPacked].current;
-      Variable loss;
-      {
-        ActivationCacheScope scope(set);
-        MemTagScope tag(MemTag::Activation);
-        loss = cross_entropy((*model)(Variable(x)), labels);
-      }
-      int64_t lossy_packed = 0, lossy_expected = 0;
-      for (const auto& e : CacheStats::global().entries())
-        if (e.lossy) lossy_packed += e.bytes_packed, lossy_expected += e.bytes_expected;
-      CHECK(memory_stats()[MemTag::ActivationPacked].current - packed_before == lossy_packed);
-      CHECK(lossy_packed == lossy_expected);  // at each save's chosen width
-      run.losses.push_back(loss.data().item());
-      opt.zero_grad();
-      backward(loss);
-      opt.step();
-      run.average_bits.push_back(policy->average_bits());
-    }
+    run.losses = actlab::testing::train_checked(*model, opt, set, x, labels, 20, true,
+                                                [&] { run.average_bits.push_back(policy->average_bits()); });
     // Every conv and batch-norm input was measured (the stem's input too), and every width is a codec width.
     const std::vector<AcgcPolicy::LayerBits> layers = policy->layer_bits();
     CHECK(layers.size() >= 19 + 19);

@@ -13,6 +13,7 @@
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
 #include "actlab/train/trainer.h"
+#include "checked_training.h"
 
 using namespace actlab;
 
@@ -312,29 +313,11 @@ TEST_CASE("behaviour: actnn and blpa train a tiny ResNet-20, packed bytes = clos
     auto model = make_model({"resnet20", 1, 10, 16});
     Sgd opt(model->parameters(), {0.05f, 0.9f, 0.f, 0.f, false});
     const PolicySet set(parse_policy(policy));
+    const std::vector<double> losses =
+        actlab::testing::train_checked(*model, opt, set, x, labels, 20, policy != "exact");
+    first = losses.front();
     double tail = 0;
-    for (int step = 0; step < 20; ++step) {
-      CacheStats::global().reset();
-      const int64_t packed_before = memory_stats()[MemTag::ActivationPacked].current;
-      Variable loss;
-      {
-        ActivationCacheScope scope(set);
-        MemTagScope tag(MemTag::Activation);
-        loss = cross_entropy((*model)(Variable(x)), labels);
-      }
-      int64_t lossy_packed = 0, lossy_expected = 0;
-      for (const auto& e : CacheStats::global().entries())
-        if (e.lossy) lossy_packed += e.bytes_packed, lossy_expected += e.bytes_expected;
-      // (exact keeps the f32 tensors themselves, under their own tag.)
-      if (policy != "exact") CHECK(memory_stats()[MemTag::ActivationPacked].current - packed_before == lossy_packed);
-      CHECK(lossy_packed == lossy_expected);
-      CHECK(lossy_packed > 0);
-      if (step == 0) first = loss.data().item();
-      if (step >= 15) tail += loss.data().item() / 5;
-      opt.zero_grad();
-      backward(loss);
-      opt.step();
-    }
+    for (int step = 15; step < 20; ++step) tail += losses[step] / 5;
     return tail;
   };
   double exact_first = 0, actnn_first = 0, blpa_first = 0;
