@@ -21,8 +21,6 @@ std::string SwapPolicy::name() const { return "swap:P=" + std::to_string(ahead_)
 
 size_t SwapPolicy::expected_bytes(const Shape&) const { return 0; }
 
-size_t SwapPolicy::host_bytes(const Shape& shape) { return static_cast<size_t>(shape_numel(shape)) * 4; }
-
 std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const PackContext& ctx) const {
   auto s = std::make_shared<SwapState>();
   s->device = x.device();

@@ -53,10 +53,8 @@ class SwapPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
-  // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes; host_bytes()).
+  // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes, StepResult::offloaded_bytes).
   size_t expected_bytes(const Shape& shape) const override;
-  static size_t host_bytes(const Shape& shape);
-  int ahead() const { return ahead_; }
 
   // What moved since the policy was made: bytes out to the host, bytes back, and how many unpacks found
   // their save already back (prefetched) or had to copy it themselves.
