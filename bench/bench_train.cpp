@@ -9,6 +9,8 @@
 // step of a policy has a step of the first policy next to it and the median of those per-step ratios
 // ("paired") is not moved by the slow drifts of a shared machine's speed. --csv FILE also writes one row
 // per timed run (model,policy,batch,img_per_s,...), the throughput that actlab-ablate --radar reads.
+// An entry of the policy list may name its compute precision, "exact@bf16" (core/precision.h), so that
+// --interleave pairs fp32 and bf16 steps; without one it runs at --precision.
 #include <omp.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include "actlab/autograd/saved_tensor.h"
 #include "bench/step_timing.h"
 #include "actlab/compress/policy.h"
+#include "actlab/core/precision.h"
 #include "actlab/io/files.h"
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
@@ -39,11 +42,15 @@ struct TrainStep {
   std::shared_ptr<Module> model;
   std::unique_ptr<Sgd> opt;
   PolicySet set;
+  Precision precision;
   Tensor x, y;
   int64_t activation_bytes = 0;  // of the last step (train/step.h, docs/measures.md)
 
-  TrainStep(const std::string& name, const std::string& policy, int64_t B, int64_t C, int64_t S)
-      : set(parse_policy_set(policy)) {
+  // entry: "POLICY" (at `fallback` precision) or "POLICY@PRECISION".
+  TrainStep(const std::string& name, const std::string& entry, Precision fallback, int64_t B, int64_t C, int64_t S)
+      : set(parse_policy_set(entry.substr(0, entry.rfind('@')))),
+        precision(entry.rfind('@') == std::string::npos ? fallback : parse_precision(entry.substr(entry.rfind('@') + 1))) {
+    check_precision_supported(precision, Device::cpu());
     seed_init(0);
     set_pack_seed(0);
     model = make_model({name, C, 10, S});
@@ -53,7 +60,10 @@ struct TrainStep {
     y = Tensor::empty({B}, DType::I64);
     for (int64_t i = 0; i < B; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng.next_below(10));
   }
-  void step() { activation_bytes = run_step(*model, opt.get(), set, x, y).activation_bytes; }
+  void step() {
+    const PrecisionScope scope(precision);
+    activation_bytes = run_step(*model, opt.get(), set, x, y).activation_bytes;
+  }
 };
 
 }  // namespace
@@ -63,7 +73,8 @@ int main(int argc, char** argv) {
   flags.add("models", "string", "resnet20,resnet18", "comma-separated models");
   flags.add("batch", "int", "128", "batch size");
   flags.add("threads", "int", "2", "CPU threads");
-  flags.add("policies", "string", "exact", "policies separated by ';'");
+  flags.add("policies", "string", "exact", "policies separated by ';', each optionally POLICY@PRECISION (exact@bf16)");
+  flags.add("precision", "string", "fp32", "compute precision of the entries that name none: " + precision_forms());
   StepTiming{2, 8, 200, 4}.add_flags(flags);
   flags.add("image-size", "int", "32", "input size");
   flags.add("channels", "int", "3", "input channels");
@@ -77,6 +88,7 @@ int main(int argc, char** argv) {
     }
     omp_set_num_threads(static_cast<int>(flags.get_int("threads")));
     const int64_t B = flags.get_int("batch"), S = flags.get_int("image-size"), C = flags.get_int("channels");
+    const Precision precision = parse_precision(flags.get("precision"));
     std::printf("%-12s %-22s %6s %10s %10s %10s %14s %9s %9s\n", "model", "policy", "batch", "img/s", "best", "steps",
                 "activation", "wall ms", "cpu ms");
     std::vector<std::string> runs;  // the policy list, --rounds times
@@ -100,7 +112,7 @@ int main(int argc, char** argv) {
     for (const auto& name : split_list(flags.get("models"), ',')) {
       if (!flags.get_bool("interleave")) {
         for (const auto& policy : runs) {
-          TrainStep run(name, policy, B, C, S);
+          TrainStep run(name, policy, precision, B, C, S);
           std::vector<double> cpu;
           const std::vector<double> ts = time_steps(timing, [&] { run.step(); }, [] {}, &cpu);
           report(name, policy, ts, cpu, run.activation_bytes);
@@ -109,7 +121,8 @@ int main(int argc, char** argv) {
       }
       const std::vector<std::string> policies = split_list(flags.get("policies"), ';');
       std::vector<std::unique_ptr<TrainStep>> steps;
-      for (const auto& policy : policies) steps.push_back(std::make_unique<TrainStep>(name, policy, B, C, S));
+      for (const auto& policy : policies)
+        steps.push_back(std::make_unique<TrainStep>(name, policy, precision, B, C, S));
       for (int64_t i = 0; i < timing.warmup; ++i)
         for (auto& run : steps) run->step();
       std::vector<std::vector<double>> wall(steps.size()), cpu(steps.size());

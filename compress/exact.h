@@ -1,7 +1,10 @@
-// The exact policy: keeps the tensor itself (shares its storage; no copy, no loss).
-// Tested in tests/test_policies.cpp.
+// The exact policy: keeps the tensor itself (shares its storage; no copy, no loss). And its bf16 form:
+// a copy rounded to the nearest bf16, which is what `exact` keeps of lossy saves under --precision bf16
+// (the tensors an AMP run saves are its low-precision ones; core/precision.h). Tested in
+// tests/test_policies.cpp and tests/test_precision.cpp.
 #pragma once
 #include "actlab/compress/policy.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 
@@ -26,6 +29,28 @@ class ExactPolicy final : public ActivationCachePolicy {
   std::string name() const override { return "exact"; }
   size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 4; }
   bool is_exact() const override { return true; }
+};
+
+class PackedBf16 final : public Packed {
+ public:
+  explicit PackedBf16(Tensor h) : half_(std::move(h)) {}
+  size_t nbytes() const override { return half_.nbytes(); }
+  const Shape& shape() const override { return half_.shape(); }
+  const Tensor& half() const { return half_; }
+ private:
+  Tensor half_;
+};
+
+class Bf16Policy final : public ActivationCachePolicy {
+ public:
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo&, const PackContext&) const override {
+    return std::make_unique<PackedBf16>(ops::to_bf16(x));
+  }
+  Tensor unpack(const Packed& p, const SaveInfo&) const override {
+    return ops::from_bf16(static_cast<const PackedBf16&>(p).half());
+  }
+  std::string name() const override { return "bf16"; }
+  size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
 };
 
 }  // namespace actlab

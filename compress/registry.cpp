@@ -19,7 +19,8 @@ struct Form {
   const char* what;
 };
 const Form kForms[] = {
-    {"exact", "", "exact", "keep the f32 tensor"},
+    {"exact", "", "exact", "keep the f32 tensor (under --precision bf16: a bf16 copy, as bf16 does)"},
+    {"bf16", "", "bf16", "keep a bf16 copy (round to nearest even): what an AMP run saves"},
     {"division", "BQ", "division:B=8,Q=2", "bf16 BxB-pooled LFC + Q-bit HFC (DIVISION)"},
     {"quant", "Q", "quant:Q=2", "Q-bit per-(sample,channel) x (Fixed Quant, DIVISION w/o LFC)"},
     {"lfc", "B", "lfc:B=8", "bf16 LFC only (DIVISION w/o HFC, LFC-ACT)"},
@@ -105,6 +106,7 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
   if (I < 1) bad_policy(spec, "I must be >= 1");
 
   if (name == "exact") return std::make_shared<ExactPolicy>();
+  if (name == "bf16") return std::make_shared<Bf16Policy>();
   if (name == "acgc") return std::make_shared<AcgcPolicy>(static_cast<int>(E), I, G);
   if (name == "pergroup") return std::make_shared<PerGroupPolicy>(G, static_cast<int>(Q));
   if (name == "actnn") return std::make_shared<AdaptiveGroupPolicy>(G, static_cast<int>(Q));

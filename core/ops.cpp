@@ -83,6 +83,17 @@ float* f32(const Tensor& t) { return t.data<float>(); }
 }  // namespace
 
 // ---------------------------------------------------------------- convolution
+namespace {
+// The precision a convolution computes in: the calling thread's (core/precision.h). The trainer checks
+// the run's precision against its device up front; this guards direct callers.
+Precision conv_precision(Device dev) {
+  const Precision p = compute_precision();
+  ACTLAB_CHECK(p == Precision::F32 || dev.is_cpu(), "conv2d on ", dev.str(), ": --precision ", precision_name(p),
+               " is not built for GPUs yet");
+  return p;
+}
+}  // namespace
+
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
   const Device dev = op_device("conv2d", {&x, &w, &b});
   require_f32_contig("conv2d", "input", x);
@@ -92,9 +103,10 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
     require_f32_contig("conv2d", "bias", b);
     ACTLAB_CHECK(b.numel() == s.K, "conv2d: bias ", b.str(), " for ", s.K, " output channels");
   }
+  const Precision pr = conv_precision(dev);
   Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
   ACTLAB_DISPATCH(dev, cuda::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, gpu.ctx()),
-                  cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s));
+                  cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, cpu::ConvImpl::Auto, pr));
   return y;
 }
 
@@ -105,9 +117,10 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
   const cpu::ConvShape s = conv_shape(x_shape, w.shape(), p);
   ACTLAB_CHECK(dy.shape() == Shape({s.N, s.K, s.P(), s.Q()}), "conv2d backward: grad ", dy.str(),
                " does not match the output of ", s.str());
+  const Precision pr = conv_precision(dev);
   Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, gpu.ctx()),
-                  cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s));
+                  cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, cpu::ConvImpl::Auto, pr));
   return dx;
 }
 
@@ -126,16 +139,18 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
   require_f32_contig("conv2d_backward_weight", "grad", dy);
   require_f32_contig("conv2d_backward_weight", "input", x);
   const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
+  const Precision pr = conv_precision(dev);
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = bias_grad(db, want_bias, s.K, dev);
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, gpu.ctx()),
-                  cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s));
+                  cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, cpu::ConvImpl::Auto, pr));
   return dw;
 }
 
 int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, const Shape& w_shape,
                                        const ConvParams& p, bool want_bias) {
-  if (!dy.device().is_cpu() || x_shape.size() != 4) return 0;
+  // A bf16 convolution converts its input on the way in: no blocked f32 input to write.
+  if (!dy.device().is_cpu() || x_shape.size() != 4 || compute_precision() != Precision::F32) return 0;
   return cpu::conv2d_backward_weight_input_block(conv_shape(x_shape, w_shape, p), want_bias);
 }
 
@@ -501,6 +516,25 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   ACTLAB_DISPATCH(dev, cuda::batched_matmul(f32(c), f32(a), f32(b), batch, M, N, K, trans_a, trans_b, gpu.ctx()),
                   cpu::gemm_batched(trans_a, trans_b, batch, M, N, K, f32(a), f32(b), f32(c)));
   return c;
+}
+
+Tensor to_bf16(const Tensor& x) {
+  const Device dev = op_device("to_bf16", {&x});
+  require_f32_contig("to_bf16", "input", x);
+  Tensor h = Tensor::empty(x.shape(), DType::BF16, dev);
+  auto* hp = static_cast<uint16_t*>(h.raw_data());
+  ACTLAB_DISPATCH(dev, cuda::to_bf16(hp, f32(x), x.numel(), gpu.stream()), cpu::to_bf16(hp, f32(x), x.numel()));
+  return h;
+}
+
+Tensor from_bf16(const Tensor& h) {
+  const Device dev = op_device("from_bf16", {&h});
+  ACTLAB_CHECK(h.dtype() == DType::BF16 && h.is_contiguous(), "from_bf16: needs a contiguous bf16 tensor, got ",
+               h.str());
+  Tensor x = Tensor::empty(h.shape(), DType::F32, dev);
+  const auto* hp = static_cast<const uint16_t*>(h.raw_data());
+  ACTLAB_DISPATCH(dev, cuda::from_bf16(f32(x), hp, h.numel(), gpu.stream()), cpu::from_bf16(f32(x), hp, h.numel()));
+  return x;
 }
 
 Tensor scale_rows(const Tensor& x, const Tensor& s) {

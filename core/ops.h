@@ -58,6 +58,10 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y, float scale);
 // (or (..., N, K) when trans_b), equal leading dims -> (..., M, N). CPU: cpu::gemm_batched; CUDA: cuBLAS
 // strided-batched SGEMM.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+// A contiguous f32 tensor rounded to the nearest bf16 (a BF16 tensor of the same shape, under the current
+// MemTag), and a BF16 tensor widened back to f32 (exact).
+Tensor to_bf16(const Tensor& x);
+Tensor from_bf16(const Tensor& h);
 // Row-wise broadcasts over dim 0 of x: y = x·s[row] (s: one value per row), y = x + p (p: one row, any
 // shape of x.numel()/x.size(0) values), and their adjoint sum_rows: Σ over rows of x, shaped row_shape.
 Tensor scale_rows(const Tensor& x, const Tensor& s);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actlab/core/allocator.h"
+#include "actlab/core/bf16.h"
 #include "actlab/core/cpu/conv.h"
 #include "actlab/core/cpu/gemm.h"
 #include "actlab/core/error.h"
@@ -117,6 +118,61 @@ TEST_CASE("cpu conv: every implementation matches the reference loops") {
         check_against_ref(s, impl, with_bias, seed += 7);
       }
   CHECK(actlab::memory_stats().total.current == live_before);  // scratch was all released
+}
+
+namespace {
+std::vector<float> rounded_bf16(std::vector<float> v) {
+  for (float& x : v) x = actlab::round_bf16(x);
+  return v;
+}
+}  // namespace
+
+// The spec of a bf16 call is the reference loop on its multiplied operands rounded to bf16: oneDNN then
+// differs only by f32 accumulation order (1e-4 like the fp32 paths), while the unrounded fp32 result is
+// ~1e-3 away, so the check also sees that the operands really were rounded.
+TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded operands") {
+  const int64_t live_before = actlab::memory_stats().total.current;
+  using actlab::Precision;
+  uint32_t seed = 500;
+  for (ConvImpl impl : {ConvImpl::Auto, ConvImpl::DnnlBlocked})
+    for (const ConvShape& s : test_shapes())
+      for (bool with_bias : {false, true}) {
+        CAPTURE(s.str());
+        CAPTURE(actlab::cpu::conv_impl_name(impl));
+        CAPTURE(with_bias);
+        const size_t x_n = s.N * s.C * s.H * s.W, w_n = s.K * (s.C / s.groups) * s.R * s.S;
+        const size_t y_n = s.N * s.K * s.P() * s.Q();
+        const auto x = random_vector(x_n, seed += 7), w = random_vector(w_n, seed + 1);
+        const auto b = random_vector(s.K, seed + 2), dy = random_vector(y_n, seed + 3);
+        const auto xr = rounded_bf16(x), wr = rounded_bf16(w), dyr = rounded_bf16(dy);
+        const float* bias = with_bias ? b.data() : nullptr;
+
+        std::vector<float> y(y_n, NAN), y_ref(y_n), y_f32(y_n);
+        actlab::cpu::conv2d_forward(y.data(), x.data(), w.data(), bias, s, impl, Precision::BF16);
+        actlab::cpu::conv2d_forward_ref(y_ref.data(), xr.data(), wr.data(), bias, s);
+        actlab::cpu::conv2d_forward_ref(y_f32.data(), x.data(), w.data(), bias, s);
+        CHECK(relative_error(y, y_ref) < 1e-4);
+        CHECK(relative_error(y, y_f32) > 1e-4);
+
+        std::vector<float> dx(x_n, NAN), dx_ref(x_n);
+        actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s, impl, Precision::BF16);
+        actlab::cpu::conv2d_backward_data_ref(dx_ref.data(), dyr.data(), wr.data(), s);
+        CHECK(relative_error(dx, dx_ref) < 1e-4);
+
+        std::vector<float> dw(w_n, NAN), dw_ref(w_n), db(s.K, NAN), db_ref(s.K);
+        actlab::cpu::conv2d_backward_weight(dw.data(), with_bias ? db.data() : nullptr, dy.data(), x.data(), s, impl,
+                                            Precision::BF16);
+        actlab::cpu::conv2d_backward_weight_ref(dw_ref.data(), with_bias ? db_ref.data() : nullptr, dyr.data(),
+                                                xr.data(), s);
+        CHECK(relative_error(dw, dw_ref) < 1e-4);
+        // The bias gradient sums dy: oneDNN may sum the bf16 or the f32 dy; either is within bf16 rounding.
+        if (with_bias) CHECK(relative_error(db, db_ref) < 1e-2);
+      }
+  CHECK(actlab::memory_stats().total.current == live_before);
+  // Only the implementations with a bf16 kernel take bf16.
+  CHECK_THROWS_WITH_AS(actlab::cpu::conv2d_forward(nullptr, nullptr, nullptr, nullptr, test_shapes()[0],
+                                                   ConvImpl::Im2colGemm, Precision::BF16),
+                       doctest::Contains("has no bf16 path"), actlab::Error);
 }
 
 // The instruction sets oneDNN needs for its AVX-512 kernels (avx512_core).

@@ -27,6 +27,7 @@ struct TrainConfig {
   std::string device = "cpu";             // cpu | cuda | cuda:N (model, batches, activations and updates there)
   std::string policy = "exact";
   std::vector<std::string> policy_rules;  // "pattern=policy"
+  std::string precision = "fp32";         // fp32 | bf16 | fp16: what convolutions compute in (core/precision.h)
   bool augment = true;                    // the data set's standard training augmentation
   int64_t steps_per_epoch = 0;            // 0: full epochs; N: stop each epoch after N steps
   int64_t train_limit = 0;                // 0: all training samples; N: the first N

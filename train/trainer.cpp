@@ -18,6 +18,7 @@
 #include "actlab/autograd/tape.h"
 #include "actlab/compress/acgc.h"
 #include "actlab/core/cuda/runtime.h"
+#include "actlab/core/precision.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/layers/checkpoint.h"
 #include "actlab/layers/layers.h"
@@ -113,6 +114,7 @@ void validate(const TrainConfig& c) {
                c.label_smoothing);
   ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be >= 1, got ", c.threads);
   Device::parse(c.device);  // the form only; whether the device exists is checked when the run starts
+  parse_precision(c.precision);  // likewise: whether this machine can run it is checked at the start
   if (!c.memory_limit.empty()) parse_byte_size(c.memory_limit, "--memory-limit");
   ACTLAB_CHECK(c.warmup_epochs == 0 || (c.warmup_epochs > 0 && c.warmup_epochs < c.epochs),
                "warm-up epochs must be in [0, epochs), got ", c.warmup_epochs);
@@ -374,6 +376,11 @@ void Run::print_header() const {
               static_cast<long long>(steps_per_epoch_), c_.lr, c_.schedule.c_str(), c_.momentum, c_.weight_decay,
               static_cast<long long>(c_.threads), static_cast<unsigned long long>(c_.seed));
   if (device_.is_cuda()) std::printf("device %s (%s)\n", device_.str().c_str(), cuda_device_name(device_.index).c_str());
+  if (compute_precision() != Precision::F32)
+    std::printf("precision %s: convolutions compute in %s with fp32 accumulation (CPU bf16 instructions: %s); "
+                "exact saves are kept in %s; weights, optimizer state, batch norm and the loss stay fp32\n",
+                precision_name(compute_precision()), precision_name(compute_precision()), cpu_bf16_flags().c_str(),
+                precision_name(compute_precision()));
   if (dist_.on())
     std::printf("distributed: %d ranks over %s; --batch-size %lld is per rank (global batch %lld), each rank reads "
                 "1/%d of every epoch; %zu gradient buckets of <= %g MiB\n",
@@ -782,6 +789,9 @@ TrainSummary train(const TrainConfig& c) {
                  " CUDA device(s) visible (cuda:0 .. cuda:", cuda_device_count() - 1, ")");
   }
   if (!c.memory_limit.empty()) set_memory_limit(device, parse_byte_size(c.memory_limit, "--memory-limit"));
+  const Precision precision = parse_precision(c.precision);
+  check_precision_supported(precision, device);
+  const PrecisionScope precision_scope(precision);  // this thread's forwards, backwards and evaluations
   seed_init(c.seed);  // the same initial weights on every rank (and rank 0's are broadcast anyway)
   // Stochastic rounding draws differ between ranks, as their activations do; rank 0's are a one-rank run's.
   const uint64_t rank = static_cast<uint64_t>(dist.rank());

@@ -75,7 +75,16 @@ bool winograd_pays(const ConvShape& s) {
          s.pad_h <= 1 && s.pad_w <= 1 && s.C >= 64 && s.K >= 64 && s.C % 16 == 0 &&
          s.K % 16 == 0;
 }
-ConvImpl resolve(ConvImpl impl, const ConvShape& s) {
+ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute) {
+  if (compute == Precision::BF16) {
+    // oneDNN has no bf16 Winograd, and its bf16 kernels want blocked layouts (on plain NCHW a 1x1 conv
+    // falls to a slow reference kernel): every bf16 conv is DnnlBlocked, im2col has no bf16 path.
+    ACTLAB_CHECK(impl == ConvImpl::Auto || impl == ConvImpl::DnnlBlocked, "conv implementation ",
+                 conv_impl_name(impl), " has no bf16 path (only auto and dnnl-blocked)");
+    return ConvImpl::DnnlBlocked;
+  }
+  ACTLAB_CHECK(compute == Precision::F32, "the CPU convolution computes in fp32 or bf16, not ",
+               precision_name(compute));
   if (impl != ConvImpl::Auto) return impl;
   if (winograd_pays(s)) return ConvImpl::DnnlWinograd;
   const bool pointwise = s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 &&
@@ -131,8 +140,9 @@ struct PlanKey {
   Direction dir;
   ConvImpl impl;
   bool with_bias;
+  Precision compute;
   bool operator<(const PlanKey& o) const {
-    return std::tie(shape, dir, impl, with_bias) < std::tie(o.shape, o.dir, o.impl, o.with_bias);
+    return std::tie(shape, dir, impl, with_bias, compute) < std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute);
   }
 };
 
@@ -142,7 +152,11 @@ struct Descs {
   dnnl::algorithm alg;
 };
 
-Descs make_descs(const ConvShape& s, ConvImpl impl) {
+// The primitive's data types: all f32, or under bf16 the operands the kernel multiplies in bf16 and what
+// it writes in f32 (forward: src, wei -> dst; backward data: diff_dst, wei -> diff_src; backward weight:
+// src, diff_dst -> diff_wei). The user's memory stays f32 NCHW; the reorders in and out convert.
+Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::Forward,
+                 Precision compute = Precision::F32) {
   const int64_t P = s.P(), Q = s.Q(), G = s.groups;
   const memory::dims src_dims{s.N, s.C, s.H, s.W}, dst_dims{s.N, s.K, P, Q};
   const memory::dims wei_dims = G > 1 ? memory::dims{G, s.K / G, s.C / G, s.R, s.S}
@@ -152,10 +166,11 @@ Descs make_descs(const ConvShape& s, ConvImpl impl) {
                       : impl == ConvImpl::DnnlNhwc ? Tag::nhwc : Tag::any;
   const Tag wei_tag = impl == ConvImpl::DnnlPlain ? user_wei_tag : Tag::any;
   const auto f32 = memory::data_type::f32;
+  const auto low = compute == Precision::BF16 ? memory::data_type::bf16 : f32;
   Descs d;
-  d.src = memory::desc(src_dims, f32, act_tag);
-  d.dst = memory::desc(dst_dims, f32, act_tag);
-  d.wei = memory::desc(wei_dims, f32, wei_tag);
+  d.src = memory::desc(src_dims, dir == Direction::BackwardData ? f32 : low, act_tag);
+  d.dst = memory::desc(dst_dims, dir == Direction::Forward ? f32 : low, act_tag);
+  d.wei = memory::desc(wei_dims, dir == Direction::BackwardWeight ? f32 : low, wei_tag);
   d.bias = memory::desc({s.K}, f32, Tag::x);
   d.user_src = memory::desc(src_dims, f32, Tag::nchw);
   d.user_dst = memory::desc(dst_dims, f32, Tag::nchw);
@@ -181,18 +196,20 @@ dnnl::convolution_forward::primitive_desc make_forward_pd(const Descs& d, bool w
   return F::primitive_desc(desc, attr, cpu_engine());
 }
 
-std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl impl,
-                                 bool with_bias) {
-  Descs d = make_descs(s, impl);
+std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias,
+                                 Precision compute) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // scratchpads go through Buffer
   if (impl == ConvImpl::DnnlWinograd) {
     try {  // Winograd exists only for some shapes; elsewhere use the direct blocked kernels
-      make_forward_pd(d, false, attr);
+      make_forward_pd(make_descs(s, impl, Direction::Forward, compute), false, attr);
     } catch (const dnnl::error&) {
-      d = make_descs(s, ConvImpl::DnnlBlocked);
+      impl = ConvImpl::DnnlBlocked;
     }
   }
+  const Descs d = make_descs(s, impl, dir, compute);
+  // The backward primitives take a forward one as a hint: the forward of the same implementation and precision.
+  const Descs fwd = make_descs(s, impl, Direction::Forward, compute);
   auto plan = std::make_unique<Plan>();
   plan->with_bias = with_bias;
   plan->bias_md = d.bias;
@@ -207,7 +224,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
     plan->scratchpad_md = pd.scratchpad_desc();
     plan->impl_info = pd.impl_info_str();
   } else if (dir == Direction::BackwardData) {
-    auto hint = make_forward_pd(d, false, dnnl::primitive_attr());
+    auto hint = make_forward_pd(fwd, false, dnnl::primitive_attr());
     using B = dnnl::convolution_backward_data;
     B::primitive_desc pd(B::desc(d.alg, d.src, d.wei, d.dst, d.strides, d.pad_l, d.pad_r), attr,
                          cpu_engine(), hint);
@@ -220,7 +237,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
     plan->scratchpad_md = pd.scratchpad_desc();
     plan->impl_info = pd.impl_info_str();
   } else {
-    auto hint = make_forward_pd(d, with_bias, dnnl::primitive_attr());
+    auto hint = make_forward_pd(fwd, with_bias, dnnl::primitive_attr());
     using B = dnnl::convolution_backward_weights;
     B::desc desc = with_bias ? B::desc(d.alg, d.src, d.wei, d.bias, d.dst, d.strides, d.pad_l,
                                        d.pad_r)
@@ -249,14 +266,14 @@ std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {
 
 // Plans are created once and never move (unique_ptr), so the pointer stays valid until
 // conv_clear_cache().
-const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias) {
+const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias, Precision compute) {
   const PlanKey key{{s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
                      s.groups},
-                    dir, impl, with_bias};
+                    dir, impl, with_bias, compute};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = plan_cache();
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias)).first;
+  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias, compute)).first;
   return *it->second;
 }
 
@@ -302,13 +319,13 @@ void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, 
   strm.wait();
 }
 
-void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const float* in0,
-              const float* in1, float* out, float* bias, bool in0_is_prim = false) {
+void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const float* in0, const float* in1, float* out,
+              float* bias, Precision compute, bool in0_is_prim = false) {
   try {
-    run_plan(get_plan(s, dir, impl, bias != nullptr), in0, in1, out, bias, in0_is_prim);
+    run_plan(get_plan(s, dir, impl, bias != nullptr, compute), in0, in1, out, bias, in0_is_prim);
   } catch (const dnnl::error& e) {
-    ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ") failed for ",
-                s.str(), ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
+    ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ", ", precision_name(compute),
+                ") failed for ", s.str(), ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
   }
 }
 
@@ -419,27 +436,27 @@ void im2col_backward_weight(float* dw, float* db, const float* dy, const float* 
 }  // namespace
 
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                    ConvImpl impl) {
+                    ConvImpl impl, Precision compute) {
   check_conv_shape(s);
-  impl = resolve(impl, s);
+  impl = resolve(impl, s, compute);
   if (impl == ConvImpl::Im2colGemm) return im2col_forward(y, x, w, b, s);
-  run_dnnl(Direction::Forward, impl, s, x, w, y, const_cast<float*>(b));
+  run_dnnl(Direction::Forward, impl, s, x, w, y, const_cast<float*>(b), compute);
 }
 
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
-                          ConvImpl impl) {
+                          ConvImpl impl, Precision compute) {
   check_conv_shape(s);
-  impl = resolve(impl, s);
+  impl = resolve(impl, s, compute);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_data(dx, dy, w, s);
-  run_dnnl(Direction::BackwardData, impl, s, dy, w, dx, nullptr);
+  run_dnnl(Direction::BackwardData, impl, s, dy, w, dx, nullptr, compute);
 }
 
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
-                            const ConvShape& s, ConvImpl impl) {
+                            const ConvShape& s, ConvImpl impl, Precision compute) {
   check_conv_shape(s);
-  impl = resolve(impl, s);
+  impl = resolve(impl, s, compute);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_weight(dw, db, dy, x, s);
-  run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db);
+  run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db, compute);
 }
 
 // The channel block of a plan's input layout: 16 for aBcd16b with whole blocks, else 0 (with C % 16 != 0
@@ -451,10 +468,10 @@ int input_channel_block(const Plan& plan, const ConvShape& s) {
 
 int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvImpl impl) {
   check_conv_shape(s);
-  impl = resolve(impl, s);
+  impl = resolve(impl, s, Precision::F32);
   if (impl == ConvImpl::Im2colGemm || s.groups != 1) return 0;
   try {
-    return input_channel_block(get_plan(s, Direction::BackwardWeight, impl, with_bias), s);
+    return input_channel_block(get_plan(s, Direction::BackwardWeight, impl, with_bias, Precision::F32), s);
   } catch (const dnnl::error&) {
     return 0;  // the call itself will report it
   }
@@ -465,7 +482,8 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
   ACTLAB_CHECK(conv2d_backward_weight_input_block(s, db != nullptr, impl) == 16,
                "conv2d_backward_weight_blocked_input: the primitive for ", s.str(),
                " does not take a channel-blocked input");
-  run_dnnl(Direction::BackwardWeight, resolve(impl, s), s, x_blocked, dy, dw, db, true);
+  run_dnnl(Direction::BackwardWeight, resolve(impl, s, Precision::F32), s, x_blocked, dy, dw, db, Precision::F32,
+           true);
 }
 
 void conv_clear_cache() {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "actlab/core/precision.h"
+
 namespace actlab::cpu {
 
 // Input x: (N,C,H,W); weight w: (K, C/groups, R, S); output y: (N,K,P,Q).
@@ -41,22 +43,27 @@ ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an
 // All three fast-path functions: pointers are NCHW / (K,C/groups,R,S) contiguous fp32, outputs
 // must not alias inputs, threads follow omp_set_num_threads, scratch memory (reorders, im2col,
 // oneDNN scratchpads) is allocated per call as MemTag::Workspace Buffers and freed before return.
+// compute = BF16: the operands the kernel multiplies are rounded to bf16 on the way in (the reorder into
+// the primitive's layout converts), products are accumulated in f32 and the result is written in f32;
+// only Auto and DnnlBlocked have a bf16 path. The spec of a bf16 call is the _ref loop on the operands
+// rounded to bf16 (tests/test_precision.cpp).
 
 // y (N,K,P,Q) = conv(x (N,C,H,W), w (K,C/g,R,S)) + b (K). b may be nullptr. Assigns y.
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                    ConvImpl impl = ConvImpl::Auto);
+                    ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
 // dx (N,C,H,W) = transposed conv of dy (N,K,P,Q) with w (K,C/g,R,S). Assigns dx.
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
-                          ConvImpl impl = ConvImpl::Auto);
+                          ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
 // dw (K,C/g,R,S) = sum over n,p,q of dy * x-window; db (K) = sum over n,p,q of dy, skipped when
 // db is nullptr. Assigns dw and db (does not accumulate).
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
-                            const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
+                            const ConvShape& s, ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
 
 // The input layout conv2d_backward_weight's oneDNN primitive computes on, as a channel block: 16 when it
 // is aBcd16b (value (n, c, h, w) at ((n·C/16 + c/16)·H·W + h·W + w)·16 + c%16), so that a caller holding
 // the input in another form (a compressed activation) can write that layout directly and skip the
-// reorder; 0 when the primitive reads NCHW or another layout. with_bias as for the call itself.
+// reorder; 0 when the primitive reads NCHW or another layout. with_bias as for the call itself. fp32
+// calls only (a bf16 call converts its input on the way in anyway).
 int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvImpl impl = ConvImpl::Auto);
 // conv2d_backward_weight with x already in the layout conv2d_backward_weight_input_block reported
 // (non-zero). Bit-identical to conv2d_backward_weight on the NCHW x.

@@ -138,6 +138,11 @@ void strided_copy(void* dst, const void* src, const StridedCopy& c);
 // The executable spec: one element at a time, serial.
 void strided_copy_ref(void* dst, const void* src, const StridedCopy& c);
 
+// ---- bf16 conversions (kernels_copy.cpp): y = x rounded to the nearest bf16 (even on ties, NaN kept
+// NaN: core/bf16.h), and back (exact). What the bf16 policy stores and returns (compress/exact.h).
+void to_bf16(uint16_t* y, const float* x, int64_t n);
+void from_bf16(float* y, const uint16_t* x, int64_t n);
+
 void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n);
 // mask bit = (y > 0) from an already computed ReLU output (e.g. a fused conv+ReLU).
 void relu_mask_from_output(uint32_t* mask, const float* y, int64_t n);

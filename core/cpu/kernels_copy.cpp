@@ -2,6 +2,7 @@
 // the one-element-at-a-time reference it is tested against (tests/test_token_ops.cpp).
 #include <cstring>
 
+#include "actlab/core/bf16.h"
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/token_math.h"
 
@@ -53,6 +54,16 @@ void strided_copy_ref(void* dst, const void* src, const StridedCopy& c) {
                 s + token_math::strided_offset(i, c.shape, c.src_strides, c.ndim) * c.elem_bytes,
                 static_cast<size_t>(c.elem_bytes));
   }
+}
+
+void to_bf16(uint16_t* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(x[i]);
+}
+
+void from_bf16(float* y, const uint16_t* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(x[i]);
 }
 
 }  // namespace actlab::cpu

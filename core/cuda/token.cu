@@ -1,7 +1,8 @@
 // CUDA kernels of the transformer ops: GELU, LayerNorm and softmax over the last dimension, the row-wise
-// broadcasts and the strided copy, twins of
+// broadcasts, the strided copy and the bf16 conversions, twins of
 // core/cpu/kernels_token.cpp around the same ACTLAB_HD arithmetic (core/token_math.h).
 // Contracts in core/cuda/kernels.h; tested in tests/test_cuda_ops.cpp ("cuda ops: GELU and LayerNorm").
+#include "actlab/core/bf16.h"
 #include "actlab/core/cuda/check.h"
 #include "actlab/core/cuda/kernels.h"
 #include "actlab/core/cuda/launch.h"
@@ -73,6 +74,13 @@ __global__ void strided_copy_kernel(T* dst, const T* src, cpu::StridedCopy c, in
         src[token_math::strided_offset(i, c.shape, c.src_strides, c.ndim)];
 }
 
+__global__ void to_bf16_kernel(uint16_t* y, const float* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = float_to_bf16(x[i]);
+}
+__global__ void from_bf16_kernel(float* y, const uint16_t* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = bf16_to_float(x[i]);
+}
+
 __global__ void gather_rows_kernel(float* out, const float* table, const int64_t* index, int64_t n, int64_t d) {
   for (int64_t k = global_thread(); k < n * d; k += grid_threads()) out[k] = table[index[k / d] * d + k % d];
 }
@@ -132,6 +140,17 @@ void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t
 void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
   if (d == 0) return;
   column_sums_kernel<<<grid_blocks(d), kBlockThreads, 0, cuda_stream>>>(out, x, rows, d);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void to_bf16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+void from_bf16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream) {
+  if (n == 0) return;
+  from_bf16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 

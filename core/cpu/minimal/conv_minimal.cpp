@@ -18,6 +18,11 @@ ConvImpl conv_impl_from_name(const std::string& name) {
 }
 
 namespace {
+// check_precision_supported refuses bf16 in a minimal build; this is the kernel's own guard.
+void require_f32(Precision compute) {
+  ACTLAB_CHECK(compute == Precision::F32, "a minimal build's convolution computes in fp32 only, not ",
+               precision_name(compute));
+}
 ConvShape one_image(const ConvShape& s) {
   ConvShape one = s;
   one.N = 1;
@@ -25,16 +30,20 @@ ConvShape one_image(const ConvShape& s) {
 }
 }  // namespace
 
-void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s, ConvImpl) {
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s, ConvImpl,
+                    Precision compute) {
   check_conv_shape(s);
+  require_f32(compute);
   const ConvShape one = one_image(s);
   const int64_t x_image = s.C * s.H * s.W, y_image = s.K * s.P() * s.Q();
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < s.N; ++n) conv2d_forward_ref(y + n * y_image, x + n * x_image, w, b, one);
 }
 
-void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s, ConvImpl) {
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s, ConvImpl,
+                          Precision compute) {
   check_conv_shape(s);
+  require_f32(compute);
   const ConvShape one = one_image(s);
   const int64_t x_image = s.C * s.H * s.W, y_image = s.K * s.P() * s.Q();
 #pragma omp parallel for schedule(static)
@@ -42,8 +51,10 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
 }
 
 // Per-image weight gradients in parallel, then added image by image (a fixed order).
-void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x, const ConvShape& s, ConvImpl) {
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x, const ConvShape& s, ConvImpl,
+                            Precision compute) {
   check_conv_shape(s);
+  require_f32(compute);
   const ConvShape one = one_image(s);
   const int64_t x_image = s.C * s.H * s.W, y_image = s.K * s.P() * s.Q();
   const int64_t w_size = s.K * (s.C / s.groups) * s.R * s.S;

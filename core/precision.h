@@ -1,0 +1,43 @@
+// The compute precision of a run (--precision fp32|bf16|fp16): what convolutions and linear layers
+// compute in, and what `exact` keeps for backward. The one home of the names, the support check and the
+// per-thread scope that ops and SavedTensor read (docs/precision.md). Tested in tests/test_precision.cpp.
+#pragma once
+#include <string>
+
+#include "actlab/core/device.h"
+
+namespace actlab {
+
+// F32: everything in fp32. BF16: convolutions and linear layers read bf16-rounded inputs and weights and
+// accumulate in fp32 (oneDNN's bf16 kernels); their outputs, batch norm, softmax, the loss, reductions,
+// the master weights and the optimizer state stay fp32; saves offered as lossy that the policy keeps
+// exactly are kept in bf16. F16: fp16 with loss scaling, GPUs only (not built yet: refused).
+enum class Precision { F32, BF16, F16 };
+
+const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
+// "fp32" | "f32" | "bf16" | "fp16" | "f16"; throws Error naming the accepted forms on anything else.
+Precision parse_precision(const std::string& name);
+std::string precision_forms();  // "fp32|bf16|fp16", for --help
+
+// Throws Error, one line saying what is missing, unless `p` can run on `device` in this build: bf16 on a
+// CPU needs oneDNN and avx512_bf16 or amx_bf16 (without them oneDNN emulates bf16 and runs slower than
+// fp32, so it is refused rather than slow); fp16 needs a GPU; neither is built for GPUs yet.
+void check_precision_supported(Precision p, Device device);
+// Whether this CPU has bf16 dot-product instructions (avx512_bf16 or amx_bf16), and their names.
+bool cpu_has_bf16();
+std::string cpu_bf16_flags();  // "avx512_bf16 amx_bf16", "avx512_bf16" or "none"
+
+// The precision the calling thread computes in while this scope is alive (default: F32). Ops and
+// SavedTensor read it, as the policy set is read from ActivationCacheScope.
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(Precision p);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+ private:
+  Precision previous_;
+};
+Precision compute_precision();
+
+}  // namespace actlab
