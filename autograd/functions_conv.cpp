@@ -1,6 +1,7 @@
 // conv2d and linear: forward plus their nodes.
 #include "actlab/autograd/functions.h"
 #include "actlab/core/ops.h"
+#include "actlab/core/precision.h"
 
 namespace actlab {
 namespace {
@@ -38,9 +39,13 @@ class Conv2dNode final : public Node {
       // unpacked straight into that layout: one pass over the activation fewer than unpack + reorder.
       const int channel_block = ops::conv2d_backward_weight_input_block(dy, x_shape_, w.shape(), to_params(opt_), has_bias_);
       const Tensor x_blocked = channel_block > 0 ? load_blocked("input", channel_block) : Tensor();
+      // Under bf16 the kept bf16 copy goes to the bf16 convolution as it is: no f32 copy to round again.
+      const Tensor x_bf16 = !x_blocked.defined() && compute_precision() == Precision::BF16 ? load_bf16("input") : Tensor();
       if (x_blocked.defined()) {
         grads[1] = ops::conv2d_backward_weight_blocked_input(dy, x_blocked, x_shape_, w.shape(), to_params(opt_),
                                                              has_bias_, &db);
+      } else if (x_bf16.defined()) {
+        grads[1] = ops::conv2d_backward_weight(dy, x_bf16, w.shape(), to_params(opt_), has_bias_, &db);
       } else {
         grads[1] = ops::conv2d_backward_weight(dy, load("input"), w.shape(), to_params(opt_), has_bias_, &db);
       }

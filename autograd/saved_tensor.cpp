@@ -125,6 +125,11 @@ Tensor SavedTensor::unpack() const {
   return t;
 }
 
+Tensor SavedTensor::unpack_bf16() const {
+  ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
+  return entry_->policy->unpack_bf16(*entry_->packed, info_);
+}
+
 Tensor SavedTensor::unpack_blocked(int channel_block) const {
   ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
   const auto start = Clock::now();

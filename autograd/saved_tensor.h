@@ -24,6 +24,8 @@ class SavedTensor {
   Tensor unpack() const;
   // The policy's unpack_blocked (undefined when it has none for this pack); timed as an unpack.
   Tensor unpack_blocked(int channel_block) const;
+  // The policy's unpack_bf16 (undefined when it keeps no bf16 tensor); not timed: it copies nothing.
+  Tensor unpack_bf16() const;
   // The policy's channel_reader (nullptr when it has none for this pack). Its reads are timed and
   // recorded as one unpack when the reader is destroyed; the reader must not outlive this SavedTensor.
   std::unique_ptr<ChannelReader> channel_reader() const;

@@ -81,6 +81,8 @@ Tensor Node::load_blocked(const std::string& slot, int channel_block) const {
   return saved(slot).unpack_blocked(channel_block);
 }
 
+Tensor Node::load_bf16(const std::string& slot) const { return saved(slot).unpack_bf16(); }
+
 std::unique_ptr<ChannelReader> Node::load_channels(const std::string& slot) const {
   return saved(slot).channel_reader();
 }

@@ -88,6 +88,8 @@ class Node {
   // The tensor of slot in the channel-blocked layout (N, C/channel_block, H, W, channel_block) when its policy writes
   // that directly (ActivationCachePolicy::unpack_blocked), else an undefined tensor.
   Tensor load_blocked(const std::string& slot, int channel_block) const;
+  // The slot's tensor as a BF16 tensor when its policy keeps one (SavedTensor::unpack_bf16), else undefined.
+  Tensor load_bf16(const std::string& slot) const;
   // A channel-by-channel reader of slot when its policy has one (ActivationCachePolicy::channel_reader),
   // else nullptr. The reader must be destroyed before the node releases what it saved.
   std::unique_ptr<ChannelReader> load_channels(const std::string& slot) const;

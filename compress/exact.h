@@ -4,6 +4,7 @@
 // tests/test_policies.cpp and tests/test_precision.cpp.
 #pragma once
 #include "actlab/compress/policy.h"
+#include "actlab/core/cpu/kernels.h"
 #include "actlab/core/ops.h"
 
 namespace actlab {
@@ -49,8 +50,29 @@ class Bf16Policy final : public ActivationCachePolicy {
   Tensor unpack(const Packed& p, const SaveInfo&) const override {
     return ops::from_bf16(static_cast<const PackedBf16&>(p).half());
   }
+  Tensor unpack_bf16(const Packed& p, const SaveInfo&) const override { return static_cast<const PackedBf16&>(p).half(); }
+  // Batch-norm backward widens one channel at a time into its own buffer: no full-size f32 copy.
+  std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo&) const override {
+    const Tensor& h = static_cast<const PackedBf16&>(p).half();
+    if (h.dim() != 4 || !h.device().is_cpu()) return nullptr;
+    return std::make_unique<Reader>(h);
+  }
   std::string name() const override { return "bf16"; }
   size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
+
+ private:
+  class Reader final : public ChannelReader {
+   public:
+    explicit Reader(const Tensor& h) : h_(h) {}
+    void read(int64_t c, float* out) const override {
+      const int64_t N = h_.size(0), C = h_.size(1), HW = h_.size(2) * h_.size(3);
+      const auto* bits = static_cast<const uint16_t*>(h_.raw_data());
+      for (int64_t n = 0; n < N; ++n) cpu::from_bf16(out + n * HW, bits + (n * C + c) * HW, HW);
+    }
+    const Shape& shape() const override { return h_.shape(); }
+   private:
+    const Tensor& h_;
+  };
 };
 
 }  // namespace actlab

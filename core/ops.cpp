@@ -137,11 +137,18 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
                               bool want_bias, Tensor* db) {
   const Device dev = op_device("conv2d_backward_weight", {&dy, &x});
   require_f32_contig("conv2d_backward_weight", "grad", dy);
-  require_f32_contig("conv2d_backward_weight", "input", x);
   const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
   const Precision pr = conv_precision(dev);
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = bias_grad(db, want_bias, s.K, dev);
+  if (x.dtype() == DType::BF16) {
+    ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && x.is_contiguous(),
+                 "conv2d_backward_weight: a bf16 input needs bf16 compute on the CPU and a contiguous tensor, got ",
+                 x.str(), " on ", dev.str(), " under ", precision_name(pr));
+    cpu::conv2d_backward_weight_bf16_input(f32(dw), db_ptr, f32(dy), static_cast<const uint16_t*>(x.raw_data()), s);
+    return dw;
+  }
+  require_f32_contig("conv2d_backward_weight", "input", x);
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, gpu.ctx()),
                   cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, cpu::ConvImpl::Auto, pr));
   return dw;

@@ -21,7 +21,8 @@ struct ConvParams {
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p);
 // dy (N,K,P,Q), w -> dx of x_shape.
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);
-// dy, x -> dw of w_shape; db (K) when want_bias.
+// dy, x -> dw of w_shape; db (K) when want_bias. x may be a contiguous BF16 tensor on the CPU under bf16
+// compute (the kept bf16 copy of the input: read as it is, no f32 copy).
 Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
                               bool want_bias, Tensor* db);
 // 16 when conv2d_backward_weight on dy's device computes on a channel-blocked input (on the CPU: oneDNN's

@@ -134,7 +134,7 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   const int64_t live_before = actlab::memory_stats().total.current;
   using actlab::Precision;
   uint32_t seed = 500;
-  for (ConvImpl impl : {ConvImpl::Auto, ConvImpl::DnnlBlocked})
+  for (ConvImpl impl : {ConvImpl::Auto, ConvImpl::DnnlBlocked, ConvImpl::DnnlPlain, ConvImpl::DnnlNhwc})
     for (const ConvShape& s : test_shapes())
       for (bool with_bias : {false, true}) {
         CAPTURE(s.str());
@@ -165,6 +165,17 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         actlab::cpu::conv2d_backward_weight_ref(dw_ref.data(), with_bias ? db_ref.data() : nullptr, dyr.data(),
                                                 xr.data(), s);
         CHECK(relative_error(dw, dw_ref) < 1e-4);
+        if (impl == ConvImpl::Auto) {  // the kept bf16 copy read as it is: the same bits as from the widened copy
+          std::vector<uint16_t> x_bits(x_n);
+          for (size_t i = 0; i < x_n; ++i) x_bits[i] = actlab::float_to_bf16(x[i]);
+          std::vector<float> dw16(w_n, NAN), db16(s.K, NAN), dw_wide(w_n, NAN), db_wide(s.K, NAN);
+          actlab::cpu::conv2d_backward_weight_bf16_input(dw16.data(), with_bias ? db16.data() : nullptr, dy.data(),
+                                                         x_bits.data(), s);
+          actlab::cpu::conv2d_backward_weight(dw_wide.data(), with_bias ? db_wide.data() : nullptr, dy.data(),
+                                              xr.data(), s, ConvImpl::Auto, Precision::BF16);
+          CHECK(dw16 == dw_wide);
+          if (with_bias) CHECK(db16 == db_wide);
+        }
         // The bias gradient sums dy: oneDNN may sum the bf16 or the f32 dy; either is within bf16 rounding.
         if (with_bias) CHECK(relative_error(db, db_ref) < 1e-2);
       }

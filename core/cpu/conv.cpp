@@ -75,21 +75,26 @@ bool winograd_pays(const ConvShape& s) {
          s.pad_h <= 1 && s.pad_w <= 1 && s.C >= 64 && s.K >= 64 && s.C % 16 == 0 &&
          s.K % 16 == 0;
 }
+// 1x1, stride 1, no pad, one group: one GEMM per image on NCHW.
+bool dense_pointwise(const ConvShape& s) {
+  return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 &&
+         s.groups == 1;
+}
 ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute) {
   if (compute == Precision::BF16) {
-    // oneDNN has no bf16 Winograd, and its bf16 kernels want blocked layouts (on plain NCHW a 1x1 conv
-    // falls to a slow reference kernel): every bf16 conv is DnnlBlocked, im2col has no bf16 path.
-    ACTLAB_CHECK(impl == ConvImpl::Auto || impl == ConvImpl::DnnlBlocked, "conv implementation ",
-                 conv_impl_name(impl), " has no bf16 path (only auto and dnnl-blocked)");
-    return ConvImpl::DnnlBlocked;
+    // oneDNN has no bf16 Winograd and im2col has no bf16 gemm here. Measured (bench/RESULTS_conv.md,
+    // "bf16"): pointwise convs are fastest on plain NCHW in bf16 too (up to 2x over blocked at 32x32),
+    // depthwise and 3x3 ones on blocked layouts (plain is 4x slower for depthwise).
+    ACTLAB_CHECK(impl != ConvImpl::DnnlWinograd && impl != ConvImpl::Im2colGemm, "conv implementation ",
+                 conv_impl_name(impl), " has no bf16 path (auto, dnnl-blocked, dnnl-nhwc and dnnl-plain have)");
+    if (impl != ConvImpl::Auto) return impl;
+    return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
   }
   ACTLAB_CHECK(compute == Precision::F32, "the CPU convolution computes in fp32 or bf16, not ",
                precision_name(compute));
   if (impl != ConvImpl::Auto) return impl;
   if (winograd_pays(s)) return ConvImpl::DnnlWinograd;
-  const bool pointwise = s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 &&
-                         s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
-  return pointwise ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
+  return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
 }
 
 dnnl::engine& cpu_engine() {
@@ -141,8 +146,10 @@ struct PlanKey {
   ConvImpl impl;
   bool with_bias;
   Precision compute;
+  bool bf16_user_src;  // the caller holds the (backward-weight) src as bf16 NCHW
   bool operator<(const PlanKey& o) const {
-    return std::tie(shape, dir, impl, with_bias, compute) < std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute);
+    return std::tie(shape, dir, impl, with_bias, compute, bf16_user_src) <
+           std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute, o.bf16_user_src);
   }
 };
 
@@ -156,7 +163,7 @@ struct Descs {
 // it writes in f32 (forward: src, wei -> dst; backward data: diff_dst, wei -> diff_src; backward weight:
 // src, diff_dst -> diff_wei). The user's memory stays f32 NCHW; the reorders in and out convert.
 Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::Forward,
-                 Precision compute = Precision::F32) {
+                 Precision compute = Precision::F32, bool bf16_user_src = false) {
   const int64_t P = s.P(), Q = s.Q(), G = s.groups;
   const memory::dims src_dims{s.N, s.C, s.H, s.W}, dst_dims{s.N, s.K, P, Q};
   const memory::dims wei_dims = G > 1 ? memory::dims{G, s.K / G, s.C / G, s.R, s.S}
@@ -172,7 +179,7 @@ Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::F
   d.dst = memory::desc(dst_dims, dir == Direction::Forward ? f32 : low, act_tag);
   d.wei = memory::desc(wei_dims, dir == Direction::BackwardWeight ? f32 : low, wei_tag);
   d.bias = memory::desc({s.K}, f32, Tag::x);
-  d.user_src = memory::desc(src_dims, f32, Tag::nchw);
+  d.user_src = memory::desc(src_dims, bf16_user_src ? memory::data_type::bf16 : f32, Tag::nchw);
   d.user_dst = memory::desc(dst_dims, f32, Tag::nchw);
   d.user_wei = memory::desc(wei_dims, f32, user_wei_tag);
   d.strides = {s.stride_h, s.stride_w};
@@ -197,7 +204,7 @@ dnnl::convolution_forward::primitive_desc make_forward_pd(const Descs& d, bool w
 }
 
 std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias,
-                                 Precision compute) {
+                                 Precision compute, bool bf16_user_src) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // scratchpads go through Buffer
   if (impl == ConvImpl::DnnlWinograd) {
@@ -207,7 +214,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
       impl = ConvImpl::DnnlBlocked;
     }
   }
-  const Descs d = make_descs(s, impl, dir, compute);
+  const Descs d = make_descs(s, impl, dir, compute, bf16_user_src);
   // The backward primitives take a forward one as a hint: the forward of the same implementation and precision.
   const Descs fwd = make_descs(s, impl, Direction::Forward, compute);
   auto plan = std::make_unique<Plan>();
@@ -266,14 +273,15 @@ std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {
 
 // Plans are created once and never move (unique_ptr), so the pointer stays valid until
 // conv_clear_cache().
-const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias, Precision compute) {
+const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias, Precision compute,
+                     bool bf16_user_src = false) {
   const PlanKey key{{s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
                      s.groups},
-                    dir, impl, with_bias, compute};
+                    dir, impl, with_bias, compute, bf16_user_src};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = plan_cache();
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias, compute)).first;
+  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias, compute, bf16_user_src)).first;
   return *it->second;
 }
 
@@ -281,14 +289,14 @@ const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with
 // wants another layout, executes, and reorders the output back. `bias` is an input (forward)
 // or an output (backward weight); nullptr when the plan has none. in0_is_prim: in0 is already in the
 // primitive's layout (no reorder).
-void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, float* bias,
+void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, float* bias,
               bool in0_is_prim = false) {
   dnnl::engine& eng = cpu_engine();
   dnnl::stream& strm = cpu_stream();
   std::vector<Buffer> buffers;  // reorder targets and the scratchpad: alive until the end
   buffers.reserve(4);
-  auto bind_input = [&](const Port& port, const float* user) {
-    memory user_mem(port.user_md, eng, const_cast<float*>(user));
+  auto bind_input = [&](const Port& port, const void* user) {
+    memory user_mem(port.user_md, eng, const_cast<void*>(user));
     if (!port.reorder) return user_mem;
     const Buffer& buf = buffers.emplace_back(port.prim_md.get_size(), MemTag::Workspace);
     memory prim_mem(port.prim_md, eng, buf.data());
@@ -297,7 +305,7 @@ void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, 
   };
   std::unordered_map<int, memory> args;
   if (in0_is_prim) {
-    args.emplace(plan.in0_arg, memory(plan.in0.prim_md, eng, const_cast<float*>(in0)));
+    args.emplace(plan.in0_arg, memory(plan.in0.prim_md, eng, const_cast<void*>(in0)));
   } else {
     args.emplace(plan.in0_arg, bind_input(plan.in0, in0));
   }
@@ -319,10 +327,10 @@ void run_plan(const Plan& plan, const float* in0, const float* in1, float* out, 
   strm.wait();
 }
 
-void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const float* in0, const float* in1, float* out,
-              float* bias, Precision compute, bool in0_is_prim = false) {
+void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const void* in0, const float* in1, float* out,
+              float* bias, Precision compute, bool in0_is_prim = false, bool bf16_user_src = false) {
   try {
-    run_plan(get_plan(s, dir, impl, bias != nullptr, compute), in0, in1, out, bias, in0_is_prim);
+    run_plan(get_plan(s, dir, impl, bias != nullptr, compute, bf16_user_src), in0, in1, out, bias, in0_is_prim);
   } catch (const dnnl::error& e) {
     ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ", ", precision_name(compute),
                 ") failed for ", s.str(), ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
@@ -484,6 +492,13 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
                " does not take a channel-blocked input");
   run_dnnl(Direction::BackwardWeight, resolve(impl, s, Precision::F32), s, x_blocked, dy, dw, db, Precision::F32,
            true);
+}
+
+void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
+                                       const ConvShape& s) {
+  check_conv_shape(s);
+  run_dnnl(Direction::BackwardWeight, resolve(ConvImpl::Auto, s, Precision::BF16), s, x_bf16, dy, dw, db,
+           Precision::BF16, false, true);
 }
 
 void conv_clear_cache() {

@@ -45,7 +45,7 @@ ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an
 // oneDNN scratchpads) is allocated per call as MemTag::Workspace Buffers and freed before return.
 // compute = BF16: the operands the kernel multiplies are rounded to bf16 on the way in (the reorder into
 // the primitive's layout converts), products are accumulated in f32 and the result is written in f32;
-// only Auto and DnnlBlocked have a bf16 path. The spec of a bf16 call is the _ref loop on the operands
+// Winograd and im2col have no bf16 path. The spec of a bf16 call is the _ref loop on the operands
 // rounded to bf16 (tests/test_precision.cpp).
 
 // y (N,K,P,Q) = conv(x (N,C,H,W), w (K,C/g,R,S)) + b (K). b may be nullptr. Assigns y.
@@ -69,6 +69,12 @@ int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvI
 // (non-zero). Bit-identical to conv2d_backward_weight on the NCHW x.
 void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy, const float* x_blocked,
                                           const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
+
+// conv2d_backward_weight under bf16 compute with x given as bf16 (N,C,H,W) bits (round-to-nearest values,
+// core/bf16.h): the kept bf16 copy of a bf16 run's input, read without widening it to f32 first. The same
+// result as conv2d_backward_weight(..., Auto, BF16) on the widened x, bit for bit.
+void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
+                                       const ConvShape& s);
 
 // The executable spec: the same contracts, naive loops, double accumulation, single thread.
 void conv2d_forward_ref(float* y, const float* x, const float* w, const float* b,
