@@ -6,7 +6,10 @@
 #include <exception>
 #include <sstream>
 
+#include <map>
+
 #include "actlab/compress/policy.h"
+#include "actlab/core/precision.h"
 #include "actlab/core/allocator.h"
 #include "actlab/io/files.h"
 #include "actlab/models/registry.h"
@@ -14,6 +17,7 @@
 #include "actlab/train/logging.h"
 #include "actlab/train/memtable.h"
 #include "actlab/train/paper_reference.h"
+#include "actlab/train/step.h"
 
 using namespace actlab;
 
@@ -44,7 +48,9 @@ int main(int argc, char** argv) {
                    "                  --classes 1000 --policies 'exact;division:B=8,Q=2'");
   flags.add("models", "string", "resnet18", "comma-separated model names");
   flags.add("batches", "string", "128", "comma-separated batch sizes");
-  flags.add("policies", "string", "exact;division:B=8,Q=2", "policies, separated by ';' (or ',' between names)");
+  flags.add("policies", "string", "exact;division:B=8,Q=2",
+            "policies, separated by ';' (or ',' between names), each optionally POLICY@PRECISION (exact@bf16)");
+  flags.add("precision", "string", "fp32", "compute precision of the entries that name none: " + precision_forms());
   flags.add("image-size", "int", "32", "input height and width");
   flags.add("channels", "int", "3", "input channels");
   flags.add("classes", "int", "10", "classes");
@@ -83,7 +89,15 @@ int main(int argc, char** argv) {
       batches.push_back(std::stoll(b));
     }
     ACTLAB_CHECK(!models.empty() && !policies.empty() && !batches.empty(), "empty grid");
-    for (const auto& p : policies) parse_policy_set(p);  // a typo fails now, not after minutes of other cells
+    const Precision precision = parse_precision(flags.get("precision"));
+    std::vector<RunEntry> entries;
+    bool mixed = false;  // some entry is not fp32: a column of rates against the fp32 exact run too
+    for (const auto& p : policies) {
+      entries.push_back(parse_run_entry(p, precision));
+      parse_policy_set(entries.back().policy);  // a typo fails now, not after minutes of other cells
+      check_precision_supported(entries.back().precision, Device::cpu());
+      mixed = mixed || entries.back().precision != Precision::F32;
+    }
     // The paper's Table 1(a) cells exist for ImageNet inputs only.
     const bool paper_cells = image_size == 224 && classes == 1000 && flags.get_int("channels") == 3;
     const int64_t threads = flags.get_int("threads");
@@ -98,16 +112,18 @@ int main(int argc, char** argv) {
     kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";
     csv << "model,batch,policy,method,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
            "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s,recompute_s,offloaded_gib,paper_total_gb,"
-           "paper_activation_gb\n";
+           "paper_activation_gb,precision,activation_rate_vs_fp32_exact\n";
     md << "| model | batch | method | policy | total GiB | activation GiB (rate vs exact) | peak GiB | "
           "policy-kept inputs: measured / closed form | recompute s | offloaded GiB |"
-       << (paper_cells ? " paper total GB | paper activation GB (rate) |" : "") << "\n"
-       << "|---|---|---|---|---|---|---|---|---|---|" << (paper_cells ? "---|---|" : "") << "\n";
+       << (mixed ? " rate vs fp32 exact |" : "") << (paper_cells ? " paper total GB | paper activation GB (rate) |" : "")
+       << "\n"
+       << "|---|---|---|---|---|---|---|---|---|---|" << (mixed ? "---|" : "") << (paper_cells ? "---|---|" : "") << "\n";
     for (const auto& model : models) {
       for (int64_t batch : batches) {
-        int64_t exact_act = 0;
+        std::map<Precision, int64_t> exact_act;  // the "exact" entry's activation bytes, per precision
         const PaperMemory* paper_normal = paper_cells ? paper_table_1a("Normal", model, batch) : nullptr;
-        for (const auto& policy : policies) {
+        for (const RunEntry& entry : entries) {
+          const std::string& policy = entry.policy;
           StepMemoryConfig c;
           c.model = model;
           c.batch = batch;
@@ -115,12 +131,17 @@ int main(int argc, char** argv) {
           c.image_size = image_size;
           c.num_classes = classes;
           c.policy = policy;
+          c.precision = entry.precision;
           c.seed = static_cast<uint64_t>(flags.get_int("seed"));
           std::fprintf(stderr, "measuring %s b%lld %s ...\n", model.c_str(), static_cast<long long>(batch),
-                       policy.c_str());
+                       entry.label().c_str());
           const StepMemoryResult r = measure_step_memory(c);
-          if (policy == "exact") exact_act = r.activation_bytes;
-          const double rate = exact_act > 0 ? static_cast<double>(exact_act) / r.activation_bytes : 0.0;
+          if (policy == "exact") exact_act[entry.precision] = r.activation_bytes;
+          const auto rate_against = [&](Precision p) {
+            const auto it = exact_act.find(p);
+            return it != exact_act.end() ? static_cast<double>(it->second) / r.activation_bytes : 0.0;
+          };
+          const double rate = rate_against(entry.precision), rate_fp32 = rate_against(Precision::F32);
           const double vs_closed = r.saved_expected_bytes > 0
                                        ? static_cast<double>(r.saved_packed_bytes) / r.saved_expected_bytes
                                        : 0.0;
@@ -128,13 +149,17 @@ int main(int argc, char** argv) {
           const PaperMemory* paper = paper_cells ? paper_table_1a(method, model, batch) : nullptr;
           char row[768];
           std::snprintf(row, sizeof row, "| %s | %lld | %s | %s | %.2f | %.3f%s | %.2f | %.1f / %.1f MiB | %s | %s |",
-                        model.c_str(), static_cast<long long>(batch), method.c_str(), policy.c_str(), gib(r.total_bytes),
+                        model.c_str(), static_cast<long long>(batch), method.c_str(), entry.label().c_str(), gib(r.total_bytes),
                         gib(r.activation_bytes),
                         rate > 0 && policy != "exact" ? (" (" + std::to_string(rate).substr(0, 5) + "x)").c_str() : "",
                         gib(r.peak_bytes), r.saved_packed_bytes / 1048576.0, r.saved_expected_bytes / 1048576.0,
                         r.recomputed_segments > 0 ? std::to_string(r.recompute_seconds).substr(0, 5).c_str() : "-",
                         r.offloaded_bytes > 0 ? std::to_string(gib(r.offloaded_bytes)).substr(0, 5).c_str() : "-");
           std::string line = row;
+          if (mixed) {
+            std::snprintf(row, sizeof row, " %s |", rate_fp32 > 0 ? (std::to_string(rate_fp32).substr(0, 5) + "x").c_str() : "-");
+            line += row;
+          }
           if (paper_cells) {
             if (!paper) {
               line += " - | - |";
@@ -153,15 +178,16 @@ int main(int argc, char** argv) {
           md << line << "\n";
           std::printf("%s\n", line.c_str());
           std::fflush(stdout);
-          csv << model << "," << batch << "," << csv_field(policy) << "," << csv_field(method) << ","
+          csv << model << "," << batch << "," << csv_field(entry.label()) << "," << csv_field(method) << ","
               << gib(r.total_bytes) << "," << gib(r.activation_bytes) << "," << rate << ","
               << r.saved_raw_bytes / 1048576.0 << "," << r.saved_packed_bytes / 1048576.0 << ","
               << r.saved_expected_bytes / 1048576.0 << "," << vs_closed << "," << gib(r.peak_bytes) << ","
               << r.step_seconds << "," << r.recompute_seconds << "," << gib(r.offloaded_bytes) << ","
               << (paper && paper->total_gb >= 0 ? std::to_string(paper->total_gb) : "") << ","
-              << (paper && paper->activation_gb >= 0 ? std::to_string(paper->activation_gb) : "") << "\n";
+              << (paper && paper->activation_gb >= 0 ? std::to_string(paper->activation_gb) : "") << ","
+              << precision_name(entry.precision) << "," << rate_fp32 << "\n";
           for (const SaveKindBytes& k : r.by_kind)
-            kinds << model << "," << batch << "," << csv_field(policy) << "," << csv_field(k.op) << ","
+            kinds << model << "," << batch << "," << csv_field(entry.label()) << "," << csv_field(k.op) << ","
                   << (k.lossy ? "true" : "false") << "," << k.raw / 1048576.0 << "," << k.packed / 1048576.0 << ","
                   << (k.packed > 0 ? static_cast<double>(k.raw) / k.packed : 0.0) << "\n";
         }

@@ -46,10 +46,8 @@ struct TrainStep {
   Tensor x, y;
   int64_t activation_bytes = 0;  // of the last step (train/step.h, docs/measures.md)
 
-  // entry: "POLICY" (at `fallback` precision) or "POLICY@PRECISION".
-  TrainStep(const std::string& name, const std::string& entry, Precision fallback, int64_t B, int64_t C, int64_t S)
-      : set(parse_policy_set(entry.substr(0, entry.rfind('@')))),
-        precision(entry.rfind('@') == std::string::npos ? fallback : parse_precision(entry.substr(entry.rfind('@') + 1))) {
+  TrainStep(const std::string& name, const RunEntry& entry, int64_t B, int64_t C, int64_t S)
+      : set(parse_policy_set(entry.policy)), precision(entry.precision) {
     check_precision_supported(precision, Device::cpu());
     seed_init(0);
     set_pack_seed(0);
@@ -112,17 +110,21 @@ int main(int argc, char** argv) {
     for (const auto& name : split_list(flags.get("models"), ',')) {
       if (!flags.get_bool("interleave")) {
         for (const auto& policy : runs) {
-          TrainStep run(name, policy, precision, B, C, S);
+          const RunEntry entry = parse_run_entry(policy, precision);
+          TrainStep run(name, entry, B, C, S);
           std::vector<double> cpu;
           const std::vector<double> ts = time_steps(timing, [&] { run.step(); }, [] {}, &cpu);
-          report(name, policy, ts, cpu, run.activation_bytes);
+          report(name, entry.label(), ts, cpu, run.activation_bytes);
         }
         continue;
       }
-      const std::vector<std::string> policies = split_list(flags.get("policies"), ';');
+      std::vector<std::string> policies;  // the entries' labels
       std::vector<std::unique_ptr<TrainStep>> steps;
-      for (const auto& policy : policies)
-        steps.push_back(std::make_unique<TrainStep>(name, policy, precision, B, C, S));
+      for (const auto& policy : split_list(flags.get("policies"), ';')) {
+        const RunEntry entry = parse_run_entry(policy, precision);
+        policies.push_back(entry.label());
+        steps.push_back(std::make_unique<TrainStep>(name, entry, B, C, S));
+      }
       for (int64_t i = 0; i < timing.warmup; ++i)
         for (auto& run : steps) run->step();
       std::vector<std::vector<double>> wall(steps.size()), cpu(steps.size());

@@ -14,6 +14,7 @@
 #include "actlab/core/philox.h"
 #include "actlab/core/precision.h"
 #include "actlab/models/registry.h"
+#include "actlab/train/memtable.h"
 #include "actlab/train/step.h"
 #include "actlab/train/trainer.h"
 #include "tests/error_of.h"
@@ -202,4 +203,29 @@ TEST_CASE("precision: actlab-train's --precision trains in bf16, and refuses fp1
   CHECK(half.saved_raw_bytes == full.saved_raw_bytes);
   CHECK(half.saved_packed_bytes * 2 == full.saved_packed_bytes);
   CHECK(std::isfinite(half.final_test_acc));
+}
+
+TEST_CASE("precision: a tool's run entry POLICY@PRECISION, and the memory step under bf16") {
+  const RunEntry plain = parse_run_entry("division:B=8,Q=2", Precision::F32);
+  CHECK(plain.policy == "division:B=8,Q=2");
+  CHECK(plain.precision == Precision::F32);
+  CHECK(plain.label() == "division:B=8,Q=2");
+  const RunEntry half = parse_run_entry("checkpoint+division:B=8,Q=2@bf16", Precision::F32);
+  CHECK(half.policy == "checkpoint+division:B=8,Q=2");
+  CHECK(half.precision == Precision::BF16);
+  CHECK(half.label() == "checkpoint+division:B=8,Q=2@bf16");
+  CHECK(parse_run_entry("exact", Precision::BF16).label() == "exact@bf16");
+  CHECK(error_of([] { parse_run_entry("exact@fp8", Precision::F32); }).find("unknown precision 'fp8'") !=
+        std::string::npos);
+  if (!cpu_has_bf16()) return;
+  StepMemoryConfig c;
+  c.model = "resnet20";
+  c.batch = 8;
+  c.image_size = 16;
+  const StepMemoryResult full = measure_step_memory(c);
+  c.precision = Precision::BF16;
+  const StepMemoryResult bf16 = measure_step_memory(c);
+  CHECK(compute_precision() == Precision::F32);
+  CHECK(bf16.saved_packed_bytes * 2 == full.saved_packed_bytes);
+  CHECK(bf16.saved_packed_bytes == bf16.saved_expected_bytes);
 }

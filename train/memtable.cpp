@@ -24,6 +24,8 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
   ACTLAB_CHECK(c.batch >= 1, "batch must be >= 1, got ", c.batch);
   StepMemoryResult r;
   PolicySet policies = parse_policy_set(c.policy);
+  check_precision_supported(c.precision, Device::cpu());
+  const PrecisionScope precision(c.precision);
   const int64_t start = memory_stats().total.current;
   seed_init(c.seed);
   set_pack_seed(c.seed);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "actlab/core/precision.h"
 #include "actlab/core/tensor.h"
 
 namespace actlab {
@@ -18,6 +19,7 @@ struct StepMemoryConfig {
   int64_t image_size = 32;
   int64_t num_classes = 10;
   std::string policy = "exact";
+  Precision precision = Precision::F32;  // the step's compute precision (docs/precision.md)
   uint64_t seed = 0;
 };
 

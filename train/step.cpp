@@ -12,6 +12,16 @@ int64_t activation_measure_live(const MemoryStats& s) {
   return s.total.current - s[MemTag::Data].current - s[MemTag::Workspace].current - s[MemTag::Offloaded].current;
 }
 
+std::string RunEntry::label() const {
+  return precision == Precision::F32 ? policy : policy + "@" + precision_name(precision);
+}
+
+RunEntry parse_run_entry(const std::string& entry, Precision fallback) {
+  const size_t at = entry.rfind('@');
+  if (at == std::string::npos) return {entry, fallback};
+  return {entry.substr(0, at), parse_precision(entry.substr(at + 1))};
+}
+
 StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
                     const StepOptions& o) {
   StepResult r;

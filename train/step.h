@@ -9,6 +9,7 @@
 
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
+#include "actlab/core/precision.h"
 #include "actlab/core/tensor.h"
 #include "actlab/layers/module.h"
 #include "actlab/layers/optim/sgd.h"
@@ -60,6 +61,16 @@ struct StepResult {
   SavedBytes saved;             // record_saves: the lossy saves' totals
   std::vector<CacheEntryStats> saves;  // record_saves: every save of the step, per module (unpack times too)
 };
+
+// One run of a measuring tool's list (bench_train, actlab-memtable): "POLICY" runs at the tool's precision,
+// "POLICY@PRECISION" ("exact@bf16") at its own, so that one list compares fp32 and bf16 side by side.
+struct RunEntry {
+  std::string policy;   // a policy-set string (parse_policy_set)
+  Precision precision;
+  std::string label() const;  // the policy, with "@bf16" appended when not fp32
+};
+// Throws Error for an unknown precision (the policy string is parsed where it is used).
+RunEntry parse_run_entry(const std::string& entry, Precision fallback);
 
 // Runs one step of `model` on (images, labels), both on the model's device, with `policies` in force:
 // forward and cross-entropy under MemTag::Activation, then zero_grad, backward and opt->step() (opt may
