@@ -17,11 +17,13 @@
 #include "actlab/analysis/plot.h"
 #include "actlab/core/cuda/runtime.h"
 #include "actlab/core/device.h"
+#include "actlab/core/precision.h"
 #include "actlab/core/error.h"
 #include "actlab/io/files.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/grid.h"
 #include "actlab/train/radar.h"
+#include "actlab/train/step.h"
 
 using namespace actlab;
 
@@ -51,6 +53,8 @@ void declare_flags(FlagParser& f) {
   f.add("steps-per-epoch", "int", "", "stop each epoch after N steps");
   f.add("threads", "int", "", "CPU threads per cell (default: all cores)");
   f.add("device", "string", "cpu", "where every cell trains: cpu, cuda or cuda:N (the paper preset is GPU scale)");
+  f.add("precision", "string", "fp32",
+        "every cell's compute precision (" + precision_forms() + "); a --policies entry POLICY@PRECISION names its own");
   f.add("data-dir", "string", "", "data set directory passed to every cell");
   f.add("train-arg", "string", "", "extra actlab-train flag for every cell, e.g. --train-arg=--no-augment", true);
   f.add("out", "string", "", "output directory (default: ablate-<preset>); with --radar the SVG file");
@@ -80,7 +84,8 @@ GridOptions grid_options(const FlagParser& f) {
     for (const auto& item : split_list(p, ';')) o.policies.push_back(item);
   ACTLAB_CHECK(o.policies.empty() || !f.given("table"),
                "--policies makes a custom grid; it cannot be combined with --table");
-  for (const auto& p : o.policies) canonical_policy(p);  // a typo fails now, not after hours of other cells
+  for (const auto& p : o.policies)  // a typo fails now, not after hours of other cells
+    canonical_policy(parse_run_entry(p, Precision::F32).policy);
   o.models = list_flag(f, "models", "model");
   o.datasets = list_flag(f, "datasets", "dataset");
   o.seeds.clear();
@@ -107,6 +112,9 @@ GridOptions grid_options(const FlagParser& f) {
   }
   o.device = f.get("device");
   const Device device = Device::parse(o.device);  // a typo or a missing GPU fails now, not once per cell
+  o.precision = f.get("precision");
+  check_precision_supported(parse_precision(o.precision), device);
+  for (const auto& p : o.policies) check_precision_supported(parse_run_entry(p, Precision::F32).precision, device);
   ACTLAB_CHECK(device.is_cpu() || device.index < cuda_device_count(), "--device ", o.device, ": ",
                cuda_device_count(), " CUDA device(s) usable here (a CPU-only build, no driver or no GPU gives 0)");
   o.data_dir = f.get("data-dir");

@@ -316,6 +316,26 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   o.device = "cuda:1";
   CHECK(has_flag(make_grid(o).cells[0].train_args(), "--device", "cuda:1"));
   o.device = "cpu";
+  // A POLICY@PRECISION entry is its own cell, named and passed on; the grid's precision covers the rest.
+  o.policies = {"exact", "exact@bf16", "division:B=8,Q=2"};
+  o.precision = "fp32";
+  const Grid mixed = make_grid(o);
+  REQUIRE(mixed.cells.size() == 3);
+  CHECK(mixed.cells[1].policy == "exact");
+  CHECK(mixed.cells[1].precision == "bf16");
+  CHECK(mixed.cells[1].run_label() == "exact@bf16");
+  CHECK(mixed.cells[1].id() == "resnet20-fashion-mnist-exact-bf16-s0");
+  CHECK(mixed.cells[0].id() != mixed.cells[1].id());
+  CHECK(has_flag(mixed.cells[1].train_args(), "--precision", "bf16"));
+  CHECK_FALSE(has_flag(mixed.cells[0].train_args(), "--precision", "fp32"));  // fp32 cells keep their old flags
+  o.precision = "bf16";  // now "exact" is "exact@bf16": the same cell, listed once
+  const Grid all_bf16 = make_grid(o);
+  REQUIRE(all_bf16.cells.size() == 2);
+  CHECK(all_bf16.cells[0].run_label() == "exact@bf16");
+  CHECK(all_bf16.cells[1].run_label() == "division:B=8,Q=2@bf16");
+  o.policies = {"exact@half"};
+  CHECK(error_of([&] { make_grid(o); }).find("unknown precision 'half'") != std::string::npos);
+  o.precision = "fp32";
   o.tables = {"2c"};
   o.policies.clear();
   CHECK(error_of([&] { make_grid(o); }).find("unknown table '2c'") != std::string::npos);
@@ -353,9 +373,10 @@ TEST_CASE("ablate: a tiny grid runs through actlab-train, writes the reports, an
   CHECK(read_all(cell / "command.txt").find("--policy division:B=8,Q=2") != std::string::npos);
   size_t columns = 0;
   auto rows = read_results(out / "results.csv", &columns);
-  CHECK(columns == 23);
+  CHECK(columns == 24);  // ... status, cell, message, precision
   REQUIRE(rows.size() == 2);
   CHECK(rows[0]["policy"] == "exact");
+  CHECK(rows[0]["precision"] == "fp32");
   CHECK(rows[1]["policy"] == "division:B=8,Q=2");
   CHECK(rows[1]["B"] == "8");
   CHECK(rows[1]["Q"] == "2");

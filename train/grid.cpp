@@ -116,8 +116,10 @@ std::string Cell::id() const {
     else if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') slug += c;
     else slug += '-';
   }
-  return model + "-" + dataset + "-" + slug + "-s" + std::to_string(seed);
+  return model + "-" + dataset + "-" + slug + (precision == "fp32" ? "" : "-" + precision) + "-s" + std::to_string(seed);
 }
+
+std::string Cell::run_label() const { return precision == "fp32" ? policy : policy + "@" + precision; }
 
 std::vector<std::string> Cell::train_args() const {
   std::vector<std::string> a = {"--model", model, "--dataset", dataset, "--policy", policy,
@@ -132,6 +134,7 @@ std::vector<std::string> Cell::train_args() const {
   opt("--train-limit", train_limit);
   opt("--test-limit", test_limit);
   a.insert(a.end(), {"--device", device});  // always: a resumed child would otherwise inherit its checkpoint's
+  if (precision != "fp32") a.insert(a.end(), {"--precision", precision});
   if (!data_dir.empty()) a.insert(a.end(), {"--data-dir", data_dir});
   a.insert(a.end(), extra_args.begin(), extra_args.end());
   return a;
@@ -357,7 +360,7 @@ std::string format_duration(double s) {
 std::string cell_title(const Grid& grid, const Cell& c) {
   bool many_data = false;
   for (const Cell& o : grid.cells) many_data = many_data || o.dataset != c.dataset;
-  return c.model + (many_data ? " " + c.dataset : "") + " " + c.policy + " seed " + std::to_string(c.seed);
+  return c.model + (many_data ? " " + c.dataset : "") + " " + c.run_label() + " seed " + std::to_string(c.seed);
 }
 
 // How a cell that is not done gets (re)started: from its checkpoint when that holds an unfinished

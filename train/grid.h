@@ -27,14 +27,18 @@ struct Cell {
   int64_t steps_per_epoch = 0, train_limit = 0, test_limit = 0;  // 0: unlimited
   int64_t threads = 2;
   std::string device = "cpu";           // --device of the child (cpu, cuda, cuda:N); like threads, not part of the recipe
+  std::string precision = "fp32";       // --precision of the child (docs/precision.md); part of the cell's identity
   std::string data_dir;                 // empty: the child's default
   std::vector<std::string> extra_args;  // appended verbatim, e.g. {"--synthetic-size", "256"}
   // (table, row label in that table): "1c" + "w/o HFC", "fig3" + "LFC-ACT", "custom" + the policy.
   // A cell shared by several tables (the exact run) is run once and listed in each.
   std::vector<std::pair<std::string, std::string>> tables;
 
-  // Readable, unique per (model, dataset, policy, seed): "resnet20-fashion-mnist-division_B8_Q2-s0".
+  // Readable, unique per (model, dataset, policy, precision, seed): "resnet20-fashion-mnist-division_B8_Q2-s0",
+  // "...-division_B8_Q2-bf16-s0".
   std::string id() const;
+  // The policy as the reports name it: with "@bf16" when the cell is not fp32 (train/step.h RunEntry).
+  std::string run_label() const;
   // The child's flags without the output paths and without --resume/--overwrite.
   std::vector<std::string> train_args() const;
 };
@@ -59,6 +63,7 @@ struct GridOptions {
   std::optional<int64_t> epochs, batch_size, train_limit, test_limit, steps_per_epoch, threads;
   std::optional<double> lr;
   std::string device = "cpu";
+  std::string precision = "fp32";  // every cell's, unless its POLICY@PRECISION entry names one
   std::string data_dir;
   std::vector<std::string> extra_args;
 };

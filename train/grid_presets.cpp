@@ -16,6 +16,7 @@
 #include "actlab/models/registry.h"
 #include "actlab/models/summary.h"
 #include "actlab/train/grid_internal.h"
+#include "actlab/train/step.h"
 
 namespace actlab {
 using namespace grid_detail;
@@ -47,6 +48,7 @@ Cell recipe(const GridOptions& o, const std::string& model, const std::string& d
   if (o.threads) c.threads = *o.threads;
   if (o.lr) c.lr = *o.lr;
   c.device = o.device;
+  c.precision = precision_name(parse_precision(o.precision));
   c.data_dir = o.data_dir;
   c.extra_args = o.extra_args;
   return c;
@@ -136,9 +138,11 @@ Grid make_grid(const GridOptions& o) {
         for (const auto& d : datasets)
           for (const auto& p : o.policies) {
             Cell c = recipe(o, m, d);
-            c.policy = canonical_policy(p);
+            const RunEntry entry = parse_run_entry(p, parse_precision(c.precision));
+            c.policy = canonical_policy(entry.policy);
+            c.precision = precision_name(entry.precision);
             c.seed = seed;
-            g.add(c, "custom", c.policy);
+            g.add(c, "custom", c.run_label());
           }
     return g;
   }

@@ -86,7 +86,7 @@ struct Results {
     double exact = CellResult::kNaN;
     for (size_t j = 0; j < grid.cells.size(); ++j) {
       const Cell& e = grid.cells[j];
-      if (e.policy != "exact" || e.model != c.model || e.dataset != c.dataset || e.batch_size != c.batch_size ||
+      if (e.policy != "exact" || e.precision != "fp32" || e.model != c.model || e.dataset != c.dataset || e.batch_size != c.batch_size ||
           cells[j].activation_bytes <= 0)
         continue;
       if (std::isnan(exact) || e.seed == c.seed) exact = static_cast<double>(cells[j].activation_bytes);
@@ -116,7 +116,7 @@ void write_results_csv(const Results& r, const fs::path& path) {
   std::string out =
       "table,model,dataset,policy,B,Q,seed,epochs,epochs_done,final_test_acc,best_test_acc,train_loss,img_per_s,"
       "activation_bytes,peak_bytes,saved_raw_bytes,saved_packed_bytes,compression_measured,compression_policy,"
-      "wall_s,status,cell,message\n";
+      "wall_s,status,cell,message,precision\n";
   for (size_t i = 0; i < r.grid.cells.size(); ++i) {
     const Cell& c = r.grid.cells[i];
     const CellResult& x = r.cells[i];
@@ -126,7 +126,7 @@ void write_results_csv(const Results& r, const fs::path& path) {
         csv_num(x.best_test_acc, "%.4f"), csv_num(x.train_loss, "%.6f"), csv_num(x.img_per_s, "%.2f"),
         std::to_string(x.activation_bytes), std::to_string(x.peak_bytes), std::to_string(x.saved_raw_bytes),
         std::to_string(x.saved_packed_bytes), csv_num(r.compression(i), "%.4f"), csv_num(m_policy_comp(r, i), "%.4f"),
-        csv_num(x.wall_s, "%.1f"), status_name(x.status), c.id(), x.message};
+        csv_num(x.wall_s, "%.1f"), status_name(x.status), c.id(), x.message, c.precision};
     std::string line;
     for (const auto& v : f) line += (line.empty() ? "" : ",") + csv_field(v);
     out += line + "\n";
@@ -192,14 +192,14 @@ std::string md_rule(size_t n) { return md_row(std::vector<std::string>(n, "---")
 // A custom grid's rows are named by their policies: no separate Method column there.
 std::string metrics_table(const Results& r, const TableGroup& g) {
   bool named = false;
-  for (const auto& label : g.labels) named = named || label != r.grid.cells[g.cells.at(label)[0]].policy;
+  for (const auto& label : g.labels) named = named || label != r.grid.cells[g.cells.at(label)[0]].run_label();
   std::vector<std::string> head = {"Policy", "Test acc. (%)", "Best (%)", "Train loss", "Activation memory",
                                    "Compression", "Saved raw/packed", "img/s"};
   if (named) head.insert(head.begin(), "Method");
   std::string s = md_row(head) + md_rule(head.size());
   for (const auto& label : g.labels) {
     const auto& idx = g.cells.at(label);
-    std::vector<std::string> row = {"`" + r.grid.cells[idx[0]].policy + "`", stat_text(r, idx, m_final, "%.2f"),
+    std::vector<std::string> row = {"`" + r.grid.cells[idx[0]].run_label() + "`", stat_text(r, idx, m_final, "%.2f"),
                                     stat_text(r, idx, m_best, "%.2f"), stat_text(r, idx, m_loss, "%.4f"),
                                     mib_text(r, idx), stat_text(r, idx, m_comp, "%.1f", "×"),
                                     stat_text(r, idx, m_policy_comp, "%.1f", "×"), stat_text(r, idx, m_rate, "%.0f")};
@@ -388,7 +388,7 @@ plot::LineChart accuracy_chart(const Results& r) {
   std::map<std::string, std::map<int64_t, std::vector<double>>> acc;
   for (size_t i = 0; i < r.grid.cells.size(); ++i) {
     const Cell& c = r.grid.cells[i];
-    const std::string key = (many ? group_name(c) + ": " : "") + c.policy;
+    const std::string key = (many ? group_name(c) + ": " : "") + c.run_label();
     if (!acc.count(key)) keys.push_back(key);
     auto& per_epoch = acc[key];
     for (const auto& [epoch, a] : r.cells[i].test_acc_per_epoch) per_epoch[epoch].push_back(a);
@@ -411,7 +411,7 @@ plot::BarChart memory_chart(const Results& r) {
   plot::BarChart chart{"Activation memory per training step", "activation memory (MiB)", false, {}, {}};
   std::vector<std::string> policies;
   for (const Cell& c : r.grid.cells) {
-    if (std::find(policies.begin(), policies.end(), c.policy) == policies.end()) policies.push_back(c.policy);
+    if (std::find(policies.begin(), policies.end(), c.run_label()) == policies.end()) policies.push_back(c.run_label());
     if (std::find(chart.series_names.begin(), chart.series_names.end(), group_name(c)) == chart.series_names.end())
       chart.series_names.push_back(group_name(c));
   }
@@ -421,7 +421,7 @@ plot::BarChart memory_chart(const Results& r) {
       double sum = 0;
       int n = 0;
       for (size_t i = 0; i < r.grid.cells.size(); ++i)
-        if (r.grid.cells[i].policy == p && group_name(r.grid.cells[i]) == name && r.cells[i].activation_bytes > 0) {
+        if (r.grid.cells[i].run_label() == p && group_name(r.grid.cells[i]) == name && r.cells[i].activation_bytes > 0) {
           sum += static_cast<double>(r.cells[i].activation_bytes) / (1024.0 * 1024.0);
           ++n;
         }

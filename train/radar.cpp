@@ -122,6 +122,8 @@ RadarData read_radar_data(const RadarInputs& in) {
   for (const auto& row : results.rows) {
     if (row.at("status") != "done" || (any_fig6 && !listed_in_fig6(row.at("table")))) continue;
     if (!in.model.empty() && row.at("model") != in.model) continue;
+    // Fig. 1 compares the methods at fp32 (bf16 cells, docs/precision.md, are another axis).
+    if (row.count("precision") && !row.at("precision").empty() && row.at("precision") != "fp32") continue;
     rows.push_back(&row);
     groups.insert(row.at("model") + " on " + row.at("dataset"));
   }
