@@ -14,6 +14,7 @@
 #include "actlab/train/checkpoint.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/config_file.h"
+#include "actlab/train/logging.h"
 #include "actlab/train/trainer.h"
 
 using namespace actlab;
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     install_stop_handlers();
     const TrainSummary s = train(c);
     if (!s.interrupted) return 0;
+    end_progress_line();
     const int sig = s.stop_signal != 0 ? s.stop_signal : SIGINT;
     if (s.rank != 0) {  // --distributed: rank 0 says where the run stopped
     } else if (s.stop_checkpoint.empty()) {
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
     }
     return 128 + sig;
   } catch (const OutOfMemory& e) {
+    end_progress_line();
     // One error line; the allocator's table that follows it in the message goes to stdout.
     const std::string what = e.what();
     const size_t eol = what.find('\n');
@@ -104,10 +107,12 @@ int main(int argc, char** argv) {
     if (eol != std::string::npos) std::printf("%s", what.substr(eol + 1).c_str());
     return 3;
   } catch (const std::bad_alloc&) {
+    end_progress_line();
     std::fprintf(stderr, "actlab-train: error: out of memory: a host allocation failed; try a smaller "
                          "--batch-size or a compressing --policy such as division:B=8,Q=2\n");
     return 3;
   } catch (const std::exception& e) {
+    end_progress_line();
     std::fprintf(stderr, "actlab-train: error: %s\n", e.what());
     return 2;
   }

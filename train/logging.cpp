@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -65,6 +66,17 @@ std::string format_eta(double s) {
 }
 }  // namespace
 
+namespace {
+std::atomic<bool> g_progress_line_open{false};
+}  // namespace
+
+void end_progress_line() {
+  if (g_progress_line_open.exchange(false)) {
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
 void Progress::step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss, double acc,
                     double img_per_s, int64_t live_bytes, double eta_s) {
   if (quiet_) return;
@@ -75,10 +87,12 @@ void Progress::step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, 
               static_cast<long long>(step), static_cast<long long>(steps), loss, acc, img_per_s,
               format_eta(eta_s).c_str(), format_bytes(live_bytes).c_str(), tty_ ? "   " : "\n");
   std::fflush(stdout);
+  g_progress_line_open = tty_;
 }
 
 void Progress::epoch_done(const EpochRow& r, int64_t epochs) {
   if (quiet_) return;
+  g_progress_line_open = false;  // the "\n" below ends it
   std::printf("%sepoch %lld/%lld done: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f img/s | "
               "peak %s | activations %s | %.1f s\n",
               tty_ ? "\n" : "", static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss,

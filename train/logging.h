@@ -42,6 +42,11 @@ class Progress {
   int64_t every_;
 };
 
+// On a terminal Progress::step leaves its live line open (ending in '\r' updates); this ends it with a
+// newline, if one is open, so that what comes next (an error on stderr, an interruption notice) starts on
+// a line of its own. A no-op when nothing is open.
+void end_progress_line();
+
 void print_first_step_report(const TrainSummary& s, const StepResult& first, const TrainConfig& c);
 void print_summary(const TrainSummary& s, const TrainConfig& c);
 // Per-layer table of what the first step saved: module, op, policy, shape, raw/packed/expected bytes.

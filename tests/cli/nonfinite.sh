@@ -6,7 +6,8 @@
 #    saw one; a NaN injected into a gradient names the layer;
 #  - skip-step: one bad step is skipped and counted, the run finishes; ten in a row stop it;
 #  - a diverging learning rate (1e6) trips the same check without any hook;
-# and the other run guard, --check-memory: a DIVISION run ends with its one verdict line.
+# and the other run guard, --check-memory: a DIVISION run ends with its one verdict line; and on a
+# terminal (script(1) gives the run a pty) the error starts a line of its own, after the live '\r' line.
 #   tests/cli/nonfinite.sh PATH/TO/actlab-train
 set -u
 bin="$1"
@@ -68,6 +69,16 @@ out=$("$bin" "${common[@]/--quiet/--print-every=100}" --policy division:B=4,Q=2 
 printf '%s\n' "$out" | tail -1 |
   grep -Eq '^memory check: live bytes back to [0-9.]+ MiB after every step, peak stable \(8 steps;' ||
   fail "--check-memory: no verdict line: $(printf '%s\n' "$out" | tail -2)"
+
+# On a terminal the progress line is one live line redrawn after '\r'; the error must not be appended to it.
+if command -v script >/dev/null 2>&1; then
+  ACTLAB_INJECT_NAN_STEP=3 script -qec "$(printf '%q ' "$bin" "${common[@]/--quiet/--print-every=1}")" /dev/null \
+    > "$work/tty.out" 2>&1
+  tr '\r' '~' < "$work/tty.out" | grep -q '^actlab-train: error: non-finite loss' ||
+    fail "on a terminal the error line does not start a line: $(tr '\r' '~' < "$work/tty.out" | grep -a error | cut -c1-300)"
+else
+  fail "script(1) (bsdutils, an Essential Debian package) is missing: the terminal check cannot run"
+fi
 
 echo "non-finite checks: $failures failed"
 [ "$failures" -eq 0 ]
