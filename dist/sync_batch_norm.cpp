@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "actlab/autograd/tape.h"
+#include "actlab/core/ops.h"
 
 namespace actlab {
 namespace {
@@ -107,28 +108,21 @@ Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variabl
     return dev * dev;
   });
   comm.allreduce(squares, ReduceOp::Sum);
-  Tensor save_mean = Tensor::empty({d.c}), save_invstd = Tensor::empty({d.c});
+  Tensor save_mean = Tensor::empty({d.c}), save_invstd = Tensor::empty({d.c}), batch_var = Tensor::empty({d.c});
   float *rm = running_mean.data<float>(), *rv = running_var.data<float>();
   for (int64_t c = 0; c < d.c; ++c) {
     const double var = squares[c] / count;  // biased, for normalising
     save_mean.data<float>()[c] = static_cast<float>(mean[c]);
+    batch_var.data<float>()[c] = static_cast<float>(var);
     save_invstd.data<float>()[c] = static_cast<float>(1.0 / std::sqrt(var + eps));
     rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * mean[c]);
     rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * count / (count - 1));
   }
   running_mean.storage()->bump_version();
   running_var.storage()->bump_version();
-  Tensor y = Tensor::empty(xin.shape());
-  float* py = y.data<float>();
-  const float *pg = gamma.data().data<float>(), *pb = beta.data().data<float>();
-  const float *pm = save_mean.data<float>(), *pi = save_invstd.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < d.c; ++c)
-    for (int64_t n = 0; n < d.n; ++n)
-      for (int64_t i = 0; i < d.s; ++i) {
-        const int64_t at = (n * d.c + c) * d.s + i;
-        py[at] = (px[at] - pm[c]) * (pg[c] * pi[c]) + pb[c];
-      }
+  // With the global batch's statistics in hand, normalising is batch norm's own per-channel affine map
+  // (its inference kernel, which takes the statistics as given).
+  Tensor y = ops::batchnorm_forward_eval(xin, gamma.data(), beta.data(), save_mean, batch_var, eps);
   auto node = make_node<SyncBatchNormNode>({&x, &gamma, &beta}, comm, count);
   if (node) {
     node->save_lossy("input", xin);
