@@ -19,6 +19,7 @@
 #include "actlab/data/dataloader.h"
 #include "actlab/data/image_folder.h"
 #include "actlab/data/image_stream.h"
+#include "actlab/train/trainer.h"
 #include "error_of.h"
 #include "image_files.h"
 #include "temp_dir.h"
@@ -318,3 +319,41 @@ TEST_CASE("data: stream names the corrupt, truncated or vanished file") {
             (root / "train/cat/img0.png").string() + ": cannot read the file"));
 }
 
+TEST_CASE("data: stream through actlab-train's configuration: splits, transforms, same run for any workers") {
+  TempDir root;
+  write_tree(root.path(), 8);
+  TrainConfig c;
+  c.dataset = "folder";
+  c.data_dir = root.str();
+  c.stream = true;
+  c.image_size = 8;
+  c.model = "mlp";
+  c.batch_size = 4;
+  c.threads = 1;
+  c.quiet = true;
+  CHECK_NOTHROW(validate(c));
+  const DataSplits d = load_data(c);
+  CHECK(dynamic_cast<const StreamingImageFolder*>(d.train.get()) != nullptr);
+  CHECK(dynamic_cast<const StreamingImageFolder*>(d.test.get()) != nullptr);
+  CHECK(has(d.note, "streamed"));
+  CHECK(d.train_transforms.crop_padding == 0);  // the crop is the data set's RandomResizedCrop
+  CHECK(d.train_transforms.horizontal_flip);
+  CHECK(d.train_transforms.mean.size() == 3);
+  CHECK(data_workers(c) >= 1);
+  c.data_workers = 1;
+  const TrainSummary one = train(c);
+  c.data_workers = 3;
+  const TrainSummary three = train(c);
+  REQUIRE(one.epochs.size() == 1);
+  REQUIRE(three.epochs.size() == 1);
+  CHECK(std::isfinite(one.epochs[0].train_loss));
+  CHECK(one.epochs[0].train_loss == three.epochs[0].train_loss);  // bit for bit
+  CHECK(one.final_test_loss == three.final_test_loss);
+
+  TrainConfig wrong;
+  wrong.stream = true;  // fashion-mnist
+  CHECK(has(error_of([&] { validate(wrong); }), "--stream needs --dataset folder"));
+  wrong = TrainConfig();
+  wrong.data_workers = -1;
+  CHECK(has(error_of([&] { validate(wrong); }), "--data-workers must be in [0, 256]"));
+}

@@ -141,6 +141,10 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
   ACTLAB_CHECK(c.test_fraction >= 0 && c.test_fraction < 1, "--test-fraction must be in [0, 1), got ", c.test_fraction);
+  ACTLAB_CHECK(!c.stream || c.dataset == "folder", "--stream needs --dataset folder (the other data sets are read ",
+               "into memory whole), got --dataset ", c.dataset);
+  ACTLAB_CHECK(c.data_workers >= 0 && c.data_workers <= 256, "--data-workers must be in [0, 256] (0: auto), got ",
+               c.data_workers);
   PolicySet set = parse_policy_set(c.policy);
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
@@ -210,6 +214,8 @@ void check_resume_compatible(const TrainConfig& now, const TrainConfig& saved, c
                " (the data shards depend on the world size; resume with ", world_saved, " ranks",
                world_saved > 1 ? ": mpirun -np " + std::to_string(world_saved) + " ... --distributed" : std::string(),
                ")");
+  // A streamed folder crops and normalizes differently from the same folder decoded up front.
+  if (now.dataset == "folder") same("stream", now.stream ? "true" : "false", saved.stream ? "true" : "false");
   if (now.dataset == "synthetic")
     same("synthetic-size", std::to_string(now.synthetic_size), std::to_string(saved.synthetic_size));
 }
@@ -281,9 +287,11 @@ void Run::setup() {
   const ImageSpec spec = data_.train->spec();
   ACTLAB_CHECK(data_.test->spec().channels == spec.channels && data_.test->spec().height == spec.height,
                "train and test splits have different image shapes");
-  train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms);
+  const int workers = data_workers(c_);
+  train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms,
+                                               kPrefetchBatches, workers);
   test_loader_ = std::make_unique<DataLoader>(*data_.test, std::min<int64_t>(c_.batch_size, 256), false, c_.seed, false,
-                                              data_.test_transforms);
+                                              data_.test_transforms, kPrefetchBatches, workers);
   if (dist_.on()) {
     train_loader_->shard(dist_.rank(), dist_.world());
     test_loader_->shard(dist_.rank(), dist_.world());
