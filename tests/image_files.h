@@ -31,6 +31,16 @@ inline Hwc pattern_image(int h, int w, int c, int id) {
   return img;
 }
 
+// An (h, w, 3) image whose left half (x < w/2) is colour a and right half colour b: the resize
+// tests work out by hand where the edge lands.
+inline Hwc two_halves(int h, int w, const uint8_t a[3], const uint8_t b[3]) {
+  Hwc img{h, w, 3, Bytes(static_cast<size_t>(h) * w * 3)};
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) img.at(y, x, c) = x < w / 2 ? a[c] : b[c];
+  return img;
+}
+
 inline void write_png(const std::filesystem::path& path, const Hwc& img) {
   std::filesystem::create_directories(path.parent_path());
   REQUIRE(stbi_write_png(path.c_str(), img.w, img.h, img.c, img.px.data(), img.w * img.c) != 0);

@@ -31,6 +31,7 @@ using actlab::testing::TempDir;
 using actlab::testing::Bytes;
 using actlab::testing::Hwc;
 using actlab::testing::pattern_image;
+using actlab::testing::two_halves;
 using actlab::testing::write_jpg;
 using actlab::testing::write_png;
 using actlab::testing::write_text;
@@ -159,11 +160,8 @@ TEST_CASE("data: image folder resize and crop on hand-worked images") {
   SUBCASE("two colours, shorter side scaled, centre crop") {
     // 8 x 16 (h x w): left half (x < 8) colour A, right half colour B. Size 4: scale 1/2, resized
     // 4 x 8, centre crop columns 2..5 = source columns 4..11: two columns of A, then two of B.
-    Hwc img{8, 16, 3, Bytes(8 * 16 * 3)};
     const uint8_t A[3] = {250, 10, 60}, B[3] = {0, 130, 255};
-    for (int y = 0; y < 8; ++y)
-      for (int x = 0; x < 16; ++x)
-        for (int c = 0; c < 3; ++c) img.at(y, x, c) = x < 8 ? A[c] : B[c];
+    const Hwc img = two_halves(8, 16, A, B);
     for (ResizeMode mode : {ResizeMode::Area, ResizeMode::Bilinear}) {
       Bytes out(3 * 16, 1);
       resize_to_square(out.data(), img.px.data(), 8, 16, 3, 4, mode);

@@ -159,11 +159,8 @@ TEST_CASE("data: stream RandomResizedCrop boxes follow torchvision's rules") {
 TEST_CASE("data: stream crop box resampling on hand-worked images") {
   // 4 x 8 (h x w): left half colour A, right half colour B. The box of the right half, to 2 x 2:
   // all B, for both resampling modes.
-  Hwc img{4, 8, 3, Bytes(4 * 8 * 3)};
   const uint8_t A[3] = {250, 10, 60}, B[3] = {0, 130, 255};
-  for (int y = 0; y < 4; ++y)
-    for (int x = 0; x < 8; ++x)
-      for (int c = 0; c < 3; ++c) img.at(y, x, c) = x < 4 ? A[c] : B[c];
+  const Hwc img = two_halves(4, 8, A, B);
   for (ResizeMode mode : {ResizeMode::Area, ResizeMode::Bilinear}) {
     Bytes out(3 * 4, 1);
     resize_box_to_square(out.data(), img.px.data(), 4, 8, 3, CropBox{0, 4, 4, 4}, 2, mode);
