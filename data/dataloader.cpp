@@ -163,10 +163,12 @@ void DataLoader::shard(int64_t rank, int64_t world) {
   num_batches_ = drop_last_ ? size_ / batch_size_ : (size_ + batch_size_ - 1) / batch_size_;
 }
 
-void DataLoader::start_epoch(int64_t epoch) {
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   ACTLAB_CHECK(epoch >= 0, "epoch must be >= 0, got ", epoch);
+  ACTLAB_CHECK(first_batch >= 0 && first_batch <= num_batches_, "first batch ", first_batch,
+               " is outside the epoch's [0, ", num_batches_, "] batches");
   stop_worker();
-  worker_ = std::thread(&DataLoader::worker_main, this, epoch);
+  worker_ = std::thread(&DataLoader::worker_main, this, epoch, first_batch);
   epoch_started_ = true;  // only once a worker exists that will end the epoch
 }
 
@@ -206,13 +208,13 @@ void DataLoader::stop_worker() {
   }
 }
 
-void DataLoader::worker_main(int64_t epoch) {
+void DataLoader::worker_main(int64_t epoch, int64_t first_batch) {
   try {
     const std::vector<int64_t> order = shard_order(epoch_order(epoch), shard_rank_, shard_world_, !drop_last_);
     std::vector<Buffer> staging;  // one image per worker
     for (int w = 0; w < workers_; ++w)
       staging.emplace_back(static_cast<size_t>(spec_.image_bytes()), MemTag::Data);
-    for (int64_t b = 0; b < num_batches_; ++b) {
+    for (int64_t b = first_batch; b < num_batches_; ++b) {
       {
         std::unique_lock<std::mutex> lock(mutex_);
         consumed_.wait(lock, [&] { return stop_ || queue_.size() < prefetch_depth_; });

@@ -60,8 +60,10 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Starts producing the batches of `epoch` (>= 0); abandons any epoch still in progress.
-  void start_epoch(int64_t epoch);
+  // Starts producing the batches of `epoch` (>= 0) from batch `first_batch` on (0 <= first_batch
+  // <= num_batches(); a resumed run skips the batches it has used without reading them); abandons
+  // any epoch still in progress.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // Moves the next batch into `batch` and returns true, or returns false at the end of the epoch.
   // An exception thrown while assembling a batch (dataset.read, allocation) is rethrown here, after
   // the batches that preceded it; the epoch then counts as ended.
@@ -90,7 +92,7 @@ class DataLoader {
 
  private:
   void stop_worker();
-  void worker_main(int64_t epoch);
+  void worker_main(int64_t epoch, int64_t first_batch);
   Batch make_batch(const std::vector<int64_t>& order, int64_t batch_index, int64_t epoch,
                    const std::vector<Buffer>& staging) const;
 

@@ -204,6 +204,18 @@ TEST_CASE("data: stream batches are bit-identical for any number of workers") {
     CHECK(loader.workers() == workers);
     CHECK(all_batches(loader, 2) == one);
   }
+  {  // Starting at batch 2 (a resumed run) gives the epoch's later batches, unchanged.
+    DataLoader loader(*f.train, 4, true, 11, false, flip_and_normalize(), 2, 2);
+    loader.start_epoch(1, 2);
+    Batch b;
+    for (size_t k = 8; k < one.size(); ++k) {
+      REQUIRE(loader.next(b));
+      CHECK(b.index == static_cast<int64_t>(k) - 6);
+      CHECK(std::memcmp(b.images.data<float>(), one[k].data(), static_cast<size_t>(b.images.numel()) * 4) == 0);
+    }
+    CHECK_FALSE(loader.next(b));
+    CHECK(has(error_of([&] { loader.start_epoch(0, 7); }), "first batch 7 is outside the epoch's [0, 6] batches"));
+  }
   // The crops are drawn per epoch: epoch 1 is not epoch 0 again, and another seed differs.
   CHECK(std::vector<Bytes>(one.begin(), one.begin() + 6) != std::vector<Bytes>(one.begin() + 6, one.end()));
   {

@@ -70,7 +70,10 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
   }
   for (const auto& w : warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
   d.note = "image folder " + c.data_dir + " (" + std::to_string(classes) + " classes" +
-           (c.stream ? ", streamed by " + std::to_string(data_workers(c)) + " data workers" : "") + ")";
+           (c.stream ? ", streamed by " + std::to_string(data_workers(c)) +
+                           (data_workers(c) == 1 ? " data worker" : " data workers")
+                     : "") +
+           ")";
   d.train_transforms.mean = d.test_transforms.mean = stats.first;
   d.train_transforms.std = d.test_transforms.std = stats.second;
   if (c.augment) {

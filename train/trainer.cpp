@@ -629,7 +629,12 @@ void Run::stop(int64_t epoch, int64_t step) {
 bool Run::run_epoch(int64_t epoch) {
   const auto start = Clock::now();
   model_->train();
-  train_loader_->start_epoch(epoch);
+  const bool resumed_mid_epoch = epoch == first_epoch_ && resume_step_ > 0;
+  // Resumed mid-epoch: the batches already used are skipped unread (a streamed folder would decode
+  // them), and the ones that follow are the same, being functions of (seed, epoch, sample).
+  ACTLAB_CHECK(!resumed_mid_epoch || resume_step_ <= train_loader_->num_batches(), "resume: the checkpoint is at step ",
+               resume_step_, " of an epoch of ", train_loader_->num_batches(), " batches");
+  train_loader_->start_epoch(epoch, resumed_mid_epoch ? resume_step_ : 0);
   reset_peak(device_);
   if (memory_check_) memory_check_->epoch_peak();  // forget the previous epoch's step windows
   rates_.clear();
@@ -637,8 +642,8 @@ bool Run::run_epoch(int64_t epoch) {
   row.epoch = epoch + 1;
   Batch batch;
   int64_t step = 0;
-  if (epoch == first_epoch_ && resume_step_ > 0) {  // resumed mid-epoch: skip the batches already used
-    for (; step < resume_step_; ++step) ACTLAB_CHECK(train_loader_->next(batch), "resume: epoch ended early");
+  if (resumed_mid_epoch) {
+    step = resume_step_;
     row.lr = sched_.lr_at(global_step_ - 1);
   } else {
     loss_sum_ = 0;
