@@ -1,16 +1,27 @@
 // Data-pipeline throughput: IDX load time, then images/s of the DataLoader (one background thread)
 // over full epochs of Fashion-MNIST train at batch 128, with and without augmentation. Falls back to
-// a synthetic 60000x1x28x28 set (saying so) when the Debian package is absent.
-// Usage: bench_data [epochs=3]. Results: bench/RESULTS_data.md.
+// a synthetic 60000x1x28x28 set (saying so) when the Debian package is absent. Then the streamed
+// image folder's decode rate (img/s, 1 and 2 workers) on a generated tree of ImageNet-sized JPEGs,
+// with RandomResizedCrop to 224 (training) and resize + centre crop (evaluation).
+// Usage: bench_data [epochs=3] [jpegs=256]. Results: bench/RESULTS_data.md.
+#include <stb_image_write.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "actlab/core/philox.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/data/idx.h"
+#include "actlab/data/image_stream.h"
 
 namespace {
 
@@ -23,8 +34,9 @@ double seconds_since(Clock::time_point t0) {
 // Median images/s over `epochs` epochs; the consumer only reads one float per batch, so this is the
 // producer's ceiling.
 double loader_images_per_s(const actlab::Dataset& ds, const actlab::TransformConfig& cfg,
-                           int epochs) {
-  actlab::DataLoader loader(ds, 128, /*shuffle=*/true, /*seed=*/1, /*drop_last=*/false, cfg);
+                           int epochs, int64_t batch = 128, int workers = 1) {
+  actlab::DataLoader loader(ds, batch, /*shuffle=*/true, /*seed=*/1, /*drop_last=*/false, cfg, 2,
+                            workers);
   std::vector<double> rates;
   volatile float sink = 0.f;
   for (int epoch = 0; epoch < epochs; ++epoch) {
@@ -42,11 +54,62 @@ double loader_images_per_s(const actlab::Dataset& ds, const actlab::TransformCon
   return rates[rates.size() / 2];
 }
 
+// A tree of `n` JPEGs in 10 class folders, 500 x 375 (ImageNet's most common size), quality 90: smooth
+// colour gradients plus Philox noise, so each file is about the size of an ImageNet photo's.
+void write_jpeg_tree(const std::filesystem::path& root, int n) {
+  const int w = 500, h = 375;
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
+  for (int i = 0; i < n; ++i) {
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int c = 0; c < 3; ++c) {
+          const uint32_t noise = actlab::philox_bits(7, static_cast<uint64_t>(i), (y * w + x) * 3 + c) & 63;
+          px[(static_cast<size_t>(y) * w + x) * 3 + c] =
+              static_cast<uint8_t>((x * (c + 1) + y * (3 - c) + i * 17) / 4 % 192 + noise);
+        }
+    const std::filesystem::path dir = root / ("class" + std::to_string(i % 10));
+    std::filesystem::create_directories(dir);
+    const std::string file = (dir / ("img" + std::to_string(i) + ".jpg")).string();
+    if (stbi_write_jpg(file.c_str(), w, h, 3, px.data(), 90) == 0)
+      throw std::runtime_error("cannot write " + file);
+  }
+}
+
+// The streamed folder's images/s for 1 and 2 loader workers, training and evaluation reads.
+void stream_decode_table(int epochs, int jpegs) {
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("actlab_bench_stream_" + std::to_string(::getpid()));
+  write_jpeg_tree(root, jpegs);
+  uintmax_t bytes = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root))
+    if (e.is_regular_file()) bytes += e.file_size();
+  actlab::ImageFolderOptions o;
+  o.size = 224;
+  o.test_fraction = 0.5;
+  const actlab::StreamingImageFolderSplits f = actlab::open_streaming_image_folder(
+      root.string(), o, std::make_shared<const actlab::ResizedCropConfig>());
+  std::printf("\nstreamed folder: %d JPEGs 500x375 (%.0f KiB each), to 224x224, batch 32\n", jpegs,
+              static_cast<double>(bytes) / jpegs / 1024.0);
+  std::printf("\n| reads | loader workers | images/s (median of %d epochs) |\n|---|---|---|\n", epochs);
+  actlab::TransformConfig flip;
+  flip.horizontal_flip = true;
+  for (int workers : {1, 2})
+    std::printf("| train: RandomResizedCrop + flip (%lld images) | %d | %.0f |\n",
+                static_cast<long long>(f.train->size()), workers,
+                loader_images_per_s(*f.train, flip, epochs, 32, workers));
+  for (int workers : {1, 2})
+    std::printf("| test: resize + centre crop (%lld images) | %d | %.0f |\n",
+                static_cast<long long>(f.test->size()), workers,
+                loader_images_per_s(*f.test, {}, epochs, 32, workers));
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const int epochs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+    const int jpegs = argc > 2 ? std::max(20, std::atoi(argv[2])) : 256;
     const std::string dir = actlab::default_fashion_mnist_dir();
     std::unique_ptr<actlab::InMemoryImageDataset> ds;
     const Clock::time_point t0 = Clock::now();
@@ -72,6 +135,7 @@ int main(int argc, char** argv) {
     std::printf("| normalize | 128 | 1 | %.0f |\n", loader_images_per_s(*ds, plain, epochs));
     std::printf("| crop pad 4 + flip + normalize | 128 | 1 | %.0f |\n",
                 loader_images_per_s(*ds, augmented, epochs));
+    stream_decode_table(epochs, jpegs);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_data: %s\n", e.what());

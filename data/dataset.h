@@ -39,6 +39,14 @@ class Dataset {
   // Copies image `index` into `pixels` (spec().image_bytes() bytes, (C,H,W) order) and returns its
   // label. index must be in [0, size()); implementations throw Error otherwise.
   virtual int64_t read(int64_t index, uint8_t* pixels) const = 0;
+  // read() for a loader that knows the run's seed and the epoch. A data set that draws its images
+  // as it reads them (data/image_stream.h: RandomResizedCrop of the file's pixels) draws from
+  // (seed, epoch, index) only, so a batch's bytes do not depend on which thread read it; the
+  // default is read().
+  virtual int64_t read_sample(int64_t index, uint64_t seed, int64_t epoch, uint8_t* pixels) const {
+    (void)seed, (void)epoch;
+    return read(index, pixels);
+  }
 
   Example get(int64_t index) const;  // read() into a fresh Example
 };

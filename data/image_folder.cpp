@@ -1,6 +1,6 @@
 // Image-folder loader (see data/image_folder.h): folder scanning and layout checks, the per-class
-// Philox split, parallel stb_image decoding (of bytes data/image_bytes.h has checked) and the
-// separable resize/crop kernel.
+// Philox split, stb_image decoding of one file (of bytes data/image_bytes.h has checked), the
+// parallel up-front decoding and the separable resize/crop kernel.
 // stb's implementations come from libstb.so (Debian), so STB_IMAGE_IMPLEMENTATION is not defined.
 // Tested in tests/test_data_folder.cpp.
 #include "actlab/data/image_folder.h"
@@ -29,11 +29,6 @@ namespace fs = std::filesystem;
 // Split draws use their own Philox stream family (top bits 0x6), apart from shuffling and
 // augmentation; the low bits carry the class index.
 constexpr uint64_t kSplitStreamTag = 0x6000000000000000ull;
-
-struct ImageFile {
-  fs::path path;
-  int64_t label = 0;
-};
 
 bool is_hidden(const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; }
 
@@ -84,7 +79,7 @@ std::vector<std::string> list_class_folders(const fs::path& dir,
 }
 
 // The image files of one class folder, sorted by name; Error when there are none.
-std::vector<fs::path> list_images(const fs::path& folder, std::vector<std::string>& warnings) {
+std::vector<std::string> list_images(const fs::path& folder, std::vector<std::string>& warnings) {
   const std::vector<std::string> names = list_entries(
       folder,
       [](const fs::directory_entry& e) {
@@ -94,8 +89,8 @@ std::vector<fs::path> list_images(const fs::path& folder, std::vector<std::strin
       ".png/.jpg/.jpeg/.bmp files", warnings);
   ACTLAB_CHECK(!names.empty(), folder.string(),
                ": empty class folder (no .png/.jpg/.jpeg/.bmp files)");
-  std::vector<fs::path> paths;
-  for (const std::string& n : names) paths.push_back(folder / n);
+  std::vector<std::string> paths;
+  for (const std::string& n : names) paths.push_back((folder / n).string());
   return paths;
 }
 
@@ -110,63 +105,68 @@ struct AxisTaps {
   void close() { begin.push_back(static_cast<int64_t>(index.size())); }
 };
 
-AxisTaps make_taps(int64_t src_len, int64_t resized_len, int64_t offset, int64_t out_len,
-                   ResizeMode mode) {
+// The source span is [src_begin, src_begin + src_len): the whole axis for resize_to_square, the
+// crop box for resize_box_to_square (src_begin 0 keeps the former's arithmetic unchanged).
+AxisTaps make_taps(int64_t src_begin, int64_t src_len, int64_t resized_len, int64_t offset,
+                   int64_t out_len, ResizeMode mode) {
   const double scale = static_cast<double>(resized_len) / static_cast<double>(src_len);
+  const double begin = static_cast<double>(src_begin);
+  const int64_t src_end = src_begin + src_len;
   AxisTaps taps;
   for (int64_t o = 0; o < out_len; ++o) {
     const int64_t r = o + offset;  // pixel of the resized axis
     if (mode == ResizeMode::CropOnly) {
-      taps.add(r, 1.0);
+      taps.add(src_begin + r, 1.0);
     } else if (mode == ResizeMode::Area && scale < 1.0) {
       // Footprint [lo, hi) in source pixels; each source pixel weighs its covered length.
-      const double lo = r / scale, hi = (r + 1) / scale;
-      const int64_t last = std::min<int64_t>(static_cast<int64_t>(std::ceil(hi)), src_len) - 1;
+      const double lo = begin + r / scale, hi = begin + (r + 1) / scale;
+      const int64_t last = std::min<int64_t>(static_cast<int64_t>(std::ceil(hi)), src_end) - 1;
       for (int64_t i = static_cast<int64_t>(std::floor(lo)); i <= last; ++i) {
         const double covered = std::min(hi, i + 1.0) - std::max(lo, static_cast<double>(i));
         if (covered > 0.0) taps.add(i, covered / (hi - lo));
       }
     } else {  // bilinear between the pixel centres around (r + 0.5) / scale - 0.5
-      const double centre = std::clamp((r + 0.5) / scale - 0.5, 0.0, src_len - 1.0);
+      const double centre =
+          std::clamp(begin + (r + 0.5) / scale - 0.5, begin, static_cast<double>(src_end - 1));
       const int64_t i0 = static_cast<int64_t>(centre);
       const double frac = centre - static_cast<double>(i0);
       taps.add(i0, 1.0 - frac);
-      taps.add(std::min(i0 + 1, src_len - 1), frac);
+      taps.add(std::min(i0 + 1, src_end - 1), frac);
     }
     taps.close();
   }
   return taps;
 }
 
-struct StbImageFree {
-  void operator()(unsigned char* p) const { stbi_image_free(p); }
-};
-
-// Decodes `path` into out (channels, size, size). Returns an error message ("" on success) rather
-// than throwing, because it runs inside an OpenMP loop.
-std::string decode_one(uint8_t* out, const fs::path& path, const ImageFolderOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad() || !in.is_open()) return path.string() + ": cannot read the file";
-  const std::string problem = image_bytes_problem(bytes.data(), bytes.size());
-  if (!problem.empty()) return path.string() + ": cannot decode image (" + problem + ")";
-  int width = 0, height = 0, channels_in_file = 0;
-  std::unique_ptr<unsigned char, StbImageFree> pixels(stbi_load_from_memory(
-      bytes.data(), static_cast<int>(bytes.size()), &width, &height, &channels_in_file,
-      static_cast<int>(options.channels)));
-  if (!pixels) {
-    const char* reason = stbi_failure_reason();
-    return path.string() + ": cannot decode image (stb_image: " +
-           (reason != nullptr && reason[0] != '\0' ? reason : "unknown reason") + ")";
+// The separable resampling both resize functions share. out: (C, size, size) u8; src: (H, W, C)
+// u8 of row length `width`; ty / tx: `size` output pixels each.
+void resample(uint8_t* out, const uint8_t* src, int64_t width, int64_t channels, int64_t size,
+              const AxisTaps& ty, const AxisTaps& tx) {
+  // Horizontal pass over the source rows the vertical taps touch (a contiguous range, since taps
+  // are monotonic): rows (row_count, size, C) f32, then the vertical pass writes (C, size, size).
+  const int64_t row_lo = ty.index.front(), row_count = ty.index.back() - row_lo + 1;
+  std::vector<float> rows(static_cast<size_t>(row_count * size * channels), 0.f);
+  for (int64_t y = 0; y < row_count; ++y) {
+    const uint8_t* s = src + (row_lo + y) * width * channels;
+    float* r = rows.data() + y * size * channels;
+    for (int64_t x = 0; x < size; ++x)
+      for (int64_t k = tx.begin[x]; k < tx.begin[x + 1]; ++k)
+        for (int64_t c = 0; c < channels; ++c)
+          r[x * channels + c] += tx.weight[k] * static_cast<float>(s[tx.index[k] * channels + c]);
   }
-  if (options.resize == ResizeMode::CropOnly && (width < options.size || height < options.size))
-    return path.string() + ": image is " + std::to_string(width) + "x" + std::to_string(height) +
-           ", smaller than the " + std::to_string(options.size) + "x" +
-           std::to_string(options.size) + " centre crop (choose a resizing mode)";
-  resize_to_square(out, pixels.get(), height, width, options.channels, options.size,
-                   options.resize);
-  return "";
+  for (int64_t y = 0; y < size; ++y) {
+    for (int64_t x = 0; x < size; ++x) {
+      for (int64_t c = 0; c < channels; ++c) {
+        float v = 0.f;
+        for (int64_t k = ty.begin[y]; k < ty.begin[y + 1]; ++k)
+          v += ty.weight[k] * rows[((ty.index[k] - row_lo) * size + x) * channels + c];
+        out[(c * size + y) * size + x] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+      }
+    }
+  }
 }
+
+void free_stb_pixels(void* p) { stbi_image_free(p); }
 
 // Decodes every file into a (N, C, size, size) u8 data set tagged MemTag::Data.
 InMemoryImageDataset decode_all(const std::string& name, const std::vector<ImageFile>& files,
@@ -178,13 +178,16 @@ InMemoryImageDataset decode_all(const std::string& name, const std::vector<Image
   Tensor labels = Tensor::empty_tagged({n}, MemTag::Data, DType::I64);
   uint8_t* dst = images.data<uint8_t>();
   std::vector<std::string> errors(files.size());
-  // Dynamic schedule: decode time varies with file size and format.
+  // Dynamic schedule: decode time varies with file size and format. Errors are collected, not
+  // thrown, because an exception may not leave an OpenMP loop.
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t i = 0; i < n; ++i) {
     try {
-      errors[i] = decode_one(dst + i * image_bytes, files[i].path, options);
+      decode_to_square(dst + i * image_bytes, files[i].path, options);
+    } catch (const Error& e) {
+      errors[i] = e.what();
     } catch (const std::exception& e) {
-      errors[i] = files[i].path.string() + ": " + e.what();
+      errors[i] = files[i].path + ": " + e.what();
     }
   }
   int64_t failed = 0;
@@ -193,16 +196,17 @@ InMemoryImageDataset decode_all(const std::string& name, const std::vector<Image
     if (e.empty()) continue;
     if (failed++ == 0) first = &e;
   }
+  // The first message already carries its own location; the count goes after it.
   if (failed > 0)
-    ACTLAB_FAIL(*first,
-                failed > 1 ? " (and " + std::to_string(failed - 1) + " more files failed)" : "");
+    throw Error(*first +
+                (failed > 1 ? " (and " + std::to_string(failed - 1) + " more files failed)" : ""));
   for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = files[i].label;
   return InMemoryImageDataset(name, std::move(images), std::move(labels), num_classes);
 }
 
 // Shuffles each class's sorted files with its own Philox stream and moves the first
 // round(test_fraction * n) (at most n - 1) to `test`; both stay sorted by file name.
-void split_class(std::vector<fs::path> paths, int64_t label, const ImageFolderOptions& options,
+void split_class(std::vector<std::string> paths, int64_t label, const ImageFolderOptions& options,
                  std::vector<ImageFile>& train, std::vector<ImageFile>& test) {
   const int64_t n = static_cast<int64_t>(paths.size());
   const int64_t n_test = std::min<int64_t>(std::llround(options.test_fraction * n), n - 1);
@@ -231,33 +235,57 @@ void resize_to_square(uint8_t* out, const uint8_t* src, int64_t height, int64_t 
     resized_w = size;
     resized_h = std::max<int64_t>(size, std::llround(static_cast<double>(height) * size / width));
   }
-  const AxisTaps ty = make_taps(height, resized_h, (resized_h - size) / 2, size, mode);
-  const AxisTaps tx = make_taps(width, resized_w, (resized_w - size) / 2, size, mode);
-  // Horizontal pass over the source rows the vertical taps touch (a contiguous range, since taps
-  // are monotonic): rows (row_count, size, C) f32, then the vertical pass writes (C, size, size).
-  const int64_t row_lo = ty.index.front(), row_count = ty.index.back() - row_lo + 1;
-  std::vector<float> rows(static_cast<size_t>(row_count * size * channels), 0.f);
-  for (int64_t y = 0; y < row_count; ++y) {
-    const uint8_t* s = src + (row_lo + y) * width * channels;
-    float* r = rows.data() + y * size * channels;
-    for (int64_t x = 0; x < size; ++x)
-      for (int64_t k = tx.begin[x]; k < tx.begin[x + 1]; ++k)
-        for (int64_t c = 0; c < channels; ++c)
-          r[x * channels + c] += tx.weight[k] * static_cast<float>(s[tx.index[k] * channels + c]);
-  }
-  for (int64_t y = 0; y < size; ++y) {
-    for (int64_t x = 0; x < size; ++x) {
-      for (int64_t c = 0; c < channels; ++c) {
-        float v = 0.f;
-        for (int64_t k = ty.begin[y]; k < ty.begin[y + 1]; ++k)
-          v += ty.weight[k] * rows[((ty.index[k] - row_lo) * size + x) * channels + c];
-        out[(c * size + y) * size + x] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
-      }
-    }
-  }
+  resample(out, src, width, channels, size,
+           make_taps(0, height, resized_h, (resized_h - size) / 2, size, mode),
+           make_taps(0, width, resized_w, (resized_w - size) / 2, size, mode));
 }
 
-ImageFolderData load_image_folder(const std::string& root, const ImageFolderOptions& options) {
+void resize_box_to_square(uint8_t* out, const uint8_t* src, int64_t height, int64_t width,
+                          int64_t channels, const CropBox& box, int64_t size, ResizeMode mode) {
+  ACTLAB_CHECK(mode != ResizeMode::CropOnly,
+               "a crop box is resampled to the output size; CropOnly does not resample");
+  ACTLAB_CHECK(channels >= 1 && size >= 1 && box.height >= 1 && box.width >= 1 && box.top >= 0 &&
+                   box.left >= 0 && box.top + box.height <= height && box.left + box.width <= width,
+               "crop box ", box.width, "x", box.height, " at (", box.left, ", ", box.top,
+               ") does not fit a ", width, "x", height, " image");
+  resample(out, src, width, channels, size, make_taps(box.top, box.height, size, 0, size, mode),
+           make_taps(box.left, box.width, size, 0, size, mode));
+}
+
+DecodedImage decode_image_file(const std::string& path, int64_t channels) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  ACTLAB_CHECK(in.is_open() && !in.bad(), path, ": cannot read the file");
+  const std::string problem = image_bytes_problem(bytes.data(), bytes.size());
+  ACTLAB_CHECK(problem.empty(), path, ": cannot decode image (", problem, ")");
+  int width = 0, height = 0, channels_in_file = 0;
+  DecodedImage image;
+  image.pixels = {stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &width,
+                                        &height, &channels_in_file, static_cast<int>(channels)),
+                  free_stb_pixels};
+  if (!image.pixels) {
+    const char* reason = stbi_failure_reason();
+    ACTLAB_FAIL(path, ": cannot decode image (stb_image: ",
+                reason != nullptr && reason[0] != '\0' ? reason : "unknown reason", ")");
+  }
+  image.height = height;
+  image.width = width;
+  image.channels = channels;
+  return image;
+}
+
+void decode_to_square(uint8_t* out, const std::string& path, const ImageFolderOptions& options) {
+  const DecodedImage image = decode_image_file(path, options.channels);
+  ACTLAB_CHECK(options.resize != ResizeMode::CropOnly ||
+                   (image.width >= options.size && image.height >= options.size),
+               path, ": image is ", image.width, "x", image.height, ", smaller than the ",
+               options.size, "x", options.size, " centre crop (choose a resizing mode)");
+  resize_to_square(out, image.pixels.get(), image.height, image.width, options.channels,
+                   options.size, options.resize);
+}
+
+ImageFolderList list_image_folder(const std::string& root, const ImageFolderOptions& options) {
   ACTLAB_CHECK(options.channels == 1 || options.channels == 3,
                "image folder channels must be 1 or 3, got ", options.channels);
   ACTLAB_CHECK(options.size >= 1, "image folder size must be >= 1, got ", options.size);
@@ -266,9 +294,9 @@ ImageFolderData load_image_folder(const std::string& root, const ImageFolderOpti
   const fs::path root_path(root);
   std::error_code ec;
   ACTLAB_CHECK(fs::is_directory(root_path, ec), root, ": not a directory");
-  std::vector<std::string> warnings;
-  std::vector<ImageFile> train, test;
-  std::vector<std::string> classes;
+  ImageFolderList list;
+  std::vector<std::string>& warnings = list.warnings;
+  std::vector<std::string>& classes = list.class_names;
   if (fs::is_directory(root_path / "train", ec)) {
     const fs::path train_dir = root_path / "train", test_dir = root_path / "test";
     ACTLAB_CHECK(fs::is_directory(test_dir, ec), root, ": has train/ but no test/ folder (the ",
@@ -276,29 +304,32 @@ ImageFolderData load_image_folder(const std::string& root, const ImageFolderOpti
                  "test_fraction)");
     classes = list_class_folders(train_dir, warnings);
     for (size_t k = 0; k < classes.size(); ++k)
-      for (fs::path& p : list_images(train_dir / classes[k], warnings))
-        train.push_back({std::move(p), static_cast<int64_t>(k)});
+      for (std::string& p : list_images(train_dir / classes[k], warnings))
+        list.train.push_back({std::move(p), static_cast<int64_t>(k)});
     for (const std::string& name : list_class_folders(test_dir, warnings)) {
       const auto it = std::lower_bound(classes.begin(), classes.end(), name);
       ACTLAB_CHECK(it != classes.end() && *it == name, (test_dir / name).string(), ": class '",
                    name, "' has no folder in ", train_dir.string());
-      for (fs::path& p : list_images(test_dir / name, warnings))
-        test.push_back({std::move(p), static_cast<int64_t>(it - classes.begin())});
+      for (std::string& p : list_images(test_dir / name, warnings))
+        list.test.push_back({std::move(p), static_cast<int64_t>(it - classes.begin())});
     }
   } else {
     classes = list_class_folders(root_path, warnings);
     for (size_t k = 0; k < classes.size(); ++k)
       split_class(list_images(root_path / classes[k], warnings), static_cast<int64_t>(k), options,
-                  train, test);
+                  list.train, list.test);
   }
-  // The folder's own name, also when spelled "root/" or ".".
   const fs::path normal = fs::absolute(root_path).lexically_normal();
-  const std::string base =
-      (normal.has_filename() ? normal : normal.parent_path()).filename().string();
-  const int64_t num_classes = static_cast<int64_t>(classes.size());
-  return ImageFolderData{decode_all(base + "/train", train, num_classes, options),
-                         decode_all(base + "/test", test, num_classes, options), std::move(classes),
-                         std::move(warnings)};
+  list.name = (normal.has_filename() ? normal : normal.parent_path()).filename().string();
+  return list;
+}
+
+ImageFolderData load_image_folder(const std::string& root, const ImageFolderOptions& options) {
+  ImageFolderList list = list_image_folder(root, options);
+  const int64_t num_classes = static_cast<int64_t>(list.class_names.size());
+  return ImageFolderData{decode_all(list.name + "/train", list.train, num_classes, options),
+                         decode_all(list.name + "/test", list.test, num_classes, options),
+                         std::move(list.class_names), std::move(list.warnings)};
 }
 
 std::pair<std::vector<float>, std::vector<float>> channel_mean_std(

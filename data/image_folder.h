@@ -1,14 +1,17 @@
 // Image-folder data sets: a tree of class folders holding PNG/JPEG/BMP files, decoded with
 // stb_image (Debian libstb-dev) up front, in parallel, into in-memory u8 data sets of one geometry.
-// Owns the layout rules, the deterministic stratified split and the resize/crop to a square. Tested
-// in tests/test_data_folder.cpp.
+// Owns the layout rules, the deterministic stratified split, the decoding of one file and the
+// resize/crop to a square; data/image_stream.h reads the same file list on demand instead. Tested
+// in tests/test_data_folder.cpp (the crop-box resampling in tests/test_data_stream.cpp).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "actlab/data/dataset.h"
+#include "actlab/data/transforms.h"
 
 namespace actlab {
 
@@ -44,6 +47,19 @@ struct ImageFolderData {
   std::vector<std::string> warnings;
 };
 
+struct ImageFile {
+  std::string path;
+  int64_t label = 0;
+};
+
+// The files of a tree, before any is decoded: the part both loaders share.
+struct ImageFolderList {
+  std::vector<ImageFile> train, test;    // each ordered by class, then file name
+  std::vector<std::string> class_names;  // as ImageFolderData::class_names
+  std::vector<std::string> warnings;     // as ImageFolderData::warnings
+  std::string name;                      // the root folder's own name, also for "root/" or "."
+};
+
 // Layouts (detected by whether root/train is a directory):
 //   split:  root/train/<class>/<image>, root/test/<class>/<image>; every test class must exist in
 //           train (the label set is train's); a train class may be absent from test.
@@ -56,11 +72,36 @@ struct ImageFolderData {
 // (named, with stb_failure_reason()); bad options.
 ImageFolderData load_image_folder(const std::string& root, const ImageFolderOptions& options = {});
 
+// The layout rules and split of load_image_folder without the decoding; the same errors except
+// those of decoding. Checks options as load_image_folder does.
+ImageFolderList list_image_folder(const std::string& root, const ImageFolderOptions& options = {});
+
+// One decoded file: pixels (height, width, channels) u8 interleaved, as stb_image returns them.
+struct DecodedImage {
+  std::unique_ptr<uint8_t, void (*)(void*)> pixels{nullptr, nullptr};
+  int64_t height = 0, width = 0, channels = 0;
+};
+// Reads `path` and decodes it to `channels` (1 or 3) channels. Throws Error starting with the path:
+// "<path>: cannot read the file", "<path>: cannot decode image (<why>)" (data/image_bytes.h's checks,
+// then stb_failure_reason()).
+DecodedImage decode_image_file(const std::string& path, int64_t channels);
+
+// decode_image_file, then resize_to_square per options (channels, size, resize): out is
+// (channels, size, size) u8. Also an Error naming the file when CropOnly meets a smaller image.
+void decode_to_square(uint8_t* out, const std::string& path, const ImageFolderOptions& options);
+
 // Resamples one decoded image to size x size per `mode` (see ResizeMode).
 // out: (C, size, size) u8; src: (H, W, C) u8 interleaved as stb_image returns it (never aliases
 // out). Throws Error for CropOnly when H or W < size.
 void resize_to_square(uint8_t* out, const uint8_t* src, int64_t height, int64_t width,
                       int64_t channels, int64_t size, ResizeMode mode);
+
+// Resamples the window `box` of one decoded image to size x size (RandomResizedCrop's second half):
+// per axis scale = size / box length, pixel centres at (i + 0.5), taps clamped to the box, as
+// Bilinear / Area above. out: (C, size, size) u8; src: (H, W, C) u8, never aliases out. Throws Error
+// for CropOnly (it does not resample) and for a box outside the image.
+void resize_box_to_square(uint8_t* out, const uint8_t* src, int64_t height, int64_t width,
+                          int64_t channels, const CropBox& box, int64_t size, ResizeMode mode);
 
 // Per-channel mean and standard deviation of a data set's pixels scaled to [0,1] (population std
 // over all N*H*W values of a channel): normalization constants for data sets outside the table in

@@ -3,6 +3,7 @@
 #include "actlab/data/transforms.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "actlab/core/error.h"
 #include "actlab/core/philox.h"
@@ -24,6 +25,10 @@ constexpr ChannelStats kChannelStats[] = {
 // Augmentation draws live in their own Philox stream family (top bits 0xA) so they never overlap
 // the loader's shuffle streams or any other user of the run seed.
 constexpr uint64_t kAugmentStreamTag = 0xA000000000000000ull;
+
+// RandomResizedCrop draws: a stream family of their own (top bits 0xB), apart from the flip draws
+// of draw_augment (0xA), which a streamed training split takes as well.
+constexpr uint64_t kResizedCropStreamTag = 0xB000000000000000ull;
 
 std::string family_of(const std::string& dataset_name) {
   return dataset_name.substr(0, dataset_name.find('/'));
@@ -96,6 +101,42 @@ SampleAugment draw_augment(const TransformConfig& config, uint64_t seed, uint64_
   }
   if (config.horizontal_flip) a.flip = philox_bits(seed, stream, first + 2) >> 31;
   return a;
+}
+
+CropBox draw_resized_crop(const ResizedCropConfig& config, uint64_t seed, uint64_t epoch,
+                          uint64_t sample_index, int64_t height, int64_t width) {
+  ACTLAB_CHECK(config.scale_min > 0 && config.scale_min <= config.scale_max && config.scale_max <= 1 &&
+                   config.ratio_min > 0 && config.ratio_min <= config.ratio_max &&
+                   config.attempts >= 0 && config.attempts <= kMaxResizedCropAttempts,
+               "RandomResizedCrop needs 0 < scale_min <= scale_max <= 1, 0 < ratio_min <= ratio_max and 0..",
+               kMaxResizedCropAttempts, " attempts; got scale (", config.scale_min, ", ", config.scale_max,
+               "), ratio (", config.ratio_min, ", ", config.ratio_max, "), ", config.attempts, " attempts");
+  ACTLAB_CHECK(height >= 1 && width >= 1, "RandomResizedCrop of a ", width, "x", height, " image");
+  const uint64_t stream = kResizedCropStreamTag ^ epoch;
+  const double area = static_cast<double>(height) * static_cast<double>(width);
+  const double log_lo = std::log(config.ratio_min), log_hi = std::log(config.ratio_max);
+  auto uniform = [&](uint64_t index, double lo, double hi) {  // [lo, hi) from 32 bits
+    return lo + (hi - lo) * (static_cast<double>(philox_bits(seed, stream, index)) * 0x1p-32);
+  };
+  for (int k = 0; k < config.attempts; ++k) {
+    const uint64_t first = 64 * sample_index + 4 * static_cast<uint64_t>(k);
+    const double target = area * uniform(first + 0, config.scale_min, config.scale_max);
+    const double ratio = std::exp(uniform(first + 1, log_lo, log_hi));
+    // nearbyint rounds half to even in the default rounding mode, as Python's round().
+    const int64_t w = static_cast<int64_t>(std::nearbyint(std::sqrt(target * ratio)));
+    const int64_t h = static_cast<int64_t>(std::nearbyint(std::sqrt(target / ratio)));
+    if (w < 1 || w > width || h < 1 || h > height) continue;
+    return CropBox{bits_below(philox_bits(seed, stream, first + 2), height - h + 1),
+                   bits_below(philox_bits(seed, stream, first + 3), width - w + 1), h, w};
+  }
+  const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
+  int64_t w = width, h = height;
+  if (in_ratio < config.ratio_min) {
+    h = std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(width / config.ratio_min)), 1, height);
+  } else if (in_ratio > config.ratio_max) {
+    w = std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(height * config.ratio_max)), 1, width);
+  }
+  return CropBox{(height - h) / 2, (width - w) / 2, h, w};
 }
 
 PixelAffine make_pixel_affine(const TransformConfig& config, int64_t channels) {

@@ -60,6 +60,33 @@ struct SampleAugment {
 SampleAugment draw_augment(const TransformConfig& config, uint64_t seed, uint64_t epoch,
                            uint64_t sample_index);
 
+// A window of an image, in source pixels.
+struct CropBox {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+};
+
+// RandomResizedCrop as torchvision documents it: a box of a random share of the image's area (scale)
+// and random aspect ratio w/h (log-uniform in ratio), tried `attempts` times until it fits, else the
+// centre crop of the whole image clamped to the ratio range. Resampling the box to the output size is
+// data/image_folder.h's resize_box_to_square.
+struct ResizedCropConfig {
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  int attempts = 10;  // at most kMaxResizedCropAttempts
+};
+constexpr int kMaxResizedCropAttempts = 16;
+
+// The box for dataset sample `sample_index` in `epoch` of a height x width image: attempt k draws
+// Philox(seed, resized-crop stream(epoch), 64*index + 4k + {0: area, 1: ratio, 2: top, 3: left}), so
+// the box is a function of (seed, epoch, index, image size) only. Per attempt (torchvision's
+// get_params): area = H*W*U(scale), ratio = exp(U(log ratio_min, log ratio_max)),
+// w = round(sqrt(area*ratio)), h = round(sqrt(area/ratio)) (round half to even, as Python), accepted
+// when 0 < w <= W and 0 < h <= H, then top ~ U{0..H-h}, left ~ U{0..W-w}. Fallback: W/H below
+// ratio_min: w = W, h = round(W/ratio_min); above ratio_max: h = H, w = round(H*ratio_max); else the
+// whole image; centred (top = (H-h)/2, left = (W-w)/2). Throws Error on a bad config or H, W < 1.
+CropBox draw_resized_crop(const ResizedCropConfig& config, uint64_t seed, uint64_t epoch,
+                          uint64_t sample_index, int64_t height, int64_t width);
+
 // What transform_image needs from a TransformConfig, precomputed once: the affine map from u8 to
 // the normalized float, out = px * scale[c] + shift[c], with scale = 1/(255 std), shift =
 // -mean/std (scale = 1/255, shift = 0 without normalization), and the padding mode.

@@ -3,7 +3,6 @@
 // checked on images whose result is worked out by hand, the split is stratified and deterministic,
 // and every bad tree is an Error naming the culprit. Run: actlab_tests -tc='data: image folder*'
 #include <doctest/doctest.h>
-#include <stb_image_write.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "actlab/core/allocator.h"
+#include "image_files.h"
 #include "temp_dir.h"
 #include "actlab/data/image_folder.h"
 
@@ -28,38 +28,13 @@ namespace {
 
 using actlab::testing::TempDir;
 
-using Bytes = std::vector<uint8_t>;
-
-// An (h, w, c) interleaved image, the layout stb reads and writes.
-struct Hwc {
-  int h, w, c;
-  Bytes px;
-  uint8_t& at(int y, int x, int ch) { return px[(static_cast<size_t>(y) * w + x) * c + ch]; }
-};
-
-Hwc pattern_image(int h, int w, int c, int id) {
-  Hwc img{h, w, c, Bytes(static_cast<size_t>(h) * w * c)};
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      for (int ch = 0; ch < c; ++ch)
-        img.at(y, x, ch) = static_cast<uint8_t>(id * 40 + y * 9 + x * 5 + ch * 71);
-  return img;
-}
-
-void write_png(const fs::path& path, const Hwc& img) {
-  fs::create_directories(path.parent_path());
-  REQUIRE(stbi_write_png(path.c_str(), img.w, img.h, img.c, img.px.data(), img.w * img.c) != 0);
-}
-
-void write_jpg(const fs::path& path, const Hwc& img) {
-  fs::create_directories(path.parent_path());
-  REQUIRE(stbi_write_jpg(path.c_str(), img.w, img.h, img.c, img.px.data(), 95) != 0);
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path) << text;
-}
+using actlab::testing::Bytes;
+using actlab::testing::Hwc;
+using actlab::testing::pattern_image;
+using actlab::testing::two_halves;
+using actlab::testing::write_jpg;
+using actlab::testing::write_png;
+using actlab::testing::write_text;
 
 std::string folder_error(const std::function<void()>& f) {
   try {
@@ -185,11 +160,8 @@ TEST_CASE("data: image folder resize and crop on hand-worked images") {
   SUBCASE("two colours, shorter side scaled, centre crop") {
     // 8 x 16 (h x w): left half (x < 8) colour A, right half colour B. Size 4: scale 1/2, resized
     // 4 x 8, centre crop columns 2..5 = source columns 4..11: two columns of A, then two of B.
-    Hwc img{8, 16, 3, Bytes(8 * 16 * 3)};
     const uint8_t A[3] = {250, 10, 60}, B[3] = {0, 130, 255};
-    for (int y = 0; y < 8; ++y)
-      for (int x = 0; x < 16; ++x)
-        for (int c = 0; c < 3; ++c) img.at(y, x, c) = x < 8 ? A[c] : B[c];
+    const Hwc img = two_halves(8, 16, A, B);
     for (ResizeMode mode : {ResizeMode::Area, ResizeMode::Bilinear}) {
       Bytes out(3 * 16, 1);
       resize_to_square(out.data(), img.px.data(), 8, 16, 3, 4, mode);

@@ -41,6 +41,11 @@ struct TrainConfig {
   int64_t image_size = 32;                // folder data set: images are resized/cropped to this
   int64_t image_channels = 3;             // folder data set: 1 (grey) or 3 (RGB)
   double test_fraction = 0.2;             // folder data set without train/ and test/: held-out share
+  // Folder data set: decode each image when a batch needs it (data/image_stream.h) instead of all up
+  // front; training crops are then RandomResizedCrop + flip.
+  bool stream = false;
+  // Threads that assemble batches (read, decode, transform); 0: auto (default_data_workers).
+  int64_t data_workers = 0;
   bool cifar100_coarse = false;           // cifar100: the 20 coarse labels instead of the 100 fine ones
   bool quiet = false;
   std::string save_dir;                   // last.safetensors every epoch, best.safetensors on a new best

@@ -91,6 +91,14 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("image-size", image_size, "folder data set: resize/crop images to this size"),
         ACTLAB_INT("image-channels", image_channels, "folder data set: 1 (grey) or 3 (RGB)"),
         ACTLAB_FLT("test-fraction", test_fraction, "folder data set without train/ and test/: held-out share per class"),
+        ACTLAB_BOOL("stream", stream,
+                    "folder data set: keep only the file list in memory and decode images as batches need them "
+                    "(--data-workers threads, 2 batches ahead) instead of all up front, for folders too large to "
+                    "hold decoded; training crops are then RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) + flip, "
+                    "normalization from 512 sampled images"),
+        ACTLAB_INT("data-workers", data_workers,
+                   "threads that read and transform each batch; 0: 1, or with --stream half the CPU threads "
+                   "(1 to 8); the batches are the same for any number"),
         ACTLAB_BOOL("coarse", cifar100_coarse, "cifar100: the 20 coarse labels"),
         ACTLAB_INT("synthetic-size", synthetic_size, "training images of --dataset synthetic"),
         ACTLAB_INT("epochs", epochs, "training epochs"),

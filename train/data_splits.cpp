@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "actlab/data/cifar.h"
 #include "actlab/data/idx.h"
 #include "actlab/data/image_folder.h"
+#include "actlab/data/image_stream.h"
 #include "actlab/train/data_splits.h"
 
 namespace actlab {
@@ -24,10 +26,19 @@ class SubsetDataset final : public Dataset {
     ACTLAB_CHECK(index >= 0 && index < size(), "sample ", index, " out of range [0,", size(), ")");
     return base_->read(index, pixels);
   }
+  int64_t read_sample(int64_t index, uint64_t seed, int64_t epoch, uint8_t* pixels) const override {
+    ACTLAB_CHECK(index >= 0 && index < size(), "sample ", index, " out of range [0,", size(), ")");
+    return base_->read_sample(index, seed, epoch, pixels);
+  }
  private:
   std::shared_ptr<Dataset> base_;
   int64_t limit_;
 };
+
+// A streamed folder's normalization comes from this many training images (evenly spaced): decoding
+// them all would cost the up-front pass streaming avoids, and with 512 the standard error of each mean
+// is at most std / sqrt(512), under 5 % of a std.
+constexpr int64_t kStreamStatsSamples = 512;
 
 // The image-folder and IDX readers need stb_image and zlib, which the minimal GPU-check build
 // (ACTLAB_GPU_CHECK, docs/cuda.md) leaves out: there those data sets are one clear error.
@@ -39,16 +50,36 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
   o.size = c.image_size;
   o.test_fraction = c.test_fraction;
   o.split_seed = c.seed;
-  ImageFolderData f = load_image_folder(c.data_dir, o);
-  for (const auto& w : f.warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
-  const auto stats = channel_mean_std(f.train);
-  d.train = std::make_shared<InMemoryImageDataset>(f.train);
-  d.test = std::make_shared<InMemoryImageDataset>(f.test);
-  d.note = "image folder " + c.data_dir + " (" + std::to_string(f.class_names.size()) + " classes)";
+  std::pair<std::vector<float>, std::vector<float>> stats;
+  std::vector<std::string> warnings;
+  size_t classes = 0;
+  if (c.stream) {
+    StreamingImageFolderSplits f = open_streaming_image_folder(
+        c.data_dir, o, c.augment ? std::make_shared<const ResizedCropConfig>() : nullptr);
+    warnings = std::move(f.warnings);
+    classes = f.class_names.size();
+    stats = sampled_channel_mean_std(*f.train, kStreamStatsSamples);  // read(): centre crops
+    d.train = f.train;
+    d.test = f.test;
+  } else {
+    ImageFolderData f = load_image_folder(c.data_dir, o);
+    warnings = std::move(f.warnings);
+    classes = f.class_names.size();
+    stats = channel_mean_std(f.train);
+    d.train = std::make_shared<InMemoryImageDataset>(f.train);
+    d.test = std::make_shared<InMemoryImageDataset>(f.test);
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
+  d.note = "image folder " + c.data_dir + " (" + std::to_string(classes) + " classes" +
+           (c.stream ? ", streamed by " + std::to_string(data_workers(c)) +
+                           (data_workers(c) == 1 ? " data worker" : " data workers")
+                     : "") +
+           ")";
   d.train_transforms.mean = d.test_transforms.mean = stats.first;
   d.train_transforms.std = d.test_transforms.std = stats.second;
   if (c.augment) {
-    d.train_transforms.crop_padding = c.image_size / 8;
+    // Streamed: the data set's reads take the RandomResizedCrop; the loader adds the flip.
+    d.train_transforms.crop_padding = c.stream ? 0 : c.image_size / 8;
     d.train_transforms.horizontal_flip = true;
   }
 }
@@ -75,6 +106,12 @@ void load_idx_splits(const TrainConfig& c, DataSplits&) {
 #endif
 
 }  // namespace
+
+int data_workers(const TrainConfig& c) {
+  if (c.data_workers > 0) return static_cast<int>(c.data_workers);
+  if (!c.stream) return 1;
+  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 2, 1u, 8u));
+}
 
 DataSplits load_data(const TrainConfig& c) {
   DataSplits d;

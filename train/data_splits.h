@@ -22,4 +22,11 @@ struct DataSplits {
 };
 DataSplits load_data(const TrainConfig& config);
 
+// Batches each loader keeps ready ahead of the training step (DataLoader's prefetch_depth).
+constexpr int kPrefetchBatches = 2;
+// The loader threads a run uses: --data-workers, or when 0: 1 for data held in memory (a copy and a
+// transform per image), and for --stream half the hardware threads, 1 to 8 (decoding is the cost,
+// and the other half trains).
+int data_workers(const TrainConfig& config);
+
 }  // namespace actlab

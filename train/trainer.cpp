@@ -143,6 +143,10 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
   ACTLAB_CHECK(c.test_fraction >= 0 && c.test_fraction < 1, "--test-fraction must be in [0, 1), got ", c.test_fraction);
+  ACTLAB_CHECK(!c.stream || c.dataset == "folder", "--stream needs --dataset folder (the other data sets are read ",
+               "into memory whole), got --dataset ", c.dataset);
+  ACTLAB_CHECK(c.data_workers >= 0 && c.data_workers <= 256, "--data-workers must be in [0, 256] (0: auto), got ",
+               c.data_workers);
   PolicySet set = parse_policy_set(c.policy);
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
@@ -212,6 +216,8 @@ void check_resume_compatible(const TrainConfig& now, const TrainConfig& saved, c
                " (the data shards depend on the world size; resume with ", world_saved, " ranks",
                world_saved > 1 ? ": mpirun -np " + std::to_string(world_saved) + " ... --distributed" : std::string(),
                ")");
+  // A streamed folder crops and normalizes differently from the same folder decoded up front.
+  if (now.dataset == "folder") same("stream", now.stream ? "true" : "false", saved.stream ? "true" : "false");
   if (now.dataset == "synthetic")
     same("synthetic-size", std::to_string(now.synthetic_size), std::to_string(saved.synthetic_size));
 }
@@ -283,9 +289,11 @@ void Run::setup() {
   const ImageSpec spec = data_.train->spec();
   ACTLAB_CHECK(data_.test->spec().channels == spec.channels && data_.test->spec().height == spec.height,
                "train and test splits have different image shapes");
-  train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms);
+  const int workers = data_workers(c_);
+  train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms,
+                                               kPrefetchBatches, workers);
   test_loader_ = std::make_unique<DataLoader>(*data_.test, std::min<int64_t>(c_.batch_size, 256), false, c_.seed, false,
-                                              data_.test_transforms);
+                                              data_.test_transforms, kPrefetchBatches, workers);
   if (dist_.on()) {
     train_loader_->shard(dist_.rank(), dist_.world());
     test_loader_->shard(dist_.rank(), dist_.world());
@@ -628,7 +636,12 @@ void Run::stop(int64_t epoch, int64_t step) {
 bool Run::run_epoch(int64_t epoch) {
   const auto start = Clock::now();
   model_->train();
-  train_loader_->start_epoch(epoch);
+  const bool resumed_mid_epoch = epoch == first_epoch_ && resume_step_ > 0;
+  // Resumed mid-epoch: the batches already used are skipped unread (a streamed folder would decode
+  // them), and the ones that follow are the same, being functions of (seed, epoch, sample).
+  ACTLAB_CHECK(!resumed_mid_epoch || resume_step_ <= train_loader_->num_batches(), "resume: the checkpoint is at step ",
+               resume_step_, " of an epoch of ", train_loader_->num_batches(), " batches");
+  train_loader_->start_epoch(epoch, resumed_mid_epoch ? resume_step_ : 0);
   reset_peak(device_);
   if (memory_check_) memory_check_->epoch_peak();  // forget the previous epoch's step windows
   rates_.clear();
@@ -636,8 +649,8 @@ bool Run::run_epoch(int64_t epoch) {
   row.epoch = epoch + 1;
   Batch batch;
   int64_t step = 0;
-  if (epoch == first_epoch_ && resume_step_ > 0) {  // resumed mid-epoch: skip the batches already used
-    for (; step < resume_step_; ++step) ACTLAB_CHECK(train_loader_->next(batch), "resume: epoch ended early");
+  if (resumed_mid_epoch) {
+    step = resume_step_;
     row.lr = sched_.lr_at(global_step_ - 1);
   } else {
     loss_sum_ = 0;

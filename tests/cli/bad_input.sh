@@ -155,6 +155,9 @@ cp "$work/folder/cat/good.png" "$work/folder/dog/good.png"
 cp "$work/folder/cat/good.png" "$work/folder/dog/also-good.png"
 pseudo_random 300 > "$work/folder/dog/broken.jpg"
 check "undecodable image"       "folder/dog/broken.jpg: cannot decode image" --dataset folder --data-dir "$work/folder" --model mlp
+check "undecodable image, streamed" "folder/dog/broken.jpg: cannot decode image" --dataset folder --data-dir "$work/folder" --model mlp --stream
+check "stream without a folder" "stream needs --dataset folder" --stream
+check "data workers out of range" "data-workers must be in"    --data-workers -1
 mkdir -p "$work/crafted/cat" "$work/crafted/dog"
 cp "$work/folder/cat/good.png" "$work/crafted/cat/good.png"
 cp "$work/folder/cat/good.png" "$work/crafted/dog/good.png"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checkpoint/resume checks of the real actlab-train binary: a run killed with SIGKILL
 # during epoch 2 and resumed from DIR/last.safetensors, and runs stopped with SIGINT (exit 130) and
-# SIGTERM (exit 143) mid-epoch and resumed, all end with the same tensor bytes as an uninterrupted run.
+# SIGTERM (exit 143) mid-epoch and resumed, and a streamed image-folder run stopped mid-epoch and
+# resumed, all end with the same tensor bytes as an uninterrupted run.
 #   tests/cli/resume.sh PATH/TO/actlab-train
 set -u
 bin="$1"
@@ -46,6 +47,23 @@ for sig in INT TERM; do
   data_of "$work/$sig/last.safetensors" | cmp -s - "$work/full.data" || fail "SIG$sig + resume differs from the uninterrupted run"
   [ "$(epoch_of "$work/$sig/last.safetensors")" = 3 ] || fail "SIG$sig: the resumed run did not finish epoch 3"
 done
+
+# A streamed image folder (--stream, 2 data workers) stopped mid-epoch by the test hook and resumed:
+# the RandomResizedCrop draws are functions of (seed, epoch, sample), and the resumed run starts its
+# loader at the step reached, so the bytes match an uninterrupted streamed run.
+src=$(cd "$(dirname "$0")/../.." && pwd)
+for c in cat dog; do
+  mkdir -p "$work/folder/$c"
+  for i in 1 2 3 4 5 6 7 8; do tail -c +3 "$src/fuzz/corpus/image_folder/seed-png-rgb" > "$work/folder/$c/$i.png"; done
+done
+streamed=(--dataset folder --data-dir "$work/folder" --stream --data-workers 2 --image-size 6 --model mlp
+          --batch-size 2 --epochs 2 --threads 1 --seed 3 --quiet)
+"$bin" "${streamed[@]}" --save-dir "$work/stream-full" || fail "uninterrupted streamed run failed"
+ACTLAB_STOP_AFTER_STEPS=9 "$bin" "${streamed[@]}" --save-dir "$work/stream-stopped" 2>/dev/null
+[ "$(epoch_of "$work/stream-stopped/last.safetensors")" = 1 ] || fail "the stopped streamed run did not stop in epoch 2"
+"$bin" --resume "$work/stream-stopped/last.safetensors" --quiet || fail "resume of the streamed run failed"
+data_of "$work/stream-stopped/last.safetensors" | cmp -s - <(data_of "$work/stream-full/last.safetensors") ||
+  fail "streamed run stopped at step 9 + resume differs from the uninterrupted streamed run"
 
 echo "resume checks: $failures failed"
 [ "$failures" -eq 0 ]
