@@ -174,6 +174,14 @@ TEST_CASE("precision: a bf16 ResNet-20 step keeps half the exact bytes, and its 
   CHECK(distance > 1e-4);            // really computed in bf16
   CHECK(distance < 3 * yardstick);   // and no further off than bf16 itself forces
   CHECK(std::fabs(bf16.result.loss - f32.result.loss) < 1e-3 * std::fabs(f32.result.loss));
+  // Checkpointing under bf16 keeps each segment's input as exact does there, in bf16, and recomputes from
+  // it: one more rounding, of the same size as the yardstick's.
+  const StepRun ckpt = one_step(Precision::BF16, "checkpoint:segments=3");
+  CHECK(ckpt.result.recomputed_segments == 2);
+  CHECK(ckpt.result.activation_bytes < bf16.result.activation_bytes / 2);
+  const double ckpt_distance = relative_distance(ckpt.grads, f32.grads);
+  MESSAGE("checkpoint:segments=3 under bf16: " << ckpt_distance << " from fp32");
+  CHECK(ckpt_distance < 3 * yardstick);
   // DIVISION's packs do not change with the precision: it reads the same fp32 activations.
   const StepRun div = one_step(Precision::BF16, "division:B=8,Q=2");
   CHECK(div.result.saved.packed == div.result.saved.expected);
