@@ -121,8 +121,9 @@ void gemm_batched_dnnl(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
 // The measured choice (bench/bench_token.cpp; figures in bench/RESULTS.md, "Vision transformers"): oneDNN's
 // matmul beat the per-matrix loop on every ViT-Tiny and Swin-T attention product whose A is read as stored
 // (q·kᵀ and dO·vᵀ: NT; attn·v and dS·k: NN), but with A transposed (dSᵀ·q and attnᵀ·dO: TN) it lost on Swin-T's
-// (49×49)ᵀ·(49×32) products and barely won on ViT-Tiny's. TT, which no op uses, was not measured; it goes
-// with TN.
+// (49×49)ᵀ·(49×32) products and won by only 5-15 % on ViT-Tiny's, a lead that shrank as the batch grew, so
+// keeping it would take a cache-size threshold fitted to one CPU. TT, which no op uses, was not measured; it
+// goes with TN.
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                   const float* B, float* C) {
   if (trans_a)
