@@ -1,11 +1,13 @@
 // Benchmark of the transformer ops' CPU paths against oneDNN's primitives for the same work, at the
 // shapes of vit_tiny_cifar at batch 128 (28² images: 50 tokens, width 192, 3 heads of 64): softmax over
-// attention rows, LayerNorm forward (with the x̂ it keeps for backward), and attention's batched products.
-// Columns: the spec loops (cpu::*_ref, core/cpu/kernels_token.cpp), what actlab runs (ops::, on the CPU
-// oneDNN's softmax and layer normalization since this measurement — kernels_token_dnnl.cpp — and
-// cpu::gemm_batched for matmul), and oneDNN's primitive alone. Median of --reps after a warm-up, all
-// measured alternately in one process. Results: bench/RESULTS.md, "Vision transformers".
-// Usage: bench_token [--batch 128] [--reps 20] [--threads 2]
+// attention rows and LayerNorm forward (with the x̂ it keeps for backward). Columns: the spec loops
+// (cpu::*_ref, core/cpu/kernels_token.cpp), what actlab runs (ops::, on the CPU oneDNN's softmax and
+// layer normalization since this measurement — kernels_token_dnnl.cpp) and oneDNN's primitive alone.
+// Then attention's batched products (cpu::gemm_batched's two paths, core/cpu/gemm.h) at every transpose
+// case forward and backward use, for vit_tiny_cifar and for swin_t's four stages (224², 49-token windows,
+// heads of 32) at --swin-batch images. Median of --reps after a warm-up; the candidates of a row are run
+// alternately, one call each in turn. Results: bench/RESULTS.md, "Vision transformers".
+// Usage: bench_token [--batch 128] [--swin-batch 32] [--reps 20] [--threads 2]
 #include <omp.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "actlab/core/cpu/gemm.h"
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/error.h"
 #include "actlab/core/ops.h"
@@ -43,6 +46,47 @@ Tensor random(const actlab::Shape& s, uint64_t seed) {
   return Tensor::randn(s, rng);
 }
 
+// The median of each candidate over reps rounds, a round calling each once in turn, so that a change of
+// outside load falls on all of them alike.
+std::vector<double> interleaved_median_ms(const std::vector<std::function<void()>>& fs, int reps) {
+  for (const auto& f : fs) f();
+  std::vector<std::vector<double>> ms(fs.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fs.size(); ++i) {
+      const auto t = Clock::now();
+      fs[i]();
+      ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+    }
+  std::vector<double> medians;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    medians.push_back(v[v.size() / 2]);
+  }
+  return medians;
+}
+
+// s padded with spaces to `width` characters as a terminal shows them (printf's %-*s counts the bytes of ᵀ and ·).
+std::string padded(const std::string& s, size_t width) {
+  size_t shown = 0;
+  for (const unsigned char ch : s) shown += (ch & 0xC0) != 0x80;  // UTF-8 continuation bytes add nothing
+  return s + std::string(shown < width ? width - shown : 0, ' ');
+}
+
+// One batched product of attention: `matrices` products op(A) (M,K) · op(B) (K,N).
+struct BatchedProduct {
+  std::string what;
+  int64_t matrices, M, N, K;
+  bool trans_a, trans_b;
+};
+
+// Forward: scores q·kᵀ (T,d)·(T,d)ᵀ and out = attn·v (T,T)·(T,d). Backward (autograd/functions_token.cpp):
+// d_attn = dO·vᵀ (the scores' case), dq = dS·k (the out case), dk = dSᵀ·q and dv = attnᵀ·dO (T,T)ᵀ·(T,d).
+std::vector<BatchedProduct> attention_products(const std::string& model, int64_t matrices, int64_t T, int64_t d) {
+  return {{model + " q·kᵀ, dO·vᵀ (NT)", matrices, T, T, d, false, true},
+          {model + " attn·v, dS·k (NN)", matrices, T, d, T, false, false},
+          {model + " dSᵀ·q, attnᵀ·dO (TN)", matrices, T, d, T, true, false}};
+}
+
 void row(const char* what, double ref, double own, double dnnl) {
   if (ref > 0) {
     std::printf("%-44s %9.3f ms %9.3f ms %9.3f ms\n", what, ref, own, dnnl);
@@ -55,7 +99,7 @@ void row(const char* what, double ref, double own, double dnnl) {
 
 int main(int argc, char** argv) {
   try {
-    int64_t batch = 128;
+    int64_t batch = 128, swin_batch = 32;
     int reps = 20, threads = 2;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -64,11 +108,13 @@ int main(int argc, char** argv) {
         return argv[++i];
       };
       if (a == "--batch") batch = std::stoll(value());
+      else if (a == "--swin-batch") swin_batch = std::stoll(value());
       else if (a == "--reps") reps = std::stoi(value());
       else if (a == "--threads") threads = std::stoi(value());
       else ACTLAB_FAIL("unknown argument '", a, "' (see the header of bench/bench_token.cpp)");
     }
-    ACTLAB_CHECK(batch >= 1 && reps >= 1 && threads >= 1, "--batch, --reps and --threads must be >= 1");
+    ACTLAB_CHECK(batch >= 1 && swin_batch >= 1 && reps >= 1 && threads >= 1,
+                 "--batch, --swin-batch, --reps and --threads must be >= 1");
     omp_set_num_threads(threads);
     const int64_t T = 50, D = 192, H = 3, d = 64;
     using dnnl::memory;
@@ -120,21 +166,30 @@ int main(int argc, char** argv) {
       }, reps);
       row("layer_norm forward (B·50 rows of 192)", ref, own, dn);
     }
-    for (const bool scores : {true, false}) {  // q·kᵀ (T×d by d×T) and attn·v (T×T by T×d), B·H matrices
-      const int64_t M = T, K = scores ? d : T, N = scores ? T : d, n = batch * H;
-      const Tensor a = random({n, M, K}, 5), bt = random(scores ? actlab::Shape{n, N, K} : actlab::Shape{n, K, N}, 6);
-      Tensor c = Tensor::empty({n, M, N});
-      const memory::desc a_md({n, M, K}, memory::data_type::f32, memory::format_tag::abc);
-      const memory::desc b_md({n, K, N}, memory::data_type::f32, scores ? memory::format_tag::acb : memory::format_tag::abc);
-      const memory::desc c_md({n, M, N}, memory::data_type::f32, memory::format_tag::abc);
-      memory am(a_md, engine, a.raw_data()), bm(b_md, engine, bt.raw_data()), cm(c_md, engine, c.raw_data());
-      dnnl::matmul prim(dnnl::matmul::primitive_desc({a_md, b_md, c_md}, engine));
-      const double own = median_ms([&] { actlab::ops::matmul(a, bt, false, scores); }, reps);
-      const double dn = median_ms([&] {
-        prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-        stream.wait();
-      }, reps);
-      row(scores ? "matmul q·kᵀ (B·3 of 50x64 · 64x50)" : "matmul attn·v (B·3 of 50x50 · 50x64)", 0, own, dn);
+
+    std::vector<BatchedProduct> products = attention_products("vit_tiny b" + std::to_string(batch), batch * H, T, d);
+    const int64_t swin_windows[] = {64, 16, 4, 1}, swin_heads[] = {3, 6, 12, 24};
+    for (int stage = 0; stage < 4; ++stage) {
+      const int64_t matrices = swin_batch * swin_windows[stage] * swin_heads[stage];
+      for (auto& p : attention_products("swin_t b" + std::to_string(swin_batch) + " s" + std::to_string(stage + 1),
+                                        matrices, 49, 32))
+        products.push_back(p);
+    }
+    std::printf("\nbatched products, %d threads; median of %d, candidates alternating\n", threads, reps);
+    std::printf("%-40s %8s %12s %12s %9s %12s\n", "product", "matrices", "per-matrix", "oneDNN mm", "ratio",
+                "gemm_batched");
+    for (const BatchedProduct& p : products) {
+      const Tensor a = random({p.matrices, p.M * p.K}, 5), b = random({p.matrices, p.K * p.N}, 6);
+      Tensor c = Tensor::empty({p.matrices, p.M * p.N});
+      auto call = [&](decltype(&actlab::cpu::gemm_batched) path) {
+        return [&, path] { path(p.trans_a, p.trans_b, p.matrices, p.M, p.N, p.K, a.data<float>(), b.data<float>(),
+                                c.data<float>()); };
+      };
+      const auto ms = interleaved_median_ms({call(&actlab::cpu::gemm_batched_per_matrix),
+                                             call(&actlab::cpu::gemm_batched_dnnl), call(&actlab::cpu::gemm_batched)},
+                                            reps);
+      std::printf("%s %8lld %9.3f ms %9.3f ms %8.2fx %9.3f ms\n", padded(p.what, 40).c_str(),
+                  static_cast<long long>(p.matrices), ms[0], ms[1], ms[0] / ms[1], ms[2]);
     }
     return 0;
   } catch (const std::exception& e) {

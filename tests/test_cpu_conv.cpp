@@ -1,13 +1,14 @@
 // Tests of the CPU convolution and GEMM backend (core/cpu/conv.h, core/cpu/gemm.h): every fast-path
 // implementation against the naive *_ref loops on many shapes (strides, pads, 1x1/3x3/7x7, groups,
-// depthwise, odd sizes, with and without bias), gemm against gemm_ref, and the *_ref backward
-// against central differences so the spec itself is verified.
+// depthwise, odd sizes, with and without bias), gemm against gemm_ref, both batched GEMM paths against
+// gemm_batched_ref, and the *_ref backward against central differences so the spec itself is verified.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "actlab/core/allocator.h"
@@ -325,3 +326,73 @@ TEST_CASE("cpu gemm: matches gemm_ref with transposes, leading dimensions, alpha
                                     C.data(), 2),
                   actlab::Error);  // lda 1 < K 2
 }
+
+namespace {
+
+using BatchedPath = void (*)(bool, bool, int64_t, int64_t, int64_t, int64_t, const float*, const float*, float*);
+
+// One batched product through path against gemm_batched_ref; C starts as NaN: the path must assign.
+double batched_error(BatchedPath path, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                     uint32_t seed) {
+  const auto A = random_vector(batch * M * K, seed), B = random_vector(batch * K * N, seed + 1);
+  std::vector<float> C(batch * M * N, NAN), C_ref(batch * M * N);
+  path(ta, tb, batch, M, N, K, A.data(), B.data(), C.data());
+  actlab::cpu::gemm_batched_ref(ta, tb, batch, M, N, K, A.data(), B.data(), C_ref.data());
+  return relative_error(C, C_ref);
+}
+
+}  // namespace
+
+TEST_CASE("cpu gemm_batched: the per-matrix loop and oneDNN's matmul match gemm_batched_ref") {
+  const struct { const char* name; BatchedPath path; } paths[] = {
+      {"gemm_batched", &actlab::cpu::gemm_batched},
+      {"per_matrix", &actlab::cpu::gemm_batched_per_matrix},
+      {"dnnl", &actlab::cpu::gemm_batched_dnnl}};
+  // batch 1, single rows / columns / inner size, odd sizes, more matrices than any thread count, and
+  // ViT-Tiny's and Swin-T's attention products.
+  const struct { int64_t batch, M, N, K; } sizes[] = {{1, 7, 13, 5},  {3, 1, 9, 4},   {5, 11, 1, 3},  {2, 6, 5, 1},
+                                                      {1, 33, 9, 20}, {301, 9, 7, 11}, {24, 50, 64, 50}, {24, 49, 49, 32}};
+  const int64_t live_before = actlab::memory_stats().total.current;
+  uint32_t seed = 60;
+  for (const auto& p : paths)
+    for (const auto& s : sizes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          CAPTURE(p.name);
+          CAPTURE(s.batch);
+          CAPTURE(s.M);
+          CAPTURE(s.N);
+          CAPTURE(s.K);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CHECK(batched_error(p.path, ta, tb, s.batch, s.M, s.N, s.K, seed += 2) < 1e-5);
+        }
+  CHECK(actlab::memory_stats().total.current == live_before);  // scratchpads were all released
+
+  for (const auto& p : paths) {  // K == 0: every product is an empty sum, A and B are never read
+    CAPTURE(p.name);
+    std::vector<float> C(2 * 3 * 4, NAN);
+    p.path(false, true, 2, 3, 4, 0, nullptr, nullptr, C.data());
+    CHECK(std::all_of(C.begin(), C.end(), [](float v) { return v == 0.f; }));
+  }
+  std::vector<float> C(4);
+  CHECK_THROWS_AS(actlab::cpu::gemm_batched_dnnl(false, false, 1, 2, -2, 1, C.data(), C.data(), C.data()),
+                  actlab::Error);
+}
+
+TEST_CASE("cpu gemm_batched: oneDNN's matmul is safe to call from several threads on a shape none has used") {
+  // The first call of a shape creates its primitive; four threads race for it, then share it.
+  std::vector<double> errors(4, 1e30);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < errors.size(); ++t)
+    threads.emplace_back([&errors, t] {
+      double worst = 0;
+      for (int round = 0; round < 3; ++round)
+        worst = std::max(worst, batched_error(&actlab::cpu::gemm_batched_dnnl, true, true, 37, 19, 23, 29,
+                                              90 + static_cast<uint32_t>(t)));
+      errors[t] = worst;
+    });
+  for (auto& th : threads) th.join();
+  for (double e : errors) CHECK(e < 1e-5);
+}
+

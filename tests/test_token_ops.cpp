@@ -149,7 +149,8 @@ TEST_CASE("matmul: the four transpose cases against the reference GEMM loop, and
                 {param(a.shape(), 42), param(b.shape(), 43)}, 1e-2, 2e-2);
     }
   }
-  // Fewer matrices than threads takes the other branch of gemm_batched: the same values.
+  // One matrix (fewer than threads: the per-matrix loop threads the gemm itself); every path of gemm_batched
+  // is compared with the spec in tests/test_cpu_conv.cpp.
   const Tensor a = param({1, 33, 20}, 44).data(), b = param({1, 20, 9}, 45).data();
   std::vector<float> ref(33 * 9);
   cpu::gemm_batched_ref(false, false, 1, 33, 9, 20, a.data<float>(), b.data<float>(), ref.data());

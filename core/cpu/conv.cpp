@@ -18,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "actlab/core/allocator.h"
+#include "actlab/core/cpu/dnnl_common.h"
 #include "actlab/core/cpu/gemm.h"
 #include "actlab/core/error.h"
 
@@ -97,15 +98,6 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute) {
   return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
 }
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-dnnl::stream& cpu_stream() {  // a stream per thread: oneDNN streams are not meant to be shared
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
-}
-
 // One tensor argument of a primitive: as the user holds it and as the primitive wants it.
 struct Port {
   memory::desc user_md, prim_md;
@@ -119,7 +111,7 @@ Port make_port(const memory::desc& user_md, const memory::desc& prim_md, bool is
   p.prim_md = prim_md;
   p.reorder = user_md != prim_md;
   if (p.reorder) {
-    dnnl::engine& eng = cpu_engine();
+    dnnl::engine& eng = dnnl_engine();
     if (is_output)
       p.to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, prim_md, eng, user_md));
     else
@@ -200,13 +192,12 @@ dnnl::convolution_forward::primitive_desc make_forward_pd(const Descs& d, bool w
                                      d.pad_r)
                            : F::desc(prop, d.alg, d.src, d.wei, d.dst, d.strides, d.pad_l,
                                      d.pad_r);
-  return F::primitive_desc(desc, attr, cpu_engine());
+  return F::primitive_desc(desc, attr, dnnl_engine());
 }
 
 std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias,
                                  Precision compute, bool bf16_user_src) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // scratchpads go through Buffer
+  const dnnl::primitive_attr attr = user_scratchpad_attr();
   if (impl == ConvImpl::DnnlWinograd) {
     try {  // Winograd exists only for some shapes; elsewhere use the direct blocked kernels
       make_forward_pd(make_descs(s, impl, Direction::Forward, compute), false, attr);
@@ -234,7 +225,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
     auto hint = make_forward_pd(fwd, false, dnnl::primitive_attr());
     using B = dnnl::convolution_backward_data;
     B::primitive_desc pd(B::desc(d.alg, d.src, d.wei, d.dst, d.strides, d.pad_l, d.pad_r), attr,
-                         cpu_engine(), hint);
+                         dnnl_engine(), hint);
     plan->prim = B(pd);
     plan->in0 = make_port(d.user_dst, pd.diff_dst_desc(), false);
     plan->in1 = make_port(d.user_wei, pd.weights_desc(), false);
@@ -249,7 +240,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
     B::desc desc = with_bias ? B::desc(d.alg, d.src, d.wei, d.bias, d.dst, d.strides, d.pad_l,
                                        d.pad_r)
                              : B::desc(d.alg, d.src, d.wei, d.dst, d.strides, d.pad_l, d.pad_r);
-    B::primitive_desc pd(desc, attr, cpu_engine(), hint);
+    B::primitive_desc pd(desc, attr, dnnl_engine(), hint);
     plan->prim = B(pd);
     plan->in0 = make_port(d.user_src, pd.src_desc(), false);
     plan->in1 = make_port(d.user_dst, pd.diff_dst_desc(), false);
@@ -291,8 +282,8 @@ const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with
 // primitive's layout (no reorder).
 void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, float* bias,
               bool in0_is_prim = false) {
-  dnnl::engine& eng = cpu_engine();
-  dnnl::stream& strm = cpu_stream();
+  dnnl::engine& eng = dnnl_engine();
+  dnnl::stream& strm = dnnl_stream();
   std::vector<Buffer> buffers;  // reorder targets and the scratchpad: alive until the end
   buffers.reserve(4);
   auto bind_input = [&](const Port& port, const void* user) {
@@ -318,10 +309,7 @@ void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, f
   }
   args.emplace(plan.out_arg, out_prim);
   if (plan.with_bias) args.emplace(plan.bias_arg, memory(plan.bias_md, eng, bias));
-  if (plan.scratchpad_md.get_size() > 0) {
-    const Buffer& buf = buffers.emplace_back(plan.scratchpad_md.get_size(), MemTag::Workspace);
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(plan.scratchpad_md, eng, buf.data()));
-  }
+  bind_scratchpad(args, plan.scratchpad_md, buffers);
   plan.prim.execute(strm, args);
   if (plan.out.reorder) plan.out.to_user.execute(strm, out_prim, out_user);
   strm.wait();

@@ -1,10 +1,21 @@
 // CPU GEMM: gemm() forwards to oneDNN's dnnl_sgemm (it detects AVX-512 at run time; the Debian
-// OpenBLAS 0.3.21 picks a slow kernel on Zen 5 unless an environment variable forces it). The argument
-// checks and gemm_ref() are in gemm_ref.cpp. Tested in tests/test_cpu_conv.cpp.
+// OpenBLAS 0.3.21 picks a slow kernel on Zen 5 unless an environment variable forces it), and the batched
+// products run oneDNN's matmul primitive (cached per shape) or the per-matrix loop, by measurement. The
+// argument checks, that loop and the _ref specs are in gemm_ref.cpp. Tested in tests/test_cpu_conv.cpp.
 #include "actlab/core/cpu/gemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "actlab/core/cpu/dnnl_common.h"
 #include "actlab/core/error.h"
 
 namespace actlab::cpu {
@@ -32,6 +43,93 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   ACTLAB_CHECK(status == dnnl_success, "dnnl_sgemm failed with status ", static_cast<int>(status),
                " for M=", M, " N=", N, " K=", K, " trans_a=", trans_a, " trans_b=", trans_b,
                " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+namespace {
+
+using dnnl::memory;
+
+struct MatmulKey {
+  int64_t batch, M, N, K;
+  bool trans_a, trans_b;
+  bool operator<(const MatmulKey& o) const {
+    return std::tie(batch, M, N, K, trans_a, trans_b) < std::tie(o.batch, o.M, o.N, o.K, o.trans_a, o.trans_b);
+  }
+};
+
+struct MatmulPlan {
+  dnnl::matmul prim;
+  memory::desc a_md, b_md, c_md, scratchpad_md;
+};
+
+// op(X) (batch, rows, cols) of matrices packed one after another; a transposed X is stored (batch, cols,
+// rows), which the strides say, so oneDNN reads it where it lies.
+memory::desc operand_md(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+  const memory::dims strides = transposed ? memory::dims{rows * cols, 1, rows} : memory::dims{rows * cols, cols, 1};
+  return memory::desc({batch, rows, cols}, memory::data_type::f32, strides);
+}
+
+std::unique_ptr<MatmulPlan> build_matmul_plan(const MatmulKey& k) {
+  auto plan = std::make_unique<MatmulPlan>();
+  plan->a_md = operand_md(k.batch, k.M, k.K, k.trans_a);
+  plan->b_md = operand_md(k.batch, k.K, k.N, k.trans_b);
+  plan->c_md = operand_md(k.batch, k.M, k.N, false);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->a_md, plan->b_md, plan->c_md),
+                                        user_scratchpad_attr(), dnnl_engine());
+  plan->prim = dnnl::matmul(pd);
+  plan->scratchpad_md = pd.scratchpad_desc();
+  return plan;
+}
+
+// Plans are created once and never move (unique_ptr), so the reference stays valid for the process.
+const MatmulPlan& matmul_plan(const MatmulKey& key) {
+  static std::mutex mutex;
+  static std::map<MatmulKey, std::unique_ptr<MatmulPlan>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, build_matmul_plan(key)).first;
+  return *it->second;
+}
+
+}  // namespace
+
+void gemm_batched_dnnl(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                       const float* B, float* C) {
+  ACTLAB_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm_batched: negative size batch=", batch, " M=", M,
+               " N=", N, " K=", K);
+  if (batch == 0 || M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum; A and B may be null
+    std::fill(C, C + batch * M * N, 0.f);
+    return;
+  }
+  try {
+    const MatmulPlan& plan = matmul_plan({batch, M, N, K, trans_a, trans_b});
+    dnnl::engine& eng = dnnl_engine();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan.a_md, eng, const_cast<float*>(A))},
+                                         {DNNL_ARG_WEIGHTS, memory(plan.b_md, eng, const_cast<float*>(B))},
+                                         {DNNL_ARG_DST, memory(plan.c_md, eng, C)}};
+    std::vector<Buffer> scratchpad;
+    bind_scratchpad(args, plan.scratchpad_md, scratchpad);
+    plan.prim.execute(dnnl_stream(), args);
+    dnnl_stream().wait();
+  } catch (const dnnl::error& e) {
+    ACTLAB_FAIL("oneDNN matmul failed for batch=", batch, " M=", M, " N=", N, " K=", K, " trans_a=", trans_a,
+                " trans_b=", trans_b, ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
+  }
+}
+
+// The measured choice (bench/bench_token.cpp; figures in bench/RESULTS.md, "Vision transformers"): oneDNN's
+// matmul beat the per-matrix loop on every ViT-Tiny and Swin-T attention product whose A is read as stored
+// (q·kᵀ and dO·vᵀ: NT; attn·v and dS·k: NN), but with A transposed (dSᵀ·q and attnᵀ·dO: TN) it lost on Swin-T's
+// (49×49)ᵀ·(49×32) products and won by only 5-15 % on ViT-Tiny's, a lead that shrank as the batch grew, so
+// keeping it would take a cache-size threshold fitted to one CPU. TT, which no op uses, was not measured; it
+// goes with TN.
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                  const float* B, float* C) {
+  if (trans_a)
+    gemm_batched_per_matrix(trans_a, trans_b, batch, M, N, K, A, B, C);
+  else
+    gemm_batched_dnnl(trans_a, trans_b, batch, M, N, K, A, B, C);
 }
 
 }  // namespace actlab::cpu

@@ -1,6 +1,7 @@
 // CPU single-precision GEMM: the tuned path (oneDNN's dnnl_sgemm, chosen by measurement over the
-// Debian OpenBLAS, see bench/RESULTS_conv.md) and a naive reference loop used as the spec.
-// Owns nothing but these two functions. Tested in tests/test_cpu_conv.cpp, timed in bench/bench_conv.cpp.
+// Debian OpenBLAS, see bench/RESULTS_conv.md), its batched form for attention, and naive reference loops
+// used as the spec. Tested in tests/test_cpu_conv.cpp; timed in bench/bench_conv.cpp (gemm) and
+// bench/bench_token.cpp (gemm_batched).
 #pragma once
 #include <cstdint>
 
@@ -16,11 +17,21 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           float* C, int64_t ldc);
 
 // `batch` independent products C_i (M,N) = op(A_i)·op(B_i), alpha 1 and beta 0, the matrices packed one after
-// another (A_i = A + i·M·K, B_i = B + i·K·N, C_i = C + i·M·N; op as in gemm). Threads go to the batch when
-// it has enough matrices (each gemm then on one thread), else to each gemm in turn.
+// another (A_i = A + i·M·K, B_i = B + i·K·N, C_i = C + i·M·N; op as in gemm). C must not alias A or B; it is
+// assigned (NaNs in C are ignored). Threads: OpenMP. gemm_batched runs whichever of the two paths below
+// measured faster for the shape (the rule and its figures: gemm.cpp, bench/RESULTS.md "Vision transformers").
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                   const float* B, float* C);
-// The same over gemm_ref, serial.
+// One gemm per matrix: threads go to the batch when it has enough matrices (each gemm then on one thread),
+// else to each gemm in turn. What a minimal build (no oneDNN) runs for gemm_batched.
+void gemm_batched_per_matrix(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                             const float* A, const float* B, float* C);
+// oneDNN's matmul primitive over the whole batch at once (a 3-D problem, the transposes as memory strides: no
+// copies), one primitive per (batch, M, N, K, trans_a, trans_b) created on first use and kept; its scratchpad
+// is a Workspace Buffer freed before return. Safe to call from several threads. Full build only.
+void gemm_batched_dnnl(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                       const float* B, float* C);
+// The executable spec of all three: gemm_ref per matrix, serial.
 void gemm_batched_ref(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                       const float* B, float* C);
 

@@ -1,6 +1,7 @@
 // The executable spec of gemm.h (gemm_ref: triple loop, double accumulation), the argument checks
-// every gemm() implementation runs first, and the batched loop over whichever gemm() is built. No oneDNN here, so the minimal GPU-check build
-// (core/cpu/minimal/gemm_minimal.cpp) shares both with the full build. Tested in tests/test_cpu_conv.cpp.
+// every gemm() implementation runs first, and the per-matrix batched loop over whichever gemm() is built.
+// No oneDNN here, so the minimal GPU-check build (core/cpu/minimal/gemm_minimal.cpp) shares all of it with
+// the full build. Tested in tests/test_cpu_conv.cpp.
 #include "actlab/core/cpu/gemm.h"
 
 #include <omp.h>
@@ -39,26 +40,34 @@ void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
   }
 }
 
-void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
-                  const float* B, float* C) {
-  const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+namespace {
+
+// The leading dimension of a packed row-major matrix with `cols` columns (gemm's contract wants >= 1 even
+// when a size is 0).
+int64_t packed_ld(int64_t cols) { return cols > 1 ? cols : 1; }
+
+}  // namespace
+
+void gemm_batched_per_matrix(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                             const float* A, const float* B, float* C) {
+  const int64_t lda = packed_ld(trans_a ? M : K), ldb = packed_ld(trans_b ? K : N), ldc = packed_ld(N);
   // Attention's products are small (tokens × head width) and many (batch × heads): one per thread beats
   // threading each. oneDNN's sgemm runs on the calling thread inside a parallel region.
   if (batch >= omp_get_max_threads()) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < batch; ++i)
-      gemm(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, N);
+      gemm(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, ldc);
   } else {
     for (int64_t i = 0; i < batch; ++i)
-      gemm(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, N);
+      gemm(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, ldc);
   }
 }
 
 void gemm_batched_ref(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                       const float* B, float* C) {
-  const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+  const int64_t lda = packed_ld(trans_a ? M : K), ldb = packed_ld(trans_b ? K : N), ldc = packed_ld(N);
   for (int64_t i = 0; i < batch; ++i)
-    gemm_ref(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, N);
+    gemm_ref(trans_a, trans_b, M, N, K, 1.f, A + i * M * K, lda, B + i * K * N, ldb, 0.f, C + i * M * N, ldc);
 }
 
 }  // namespace actlab::cpu

@@ -10,21 +10,13 @@
 #include <memory>
 #include <tuple>
 
+#include "actlab/core/cpu/dnnl_common.h"
 #include "actlab/core/cpu/kernels.h"
 
 namespace actlab::cpu {
 namespace {
 
 using dnnl::memory;
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-dnnl::stream& stream() {  // one per thread: oneDNN streams are not meant to be shared
-  thread_local dnnl::stream s(engine());
-  return s;
-}
 
 memory::desc rows_md(int64_t rows, int64_t d) {
   return memory::desc({rows, d}, memory::data_type::f32, memory::format_tag::ab);
@@ -41,8 +33,8 @@ SoftmaxPrims& softmax_prims(int64_t rows, int64_t d) {
   auto& slot = cache[{rows, d}];
   if (!slot) {
     const memory::desc md = rows_md(rows, d);
-    dnnl::softmax_forward::primitive_desc fwd_pd({dnnl::prop_kind::forward_training, md, 1}, engine());
-    dnnl::softmax_backward::primitive_desc bwd_pd({md, md, 1}, engine(), fwd_pd);
+    dnnl::softmax_forward::primitive_desc fwd_pd({dnnl::prop_kind::forward_training, md, 1}, dnnl_engine());
+    dnnl::softmax_backward::primitive_desc bwd_pd({md, md, 1}, dnnl_engine(), fwd_pd);
     slot.reset(new SoftmaxPrims{fwd_pd, dnnl::softmax_forward(fwd_pd), dnnl::softmax_backward(bwd_pd)});
   }
   return *slot;
@@ -55,7 +47,7 @@ dnnl::layer_normalization_forward& layernorm_prim(int64_t rows, int64_t d, float
   auto& slot = cache[{rows, d, eps}];
   if (!slot) {
     dnnl::layer_normalization_forward::primitive_desc pd(
-        {dnnl::prop_kind::forward_training, rows_md(rows, d), eps, dnnl::normalization_flags::none}, engine());
+        {dnnl::prop_kind::forward_training, rows_md(rows, d), eps, dnnl::normalization_flags::none}, dnnl_engine());
     slot.reset(new dnnl::layer_normalization_forward(pd));
   }
   return *slot;
@@ -73,18 +65,19 @@ void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float sc
   }
   SoftmaxPrims& p = softmax_prims(rows, d);
   const memory::desc md = rows_md(rows, d);
-  memory s(md, engine(), const_cast<float*>(src)), t(md, engine(), y);
-  p.fwd.execute(stream(), {{DNNL_ARG_SRC, s}, {DNNL_ARG_DST, t}});
-  stream().wait();
+  memory s(md, dnnl_engine(), const_cast<float*>(src)), t(md, dnnl_engine(), y);
+  p.fwd.execute(dnnl_stream(), {{DNNL_ARG_SRC, s}, {DNNL_ARG_DST, t}});
+  dnnl_stream().wait();
 }
 
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale) {
   if (rows * d == 0) return;
   SoftmaxPrims& p = softmax_prims(rows, d);
   const memory::desc md = rows_md(rows, d);
-  memory dst(md, engine(), const_cast<float*>(y)), ddst(md, engine(), const_cast<float*>(dy)), dsrc(md, engine(), dx);
-  p.bwd.execute(stream(), {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_SRC, dsrc}});
-  stream().wait();
+  memory dst(md, dnnl_engine(), const_cast<float*>(y)), ddst(md, dnnl_engine(), const_cast<float*>(dy));
+  memory dsrc(md, dnnl_engine(), dx);
+  p.bwd.execute(dnnl_stream(), {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_SRC, dsrc}});
+  dnnl_stream().wait();
   if (scale != 1.f) {  // d softmax(scale·x)/dx = scale · (the softmax's own backward)
 #pragma omp parallel for if (rows * d > kParallelGrain)
     for (int64_t i = 0; i < rows * d; ++i) dx[i] *= scale;
@@ -95,11 +88,11 @@ void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const fl
                        const float* beta, int64_t rows, int64_t d, float eps) {
   if (rows * d == 0) return;
   float* normalized = xhat ? xhat : y;  // without an x̂ output, normalize into y and apply γ, β in place
-  memory src(rows_md(rows, d), engine(), const_cast<float*>(x)), dst(rows_md(rows, d), engine(), normalized);
-  memory m(vector_md(rows), engine(), mean), v(vector_md(rows), engine(), rstd);  // variance, then rstd
-  layernorm_prim(rows, d, eps).execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_MEAN, m},
+  memory src(rows_md(rows, d), dnnl_engine(), const_cast<float*>(x)), dst(rows_md(rows, d), dnnl_engine(), normalized);
+  memory m(vector_md(rows), dnnl_engine(), mean), v(vector_md(rows), dnnl_engine(), rstd);  // variance, then rstd
+  layernorm_prim(rows, d, eps).execute(dnnl_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_MEAN, m},
                                                   {DNNL_ARG_VARIANCE, v}});
-  stream().wait();
+  dnnl_stream().wait();
 #pragma omp parallel for if (rows * d > kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     rstd[r] = 1.f / std::sqrt(rstd[r] + eps);

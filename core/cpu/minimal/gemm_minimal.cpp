@@ -19,4 +19,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     gemm_ref(trans_a, trans_b, 1, N, K, alpha, trans_a ? A + i : A + i * lda, lda, B, ldb, beta, C + i * ldc, ldc);
 }
 
+// No oneDNN matmul primitive here: the per-matrix loop (gemm_ref.cpp) over the gemm above.
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                  const float* B, float* C) {
+  gemm_batched_per_matrix(trans_a, trans_b, batch, M, N, K, A, B, C);
+}
+
 }  // namespace actlab::cpu
