@@ -84,14 +84,16 @@ float* f32(const Tensor& t) { return t.data<float>(); }
 
 // ---------------------------------------------------------------- convolution
 namespace {
-// The precision a convolution computes in: the calling thread's (core/precision.h). The trainer checks
-// the run's precision against its device up front; this guards direct callers.
-Precision conv_precision(Device dev) {
+// The precision a convolution, linear layer or batched matmul computes in: the calling thread's
+// (core/precision.h). The trainer checks the run's precision against its device up front; this guards
+// direct callers.
+Precision gemm_precision(Device dev, const char* op) {
   const Precision p = compute_precision();
-  ACTLAB_CHECK(p == Precision::F32 || dev.is_cpu(), "conv2d on ", dev.str(), ": --precision ", precision_name(p),
+  ACTLAB_CHECK(p == Precision::F32 || dev.is_cpu(), op, " on ", dev.str(), ": --precision ", precision_name(p),
                " is not built for GPUs yet");
   return p;
 }
+Precision conv_precision(Device dev) { return gemm_precision(dev, "conv2d"); }
 }  // namespace
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
@@ -203,9 +205,11 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
     require_f32_contig("linear", "bias", b);
     ACTLAB_CHECK(b.numel() == M, "linear: bias ", b.str(), " for ", M, " outputs");
   }
+  const bool bf16 = gemm_precision(dev, "linear") == Precision::BF16;
   Tensor y = Tensor::empty(with_last(x.shape(), M), DType::F32, dev);
   ACTLAB_DISPATCH(dev, cuda::linear_forward(f32(y), f32(x), f32(w), opt_ptr(b), N, D, M, gpu.ctx()), {
-    cpu::gemm(false, true, N, M, D, 1.f, f32(x), D, f32(w), D, 0.f, f32(y), M);
+    if (bf16) cpu::gemm_batched_bf16(false, true, 1, N, M, D, f32(x), f32(w), f32(y));
+    else cpu::gemm(false, true, N, M, D, 1.f, f32(x), D, f32(w), D, 0.f, f32(y), M);
     if (b.defined()) add_row_bias(f32(y), f32(b), N, M);
   });
   return y;
@@ -218,9 +222,12 @@ Tensor linear_backward_data(const Tensor& dy, const Tensor& w) {
   ACTLAB_CHECK(dy.dim() >= 2 && w.dim() == 2 && w.size(0) == dy.size(-1), "linear backward: grad ", dy.str(),
                " vs weight ", w.str());
   const int64_t N = leading_rows(dy), M = dy.size(-1), D = w.size(1);
+  const bool bf16 = gemm_precision(dev, "linear") == Precision::BF16;
   Tensor dx = Tensor::empty(with_last(dy.shape(), D), DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::linear_backward_data(f32(dx), f32(dy), f32(w), N, M, D, gpu.ctx()),
-                  cpu::gemm(false, false, N, D, M, 1.f, f32(dy), M, f32(w), D, 0.f, f32(dx), D));
+  ACTLAB_DISPATCH(dev, cuda::linear_backward_data(f32(dx), f32(dy), f32(w), N, M, D, gpu.ctx()), {
+    if (bf16) cpu::gemm_batched_bf16(false, false, 1, N, D, M, f32(dy), f32(w), f32(dx));
+    else cpu::gemm(false, false, N, D, M, 1.f, f32(dy), M, f32(w), D, 0.f, f32(dx), D);
+  });
   return dx;
 }
 
@@ -236,8 +243,10 @@ Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias,
     *db = Tensor::empty({M}, DType::F32, dev);
     db_ptr = f32(*db);
   }
+  const bool bf16 = gemm_precision(dev, "linear") == Precision::BF16;
   ACTLAB_DISPATCH(dev, cuda::linear_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), N, M, D, gpu.ctx()), {
-    cpu::gemm(true, false, M, D, N, 1.f, f32(dy), M, f32(x), D, 0.f, f32(dw), D);
+    if (bf16) cpu::gemm_batched_bf16(true, false, 1, M, D, N, f32(dy), f32(x), f32(dw));
+    else cpu::gemm(true, false, M, D, N, 1.f, f32(dy), M, f32(x), D, 0.f, f32(dw), D);
     if (db_ptr) cpu::column_sums(db_ptr, f32(dy), N, M);
   });
   return dw;
@@ -519,9 +528,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Shape out_shape = a.shape();
   out_shape[out_shape.size() - 2] = M;
   out_shape.back() = N;
+  const bool bf16 = gemm_precision(dev, "matmul") == Precision::BF16;
   Tensor c = Tensor::empty(out_shape, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::batched_matmul(f32(c), f32(a), f32(b), batch, M, N, K, trans_a, trans_b, gpu.ctx()),
-                  cpu::gemm_batched(trans_a, trans_b, batch, M, N, K, f32(a), f32(b), f32(c)));
+  ACTLAB_DISPATCH(dev, cuda::batched_matmul(f32(c), f32(a), f32(b), batch, M, N, K, trans_a, trans_b, gpu.ctx()), {
+    if (bf16) cpu::gemm_batched_bf16(trans_a, trans_b, batch, M, N, K, f32(a), f32(b), f32(c));
+    else cpu::gemm_batched(trans_a, trans_b, batch, M, N, K, f32(a), f32(b), f32(c));
+  });
   return c;
 }
 

@@ -8,8 +8,8 @@
 
 namespace actlab {
 
-// F32: everything in fp32. BF16: convolutions and linear layers read bf16-rounded inputs and weights and
-// accumulate in fp32 (oneDNN's bf16 kernels); their outputs, batch norm, softmax, the loss, reductions,
+// F32: everything in fp32. BF16: convolutions, linear layers and batched matmuls read bf16-rounded operands
+// and accumulate in fp32 (oneDNN's bf16 kernels); their outputs, batch norm, softmax, the loss, reductions,
 // the master weights and the optimizer state stay fp32; saves offered as lossy that the policy keeps
 // exactly are kept in bf16. F16: fp16 with loss scaling, GPUs only (not built yet: refused).
 enum class Precision { F32, BF16, F16 };

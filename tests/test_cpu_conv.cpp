@@ -380,6 +380,37 @@ TEST_CASE("cpu gemm_batched: the per-matrix loop and oneDNN's matmul match gemm_
                   actlab::Error);
 }
 
+// As for the bf16 convolution: the spec is the reference on the operands rounded to bf16 (f32 accumulation
+// order apart), and the unrounded product is far enough away to show the rounding happened.
+TEST_CASE("cpu gemm_batched_bf16: equals gemm_batched_ref on bf16-rounded operands") {
+  const struct { int64_t batch, M, N, K; } sizes[] = {{1, 7, 13, 5}, {3, 1, 9, 4},    {5, 11, 1, 3},
+                                                      {1, 33, 9, 20}, {301, 9, 7, 11}, {24, 49, 49, 32}};
+  const int64_t live_before = actlab::memory_stats().total.current;
+  uint32_t seed = 900;
+  for (const auto& s : sizes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        CAPTURE(s.batch);
+        CAPTURE(s.M);
+        CAPTURE(s.N);
+        CAPTURE(s.K);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        const auto A = random_vector(s.batch * s.M * s.K, seed += 2), B = random_vector(s.batch * s.K * s.N, seed + 1);
+        std::vector<float> C(s.batch * s.M * s.N, NAN), C_ref(C.size()), C_f32(C.size());
+        actlab::cpu::gemm_batched_bf16(ta, tb, s.batch, s.M, s.N, s.K, A.data(), B.data(), C.data());
+        actlab::cpu::gemm_batched_ref(ta, tb, s.batch, s.M, s.N, s.K, rounded_bf16(A).data(), rounded_bf16(B).data(),
+                                      C_ref.data());
+        actlab::cpu::gemm_batched_ref(ta, tb, s.batch, s.M, s.N, s.K, A.data(), B.data(), C_f32.data());
+        CHECK(relative_error(C, C_ref) < 1e-5);
+        CHECK(relative_error(C, C_f32) > 1e-4);
+      }
+  CHECK(actlab::memory_stats().total.current == live_before);
+  std::vector<float> C(2 * 3 * 4, NAN);  // K == 0: an empty sum
+  actlab::cpu::gemm_batched_bf16(false, true, 2, 3, 4, 0, nullptr, nullptr, C.data());
+  CHECK(std::all_of(C.begin(), C.end(), [](float v) { return v == 0.f; }));
+}
+
 TEST_CASE("cpu gemm_batched: oneDNN's matmul is safe to call from several threads on a shape none has used") {
   // The first call of a shape creates its primitive; four threads race for it, then share it.
   std::vector<double> errors(4, 1e30);

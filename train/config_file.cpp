@@ -123,7 +123,7 @@ const std::vector<Field>& fields() {
                    "where to train: cpu, cuda or cuda:N (a build with the CUDA backend and an NVIDIA GPU)"),
         ACTLAB_STR("policy", policy, "activation-cache policy: " + policy_forms() + "\n" + checkpoint_forms()),
         ACTLAB_STR("precision", precision,
-                   "compute precision: fp32, or bf16 (convolutions in bf16 with fp32 accumulation, exact saves kept "
+                   "compute precision: fp32, or bf16 (convolutions, linear layers and matmuls in bf16 with fp32 accumulation, exact saves kept "
                    "in bf16, fp32 master weights; a CPU with avx512_bf16 or amx_bf16); fp16 needs a GPU. docs/precision.md"),
         {"policy-rule", "string", "per-module override PATTERN=POLICY, e.g. conv1=exact, 'layer1.*=quant:Q=4' or 'layer1.*=checkpoint'",
          [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },

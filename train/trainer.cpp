@@ -385,7 +385,7 @@ void Run::print_header() const {
               static_cast<long long>(c_.threads), static_cast<unsigned long long>(c_.seed));
   if (device_.is_cuda()) std::printf("device %s (%s)\n", device_.str().c_str(), cuda_device_name(device_.index).c_str());
   if (compute_precision() != Precision::F32)
-    std::printf("precision %s: convolutions compute in %s with fp32 accumulation (CPU bf16 instructions: %s); "
+    std::printf("precision %s: convolutions, linear layers and matmuls compute in %s with fp32 accumulation (CPU bf16 instructions: %s); "
                 "exact saves are kept in %s; weights, optimizer state, batch norm and the loss stay fp32\n",
                 precision_name(compute_precision()), precision_name(compute_precision()), cpu_bf16_flags().c_str(),
                 precision_name(compute_precision()));

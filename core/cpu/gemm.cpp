@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actlab/core/cpu/dnnl_common.h"
+#include "actlab/core/cpu/kernels.h"
 #include "actlab/core/error.h"
 
 namespace actlab::cpu {
@@ -52,8 +53,9 @@ using dnnl::memory;
 struct MatmulKey {
   int64_t batch, M, N, K;
   bool trans_a, trans_b;
+  bool bf16 = false;  // A and B in bf16 (C stays f32)
   bool operator<(const MatmulKey& o) const {
-    return std::tie(batch, M, N, K, trans_a, trans_b) < std::tie(o.batch, o.M, o.N, o.K, o.trans_a, o.trans_b);
+    return std::tie(batch, M, N, K, trans_a, trans_b, bf16) < std::tie(o.batch, o.M, o.N, o.K, o.trans_a, o.trans_b, o.bf16);
   }
 };
 
@@ -64,15 +66,17 @@ struct MatmulPlan {
 
 // op(X) (batch, rows, cols) of matrices packed one after another; a transposed X is stored (batch, cols,
 // rows), which the strides say, so oneDNN reads it where it lies.
-memory::desc operand_md(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+memory::desc operand_md(int64_t batch, int64_t rows, int64_t cols, bool transposed,
+                        memory::data_type type = memory::data_type::f32) {
   const memory::dims strides = transposed ? memory::dims{rows * cols, 1, rows} : memory::dims{rows * cols, cols, 1};
-  return memory::desc({batch, rows, cols}, memory::data_type::f32, strides);
+  return memory::desc({batch, rows, cols}, type, strides);
 }
 
 std::unique_ptr<MatmulPlan> build_matmul_plan(const MatmulKey& k) {
   auto plan = std::make_unique<MatmulPlan>();
-  plan->a_md = operand_md(k.batch, k.M, k.K, k.trans_a);
-  plan->b_md = operand_md(k.batch, k.K, k.N, k.trans_b);
+  const auto in_type = k.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  plan->a_md = operand_md(k.batch, k.M, k.K, k.trans_a, in_type);
+  plan->b_md = operand_md(k.batch, k.K, k.N, k.trans_b, in_type);
   plan->c_md = operand_md(k.batch, k.M, k.N, false);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->a_md, plan->b_md, plan->c_md),
                                         user_scratchpad_attr(), dnnl_engine());
@@ -93,29 +97,49 @@ const MatmulPlan& matmul_plan(const MatmulKey& key) {
 
 }  // namespace
 
-void gemm_batched_dnnl(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
-                       const float* B, float* C) {
-  ACTLAB_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm_batched: negative size batch=", batch, " M=", M,
-               " N=", N, " K=", K);
-  if (batch == 0 || M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum; A and B may be null
-    std::fill(C, C + batch * M * N, 0.f);
+namespace {
+// One call of a cached matmul plan on operands already in its types (f32, or bf16 bits for key.bf16).
+void run_matmul(const MatmulKey& key, const void* A, const void* B, float* C) {
+  ACTLAB_CHECK(key.batch >= 0 && key.M >= 0 && key.N >= 0 && key.K >= 0, "gemm_batched: negative size batch=",
+               key.batch, " M=", key.M, " N=", key.N, " K=", key.K);
+  if (key.batch == 0 || key.M == 0 || key.N == 0) return;
+  if (key.K == 0) {  // an empty sum; A and B may be null
+    std::fill(C, C + key.batch * key.M * key.N, 0.f);
     return;
   }
   try {
-    const MatmulPlan& plan = matmul_plan({batch, M, N, K, trans_a, trans_b});
+    const MatmulPlan& plan = matmul_plan(key);
     dnnl::engine& eng = dnnl_engine();
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan.a_md, eng, const_cast<float*>(A))},
-                                         {DNNL_ARG_WEIGHTS, memory(plan.b_md, eng, const_cast<float*>(B))},
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan.a_md, eng, const_cast<void*>(A))},
+                                         {DNNL_ARG_WEIGHTS, memory(plan.b_md, eng, const_cast<void*>(B))},
                                          {DNNL_ARG_DST, memory(plan.c_md, eng, C)}};
     std::vector<Buffer> scratchpad;
     bind_scratchpad(args, plan.scratchpad_md, scratchpad);
     plan.prim.execute(dnnl_stream(), args);
     dnnl_stream().wait();
   } catch (const dnnl::error& e) {
-    ACTLAB_FAIL("oneDNN matmul failed for batch=", batch, " M=", M, " N=", N, " K=", K, " trans_a=", trans_a,
-                " trans_b=", trans_b, ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
+    ACTLAB_FAIL("oneDNN ", key.bf16 ? "bf16 " : "", "matmul failed for batch=", key.batch, " M=", key.M, " N=", key.N,
+                " K=", key.K, " trans_a=", key.trans_a, " trans_b=", key.trans_b, ": ", e.what(), " (status ",
+                static_cast<int>(e.status), ")");
   }
+}
+}  // namespace
+
+void gemm_batched_dnnl(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                       const float* B, float* C) {
+  run_matmul({batch, M, N, K, trans_a, trans_b}, A, B, C);
+}
+
+void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                       const float* B, float* C) {
+  const MatmulKey key{batch, M, N, K, trans_a, trans_b, true};
+  if (batch <= 0 || M <= 0 || N <= 0 || K <= 0) return run_matmul(key, A, B, C);  // nothing to round
+  // The matrices are packed one after another in either layout: rounding is one pass over each operand.
+  const int64_t a_n = batch * M * K, b_n = batch * K * N;
+  const Buffer a16(static_cast<size_t>(a_n) * 2, MemTag::Workspace), b16(static_cast<size_t>(b_n) * 2, MemTag::Workspace);
+  to_bf16(a16.as<uint16_t>(), A, a_n);
+  to_bf16(b16.as<uint16_t>(), B, b_n);
+  run_matmul(key, a16.data(), b16.data(), C);
 }
 
 // The measured choice (bench/bench_token.cpp; figures in bench/RESULTS.md, "Vision transformers"): oneDNN's

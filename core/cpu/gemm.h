@@ -31,6 +31,11 @@ void gemm_batched_per_matrix(bool trans_a, bool trans_b, int64_t batch, int64_t 
 // is a Workspace Buffer freed before return. Safe to call from several threads. Full build only.
 void gemm_batched_dnnl(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                        const float* B, float* C);
+// gemm_batched under --precision bf16 (core/precision.h): A and B rounded to bf16 (into Workspace buffers),
+// multiplied by oneDNN's bf16 matmul with f32 accumulation, C written in f32. Its spec is gemm_batched_ref on
+// the rounded operands (tests/test_cpu_conv.cpp). Full build only (a minimal build refuses bf16).
+void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                       const float* B, float* C);
 // The executable spec of all three: gemm_ref per matrix, serial.
 void gemm_batched_ref(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                       const float* B, float* C);

@@ -2,6 +2,7 @@
 // gemm_ref (gemm_ref.cpp: double accumulation) on the rows of C in parallel. Only the CMake option compiles
 // this file; it replaces core/cpu/gemm.cpp. The CPU reference of the CUDA parity suites.
 #include "actlab/core/cpu/gemm.h"
+#include "actlab/core/error.h"
 
 namespace actlab::cpu {
 
@@ -17,6 +18,11 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 #pragma omp parallel for schedule(static) if (M * N * K > 65536)
   for (int64_t i = 0; i < M; ++i)
     gemm_ref(trans_a, trans_b, 1, N, K, alpha, trans_a ? A + i : A + i * lda, lda, B, ldb, beta, C + i * ldc, ldc);
+}
+
+// check_precision_supported refuses bf16 in a minimal build; this is the kernel's own guard.
+void gemm_batched_bf16(bool, bool, int64_t, int64_t, int64_t, int64_t, const float*, const float*, float*) {
+  ACTLAB_FAIL("gemm_batched_bf16: a minimal build has no bf16 matmul (no oneDNN)");
 }
 
 // No oneDNN matmul primitive here: the per-matrix loop (gemm_ref.cpp) over the gemm above.
