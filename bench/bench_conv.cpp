@@ -1,6 +1,7 @@
 // Benchmark of the CPU convolution backend (core/cpu/conv.h): every conv layer of CIFAR ResNet-20
 // and ResNet-18 (and MobileNetV2 depthwise layers) at batch 128, forward / backward-data /
-// backward-weight, median of --reps after a warm-up, for each --impl; prints GFLOP/s per layer and
+// backward-weight, median of --reps after a warm-up, for each --impl (IMPL or IMPL@bf16, e.g.
+// auto,auto@bf16,dnnl-plain@bf16: the precision the layer computes in); prints GFLOP/s per layer and
 // the conv time of one training step. --gemm compares dnnl_sgemm with OpenBLAS (loaded at run time).
 // Results: bench/RESULTS_conv.md. Usage: bench_conv [--impl a,b] [--model resnet20|resnet18|mobilenet|all]
 //          [--batch 128] [--reps 5] [--threads 2] [--gemm] [--alloc system|caching|hugepage]
@@ -150,7 +151,7 @@ double median_ms(int reps, F&& f) {
 
 struct Timing { double fwd_ms, bwd_data_ms, bwd_weight_ms, workspace_mib; };
 
-Timing time_layer(const ConvShape& s, ConvImpl impl, int reps) {
+Timing time_layer(const ConvShape& s, ConvImpl impl, actlab::Precision compute, int reps) {
   const size_t x_n = s.N * s.C * s.H * s.W, w_n = s.K * (s.C / s.groups) * s.R * s.S;
   const size_t y_n = s.N * s.K * s.P() * s.Q();
   const auto x = random_vector(x_n, 1), w = random_vector(w_n, 2), dy = random_vector(y_n, 3);
@@ -159,13 +160,13 @@ Timing time_layer(const ConvShape& s, ConvImpl impl, int reps) {
   actlab::reset_peak();
   const int64_t workspace_before = actlab::memory_stats()[actlab::MemTag::Workspace].current;
   t.fwd_ms = median_ms(reps, [&] {
-    actlab::cpu::conv2d_forward(y.data(), x.data(), w.data(), nullptr, s, impl);
+    actlab::cpu::conv2d_forward(y.data(), x.data(), w.data(), nullptr, s, impl, compute);
   });
   t.bwd_data_ms = median_ms(reps, [&] {
-    actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s, impl);
+    actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s, impl, compute);
   });
   t.bwd_weight_ms = median_ms(reps, [&] {
-    actlab::cpu::conv2d_backward_weight(dw.data(), nullptr, dy.data(), x.data(), s, impl);
+    actlab::cpu::conv2d_backward_weight(dw.data(), nullptr, dy.data(), x.data(), s, impl, compute);
   });
   t.workspace_mib =
       (actlab::memory_stats()[actlab::MemTag::Workspace].peak - workspace_before) / 1048576.0;
@@ -189,7 +190,11 @@ void run_conv(const std::vector<Layer>& layers, const std::vector<std::string>& 
               "peak scratch MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& impl_name : impls) {
-    const ConvImpl impl = actlab::cpu::conv_impl_from_name(impl_name);
+    // "dnnl-plain@bf16": the implementation at a compute precision (core/precision.h); fp32 without one.
+    const size_t at = impl_name.find('@');
+    const ConvImpl impl = actlab::cpu::conv_impl_from_name(impl_name.substr(0, at));
+    const actlab::Precision compute =
+        at == std::string::npos ? actlab::Precision::F32 : actlab::parse_precision(impl_name.substr(at + 1));
     std::string current_model;
     double step_ms = 0.0, step_gflop = 0.0;
     auto print_total = [&] {
@@ -205,7 +210,7 @@ void run_conv(const std::vector<Layer>& layers, const std::vector<std::string>& 
       }
       const ConvShape& s = l.shape;
       const bool quiet = wait_for_quiet_cpu();
-      const Timing t = time_layer(s, impl, reps);
+      const Timing t = time_layer(s, impl, compute, reps);
       const double gflop = s.flops() * 1e-9;
       step_ms += l.count * (t.fwd_ms + t.bwd_weight_ms + (l.needs_dx ? t.bwd_data_ms : 0.0));
       step_gflop += l.count * gflop * (l.needs_dx ? 3.0 : 2.0);
