@@ -63,6 +63,8 @@ void save_checkpoint(const std::string& path, const Module& model, Sgd& opt, con
       {"lr_schedule", st.lr_schedule},
       {"config", st.config_json},
       {"world_size", std::to_string(st.world_size)},
+      {"loss_scale", round_trip_double(st.loss_scale)},
+      {"loss_scale_good_steps", std::to_string(st.loss_scale_good_steps)},
   };
   write_safetensors(path, tensors, meta);
 }
@@ -90,6 +92,10 @@ TrainState checkpoint_state(const SafetensorsFile& f) {
   st.lr_schedule = f.metadata_value("lr_schedule");
   st.world_size = f.find_metadata("world_size") != nullptr ? meta_int(f, "world_size") : 1;
   st.config_json = f.metadata_value("config");
+  if (f.find_metadata("loss_scale") != nullptr) {
+    st.loss_scale = meta_double(f, "loss_scale");
+    st.loss_scale_good_steps = meta_int(f, "loss_scale_good_steps");
+  }
   ACTLAB_CHECK(st.epoch >= 0 && st.step_in_epoch >= 0 && st.global_step >= 0 && st.seen >= 0,
                "checkpoint loop position is negative");
   return st;

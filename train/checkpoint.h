@@ -30,6 +30,9 @@ struct TrainState {
   std::string lr_schedule;    // description of the schedule and the rate at global_step
   std::string config_json;    // the full effective run configuration (config_file.h)
   int64_t world_size = 1;     // data-parallel ranks that trained it (1 in checkpoints from before --distributed)
+  // The loss scaler's state (layers/optim/loss_scale.h; 1 and 0 in checkpoints from before loss scaling).
+  double loss_scale = 1;
+  int64_t loss_scale_good_steps = 0;
 };
 
 // Saves model + optimizer + state atomically (write_safetensors).

@@ -28,6 +28,9 @@ struct TrainConfig {
   std::string policy = "exact";
   std::vector<std::string> policy_rules;  // "pattern=policy"
   std::string precision = "fp32";         // fp32 | bf16 | fp16: what convolutions compute in (core/precision.h)
+  // Loss scaling (layers/optim/loss_scale.h): none | dynamic[:init=S,interval=N] | S; "auto": dynamic
+  // under fp16, none otherwise.
+  std::string loss_scale = "auto";
   bool augment = true;                    // the data set's standard training augmentation
   int64_t steps_per_epoch = 0;            // 0: full epochs; N: stop each epoch after N steps
   int64_t train_limit = 0;                // 0: all training samples; N: the first N

@@ -12,6 +12,7 @@
 #include "actlab/core/error.h"
 #include "actlab/compress/policy.h"
 #include "actlab/io/json.h"
+#include "actlab/layers/optim/loss_scale.h"
 #include "actlab/models/registry.h"
 
 namespace actlab {
@@ -125,6 +126,9 @@ const std::vector<Field>& fields() {
         ACTLAB_STR("precision", precision,
                    "compute precision: fp32, or bf16 (convolutions, linear layers and matmuls in bf16 with fp32 accumulation, exact saves kept "
                    "in bf16, fp32 master weights; a CPU with avx512_bf16 or amx_bf16); fp16 needs a GPU. docs/precision.md"),
+        ACTLAB_STR("loss-scale", loss_scale,
+                   "loss scaling: auto (dynamic under fp16, none otherwise), " + loss_scale_forms() +
+                       "; gradients are unscaled before the update. docs/precision.md"),
         {"policy-rule", "string", "per-module override PATTERN=POLICY, e.g. conv1=exact, 'layer1.*=quant:Q=4' or 'layer1.*=checkpoint'",
          [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },
          [](const TrainConfig&) { return std::string(); },  // printed per rule by config_entries

@@ -217,6 +217,8 @@ std::string summary_to_json(const TrainSummary& s, const TrainConfig& c) {
       .field("saved_expected_bytes", s.saved_expected_bytes)
       .field("wall_s", s.wall_s)
       .field("skipped_steps", s.skipped_steps)
+      .field("loss_scale", s.loss_scale)
+      .field("overflow_skips", s.overflow_skips)
       .field("world_size", s.world_size)
       .field("comm_s", s.comm_s)
       .field("comm_exposed_s", s.comm_exposed_s)

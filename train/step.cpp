@@ -73,7 +73,8 @@ StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Te
   if (opt) opt->zero_grad();
   {
     MemTagScope tag(MemTag::Activation);
-    backward(loss);
+    backward(loss, o.loss_scale == 1 ? Tensor()
+                                     : Tensor::full(loss.shape(), static_cast<float>(o.loss_scale)).to(loss.data().device()));
   }
   loss = Variable();
   r.backward_done = true;

@@ -39,6 +39,9 @@ struct TrainSummary {
   int64_t stop_epoch = 0, stop_step = 0;
   std::string stop_checkpoint;
   int64_t skipped_steps = 0;        // --on-nonfinite=skip-step: updates dropped in this process
+  // --loss-scale: the scale at the end ("none": 1) and the updates this process skipped for an overflow.
+  double loss_scale = 1;
+  int64_t overflow_skips = 0;
   // --distributed: ranks, and the gradient all-reduces' time over the run: their own time and the part
   // the training thread waited for (the rest ran behind backward). median_img_per_s is per rank.
   int64_t world_size = 1;

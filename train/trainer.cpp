@@ -19,6 +19,7 @@
 #include "actlab/compress/acgc.h"
 #include "actlab/core/cuda/runtime.h"
 #include "actlab/core/precision.h"
+#include "actlab/layers/optim/loss_scale.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/layers/checkpoint.h"
 #include "actlab/layers/layers.h"
@@ -103,6 +104,12 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
+// --loss-scale with "auto" resolved: dynamic scaling is what fp16 needs, and nothing else does.
+static LossScaleOptions loss_scale_options(const TrainConfig& c) {
+  if (c.loss_scale != "auto") return parse_loss_scale(c.loss_scale);
+  return parse_loss_scale(parse_precision(c.precision) == Precision::F16 ? "dynamic" : "none");
+}
+
 void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.epochs >= 1, "epochs must be >= 1, got ", c.epochs);
   ACTLAB_CHECK(c.batch_size >= 1, "batch size must be >= 1, got ", c.batch_size);
@@ -115,6 +122,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be >= 1, got ", c.threads);
   Device::parse(c.device);  // the form only; whether the device exists is checked when the run starts
   parse_precision(c.precision);  // likewise: whether this machine can run it is checked at the start
+  loss_scale_options(c);
   if (!c.memory_limit.empty()) parse_byte_size(c.memory_limit, "--memory-limit");
   ACTLAB_CHECK(c.warmup_epochs == 0 || (c.warmup_epochs > 0 && c.warmup_epochs < c.epochs),
                "warm-up epochs must be in [0, epochs), got ", c.warmup_epochs);
@@ -242,6 +250,7 @@ class Run {
   bool train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row);  // false: update skipped
   std::string locate_in_forward(const Tensor& images);
   void nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step);
+  void discard_update();
   void after_first_step(const StepResult& r);
   void finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start);
   void stop(int64_t epoch, int64_t step);
@@ -268,6 +277,7 @@ class Run {
   std::unique_ptr<PolicySet> policies_;
   std::unique_ptr<BufferSnapshot> buffers_;  // BN statistics before the current step's forward
   std::unique_ptr<MemoryCheck> memory_check_;  // --check-memory
+  std::unique_ptr<LossScaler> scaler_;       // --loss-scale (disabled: scale 1)
   int64_t nonfinite_in_a_row_ = 0;
   bool first_step_done_ = false;
   LrSchedule sched_;
@@ -307,6 +317,7 @@ void Run::setup() {
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
   make_checkpoint_plan(*model_, policies_->checkpoint());  // a request this model cannot take fails now
   buffers_ = std::make_unique<BufferSnapshot>(*model_);
+  scaler_ = std::make_unique<LossScaler>(loss_scale_options(c_));
   if (dist_.on())
     reducer_ = std::make_unique<GradReducer>(model_->parameters(), *dist_.comm(),
                                              static_cast<int64_t>(c_.bucket_mib * 1024 * 1024));
@@ -342,6 +353,9 @@ void Run::restore() {
   correct_ = dist_.lead() ? st.correct : 0;
   seen_ = dist_.lead() ? st.seen : 0;
   best_acc_ = st.best_acc;
+  // A dynamic scale carries on from where the saved run left it; any other mode starts from its own.
+  if (scaler_->dynamic() && loss_scale_options(config_from_json(st.config_json)).mode == LossScaleOptions::Mode::Dynamic)
+    scaler_->restore(st.loss_scale, st.loss_scale_good_steps);
   if (!c_.quiet)
     std::printf("resumed from %s: %lld epochs done%s, global step %lld, best test accuracy %.2f%%\n", c_.resume.c_str(),
                 static_cast<long long>(st.epoch),
@@ -364,6 +378,8 @@ TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {
   st.lr_schedule = describe_schedule(sched_, global_step_);
   st.config_json = config_to_json(c_);
   st.world_size = dist_.world();
+  st.loss_scale = scaler_->scale();
+  st.loss_scale_good_steps = scaler_->good_steps();
   return st;
 }
 
@@ -389,6 +405,11 @@ void Run::print_header() const {
                 "exact saves are kept in %s; weights, optimizer state, batch norm and the loss stay fp32\n",
                 precision_name(compute_precision()), precision_name(compute_precision()), cpu_bf16_flags().c_str(),
                 precision_name(compute_precision()));
+  if (scaler_->enabled())
+    std::printf("loss scale %s: backward starts from the loss times the scale, gradients are divided by it before "
+                "the update%s\n",
+                loss_scale_name(loss_scale_options(c_)).c_str(),
+                scaler_->dynamic() ? "; an overflowing step is skipped and halves the scale" : "");
   if (dist_.on())
     std::printf("distributed: %d ranks over %s; --batch-size %lld is per rank (global batch %lld), each rank reads "
                 "1/%d of every epoch; %zu gradient buckets of <= %g MiB\n",
@@ -435,14 +456,23 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
     return true;
   };
   std::string bad_gradient;
+  bool overflow_skipped = false;
+  so.loss_scale = scaler_->scale();
   so.before_update = [&] {
     if (reducer_) reducer_->finish();  // the gradients are now the average over the ranks
     const auto params = model_->named_parameters();
     if (inject && c_.inject_nan_into == "grad" && !params.empty()) poison(params.back().second.grad());
+    scaler_->unscale(model_->parameters());
     // Before the update: a bad gradient never reaches the weights or the momentum.
     const std::vector<std::string> bad = nonfinite_gradients(*model_);
+    // Every rank holds the same averaged gradients, so every rank's scaler takes the same decision.
     const std::vector<int> bad_ranks = dist_.ranks_with(!bad.empty());
-    if (bad_ranks.empty()) return true;
+    if (!bad_ranks.empty() && scaler_->absorbs_overflow()) {
+      scaler_->update(true);
+      overflow_skipped = true;
+      return false;
+    }
+    if (bad_ranks.empty()) return scaler_->update(false);
     if (bad.empty()) {
       bad_gradient = "on " + rank_list(bad_ranks) + " (this rank's gradients were finite)";
       return false;
@@ -461,10 +491,12 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
                    where, epoch, step);
     return false;
   }
-  if (!r.updated) {
+  if (!r.updated && !overflow_skipped) {
     nonfinite_step("gradient", bad_gradient, epoch, step);
     return false;
   }
+  // An overflow the scaler absorbed: the forward was good and is counted; its update is dropped.
+  if (overflow_skipped) discard_update();
   nonfinite_in_a_row_ = 0;
   const int64_t act = r.activation_bytes;
   const float loss_value = r.loss;
@@ -484,7 +516,7 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   progress_->step(epoch + 1, c_.epochs, step + 1, steps_per_epoch_, loss_sum_ / static_cast<double>(seen_),
                   100.0 * static_cast<double>(correct_) / static_cast<double>(seen_), rate,
                   memory_stats(device_).total.current, static_cast<double>(steps_left * c_.batch_size) / rate);
-  return true;
+  return !overflow_skipped;
 }
 
 // The per-pack statistics now hold exactly one forward (a skipped step's were reset): report them
@@ -516,9 +548,15 @@ std::string Run::locate_in_forward(const Tensor& images) {
 
 // Nothing of the bad step has been applied: undo the forward's buffer update, drop the gradients,
 // then skip the step, or save the last good state and fail with one line saying where it happened.
-void Run::nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step) {
+// An update that is not applied leaves nothing behind: the gradients are dropped and the batch-norm
+// statistics of its forward are put back.
+void Run::discard_update() {
   buffers_->restore();
   opt_->zero_grad();
+}
+
+void Run::nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step) {
+  discard_update();
   if (!first_step_done_) CacheStats::global().reset();  // the first-step report describes one good step
   const std::string at = "at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step + 1) +
                          " (global step " + std::to_string(global_step_ + 1) + "), " + where;
@@ -735,6 +773,11 @@ TrainSummary Run::go() {
                   total_rate, dist_.world());
   }
   if (!c_.quiet && !summary_.interrupted && !summary_.epochs.empty()) print_summary(summary_, c_);
+  summary_.loss_scale = scaler_->scale();
+  summary_.overflow_skips = scaler_->overflow_skips();
+  if (scaler_->enabled() && !c_.quiet)
+    std::printf("loss scale at the end: %g; updates skipped for an overflow in this process: %lld\n", scaler_->scale(),
+                static_cast<long long>(scaler_->overflow_skips()));
   if (summary_.skipped_steps > 0)
     std::fprintf(stderr, "actlab-train: warning: %lld steps skipped for non-finite values (--on-nonfinite=skip-step)\n",
                  static_cast<long long>(summary_.skipped_steps));
