@@ -331,6 +331,36 @@ Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
   return dx;
 }
 
+std::vector<double> batchnorm_grad_sums(const Tensor& dy, const Tensor& x, const Tensor& save_mean) {
+  const Device dev = op_device("batch_norm_grad_sums", {&dy, &x, &save_mean});
+  require_f32_contig("batch_norm_grad_sums", "grad", dy);
+  require_f32_contig("batch_norm_grad_sums", "input", x);
+  ACTLAB_CHECK(dev.is_cpu(), "batch_norm_grad_sums: CPU tensors only, got ", dy.str(), " on ", dev.str());
+  ACTLAB_CHECK(dy.shape() == x.shape(), "batch_norm backward: grad ", dy.str(), " vs input ", x.str());
+  int64_t N, C, HW;
+  bn_dims(x, &N, &C, &HW);
+  std::vector<double> sums(static_cast<size_t>(2 * C));
+  cpu::batchnorm_grad_sums(sums.data(), sums.data() + C, f32(dy), f32(x), f32(save_mean), N, C, HW);
+  return sums;
+}
+
+Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                    const Tensor& save_invstd, const std::vector<double>& sums, double count) {
+  const Device dev = op_device("batch_norm_backward", {&dy, &x, &gamma, &save_mean, &save_invstd});
+  require_f32_contig("batch_norm_backward", "grad", dy);
+  require_f32_contig("batch_norm_backward", "input", x);
+  ACTLAB_CHECK(dev.is_cpu(), "batch_norm_backward_from_sums: CPU tensors only, got ", dy.str(), " on ", dev.str());
+  ACTLAB_CHECK(dy.shape() == x.shape(), "batch_norm backward: grad ", dy.str(), " vs input ", x.str());
+  int64_t N, C, HW;
+  bn_dims(x, &N, &C, &HW);
+  ACTLAB_CHECK(static_cast<int64_t>(sums.size()) == 2 * C && count > 0, "batch_norm_backward_from_sums: ", sums.size(),
+               " sums and count ", count, " for ", C, " channels");
+  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
+  cpu::batchnorm_backward_from_sums(f32(dx), f32(dy), f32(x), f32(gamma), f32(save_mean), f32(save_invstd), sums.data(),
+                                    sums.data() + C, count, N, C, HW);
+  return dx;
+}
+
 Tensor batchnorm_backward_channels(const Tensor& dy, const Shape& x_shape,
                                    const std::function<void(int64_t c, float* out)>& x_channel, const Tensor& gamma,
                                    const Tensor& save_mean, const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta) {

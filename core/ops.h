@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "actlab/core/tensor.h"
 
@@ -82,6 +83,14 @@ Tensor batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor
 // Returns dx; sets dgamma, dbeta (C).
 Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                           const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta);
+// batchnorm_backward split at its reduction (CPU), for synchronized batch norm, which all-reduces the
+// sums in between: batchnorm_grad_sums returns Σdy (C values) then Σdy·(x - mean) (C values), in double;
+// batchnorm_backward_from_sums the input gradient from such sums over `count` values per channel. With
+// this batch's own sums and count N·H·W, dx is batchnorm_backward's bit for bit, and dbeta = Σdy,
+// dgamma = Σdy·(x - mean)·invstd are its parameter gradients.
+std::vector<double> batchnorm_grad_sums(const Tensor& dy, const Tensor& x, const Tensor& save_mean);
+Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                    const Tensor& save_invstd, const std::vector<double>& sums, double count);
 // The same with the input (of shape x_shape, which must be dy's) supplied one channel at a time (CPU,
 // 4-D): x_channel(c, out) writes channel c's N planes as N·H·W f32 (cpu::batchnorm_backward_channels).
 // For an input kept compressed, decoded channel by channel (ActivationCachePolicy::channel_reader).

@@ -43,37 +43,20 @@ class SyncBatchNormNode final : public Node {
     static const SlotList s = {"input", "weight", "mean", "invstd"};
     return s;
   }
+  // Batch norm's own backward split at its reduction (core/ops.h batchnorm_grad_sums): this rank's sums
+  // give its parameter gradients, the global batch's sums the input gradient.
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
     const Tensor dy = grad_outputs[0].contiguous();
     const Tensor x = load("input").contiguous(), gamma = load("weight"), mean = load("mean"), invstd = load("invstd");
-    const Dims d = dims_of(x);
-    const float *px = x.data<float>(), *pdy = dy.data<float>(), *pg = gamma.data<float>();
-    const float *pm = mean.data<float>(), *pi = invstd.data<float>();
-    // sums = [sum dy (C), sum dy * xhat (C)]: this rank's, then the global batch's.
-    std::vector<double> sums(static_cast<size_t>(2 * d.c), 0.0);
-    channel_sums(sums.data(), pdy, d, [](float g, int64_t, int64_t) { return static_cast<double>(g); });
-    channel_sums(sums.data() + d.c, px, d, [&](float v, int64_t c, int64_t at) {
-      return static_cast<double>(pdy[at]) * (static_cast<double>(v) - pm[c]) * pi[c];
-    });
-    Tensor dgamma = Tensor::empty({d.c}), dbeta = Tensor::empty({d.c});
-    for (int64_t c = 0; c < d.c; ++c) {
+    std::vector<double> sums = ops::batchnorm_grad_sums(dy, x, mean);  // [Σ dy (C), Σ dy·(x - mean) (C)]
+    const int64_t C = mean.numel();
+    Tensor dgamma = Tensor::empty({C}), dbeta = Tensor::empty({C});
+    for (int64_t c = 0; c < C; ++c) {
       dbeta.data<float>()[c] = static_cast<float>(sums[c]);
-      dgamma.data<float>()[c] = static_cast<float>(sums[d.c + c]);
+      dgamma.data<float>()[c] = static_cast<float>(sums[C + c] * invstd.data<float>()[c]);
     }
     comm_.allreduce(sums, ReduceOp::Sum);
-    Tensor dx = Tensor::empty(x.shape());
-    float* pdx = dx.data<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < d.c; ++c) {
-      const double mean_dy = sums[c] / count_, mean_dy_xhat = sums[d.c + c] / count_;
-      const double scale = static_cast<double>(pg[c]) * pi[c];
-      for (int64_t n = 0; n < d.n; ++n)
-        for (int64_t i = 0; i < d.s; ++i) {
-          const int64_t at = (n * d.c + c) * d.s + i;
-          const double xhat = (static_cast<double>(px[at]) - pm[c]) * pi[c];
-          pdx[at] = static_cast<float>(scale * (pdy[at] - mean_dy - xhat * mean_dy_xhat));
-        }
-    }
+    const Tensor dx = ops::batchnorm_backward_from_sums(dy, x, gamma, mean, invstd, sums, count_);
     std::vector<Tensor> grads(3);
     if (wants_grad(inputs[0])) grads[0] = dx;
     if (wants_grad(inputs[1])) grads[1] = dgamma;

@@ -213,7 +213,7 @@ TEST_CASE("cpu kernels: batchnorm backward recomputes x_hat from a reconstructed
   check_close(dbeta, want_db, 1e-4, 1e-3, "dbeta");
 }
 
-TEST_CASE("cpu kernels: batchnorm backward by channels is batchnorm backward, bit for bit") {
+TEST_CASE("cpu kernels: batchnorm backward by channels, and split at its sums, is batchnorm backward, bit for bit") {
   // x handed over one channel at a time (a decoder's output in a per-thread buffer) must give exactly
   // the gradients of the whole-tensor call: same sums in the same order. Sizes below and above
   // kParallelGrain; with and without gamma.
@@ -242,6 +242,17 @@ TEST_CASE("cpu kernels: batchnorm backward by channels is batchnorm backward, bi
       CHECK(dgamma2 == dgamma);
       CHECK(dbeta2 == dbeta);
       CHECK(reads == std::vector<int>(C, 1));  // each channel decoded once
+      // Split at the reduction (what synchronized batch norm all-reduces in between): the same bits too.
+      std::vector<double> sum_dy(C), sum_dy_xc(C);
+      cpu::batchnorm_grad_sums(sum_dy.data(), sum_dy_xc.data(), dy.data(), x.data(), mean.data(), N, C, HW);
+      Vec dx3(x.size(), -7.f);
+      cpu::batchnorm_backward_from_sums(dx3.data(), dy.data(), x.data(), g, mean.data(), invstd.data(), sum_dy.data(),
+                                        sum_dy_xc.data(), static_cast<double>(N * HW), N, C, HW);
+      CHECK(dx3 == dx);
+      for (int64_t c = 0; c < C; ++c) {
+        CHECK(static_cast<float>(sum_dy[c]) == dbeta[c]);
+        CHECK(static_cast<float>(sum_dy_xc[c] * invstd[c]) == dgamma[c]);
+      }
       // A source that fails (a decoder out of memory) fails the call with its exception, whatever the
       // thread that met it: it must not escape the OpenMP loop, which would terminate the process.
       const cpu::ChannelSource failing = [&](int64_t c, float* out) {

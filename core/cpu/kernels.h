@@ -67,6 +67,15 @@ void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const 
 void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         int64_t N, int64_t C, int64_t HW);
+// batchnorm_backward split at its reduction, for a caller that adds other batches' sums in between
+// (synchronized batch norm): the per-channel Σdy and Σdy·(x - mean) (double, C each), then dx from
+// such sums over `count` values per channel. With this batch's sums and count N·HW the two give
+// batchnorm_backward's dx bit for bit.
+void batchnorm_grad_sums(double* sum_dy, double* sum_dy_xc, const float* dy, const float* x, const float* save_mean,
+                         int64_t N, int64_t C, int64_t HW);
+void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, const float* gamma,
+                                  const float* save_mean, const float* save_invstd, const double* sum_dy,
+                                  const double* sum_dy_xc, double count, int64_t N, int64_t C, int64_t HW);
 // The same with x supplied one channel at a time: x_channel(c, out) writes channel c's N planes
 // (n, c) one after another into out (N·HW f32; called from the channel loop, on several threads at
 // once). For an input kept compressed: each channel is decoded into a per-thread buffer

@@ -95,24 +95,32 @@ ACTLAB_CPU_CLONES void channel_backward_dx(float* dx, const float* dy, const flo
   }
 }
 
-// The training backward of channel c (batchnorm_backward's contract), x as in channel_grad_sums.
-void channel_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xc,
-                      int64_t x_step, const float* gamma, const float* save_mean,
-                      const float* save_invstd, int64_t N, int64_t C, int64_t HW, int64_t c) {
-  const double inv_m = 1.0 / static_cast<double>(N * HW);
-  const float mean = save_mean[c];
+// Channel c's input gradient from its sums Σdy and Σdy·(x - mean) over M = count values (this batch's,
+// or the global batch's under synchronized batch norm), x as in channel_grad_sums.
+void channel_dx_from_sums(float* dx, const float* dy, const float* xc, int64_t x_step, const float* gamma,
+                          const float* save_mean, const float* save_invstd, double sum_dy, double sum_dy_xc,
+                          double count, int64_t N, int64_t C, int64_t HW, int64_t c) {
+  const double inv_m = 1.0 / count;
   const double invstd = save_invstd[c];
-  double sum_dy, sum_dy_xc;
-  channel_grad_sums(sum_dy, sum_dy_xc, dy, xc, x_step, N, C, HW, c, mean);
-  if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
-  if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * invstd);
   // dx = a·dy + k·(x - mean) + b with a = gamma·invstd, k = -a·invstd²·Σdy(x-mean)/M,
   // b = -a·Σdy/M: the x_hat·dgamma/M term rewritten on (x - mean) so it needs no x_hat buffer.
   const double a = (gamma ? gamma[c] : 1.0) * invstd;
   const float af = static_cast<float>(a);
   const float kf = static_cast<float>(-a * invstd * invstd * sum_dy_xc * inv_m);
   const float bf = static_cast<float>(-a * sum_dy * inv_m);
-  channel_backward_dx(dx, dy, xc, x_step, N, C, HW, c, mean, af, kf, bf);
+  channel_backward_dx(dx, dy, xc, x_step, N, C, HW, c, save_mean[c], af, kf, bf);
+}
+
+// The training backward of channel c (batchnorm_backward's contract), x as in channel_grad_sums.
+void channel_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xc,
+                      int64_t x_step, const float* gamma, const float* save_mean,
+                      const float* save_invstd, int64_t N, int64_t C, int64_t HW, int64_t c) {
+  double sum_dy, sum_dy_xc;
+  channel_grad_sums(sum_dy, sum_dy_xc, dy, xc, x_step, N, C, HW, c, save_mean[c]);
+  if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
+  if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * save_invstd[c]);
+  channel_dx_from_sums(dx, dy, xc, x_step, gamma, save_mean, save_invstd, sum_dy, sum_dy_xc,
+                       static_cast<double>(N * HW), N, C, HW, c);
 }
 
 void check_bn_sizes(int64_t N, int64_t C, int64_t HW) {
@@ -176,6 +184,24 @@ void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 #pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
   for (int64_t c = 0; c < C; ++c)
     channel_backward(dx, dgamma, dbeta, dy, x + c * HW, C * HW, gamma, save_mean, save_invstd, N, C, HW, c);
+}
+
+void batchnorm_grad_sums(double* sum_dy, double* sum_dy_xc, const float* dy, const float* x, const float* save_mean,
+                         int64_t N, int64_t C, int64_t HW) {
+  check_bn_sizes(N, C, HW);
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t c = 0; c < C; ++c)
+    channel_grad_sums(sum_dy[c], sum_dy_xc[c], dy, x + c * HW, C * HW, N, C, HW, c, save_mean[c]);
+}
+
+void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, const float* gamma,
+                                  const float* save_mean, const float* save_invstd, const double* sum_dy,
+                                  const double* sum_dy_xc, double count, int64_t N, int64_t C, int64_t HW) {
+  check_bn_sizes(N, C, HW);
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t c = 0; c < C; ++c)
+    channel_dx_from_sums(dx, dy, x + c * HW, C * HW, gamma, save_mean, save_invstd, sum_dy[c], sum_dy_xc[c], count, N,
+                         C, HW, c);
 }
 
 void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const float* dy,
