@@ -343,50 +343,17 @@ double batched_error(BatchedPath path, bool ta, bool tb, int64_t batch, int64_t 
 
 }  // namespace
 
-TEST_CASE("cpu gemm_batched: the per-matrix loop and oneDNN's matmul match gemm_batched_ref") {
-  const struct { const char* name; BatchedPath path; } paths[] = {
-      {"gemm_batched", &actlab::cpu::gemm_batched},
-      {"per_matrix", &actlab::cpu::gemm_batched_per_matrix},
-      {"dnnl", &actlab::cpu::gemm_batched_dnnl}};
-  // batch 1, single rows / columns / inner size, odd sizes, more matrices than any thread count, and
-  // ViT-Tiny's and Swin-T's attention products.
-  const struct { int64_t batch, M, N, K; } sizes[] = {{1, 7, 13, 5},  {3, 1, 9, 4},   {5, 11, 1, 3},  {2, 6, 5, 1},
-                                                      {1, 33, 9, 20}, {301, 9, 7, 11}, {24, 50, 64, 50}, {24, 49, 49, 32}};
-  const int64_t live_before = actlab::memory_stats().total.current;
-  uint32_t seed = 60;
-  for (const auto& p : paths)
-    for (const auto& s : sizes)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-          CAPTURE(p.name);
-          CAPTURE(s.batch);
-          CAPTURE(s.M);
-          CAPTURE(s.N);
-          CAPTURE(s.K);
-          CAPTURE(ta);
-          CAPTURE(tb);
-          CHECK(batched_error(p.path, ta, tb, s.batch, s.M, s.N, s.K, seed += 2) < 1e-5);
-        }
-  CHECK(actlab::memory_stats().total.current == live_before);  // scratchpads were all released
+namespace {
 
-  for (const auto& p : paths) {  // K == 0: every product is an empty sum, A and B are never read
-    CAPTURE(p.name);
-    std::vector<float> C(2 * 3 * 4, NAN);
-    p.path(false, true, 2, 3, 4, 0, nullptr, nullptr, C.data());
-    CHECK(std::all_of(C.begin(), C.end(), [](float v) { return v == 0.f; }));
-  }
-  std::vector<float> C(4);
-  CHECK_THROWS_AS(actlab::cpu::gemm_batched_dnnl(false, false, 1, 2, -2, 1, C.data(), C.data(), C.data()),
-                  actlab::Error);
-}
+struct BatchedSize {
+  int64_t batch, M, N, K;
+};
 
-// As for the bf16 convolution: the spec is the reference on the operands rounded to bf16 (f32 accumulation
-// order apart), and the unrounded product is far enough away to show the rounding happened.
-TEST_CASE("cpu gemm_batched_bf16: equals gemm_batched_ref on bf16-rounded operands") {
-  const struct { int64_t batch, M, N, K; } sizes[] = {{1, 7, 13, 5}, {3, 1, 9, 4},    {5, 11, 1, 3},
-                                                      {1, 33, 9, 20}, {301, 9, 7, 11}, {24, 49, 49, 32}};
+// Calls check(size, ta, tb) for every size and both transposes of each operand, all captured for a
+// failure's message; then checks that nothing the calls allocated is still live.
+template <typename Check>
+void sweep_batched(const std::vector<BatchedSize>& sizes, Check check) {
   const int64_t live_before = actlab::memory_stats().total.current;
-  uint32_t seed = 900;
   for (const auto& s : sizes)
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
@@ -396,19 +363,59 @@ TEST_CASE("cpu gemm_batched_bf16: equals gemm_batched_ref on bf16-rounded operan
         CAPTURE(s.K);
         CAPTURE(ta);
         CAPTURE(tb);
-        const auto A = random_vector(s.batch * s.M * s.K, seed += 2), B = random_vector(s.batch * s.K * s.N, seed + 1);
-        std::vector<float> C(s.batch * s.M * s.N, NAN), C_ref(C.size()), C_f32(C.size());
-        actlab::cpu::gemm_batched_bf16(ta, tb, s.batch, s.M, s.N, s.K, A.data(), B.data(), C.data());
-        actlab::cpu::gemm_batched_ref(ta, tb, s.batch, s.M, s.N, s.K, rounded_bf16(A).data(), rounded_bf16(B).data(),
-                                      C_ref.data());
-        actlab::cpu::gemm_batched_ref(ta, tb, s.batch, s.M, s.N, s.K, A.data(), B.data(), C_f32.data());
-        CHECK(relative_error(C, C_ref) < 1e-5);
-        CHECK(relative_error(C, C_f32) > 1e-4);
+        check(s, ta, tb);
       }
-  CHECK(actlab::memory_stats().total.current == live_before);
-  std::vector<float> C(2 * 3 * 4, NAN);  // K == 0: an empty sum
-  actlab::cpu::gemm_batched_bf16(false, true, 2, 3, 4, 0, nullptr, nullptr, C.data());
+  CHECK(actlab::memory_stats().total.current == live_before);  // scratchpads were all released
+}
+
+// K == 0: every product is an empty sum (zeros), and A and B are never read.
+void check_empty_sum(BatchedPath path) {
+  std::vector<float> C(2 * 3 * 4, NAN);
+  path(false, true, 2, 3, 4, 0, nullptr, nullptr, C.data());
   CHECK(std::all_of(C.begin(), C.end(), [](float v) { return v == 0.f; }));
+}
+
+}  // namespace
+
+TEST_CASE("cpu gemm_batched: the per-matrix loop and oneDNN's matmul match gemm_batched_ref") {
+  const struct { const char* name; BatchedPath path; } paths[] = {
+      {"gemm_batched", &actlab::cpu::gemm_batched},
+      {"per_matrix", &actlab::cpu::gemm_batched_per_matrix},
+      {"dnnl", &actlab::cpu::gemm_batched_dnnl}};
+  // batch 1, single rows / columns / inner size, odd sizes, more matrices than any thread count, and
+  // ViT-Tiny's and Swin-T's attention products.
+  const std::vector<BatchedSize> sizes = {{1, 7, 13, 5},  {3, 1, 9, 4},    {5, 11, 1, 3},    {2, 6, 5, 1},
+                                          {1, 33, 9, 20}, {301, 9, 7, 11}, {24, 50, 64, 50}, {24, 49, 49, 32}};
+  uint32_t seed = 60;
+  for (const auto& p : paths) {
+    CAPTURE(p.name);
+    sweep_batched(sizes, [&](const BatchedSize& s, bool ta, bool tb) {
+      CHECK(batched_error(p.path, ta, tb, s.batch, s.M, s.N, s.K, seed += 2) < 1e-5);
+    });
+    check_empty_sum(p.path);
+  }
+  std::vector<float> C(4);
+  CHECK_THROWS_AS(actlab::cpu::gemm_batched_dnnl(false, false, 1, 2, -2, 1, C.data(), C.data(), C.data()),
+                  actlab::Error);
+}
+
+// As for the bf16 convolution: the spec is the reference on the operands rounded to bf16 (f32 accumulation
+// order apart), and the unrounded product is far enough away to show the rounding happened.
+TEST_CASE("cpu gemm_batched_bf16: equals gemm_batched_ref on bf16-rounded operands") {
+  const std::vector<BatchedSize> sizes = {{1, 7, 13, 5},  {3, 1, 9, 4},    {5, 11, 1, 3},
+                                          {1, 33, 9, 20}, {301, 9, 7, 11}, {24, 49, 49, 32}};
+  uint32_t seed = 900;
+  sweep_batched(sizes, [&](const BatchedSize& s, bool ta, bool tb) {
+    const auto A = random_vector(s.batch * s.M * s.K, seed += 2), B = random_vector(s.batch * s.K * s.N, seed + 1);
+    std::vector<float> C(s.batch * s.M * s.N, NAN), C_ref(C.size()), C_f32(C.size());
+    actlab::cpu::gemm_batched_bf16(ta, tb, s.batch, s.M, s.N, s.K, A.data(), B.data(), C.data());
+    actlab::cpu::gemm_batched_ref(ta, tb, s.batch, s.M, s.N, s.K, rounded_bf16(A).data(), rounded_bf16(B).data(),
+                                  C_ref.data());
+    actlab::cpu::gemm_batched_ref(ta, tb, s.batch, s.M, s.N, s.K, A.data(), B.data(), C_f32.data());
+    CHECK(relative_error(C, C_ref) < 1e-5);
+    CHECK(relative_error(C, C_f32) > 1e-4);
+  });
+  check_empty_sum(&actlab::cpu::gemm_batched_bf16);
 }
 
 TEST_CASE("cpu gemm_batched: oneDNN's matmul is safe to call from several threads on a shape none has used") {
