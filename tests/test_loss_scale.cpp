@@ -145,7 +145,7 @@ TEST_CASE("loss scale: an fp32 run with a dynamic or static scale ends with the 
   CHECK(s0.loss_scale == 1);
 }
 
-TEST_CASE("loss scale: an overflowing step is skipped and halves the scale; without a scaler the run stops") {
+TEST_CASE("loss scale: an overflowing step is skipped and halves the scale, and without a scaler the run stops") {
   TrainConfig c = tiny_run("dynamic:interval=4");
   c.inject_nan_step = 3;  // global step 3's last gradient holds a NaN: what an fp16 overflow looks like
   c.inject_nan_into = "grad";
