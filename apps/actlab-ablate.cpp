@@ -44,7 +44,7 @@ void declare_flags(FlagParser& f) {
   f.add("dataset", "string", "", "same as --datasets");
   f.add("seeds", "string", "",
         "comma-separated seeds for every row; tables show mean ± std over them (default: 0; Fig. 6: 0,1,2 for "
-        "Normal, BLPA, ActNN and DIVISION, 0 for Checkpoint and SWAP)");
+        "Normal, BLPA, AC-GC, ActNN and DIVISION, 0 for Checkpoint and SWAP)");
   f.add("epochs", "int", "", "epochs per cell (default: the preset's)");
   f.add("batch-size", "int", "", "mini-batch size (default: the preset's)");
   f.add("lr", "float", "", "initial learning rate (default 0.1)");

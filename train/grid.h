@@ -57,7 +57,7 @@ struct GridOptions {
   std::vector<std::string> tables = {"1c"};   // 1c | 2b | 3 | fig3 | fig6 | all (ignored with policies)
   std::vector<std::string> policies;          // non-empty: a custom grid of these policies
   std::vector<std::string> models, datasets;  // override the tables' model/data set (custom: the grid axes)
-  // Every row runs these seeds; empty: each row's default (seed 0; in Fig. 6 seeds 0-2 for Normal, BLPA,
+  // Every row runs these seeds; empty: each row's default (seed 0; in Fig. 6 seeds 0-2 for Normal, BLPA, AC-GC,
   // ActNN and DIVISION, seed 0 for Checkpoint and SWAP, whose gradients are Normal's bit for bit).
   std::vector<int64_t> seeds;
   std::optional<int64_t> epochs, batch_size, train_limit, test_limit, steps_per_epoch, threads;
