@@ -19,10 +19,10 @@
 #include "actlab/compress/acgc.h"
 #include "actlab/core/cuda/runtime.h"
 #include "actlab/core/precision.h"
-#include "actlab/layers/optim/loss_scale.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/layers/checkpoint.h"
 #include "actlab/layers/layers.h"
+#include "actlab/layers/optim/loss_scale.h"
 #include "actlab/layers/optim/schedule.h"
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
@@ -546,8 +546,6 @@ std::string Run::locate_in_forward(const Tensor& images) {
   return where.empty() ? "every layer output finite (the loss itself overflowed)" : where;
 }
 
-// Nothing of the bad step has been applied: undo the forward's buffer update, drop the gradients,
-// then skip the step, or save the last good state and fail with one line saying where it happened.
 // An update that is not applied leaves nothing behind: the gradients are dropped and the batch-norm
 // statistics of its forward are put back.
 void Run::discard_update() {
@@ -555,6 +553,8 @@ void Run::discard_update() {
   opt_->zero_grad();
 }
 
+// Nothing of the bad step has been applied: undo the forward's buffer update, drop the gradients,
+// then skip the step, or save the last good state and fail with one line saying where it happened.
 void Run::nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step) {
   discard_update();
   if (!first_step_done_) CacheStats::global().reset();  // the first-step report describes one good step
