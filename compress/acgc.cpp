@@ -8,7 +8,13 @@
 namespace actlab {
 namespace {
 
-size_t width_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : 3; }
+// AC-GC's code clips its widths to [2, 16] (a sign bit and at least one fraction bit); the codec keeps
+// codes inside a byte, so the widths here are its 2, 4 and 8. One bit (two levels per group) is left out:
+// ResNet-50 on Fashion-MNIST survives 2-bit saves but its backward blows up under 1-bit ones
+// (docs/policies.md, acgc).
+constexpr int kWidths[] = {2, 4, 8};
+
+size_t width_index(int bits) { return bits == 2 ? 0 : bits == 4 ? 1 : 2; }
 
 std::string save_key(const SaveInfo& info) { return info.module_path + "/" + info.op + "/" + info.role; }
 
@@ -16,11 +22,11 @@ std::string save_key(const SaveInfo& info) { return info.module_path + "/" + inf
 
 int acgc_width(double range_norm_sum, int64_t group_size, double budget) {
   if (!(range_norm_sum == range_norm_sum) || !(budget == budget)) return AcgcPolicy::kInitialBits;
-  if (range_norm_sum <= 0) return 1;
+  if (range_norm_sum <= 0) return AcgcPolicy::kMinBits;
   // E‖x̃ − x‖² ≤ Σ_groups G·step²/4 with step = range/(2^b − 1): stochastic rounding's variance per value is
   // p(1 − p)·step² ≤ step²/4 (core/codec.h), and the codec's bf16 step is above range/(2^b − 1) by < 2^-7.
   const double error_scale = static_cast<double>(group_size) * range_norm_sum / 4.0;
-  for (const int bits : {1, 2, 4, 8}) {
+  for (const int bits : kWidths) {
     const double levels = static_cast<double>((1 << bits) - 1);
     if (error_scale <= budget * levels * levels) return bits;
   }
@@ -32,7 +38,7 @@ AcgcPolicy::AcgcPolicy(int error_bits, int64_t interval, int64_t group_size)
   ACTLAB_CHECK(error_bits >= 0 && error_bits <= 60, "policy acgc: error bits E must be in [0, 60], got ", error_bits);
   ACTLAB_CHECK(interval >= 1, "policy acgc: interval I must be >= 1, got ", interval);
   ACTLAB_CHECK(group_size >= 1, "policy acgc: group size G must be >= 1, got ", group_size);
-  for (const int bits : {1, 2, 4, 8}) widths_.emplace_back(group_size, bits);
+  for (const int bits : kWidths) widths_.emplace_back(group_size, bits);
 }
 
 const PerGroupPolicy& AcgcPolicy::at_width(int bits) const { return widths_[width_index(bits)]; }

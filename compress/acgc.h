@@ -14,14 +14,15 @@
 
 namespace actlab {
 
-// The smallest width b ∈ {1,2,4,8} whose stochastic-rounding error, G·R/(4·(2^b − 1)²) in squared norm for
+// The smallest width b ∈ {2,4,8} whose stochastic-rounding error, G·R/(4·(2^b − 1)²) in squared norm for
 // groups of G values with Σ (max − min)² = R, is at most `budget`; 8 when none is (the codec's widest).
-// A zero R takes 1 bit; a NaN R or budget takes 8.
+// A zero R takes 2 bits (the narrowest); a NaN R or budget takes 8.
 int acgc_width(double range_norm_sum, int64_t group_size, double budget);
 
 class AcgcPolicy final : public ActivationCachePolicy {
  public:
   static constexpr int kInitialBits = 8;  // before a layer's first measurement, and the cap
+  static constexpr int kMinBits = 2;      // the narrowest width (AC-GC's code clips at 2 bits too)
   static constexpr size_t kHistory = 10;  // measurements averaged per layer (AC-GC's "mean 100 10")
   // error_bits E: the allowed relative gradient error e = 2^-E; interval I >= 1: steps between
   // measurements; group_size G >= 1. Throws Error on bad values.
@@ -36,7 +37,7 @@ class AcgcPolicy final : public ActivationCachePolicy {
   bool wants_gradient_sensitivity(const SaveInfo& info) const override;
   void observe_gradient_sensitivity(const SaveInfo& info, const GradientSensitivity& s) const override;
 
-  // pergroup's closed form at width bits ∈ {1,2,4,8}; 32: the f32 copy of a shape the codec does not take.
+  // pergroup's closed form at width bits ∈ {2,4,8}; 32: the f32 copy of a shape the codec does not take.
   size_t bytes_at(const Shape& shape, int bits) const;
   // The allowed squared norm of the input error of a layer with these measurements: e·mean(reference) /
   // mean(sensitivity) (+inf when the sensitivity is 0).
@@ -76,7 +77,7 @@ class AcgcPolicy final : public ActivationCachePolicy {
   int error_bits_;
   int64_t interval_;
   int64_t group_size_;
-  std::vector<PerGroupPolicy> widths_;  // pergroup at 1, 2, 4, 8 bits: the codec and its closed form
+  std::vector<PerGroupPolicy> widths_;  // pergroup at 2, 4, 8 bits: the codec and its closed form
   mutable std::mutex mutex_;
   mutable std::map<std::string, LayerState> layers_;
   mutable std::vector<WidthChange> changes_;

@@ -52,16 +52,16 @@ TEST_CASE("acgc: parses with defaults, round-trips its name, rejects bad paramet
   CHECK(policy_forms().find("acgc:E=0,I=100,G=256") != std::string::npos);
 }
 
-TEST_CASE("acgc: the width is the smallest of {1,2,4,8} whose rounding error fits the budget") {
-  // error G·R/4 against budget·(2^b − 1)²: 1, 9, 225, 65025 budgets.
-  CHECK(acgc_width(1.0, 4, 1.0) == 1);        // error 1
+TEST_CASE("acgc: the width is the smallest of {2,4,8} whose rounding error fits the budget") {
+  // error G·R/4 against budget·(2^b − 1)²: 9, 225, 65025 budgets.
+  CHECK(acgc_width(1.0, 4, 1.0) == 2);        // error 1: 1 bit would fit, but 2 is the narrowest
   CHECK(acgc_width(8.0, 4, 1.0) == 2);        // error 8 <= 9
   CHECK(acgc_width(10.0, 4, 1.0) == 4);       // error 10 > 9
   CHECK(acgc_width(224.0, 4, 1.0) == 4);
   CHECK(acgc_width(226.0, 4, 1.0) == 8);
   CHECK(acgc_width(1e12, 4, 1.0) == 8);       // beyond the codec: its widest
-  CHECK(acgc_width(0.0, 4, 1.0) == 1);        // a constant tensor
-  CHECK(acgc_width(1.0, 4, INFINITY) == 1);   // no sensitivity: nothing to protect
+  CHECK(acgc_width(0.0, 4, 1.0) == AcgcPolicy::kMinBits);        // a constant tensor
+  CHECK(acgc_width(1.0, 4, INFINITY) == AcgcPolicy::kMinBits);   // no sensitivity: nothing to protect
   CHECK(acgc_width(NAN, 4, 1.0) == 8);
   CHECK(acgc_width(1.0, 4, NAN) == 8);
   CHECK(acgc_width(1.0, 4, 0.0) == 8);
@@ -79,7 +79,7 @@ TEST_CASE("acgc: a layer with a larger gradient sensitivity gets more bits, byte
       const auto packed = policy->pack(x, *info, {5, step, step});
       const int q = bits_of(*policy, info->module_path + "/conv2d/input");
       CAPTURE(q);
-      CHECK((q == 1 || q == 2 || q == 4 || q == 8));
+      CHECK((q == 2 || q == 4 || q == 8));
       CHECK(packed->nbytes() == closed(q));
       CHECK(policy->layer_expected_bytes(shape, *info) == packed->nbytes());
       CHECK(policy->bytes_at(shape, q) == packed->nbytes());
@@ -157,7 +157,7 @@ TEST_CASE("acgc: nodes report their sensitivity when asked, ResNet-20 trains, tw
     CHECK(layers.size() >= 19 + 19);
     for (const auto& l : layers) {
       CAPTURE(l.key);
-      CHECK((l.bits == 1 || l.bits == 2 || l.bits == 4 || l.bits == 8));
+      CHECK((l.bits == 2 || l.bits == 4 || l.bits == 8));
       if (l.key.find("/conv2d/") != std::string::npos || l.key.find("/batchnorm2d/") != std::string::npos)
         CHECK(l.measurements >= 1);
     }
