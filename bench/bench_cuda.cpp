@@ -206,7 +206,8 @@ int main(int argc, char** argv) {
   flags.add("what", "string", "kernels,train", "what to run: kernels, train or both (comma-separated)");
   flags.add("model", "string", "resnet18", "model for the training benchmark");
   flags.add("batch", "int", "256", "batch size");
-  flags.add("policies", "string", "exact;division:B=8,Q=2", "policies separated by ';'");
+  flags.add("policies", "string", "exact;division:B=8,Q=2;swap:P=2",
+            "policies separated by ';' (swap's step against exact's: how much copying the copy stream hides)");
   StepTiming{3, 10, 200, 5}.add_flags(flags);
   flags.add("tf32", "bool", "false", "TF32 tensor cores for convolutions and GEMMs");
   flags.add("cudnn-benchmark", "bool", "true", "time cuDNN's algorithms per shape (like cudnn.benchmark)");

@@ -1,4 +1,5 @@
-// SwapPolicy: saves offloaded to the host after forward, prefetched back for backward (compress/swap.h).
+// SwapPolicy: saves offloaded to the host after forward, prefetched back for backward (compress/swap.h):
+// on the CPU through a copy thread, on a GPU through the copy stream (core/cuda/transfer.h).
 #include "actlab/compress/swap.h"
 
 namespace actlab {
@@ -12,6 +13,8 @@ SwapPolicy::~SwapPolicy() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    // A device tensor must outlive the copy reading it: its block could otherwise be reused under it.
+    retire_leaving(true);
   }
   wake_.notify_all();
   thread_.join();
@@ -25,8 +28,17 @@ std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const
   auto s = std::make_shared<SwapState>();
   s->device = x.device();
   s->host = Tensor::empty_tagged(x.shape(), MemTag::Offloaded, x.dtype(), Device::cpu());
-  copy_bytes(s->host.raw_data(), Device::cpu(), x.raw_data(), x.device(), x.nbytes());
+  if (x.device().is_cpu()) {
+    copy_bytes(s->host.raw_data(), Device::cpu(), x.raw_data(), x.device(), x.nbytes());
+  } else {
+    s->out = copy_async(s->host.raw_data(), Device::cpu(), x.raw_data(), x.device(), x.nbytes());
+    s->leaving = x;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!x.device().is_cpu()) {
+    retire_leaving(false);
+    leaving_.push_back(s);
+  }
   const uint64_t step = ctx.stream >> 24;  // PackContext: (step << 24) | pack number
   if (step != order_step_) {
     order_.clear();
@@ -44,18 +56,45 @@ Tensor SwapPolicy::bring_back(const SwapState& s) {
   return t;
 }
 
+void SwapPolicy::queue_back(SwapState& s) {
+  Tensor t = Tensor::empty_tagged(s.host.shape(), MemTag::Activation, s.host.dtype(), s.device);
+  // Behind the copy out on the same copy stream, so the host bytes are complete when it reads them.
+  s.in = copy_async(t.raw_data(), s.device, s.host.raw_data(), Device::cpu(), s.host.nbytes());
+  s.back = std::move(t);
+  s.where = SwapState::Where::Back;
+}
+
+void SwapPolicy::retire_leaving(bool wait) const {
+  // The copies of one device finish in the order they were queued (one copy stream), so the first one
+  // not done ends the scan.
+  while (!leaving_.empty()) {
+    SwapState& s = *leaving_.front();
+    if (!wait && !s.out.done()) break;
+    s.out.wait();
+    s.leaving = Tensor();
+    leaving_.pop_front();
+  }
+}
+
 Tensor SwapPolicy::unpack(const Packed& p, const SaveInfo&) const {
   SwapState& s = *static_cast<const PackedSwap&>(p).state();
   Tensor t;
   bool prefetched = false;
+  if (!s.device.is_cpu()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    retire_leaving(false);
+  }
   {
     std::unique_lock<std::mutex> lock(s.mutex);
     s.arrived.wait(lock, [&] { return s.where != SwapState::Where::Coming; });
-    if (s.where == SwapState::Where::Back) {
-      t = std::move(s.back);
-      prefetched = true;
+    prefetched = s.where == SwapState::Where::Back;
+    if (s.device.is_cpu()) {
+      t = prefetched ? std::move(s.back) : bring_back(s);
     } else {
-      t = bring_back(s);
+      if (!prefetched) queue_back(s);
+      t = std::move(s.back);
+      s.in.order_compute();  // the kernels that read t start after its copy back
+      s.in = CopyFence();
     }
     s.back = Tensor();
     s.where = SwapState::Where::Away;  // a second unpack (none in one backward) copies again
@@ -72,19 +111,26 @@ Tensor SwapPolicy::unpack(const Packed& p, const SaveInfo&) const {
 void SwapPolicy::prefetch_before(size_t index) const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t queued = 0;
+  bool wake = false;
   for (size_t k = index; k-- > 0 && queued < static_cast<size_t>(ahead_);) {
     if (k >= order_.size()) continue;
     std::shared_ptr<SwapState> s = order_[k].lock();
     if (!s) continue;  // freed already
-    // GPU saves come back synchronously in unpack (no copy stream yet; compress/swap.h).
-    if (!s->device.is_cpu()) continue;
     std::lock_guard<std::mutex> state_lock(s->mutex);
     ++queued;
     if (s->where != SwapState::Where::Away) continue;
-    s->where = SwapState::Where::Coming;
-    queue_.push_back(std::move(s));
+    if (s->device.is_cpu()) {
+      s->where = SwapState::Where::Coming;
+      queue_.push_back(std::move(s));
+      wake = true;
+      continue;
+    }
+    try {
+      queue_back(*s);  // the copy stream does the work; nothing waits here
+    } catch (const OutOfMemory&) {  // no room yet: the unpack copies it, or reports it
+    }
   }
-  if (queued) wake_.notify_one();
+  if (wake) wake_.notify_one();
 }
 
 void SwapPolicy::copy_thread() {

@@ -8,10 +8,16 @@
 // goes to a pool tagged apart: the accounting (device bytes vs host bytes) and the correctness of the
 // round trip are what a CPU run tests, and the copy costs a memcpy each way.
 // Prefetch: backward unpacks saves in about the reverse of the order forward packed them, so when save
-// k is unpacked the policy starts bringing back the `ahead` saves packed just before it, on a copy
-// thread of its own; an unpack that finds its save on the way waits for that copy instead of starting
-// another. A GPU tensor is copied back synchronously (no copy stream yet: its overlap is measured when a
-// GPU is lent); its host side is pageable memory.
+// k is unpacked the policy starts bringing back the `ahead` saves packed just before it; an unpack that
+// finds its save on the way waits for that copy instead of starting another.
+// On the CPU the copies back run on a copy thread of the policy's own.
+// On a GPU both directions run on the device's copy stream (core/cuda/transfer.h), into and out of
+// pinned host memory (the Offloaded blocks come from the pinned allocator once CUDA is initialised):
+// pack queues the copy out and returns, keeping the device tensor until its copy is done (retired when a
+// later pack or unpack finds it done), so the offload overlaps the rest of forward; a prefetch queues the
+// copy back and returns, and the unpack makes the compute stream wait for it, so neither direction
+// stalls the host. Whether the copies really hide behind the kernels is measured on a GPU
+// (scripts/gpu-check.sh: bench_cuda's swap rows).
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "actlab/compress/policy.h"
+#include "actlab/core/cuda/transfer.h"
 
 namespace actlab {
 
@@ -34,6 +41,10 @@ struct SwapState {
   Where where = Where::Away;
   Tensor back;     // Where::Back: the device copy
   size_t index = 0;  // position in the policy's pack order
+  // GPU saves: the copy out and the device tensor it reads, kept until that copy is done; the copy back
+  // into `back`, which the unpack orders the compute stream behind.
+  CopyFence out, in;
+  Tensor leaving;
 };
 
 class PackedSwap final : public Packed {
@@ -67,6 +78,10 @@ class SwapPolicy final : public ActivationCachePolicy {
   void copy_thread();
   void prefetch_before(size_t index) const;
   static Tensor bring_back(const SwapState& s);
+  // GPU: queues the copy of s.host into a fresh device tensor (s.back, s.in). s.mutex held.
+  static void queue_back(SwapState& s);
+  // GPU: drops the device tensors whose copy out is done (all of them when `wait`). mutex_ held.
+  void retire_leaving(bool wait) const;
 
   int ahead_;
   mutable std::mutex mutex_;
@@ -75,6 +90,7 @@ class SwapPolicy final : public ActivationCachePolicy {
   mutable std::vector<std::weak_ptr<SwapState>> order_;
   mutable uint64_t order_step_ = ~uint64_t{0};             // the pack step order_ belongs to
   mutable std::deque<std::shared_ptr<SwapState>> queue_;  // waiting for the copy thread
+  mutable std::deque<std::shared_ptr<SwapState>> leaving_;  // GPU saves whose copy out may still run
   mutable Traffic traffic_;
   bool stopping_ = false;
   std::thread thread_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include <sys/mman.h>
@@ -111,6 +112,8 @@ struct Registry {
   std::mutex mutex;
   std::map<std::pair<int, int>, DeviceState> devices;  // (type, index)
   RawAllocator* backends[2] = {nullptr, nullptr};
+  RawAllocator* offload = nullptr;                 // register_offload_allocator
+  std::unordered_map<void*, RawAllocator*> offload_live;  // its blocks, each freed by its own backend
   CpuRawAllocator cpu;
   Registry() { backends[0] = &cpu; }
 
@@ -220,6 +223,14 @@ void register_raw_allocator(DeviceType type, RawAllocator* allocator) {
   r.backends[static_cast<int>(type)] = allocator;
 }
 
+RawAllocator* register_offload_allocator(RawAllocator* allocator) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  RawAllocator* previous = r.offload;
+  r.offload = allocator;
+  return previous;
+}
+
 bool has_raw_allocator(DeviceType type) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -230,11 +241,13 @@ void* tracked_allocate(Device device, size_t bytes, MemTag tag) {
   if (bytes == 0) return nullptr;
   auto& r = registry();
   RawAllocator* backend = nullptr;
+  RawAllocator* offload = nullptr;  // set: the bytes come from the offload backend instead
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     backend = r.backends[static_cast<int>(device.type)];
     ACTLAB_CHECK(backend != nullptr, "no allocator for device ", device.str(),
                  " (was actlab built with CUDA, and is a GPU present?)");
+    if (device.is_cpu() && tag == MemTag::Offloaded && r.offload != nullptr) offload = r.offload;
     DeviceState& s = r.state(device);
     if (s.limit > 0 && s.stats.total.current + static_cast<int64_t>(bytes) > s.limit) {
       s.stats.oom_count += 1;
@@ -245,8 +258,9 @@ void* tracked_allocate(Device device, size_t bytes, MemTag tag) {
                         table);
     }
   }
-  void* ptr = backend->raw_allocate(bytes, device.index);
+  void* ptr = (offload != nullptr ? offload : backend)->raw_allocate(bytes, device.index);
   std::lock_guard<std::mutex> lock(r.mutex);
+  if (offload != nullptr && ptr != nullptr) r.offload_live.emplace(ptr, offload);
   DeviceState& s = r.state(device);
   if (ptr == nullptr) {
     s.stats.oom_count += 1;
@@ -265,14 +279,23 @@ void tracked_free(Device device, void* ptr, size_t bytes, MemTag tag) {
   if (ptr == nullptr) return;
   auto& r = registry();
   RawAllocator* backend = nullptr;
+  RawAllocator* owner = nullptr;  // the backend the block came from
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     backend = r.backends[static_cast<int>(device.type)];
+    owner = backend;
+    if (tag == MemTag::Offloaded) {
+      const auto it = r.offload_live.find(ptr);
+      if (it != r.offload_live.end()) {
+        owner = it->second;
+        r.offload_live.erase(it);
+      }
+    }
     DeviceState& s = r.state(device);
     drop(s.stats.total, static_cast<int64_t>(bytes));
     drop(s.stats.by_tag[static_cast<int>(tag)], static_cast<int64_t>(bytes));
   }
-  backend->raw_free(ptr, bytes, device.index);
+  owner->raw_free(ptr, bytes, device.index);
   std::lock_guard<std::mutex> lock(r.mutex);
   update_reserved(r.state(device), backend, device);
 }

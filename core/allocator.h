@@ -58,6 +58,12 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 // Installs the backend for a device type (the CUDA allocator does this when it is compiled in).
 void register_raw_allocator(DeviceType type, RawAllocator* allocator);
 bool has_raw_allocator(DeviceType type);
+// Installs the backend of host memory under MemTag::Offloaded (SWAP's host copies of device saves):
+// the CUDA build registers a cached pinned-memory one at cuda_init, so the copies to and from it can run
+// asynchronously (core/cuda/transfer.h). The bytes are counted on the CPU under Offloaded as before; a
+// block is freed by the backend that allocated it, so registering while such blocks live is safe.
+// nullptr goes back to the CPU backend. Returns the backend registered before.
+RawAllocator* register_offload_allocator(RawAllocator* allocator);
 
 // Allocates `bytes` (64-byte aligned on CPU) on `device` under `tag`. Throws OutOfMemory.
 // bytes == 0 returns nullptr and records nothing.

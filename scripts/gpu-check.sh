@@ -5,8 +5,8 @@
 #      copy) against the cuDNN (and, if the toolkit lacks it, cuBLAS) of PyTorch's pip packages, build
 #      actlab_tests and bench_cuda;
 #   2. run the CUDA suites (actlab_tests -tc='cuda*': CPU-vs-GPU parity of every op and codec);
-#   3. bench_cuda: copy and codec-kernel bandwidth, ResNet-18 CIFAR batch 256 training under exact and
-#      division:B=8,Q=2 (img/s, activation memory, peak memory);
+#   3. bench_cuda: copy and codec-kernel bandwidth, ResNet-18 CIFAR batch 256 training under exact,
+#      division:B=8,Q=2 and swap:P=2 (img/s, activation memory, peak memory);
 #   4. scripts/gpu_torch_bench.py: the same model and step in PyTorch;
 #   5. write $OUT/table.md (and logs, JSON) — every step's log is kept even when a step fails.
 # Usage: OUT=/some/dir scripts/gpu-check.sh   (env: DOCTEST_DIR, CUDNN_ROOT, CUBLAS_ROOT, BUILD, JOBS)
@@ -90,7 +90,7 @@ fi
 
 # ---- 3. actlab benchmarks, 4. PyTorch
 if [ -x "$BUILD/bench_cuda" ]; then
-  log "bench_cuda (kernels, ResNet-18 b256: exact, division:B=8,Q=2)"
+  log "bench_cuda (kernels, ResNet-18 b256: exact, division:B=8,Q=2, swap:P=2)"
   timeout 150 "$BUILD/bench_cuda" --json "$OUT/bench_cuda.json" > "$OUT/bench_cuda.log" 2>&1 \
     || fail "bench_cuda (see bench_cuda.log)"
   cat "$OUT/bench_cuda.log"

@@ -1,7 +1,7 @@
 // The caching CUDA device allocator: the RawAllocator behind every tracked allocation on cuda:i.
 // Owns every cudaMalloc/cudaFree in actlab. Freed blocks stay cached per device and stream (policy in
 // core/cuda/allocator.h); reserved_bytes counts live + cached blocks. Also owns the pinned staging buffers
-// of host-to-device copies. Tested in tests/test_cuda.cpp.
+// of host-to-device copies and the pinned host blocks of offloaded saves. Tested in tests/test_cuda.cpp.
 #include "actlab/core/cuda/allocator.h"
 
 #include <cuda_runtime_api.h>
@@ -184,12 +184,54 @@ class CachingAllocator final : public RawAllocator {
   PinnedStaging staging_;
 };
 
+// Pinned host memory for MemTag::Offloaded (SWAP's host copies; core/allocator.h,
+// register_offload_allocator), so their copies can run on the copy stream while kernels run
+// (core/cuda/transfer.h). cudaHostAlloc pins pages and is slow, so freed blocks are cached by size
+// (BlockCache under one key, the same rounding and reuse bound as device blocks) and a step that
+// offloads the same shapes as the last one allocates nothing. Reuse needs no event: every copy that
+// reads or writes these blocks runs on one copy stream per device, in the order it was queued.
+class PinnedHostAllocator final : public RawAllocator {
+ public:
+  void* raw_allocate(size_t bytes, int) override {
+    const size_t size = round_block_size(bytes);
+    if (size == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    BlockCache::Block block = cache_.take(nullptr, size, max_reuse_size(size));
+    if (block.ptr == nullptr) {
+      void* ptr = nullptr;
+      if (cudaHostAlloc(&ptr, size, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();  // host memory exhausted: not sticky; the tracker reports OutOfMemory
+        return nullptr;
+      }
+      block = {ptr, size};
+    }
+    live_.emplace(block.ptr, block.size);
+    return block.ptr;
+  }
+
+  void raw_free(void* ptr, size_t bytes, int) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    ACTLAB_CHECK(it != live_.end(), "pinned host memory: freeing ", ptr, " (", bytes,
+                 " bytes), which the pinned allocator did not hand out or was already freed");
+    cache_.put(nullptr, {ptr, it->second});
+    live_.erase(it);
+  }
+
+ private:
+  std::mutex mutex_;
+  BlockCache cache_;
+  std::unordered_map<void*, size_t> live_;  // block -> its size
+};
+
 }  // namespace
 
 void install_caching_allocator() {
   // NOTE: never destroyed, like the tracking registry: tensors may be freed during static teardown.
   static CachingAllocator* allocator = new CachingAllocator();
+  static PinnedHostAllocator* pinned = new PinnedHostAllocator();
   register_raw_allocator(DeviceType::CUDA, allocator);
+  register_offload_allocator(pinned);
 }
 
 }  // namespace actlab::cuda

@@ -76,8 +76,9 @@ class BlockCache {
   size_t cached_bytes_ = 0;
 };
 
-// Registers the caching allocator as the raw backend of DeviceType::CUDA (CUDA builds only; called
-// once by actlab::cuda_init(), which checks that a device exists first).
+// Registers the caching allocator as the raw backend of DeviceType::CUDA and the pinned host allocator as
+// the offload backend (CUDA builds only; called once by actlab::cuda_init(), which checks that a device
+// exists first).
 void install_caching_allocator();
 
 }  // namespace actlab::cuda

@@ -40,6 +40,9 @@ CudaContext::CudaContext(int device) : device_(device) {
   cudaStream_t stream = nullptr;
   ACTLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   stream_.reset(stream);
+  cudaStream_t copies = nullptr;
+  ACTLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking));
+  copy_stream_.reset(copies);
 
   cublasHandle_t blas = nullptr;
   ACTLAB_CUBLAS_CHECK(cublasCreate(&blas));
@@ -56,6 +59,7 @@ CudaContext::CudaContext(int device) : device_(device) {
 
 CudaContext::~CudaContext() {
   // Queued kernels may still use the workspace or the handles: let them finish before members go.
+  if (copy_stream_) (void)cudaStreamSynchronize(copy_stream_.get());
   if (stream_) (void)cudaStreamSynchronize(stream_.get());
 }
 

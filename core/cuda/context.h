@@ -28,20 +28,22 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-// One device's stream, library handles and workspace. All of actlab's work on the device is queued
-// on stream() (one stream per device for now), so ops are ordered without events. The stream is
-// non-blocking: it does NOT synchronize with the legacy default stream, so nothing in actlab may
-// use stream 0 (copies go through the caching allocator's copy_bytes, on this stream).
+// One device's streams, library handles and workspace. All of actlab's compute on the device is queued
+// on stream(), so ops are ordered without events. copy_stream() carries only the copies that are to
+// overlap compute (core/cuda/transfer.h), ordered against stream() by events. Both streams are
+// non-blocking: they do NOT synchronize with the legacy default stream, so nothing in actlab may
+// use stream 0 (other copies go through the caching allocator's copy_bytes, on stream()).
 // Not for concurrent use from several threads (the workspace is shared).
 class CudaContext {
  public:
-  explicit CudaContext(int device);  // makes the stream and handles; the workspace starts empty
-  ~CudaContext();                    // waits for the stream, then releases in reverse order
+  explicit CudaContext(int device);  // makes the streams and handles; the workspace starts empty
+  ~CudaContext();                    // waits for the streams, then releases in reverse order
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
+  cudaStream_t copy_stream() const { return copy_stream_.get(); }
   cublasHandle_t cublas() const { return cublas_.get(); }  // bound to stream()
   // cublas() with its own tracked workspace installed (MemTag::Workspace, kBlasWorkspaceBytes, allocated
   // on the first call), so cuBLAS never allocates device memory behind the tracker. GEMM callers use this.
@@ -72,6 +74,7 @@ class CudaContext {
   int device_;
   // Declaration order is release order reversed: workspace first, then handles, then the stream.
   std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> stream_;
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> copy_stream_;
   std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, CublasDeleter> cublas_;
 #if defined(ACTLAB_WITH_CUDNN)
   std::unique_ptr<std::remove_pointer_t<cudnnHandle_t>, CudnnDeleter> cudnn_;
