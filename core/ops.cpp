@@ -361,14 +361,50 @@ Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Ten
   return dx;
 }
 
-Tensor batchnorm_backward_channels(const Tensor& dy, const Shape& x_shape,
-                                   const std::function<void(int64_t c, float* out)>& x_channel, const Tensor& gamma,
-                                   const Tensor& save_mean, const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta) {
-  const Device dev = op_device("batch_norm_backward", {&dy, &gamma, &save_mean, &save_invstd});
+namespace {
+// The checks of the by-channel batch-norm backwards (gamma and save_invstd may be nullptr); returns the
+// device (the CPU).
+Device check_bn_channels(const Tensor& dy, const Shape& x_shape, const Tensor& save_mean, const Tensor* gamma,
+                         const Tensor* save_invstd) {
+  const Device dev = op_device("batch_norm_backward", {&dy, &save_mean, gamma, save_invstd});
   require_f32_contig("batch_norm_backward", "grad", dy);
   ACTLAB_CHECK(dev.is_cpu() && dy.dim() == 4, "batch_norm backward by channels: needs a 4-D CPU grad, got ",
                dy.str(), " on ", dev.str());
   ACTLAB_CHECK(dy.shape() == x_shape, "batch_norm backward: grad ", dy.str(), " vs input ", shape_str(x_shape));
+  return dev;
+}
+}  // namespace
+
+std::vector<double> batchnorm_grad_sums_channels(const Tensor& dy, const Shape& x_shape,
+                                                 const std::function<void(int64_t c, float* out)>& x_channel,
+                                                 const Tensor& save_mean) {
+  check_bn_channels(dy, x_shape, save_mean, nullptr, nullptr);
+  int64_t N, C, HW;
+  bn_dims(dy, &N, &C, &HW);
+  std::vector<double> sums(static_cast<size_t>(2 * C));
+  cpu::batchnorm_grad_sums_channels(sums.data(), sums.data() + C, f32(dy), x_channel, f32(save_mean), N, C, HW);
+  return sums;
+}
+
+Tensor batchnorm_backward_from_sums_channels(const Tensor& dy, const Shape& x_shape,
+                                             const std::function<void(int64_t c, float* out)>& x_channel,
+                                             const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                                             const std::vector<double>& sums, double count) {
+  const Device dev = check_bn_channels(dy, x_shape, save_mean, &gamma, &save_invstd);
+  int64_t N, C, HW;
+  bn_dims(dy, &N, &C, &HW);
+  ACTLAB_CHECK(static_cast<int64_t>(sums.size()) == 2 * C && count > 0, "batch_norm_backward_from_sums: ", sums.size(),
+               " sums and count ", count, " for ", C, " channels");
+  Tensor dx = Tensor::empty(dy.shape(), DType::F32, dev);
+  cpu::batchnorm_backward_from_sums_channels(f32(dx), f32(dy), x_channel, f32(gamma), f32(save_mean), f32(save_invstd),
+                                             sums.data(), sums.data() + C, count, N, C, HW);
+  return dx;
+}
+
+Tensor batchnorm_backward_channels(const Tensor& dy, const Shape& x_shape,
+                                   const std::function<void(int64_t c, float* out)>& x_channel, const Tensor& gamma,
+                                   const Tensor& save_mean, const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta) {
+  const Device dev = check_bn_channels(dy, x_shape, save_mean, &gamma, &save_invstd);
   int64_t N, C, HW;
   bn_dims(dy, &N, &C, &HW);
   Tensor dx = Tensor::empty(dy.shape(), DType::F32, dev);

@@ -97,6 +97,15 @@ Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Ten
 Tensor batchnorm_backward_channels(const Tensor& dy, const Shape& x_shape,
                                    const std::function<void(int64_t c, float* out)>& x_channel, const Tensor& gamma,
                                    const Tensor& save_mean, const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta);
+// batchnorm_grad_sums and batchnorm_backward_from_sums with the input supplied the same way (synchronized
+// batch norm on a compressed input: each call decodes every channel once, and the input is never whole).
+std::vector<double> batchnorm_grad_sums_channels(const Tensor& dy, const Shape& x_shape,
+                                                 const std::function<void(int64_t c, float* out)>& x_channel,
+                                                 const Tensor& save_mean);
+Tensor batchnorm_backward_from_sums_channels(const Tensor& dy, const Shape& x_shape,
+                                             const std::function<void(int64_t c, float* out)>& x_channel,
+                                             const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                                             const std::vector<double>& sums, double count);
 Tensor batchnorm_backward_eval(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
                                Tensor* dgamma, Tensor* dbeta);

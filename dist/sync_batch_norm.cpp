@@ -45,10 +45,17 @@ class SyncBatchNormNode final : public Node {
   }
   // Batch norm's own backward split at its reduction (core/ops.h batchnorm_grad_sums): this rank's sums
   // give its parameter gradients, the global batch's sums the input gradient.
+  // A compressed 4-D input is decoded channel by channel, once for the sums and once for dx, as batch
+  // norm's own backward reads it (the full-size input is never written out; bit-identical to loading it).
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
     const Tensor dy = grad_outputs[0].contiguous();
-    const Tensor x = load("input").contiguous(), gamma = load("weight"), mean = load("mean"), invstd = load("invstd");
-    std::vector<double> sums = ops::batchnorm_grad_sums(dy, x, mean);  // [Σ dy (C), Σ dy·(x - mean) (C)]
+    const Tensor gamma = load("weight"), mean = load("mean"), invstd = load("invstd");
+    const std::unique_ptr<ChannelReader> reader = dy.dim() == 4 ? load_channels("input") : nullptr;
+    const Tensor x = reader ? Tensor() : load("input").contiguous();
+    const auto read = [&](int64_t c, float* out) { reader->read(c, out); };
+    // [Σ dy (C), Σ dy·(x - mean) (C)]
+    std::vector<double> sums = reader ? ops::batchnorm_grad_sums_channels(dy, reader->shape(), read, mean)
+                                      : ops::batchnorm_grad_sums(dy, x, mean);
     const int64_t C = mean.numel();
     Tensor dgamma = Tensor::empty({C}), dbeta = Tensor::empty({C});
     for (int64_t c = 0; c < C; ++c) {
@@ -56,7 +63,9 @@ class SyncBatchNormNode final : public Node {
       dgamma.data<float>()[c] = static_cast<float>(sums[C + c] * invstd.data<float>()[c]);
     }
     comm_.allreduce(sums, ReduceOp::Sum);
-    const Tensor dx = ops::batchnorm_backward_from_sums(dy, x, gamma, mean, invstd, sums, count_);
+    const Tensor dx = reader ? ops::batchnorm_backward_from_sums_channels(dy, reader->shape(), read, gamma, mean,
+                                                                          invstd, sums, count_)
+                             : ops::batchnorm_backward_from_sums(dy, x, gamma, mean, invstd, sums, count_);
     std::vector<Tensor> grads(3);
     if (wants_grad(inputs[0])) grads[0] = dx;
     if (wants_grad(inputs[1])) grads[1] = dgamma;

@@ -213,7 +213,7 @@ TEST_CASE("cpu kernels: batchnorm backward recomputes x_hat from a reconstructed
   check_close(dbeta, want_db, 1e-4, 1e-3, "dbeta");
 }
 
-TEST_CASE("cpu kernels: batchnorm backward by channels, and split at its sums, is batchnorm backward, bit for bit") {
+TEST_CASE("cpu kernels: batchnorm backward by channels, split at its sums, or both, is batchnorm backward, bit for bit") {
   // x handed over one channel at a time (a decoder's output in a per-thread buffer) must give exactly
   // the gradients of the whole-tensor call: same sums in the same order. Sizes below and above
   // kParallelGrain; with and without gamma.
@@ -253,6 +253,19 @@ TEST_CASE("cpu kernels: batchnorm backward by channels, and split at its sums, i
         CHECK(static_cast<float>(sum_dy[c]) == dbeta[c]);
         CHECK(static_cast<float>(sum_dy_xc[c] * invstd[c]) == dgamma[c]);
       }
+      // Split and by channels (synchronized batch norm on a compressed input): each call reads every
+      // channel once, and the sums and dx are the same bits again.
+      std::fill(reads.begin(), reads.end(), 0);
+      std::vector<double> sum_dy4(C, -7.0), sum_dy_xc4(C, -7.0);
+      cpu::batchnorm_grad_sums_channels(sum_dy4.data(), sum_dy_xc4.data(), dy.data(), channel, mean.data(), N, C, HW);
+      CHECK(sum_dy4 == sum_dy);
+      CHECK(sum_dy_xc4 == sum_dy_xc);
+      Vec dx4(x.size(), -7.f);
+      cpu::batchnorm_backward_from_sums_channels(dx4.data(), dy.data(), channel, g, mean.data(), invstd.data(),
+                                                 sum_dy.data(), sum_dy_xc.data(), static_cast<double>(N * HW), N, C,
+                                                 HW);
+      CHECK(dx4 == dx);
+      CHECK(reads == std::vector<int>(C, 2));
       // A source that fails (a decoder out of memory) fails the call with its exception, whatever the
       // thread that met it: it must not escape the OpenMP loop, which would terminate the process.
       const cpu::ChannelSource failing = [&](int64_t c, float* out) {

@@ -21,6 +21,8 @@
 #include <sstream>
 
 #include "actlab/autograd/functions.h"
+#include "actlab/autograd/saved_tensor.h"
+#include "actlab/compress/policy.h"
 #include "actlab/autograd/tape.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/data/dataset.h"
@@ -416,4 +418,66 @@ TEST_CASE("dist: with --sync-bn, 2 ranks of batch b train ResNet-20 as 1 rank of
   MESSAGE("largest weight/statistic difference to one rank: sync-bn ", synced_diff, ", per-rank batch norm ", local_diff);
   CHECK(synced_diff < 1e-5f);  // 1.2e-7 measured
   CHECK(local_diff > 1e-2f);  // per-rank statistics of 16 images are not those of 32
+}
+
+namespace {
+// A policy that delegates to another and counts how backward reads its packs; `readers` false hides the
+// channel reader, so the consumer falls back to unpacking the input whole.
+class CountingPolicy final : public ActivationCachePolicy {
+ public:
+  CountingPolicy(std::shared_ptr<const ActivationCachePolicy> inner, bool readers)
+      : inner_(std::move(inner)), readers_(readers) {}
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override {
+    return inner_->pack(x, info, ctx);
+  }
+  Tensor unpack(const Packed& p, const SaveInfo& info) const override {
+    ++unpacks;
+    return inner_->unpack(p, info);
+  }
+  std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo& info) const override {
+    if (!readers_) return nullptr;
+    ++channel_reads;
+    return inner_->channel_reader(p, info);
+  }
+  std::string name() const override { return inner_->name(); }
+  size_t expected_bytes(const Shape& shape) const override { return inner_->expected_bytes(shape); }
+  mutable int unpacks = 0, channel_reads = 0;
+
+ private:
+  std::shared_ptr<const ActivationCachePolicy> inner_;
+  bool readers_;
+};
+}  // namespace
+
+TEST_CASE("dist: synchronized batch norm reads a compressed input channel by channel, with the same gradients as whole") {
+  PhiloxStream rng(23, 0);
+  const Tensor xt = Tensor::randn({4, 8, 16, 16}, rng, 0.3f, 1.5f), dy = Tensor::randn({4, 8, 16, 16}, rng);
+  const Tensor g0 = Tensor::randn({8}, rng, 1.f, 0.3f), b0 = Tensor::randn({8}, rng);
+  struct Grads {
+    std::vector<float> dx, dgamma, dbeta;
+  };
+  const auto run_with = [&](const std::shared_ptr<const ActivationCachePolicy>& policy) {
+    const PolicySet set(policy);
+    ActivationCacheScope scope(set);
+    end_pack_step();  // a fresh pack count, then the same step and seed: the same rounding draws in both runs
+    set_pack_seed(5);
+    set_pack_step(3);
+    Variable x(xt.clone(), true), gamma(g0.clone(), true), beta(b0.clone(), true);
+    Tensor rm = Tensor::zeros({8}), rv = Tensor::full({8}, 1.f);
+    EchoCommunicator two(2);  // a second rank with the same batch: the sums all-reduced really matter
+    Variable y = sync_batch_norm(x, gamma, beta, rm, rv, 0.1f, 1e-5f, two);
+    backward(y, dy);
+    end_pack_step();
+    return Grads{x.grad().to_vector(), gamma.grad().to_vector(), beta.grad().to_vector()};
+  };
+  const auto division = parse_policy("division:B=8,Q=2");
+  const auto by_channel = std::make_shared<CountingPolicy>(division, true);
+  const auto whole = std::make_shared<CountingPolicy>(division, false);
+  const Grads a = run_with(by_channel), b = run_with(whole);
+  CHECK(by_channel->channel_reads == 1);  // one reader, read twice over (the sums, then dx)
+  CHECK(by_channel->unpacks == 0);        // the input was never decoded whole
+  CHECK(whole->unpacks == 1);
+  CHECK(a.dx == b.dx);
+  CHECK(a.dgamma == b.dgamma);
+  CHECK(a.dbeta == b.dbeta);
 }

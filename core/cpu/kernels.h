@@ -86,6 +86,14 @@ void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const f
                                  const ChannelSource& x_channel, const float* gamma,
                                  const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
                                  int64_t HW);
+// batchnorm_grad_sums and batchnorm_backward_from_sums with x supplied the same way (each reads every
+// channel once, so a synchronized batch norm on a compressed input decodes it twice and never whole).
+void batchnorm_grad_sums_channels(double* sum_dy, double* sum_dy_xc, const float* dy, const ChannelSource& x_channel,
+                                  const float* save_mean, int64_t N, int64_t C, int64_t HW);
+void batchnorm_backward_from_sums_channels(float* dx, const float* dy, const ChannelSource& x_channel,
+                                           const float* gamma, const float* save_mean, const float* save_invstd,
+                                           const double* sum_dy, const double* sum_dy_xc, double count, int64_t N,
+                                           int64_t C, int64_t HW);
 // Backward of batchnorm_forward_eval (running statistics are constants, e.g. frozen BN):
 // dx = dy·gamma/sqrt(running_var + eps); dgamma = Σ dy·x_hat, dbeta = Σ dy (nullptr: skipped).
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,

@@ -204,10 +204,12 @@ void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, co
                          C, HW, c);
 }
 
-void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const float* dy,
-                                 const ChannelSource& x_channel, const float* gamma,
-                                 const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
-                                 int64_t HW) {
+namespace {
+
+// f(c, xc) for every channel, xc holding channel c's N planes as x_channel wrote them into a per-thread
+// buffer (MemTag::Workspace) that stays in cache for what f does with it.
+template <typename F>
+void for_each_read_channel(const ChannelSource& x_channel, int64_t N, int64_t C, int64_t HW, F f) {
   check_bn_sizes(N, C, HW);
   const bool parallel = N * C * HW >= kParallelGrain;
   const int threads = parallel ? std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(C))) : 1;
@@ -222,7 +224,7 @@ void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const f
     try {
       float* xc = scratch.as<float>() + static_cast<int64_t>(omp_get_thread_num()) * N * HW;
       x_channel(c, xc);
-      channel_backward(dx, dgamma, dbeta, dy, xc, HW, gamma, save_mean, save_invstd, N, C, HW, c);
+      f(c, xc);
     } catch (...) {
 #pragma omp critical(actlab_batchnorm_channels)
       if (!error) error = std::current_exception();
@@ -230,6 +232,33 @@ void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const f
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+void batchnorm_backward_channels(float* dx, float* dgamma, float* dbeta, const float* dy,
+                                 const ChannelSource& x_channel, const float* gamma,
+                                 const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                                 int64_t HW) {
+  for_each_read_channel(x_channel, N, C, HW, [&](int64_t c, const float* xc) {
+    channel_backward(dx, dgamma, dbeta, dy, xc, HW, gamma, save_mean, save_invstd, N, C, HW, c);
+  });
+}
+
+void batchnorm_grad_sums_channels(double* sum_dy, double* sum_dy_xc, const float* dy, const ChannelSource& x_channel,
+                                  const float* save_mean, int64_t N, int64_t C, int64_t HW) {
+  for_each_read_channel(x_channel, N, C, HW, [&](int64_t c, const float* xc) {
+    channel_grad_sums(sum_dy[c], sum_dy_xc[c], dy, xc, HW, N, C, HW, c, save_mean[c]);
+  });
+}
+
+void batchnorm_backward_from_sums_channels(float* dx, const float* dy, const ChannelSource& x_channel,
+                                           const float* gamma, const float* save_mean, const float* save_invstd,
+                                           const double* sum_dy, const double* sum_dy_xc, double count, int64_t N,
+                                           int64_t C, int64_t HW) {
+  for_each_read_channel(x_channel, N, C, HW, [&](int64_t c, const float* xc) {
+    channel_dx_from_sums(dx, dy, xc, HW, gamma, save_mean, save_invstd, sum_dy[c], sum_dy_xc[c], count, N, C, HW, c);
+  });
 }
 
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,
