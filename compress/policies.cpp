@@ -439,10 +439,10 @@ size_t AdaptiveGroupPolicy::expected_bytes(const Shape& shape) const {
 }
 
 // ---------------------------------------------------------------- BLPA
-PackedBlpa::PackedBlpa(const Shape& shape, const BlpaGeometry& g)
+PackedBlpa::PackedBlpa(const Shape& shape, const BlpaGeometry& g, Device device)
     : shape_(shape), geometry_(g),
       buffer_(Tensor::empty_tagged({g.channels * static_cast<int64_t>(sizeof(BlpaChannel)) + g.code_bytes()},
-                                   MemTag::ActivationPacked, DType::U8, Device::cpu())) {}
+                                   MemTag::ActivationPacked, DType::U8, device)) {}
 
 BlpaPolicy::BlpaPolicy(int bits) : bits_(bits) {
   ACTLAB_CHECK(bits == 4 || bits == 8, "policy blpa: Q must be 4 or 8 (BLPA's widths), got ", bits);
@@ -460,15 +460,13 @@ bool BlpaPolicy::blpa_view(const Shape& shape, BlpaGeometry& g) const {
   return true;
 }
 
-std::unique_ptr<Packed> BlpaPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext&) const {
+std::unique_ptr<Packed> BlpaPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext&) const {
   const Tensor x = checked_input(x_in, name());
-  ACTLAB_CHECK(x.device().is_cpu(), "policy ", name(), " has no CUDA kernel yet: cannot pack ", x.str(), " of ",
-               info.module_path.empty() ? info.op : info.module_path, " on ", x.device().str(),
-               " (use it on the CPU, or another policy on a GPU)");
   BlpaGeometry g;
   if (!blpa_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
-  auto packed = std::make_unique<PackedBlpa>(x.shape(), g);
-  cpu::blpa_pack(packed->params(), packed->codes(), x.data<float>(), g);
+  auto packed = std::make_unique<PackedBlpa>(x.shape(), g, x.device());
+  ACTLAB_DISPATCH(x.device(), cuda::blpa_pack(packed->params(), packed->codes(), x.data<float>(), g, gpu.device()),
+                  cpu::blpa_pack(packed->params(), packed->codes(), x.data<float>(), g));
   return packed;
 }
 
@@ -477,8 +475,11 @@ Tensor BlpaPolicy::unpack(const Packed& p, const SaveInfo&) const {
   const auto* blpa = dynamic_cast<const PackedBlpa*>(&p);
   ACTLAB_CHECK(blpa != nullptr, "policy ", name(), " cannot unpack a pack it did not make (shape ",
                shape_str(p.shape()), ")");
-  Tensor out = Tensor::empty(blpa->shape(), DType::F32, Device::cpu());
-  cpu::blpa_unpack(out.data<float>(), blpa->params(), blpa->codes(), blpa->geometry());
+  const Device device = blpa->buffer().device();
+  Tensor out = Tensor::empty(blpa->shape(), DType::F32, device);
+  float* values = out.data<float>();
+  ACTLAB_DISPATCH(device, cuda::blpa_unpack(values, blpa->params(), blpa->codes(), blpa->geometry(), gpu.device()),
+                  cpu::blpa_unpack(values, blpa->params(), blpa->codes(), blpa->geometry()));
   return out;
 }
 

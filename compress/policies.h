@@ -191,7 +191,7 @@ std::vector<double> sample_range_norms(const Tensor& x, const GroupGeometry& g);
 // "blpa".
 class PackedBlpa final : public Packed {
  public:
-  PackedBlpa(const Shape& shape, const BlpaGeometry& g);
+  PackedBlpa(const Shape& shape, const BlpaGeometry& g, Device device);  // the buffer on `device`
   size_t nbytes() const override { return buffer_.nbytes(); }
   const Shape& shape() const override { return shape_; }
   const BlpaGeometry& geometry() const { return geometry_; }

@@ -6,6 +6,8 @@
 // GPU every case prints "SKIPPED: no CUDA device: ..." and returns. Run: actlab_tests -tc='cuda codec*'.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -155,4 +157,53 @@ TEST_CASE("cuda codec: a ResNet-20 step under division:B=8,Q=2 on cuda:0 tracks 
   const auto cpu_params = cpu_model->named_parameters(), gpu_params = gpu_model->named_parameters();
   for (size_t i = 0; i < cpu_params.size(); ++i)
     check_close(cpu_params[i].second.grad(), gpu_params[i].second.grad(), 2e-2, "grad of " + cpu_params[i].first);
+}
+
+TEST_CASE("cuda codec: blpa packs the CPU's codes on the GPU, with its channel statistics to double rounding") {
+  if (!gpu_or_skip("blpa parity")) return;
+  uint64_t seed = 70;
+  for (const char* spec : {"blpa:Q=4", "blpa:Q=8"}) {
+    const auto policy = parse_policy(spec);
+    for (const Shape& shape : kShapes) {
+      const std::string what = std::string(spec) + " " + shape_str(shape);
+      PhiloxStream rng(seed++, 3);
+      const Tensor x = Tensor::randn(shape, rng, 0.3f, 1.f);
+      const auto cpu_pack = policy->pack(x, {}, {});
+      const auto gpu_pack = policy->pack(x.to(gpu()), {}, {});
+      const auto* cpu_blpa = dynamic_cast<const PackedBlpa*>(cpu_pack.get());
+      const auto* gpu_blpa = dynamic_cast<const PackedBlpa*>(gpu_pack.get());
+      REQUIRE_MESSAGE(cpu_blpa != nullptr, what);
+      REQUIRE_MESSAGE(gpu_blpa != nullptr, what);
+      CHECK(gpu_blpa->buffer().device() == gpu());
+      CHECK(gpu_pack->nbytes() == cpu_pack->nbytes());
+      const BlpaGeometry& g = cpu_blpa->geometry();
+      const Tensor want = cpu_blpa->buffer(), got = gpu_blpa->buffer().to(Device::cpu());
+      const auto* wp = reinterpret_cast<const BlpaChannel*>(want.data<uint8_t>());
+      const auto* gp = reinterpret_cast<const BlpaChannel*>(got.data<uint8_t>());
+      for (int64_t c = 0; c < g.channels; ++c) {
+        CAPTURE(c);
+        CHECK_MESSAGE(gp[c].lo == wp[c].lo, what);  // min and max are exact on both
+        CHECK_MESSAGE(gp[c].hi == wp[c].hi, what);
+        CHECK_MESSAGE(gp[c].step == doctest::Approx(wp[c].step).epsilon(1e-6), what);  // a few ulps at most
+        CHECK_MESSAGE(std::abs(gp[c].shift - wp[c].shift) <= 1.f, what);
+      }
+      // Codes: the same wherever the channel parameters came out the same, which is nearly everywhere.
+      const uint8_t* wc = want.data<uint8_t>() + g.channels * sizeof(BlpaChannel);
+      const uint8_t* gc = got.data<uint8_t>() + g.channels * sizeof(BlpaChannel);
+      int64_t differing = 0;
+      for (int64_t j = 0; j < g.code_bytes(); ++j) differing += wc[j] != gc[j];
+      CHECK_MESSAGE(differing <= std::max<int64_t>(1, g.code_bytes() / 1000), what, ": ", differing, " code bytes differ");
+      // Values: within one cell of the CPU's.
+      const std::vector<float> a = policy->unpack(*cpu_pack, {}).to_vector();
+      const std::vector<float> b = policy->unpack(*gpu_pack, {}).to(Device::cpu()).to_vector();
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        const float step = wp[(static_cast<int64_t>(i) / g.inner) % g.channels].step;
+        if (!(std::abs(a[i] - b[i]) <= 1.001f * step)) {
+          FAIL_CHECK(what << "[" << i << "]: cuda " << b[i] << " vs cpu " << a[i] << " (cell " << step << ")");
+          break;
+        }
+      }
+    }
+  }
 }

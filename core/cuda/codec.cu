@@ -428,4 +428,112 @@ void group_range_norms(double* out, const float* x, const GroupGeometry& g, int 
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
+// ---------------------------------------------------------------- BLPA
+namespace {
+
+// min / max over the block, valid in every thread (blockDim.x a multiple of 32); scratch: 32 floats.
+template <bool kMin>
+__device__ float block_extreme(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = kMin ? fminf(v, o) : fmaxf(v, o);
+  }
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) v = kMin ? fminf(v, scratch[w]) : fmaxf(v, scratch[w]);
+    scratch[0] = v;
+  }
+  __syncthreads();
+  v = scratch[0];
+  __syncthreads();
+  return v;
+}
+
+// One block per channel: the channel's mean, standard deviation (both in double, two passes as on the
+// CPU), min, max and NaN flag, then its parameters by codec.h's blpa_channel.
+__global__ void blpa_channel_kernel(BlpaChannel* params, const float* x, int64_t outer, int64_t C, int64_t E,
+                                    int bits) {
+  __shared__ double sums[32];
+  __shared__ float extremes[32];
+  __shared__ double mean_shared;
+  const int64_t c = blockIdx.x, count = outer * E;
+  double sum = 0.0;
+  float lo = INFINITY, hi = -INFINITY;
+  int nan = 0;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const float v = x[((k / E) * C + c) * E + k % E];
+    sum += v;
+    lo = fminf(lo, v);  // fminf/fmaxf skip a NaN, as the CPU's std::min/max do: the flag reports it
+    hi = fmaxf(hi, v);
+    nan |= v != v;
+  }
+  sum = block_sum(sum, sums);
+  lo = block_extreme<true>(lo, extremes);
+  hi = block_extreme<false>(hi, extremes);
+  nan = __syncthreads_or(nan);
+  if (threadIdx.x == 0) mean_shared = sum / static_cast<double>(count);
+  __syncthreads();
+  const double mean = mean_shared;
+  double squares = 0.0;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const double d = static_cast<double>(x[((k / E) * C + c) * E + k % E]) - mean;
+    squares += d * d;
+  }
+  squares = block_sum(squares, sums);
+  if (threadIdx.x != 0) return;
+  if (nan) lo = hi = NAN;
+  params[c] = blpa_channel(mean, sqrt(squares / static_cast<double>(count)), lo, hi, bits);
+}
+
+// Byte j holds the 8/Q codes of elements j·8/Q ..; one thread per byte, so no byte is shared.
+__global__ void blpa_encode_kernel(uint8_t* codes, const float* x, const BlpaChannel* params, int64_t numel,
+                                   int64_t C, int64_t E, int bits) {
+  const int per_byte = 8 / bits;
+  const int64_t bytes = (numel * bits + 7) / 8;
+  for (int64_t j = global_thread(); j < bytes; j += grid_threads()) {
+    uint32_t byte = 0;
+    for (int k = 0; k < per_byte; ++k) {
+      const int64_t i = j * per_byte + k;
+      if (i < numel) byte |= blpa_code(x[i], params[(i / E) % C], bits) << (k * bits);
+    }
+    codes[j] = static_cast<uint8_t>(byte);
+  }
+}
+
+__global__ void blpa_decode_kernel(float* out, const uint8_t* codes, const BlpaChannel* params, int64_t numel,
+                                   int64_t C, int64_t E, int bits) {
+  for (int64_t i = global_thread(); i < numel; i += grid_threads())
+    out[i] = blpa_value(unpack_code(codes, i, bits), params[(i / E) % C]);
+}
+
+void check_blpa(const BlpaGeometry& g) {
+  ACTLAB_CHECK(g.bits == 4 || g.bits == 8, "cuda::blpa: Q must be 4 or 8, got ", g.bits);
+  ACTLAB_CHECK(g.channels <= 0x7fffffff, "cuda::blpa: ", g.channels, " channels exceed the grid");
+}
+
+}  // namespace
+
+void blpa_pack(BlpaChannel* params, uint8_t* codes, const float* x, const BlpaGeometry& g, int device) {
+  if (g.numel() == 0) return;
+  check_blpa(g);
+  DeviceScope gpu(device);
+  blpa_channel_kernel<<<static_cast<unsigned>(g.channels), kBlockThreads, 0, gpu.stream()>>>(params, x, g.outer,
+                                                                                            g.channels, g.inner, g.bits);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+  blpa_encode_kernel<<<grid_blocks(g.code_bytes()), kBlockThreads, 0, gpu.stream()>>>(codes, x, params, g.numel(),
+                                                                                      g.channels, g.inner, g.bits);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void blpa_unpack(float* out, const BlpaChannel* params, const uint8_t* codes, const BlpaGeometry& g, int device) {
+  if (g.numel() == 0) return;
+  check_blpa(g);
+  DeviceScope gpu(device);
+  blpa_decode_kernel<<<grid_blocks(g.numel()), kBlockThreads, 0, gpu.stream()>>>(out, codes, params, g.numel(),
+                                                                                 g.channels, g.inner, g.bits);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace actlab::cuda
