@@ -1,7 +1,7 @@
 // SWAP on a GPU (compress/swap.h) and what it is built on: the offload backend of host memory
 // (core/allocator.h, register_offload_allocator: pinned blocks in CUDA builds) and copies on the copy
 // stream (core/cuda/transfer.h). The allocator and fence cases run everywhere; the GPU cases print
-// "SKIPPED: no CUDA device" and return without one. Run: actlab_tests -tc='*offload*,*copy_async*,cuda swap*'.
+// "SKIPPED: no CUDA device" and return without one. Training under swap on a GPU: tests/test_cuda_train.cpp. Run: actlab_tests -tc='*offload*,*copy_async*,cuda swap*'.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -12,7 +12,6 @@
 #include "tests/test_cuda_util.h"
 #include "actlab/compress/swap.h"
 #include "actlab/core/cuda/transfer.h"
-#include "actlab/train/trainer.h"
 
 using namespace actlab;
 using namespace actlab::testing;
@@ -104,26 +103,4 @@ TEST_CASE("cuda swap: GPU saves go out on the copy stream into pinned memory and
     if (ahead > 0) CHECK(t.prefetched == 5);  // all but the first unpacked, which nothing came before
     CHECK(memory_stats()[MemTag::Offloaded].current == host_before);
   }
-}
-
-TEST_CASE("cuda swap: training on the GPU under swap:P=2 gives exact's losses bit for bit") {
-  if (!gpu_or_skip("actlab-train --device cuda --policy swap:P=2")) return;
-  TrainConfig c;
-  c.model = "resnet20";
-  c.dataset = "synthetic";
-  c.synthetic_size = 256;
-  c.batch_size = 64;
-  c.epochs = 1;
-  c.threads = 2;
-  c.quiet = true;
-  c.device = "cuda";
-  c.policy = "exact";
-  const TrainSummary exact = train(c);
-  c.policy = "swap:P=2";
-  const TrainSummary swapped = train(c);
-  REQUIRE(swapped.epochs.size() == exact.epochs.size());
-  // The same kernels on the same saved bytes: only where the bytes waited differs.
-  CHECK(swapped.epochs[0].train_loss == exact.epochs[0].train_loss);
-  CHECK(swapped.final_test_loss == exact.final_test_loss);
-  CHECK(swapped.saved_packed_bytes == 0);
 }
