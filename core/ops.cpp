@@ -331,17 +331,66 @@ Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
   return dx;
 }
 
+namespace {
+// `count` doubles of device memory written by `write`, brought to the host (the CPU writes them in place).
+template <typename Write>
+std::vector<double> host_sums(Device dev, size_t count, Write write) {
+  std::vector<double> sums(count);
+  if (dev.is_cpu()) {
+    write(sums.data());
+    return sums;
+  }
+  Buffer on_device(count * sizeof(double), MemTag::Workspace, dev);
+  write(on_device.as<double>());
+  copy_bytes(sums.data(), Device::cpu(), on_device.data(), dev, count * sizeof(double));
+  return sums;
+}
+}  // namespace
+
+std::vector<double> channel_sums(const Tensor& x) {
+  const Device dev = op_device("channel_sums", {&x});
+  require_f32_contig("channel_sums", "input", x);
+  int64_t N, C, HW;
+  bn_dims(x, &N, &C, &HW);
+  return host_sums(dev, static_cast<size_t>(C), [&](double* sums) {
+    ACTLAB_DISPATCH(dev, cuda::channel_sums(sums, f32(x), N, C, HW, gpu.device(), gpu.stream()),
+                    cpu::channel_sums(sums, f32(x), N, C, HW));
+  });
+}
+
+std::vector<double> channel_square_deviations(const Tensor& x, const std::vector<double>& center) {
+  const Device dev = op_device("channel_square_deviations", {&x});
+  require_f32_contig("channel_square_deviations", "input", x);
+  int64_t N, C, HW;
+  bn_dims(x, &N, &C, &HW);
+  ACTLAB_CHECK(static_cast<int64_t>(center.size()) == C, "channel_square_deviations: ", center.size(),
+               " centres for ", C, " channels");
+  return host_sums(dev, static_cast<size_t>(C), [&](double* sums) {
+    if (dev.is_cpu()) {
+      cpu::channel_square_deviations(sums, f32(x), center.data(), N, C, HW);
+      return;
+    }
+    Buffer centre(center.size() * sizeof(double), MemTag::Workspace, dev);
+    copy_bytes(centre.data(), dev, center.data(), Device::cpu(), center.size() * sizeof(double));
+    ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(dev.index);
+                     cuda::channel_square_deviations(sums, f32(x), centre.as<double>(), N, C, HW, gpu.device(),
+                                                     gpu.stream()));
+  });
+}
+
 std::vector<double> batchnorm_grad_sums(const Tensor& dy, const Tensor& x, const Tensor& save_mean) {
   const Device dev = op_device("batch_norm_grad_sums", {&dy, &x, &save_mean});
   require_f32_contig("batch_norm_grad_sums", "grad", dy);
   require_f32_contig("batch_norm_grad_sums", "input", x);
-  ACTLAB_CHECK(dev.is_cpu(), "batch_norm_grad_sums: CPU tensors only, got ", dy.str(), " on ", dev.str());
   ACTLAB_CHECK(dy.shape() == x.shape(), "batch_norm backward: grad ", dy.str(), " vs input ", x.str());
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
-  std::vector<double> sums(static_cast<size_t>(2 * C));
-  cpu::batchnorm_grad_sums(sums.data(), sums.data() + C, f32(dy), f32(x), f32(save_mean), N, C, HW);
-  return sums;
+  return host_sums(dev, static_cast<size_t>(2 * C), [&](double* sums) {
+    ACTLAB_DISPATCH(dev,
+                    cuda::batchnorm_grad_sums(sums, f32(dy), f32(x), f32(save_mean), N, C, HW, gpu.device(),
+                                              gpu.stream()),
+                    cpu::batchnorm_grad_sums(sums, sums + C, f32(dy), f32(x), f32(save_mean), N, C, HW));
+  });
 }
 
 Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
@@ -349,15 +398,23 @@ Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Ten
   const Device dev = op_device("batch_norm_backward", {&dy, &x, &gamma, &save_mean, &save_invstd});
   require_f32_contig("batch_norm_backward", "grad", dy);
   require_f32_contig("batch_norm_backward", "input", x);
-  ACTLAB_CHECK(dev.is_cpu(), "batch_norm_backward_from_sums: CPU tensors only, got ", dy.str(), " on ", dev.str());
   ACTLAB_CHECK(dy.shape() == x.shape(), "batch_norm backward: grad ", dy.str(), " vs input ", x.str());
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
   ACTLAB_CHECK(static_cast<int64_t>(sums.size()) == 2 * C && count > 0, "batch_norm_backward_from_sums: ", sums.size(),
                " sums and count ", count, " for ", C, " channels");
   Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
-  cpu::batchnorm_backward_from_sums(f32(dx), f32(dy), f32(x), f32(gamma), f32(save_mean), f32(save_invstd), sums.data(),
-                                    sums.data() + C, count, N, C, HW);
+  if (dev.is_cpu()) {
+    cpu::batchnorm_backward_from_sums(f32(dx), f32(dy), f32(x), f32(gamma), f32(save_mean), f32(save_invstd),
+                                      sums.data(), sums.data() + C, count, N, C, HW);
+    return dx;
+  }
+  Buffer on_device(sums.size() * sizeof(double), MemTag::Workspace, dev);
+  copy_bytes(on_device.data(), dev, sums.data(), Device::cpu(), sums.size() * sizeof(double));
+  ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(dev.index);
+                   cuda::batchnorm_backward_from_sums(f32(dx), f32(dy), f32(x), f32(gamma), f32(save_mean),
+                                                      f32(save_invstd), on_device.as<double>(), count, N, C, HW,
+                                                      gpu.device(), gpu.stream()));
   return dx;
 }
 

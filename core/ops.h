@@ -83,12 +83,18 @@ Tensor batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor
 // Returns dx; sets dgamma, dbeta (C).
 Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                           const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta);
-// batchnorm_backward split at its reduction (CPU), for synchronized batch norm, which all-reduces the
-// sums in between: batchnorm_grad_sums returns Σdy (C values) then Σdy·(x - mean) (C values), in double;
-// batchnorm_backward_from_sums the input gradient from such sums over `count` values per channel. With
-// this batch's own sums and count N·H·W, dx is batchnorm_backward's bit for bit, and dbeta = Σdy,
-// dgamma = Σdy·(x - mean)·invstd are its parameter gradients.
+// batchnorm_backward split at its reduction (CPU and GPU), for synchronized batch norm, which all-reduces
+// the sums in between: batchnorm_grad_sums returns Σdy (C values) then Σdy·(x - mean) (C values), in
+// double, on the host; batchnorm_backward_from_sums the input gradient from such sums over `count` values
+// per channel. With this batch's own sums and count N·H·W, dx is batchnorm_backward's bit for bit on the
+// CPU (to float rounding on a GPU), and dbeta = Σdy, dgamma = Σdy·(x - mean)·invstd are its parameter
+// gradients.
 std::vector<double> batchnorm_grad_sums(const Tensor& dy, const Tensor& x, const Tensor& save_mean);
+// Per-channel sums of an (N,C,...) f32 tensor in double: Σ x, and Σ (x - center[c])² (synchronized batch
+// norm's two forward rounds, all-reduced in between). The CPU sums every value in double in order; the
+// GPU per thread in float, across threads in double, so the two agree to float rounding.
+std::vector<double> channel_sums(const Tensor& x);
+std::vector<double> channel_square_deviations(const Tensor& x, const std::vector<double>& center);
 Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                     const Tensor& save_invstd, const std::vector<double>& sums, double count);
 // The same with the input (of shape x_shape, which must be dy's) supplied one channel at a time (CPU,

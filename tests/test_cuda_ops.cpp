@@ -10,6 +10,7 @@
 
 #include "actlab/autograd/tape.h"
 #include "actlab/core/ops.h"
+#include "actlab/dist/sync_batch_norm.h"
 #include "actlab/layers/layers.h"
 #include "tests/test_cuda_util.h"
 
@@ -419,4 +420,32 @@ TEST_CASE("cuda ops: softmax, batched matmul, the row broadcasts, strided copies
                 ops::scatter_add_rows(on(rows_dy, gpu()), on(index, gpu()), 169), 0, "scatter_add_rows (indices in order)");
   }
   live.check();
+}
+
+TEST_CASE("cuda ops: synchronized batch norm on a GPU rank matches the CPU's (--sync-bn on GPU ranks)") {
+  if (!gpu_or_skip("sync batch norm on cuda:0")) return;
+  const Tensor x0 = uniform({4, 6, 9, 7}, 81, -1.f, 3.f), dy = uniform({4, 6, 9, 7}, 82);
+  const Tensor g0 = uniform({6}, 83, 0.5f, 1.5f), b0 = uniform({6}, 84);
+  struct Out {
+    Tensor y, dx, dgamma, dbeta, running_mean, running_var;
+  };
+  const auto run_on = [&](Device d) {
+    Variable x(x0.to(d), true), gamma(g0.to(d), true), beta(b0.to(d), true);
+    Tensor rm = Tensor::zeros({6}).to(d), rv = Tensor::full({6}, 1.f).to(d);
+    LocalCommunicator one;  // the all-reduces on the host, as an MPI or NCCL rank does them
+    const Variable y = sync_batch_norm(x, gamma, beta, rm, rv, 0.1f, 1e-5f, one);
+    backward(y, dy.to(d));
+    return Out{y.data(), x.grad(), gamma.grad(), beta.grad(), rm, rv};
+  };
+  const Out cpu = run_on(Device::cpu()), gpu_out = run_on(gpu());
+  CHECK(gpu_out.y.device() == gpu());
+  CHECK(gpu_out.dgamma.device() == gpu());
+  CHECK(gpu_out.running_mean.device() == gpu());
+  // The GPU sums per thread in float, the CPU every value in double: agreement to float rounding.
+  check_close(cpu.y, gpu_out.y, 1e-5, "y");
+  check_close(cpu.dx, gpu_out.dx, 1e-4, "dx");
+  check_close(cpu.dgamma, gpu_out.dgamma, 1e-4, "dgamma");
+  check_close(cpu.dbeta, gpu_out.dbeta, 1e-4, "dbeta");
+  check_close(cpu.running_mean, gpu_out.running_mean, 1e-5, "running_mean");
+  check_close(cpu.running_var, gpu_out.running_var, 1e-5, "running_var");
 }

@@ -130,8 +130,6 @@ void validate(const TrainConfig& c) {
                "step and sample limits must be >= 0");
   ACTLAB_CHECK(c.step_epochs >= 1, "--step-epochs must be >= 1, got ", c.step_epochs);
   ACTLAB_CHECK(!c.sync_bn || c.distributed, "--sync-bn needs --distributed");
-  ACTLAB_CHECK(!c.sync_bn || Device::parse(c.device).is_cpu(),
-               "--sync-bn is implemented for CPU ranks only (not yet with --device ", c.device, ")");
   ACTLAB_CHECK(c.bucket_mib > 0 && c.dist_timeout > 0, "--bucket-mib and --dist-timeout must be > 0, got ",
                c.bucket_mib, " and ", c.dist_timeout);
   ACTLAB_CHECK(c.synthetic_size >= 1, "--synthetic-size must be >= 1, got ", c.synthetic_size);

@@ -73,6 +73,10 @@ void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 // batchnorm_backward's dx bit for bit.
 void batchnorm_grad_sums(double* sum_dy, double* sum_dy_xc, const float* dy, const float* x, const float* save_mean,
                          int64_t N, int64_t C, int64_t HW);
+// sums[c] = Σ x and Σ (x - center[c])² over channel c of (N, C, HW), every value added in double in (n, i)
+// order (synchronized batch norm's forward rounds).
+void channel_sums(double* sums, const float* x, int64_t N, int64_t C, int64_t HW);
+void channel_square_deviations(double* sums, const float* x, const double* center, int64_t N, int64_t C, int64_t HW);
 void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, const float* gamma,
                                   const float* save_mean, const float* save_invstd, const double* sum_dy,
                                   const double* sum_dy_xc, double count, int64_t N, int64_t C, int64_t HW);

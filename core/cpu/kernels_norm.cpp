@@ -194,6 +194,34 @@ void batchnorm_grad_sums(double* sum_dy, double* sum_dy_xc, const float* dy, con
     channel_grad_sums(sum_dy[c], sum_dy_xc[c], dy, x + c * HW, C * HW, N, C, HW, c, save_mean[c]);
 }
 
+namespace {
+// sums[c] = Σ over channel c of f(x, c), in double, values in (n, i) order; channels in parallel.
+template <typename F>
+void channel_double_sums(double* sums, const float* x, int64_t N, int64_t C, int64_t HW, F f) {
+  check_bn_sizes(N, C, HW);
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = x + (n * C + c) * HW;
+      for (int64_t i = 0; i < HW; ++i) sum += f(row[i], c);
+    }
+    sums[c] = sum;
+  }
+}
+}  // namespace
+
+void channel_sums(double* sums, const float* x, int64_t N, int64_t C, int64_t HW) {
+  channel_double_sums(sums, x, N, C, HW, [](float v, int64_t) { return static_cast<double>(v); });
+}
+
+void channel_square_deviations(double* sums, const float* x, const double* center, int64_t N, int64_t C, int64_t HW) {
+  channel_double_sums(sums, x, N, C, HW, [&](float v, int64_t c) {
+    const double d = static_cast<double>(v) - center[c];
+    return d * d;
+  });
+}
+
 void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, const float* gamma,
                                   const float* save_mean, const float* save_invstd, const double* sum_dy,
                                   const double* sum_dy_xc, double count, int64_t N, int64_t C, int64_t HW) {

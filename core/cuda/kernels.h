@@ -90,6 +90,21 @@ void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                              const float* gamma, const float* running_mean, const float* running_var, int64_t N,
                              int64_t C, int64_t HW, float eps, int device, cudaStream_t cuda_stream);
+// The pieces of synchronized batch norm (dist/sync_batch_norm.cpp), whose sums are all-reduced between
+// them; the CPU's are cpu::channel_sums, channel_square_deviations, batchnorm_grad_sums and
+// batchnorm_backward_from_sums. sums/center: device memory, double. Summed per thread in float and across
+// threads in double (the batch-norm kernels' plan), so they agree with the CPU's to float rounding.
+//   channel_sums: sums[c] = Σ x;  channel_square_deviations: sums[c] = Σ (x - center[c])²;
+//   batchnorm_grad_sums: sums[c] = Σ dy, sums[C + c] = Σ dy·(x - mean[c]);
+//   batchnorm_backward_from_sums: dx from such sums over `count` values per channel (gamma may be nullptr).
+void channel_sums(double* sums, const float* x, int64_t N, int64_t C, int64_t HW, int device, cudaStream_t cuda_stream);
+void channel_square_deviations(double* sums, const float* x, const double* center, int64_t N, int64_t C, int64_t HW,
+                               int device, cudaStream_t cuda_stream);
+void batchnorm_grad_sums(double* sums, const float* dy, const float* x, const float* save_mean, int64_t N, int64_t C,
+                         int64_t HW, int device, cudaStream_t cuda_stream);
+void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, const float* gamma, const float* save_mean,
+                                  const float* save_invstd, const double* sums, double count, int64_t N, int64_t C,
+                                  int64_t HW, int device, cudaStream_t cuda_stream);
 
 // ---------------------------------------------------------------- pooling (pool.cu)
 // Same formats as the CPU: argmax (N,C,P,Q) u8 = r·S + s inside the window, first maximum wins, a NaN

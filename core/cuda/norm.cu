@@ -81,6 +81,42 @@ __device__ double2 channel_total(const double* partial, int64_t c, int slices) {
   return make_double2(a, b);
 }
 
+// Σ x, and Σ (x - center_c)² (synchronized batch norm's two rounds; the second value of each pair unused).
+struct Sums {
+  const float* x;
+  __device__ float2 operator()(int64_t, int64_t off, int64_t) const { return make_float2(x[off], 0.f); }
+};
+struct SquareDeviations {
+  const float* x;
+  const double* center;
+  __device__ float2 operator()(int64_t c, int64_t off, int64_t) const {
+    const float d = static_cast<float>(static_cast<double>(x[off]) - center[c]);
+    return make_float2(d * d, 0.f);
+  }
+};
+
+// sums[c] = the first total of channel c and, when `both`, sums[C + c] = the second.
+__global__ void channel_totals(double* sums, const double* partial, Slicing sl, bool both) {
+  const int64_t c = global_thread();
+  if (c >= sl.C) return;
+  const double2 t = channel_total(partial, c, sl.slices);
+  sums[c] = t.x;
+  if (both) sums[sl.C + c] = t.y;
+}
+
+// dx = a·dy + k·(x - mean) + b from given sums (Σ dy, Σ dy·(x - mean)) over `count` values: coef = [a | k | b],
+// the CPU's channel_dx_from_sums.
+__global__ void finalize_from_sums(float* coef, const double* sums, const float* gamma, const float* save_invstd,
+                                   int64_t C, double count) {
+  const int64_t c = global_thread();
+  if (c >= C) return;
+  const double inv_m = 1.0 / count, invstd = save_invstd[c];
+  const double a = (gamma != nullptr ? static_cast<double>(gamma[c]) : 1.0) * invstd;
+  coef[c] = static_cast<float>(a);
+  coef[C + c] = static_cast<float>(-a * invstd * invstd * sums[C + c] * inv_m);
+  coef[2 * C + c] = static_cast<float>(-a * sums[c] * inv_m);
+}
+
 // Per-channel coefficients of the apply step y = (x - shift)·scale + bias: coef = [shift | scale | bias].
 __global__ void finalize_train(float* coef, float* save_mean, float* save_invstd, float* running_mean,
                                float* running_var, const double* partial, const float* x, const float* gamma,
@@ -241,6 +277,45 @@ void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float
                                                                        running_var, sl, eps);
   ACTLAB_CUDA_CHECK_LAUNCH();
   launch_affine(dx, dy, coef, sl, cuda_stream);
+}
+
+namespace {
+template <typename Pair>
+void channel_sums_of(double* sums, Pair pair, bool both, int64_t N, int64_t C, int64_t HW, int device,
+                     cudaStream_t cuda_stream) {
+  const Slicing sl = make_slicing(N, C, HW);
+  Buffer partial(static_cast<size_t>(sl.C * sl.slices * 2) * sizeof(double), MemTag::Workspace, Device::cuda(device));
+  launch_partials(partial.as<double>(), sl, pair, cuda_stream);
+  channel_totals<<<grid_blocks(C), kBlockThreads, 0, cuda_stream>>>(sums, partial.as<double>(), sl, both);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void channel_sums(double* sums, const float* x, int64_t N, int64_t C, int64_t HW, int device, cudaStream_t cuda_stream) {
+  channel_sums_of(sums, Sums{x}, false, N, C, HW, device, cuda_stream);
+}
+
+void channel_square_deviations(double* sums, const float* x, const double* center, int64_t N, int64_t C, int64_t HW,
+                               int device, cudaStream_t cuda_stream) {
+  channel_sums_of(sums, SquareDeviations{x, center}, false, N, C, HW, device, cuda_stream);
+}
+
+void batchnorm_grad_sums(double* sums, const float* dy, const float* x, const float* save_mean, int64_t N, int64_t C,
+                         int64_t HW, int device, cudaStream_t cuda_stream) {
+  channel_sums_of(sums, GradSums{dy, x, save_mean}, true, N, C, HW, device, cuda_stream);
+}
+
+void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, const float* gamma, const float* save_mean,
+                                  const float* save_invstd, const double* sums, double count, int64_t N, int64_t C,
+                                  int64_t HW, int device, cudaStream_t cuda_stream) {
+  make_slicing(N, C, HW);  // the size checks
+  Buffer coef(static_cast<size_t>(3 * C) * sizeof(float), MemTag::Workspace, Device::cuda(device));
+  finalize_from_sums<<<grid_blocks(C), kBlockThreads, 0, cuda_stream>>>(coef.as<float>(), sums, gamma, save_invstd, C,
+                                                                   count);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+  const int64_t n = N * C * HW;
+  backward_dx<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(dx, dy, x, save_mean, coef.as<float>(), C, HW, n);
+  ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace actlab::cuda

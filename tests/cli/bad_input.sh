@@ -72,7 +72,6 @@ check "unknown model"           "unknown model 'resnet7'"          --model resne
 check "unknown data set"        "unknown data set"                 --dataset imagenet21k
 check "sync-bn alone"           "sync-bn needs --distributed"      --sync-bn
 check "bucket size 0"           "bucket-mib and --dist-timeout must be > 0" --distributed --bucket-mib 0
-check "sync-bn on a GPU"        "sync-bn is implemented for CPU ranks only" --distributed --sync-bn --device cuda
 check "unknown policy"          "unknown policy|accepted"          --policy zip:Q=2
 check "division B=0"            "B"                                --policy division:B=0,Q=2
 check "division Q=3"            "Q"                                --policy division:B=8,Q=3
