@@ -40,7 +40,10 @@ class Conv2dNode final : public Node {
       const int channel_block = ops::conv2d_backward_weight_input_block(dy, x_shape_, w.shape(), to_params(opt_), has_bias_);
       const Tensor x_blocked = channel_block > 0 ? load_blocked("input", channel_block) : Tensor();
       // Under bf16 the kept bf16 copy goes to the bf16 convolution as it is: no f32 copy to round again.
-      const Tensor x_bf16 = !x_blocked.defined() && compute_precision() == Precision::BF16 ? load_bf16("input") : Tensor();
+      // The CPU's bf16 weight gradient reads a bf16 save as it is; a GPU rounds its fp32 operands itself.
+      const Tensor x_bf16 = !x_blocked.defined() && compute_precision() == Precision::BF16 && dy.device().is_cpu()
+                                ? load_bf16("input")
+                                : Tensor();
       if (x_blocked.defined()) {
         grads[1] = ops::conv2d_backward_weight_blocked_input(dy, x_blocked, x_shape_, w.shape(), to_params(opt_),
                                                              has_bias_, &db);

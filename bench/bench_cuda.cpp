@@ -17,6 +17,7 @@
 #include "bench/step_timing.h"
 #include "actlab/compress/policy.h"
 #include "actlab/core/cuda/runtime.h"
+#include "actlab/core/precision.h"
 #include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/layers/optim/sgd.h"
@@ -144,7 +145,12 @@ TrainRow run_policy(const FlagParser& flags, const std::string& policy) {
   auto model = make_model({flags.get("model"), 3, 10, 32});
   model->to(gpu);
   Sgd opt(model->parameters(), {0.01f, 0.9f, 0.f, 5e-4f, false});
-  const PolicySet set = parse_policy_set(policy);
+  // "POLICY@PRECISION" (exact@bf16, exact@fp16): the step in that precision. fp16 runs without loss scaling
+  // here: an underflowing gradient changes no step time.
+  const RunEntry entry = parse_run_entry(policy, Precision::F32);
+  check_precision_supported(entry.precision, gpu);
+  const PrecisionScope precision(entry.precision);
+  const PolicySet set = parse_policy_set(entry.policy);
   PhiloxStream rng(0, 5);
   Tensor x, y;
   {
@@ -206,8 +212,9 @@ int main(int argc, char** argv) {
   flags.add("what", "string", "kernels,train", "what to run: kernels, train or both (comma-separated)");
   flags.add("model", "string", "resnet18", "model for the training benchmark");
   flags.add("batch", "int", "256", "batch size");
-  flags.add("policies", "string", "exact;division:B=8,Q=2;swap:P=2",
-            "policies separated by ';' (swap's step against exact's: how much copying the copy stream hides)");
+  flags.add("policies", "string", "exact;division:B=8,Q=2;swap:P=2;exact@bf16;exact@fp16;division:B=8,Q=2@bf16",
+            "policies separated by ';', each optionally POLICY@PRECISION (swap's step against exact's: how much "
+            "copying the copy stream hides; @bf16/@fp16: tensor cores)");
   StepTiming{3, 10, 200, 5}.add_flags(flags);
   flags.add("tf32", "bool", "false", "TF32 tensor cores for convolutions and GEMMs");
   flags.add("cudnn-benchmark", "bool", "true", "time cuDNN's algorithms per shape (like cudnn.benchmark)");

@@ -86,11 +86,10 @@ float* f32(const Tensor& t) { return t.data<float>(); }
 namespace {
 // The precision a convolution, linear layer or batched matmul computes in: the calling thread's
 // (core/precision.h). The trainer checks the run's precision against its device up front; this guards
-// direct callers.
+// direct callers (fp16 has no CPU kernels).
 Precision gemm_precision(Device dev, const char* op) {
   const Precision p = compute_precision();
-  ACTLAB_CHECK(p == Precision::F32 || dev.is_cpu(), op, " on ", dev.str(), ": --precision ", precision_name(p),
-               " is not built for GPUs yet");
+  ACTLAB_CHECK(p != Precision::F16 || dev.is_cuda(), op, " on ", dev.str(), ": --precision fp16 runs on GPUs only");
   return p;
 }
 Precision conv_precision(Device dev) { return gemm_precision(dev, "conv2d"); }
@@ -107,7 +106,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
   }
   const Precision pr = conv_precision(dev);
   Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, gpu.ctx()),
+  ACTLAB_DISPATCH(dev, cuda::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, gpu.ctx(), pr),
                   cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, cpu::ConvImpl::Auto, pr));
   return y;
 }
@@ -121,7 +120,7 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
                " does not match the output of ", s.str());
   const Precision pr = conv_precision(dev);
   Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, gpu.ctx()),
+  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, gpu.ctx(), pr),
                   cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, cpu::ConvImpl::Auto, pr));
   return dx;
 }
@@ -151,7 +150,7 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
     return dw;
   }
   require_f32_contig("conv2d_backward_weight", "input", x);
-  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, gpu.ctx()),
+  ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, gpu.ctx(), pr),
                   cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, cpu::ConvImpl::Auto, pr));
   return dw;
 }
@@ -205,9 +204,10 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
     require_f32_contig("linear", "bias", b);
     ACTLAB_CHECK(b.numel() == M, "linear: bias ", b.str(), " for ", M, " outputs");
   }
-  const bool bf16 = gemm_precision(dev, "linear") == Precision::BF16;
+  const Precision pr = gemm_precision(dev, "linear");
+  const bool bf16 = pr == Precision::BF16;
   Tensor y = Tensor::empty(with_last(x.shape(), M), DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::linear_forward(f32(y), f32(x), f32(w), opt_ptr(b), N, D, M, gpu.ctx()), {
+  ACTLAB_DISPATCH(dev, cuda::linear_forward(f32(y), f32(x), f32(w), opt_ptr(b), N, D, M, gpu.ctx(), pr), {
     if (bf16) cpu::gemm_batched_bf16(false, true, 1, N, M, D, f32(x), f32(w), f32(y));
     else cpu::gemm(false, true, N, M, D, 1.f, f32(x), D, f32(w), D, 0.f, f32(y), M);
     if (b.defined()) add_row_bias(f32(y), f32(b), N, M);
@@ -222,9 +222,10 @@ Tensor linear_backward_data(const Tensor& dy, const Tensor& w) {
   ACTLAB_CHECK(dy.dim() >= 2 && w.dim() == 2 && w.size(0) == dy.size(-1), "linear backward: grad ", dy.str(),
                " vs weight ", w.str());
   const int64_t N = leading_rows(dy), M = dy.size(-1), D = w.size(1);
-  const bool bf16 = gemm_precision(dev, "linear") == Precision::BF16;
+  const Precision pr = gemm_precision(dev, "linear");
+  const bool bf16 = pr == Precision::BF16;
   Tensor dx = Tensor::empty(with_last(dy.shape(), D), DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::linear_backward_data(f32(dx), f32(dy), f32(w), N, M, D, gpu.ctx()), {
+  ACTLAB_DISPATCH(dev, cuda::linear_backward_data(f32(dx), f32(dy), f32(w), N, M, D, gpu.ctx(), pr), {
     if (bf16) cpu::gemm_batched_bf16(false, false, 1, N, D, M, f32(dy), f32(w), f32(dx));
     else cpu::gemm(false, false, N, D, M, 1.f, f32(dy), M, f32(w), D, 0.f, f32(dx), D);
   });
@@ -243,8 +244,9 @@ Tensor linear_backward_weight(const Tensor& dy, const Tensor& x, bool want_bias,
     *db = Tensor::empty({M}, DType::F32, dev);
     db_ptr = f32(*db);
   }
-  const bool bf16 = gemm_precision(dev, "linear") == Precision::BF16;
-  ACTLAB_DISPATCH(dev, cuda::linear_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), N, M, D, gpu.ctx()), {
+  const Precision pr = gemm_precision(dev, "linear");
+  const bool bf16 = pr == Precision::BF16;
+  ACTLAB_DISPATCH(dev, cuda::linear_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), N, M, D, gpu.ctx(), pr), {
     if (bf16) cpu::gemm_batched_bf16(true, false, 1, M, D, N, f32(dy), f32(x), f32(dw));
     else cpu::gemm(true, false, M, D, N, 1.f, f32(dy), M, f32(x), D, 0.f, f32(dw), D);
     if (db_ptr) cpu::column_sums(db_ptr, f32(dy), N, M);
@@ -651,9 +653,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Shape out_shape = a.shape();
   out_shape[out_shape.size() - 2] = M;
   out_shape.back() = N;
-  const bool bf16 = gemm_precision(dev, "matmul") == Precision::BF16;
+  const Precision pr = gemm_precision(dev, "matmul");
+  const bool bf16 = pr == Precision::BF16;
   Tensor c = Tensor::empty(out_shape, DType::F32, dev);
-  ACTLAB_DISPATCH(dev, cuda::batched_matmul(f32(c), f32(a), f32(b), batch, M, N, K, trans_a, trans_b, gpu.ctx()), {
+  ACTLAB_DISPATCH(dev, cuda::batched_matmul(f32(c), f32(a), f32(b), batch, M, N, K, trans_a, trans_b, gpu.ctx(), pr), {
     if (bf16) cpu::gemm_batched_bf16(trans_a, trans_b, batch, M, N, K, f32(a), f32(b), f32(c));
     else cpu::gemm_batched(trans_a, trans_b, batch, M, N, K, f32(a), f32(b), f32(c));
   });

@@ -11,7 +11,9 @@ namespace actlab {
 // F32: everything in fp32. BF16: convolutions, linear layers and batched matmuls read bf16-rounded operands
 // and accumulate in fp32 (oneDNN's bf16 kernels); their outputs, batch norm, softmax, the loss, reductions,
 // the master weights and the optimizer state stay fp32; saves offered as lossy that the policy keeps
-// exactly are kept in bf16. F16: fp16 with loss scaling, GPUs only (not built yet: refused).
+// exactly are kept in bf16. F16: the same with fp16 operands, GPUs only, with loss scaling (the trainer's
+// --loss-scale auto); its exact saves stay fp32. On a GPU both run on cuDNN's and cuBLAS's tensor cores
+// (core/cuda/lowp.h).
 enum class Precision { F32, BF16, F16 };
 
 const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
@@ -21,7 +23,8 @@ std::string precision_forms();  // "fp32|bf16|fp16", for --help
 
 // Throws Error, one line saying what is missing, unless `p` can run on `device` in this build: bf16 on a
 // CPU needs oneDNN and avx512_bf16 or amx_bf16 (without them oneDNN emulates bf16 and runs slower than
-// fp32, so it is refused rather than slow); fp16 needs a GPU; neither is built for GPUs yet.
+// fp32, so it is refused rather than slow); fp16 needs a GPU. On a GPU both are accepted (bf16 tensor cores
+// need compute capability 8.0 or later, which cuDNN reports on the first convolution otherwise).
 void check_precision_supported(Precision p, Device device);
 // Whether this CPU has bf16 dot-product instructions (avx512_bf16 or amx_bf16), and their names.
 bool cpu_has_bf16();

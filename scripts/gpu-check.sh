@@ -6,8 +6,8 @@
 #      actlab_tests and bench_cuda;
 #   2. run the CUDA suites (actlab_tests -tc='cuda*': CPU-vs-GPU parity of every op and codec);
 #   3. bench_cuda: copy and codec-kernel bandwidth, ResNet-18 CIFAR batch 256 training under exact,
-#      division:B=8,Q=2 and swap:P=2 (img/s, activation memory, peak memory);
-#   4. scripts/gpu_torch_bench.py: the same model and step in PyTorch;
+#      division:B=8,Q=2 and swap:P=2, and exact and DIVISION in bf16/fp16 (img/s, activation memory, peak memory);
+#   4. scripts/gpu_torch_bench.py: the same model and step in PyTorch, in fp32 and under AMP bf16 and fp16;
 #   5. write $OUT/table.md (and logs, JSON) — every step's log is kept even when a step fails.
 # Usage: OUT=/some/dir scripts/gpu-check.sh   (env: DOCTEST_DIR, CUDNN_ROOT, CUBLAS_ROOT, BUILD, JOBS)
 # Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
@@ -90,15 +90,20 @@ fi
 
 # ---- 3. actlab benchmarks, 4. PyTorch
 if [ -x "$BUILD/bench_cuda" ]; then
-  log "bench_cuda (kernels, ResNet-18 b256: exact, division:B=8,Q=2, swap:P=2)"
-  timeout 150 "$BUILD/bench_cuda" --json "$OUT/bench_cuda.json" > "$OUT/bench_cuda.log" 2>&1 \
+  log "bench_cuda (kernels, ResNet-18 b256: exact, division:B=8,Q=2, swap:P=2, exact@bf16, exact@fp16, division@bf16)"
+  timeout 240 "$BUILD/bench_cuda" --json "$OUT/bench_cuda.json" > "$OUT/bench_cuda.log" 2>&1 \
     || fail "bench_cuda (see bench_cuda.log)"
   cat "$OUT/bench_cuda.log"
 fi
-log "PyTorch ResNet-18 b256"
+log "PyTorch ResNet-18 b256 (fp32, then AMP bf16 and fp16)"
 timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 \
   || fail "gpu_torch_bench.py (see torch.log)"
 cat "$OUT/torch.log"
+for amp in bf16 fp16; do
+  timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --amp "$amp" --json "$OUT/torch_$amp.json" \
+    > "$OUT/torch_$amp.log" 2>&1 || fail "gpu_torch_bench.py --amp $amp (see torch_$amp.log)"
+  cat "$OUT/torch_$amp.log"
+done
 
 # ---- 5. one table
 python3 - "$OUT" <<'EOF' || fail "table"
@@ -108,16 +113,22 @@ def load(name):
     path = os.path.join(out, name)
     return json.load(open(path)) if os.path.exists(path) else {}
 a, t = load("bench_cuda.json"), load("torch.json")
+amp = [load("torch_bf16.json"), load("torch_fp16.json")]
 mib = 1024.0 * 1024.0
 lines = ["# actlab GPU check: %s" % a.get("device", t.get("device", "?")), "",
-         "ResNet-18 CIFAR, batch 256, fp32 (no TF32), cuDNN benchmark mode, median of timed steps.", "",
+         "ResNet-18 CIFAR, batch 256, fp32 (no TF32) unless a row says @bf16/@fp16 or AMP, cuDNN benchmark mode, "
+         "median of timed steps.", "",
          "| framework / policy | img/s | activation MiB | peak MiB | reserved peak MiB |", "|---|---|---|---|---|"]
 for r in a.get("train", []):
     lines.append("| actlab %s | %.0f | %.1f | %.1f | %.1f |" % (r["policy"], r["img_per_s"], r["activation_bytes"] / mib,
                                                             r["peak_bytes"] / mib, r["reserved_peak_bytes"] / mib))
-if t:
-    lines.append("| %s (exact) | %.0f | %.1f | %.1f | %.1f |" % (t["framework"], t["img_per_s"], t["activation_bytes"] / mib,
-                                                              t["peak_bytes"] / mib, t["reserved_peak_bytes"] / mib))
+for r in [t] + amp:
+    if not r:
+        continue
+    what = "exact" if r.get("amp", "none") == "none" else "AMP " + r["amp"]
+    lines.append("| %s (%s) | %.0f | %.1f | %.1f | %.1f |" % (r["framework"], what, r["img_per_s"],
+                                                           r["activation_bytes"] / mib, r["peak_bytes"] / mib,
+                                                           r["reserved_peak_bytes"] / mib))
 lines += ["", "| kernel (bytes read + written) | GB/s | of copy (target >= 70% for pack/unpack) |", "|---|---|---|"]
 for k in a.get("kernels", []):
     lines.append("| %s | %.0f | %.0f%% |" % (k["kernel"], k["gbps"], 100 * k["of_copy"]))

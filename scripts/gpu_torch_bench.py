@@ -2,7 +2,9 @@
 """PyTorch peer of bench/bench_cuda.cpp's training table: the same CIFAR ResNet-18 (3x3 stem, no max-pool,
 BasicBlocks with 1x1-conv downsampling, 11.17M parameters), the same step (zero_grad, forward, cross-entropy,
 backward, SGD momentum 0.9 / weight decay 5e-4), the same protocol (warm-up steps, then at least --steps
-timed steps until --min-time seconds; each step ends with loss.item()), fp32 NCHW on cuda:0.
+timed steps until --min-time seconds; each step ends with loss.item()), fp32 NCHW on cuda:0, or under
+torch.autocast with --amp bf16|fp16 (fp16 with torch.cuda.amp.GradScaler), the peer of bench_cuda's
+exact@bf16 and exact@fp16 rows.
 
 Reports median img/s, the activation memory of a step measured like actlab's (bytes allocated after
 forward + loss, minus before, minus logits and loss, plus the input batch) and the step's peak allocated and
@@ -68,6 +70,8 @@ def main():
     ap.add_argument("--max-steps", type=int, default=200)
     ap.add_argument("--tf32", action="store_true", help="TF32 for convolutions and matmuls")
     ap.add_argument("--no-cudnn-benchmark", action="store_true")
+    ap.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none",
+                    help="automatic mixed precision (torch.autocast) in this 16-bit type")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
 
@@ -81,18 +85,22 @@ def main():
     x = torch.randn(args.batch, 3, 32, 32, device=dev)
     y = torch.randint(0, 10, (args.batch,), device=dev)
     activation = [0]
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp == "fp16")
 
     def step():
         torch.cuda.reset_peak_memory_stats(dev)
         opt.zero_grad(set_to_none=True)
         before = torch.cuda.memory_allocated(dev)
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
-        activation[0] = (torch.cuda.memory_allocated(dev) - before - logits.numel() * 4 - loss.numel() * 4
-                         + x.numel() * 4)
+        with torch.autocast(device_type="cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
+        activation[0] = (torch.cuda.memory_allocated(dev) - before - logits.numel() * logits.element_size()
+                         - loss.numel() * loss.element_size() + x.numel() * 4)
         del logits
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss.item()  # waits for the step
 
     for _ in range(args.warmup):
@@ -111,6 +119,7 @@ def main():
         "params": sum(p.numel() for p in model.parameters()),
         "batch": args.batch,
         "tf32": args.tf32,
+        "amp": args.amp,
         "cudnn_benchmark": not args.no_cudnn_benchmark,
         "img_per_s": args.batch / med,
         "img_per_s_best": args.batch / min(ts),
@@ -121,7 +130,7 @@ def main():
     }
     mib = 1024.0 * 1024.0
     print("%-22s %10.1f %10.1f %6d %14.1f %12.1f %14.1f" % (
-        "pytorch (exact)", res["img_per_s"], res["img_per_s_best"], res["steps"], res["activation_bytes"] / mib,
+        "pytorch (exact)" if args.amp == "none" else "pytorch (amp %s)" % args.amp, res["img_per_s"], res["img_per_s_best"], res["steps"], res["activation_bytes"] / mib,
         res["peak_bytes"] / mib, res["reserved_peak_bytes"] / mib))
     print("pytorch %s, cuDNN %s, %s, %d parameters" % (torch.__version__, res["cudnn"], res["device"], res["params"]))
     if args.json:

@@ -449,3 +449,34 @@ TEST_CASE("cuda ops: synchronized batch norm on a GPU rank matches the CPU's (--
   check_close(cpu.running_mean, gpu_out.running_mean, 1e-5, "running_mean");
   check_close(cpu.running_var, gpu_out.running_var, 1e-5, "running_var");
 }
+
+TEST_CASE("cuda ops: bf16 and fp16 convolutions, linear layers and batched matmuls track the CPU's fp32") {
+  if (!gpu_or_skip("16-bit tensor-core convolutions and GEMMs")) return;
+  // Operands rounded to 8 (bf16) or 11 (fp16) significant bits, sums in fp32: relative errors of about
+  // 2^-8 and 2^-11 per operand, so bounds of 3e-2 and 4e-3 of the largest value; a wrong descriptor type or
+  // stride is off by O(1).
+  const ops::ConvParams p{1, 1, 1};
+  const Tensor x = uniform({4, 16, 12, 12}, 91), w = uniform({32, 16, 3, 3}, 92, -0.3f, 0.3f), b = uniform({32}, 93);
+  const Tensor a = uniform({6, 24, 40}, 94), m = uniform({6, 40, 16}, 95), lw = uniform({20, 40}, 96);
+  const Tensor y32 = ops::conv2d_forward(x, w, b, p);
+  const Tensor dy = uniform(y32.shape(), 97);
+  const Tensor dx32 = ops::conv2d_backward_data(dy, w, x.shape(), p);
+  Tensor db32;
+  const Tensor dw32 = ops::conv2d_backward_weight(dy, x, w.shape(), p, true, &db32);
+  const Tensor mm32 = ops::matmul(a, m, false, false);
+  const Tensor rows = a.reshape({6 * 24, 40});
+  const Tensor lin32 = ops::linear_forward(rows, lw, Tensor());
+  for (const Precision pr : {Precision::BF16, Precision::F16}) {
+    CAPTURE(precision_name(pr));
+    const double tol = pr == Precision::BF16 ? 3e-2 : 4e-3;
+    PrecisionScope scope(pr);
+    check_close(y32, ops::conv2d_forward(x.to(gpu()), w.to(gpu()), b.to(gpu()), p), tol, "conv forward");
+    check_close(dx32, ops::conv2d_backward_data(dy.to(gpu()), w.to(gpu()), x.shape(), p), tol, "conv backward data");
+    Tensor db;
+    check_close(dw32, ops::conv2d_backward_weight(dy.to(gpu()), x.to(gpu()), w.shape(), p, true, &db), tol,
+                "conv backward weight");
+    check_close(db32, db, 1e-5, "conv bias gradient (fp32)");
+    check_close(mm32, ops::matmul(a.to(gpu()), m.to(gpu()), false, false), tol, "batched matmul");
+    check_close(lin32, ops::linear_forward(rows.to(gpu()), lw.to(gpu()), Tensor()), tol, "linear");
+  }
+}

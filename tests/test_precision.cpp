@@ -31,8 +31,15 @@ TEST_CASE("precision: names round-trip, unknown names and unsupported devices ar
   CHECK(error_of([] { check_precision_supported(Precision::F32, Device::cpu()); }).empty());
   CHECK(error_of([] { check_precision_supported(Precision::F16, Device::cpu()); }).find("needs a GPU") !=
         std::string::npos);
-  CHECK(error_of([] { check_precision_supported(Precision::BF16, Device::cuda(0)); }).find("not built for GPUs") !=
-        std::string::npos);
+  // On a GPU both 16-bit precisions are accepted (tensor cores; tests/test_cuda_ops.cpp runs them).
+  CHECK(error_of([] { check_precision_supported(Precision::BF16, Device::cuda(0)); }).empty());
+  CHECK(error_of([] { check_precision_supported(Precision::F16, Device::cuda(0)); }).empty());
+  // fp16 has no CPU kernels: an op asked for it on the CPU refuses in one line.
+  {
+    PrecisionScope f16(Precision::F16);
+    CHECK(error_of([] { ops::linear_forward(Tensor::zeros({2, 3}), Tensor::zeros({4, 3}), Tensor()); })
+              .find("fp16 runs on GPUs only") != std::string::npos);
+  }
   const std::string bf16_cpu = error_of([] { check_precision_supported(Precision::BF16, Device::cpu()); });
   MESSAGE("this CPU's bf16 instructions: " << cpu_bf16_flags());
   if (cpu_has_bf16())

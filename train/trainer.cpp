@@ -398,11 +398,14 @@ void Run::print_header() const {
               static_cast<long long>(steps_per_epoch_), c_.lr, c_.schedule.c_str(), c_.momentum, c_.weight_decay,
               static_cast<long long>(c_.threads), static_cast<unsigned long long>(c_.seed));
   if (device_.is_cuda()) std::printf("device %s (%s)\n", device_.str().c_str(), cuda_device_name(device_.index).c_str());
-  if (compute_precision() != Precision::F32)
-    std::printf("precision %s: convolutions, linear layers and matmuls compute in %s with fp32 accumulation (CPU bf16 instructions: %s); "
+  if (compute_precision() != Precision::F32) {
+    const Precision p = compute_precision();
+    const std::string where = device_.is_cuda() ? std::string("tensor cores")
+                                                : "CPU bf16 instructions: " + cpu_bf16_flags();
+    std::printf("precision %s: convolutions, linear layers and matmuls compute in %s with fp32 accumulation (%s); "
                 "exact saves are kept in %s; weights, optimizer state, batch norm and the loss stay fp32\n",
-                precision_name(compute_precision()), precision_name(compute_precision()), cpu_bf16_flags().c_str(),
-                precision_name(compute_precision()));
+                precision_name(p), precision_name(p), where.c_str(), p == Precision::BF16 ? "bf16" : "fp32");
+  }
   if (scaler_->enabled())
     std::printf("loss scale %s: backward starts from the loss times the scale, gradients are divided by it before "
                 "the update%s\n",

@@ -8,6 +8,7 @@
 #include "actlab/core/cuda/conv.h"
 #include "actlab/core/cuda/kernels.h"
 #include "actlab/core/cuda/launch.h"
+#include "actlab/core/cuda/lowp.h"
 
 namespace actlab::cuda {
 namespace {
@@ -32,14 +33,35 @@ cublasHandle_t blas(CudaContext& ctx) {
 
 const float kOne = 1.f, kZero = 0.f;
 
+// The column-major product C (m×n, fp32) = op(A)·op(B), `batch` times with the given strides (elements;
+// `strided` false: one plain product), in fp32 (SGEMM) or, under bf16/fp16, on 16-bit copies of A (a_elems values) and B (b_elems) with fp32
+// accumulation and an fp32 C (cublasGemmStridedBatchedEx, tensor cores).
+void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a, int lda,
+          int64_t stride_a, int64_t a_elems, const float* b, int ldb, int64_t stride_b, int64_t b_elems, float* c,
+          int ldc, int64_t stride_c, int batch, bool strided, Precision p, CudaContext& ctx) {
+  if (p == Precision::F32) {
+    if (!strided) {
+      ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), op_a, op_b, m, n, k, &kOne, a, lda, b, ldb, &kZero, c, ldc));
+    } else {
+      ACTLAB_CUBLAS_CHECK(cublasSgemmStridedBatched(blas(ctx), op_a, op_b, m, n, k, &kOne, a, lda, stride_a, b, ldb,
+                                                    stride_b, &kZero, c, ldc, stride_c, batch));
+    }
+    return;
+  }
+  const LowCopy a16(a, a_elems, p, ctx.device(), ctx.stream()), b16(b, b_elems, p, ctx.device(), ctx.stream());
+  const cudaDataType_t t = blas_type(p);
+  ACTLAB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas(ctx), op_a, op_b, m, n, k, &kOne, a16.data(), t, lda, stride_a,
+                                                 b16.data(), t, ldb, stride_b, &kZero, c, CUDA_R_32F, ldc, stride_c,
+                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace
 
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t N, int64_t D,
-                    int64_t M, CudaContext& ctx) {
+                    int64_t M, CudaContext& ctx, Precision p) {
   // Column-major: yᵀ (M×N) = (w as D×M)ᵀ · (x as D×N).
-  ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), CUBLAS_OP_T, CUBLAS_OP_N, blas_int(M, "M"), blas_int(N, "N"),
-                                  blas_int(D, "D"), &kOne, w, blas_int(D, "D"), x, blas_int(D, "D"), &kZero, y,
-                                  blas_int(M, "M")));
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, blas_int(M, "M"), blas_int(N, "N"), blas_int(D, "D"), w, blas_int(D, "D"), 0, M * D,
+       x, blas_int(D, "D"), 0, N * D, y, blas_int(M, "M"), 0, 1, false, p, ctx);
   if (b != nullptr && N * M > 0) {
     add_row_bias<<<grid_blocks(N * M), kBlockThreads, 0, ctx.stream()>>>(y, b, N, M);
     ACTLAB_CUDA_CHECK_LAUNCH();
@@ -47,33 +69,30 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 }
 
 void linear_backward_data(float* dx, const float* dy, const float* w, int64_t N, int64_t M,
-                          int64_t D, CudaContext& ctx) {
+                          int64_t D, CudaContext& ctx, Precision p) {
   // Column-major: dxᵀ (D×N) = (w as D×M) · (dy as M×N).
-  ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, blas_int(D, "D"), blas_int(N, "N"),
-                                  blas_int(M, "M"), &kOne, w, blas_int(D, "D"), dy, blas_int(M, "M"), &kZero, dx,
-                                  blas_int(D, "D")));
+  gemm(CUBLAS_OP_N, CUBLAS_OP_N, blas_int(D, "D"), blas_int(N, "N"), blas_int(M, "M"), w, blas_int(D, "D"), 0, M * D,
+       dy, blas_int(M, "M"), 0, N * M, dx, blas_int(D, "D"), 0, 1, false, p, ctx);
 }
 
 void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int64_t N,
-                            int64_t M, int64_t D, CudaContext& ctx) {
+                            int64_t M, int64_t D, CudaContext& ctx, Precision p) {
   // Column-major: dwᵀ (D×M) = (x as D×N) · (dy as M×N)ᵀ.
-  ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), CUBLAS_OP_N, CUBLAS_OP_T, blas_int(D, "D"), blas_int(M, "M"),
-                                  blas_int(N, "N"), &kOne, x, blas_int(D, "D"), dy, blas_int(M, "M"), &kZero, dw,
-                                  blas_int(D, "D")));
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, blas_int(D, "D"), blas_int(M, "M"), blas_int(N, "N"), x, blas_int(D, "D"), 0, N * D,
+       dy, blas_int(M, "M"), 0, N * M, dw, blas_int(D, "D"), 0, 1, false, p, ctx);
   if (db != nullptr && M > 0) {
-    column_sums(db, dy, N, M, ctx.stream());  // token.cu: rows in order, the CPU's bits
+    column_sums(db, dy, N, M, ctx.stream());  // token.cu: rows in order, the CPU's bits; fp32 dy
   }
 }
 
 void batched_matmul(float* c, const float* a, const float* b, int64_t batch, int64_t M, int64_t N, int64_t K,
-                    bool trans_a, bool trans_b, CudaContext& ctx) {
+                    bool trans_a, bool trans_b, CudaContext& ctx, Precision p) {
   if (batch == 0 || M == 0 || N == 0) return;
   // Column-major: cᵀ (N×M) = op(b)ᵀ · op(a)ᵀ, each row-major operand read as its column-major transpose.
   const int lda = blas_int(trans_a ? M : K, "lda"), ldb = blas_int(trans_b ? K : N, "ldb");
-  ACTLAB_CUBLAS_CHECK(cublasSgemmStridedBatched(
-      blas(ctx), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(N, "N"),
-      blas_int(M, "M"), blas_int(K, "K"), &kOne, b, ldb, K * N, a, lda, M * K, &kZero, c, blas_int(N, "N"), M * N,
-      blas_int(batch, "batch")));
+  gemm(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(N, "N"), blas_int(M, "M"),
+       blas_int(K, "K"), b, ldb, K * N, batch * K * N, a, lda, M * K, batch * M * K, c, blas_int(N, "N"), M * N,
+       blas_int(batch, "batch"), true, p, ctx);
 }
 
 }  // namespace actlab::cuda

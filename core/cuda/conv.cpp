@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/lowp.h"
 
 namespace actlab::cuda {
 
@@ -47,11 +48,17 @@ int as_int(int64_t v, const char* what, const cpu::ConvShape& s) {
   return static_cast<int>(v);
 }
 
-void set_nchw(const TensorDesc& d, int64_t n, int64_t c, int64_t h, int64_t w, const cpu::ConvShape& s) {
+void set_nchw(const TensorDesc& d, int64_t n, int64_t c, int64_t h, int64_t w, const cpu::ConvShape& s,
+              cudnnDataType_t type = CUDNN_DATA_FLOAT) {
   ACTLAB_CHECK(n * c * h * w <= INT_MAX, "conv2d on CUDA: a tensor of ", n * c * h * w,
                " elements exceeds cuDNN's 2^31 limit (", s.str(), "); use a smaller batch");
-  ACTLAB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(n, "N", s),
+  ACTLAB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, type, as_int(n, "N", s),
                                                 as_int(c, "C", s), as_int(h, "H", s), as_int(w, "W", s)));
+}
+
+// The storage type of a plan's x, w and y: fp32, or the 16-bit copies of --precision bf16|fp16.
+cudnnDataType_t data_type(Precision p) {
+  return p == Precision::BF16 ? CUDNN_DATA_BFLOAT16 : p == Precision::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
 }
 
 // The algorithm and workspace one direction of a plan runs with.
@@ -61,18 +68,22 @@ struct Choice {
 };
 
 // Everything a shape needs on one device: descriptors (one convolution descriptor per direction, since
-// each direction's chosen algorithm sets its own math type) and the chosen algorithms.
+// each direction's chosen algorithm sets its own math type) and the chosen algorithms. x, w and y are in
+// the plan's precision; y32 and bias describe the fp32 output and bias the bias calls work on.
 struct Plan {
-  TensorDesc x, y, bias;
+  TensorDesc x, y, y32, bias;
   FilterDesc w;
   ConvDesc conv[3];  // forward, backward data, backward filter
   Choice choice[3];
+  bool low;  // 16-bit x, w, y: the chosen algorithm's math type goes onto its descriptor (tensor cores)
 
-  Plan(const cpu::ConvShape& s, const MathOptions& opt) {
-    set_nchw(x, s.N, s.C, s.H, s.W, s);
-    set_nchw(y, s.N, s.K, s.P(), s.Q(), s);
+  Plan(const cpu::ConvShape& s, const MathOptions& opt, Precision precision) : low(precision != Precision::F32) {
+    const cudnnDataType_t type = data_type(precision);
+    set_nchw(x, s.N, s.C, s.H, s.W, s, type);
+    set_nchw(y, s.N, s.K, s.P(), s.Q(), s, type);
+    set_nchw(y32, s.N, s.K, s.P(), s.Q(), s);
     set_nchw(bias, 1, s.K, 1, 1, s);
-    ACTLAB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, as_int(s.K, "K", s),
+    ACTLAB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), type, CUDNN_TENSOR_NCHW, as_int(s.K, "K", s),
                                                   as_int(s.C / s.groups, "C/groups", s), as_int(s.R, "R", s),
                                                   as_int(s.S, "S", s)));
     for (const ConvDesc& c : conv) {
@@ -81,8 +92,10 @@ struct Plan {
                                                          as_int(s.stride_w, "stride", s), 1, 1,
                                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
       ACTLAB_CUDNN_CHECK(cudnnSetConvolutionGroupCount(c.get(), as_int(s.groups, "groups", s)));
-      // FMA math keeps fp32 exact to rounding (no TF32); default math lets cuDNN use TF32 tensor cores.
-      ACTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(c.get(), opt.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+      // FMA math keeps fp32 exact to rounding (no TF32); default math lets cuDNN use TF32 tensor cores; 16-bit
+      // operands (accumulated in fp32: the descriptor's compute type above) run on tensor cores.
+      ACTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(
+          c.get(), low ? CUDNN_TENSOR_OP_MATH : opt.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     }
   }
 };
@@ -94,10 +107,12 @@ struct PlanKey {
   int64_t N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w, groups;
   bool tf32, benchmark;
   size_t max_workspace;
+  int precision;
   bool operator<(const PlanKey& o) const {
     return std::tie(device, N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w, groups, tf32, benchmark,
-                    max_workspace) < std::tie(o.device, o.N, o.C, o.H, o.W, o.K, o.R, o.S, o.stride_h, o.stride_w,
-                                              o.pad_h, o.pad_w, o.groups, o.tf32, o.benchmark, o.max_workspace);
+                    max_workspace, precision) < std::tie(o.device, o.N, o.C, o.H, o.W, o.K, o.R, o.S, o.stride_h,
+                                                         o.stride_w, o.pad_h, o.pad_w, o.groups, o.tf32, o.benchmark,
+                                                         o.max_workspace, o.precision);
   }
 };
 
@@ -111,30 +126,30 @@ PlanCache& plan_cache() {
   return *cache;
 }
 
-// The plan of shape s on ctx's device under the current math options (made on first use). Plans are never
-// removed except by conv_clear_cache, so the reference stays valid.
-Plan& plan_for(const CudaContext& ctx, const cpu::ConvShape& s, MathOptions* opt) {
+// The plan of shape s in `precision` on ctx's device under the current math options (made on first use).
+// Plans are never removed except by conv_clear_cache, so the reference stays valid.
+Plan& plan_for(const CudaContext& ctx, const cpu::ConvShape& s, MathOptions* opt, Precision precision) {
   cpu::check_conv_shape(s);
   *opt = math_options();
   const PlanKey key{ctx.device(), s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
-                    s.groups, opt->allow_tf32, opt->benchmark, opt->max_workspace};
+                    s.groups, opt->allow_tf32, opt->benchmark, opt->max_workspace, static_cast<int>(precision)};
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto& slot = cache.plans[key];
-  if (!slot) slot = std::make_unique<Plan>(s, *opt);
+  if (!slot) slot = std::make_unique<Plan>(s, *opt, precision);
   return *slot;
 }
 
 // Picks the first usable entry of cuDNN's ranking (fastest first): status success, workspace within the
-// limit. With TF32 allowed, the chosen algorithm's math type goes onto the direction's descriptor, as
-// cuDNN asks.
+// limit. With TF32 allowed or 16-bit operands, the chosen algorithm's math type goes onto the direction's
+// descriptor, as cuDNN asks.
 template <typename Perf>
-Choice pick(const Perf* perf, int count, size_t limit, bool allow_tf32, const ConvDesc& conv, const char* direction,
+Choice pick(const Perf* perf, int count, size_t limit, bool set_math, const ConvDesc& conv, const char* direction,
             const cpu::ConvShape& s) {
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit) continue;
-    // Without TF32 the descriptor keeps FMA math whatever the ranking says, so fp32 stays fp32.
-    if (allow_tf32) ACTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), perf[i].mathType));
+    // fp32 without TF32 keeps FMA math whatever the ranking says, so fp32 stays fp32.
+    if (set_math) ACTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), perf[i].mathType));
     return {static_cast<int>(perf[i].algo), perf[i].memory};
   }
   ACTLAB_FAIL("cuDNN offers no ", direction, " algorithm for ", s.str(), " within a workspace of ", limit, " bytes");
@@ -163,19 +178,19 @@ Choice search_benchmark(CudaContext& ctx, Plan& plan, Direction dir, const MathO
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, plan.x.get(), in0, plan.w.get(), in1, conv.get(),
                                                               plan.y.get(), out, kMax, &count, perf, ws, ws_bytes));
-    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32, conv, "forward", s);
+    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "forward", s);
   } else if (dir == kBackwardData) {  // in0 = dy, in1 = w, out = dx
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, plan.w.get(), in1, plan.y.get(), in0, conv.get(),
                                                                    plan.x.get(), out, kMax, &count, perf, ws,
                                                                    ws_bytes));
-    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32, conv, "backward-data", s);
+    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-data", s);
   } else {  // in0 = dy, in1 = x, out = dw
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, plan.x.get(), in1, plan.y.get(), in0,
                                                                      conv.get(), plan.w.get(), out, kMax, &count, perf,
                                                                      ws, ws_bytes));
-    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32, conv, "backward-filter", s);
+    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-filter", s);
   }
   ctx.release_workspace();
   return choice;
@@ -192,18 +207,18 @@ Choice search_heuristic(CudaContext& ctx, Plan& plan, Direction dir, const MathO
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x.get(), plan.w.get(), conv.get(), plan.y.get(),
                                                               kMax, &count, perf));
-    return pick(perf, count, opt.max_workspace, opt.allow_tf32, conv, "forward", s);
+    return pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "forward", s);
   }
   if (dir == kBackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan.w.get(), plan.y.get(), conv.get(),
                                                                    plan.x.get(), kMax, &count, perf));
-    return pick(perf, count, opt.max_workspace, opt.allow_tf32, conv, "backward-data", s);
+    return pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-data", s);
   }
   cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
   ACTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, plan.x.get(), plan.y.get(), conv.get(),
                                                                    plan.w.get(), kMax, &count, perf));
-  return pick(perf, count, opt.max_workspace, opt.allow_tf32, conv, "backward-filter", s);
+  return pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-filter", s);
 }
 
 // Selects the algorithm of one direction, once per plan.
@@ -222,45 +237,91 @@ const float kOne = 1.f, kZero = 0.f;
 
 }  // namespace
 
-void conv2d_forward(float* y, const float* x, const float* w, const float* b,
-                    const cpu::ConvShape& s, CudaContext& ctx) {
+namespace {
+// An fp32 operand as the plan reads it: itself, or its 16-bit copy (core/cuda/lowp.h).
+struct Operand {
+  Operand(const float* v, int64_t n, Precision p, const CudaContext& ctx) {
+    if (p == Precision::F32) {
+      ptr = v;
+    } else {
+      copy = std::make_unique<LowCopy>(v, n, p, ctx.device(), ctx.stream());
+      ptr = copy->data();
+    }
+  }
+  const void* ptr = nullptr;
+  std::unique_ptr<LowCopy> copy;
+};
+// An fp32 output as the plan writes it: itself, or 16-bit room widened into it by finish().
+struct Output {
+  Output(float* v, int64_t n, Precision p, const CudaContext& ctx) : fp32(v) {
+    if (p == Precision::F32) {
+      ptr = v;
+    } else {
+      room = std::make_unique<LowOut>(n, p, ctx.device());
+      ptr = room->data();
+    }
+  }
+  void finish(const CudaContext& ctx) const {
+    if (room) room->widen(fp32, ctx.stream());
+  }
+  float* fp32;
+  void* ptr = nullptr;
+  std::unique_ptr<LowOut> room;
+};
+int64_t x_elems(const cpu::ConvShape& s) { return s.N * s.C * s.H * s.W; }
+int64_t y_elems(const cpu::ConvShape& s) { return s.N * s.K * s.P() * s.Q(); }
+int64_t w_elems(const cpu::ConvShape& s) { return s.K * (s.C / s.groups) * s.R * s.S; }
+}  // namespace
+
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, const cpu::ConvShape& s,
+                    CudaContext& ctx, Precision p) {
   MathOptions opt;
-  Plan& plan = plan_for(ctx, s, &opt);
-  select(ctx, plan, kForward, opt, s, x, w, y);
+  Plan& plan = plan_for(ctx, s, &opt, p);
+  const Operand xo(x, x_elems(s), p, ctx), wo(w, w_elems(s), p, ctx);
+  const Output yo(y, y_elems(s), p, ctx);
+  select(ctx, plan, kForward, opt, s, xo.ptr, wo.ptr, yo.ptr);
   const Choice& c = plan.choice[kForward];
   void* ws = ctx.workspace(c.workspace);
-  ACTLAB_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &kOne, plan.x.get(), x, plan.w.get(), w,
+  ACTLAB_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &kOne, plan.x.get(), xo.ptr, plan.w.get(), wo.ptr,
                                              plan.conv[kForward].get(), static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                                             ws, c.workspace, &kZero, plan.y.get(), y));
-  if (b != nullptr)
-    ACTLAB_CUDNN_CHECK(cudnnAddTensor(ctx.cudnn(), &kOne, plan.bias.get(), b, &kOne, plan.y.get(), y));
+                                             ws, c.workspace, &kZero, plan.y.get(), yo.ptr));
+  yo.finish(ctx);
+  if (b != nullptr)  // in fp32, on the widened output
+    ACTLAB_CUDNN_CHECK(cudnnAddTensor(ctx.cudnn(), &kOne, plan.bias.get(), b, &kOne, plan.y32.get(), y));
 }
 
-void conv2d_backward_data(float* dx, const float* dy, const float* w, const cpu::ConvShape& s, CudaContext& ctx) {
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const cpu::ConvShape& s, CudaContext& ctx,
+                          Precision p) {
   MathOptions opt;
-  Plan& plan = plan_for(ctx, s, &opt);
-  select(ctx, plan, kBackwardData, opt, s, dy, w, dx);
+  Plan& plan = plan_for(ctx, s, &opt, p);
+  const Operand dyo(dy, y_elems(s), p, ctx), wo(w, w_elems(s), p, ctx);
+  const Output dxo(dx, x_elems(s), p, ctx);
+  select(ctx, plan, kBackwardData, opt, s, dyo.ptr, wo.ptr, dxo.ptr);
   const Choice& c = plan.choice[kBackwardData];
   void* ws = ctx.workspace(c.workspace);
-  ACTLAB_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn(), &kOne, plan.w.get(), w, plan.y.get(), dy,
+  ACTLAB_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn(), &kOne, plan.w.get(), wo.ptr, plan.y.get(), dyo.ptr,
                                                   plan.conv[kBackwardData].get(),
                                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws, c.workspace,
-                                                  &kZero, plan.x.get(), dx));
+                                                  &kZero, plan.x.get(), dxo.ptr));
+  dxo.finish(ctx);
 }
 
-void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
-                            const cpu::ConvShape& s, CudaContext& ctx) {
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x, const cpu::ConvShape& s,
+                            CudaContext& ctx, Precision p) {
   MathOptions opt;
-  Plan& plan = plan_for(ctx, s, &opt);
-  select(ctx, plan, kBackwardFilter, opt, s, dy, x, dw);
+  Plan& plan = plan_for(ctx, s, &opt, p);
+  const Operand dyo(dy, y_elems(s), p, ctx), xo(x, x_elems(s), p, ctx);
+  const Output dwo(dw, w_elems(s), p, ctx);
+  select(ctx, plan, kBackwardFilter, opt, s, dyo.ptr, xo.ptr, dwo.ptr);
   const Choice& c = plan.choice[kBackwardFilter];
   void* ws = ctx.workspace(c.workspace);
-  ACTLAB_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn(), &kOne, plan.x.get(), x, plan.y.get(), dy,
+  ACTLAB_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn(), &kOne, plan.x.get(), xo.ptr, plan.y.get(), dyo.ptr,
                                                     plan.conv[kBackwardFilter].get(),
                                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
-                                                    c.workspace, &kZero, plan.w.get(), dw));
-  if (db != nullptr)
-    ACTLAB_CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx.cudnn(), &kOne, plan.y.get(), dy, &kZero, plan.bias.get(), db));
+                                                    c.workspace, &kZero, plan.w.get(), dwo.ptr));
+  dwo.finish(ctx);
+  if (db != nullptr)  // from the fp32 gradient
+    ACTLAB_CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx.cudnn(), &kOne, plan.y32.get(), dy, &kZero, plan.bias.get(), db));
 }
 
 int64_t conv_plan_count() {
@@ -286,11 +347,14 @@ namespace {
 }
 }  // namespace
 
-void conv2d_forward(float*, const float*, const float*, const float*, const cpu::ConvShape&, CudaContext&) {
+void conv2d_forward(float*, const float*, const float*, const float*, const cpu::ConvShape&, CudaContext&, Precision) {
   no_cudnn();
 }
-void conv2d_backward_data(float*, const float*, const float*, const cpu::ConvShape&, CudaContext&) { no_cudnn(); }
-void conv2d_backward_weight(float*, float*, const float*, const float*, const cpu::ConvShape&, CudaContext&) {
+void conv2d_backward_data(float*, const float*, const float*, const cpu::ConvShape&, CudaContext&, Precision) {
+  no_cudnn();
+}
+void conv2d_backward_weight(float*, float*, const float*, const float*, const cpu::ConvShape&, CudaContext&,
+                            Precision) {
   no_cudnn();
 }
 int64_t conv_plan_count() { return 0; }

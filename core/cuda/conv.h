@@ -9,6 +9,7 @@
 
 #include "actlab/core/cpu/conv.h"  // ConvShape (shared plain struct)
 #include "actlab/core/cuda/context.h"
+#include "actlab/core/precision.h"
 
 namespace actlab::cuda {
 
@@ -30,14 +31,19 @@ MathOptions& math_options();
 // assigned and must not alias inputs. Asynchronous on ctx.stream(); scratch memory is ctx.workspace().
 // Throws Error (naming the cuDNN call) on a failure, or when actlab was built without cuDNN.
 
+// With p = BF16 or F16 the two inputs are rounded to that format first (core/cuda/lowp.h), cuDNN computes
+// on tensor cores with fp32 accumulation and writes a 16-bit output that is widened back into the fp32 one;
+// the bias and its gradient stay fp32. Plans are per precision.
+
 // y (N,K,P,Q) = conv(x, w) + b (K); b may be nullptr.
-void conv2d_forward(float* y, const float* x, const float* w, const float* b,
-                    const cpu::ConvShape& s, CudaContext& ctx);
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, const cpu::ConvShape& s,
+                    CudaContext& ctx, Precision p = Precision::F32);
 // dx (N,C,H,W) = transposed convolution of dy with w.
-void conv2d_backward_data(float* dx, const float* dy, const float* w, const cpu::ConvShape& s, CudaContext& ctx);
+void conv2d_backward_data(float* dx, const float* dy, const float* w, const cpu::ConvShape& s, CudaContext& ctx,
+                          Precision p = Precision::F32);
 // dw (K,C/g,R,S) = Σ dy ⊗ x-windows; db (K) = Σ dy over n,p,q unless db is nullptr.
-void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
-                            const cpu::ConvShape& s, CudaContext& ctx);
+void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x, const cpu::ConvShape& s,
+                            CudaContext& ctx, Precision p = Precision::F32);
 
 // Number of cached plans (one per distinct shape and settings) and the number of algorithm selections run
 // so far (each plan selects once per direction it is used in): lets tests see the cache work.
