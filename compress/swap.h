@@ -16,7 +16,9 @@
 // pack queues the copy out and returns, keeping the device tensor until its copy is done (retired when a
 // later pack or unpack finds it done), so the offload overlaps the rest of forward; a prefetch queues the
 // copy back and returns, and the unpack makes the compute stream wait for it, so neither direction
-// stalls the host. Whether the copies really hide behind the kernels is measured on a GPU
+// stalls the host. The copy out reads the save after pack returned, so a later kernel writing that tensor
+// in place would race with it; forward writes no tensor it has offered for saving (in-place ops act on
+// gradients). Whether the copies really hide behind the kernels is measured on a GPU
 // (scripts/gpu-check.sh: bench_cuda's swap rows).
 #pragma once
 #include <condition_variable>
