@@ -10,6 +10,7 @@
 
 #include "actlab/autograd/tape.h"
 #include "actlab/core/ops.h"
+#include "actlab/core/precision.h"
 #include "actlab/dist/sync_batch_norm.h"
 #include "actlab/layers/layers.h"
 #include "tests/test_cuda_util.h"
