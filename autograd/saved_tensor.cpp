@@ -48,6 +48,10 @@ const Bf16Policy& bf16_policy() {
   static const Bf16Policy* p = new Bf16Policy();
   return *p;
 }
+const F16Policy& f16_policy() {
+  static const F16Policy* p = new F16Policy();
+  return *p;
+}
 
 }  // namespace
 
@@ -66,9 +70,10 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   if (info.lossy_ok && t.dtype() == DType::F32) {
     const ActivationCachePolicy& chosen = current_policy_set().for_module(info.module_path);
     if (!chosen.is_exact()) policy = &chosen;
-    // Under bf16 the exact keep of a lossy save is the low-precision copy (core/precision.h); saves that
-    // must stay exact (masks, statistics: lossy_ok false) are untouched.
+    // Under bf16 or fp16 the exact keep of a lossy save is the low-precision copy (core/precision.h); saves
+    // that must stay exact (masks, statistics: lossy_ok false) are untouched.
     else if (compute_precision() == Precision::BF16) policy = &bf16_policy();
+    else if (compute_precision() == Precision::F16) policy = &f16_policy();
   }
   PackKey key{t.storage()->id(), t.offset(), t.storage()->version(), t.shape(), t.strides(), policy};
   const bool is_param = t.storage()->tag() == MemTag::Param;

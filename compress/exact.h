@@ -1,6 +1,6 @@
-// The exact policy: keeps the tensor itself (shares its storage; no copy, no loss). And its bf16 form:
-// a copy rounded to the nearest bf16, which is what `exact` keeps of lossy saves under --precision bf16
-// (the tensors an AMP run saves are its low-precision ones; core/precision.h). Tested in
+// The exact policy: keeps the tensor itself (shares its storage; no copy, no loss). And its 16-bit forms:
+// a copy rounded to the nearest bf16 or fp16, which is what `exact` keeps of lossy saves under --precision
+// bf16 or fp16 (the tensors an AMP run saves are its low-precision ones; core/precision.h). Tested in
 // tests/test_policies.cpp and tests/test_precision.cpp.
 #pragma once
 #include "actlab/compress/policy.h"
@@ -32,9 +32,10 @@ class ExactPolicy final : public ActivationCachePolicy {
   bool is_exact() const override { return true; }
 };
 
-class PackedBf16 final : public Packed {
+// A 16-bit copy (DType::BF16 or F16).
+class PackedHalf final : public Packed {
  public:
-  explicit PackedBf16(Tensor h) : half_(std::move(h)) {}
+  explicit PackedHalf(Tensor h) : half_(std::move(h)) {}
   size_t nbytes() const override { return half_.nbytes(); }
   const Shape& shape() const override { return half_.shape(); }
   const Tensor& half() const { return half_; }
@@ -45,15 +46,15 @@ class PackedBf16 final : public Packed {
 class Bf16Policy final : public ActivationCachePolicy {
  public:
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo&, const PackContext&) const override {
-    return std::make_unique<PackedBf16>(ops::to_bf16(x));
+    return std::make_unique<PackedHalf>(ops::to_bf16(x));
   }
   Tensor unpack(const Packed& p, const SaveInfo&) const override {
-    return ops::from_bf16(static_cast<const PackedBf16&>(p).half());
+    return ops::from_bf16(static_cast<const PackedHalf&>(p).half());
   }
-  Tensor unpack_bf16(const Packed& p, const SaveInfo&) const override { return static_cast<const PackedBf16&>(p).half(); }
+  Tensor unpack_bf16(const Packed& p, const SaveInfo&) const override { return static_cast<const PackedHalf&>(p).half(); }
   // Batch-norm backward widens one channel at a time into its own buffer: no full-size f32 copy.
   std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo&) const override {
-    const Tensor& h = static_cast<const PackedBf16&>(p).half();
+    const Tensor& h = static_cast<const PackedHalf&>(p).half();
     if (h.dim() != 4 || !h.device().is_cpu()) return nullptr;
     return std::make_unique<Reader>(h);
   }
@@ -80,6 +81,20 @@ class Bf16Policy final : public ActivationCachePolicy {
    private:
     const Tensor& h_;
   };
+};
+
+// exact's keep under --precision fp16 (on a GPU): the save rounded to fp16 and widened back for backward.
+// Batch norm's backward widens it whole (no channel reader).
+class F16Policy final : public ActivationCachePolicy {
+ public:
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo&, const PackContext&) const override {
+    return std::make_unique<PackedHalf>(ops::to_f16(x));
+  }
+  Tensor unpack(const Packed& p, const SaveInfo&) const override {
+    return ops::from_f16(static_cast<const PackedHalf&>(p).half());
+  }
+  std::string name() const override { return "f16"; }
+  size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
 };
 
 }  // namespace actlab

@@ -663,24 +663,41 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return c;
 }
 
-Tensor to_bf16(const Tensor& x) {
-  const Device dev = op_device("to_bf16", {&x});
-  require_f32_contig("to_bf16", "input", x);
-  Tensor h = Tensor::empty(x.shape(), DType::BF16, dev);
+namespace {
+// x (contiguous f32) rounded to a 16-bit type (BF16 or F16), and such a tensor widened back to f32.
+Tensor narrow(const Tensor& x, DType type, const char* op) {
+  const Device dev = op_device(op, {&x});
+  require_f32_contig(op, "input", x);
+  Tensor h = Tensor::empty(x.shape(), type, dev);
   auto* hp = static_cast<uint16_t*>(h.raw_data());
-  ACTLAB_DISPATCH(dev, cuda::to_bf16(hp, f32(x), x.numel(), gpu.stream()), cpu::to_bf16(hp, f32(x), x.numel()));
+  const int64_t n = x.numel();
+  if (type == DType::BF16) {
+    ACTLAB_DISPATCH(dev, cuda::to_bf16(hp, f32(x), n, gpu.stream()), cpu::to_bf16(hp, f32(x), n));
+  } else {
+    ACTLAB_DISPATCH(dev, cuda::to_f16(hp, f32(x), n, gpu.stream()), cpu::to_f16(hp, f32(x), n));
+  }
   return h;
 }
-
-Tensor from_bf16(const Tensor& h) {
-  const Device dev = op_device("from_bf16", {&h});
-  ACTLAB_CHECK(h.dtype() == DType::BF16 && h.is_contiguous(), "from_bf16: needs a contiguous bf16 tensor, got ",
-               h.str());
+Tensor widen(const Tensor& h, DType type, const char* op) {
+  const Device dev = op_device(op, {&h});
+  ACTLAB_CHECK(h.dtype() == type && h.is_contiguous(), op, ": needs a contiguous ", dtype_name(type),
+               " tensor, got ", h.str());
   Tensor x = Tensor::empty(h.shape(), DType::F32, dev);
   const auto* hp = static_cast<const uint16_t*>(h.raw_data());
-  ACTLAB_DISPATCH(dev, cuda::from_bf16(f32(x), hp, h.numel(), gpu.stream()), cpu::from_bf16(f32(x), hp, h.numel()));
+  const int64_t n = h.numel();
+  if (type == DType::BF16) {
+    ACTLAB_DISPATCH(dev, cuda::from_bf16(f32(x), hp, n, gpu.stream()), cpu::from_bf16(f32(x), hp, n));
+  } else {
+    ACTLAB_DISPATCH(dev, cuda::from_f16(f32(x), hp, n, gpu.stream()), cpu::from_f16(f32(x), hp, n));
+  }
   return x;
 }
+}  // namespace
+
+Tensor to_bf16(const Tensor& x) { return narrow(x, DType::BF16, "to_bf16"); }
+Tensor from_bf16(const Tensor& h) { return widen(h, DType::BF16, "from_bf16"); }
+Tensor to_f16(const Tensor& x) { return narrow(x, DType::F16, "to_f16"); }
+Tensor from_f16(const Tensor& h) { return widen(h, DType::F16, "from_f16"); }
 
 Tensor scale_rows(const Tensor& x, const Tensor& s) {
   const Device dev = op_device("scale_rows", {&x, &s});

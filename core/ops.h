@@ -64,6 +64,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
 // MemTag), and a BF16 tensor widened back to f32 (exact).
 Tensor to_bf16(const Tensor& x);
 Tensor from_bf16(const Tensor& h);
+// The same for IEEE fp16 (DType::F16): what `exact` keeps under --precision fp16.
+Tensor to_f16(const Tensor& x);
+Tensor from_f16(const Tensor& h);
 // Row-wise broadcasts over dim 0 of x: y = x·s[row] (s: one value per row), y = x + p (p: one row, any
 // shape of x.numel()/x.size(0) values), and their adjoint sum_rows: Σ over rows of x, shaped row_shape.
 Tensor scale_rows(const Tensor& x, const Tensor& s);

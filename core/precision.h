@@ -11,8 +11,8 @@ namespace actlab {
 // F32: everything in fp32. BF16: convolutions, linear layers and batched matmuls read bf16-rounded operands
 // and accumulate in fp32 (oneDNN's bf16 kernels); their outputs, batch norm, softmax, the loss, reductions,
 // the master weights and the optimizer state stay fp32; saves offered as lossy that the policy keeps
-// exactly are kept in bf16. F16: the same with fp16 operands, GPUs only, with loss scaling (the trainer's
-// --loss-scale auto); its exact saves stay fp32. On a GPU both run on cuDNN's and cuBLAS's tensor cores
+// exactly are kept in bf16. F16: the same with fp16 operands and fp16 keeps, GPUs only, with loss scaling
+// (the trainer's --loss-scale auto). On a GPU both run on cuDNN's and cuBLAS's tensor cores
 // (core/cuda/lowp.h).
 enum class Precision { F32, BF16, F16 };
 

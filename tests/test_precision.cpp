@@ -120,6 +120,52 @@ TEST_CASE("precision: the bf16 policy keeps half the bytes, and exact becomes it
   end_pack_step();
 }
 
+TEST_CASE("precision: fp16 conversion is IEEE round to nearest even, and exact keeps fp16 copies under fp16") {
+  // The rounding cases of binary16 (core/bf16.h float_to_f16): normals, ties, overflow, subnormals, specials.
+  CHECK(float_to_f16(1.f) == 0x3C00);
+  CHECK(float_to_f16(-2.f) == 0xC000);
+  CHECK(float_to_f16(65504.f) == 0x7BFF);                  // the largest finite
+  CHECK(float_to_f16(65519.f) == 0x7BFF);                  // below the tie with 65536
+  CHECK(float_to_f16(65520.f) == 0x7C00);                  // the tie rounds to even: +inf
+  CHECK(float_to_f16(1.f + 1.f / 2048) == 0x3C00);         // tie between 0x3C00 and 0x3C01: even
+  CHECK(float_to_f16(1.f + 3.f / 2048) == 0x3C02);         // tie between 0x3C01 and 0x3C02: even
+  CHECK(float_to_f16(std::ldexp(1.f, -24)) == 0x0001);     // the smallest subnormal
+  CHECK(float_to_f16(std::ldexp(1.f, -25)) == 0x0000);     // half of it: a tie, to even (zero)
+  CHECK(float_to_f16(std::ldexp(1.5f, -25)) == 0x0001);
+  CHECK(float_to_f16(std::ldexp(1.f, -14)) == 0x0400);     // the smallest normal
+  CHECK(float_to_f16(-0.f) == 0x8000);
+  CHECK(float_to_f16(std::numeric_limits<float>::infinity()) == 0x7C00);
+  CHECK(std::isnan(f16_to_float(float_to_f16(std::numeric_limits<float>::quiet_NaN()))));
+  // Every finite fp16 value widens exactly and rounds back to itself.
+  int64_t mismatches = 0;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0) continue;  // NaNs
+    mismatches += float_to_f16(f16_to_float(static_cast<uint16_t>(h))) != h;
+  }
+  CHECK(mismatches == 0);
+  CHECK(f16_to_float(0x0001) == std::ldexp(1.f, -24));
+  CHECK(f16_to_float(0x7BFF) == 65504.f);
+
+  PhiloxStream rng(6, 0);
+  const Tensor x = Tensor::randn({2, 3, 4, 5}, rng);
+  const Tensor h = ops::to_f16(x);
+  CHECK(h.dtype() == DType::F16);
+  CHECK(h.nbytes() == x.nbytes() / 2);
+  const Tensor back = ops::from_f16(h);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    REQUIRE(back.data<float>()[i] == f16_to_float(float_to_f16(x.data<float>()[i])));
+  const SaveInfo lossy{"conv2d", "input", true, "conv1"};
+  end_pack_step();
+  {
+    PrecisionScope f16(Precision::F16);
+    const SavedTensor kept(x, lossy);
+    CHECK(kept.nbytes() == x.nbytes() / 2);
+    const Tensor k = kept.unpack();
+    for (int64_t i = 0; i < x.numel(); ++i) REQUIRE(k.data<float>()[i] == back.data<float>()[i]);
+  }
+  end_pack_step();
+}
+
 namespace {
 constexpr int64_t kBatch = 32, kSide = 32;
 struct StepRun {

@@ -404,7 +404,7 @@ void Run::print_header() const {
                                                 : "CPU bf16 instructions: " + cpu_bf16_flags();
     std::printf("precision %s: convolutions, linear layers and matmuls compute in %s with fp32 accumulation (%s); "
                 "exact saves are kept in %s; weights, optimizer state, batch norm and the loss stay fp32\n",
-                precision_name(p), precision_name(p), where.c_str(), p == Precision::BF16 ? "bf16" : "fp32");
+                precision_name(p), precision_name(p), where.c_str(), precision_name(p));
   }
   if (scaler_->enabled())
     std::printf("loss scale %s: backward starts from the loss times the scale, gradients are divided by it before "

@@ -163,6 +163,9 @@ void strided_copy_ref(void* dst, const void* src, const StridedCopy& c);
 // NaN: core/bf16.h), and back (exact). What the bf16 policy stores and returns (compress/exact.h).
 void to_bf16(uint16_t* y, const float* x, int64_t n);
 void from_bf16(float* y, const uint16_t* x, int64_t n);
+// The same for IEEE fp16 (core/bf16.h float_to_f16 / f16_to_float): what `exact` keeps under fp16.
+void to_f16(uint16_t* y, const float* x, int64_t n);
+void from_f16(float* y, const uint16_t* x, int64_t n);
 
 void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n);
 // mask bit = (y > 0) from an already computed ReLU output (e.g. a fused conv+ReLU).

@@ -66,4 +66,14 @@ void from_bf16(float* y, const uint16_t* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(x[i]);
 }
 
+void to_f16(uint16_t* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_f16(x[i]);
+}
+
+void from_f16(float* y, const uint16_t* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = f16_to_float(x[i]);
+}
+
 }  // namespace actlab::cpu

@@ -38,6 +38,8 @@ void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream
 void strided_copy(void* dst, const void* src, const cpu::StridedCopy& c, cudaStream_t cuda_stream);
 void to_bf16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream);
 void from_bf16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream);
+void to_f16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream);
+void from_f16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream);
 void gather_rows(float* out, const float* table, const int64_t* index, int64_t n, int64_t d, cudaStream_t cuda_stream);
 void scatter_add_rows(float* grad, const float* dy, const int64_t* index, int64_t n, int64_t rows, int64_t d,
                       cudaStream_t cuda_stream);

@@ -1,7 +1,5 @@
-// core/cuda/lowp.h: the rounding and widening kernels of the 16-bit GEMM and convolution operands.
+// core/cuda/lowp.h: the 16-bit copies of GEMM and convolution operands (the kernels are token.cu's).
 #include "actlab/core/cuda/lowp.h"
-
-#include <cuda_fp16.h>
 
 #include "actlab/core/bf16.h"
 #include "actlab/core/cuda/check.h"
@@ -10,13 +8,6 @@
 
 namespace actlab::cuda {
 namespace {
-
-__global__ void to_f16_kernel(uint16_t* y, const float* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = __half_as_ushort(__float2half_rn(x[i]));
-}
-__global__ void from_f16_kernel(float* y, const uint16_t* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = __half2float(__ushort_as_half(x[i]));
-}
 
 void check_low(Precision p) {
   ACTLAB_CHECK(p == Precision::BF16 || p == Precision::F16, "16-bit GPU operands: ", precision_name(p),
@@ -34,8 +25,7 @@ LowCopy::LowCopy(const float* x, int64_t n, Precision p, int device, cudaStream_
     to_bf16(y, x, n, stream);  // token.cu: core/bf16.h's rounding, the CPU's bits
     return;
   }
-  to_f16_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, x, n);
-  ACTLAB_CUDA_CHECK_LAUNCH();
+  to_f16(y, x, n, stream);  // token.cu: core/bf16.h's float_to_f16, the CPU's bits
 }
 
 LowOut::LowOut(int64_t n, Precision p, int device)
@@ -50,8 +40,7 @@ void LowOut::widen(float* y, cudaStream_t stream) const {
     from_bf16(y, x, n_, stream);
     return;
   }
-  from_f16_kernel<<<grid_blocks(n_), kBlockThreads, 0, stream>>>(y, x, n_);
-  ACTLAB_CUDA_CHECK_LAUNCH();
+  from_f16(y, x, n_, stream);
 }
 
 cudaDataType_t blas_type(Precision p) {

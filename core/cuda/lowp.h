@@ -1,6 +1,6 @@
 // The 16-bit operands of the GPU's convolutions and GEMMs under --precision bf16|fp16 (core/precision.h):
-// fp32 inputs rounded once into workspace buffers (bf16 as core/bf16.h rounds, to nearest even; fp16 by
-// __float2half_rn), and 16-bit outputs widened back to fp32. The tensors between ops stay fp32, as on the
+// fp32 inputs rounded once into workspace buffers (core/bf16.h's float_to_bf16 / float_to_f16, to nearest
+// even), and 16-bit outputs widened back to fp32. The tensors between ops stay fp32, as on the
 // CPU. Included only by CUDA translation units (core/cuda/conv.cpp, core/cuda/blas.cu); implemented in
 // core/cuda/lowp.cu. Tested through tests/test_cuda_ops.cpp ("cuda ops: bf16 and fp16 ...").
 #pragma once

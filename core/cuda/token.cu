@@ -80,6 +80,12 @@ __global__ void to_bf16_kernel(uint16_t* y, const float* x, int64_t n) {
 __global__ void from_bf16_kernel(float* y, const uint16_t* x, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = bf16_to_float(x[i]);
 }
+__global__ void to_f16_kernel(uint16_t* y, const float* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = float_to_f16(x[i]);
+}
+__global__ void from_f16_kernel(float* y, const uint16_t* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = f16_to_float(x[i]);
+}
 
 __global__ void gather_rows_kernel(float* out, const float* table, const int64_t* index, int64_t n, int64_t d) {
   for (int64_t k = global_thread(); k < n * d; k += grid_threads()) out[k] = table[index[k / d] * d + k % d];
@@ -151,6 +157,16 @@ void to_bf16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream) {
 void from_bf16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream) {
   if (n == 0) return;
   from_bf16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+void to_f16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream) {
+  if (n == 0) return;
+  to_f16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+void from_f16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream) {
+  if (n == 0) return;
+  from_f16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
