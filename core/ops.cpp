@@ -334,6 +334,12 @@ Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
 }
 
 namespace {
+// A device copy of host doubles (synchronized batch norm's centres and all-reduced sums).
+Buffer doubles_on(Device dev, const std::vector<double>& values) {
+  Buffer on_device(values.size() * sizeof(double), MemTag::Workspace, dev);
+  copy_bytes(on_device.data(), dev, values.data(), Device::cpu(), values.size() * sizeof(double));
+  return on_device;
+}
 // `count` doubles of device memory written by `write`, brought to the host (the CPU writes them in place).
 template <typename Write>
 std::vector<double> host_sums(Device dev, size_t count, Write write) {
@@ -372,8 +378,7 @@ std::vector<double> channel_square_deviations(const Tensor& x, const std::vector
       cpu::channel_square_deviations(sums, f32(x), center.data(), N, C, HW);
       return;
     }
-    Buffer centre(center.size() * sizeof(double), MemTag::Workspace, dev);
-    copy_bytes(centre.data(), dev, center.data(), Device::cpu(), center.size() * sizeof(double));
+    const Buffer centre = doubles_on(dev, center);
     ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(dev.index);
                      cuda::channel_square_deviations(sums, f32(x), centre.as<double>(), N, C, HW, gpu.device(),
                                                      gpu.stream()));
@@ -411,8 +416,7 @@ Tensor batchnorm_backward_from_sums(const Tensor& dy, const Tensor& x, const Ten
                                       sums.data(), sums.data() + C, count, N, C, HW);
     return dx;
   }
-  Buffer on_device(sums.size() * sizeof(double), MemTag::Workspace, dev);
-  copy_bytes(on_device.data(), dev, sums.data(), Device::cpu(), sums.size() * sizeof(double));
+  const Buffer on_device = doubles_on(dev, sums);
   ACTLAB_CUDA_ONLY(cuda::DeviceScope gpu(dev.index);
                    cuda::batchnorm_backward_from_sums(f32(dx), f32(dy), f32(x), f32(gamma), f32(save_mean),
                                                       f32(save_invstd), on_device.as<double>(), count, N, C, HW,
@@ -671,11 +675,8 @@ Tensor narrow(const Tensor& x, DType type, const char* op) {
   Tensor h = Tensor::empty(x.shape(), type, dev);
   auto* hp = static_cast<uint16_t*>(h.raw_data());
   const int64_t n = x.numel();
-  if (type == DType::BF16) {
-    ACTLAB_DISPATCH(dev, cuda::to_bf16(hp, f32(x), n, gpu.stream()), cpu::to_bf16(hp, f32(x), n));
-  } else {
-    ACTLAB_DISPATCH(dev, cuda::to_f16(hp, f32(x), n, gpu.stream()), cpu::to_f16(hp, f32(x), n));
-  }
+  ACTLAB_DISPATCH(dev, cuda::narrow_16(hp, f32(x), n, type, gpu.stream()),
+                  type == DType::BF16 ? cpu::to_bf16(hp, f32(x), n) : cpu::to_f16(hp, f32(x), n));
   return h;
 }
 Tensor widen(const Tensor& h, DType type, const char* op) {
@@ -685,11 +686,8 @@ Tensor widen(const Tensor& h, DType type, const char* op) {
   Tensor x = Tensor::empty(h.shape(), DType::F32, dev);
   const auto* hp = static_cast<const uint16_t*>(h.raw_data());
   const int64_t n = h.numel();
-  if (type == DType::BF16) {
-    ACTLAB_DISPATCH(dev, cuda::from_bf16(f32(x), hp, n, gpu.stream()), cpu::from_bf16(f32(x), hp, n));
-  } else {
-    ACTLAB_DISPATCH(dev, cuda::from_f16(f32(x), hp, n, gpu.stream()), cpu::from_f16(f32(x), hp, n));
-  }
+  ACTLAB_DISPATCH(dev, cuda::widen_16(f32(x), hp, n, type, gpu.stream()),
+                  type == DType::BF16 ? cpu::from_bf16(f32(x), hp, n) : cpu::from_f16(f32(x), hp, n));
   return x;
 }
 }  // namespace

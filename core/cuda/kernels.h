@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "actlab/core/cpu/kernels.h"  // Pool2dShape (shared plain struct)
+#include "actlab/core/device.h"        // DType
 
 namespace actlab::cuda {
 
@@ -36,10 +37,10 @@ void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t 
 void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t d, cudaStream_t cuda_stream);
 void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream_t cuda_stream);
 void strided_copy(void* dst, const void* src, const cpu::StridedCopy& c, cudaStream_t cuda_stream);
-void to_bf16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream);
-void from_bf16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream);
-void to_f16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream);
-void from_f16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream);
+// n f32 values rounded to a 16-bit type (DType::BF16 or F16, core/bf16.h's conversions: the CPU's bits),
+// and such values widened back to f32.
+void narrow_16(uint16_t* y, const float* x, int64_t n, DType type, cudaStream_t cuda_stream);
+void widen_16(float* y, const uint16_t* x, int64_t n, DType type, cudaStream_t cuda_stream);
 void gather_rows(float* out, const float* table, const int64_t* index, int64_t n, int64_t d, cudaStream_t cuda_stream);
 void scatter_add_rows(float* grad, const float* dy, const int64_t* index, int64_t n, int64_t rows, int64_t d,
                       cudaStream_t cuda_stream);

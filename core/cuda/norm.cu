@@ -104,17 +104,23 @@ __global__ void channel_totals(double* sums, const double* partial, Slicing sl, 
   if (both) sums[sl.C + c] = t.y;
 }
 
-// dx = a·dy + k·(x - mean) + b from given sums (Σ dy, Σ dy·(x - mean)) over `count` values: coef = [a | k | b],
-// the CPU's channel_dx_from_sums.
+// Channel c's coefficients of dx = a·dy + k·(x - mean) + b (coef = [a | k | b]) from its sums Σ dy and
+// Σ dy·(x - mean) over `count` values: the CPU's channel_dx_from_sums (gamma may be nullptr).
+__device__ void dx_coefficients(float* coef, int64_t c, int64_t C, const float* gamma, const float* save_invstd,
+                                double sum_dy, double sum_dy_xc, double count) {
+  const double inv_m = 1.0 / count, invstd = save_invstd[c];
+  const double a = (gamma != nullptr ? static_cast<double>(gamma[c]) : 1.0) * invstd;
+  coef[c] = static_cast<float>(a);
+  coef[C + c] = static_cast<float>(-a * invstd * invstd * sum_dy_xc * inv_m);
+  coef[2 * C + c] = static_cast<float>(-a * sum_dy * inv_m);
+}
+
+// The same from sums already totalled (synchronized batch norm's all-reduced ones).
 __global__ void finalize_from_sums(float* coef, const double* sums, const float* gamma, const float* save_invstd,
                                    int64_t C, double count) {
   const int64_t c = global_thread();
   if (c >= C) return;
-  const double inv_m = 1.0 / count, invstd = save_invstd[c];
-  const double a = (gamma != nullptr ? static_cast<double>(gamma[c]) : 1.0) * invstd;
-  coef[c] = static_cast<float>(a);
-  coef[C + c] = static_cast<float>(-a * invstd * invstd * sums[C + c] * inv_m);
-  coef[2 * C + c] = static_cast<float>(-a * sums[c] * inv_m);
+  dx_coefficients(coef, c, C, gamma, save_invstd, sums[c], sums[C + c], count);
 }
 
 // Per-channel coefficients of the apply step y = (x - shift)·scale + bias: coef = [shift | scale | bias].
@@ -156,14 +162,9 @@ __global__ void finalize_backward(float* coef, float* dgamma, float* dbeta, cons
   const int64_t c = global_thread();
   if (c >= sl.C) return;
   const double2 t = channel_total(partial, c, sl.slices);  // (Σ dy, Σ dy·(x - mean))
-  const double inv_m = 1.0 / static_cast<double>(sl.N * sl.HW);
-  const double invstd = save_invstd[c];
   dbeta[c] = static_cast<float>(t.x);
-  dgamma[c] = static_cast<float>(t.y * invstd);
-  const double a = static_cast<double>(gamma[c]) * invstd;
-  coef[c] = static_cast<float>(a);
-  coef[sl.C + c] = static_cast<float>(-a * invstd * invstd * t.y * inv_m);
-  coef[2 * sl.C + c] = static_cast<float>(-a * t.x * inv_m);
+  dgamma[c] = static_cast<float>(t.y * static_cast<double>(save_invstd[c]));
+  dx_coefficients(coef, c, sl.C, gamma, save_invstd, t.x, t.y, static_cast<double>(sl.N * sl.HW));
 }
 
 // Eval backward: dx = dy·gamma·invstd (coef = [0 | scale | 0]); dgamma, dbeta from the sums.

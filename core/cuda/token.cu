@@ -74,17 +74,17 @@ __global__ void strided_copy_kernel(T* dst, const T* src, cpu::StridedCopy c, in
         src[token_math::strided_offset(i, c.shape, c.src_strides, c.ndim)];
 }
 
-__global__ void to_bf16_kernel(uint16_t* y, const float* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = float_to_bf16(x[i]);
+template <bool kBf16>
+__global__ void narrow_kernel(uint16_t* y, const float* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = kBf16 ? float_to_bf16(x[i]) : float_to_f16(x[i]);
 }
-__global__ void from_bf16_kernel(float* y, const uint16_t* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = bf16_to_float(x[i]);
+template <bool kBf16>
+__global__ void widen_kernel(float* y, const uint16_t* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = kBf16 ? bf16_to_float(x[i]) : f16_to_float(x[i]);
 }
-__global__ void to_f16_kernel(uint16_t* y, const float* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = float_to_f16(x[i]);
-}
-__global__ void from_f16_kernel(float* y, const uint16_t* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = f16_to_float(x[i]);
+
+void check_16bit(DType type) {
+  ACTLAB_CHECK(type == DType::BF16 || type == DType::F16, "16-bit conversion to ", dtype_name(type));
 }
 
 __global__ void gather_rows_kernel(float* out, const float* table, const int64_t* index, int64_t n, int64_t d) {
@@ -149,24 +149,18 @@ void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void to_bf16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream) {
+void narrow_16(uint16_t* y, const float* x, int64_t n, DType type, cudaStream_t cuda_stream) {
+  check_16bit(type);
   if (n == 0) return;
-  to_bf16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
+  if (type == DType::BF16) narrow_kernel<true><<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
+  else narrow_kernel<false><<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
-void from_bf16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream) {
+void widen_16(float* y, const uint16_t* x, int64_t n, DType type, cudaStream_t cuda_stream) {
+  check_16bit(type);
   if (n == 0) return;
-  from_bf16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
-  ACTLAB_CUDA_CHECK_LAUNCH();
-}
-void to_f16(uint16_t* y, const float* x, int64_t n, cudaStream_t cuda_stream) {
-  if (n == 0) return;
-  to_f16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
-  ACTLAB_CUDA_CHECK_LAUNCH();
-}
-void from_f16(float* y, const uint16_t* x, int64_t n, cudaStream_t cuda_stream) {
-  if (n == 0) return;
-  from_f16_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
+  if (type == DType::BF16) widen_kernel<true><<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
+  else widen_kernel<false><<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(y, x, n);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
