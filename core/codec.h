@@ -219,10 +219,16 @@ ACTLAB_HD float blpa_value(uint32_t code, const BlpaChannel& p) {
 namespace cpu {
 
 // ---------------------------------------------------------------- CPU kernels (OpenMP over planes)
-// The kernels take their AVX-512 paths when the CPU has AVX-512F/BW; set_codec_simd(false) makes them use
-// the portable paths (the same bytes and values) until set_codec_simd(true). For tests, not thread-safe
-// against running kernels. Returns whether the AVX-512 paths were in use.
-bool set_codec_simd(bool enabled);
+// The kernels take hand-written AVX-512 paths when the CPU has AVX-512F/BW, AVX2 ones when it has AVX2 and
+// FMA only, and portable loops otherwise; all give the same bytes and values. set_codec_simd(widest) caps
+// the level (Portable: the portable loops alone) so the tests check every path the CPU can run; levels the
+// CPU lacks fall back to the widest it has below them. For tests and benchmarks, not thread-safe against
+// running kernels. Returns the level in force before the call.
+enum class CodecSimd { Portable, Avx2, Avx512 };
+CodecSimd set_codec_simd(CodecSimd widest);
+// The widest level this CPU runs (what the kernels use unless capped), and a level's name ("avx512", ...).
+CodecSimd codec_simd_supported();
+const char* codec_simd_name(CodecSimd level);
 
 // Division-family pack of x: (g.planes, g.height, g.width) f32 contiguous. Per plane p:
 //   with_lfc: L = bf16 block means (written to lfc[p·lfc_elems ..] when lfc != nullptr), R = x − L↑;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "actlab/core/codec.h"
@@ -49,23 +50,43 @@ std::vector<float> random_values(size_t n, uint32_t seed, float lo = -3.f, float
   return v;
 }
 
-// Runs the codec kernels with or without their AVX-512 paths (cpu::set_codec_simd) until destroyed, so
-// the portable paths are checked on AVX-512 machines too.
+// Runs the codec kernels at one level of hand-written SIMD paths (cpu::set_codec_simd) until destroyed, so
+// the AVX2 and portable paths are checked on AVX-512 machines too.
 class CodecSimd {
  public:
-  explicit CodecSimd(bool enabled) : was_(cpu::set_codec_simd(enabled)) {}
+  explicit CodecSimd(cpu::CodecSimd level) : was_(cpu::set_codec_simd(level)) {}
   ~CodecSimd() { cpu::set_codec_simd(was_); }
   CodecSimd(const CodecSimd&) = delete;
   CodecSimd& operator=(const CodecSimd&) = delete;
 
  private:
-  bool was_;
+  cpu::CodecSimd was_;
 };
+
+// The levels this CPU runs, widest first (a level it lacks would run the next one down: not listed, so
+// each is checked once). The first test case says which they are, so a run on a CPU without AVX2 shows
+// that the AVX2 paths went unchecked.
+std::vector<cpu::CodecSimd> simd_levels() {
+  std::vector<cpu::CodecSimd> levels;
+  for (int k = static_cast<int>(cpu::codec_simd_supported()); k >= 0; --k) levels.push_back(static_cast<cpu::CodecSimd>(k));
+  return levels;
+}
 
 // Bitwise float equality (tells −0 from +0; the unpack paths must agree to the bit).
 bool same_bits(float a, float b) { return float_bits(a) == float_bits(b); }
 
 }  // namespace
+
+TEST_CASE("codec: set_codec_simd caps the SIMD level and reports the one in force before") {
+  const cpu::CodecSimd top = cpu::codec_simd_supported();
+  std::string checked;
+  for (const cpu::CodecSimd level : simd_levels()) checked += std::string(checked.empty() ? "" : ", ") + cpu::codec_simd_name(level);
+  MESSAGE("codec paths checked on this CPU: " << checked);
+  CHECK(cpu::set_codec_simd(cpu::CodecSimd::Portable) == top);
+  CHECK(cpu::set_codec_simd(cpu::CodecSimd::Avx2) == cpu::CodecSimd::Portable);
+  CHECK(cpu::set_codec_simd(cpu::CodecSimd::Avx512) == (top == cpu::CodecSimd::Portable ? top : cpu::CodecSimd::Avx2));
+  CHECK(cpu::set_codec_simd(top) == top);
+}
 
 TEST_CASE("codec: bf16 directed rounding matches a search over all bf16 values") {
   std::mt19937 gen(7);
@@ -264,13 +285,13 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
     }
     const int64_t E = g.plane_elems();
     const std::vector<float> x = random_values(static_cast<size_t>(c.planes * E), seed_counter++);
-    for (const bool simd : {true, false})
+    for (const cpu::CodecSimd simd : simd_levels())
     for (bool with_lfc : {true, false}) {
       const CodecSimd mode(simd);
       CAPTURE(c.h);
       CAPTURE(c.w);
       CAPTURE(with_lfc);
-      CAPTURE(simd);
+      CAPTURE(cpu::codec_simd_name(simd));
       const uint64_t seed = 1234 + c.bits, stream = 77 + c.planes;
       const NaivePlanes want = naive_plane_pack(x, g, with_lfc, seed, stream);
       std::vector<uint16_t> lfc(want.lfc.size(), 0xFFFF), mins(g.planes), steps(g.planes);
@@ -370,9 +391,9 @@ TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one chann
       const uint16_t *l = pk.lfc_for(terms), *mins = pk.mins.data(), *steps = pk.steps.data();
       const uint8_t* c = pk.codes_for(terms);
       const std::vector<float> planes = pk.planes(terms);
-      for (const bool simd : {true, false}) {
+      for (const cpu::CodecSimd simd : simd_levels()) {
         const CodecSimd mode(simd);
-        CAPTURE(simd);
+        CAPTURE(cpu::codec_simd_name(simd));
         bool all_equal = true;
         for (int64_t ch = 0; ch < k.c; ++ch) {
           std::vector<float> channel(static_cast<size_t>(k.n * E), -1.f);
@@ -405,9 +426,9 @@ TEST_CASE("codec: plane_unpack_blocked writes plane_unpack's values in 16-channe
       CAPTURE(k.h);
       CAPTURE(terms);
       const std::vector<float> planes = pk.planes(terms);
-      for (const bool simd : {true, false}) {  // the register transpose of code bytes, and the portable loop
+      for (const cpu::CodecSimd simd : simd_levels()) {  // the register transpose of code bytes, and the portable loop
         const CodecSimd mode(simd);
-        CAPTURE(simd);
+        CAPTURE(cpu::codec_simd_name(simd));
         std::vector<float> blocked(planes.size(), -1.f);
         cpu::plane_unpack_blocked(blocked.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
                                   pk.steps.data(), g, k.c);
@@ -478,7 +499,7 @@ TEST_CASE("codec: group_pack and group_unpack match the per-element spec, paddin
 }
 
 TEST_CASE("codec: group_pack in runs of samples (first_sample) writes what one call over the tensor writes") {
-  for (const bool simd : {true, false}) {
+  for (const cpu::CodecSimd simd : simd_levels()) {
     CodecSimd mode(simd);
     GroupGeometry g;
     g.samples = 5, g.sample_elems = 300, g.group_size = 64, g.bits = 2;
@@ -511,7 +532,7 @@ TEST_CASE("codec: group_pack in runs of samples (first_sample) writes what one c
 
 TEST_CASE("codec: group_range_norms is Σ (hi − lo)² per sample, padding included, the reference's bits") {
   struct Case { int64_t samples, elems, group; };
-  for (const bool simd : {true, false}) {
+  for (const cpu::CodecSimd simd : simd_levels()) {
     CodecSimd mode(simd);
     for (const Case& c : {Case{3, 300, 256}, Case{4, 10, 4}, Case{2, 7, 16}, Case{64, 1024, 256}}) {
       GroupGeometry g;

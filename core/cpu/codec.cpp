@@ -5,9 +5,11 @@
 // routine per plane after the Philox pass (pack_plane_fused). The common maps run compile-time-sized copies
 // of the per-plane code, so their loops unroll into a few full vectors. Unpack writes planes, oneDNN's
 // 16-channel blocks (a 16×16 transpose of code bytes) or one channel's planes (decoded straight from the
-// code run on AVX-512 CPUs). The arithmetic is codec.h's ACTLAB_HD functions, so a CUDA twin reproduces
-// the packed bytes bit for bit. The AVX-512 paths can be switched off (set_codec_simd) so the tests check
-// the portable ones on this CPU too. Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
+// code run on AVX-512 and AVX2 CPUs). The arithmetic is codec.h's ACTLAB_HD functions, so a CUDA twin
+// reproduces the packed bytes bit for bit. Philox, the quantizer and the blocked and channel decodes have
+// AVX2 twins for CPUs without AVX-512 (8 lanes; the 32² one-pass pack has none: measured no faster there).
+// set_codec_simd caps the level, so the tests check the AVX2 and portable paths on an AVX-512 CPU too.
+// Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -199,24 +201,128 @@ ACTLAB_AVX512 int64_t quantize_avx512(uint8_t* c, const float* r, const uint8_t*
     _mm_storeu_si128(reinterpret_cast<__m128i*>(c + e), _mm512_cvtepi32_epi8(quantizer.codes(_mm512_loadu_ps(r + e), u + e)));
   return e;
 }
+
+// ---------------------------------------------------------------- AVX2 twins (CPUs without AVX-512)
+// The same routines with 8 lanes for AVX2 CPUs (Zen 2/3, Haswell to Alder Lake), where GCC's own
+// vectorization of the portable loops left the pack at a third of its AVX-512 speed. Called only when the
+// CPU has AVX2 and FMA and no AVX-512 path is taken first (has_avx2); the same IEEE operations in the same
+// order as the scalar functions, so the bytes are the same (tests/test_codec.cpp runs every level).
+#define ACTLAB_AVX2 __attribute__((target("avx2,fma")))
+// mulhilo_epu32 on 8 lanes: vpmuludq of the even lanes and of the odd ones shifted down, then blends.
+ACTLAB_AVX2 ACTLAB_INLINE void mulhilo_epu32_avx2(__m256i& hi, __m256i& lo, __m256i a, __m256i m) {
+  const __m256i even = _mm256_mul_epu32(a, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+// philox_blocks_avx512 with 8 blocks per register (reads the counters of blocks [0, m) rounded up to 8).
+ACTLAB_AVX2 void philox_blocks_avx2(uint8_t* dst, const uint32_t* c0, const uint32_t* c1, const uint32_t* c2,
+                                    const uint32_t* c3, int m, uint32_t k0, uint32_t k1) {
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  for (int v = 0; v < m; v += 8) {
+    __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c0 + v));
+    __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c1 + v));
+    __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c2 + v));
+    __m256i x3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c3 + v));
+    uint32_t key0 = k0, key1 = k1;
+    for (int round = 0; round < 10; ++round) {
+      __m256i hi0, lo0, hi1, lo1;
+      mulhilo_epu32_avx2(hi0, lo0, x0, m0);
+      mulhilo_epu32_avx2(hi1, lo1, x2, m1);
+      x0 = _mm256_xor_si256(_mm256_xor_si256(hi1, x1), _mm256_set1_epi32(static_cast<int>(key0)));
+      x2 = _mm256_xor_si256(_mm256_xor_si256(hi0, x3), _mm256_set1_epi32(static_cast<int>(key1)));
+      x1 = lo1, x3 = lo0;
+      key0 += 0x9E3779B9u;
+      key1 += 0xBB67AE85u;
+    }
+    // Within each 128-bit lane j: u_i holds block 4j + i's words 0..3 after two interleaves; then the
+    // lanes are paired so that output vector k holds blocks 2k, 2k + 1.
+    const __m256i t0 = _mm256_unpacklo_epi32(x0, x1), t1 = _mm256_unpackhi_epi32(x0, x1);
+    const __m256i t2 = _mm256_unpacklo_epi32(x2, x3), t3 = _mm256_unpackhi_epi32(x2, x3);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i out[4] = {_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u2, u3, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31), _mm256_permute2x128_si256(u2, u3, 0x31)};
+    uint8_t* d = dst + 16 * v;
+    if (m - v >= 8) {
+      for (int k = 0; k < 4; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 32 * k), out[k]);
+    } else {
+      std::memcpy(d, out, static_cast<size_t>(m - v) * 16);
+    }
+  }
+}
+// QuantizerAvx512 on 8 lanes. A true compare is all ones (−1), so lower − mask adds the round-up.
+struct QuantizerAvx2 {
+  __m256 min, scale, zero, levels, cell, half_cell;
+  ACTLAB_AVX2 QuantizerAvx2(float min_value, float scale_value, int level_count)
+      : min(_mm256_set1_ps(min_value)), scale(_mm256_set1_ps(scale_value)), zero(_mm256_setzero_ps()),
+        levels(_mm256_set1_ps(static_cast<float>(level_count))), cell(_mm256_set1_ps(1.0f / 256.0f)),
+        half_cell(_mm256_set1_ps(0.5f / 256.0f)) {}
+  // The codes (one per u32 lane) of 8 values r with their 8-bit uniforms u[0..8).
+  ACTLAB_AVX2 ACTLAB_INLINE __m256i codes(__m256 r, const uint8_t* u) const {
+    __m256 t = _mm256_mul_ps(_mm256_sub_ps(r, min), scale);
+    t = _mm256_min_ps(_mm256_max_ps(t, zero), levels);
+    const __m256i lower = _mm256_cvttps_epi32(t);
+    const __m256 frac = _mm256_sub_ps(t, _mm256_cvtepi32_ps(lower));
+    const __m256i bits = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(u)));
+    const __m256 uniform = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bits), cell, half_cell);
+    return _mm256_sub_epi32(lower, _mm256_castps_si256(_mm256_cmp_ps(uniform, frac, _CMP_LT_OQ)));
+  }
+  // The codes of 32 values r[0..32) as 32 bytes in element order: two saturating packs interleave the four
+  // vectors' 4-lane halves, one dword permutation puts them back in order.
+  ACTLAB_AVX2 ACTLAB_INLINE __m256i code_bytes32(const __m256 r[4], const uint8_t* u) const {
+    const __m256i c01 = _mm256_packus_epi32(codes(r[0], u), codes(r[1], u + 8));
+    const __m256i c23 = _mm256_packus_epi32(codes(r[2], u + 16), codes(r[3], u + 24));
+    return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(c01, c23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  }
+};
+// quantize_avx512 on 8 lanes, 32 values per step (then 8); returns the number of elements done.
+ACTLAB_AVX2 int64_t quantize_avx2(uint8_t* c, const float* r, const uint8_t* u, int64_t n, float min, float scale,
+                                  int levels) {
+  const QuantizerAvx2 quantizer(min, scale, levels);
+  int64_t e = 0;
+  for (; e + 32 <= n; e += 32) {
+    const __m256 v[4] = {_mm256_loadu_ps(r + e), _mm256_loadu_ps(r + e + 8), _mm256_loadu_ps(r + e + 16),
+                         _mm256_loadu_ps(r + e + 24)};
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + e), quantizer.code_bytes32(v, u + e));
+  }
+  for (; e + 8 <= n; e += 8) {  // one vector: the low byte of each lane gathered, in lane order
+    const __m256i b = _mm256_shuffle_epi8(quantizer.codes(_mm256_loadu_ps(r + e), u + e),
+                                          _mm256_set1_epi32(0x0C080400));
+    const uint32_t lo = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(b)));
+    const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(b, 1)));
+    const uint64_t both = lo | static_cast<uint64_t>(hi) << 32;
+    std::memcpy(c + e, &both, 8);
+  }
+  return e;
+}
+
 // __builtin_cpu_init first: this initializer may run before libgcc's own CPU-detection constructor.
 const bool cpu_has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
 const bool cpu_has_avx512bw = cpu_has_avx512f && __builtin_cpu_supports("avx512bw");
-// What the kernels test before taking an AVX-512 path: the CPU's features unless set_codec_simd(false).
+const bool cpu_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+// What the kernels test before taking a hand-written path: the CPU's features, narrowed by set_codec_simd.
+// has_avx2 is set only when no AVX-512 path runs, so each call site tests the wider one first.
 bool has_avx512f = cpu_has_avx512f;
 bool has_avx512bw = cpu_has_avx512bw;
+bool has_avx2 = cpu_has_avx2 && !cpu_has_avx512bw;
 #else
 int64_t quantize_avx512(uint8_t*, const float*, const uint8_t*, int64_t, float, float, int) { return 0; }
 void philox_blocks_avx512(uint8_t*, const uint32_t*, const uint32_t*, const uint32_t*, const uint32_t*, int, uint32_t,
                           uint32_t) {}
+int64_t quantize_avx2(uint8_t*, const float*, const uint8_t*, int64_t, float, float, int) { return 0; }
+void philox_blocks_avx2(uint8_t*, const uint32_t*, const uint32_t*, const uint32_t*, const uint32_t*, int, uint32_t,
+                        uint32_t) {}
 constexpr bool cpu_has_avx512f = false;
 constexpr bool cpu_has_avx512bw = false;
+constexpr bool cpu_has_avx2 = false;
 bool has_avx512f = false;
 bool has_avx512bw = false;
+bool has_avx2 = false;
 #endif
 
 // u[i] = philox_bits8(seed, stream, base + i) for i < n, computing each Philox block once for its sixteen
-// consecutive indices. Whole blocks run kLanes at a time (philox_blocks_avx512 / philox_rounds), so each Philox round is a few
+// consecutive indices. Whole blocks run kLanes at a time (philox_blocks_avx512 / _avx2 / philox_rounds), so each Philox round is a few
 // full-width vector ops (twice the speed of letting the compiler vectorize philox4x32_10 per block); the
 // round is core/philox.h's, and tests/test_codec.cpp checks the result against philox_bits8. A block's 16
 // draws are its four words' bytes in little-endian order, so a whole block is stored as its four words.
@@ -237,6 +343,10 @@ ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64
     uint8_t* dst = u + (b * 16 - base);
     if (has_avx512f) {
       philox_blocks_avx512(dst, c0, c1, c2, c3, m, k0, k1);
+      continue;
+    }
+    if (has_avx2) {
+      philox_blocks_avx2(dst, c0, c1, c2, c3, m, k0, k1);
       continue;
     }
     philox_rounds(c0, c1, c2, c3, m, k0, k1);
@@ -436,10 +546,13 @@ ACTLAB_INLINE void plane_residual(float* __restrict r, uint16_t* __restrict lfc,
 }
 
 // c[e] = the stochastic code of r[e] with uniform u[e], for e < n (a plane's residuals or a group's values).
-// On AVX-512 CPUs whole vectors go through quantize_avx512 (the same codes, 4² planes pack 1.5× faster).
+// On AVX-512 CPUs whole vectors go through quantize_avx512 (the same codes, 4² planes pack 1.5× faster), on
+// AVX2 ones through quantize_avx2.
 ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict r, const uint8_t* __restrict u,
                                   int64_t n, float min, float scale, int levels) {
-  const int64_t done = has_avx512f ? quantize_avx512(c, r, u, n, min, scale, levels) : 0;
+  const int64_t done = has_avx512f ? quantize_avx512(c, r, u, n, min, scale, levels)
+                       : has_avx2  ? quantize_avx2(c, r, u, n, min, scale, levels)
+                                   : 0;
 #pragma GCC unroll 1
   for (int64_t e = done; e < n; ++e) c[e] = static_cast<uint8_t>(stochastic_code(r[e], min, scale, uniform8(u[e]), levels));
 }
@@ -597,7 +710,57 @@ ACTLAB_AVX512BW void unpack_plane_direct(float* op, const uint16_t* lfc, const u
     }
   }
 }
+// AVX2 CPUs: planes whose 8-lane vectors each up-sample one LFC value (one value per plane, or blocks 8
+// wide that tile the rows: 32², 16², 8², 4², 56² with B = 8) are dequantized straight from their code run,
+// as unpack_plane_direct does with 16 lanes.
+template <int kH, int kW, int kB>
+constexpr bool kDirectUnpackAvx2 = Extents<kH, kW, kB>::kFixed && (kH * kW) % 8 == 0 &&
+                                   ((kH / Extents<kH, kW, kB>::kBh) * (kW / Extents<kH, kW, kB>::kBw) == 1 ||
+                                    (Extents<kH, kW, kB>::kTiled && Extents<kH, kW, kB>::kBw == 8));
+// The codes of elements 8v..8v+7 of a bits-bit LSB-first run, one per u32 lane.
+ACTLAB_AVX2 ACTLAB_INLINE __m256i run_codes8(const uint8_t* run, int64_t v, int bits) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  switch (bits) {
+    case 1: return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(run[v]), lane), _mm256_set1_epi32(1));
+    case 2: {
+      uint16_t word;
+      std::memcpy(&word, run + 2 * v, 2);
+      return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_slli_epi32(lane, 1)), _mm256_set1_epi32(3));
+    }
+    case 4: {
+      uint32_t word;
+      std::memcpy(&word, run + 4 * v, 4);
+      return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), _mm256_slli_epi32(lane, 2)),
+                              _mm256_set1_epi32(15));
+    }
+    default: return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(run + 8 * v)));
+  }
+}
+template <int kH, int kW, int kB>
+ACTLAB_AVX2 void unpack_plane_direct_avx2(float* op, const uint16_t* lfc, const uint8_t* run, float min, float step,
+                                          int bits) {
+  using X = Extents<kH, kW, kB>;
+  static_assert(kDirectUnpackAvx2<kH, kW, kB>, "unpack_plane_direct_avx2: a shape its loops do not cover");
+  constexpr int kLw = kW / X::kBw, kLe = (kH / X::kBh) * kLw;
+  float up[kLe];  // the plane's LFC values as f32; vector v up-samples one of them
+  if (lfc)
+    for (int k = 0; k < kLe; ++k) up[k] = bf16_to_float(lfc[k]);
+  const __m256 vmin = _mm256_set1_ps(min), vstep = _mm256_set1_ps(step);
+  for (int v = 0; v < kH * kW / 8; ++v) {
+    const __m256 d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(run_codes8(run, v, bits)), vstep, vmin);
+    if (!lfc) {
+      _mm256_storeu_ps(op + 8 * v, d);
+      continue;
+    }
+    const int k = kLe == 1 ? 0 : (8 * v / kW) / X::kBh * kLw + (8 * v % kW) / 8;
+    _mm256_storeu_ps(op + 8 * v, _mm256_add_ps(_mm256_broadcast_ss(up + k), d));
+  }
+}
 #else
+template <int kH, int kW, int kB>
+constexpr bool kDirectUnpackAvx2 = false;
+template <int kH, int kW, int kB>
+void unpack_plane_direct_avx2(float*, const uint16_t*, const uint8_t*, float, float, int) {}
 template <int kH, int kW, int kB>
 void pack_plane_fused(uint8_t*, uint16_t*, uint16_t&, uint16_t&, float*, const float*, const uint8_t*,
                       const PlaneGeometry&) {}
@@ -858,6 +1021,13 @@ ACTLAB_INLINE void unpack_strided(const PlaneUnpackArgs& a, int64_t first, int64
         continue;
       }
     }
+    if constexpr (kDirectUnpackAvx2<kH, kW, kB>) {
+      if (has_avx2 && a.codes) {
+        unpack_plane_direct_avx2<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes,
+                                             bf16_to_float(a.mins[p]), bf16_to_float(a.steps[p]), g.bits);
+        continue;
+      }
+    }
     if (a.codes) unpack_run(cbuf, a.codes + p * code_bytes, E, g.bits);
     const float min = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
     unpack_plane<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf : nullptr, min, step,
@@ -904,8 +1074,9 @@ ACTLAB_INLINE float block_value(const uint8_t* codes, int64_t stride, const floa
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
-// col[k] byte j = row[j] byte k: four rounds of interleaves (bytes, then 16-, 32- and 64-bit pairs).
-ACTLAB_AVX512 ACTLAB_INLINE void transpose_bytes16(__m128i col[16], const __m128i row[16]) {
+// col[k] byte j = row[j] byte k: four rounds of interleaves (bytes, then 16-, 32- and 64-bit pairs). SSE2
+// only, so both the AVX-512 and the AVX2 block routines inline it.
+ACTLAB_INLINE void transpose_bytes16(__m128i col[16], const __m128i row[16]) {
   __m128i a[16], b[16], c[16];
   for (int i = 0; i < 8; ++i) {  // a[2i], a[2i+1]: columns 0-7 and 8-15 of rows 2i, 2i+1, in 16-bit pairs
     a[2 * i] = _mm_unpacklo_epi8(row[2 * i], row[2 * i + 1]);
@@ -950,9 +1121,35 @@ ACTLAB_AVX512 void block_dequantize_avx512(float* out, const uint8_t* codes, int
   for (int64_t e = e0; e < E; ++e)
     for (int j = 0; j < 16; ++j) out[e * 16 + j] = block_value(codes, stride, lfc_t, lfc_index, min, step, e, j);
 }
+// block_dequantize_avx512 on AVX2 CPUs: each transposed row of 16 codes is two 8-lane halves.
+ACTLAB_AVX2 void block_dequantize_avx2(float* out, const uint8_t* codes, int64_t stride, const float* lfc_t,
+                                       const int32_t* lfc_index, const float* min, const float* step, int64_t E) {
+  const __m256 min_lo = _mm256_loadu_ps(min), min_hi = _mm256_loadu_ps(min + 8);
+  const __m256 step_lo = _mm256_loadu_ps(step), step_hi = _mm256_loadu_ps(step + 8);
+  int64_t e0 = 0;
+  for (; codes && e0 + 16 <= E; e0 += 16) {
+    __m128i row[16], col[16];
+    for (int j = 0; j < 16; ++j) row[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j * stride + e0));
+    transpose_bytes16(col, row);
+    for (int k = 0; k < 16; ++k) {
+      __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(col[k])), step_lo, min_lo);
+      __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(col[k], 8))), step_hi, min_hi);
+      if (lfc_t) {
+        const float* l = lfc_t + lfc_index[e0 + k] * 16;
+        lo = _mm256_add_ps(_mm256_loadu_ps(l), lo), hi = _mm256_add_ps(_mm256_loadu_ps(l + 8), hi);
+      }
+      _mm256_storeu_ps(out + (e0 + k) * 16, lo);
+      _mm256_storeu_ps(out + (e0 + k) * 16 + 8, hi);
+    }
+  }
+  for (int64_t e = e0; e < E; ++e)
+    for (int j = 0; j < 16; ++j) out[e * 16 + j] = block_value(codes, stride, lfc_t, lfc_index, min, step, e, j);
+}
 #else
 void block_dequantize_avx512(float*, const uint8_t*, int64_t, const float*, const int32_t*, const float*,
                              const float*, int64_t) {}
+void block_dequantize_avx2(float*, const uint8_t*, int64_t, const float*, const int32_t*, const float*,
+                           const float*, int64_t) {}
 #endif
 
 // Channel blocks [first, last) (block k = planes 16k..16k+15).
@@ -987,6 +1184,8 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
     float* out = a.out + p0 * E;
     if (has_avx512f) {
       block_dequantize_avx512(out, codes, stride, lfc, lfc_index, min, step, E);
+    } else if (has_avx2) {
+      block_dequantize_avx2(out, codes, stride, lfc, lfc_index, min, step, E);
     } else {
       for (int64_t e = 0; e < E; ++e)
         for (int j = 0; j < kChannelBlock; ++j) out[e * 16 + j] = block_value(codes, stride, lfc, lfc_index, min, step, e, j);
@@ -1009,11 +1208,23 @@ void for_each_thread_range(int64_t n, int64_t work, int64_t scratch_bytes, F f) 
 
 }  // namespace
 
-bool set_codec_simd(bool enabled) {
-  const bool was = has_avx512f;
-  has_avx512f = enabled && cpu_has_avx512f;
-  has_avx512bw = enabled && cpu_has_avx512bw;
+CodecSimd set_codec_simd(CodecSimd widest) {
+  const CodecSimd was = has_avx512f ? CodecSimd::Avx512 : has_avx2 ? CodecSimd::Avx2 : CodecSimd::Portable;
+  has_avx512f = widest == CodecSimd::Avx512 && cpu_has_avx512f;
+  has_avx512bw = widest == CodecSimd::Avx512 && cpu_has_avx512bw;
+  has_avx2 = widest != CodecSimd::Portable && cpu_has_avx2 && !has_avx512bw;
   return was;
+}
+CodecSimd codec_simd_supported() {
+  return cpu_has_avx512bw ? CodecSimd::Avx512 : cpu_has_avx2 ? CodecSimd::Avx2 : CodecSimd::Portable;
+}
+const char* codec_simd_name(CodecSimd level) {
+  switch (level) {
+    case CodecSimd::Avx512: return "avx512";
+    case CodecSimd::Avx2: return "avx2";
+    case CodecSimd::Portable: return "portable";
+  }
+  return "?";
 }
 
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
