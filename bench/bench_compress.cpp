@@ -5,7 +5,7 @@
 // --shapes vit takes vit_tiny_cifar's saves at 28² instead (token maps (B, 50, 192) and (B, 50, 768), attention
 // planes (B, 3, 50, 64) and (B, 3, 50, 50)).
 // Usage: bench_compress [--policies division:B=8,Q=2;quant:Q=2 (';'-separated)] [--batch 128] [--reps 10]
-//                       [--threads 2] [--clock wall|cpu] [--shapes resnet18|vit] [--out FILE.md]
+//                       [--threads 2] [--clock wall|cpu] [--shapes resnet18|vit] [--simd portable|avx2|avx512] [--out FILE.md]
 // --clock cpu divides by the process CPU time instead of wall time: GB/s per busy core, which stays
 // meaningful on a shared, oversubscribed machine (the wall clock then measures the neighbours).
 #include <omp.h>
@@ -139,15 +139,35 @@ Row measure(const ActivationCachePolicy& policy, const Shape& shape, int reps) {
 
 }  // namespace
 
+const char* const kUsage =
+    "usage: bench_compress [options]\n"
+    "Pack and unpack speed of the activation codec on ResNet-18's (or vit_tiny_cifar's) saved shapes, and the\n"
+    "measured compression against the closed form (a Markdown table on stdout).\n\n"
+    "options:\n"
+    "  --policies S   policies separated by ';' (default: division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2;\n"
+    "                 pergroup:G=256,Q=2;division:B=8,Q=4)\n"
+    "  --batch N      batch size (default: 128)\n"
+    "  --reps N       timed repetitions, best kept (default: 10)\n"
+    "  --threads N    OpenMP threads (default: 2)\n"
+    "  --clock S      wall|cpu: divide by wall time or by the process's CPU time (default: wall)\n"
+    "  --shapes S     resnet18|vit (default: resnet18)\n"
+    "  --simd S       portable|avx2|avx512: the widest hand-written codec paths to use (default: the CPU's)\n"
+    "  --out FILE     also write the table to FILE\n";
+
 int main(int argc, char** argv) {
   try {
     std::string policies = "division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2;pergroup:G=256,Q=2;division:B=8,Q=4";
     int64_t batch = 128;
     int reps = 10, threads = 2;
     std::string out_path, shape_set = "resnet18";
+    std::string simd = cpu::codec_simd_name(cpu::codec_simd_supported());
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      ACTLAB_CHECK(i + 1 < argc, "option ", a, " needs a value");
+      if (a == "--help" || a == "-h") {
+        std::printf("%s", kUsage);
+        return 0;
+      }
+      ACTLAB_CHECK(i + 1 < argc, "option ", a, " needs a value (--help lists the options)");
       const std::string v = argv[++i];
       if (a == "--policies") policies = v;
       else if (a == "--batch") batch = std::stoll(v);
@@ -156,8 +176,20 @@ int main(int argc, char** argv) {
       else if (a == "--out") out_path = v;
       else if (a == "--clock") g_cpu_clock = (v == "cpu");
       else if (a == "--shapes") shape_set = v;
-      else ACTLAB_FAIL("unknown option ", a, "; accepted: --policies --batch --reps --threads --clock --shapes --out");
+      else if (a == "--simd") simd = v;
+      else ACTLAB_FAIL("unknown option ", a, "; accepted: --policies --batch --reps --threads --clock --shapes --simd --out");
     }
+    bool known_level = false;
+    for (const cpu::CodecSimd level : {cpu::CodecSimd::Portable, cpu::CodecSimd::Avx2, cpu::CodecSimd::Avx512})
+      if (simd == cpu::codec_simd_name(level)) {
+        ACTLAB_CHECK(level <= cpu::codec_simd_supported(), "--simd ", simd, ": this CPU runs at most ",
+                     cpu::codec_simd_name(cpu::codec_simd_supported()));
+        cpu::set_codec_simd(level);
+        known_level = true;
+      }
+    ACTLAB_CHECK(known_level, "--simd: portable, avx2 or avx512, got '", simd, "'");
+    std::printf("codec paths: %s (this CPU runs up to %s)\n", simd.c_str(),
+                cpu::codec_simd_name(cpu::codec_simd_supported()));
     omp_set_num_threads(threads);
     check_writable(out_path, true, "--out file");
     ACTLAB_CHECK(shape_set == "resnet18" || shape_set == "vit", "--shapes: resnet18 or vit, got '", shape_set, "'");
