@@ -34,6 +34,15 @@ bool cpu_has_bf16() {
 #endif
 }
 
+bool cpu_runs_bf16_kernels() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
 std::string cpu_bf16_flags() {
 #if defined(__x86_64__)
   std::string s;
@@ -55,8 +64,10 @@ void check_precision_supported(Precision p, Device device) {
 #if defined(ACTLAB_MINIMAL_BUILD)
   ACTLAB_FAIL("--precision bf16 needs oneDNN's bf16 kernels, which a minimal (GPU check) build leaves out");
 #endif
-  ACTLAB_CHECK(cpu_has_bf16(), "--precision bf16: this CPU has neither avx512_bf16 nor amx_bf16 (lscpu flags), so "
-               "oneDNN would emulate bf16, slower than fp32; use --precision fp32");
+  ACTLAB_CHECK(cpu_has_bf16(), "--precision bf16: this CPU has neither avx512_bf16 nor amx_bf16 (lscpu flags), so ",
+               cpu_runs_bf16_kernels() ? "oneDNN would emulate bf16, slower than fp32"
+                                       : "and without AVX-512 oneDNN has no bf16 kernels for it",
+               "; use --precision fp32");
 }
 
 PrecisionScope::PrecisionScope(Precision p) : previous_(t_precision) { t_precision = p; }

@@ -28,6 +28,9 @@ std::string precision_forms();  // "fp32|bf16|fp16", for --help
 void check_precision_supported(Precision p, Device device);
 // Whether this CPU has bf16 dot-product instructions (avx512_bf16 or amx_bf16), and their names.
 bool cpu_has_bf16();
+// Whether oneDNN has bf16 kernels for this CPU at all: AVX-512 (avx512f/bw/vl/dq; without avx512_bf16 it
+// emulates the dot products). On AVX2-only CPUs it creates no bf16 primitive, so the bf16 op tests skip.
+bool cpu_runs_bf16_kernels();
 std::string cpu_bf16_flags();  // "avx512_bf16 amx_bf16", "avx512_bf16" or "none"
 
 // The precision the calling thread computes in while this scope is alive (default: F32). Ops and

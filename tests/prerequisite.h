@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "actlab/core/precision.h"
+
 namespace actlab::testing {
 
 inline bool under_ci() {
@@ -22,6 +24,15 @@ inline bool have_prerequisite(bool present, const std::string& what) {
   if (present) return true;
   if (under_ci()) FAIL_CHECK("missing prerequisite under CI (scripts/setup.sh installs it): " << what);
   else MESSAGE("SKIPPED: missing prerequisite: " << what);
+  return false;
+}
+
+// True when oneDNN has bf16 kernels for this CPU (core/precision.h); otherwise prints
+// "SKIPPED: no bf16 kernels ..." and returns false. A CPU feature cannot be installed, so this is a skip
+// under CI too (CTest reports it as skipped; see CMakeLists.txt).
+inline bool have_bf16_kernels() {
+  if (cpu_runs_bf16_kernels()) return true;
+  MESSAGE("SKIPPED: no bf16 kernels on this CPU: oneDNN's need AVX-512 (avx512f/bw/vl/dq); flags: " << cpu_bf16_flags());
   return false;
 }
 

@@ -14,8 +14,10 @@
 #include "actlab/core/allocator.h"
 #include "actlab/core/bf16.h"
 #include "actlab/core/cpu/conv.h"
+#include "actlab/core/precision.h"
 #include "actlab/core/cpu/gemm.h"
 #include "actlab/core/error.h"
+#include "tests/prerequisite.h"
 
 namespace {
 
@@ -132,6 +134,7 @@ std::vector<float> rounded_bf16(std::vector<float> v) {
 // differs only by f32 accumulation order (1e-4 like the fp32 paths), while the unrounded fp32 result is
 // ~1e-3 away, so the check also sees that the operands really were rounded.
 TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded operands") {
+  if (!actlab::testing::have_bf16_kernels()) return;
   const int64_t live_before = actlab::memory_stats().total.current;
   using actlab::Precision;
   uint32_t seed = 500;
@@ -402,6 +405,7 @@ TEST_CASE("cpu gemm_batched: the per-matrix loop and oneDNN's matmul match gemm_
 // As for the bf16 convolution: the spec is the reference on the operands rounded to bf16 (f32 accumulation
 // order apart), and the unrounded product is far enough away to show the rounding happened.
 TEST_CASE("cpu gemm_batched_bf16: equals gemm_batched_ref on bf16-rounded operands") {
+  if (!actlab::testing::have_bf16_kernels()) return;
   const std::vector<BatchedSize> sizes = {{1, 7, 13, 5},  {3, 1, 9, 4},    {5, 11, 1, 3},
                                           {1, 33, 9, 20}, {301, 9, 7, 11}, {24, 49, 49, 32}};
   uint32_t seed = 900;

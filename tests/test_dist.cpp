@@ -416,7 +416,9 @@ TEST_CASE("dist: with --sync-bn, 2 ranks of batch b train ResNet-20 as 1 rank of
   };
   const float synced_diff = max_diff(synced), local_diff = max_diff(local);
   MESSAGE("largest weight/statistic difference to one rank: sync-bn ", synced_diff, ", per-rank batch norm ", local_diff);
-  CHECK(synced_diff < 1e-5f);  // 1.2e-7 measured
+  // Reduction order alone: 1.2e-7 on a Zen 5 (AVX-512), 1.05e-5 on a Zen 3 (AVX2, whose oneDNN kernels sum a
+  // batch of 16 and of 32 in different orders); per-rank statistics are more than 400x farther.
+  CHECK(synced_diff < 1e-4f);
   CHECK(local_diff > 1e-2f);  // per-rank statistics of 16 images are not those of 32
 }
 

@@ -18,6 +18,7 @@
 #include "actlab/train/step.h"
 #include "actlab/train/trainer.h"
 #include "tests/error_of.h"
+#include "tests/prerequisite.h"
 
 using namespace actlab;
 using actlab::testing::error_of;
@@ -216,6 +217,7 @@ double relative_distance(const std::vector<Tensor>& a, const std::vector<Tensor>
 // fp32 on the bf16-rounded input alone moves it by ~4 %). So the bf16 step is held to that yardstick: its
 // gradients must move from fp32's, by no more than a small multiple of what rounding the input does.
 TEST_CASE("precision: a bf16 ResNet-20 step keeps half the exact bytes, and its gradients stay as close to fp32's as bf16 input rounding allows") {
+  if (!testing::have_bf16_kernels()) return;
   if (!cpu_has_bf16()) MESSAGE("this CPU has no bf16 instructions: oneDNN emulates them (slow, same numbers)");
   const StepRun f32 = one_step(Precision::F32, "exact");
   const StepRun bf16 = one_step(Precision::BF16, "exact");
@@ -250,6 +252,7 @@ TEST_CASE("precision: a bf16 ResNet-20 step keeps half the exact bytes, and its 
 // rounding the input alone barely moves its gradients (0.05 % here) and the bf16 distance is bf16's own
 // arithmetic over twelve blocks (0.7 % measured): held to a few percent.
 TEST_CASE("precision: a bf16 ViT step runs its linear layers and attention matmuls in bf16") {
+  if (!testing::have_bf16_kernels()) return;
   const Input vit{"vit_tiny_cifar", 4, 1, 28};
   const StepRun f32 = one_step(Precision::F32, "exact", false, vit);
   const StepRun bf16 = one_step(Precision::BF16, "exact", false, vit);
