@@ -64,8 +64,8 @@ void check_precision_supported(Precision p, Device device) {
 #if defined(ACTLAB_MINIMAL_BUILD)
   ACTLAB_FAIL("--precision bf16 needs oneDNN's bf16 kernels, which a minimal (GPU check) build leaves out");
 #endif
-  ACTLAB_CHECK(cpu_has_bf16(), "--precision bf16: this CPU has neither avx512_bf16 nor amx_bf16 (lscpu flags), so ",
-               cpu_runs_bf16_kernels() ? "oneDNN would emulate bf16, slower than fp32"
+  ACTLAB_CHECK(cpu_has_bf16(), "--precision bf16: this CPU has neither avx512_bf16 nor amx_bf16 (lscpu flags), ",
+               cpu_runs_bf16_kernels() ? "so oneDNN would emulate bf16, slower than fp32"
                                        : "and without AVX-512 oneDNN has no bf16 kernels for it",
                "; use --precision fp32");
 }
