@@ -30,7 +30,7 @@ const Form kForms[] = {
     {"blpa", "Q", "blpa:Q=4", "BLPA: Q-bit sign-preserving codes on a fixed +-3 sigma grid per channel"},
     {"mesa", "Q", "mesa:Q=8", "Mesa-style Q-bit codes, one range per head (4-D) or per tensor"},
     {"acgc", "EIG", "acgc:E=0,I=100,G=256",
-     "AC-GC: per-layer widths {1,2,4,8} from a gradient-error bound 2^-E, re-chosen every I steps"},
+     "AC-GC: per-layer widths {2,4,8} from a gradient-error bound 2^-E, re-chosen every I steps"},
     {"swap", "P", "swap:P=2", "offload to host memory, P saves prefetched ahead of backward (SWAP)"},
 };
 

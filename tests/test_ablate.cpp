@@ -286,7 +286,9 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   std::set<std::string> ids;
   for (const Cell& c : all.cells) ids.insert(c.id());
   CHECK(ids.size() == all.cells.size());
-  CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20 + 5));  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3, fig6's baselines
+  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3, fig6's baselines, then 1b's four ViT rows
+  CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20 + 5 + 4));
+  CHECK(all.cells.back().model == "vit_tiny_cifar");  // the long transformer cells run last
   const Cell& exact = all.cells[0];
   CHECK(exact.tables.size() == 4);  // Normal in 1c, 2b, fig3 and fig6
   int table3 = 0;
@@ -554,6 +556,63 @@ TEST_CASE("ablate: Fig. 6 runs every method, three seeds for the close rows and 
   CHECK(both.cells[0].tables.size() == 2);
 }
 
+TEST_CASE("ablate: Table 1(b) runs the transformer's methods, ViT-Tiny on the CPU and Swin-T on an image folder") {
+  GridOptions o;
+  o.tables = {"1b"};
+  const Grid g = make_grid(o);
+  std::map<std::string, std::set<int64_t>> seeds;
+  std::map<std::string, std::string> policy;
+  for (const Cell& c : g.cells) {
+    REQUIRE(c.tables.size() == 1);
+    CHECK(c.tables[0].first == "1b");
+    CHECK(c.model == "vit_tiny_cifar");
+    CHECK(c.dataset == "fashion-mnist");
+    CHECK(c.epochs == 1);
+    CHECK(c.lr == doctest::Approx(0.01));  // SGD at the CNNs' 0.1 does not train a ViT (grid_presets.cpp)
+    CHECK(c.extra_args.empty());
+    seeds[c.tables[0].second].insert(c.seed);
+    policy[c.tables[0].second] = c.policy;
+  }
+  CHECK(g.cells.size() == 3 * 3 + 1);
+  CHECK(seeds["Normal"] == std::set<int64_t>{0, 1, 2});
+  CHECK(seeds["Mesa"] == std::set<int64_t>{0, 1, 2});
+  CHECK(seeds["DIVISION"] == std::set<int64_t>{0, 1, 2});
+  CHECK(seeds["Checkpoint"] == std::set<int64_t>{0});
+  CHECK(policy["Checkpoint"] == "checkpoint:segments=auto+exact");
+  CHECK(policy["Mesa"] == "mesa:Q=8");
+  CHECK(policy["DIVISION"] == "division:B=8,Q=2");
+  for (size_t i = 0; i < 4; ++i) CHECK(g.cells[i].seed == 0);
+  o.lr = 0.02;
+  o.epochs = 3;
+  CHECK(make_grid(o).cells[0].lr == doctest::Approx(0.02));  // the command line still wins
+  CHECK(make_grid(o).cells[0].epochs == 3);
+  // The paper preset: Swin-T on an ImageNet-style folder at its own 224², streamed, batch 128.
+  o = GridOptions();
+  o.preset = "paper";
+  o.tables = {"1b"};
+  Grid paper = make_grid(o);
+  REQUIRE(paper.cells.size() == 10);
+  CHECK(paper.cells[0].model == "swin_t");
+  CHECK(paper.cells[0].dataset == "folder");
+  CHECK(paper.cells[0].batch_size == 128);
+  CHECK(paper.cells[0].extra_args == std::vector<std::string>{"--image-size", "224", "--stream"});
+  CHECK(error_of([&] { check_data_present(paper); }).find("pass --data-dir ROOT") != std::string::npos);
+  testing::TempDir dir("ablate_1b");
+  o.data_dir = dir.file("missing");
+  CHECK(error_of([&] { check_data_present(make_grid(o)); }).find("is not a directory") != std::string::npos);
+  o.data_dir = dir.str();
+  check_data_present(make_grid(o));
+  o.extra_args = {"--data-workers", "4"};  // the user's flags follow the preset's
+  CHECK(make_grid(o).cells[0].extra_args ==
+        std::vector<std::string>{"--image-size", "224", "--stream", "--data-workers", "4"});
+  // Another model on Table 1(b) keeps the table's rows and that model's recipe.
+  o = GridOptions();
+  o.tables = {"1b"};
+  o.models = {"resnet20"};
+  CHECK(make_grid(o).cells[0].lr == doctest::Approx(0.1));
+  CHECK(make_grid(o).cells[0].epochs == 6);
+}
+
 TEST_CASE("ablate: policy strings have one spelling, checkpoint forms included") {
   CHECK(canonical_policy("exact") == "exact");
   CHECK(canonical_policy("division:Q=4,B=12") == "division:B=12,Q=4");
@@ -706,6 +765,44 @@ TEST_CASE("radar: a missing or foreign input is one error line naming the file")
   write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s\nresnet20,checkpoint,128,88\n");
   CHECK(error_of([&] { read_radar_data(in); }).find("no Normal (exact) row for resnet20 at batch 128") !=
         std::string::npos);
+}
+
+TEST_CASE("ablate: a tiny Table 1(b) grid reports accuracy, memory, compression and throughput per method") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_1b_run");
+  Grid grid;
+  grid.preset = "test";
+  grid.tables = {"1b"};
+  for (const auto& [policy, label] : std::vector<std::pair<std::string, std::string>>{
+           {"exact", "Normal"}, {"mesa:Q=8", "Mesa"}, {"division:B=8,Q=2", "DIVISION"}})
+    grid.add(tiny_cell(policy), "1b", label);
+  const RunOptions o = run_options(dir);
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  INFO(read_all(dir.file("progress.txt")));
+  REQUIRE(rc == 0);
+  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  INFO(tables);
+  CHECK(tables.find("## Table 1(b): vision transformers") != std::string::npos);
+  CHECK(tables.find("| Method | Policy | Test acc. (%) | Δ vs Normal | Seeds | Activation memory | Compression | img/s |") !=
+        std::string::npos);
+  CHECK(tables.find("| Normal | `exact` |") != std::string::npos);
+  CHECK(tables.find("| 1.00× |") != std::string::npos);  // Normal against itself
+  // Mesa keeps 8-bit codes of the MLP's f32 inputs: compression between 1 and 4 (ranges, labels, the
+  // input batch and the exact masks stay).
+  const size_t mesa = tables.find("| Mesa | `mesa:Q=8` |");
+  REQUIRE(mesa != std::string::npos);
+  const std::string mesa_row = tables.substr(mesa, tables.find('\n', mesa) - mesa);
+  const size_t times = mesa_row.find("× |");
+  REQUIRE(times != std::string::npos);
+  const size_t bar = mesa_row.rfind("| ", times);
+  const double compression = std::stod(mesa_row.substr(bar + 2, times - bar - 2));
+  CHECK(compression > 1.0);
+  CHECK(compression < 4.0);
+  CHECK(tables.find("not in the reference this project works from") != std::string::npos);
 }
 
 TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP against Normal") {

@@ -1,5 +1,5 @@
 // The ablation grid behind actlab-ablate: cells (one actlab-train run each), the paper's presets and
-// tables (DIVISION Table 1(c), 2(b), 3, Fig. 3(b)/(c) and Fig. 6), running the cells as child processes with
+// tables (DIVISION Table 1(b), 1(c), 2(b), 3, Fig. 3(b)/(c) and Fig. 6), running the cells as child processes with
 // skip / resume / failure bookkeeping in OUT/cells/<id>/, and the reports (results.csv, tables.md and
 // SVG figures) regenerated from the cell directories. Implemented in grid.cpp (cells, running),
 // grid_presets.cpp (presets, tables, estimates) and grid_report.cpp (reports). Tested in
@@ -45,7 +45,7 @@ struct Cell {
 
 struct Grid {
   std::string preset;               // "cpu", "paper" (or "custom" for tests)
-  std::vector<std::string> tables;  // selected tables in report order: "1c", "2b", "3", "fig3", "fig6", "custom"
+  std::vector<std::string> tables;  // selected tables in report order: "1c", "2b", "3", "fig3", "fig6", "1b", "custom"
   std::vector<Cell> cells;          // unique ids, in run order
   // Adds `cell` under (table, label); a cell with the same id already present only gains the label.
   void add(const Cell& cell, const std::string& table, const std::string& label);
@@ -54,7 +54,7 @@ struct Grid {
 // What the command line asks for. Unset optionals keep the preset's value.
 struct GridOptions {
   std::string preset = "cpu";                 // cpu | paper
-  std::vector<std::string> tables = {"1c"};   // 1c | 2b | 3 | fig3 | fig6 | all (ignored with policies)
+  std::vector<std::string> tables = {"1c"};   // 1b | 1c | 2b | 3 | fig3 | fig6 | all (ignored with policies)
   std::vector<std::string> policies;          // non-empty: a custom grid of these policies
   std::vector<std::string> models, datasets;  // override the tables' model/data set (custom: the grid axes)
   // Every row runs these seeds; empty: each row's default (seed 0; in Fig. 6 seeds 0-2 for Normal, BLPA, AC-GC,

@@ -36,7 +36,8 @@ std::string policy_kind(const std::string& policy) { return policy.substr(0, pol
 
 std::string display_dataset(const std::string& d) {
   static const std::map<std::string, std::string> names = {
-      {"fashion-mnist", "Fashion-MNIST"}, {"mnist", "MNIST"}, {"cifar10", "CIFAR-10"}, {"cifar100", "CIFAR-100"}};
+      {"fashion-mnist", "Fashion-MNIST"}, {"mnist", "MNIST"}, {"cifar10", "CIFAR-10"}, {"cifar100", "CIFAR-100"},
+      {"folder", "image folder"}};
   const auto it = names.find(d);
   return it == names.end() ? d : it->second;
 }
@@ -69,7 +70,7 @@ std::string display_model(const std::string& m) {
   static const std::map<std::string, std::string> names = {
       {"resnet20", "ResNet-20"}, {"resnet32", "ResNet-32"}, {"resnet56", "ResNet-56"}, {"resnet110", "ResNet-110"},
       {"resnet18", "ResNet-18"}, {"resnet34", "ResNet-34"}, {"resnet50", "ResNet-50"}, {"mobilenet_v2", "MobileNetV2"},
-      {"wrn28_10", "WRN-28-10"}};
+      {"wrn28_10", "WRN-28-10"}, {"vit_tiny_cifar", "ViT-Tiny"}, {"swin_t", "Swin-T"}};
   const auto it = names.find(m);
   return it == names.end() ? m : it->second;
 }
@@ -276,27 +277,18 @@ bool same_gradients_as_exact(const std::string& policy) {
          (k == "checkpoint" && policy.size() > tail.size() && policy.compare(policy.size() - tail.size(), tail.size(), tail) == 0);
 }
 
-// Fig. 6: one row per method, accuracy mean ± std over seeds, its distance from Normal, and the
-// paper's figures for the same network and data set where §7.2 of the reference has them. Then, for
-// the methods whose gradients are exact's bit for bit, whether their runs ended where Normal's did.
-std::string table_fig6(const Results& r, const TableGroup& g) {
-  const Cell& first = r.grid.cells[g.cells.at(g.labels[0])[0]];
+// "+0.12": a − b, or "—" when either is missing.
+std::string delta_text(double a, double b) { return std::isfinite(a) && std::isfinite(b) ? fmt("%+.2f", a - b) : "—"; }
+
+// For the methods whose gradients are exact's bit for bit (Checkpoint with exact saves, SWAP): whether
+// each of their runs ended where Normal's did at the same seed, one line per run ("" when none).
+std::string exact_gradient_proof(const Results& r, const TableGroup& g) {
   const auto normal_it = g.cells.find("Normal");
-  const double normal = normal_it == g.cells.end() ? CellResult::kNaN : mean_of(r, normal_it->second, m_final);
-  const double paper_normal = paper_accuracy("Normal", first.model, first.dataset);
-  const std::vector<std::string> head = {"Method", "Policy", "Test acc. (%)", "Δ vs Normal", "Seeds",
-                                         "Paper (%)", "Paper Δ vs Normal"};
-  std::string s = md_row(head) + md_rule(head.size()), proof;
+  if (normal_it == g.cells.end()) return "";
+  std::string proof;
   for (const auto& label : g.labels) {
     const auto& idx = g.cells.at(label);
-    const std::string& policy = r.grid.cells[idx[0]].policy;
-    const double acc = mean_of(r, idx, m_final);
-    const double paper = paper_accuracy(label, first.model, first.dataset);
-    const auto delta = [](double a, double b) { return std::isfinite(a) && std::isfinite(b) ? fmt("%+.2f", a - b) : "—"; };
-    s += md_row({label, "`" + policy + "`", stat_text(r, idx, m_final, "%.2f"), label == "Normal" ? "" : delta(acc, normal),
-                 std::to_string(idx.size()), std::isfinite(paper) ? fmt("%.2f", paper) : "—",
-                 label == "Normal" ? "" : delta(paper, paper_normal)});
-    if (!same_gradients_as_exact(policy) || normal_it == g.cells.end()) continue;
+    if (!same_gradients_as_exact(r.grid.cells[idx[0]].policy)) continue;
     for (size_t i : idx)
       for (size_t j : normal_it->second) {
         const CellResult &a = r.cells[i], &e = r.cells[j];
@@ -309,14 +301,58 @@ std::string table_fig6(const Results& r, const TableGroup& g) {
                                                          fmt("%.2f", e.final_test_acc) + " %)") + "\n";
       }
   }
+  if (proof.empty()) return "";
+  return "\nCheckpoint (exact saves) and SWAP compute backward from the very values Normal keeps, so their "
+         "runs must end where Normal's ends at the same seed:\n\n" + proof;
+}
+
+double normal_accuracy(const Results& r, const TableGroup& g) {
+  const auto it = g.cells.find("Normal");
+  return it == g.cells.end() ? CellResult::kNaN : mean_of(r, it->second, m_final);
+}
+
+// Fig. 6: one row per method, accuracy mean ± std over seeds, its distance from Normal, and the
+// paper's figures for the same network and data set where §7.2 of the reference has them. Then, for
+// the methods whose gradients are exact's bit for bit, whether their runs ended where Normal's did.
+std::string table_fig6(const Results& r, const TableGroup& g) {
+  const Cell& first = r.grid.cells[g.cells.at(g.labels[0])[0]];
+  const double normal = normal_accuracy(r, g);
+  const double paper_normal = paper_accuracy("Normal", first.model, first.dataset);
+  const std::vector<std::string> head = {"Method", "Policy", "Test acc. (%)", "Δ vs Normal", "Seeds",
+                                         "Paper (%)", "Paper Δ vs Normal"};
+  std::string s = md_row(head) + md_rule(head.size());
+  for (const auto& label : g.labels) {
+    const auto& idx = g.cells.at(label);
+    const double paper = paper_accuracy(label, first.model, first.dataset);
+    s += md_row({label, "`" + r.grid.cells[idx[0]].policy + "`", stat_text(r, idx, m_final, "%.2f"),
+                 label == "Normal" ? "" : delta_text(mean_of(r, idx, m_final), normal), std::to_string(idx.size()),
+                 std::isfinite(paper) ? fmt("%.2f", paper) : "—",
+                 label == "Normal" ? "" : delta_text(paper, paper_normal)});
+  }
   if (!std::isfinite(paper_normal))
     s += "\nThe paper reports no accuracy for " + group_name(first) +
          " (its §7.2 figures are CIFAR-10/100 and ImageNet runs of ResNet-18, ResNet-164 and DenseNet); "
          "compare the Δ columns, not the accuracies.\n";
-  if (!proof.empty())
-    s += "\nCheckpoint (exact saves) and SWAP compute backward from the very values Normal keeps, so their "
-         "runs must end where Normal's ends at the same seed:\n\n" + proof;
-  return s;
+  return s + exact_gradient_proof(r, g);
+}
+
+// Table 1(b): the paper's three columns (accuracy, activation memory, throughput) for each method on a
+// vision transformer, with the distance from Normal and the measured compression.
+std::string table_1b(const Results& r, const TableGroup& g) {
+  const double normal = normal_accuracy(r, g);
+  const std::vector<std::string> head = {"Method", "Policy", "Test acc. (%)", "Δ vs Normal", "Seeds",
+                                         "Activation memory", "Compression", "img/s"};
+  std::string s = md_row(head) + md_rule(head.size());
+  for (const auto& label : g.labels) {
+    const auto& idx = g.cells.at(label);
+    s += md_row({label, "`" + r.grid.cells[idx[0]].policy + "`", stat_text(r, idx, m_final, "%.2f"),
+                 label == "Normal" ? "" : delta_text(mean_of(r, idx, m_final), normal), std::to_string(idx.size()),
+                 mib_text(r, idx), stat_text(r, idx, m_comp, "%.2f", "×"), stat_text(r, idx, m_rate, "%.1f")});
+  }
+  s += "\nThe paper's Table 1(b) figures (Swin-T on ImageNet) are not in the reference this project works from, "
+       "so there is no paper column. img/s is each run's median training throughput: a figure to compare "
+       "only when nothing else shared the cores (bench_train's paired runs are the speed measurement).\n";
+  return s + exact_gradient_proof(r, g);
 }
 
 std::string machine_text() {
@@ -343,6 +379,7 @@ std::string recipe_text(const Cell& c) {
 }
 
 const char* table_title(const std::string& t) {
+  if (t == "1b") return "Table 1(b): vision transformers — accuracy, activation memory, throughput";
   if (t == "1c") return "Table 1(c): ablation of the LFC and HFC components";
   if (t == "2b") return "Table 2(b): block size B and HFC bit width Q (DIVISION)";
   if (t == "3") return "Table 3: networks and data sets";
@@ -374,7 +411,8 @@ std::string tables_markdown(const Results& r, const std::string& command_line) {
       continue;
     }
     for (const auto& g : groups)
-      s += "\n**" + g.name + "**\n\n" + (t == "2b" ? table_2b(r, g) : t == "fig6" ? table_fig6(r, g) : metrics_table(r, g));
+      s += "\n**" + g.name + "**\n\n" +
+           (t == "2b" ? table_2b(r, g) : t == "fig6" ? table_fig6(r, g) : t == "1b" ? table_1b(r, g) : metrics_table(r, g));
   }
   return s;
 }
