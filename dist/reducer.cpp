@@ -11,29 +11,37 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& param_bytes, int64_t cap_bytes) {
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& param_bytes, int64_t cap_bytes,
+                                                int64_t tail_bytes) {
   ACTLAB_CHECK(cap_bytes >= 1, "bucket size must be >= 1 byte, got ", cap_bytes);
+  ACTLAB_CHECK(tail_bytes >= 0, "bucket tail size must be >= 0 bytes, got ", tail_bytes);
+  const bool taper = tail_bytes > 0 && tail_bytes < cap_bytes;
+  int64_t rest = 0;  // bytes not assigned yet
+  for (int64_t b : param_bytes) rest += b;
   std::vector<std::vector<size_t>> buckets;
-  int64_t filled = 0;
+  int64_t filled = 0, cap = cap_bytes;
   for (size_t i = param_bytes.size(); i-- > 0;) {
-    if (buckets.empty() || (filled + param_bytes[i] > cap_bytes && !buckets.back().empty())) {
+    if (buckets.empty() || (filled + param_bytes[i] > cap && !buckets.back().empty())) {
       buckets.emplace_back();
       filled = 0;
+      if (taper) cap = std::min(cap_bytes, std::max(tail_bytes, rest / 2));
     }
     buckets.back().push_back(i);
     filled += param_bytes[i];
+    rest -= param_bytes[i];
   }
   return buckets;
 }
 
-GradReducer::GradReducer(std::vector<Variable> params, Communicator& comm, int64_t bucket_cap_bytes)
+GradReducer::GradReducer(std::vector<Variable> params, Communicator& comm, int64_t bucket_cap_bytes,
+                         int64_t bucket_tail_bytes)
     : params_(std::move(params)), comm_(comm) {
   std::vector<int64_t> bytes;
   for (size_t i = 0; i < params_.size(); ++i) {
     bytes.push_back(static_cast<int64_t>(params_[i].data().nbytes()));
     index_of_[params_[i].impl().get()] = i;
   }
-  buckets_ = assign_buckets(bytes, bucket_cap_bytes);
+  buckets_ = assign_buckets(bytes, bucket_cap_bytes, bucket_tail_bytes);
   bucket_of_.resize(params_.size());
   offset_.resize(params_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) {

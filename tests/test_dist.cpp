@@ -182,6 +182,44 @@ TEST_CASE("dist: buckets take parameters last to first, close at the cap, and ho
   CHECK_THROWS_AS(assign_buckets(bytes, 0), Error);
 }
 
+TEST_CASE("dist: tapered buckets halve towards the end of backward and leave at most the tail for after it") {
+  // ResNet-18's shape in miniature: most bytes in the last-registered (first-reduced) parameters.
+  const std::vector<int64_t> bytes = {10, 40, 60, 200, 300, 600, 1600, 2};
+  int64_t total = 0;
+  for (int64_t b : bytes) total += b;
+  const auto plain = assign_buckets(bytes, 2500);
+  const auto tapered = assign_buckets(bytes, 2500, 100);
+  auto bucket_bytes = [&](const std::vector<size_t>& b) {
+    int64_t n = 0;
+    for (size_t i : b) n += bytes[i];
+    return n;
+  };
+  // Without a taper the last bucket holds everything after the first 2202 bytes: 610 of 2812.
+  REQUIRE(plain.size() == 2);
+  CHECK(bucket_bytes(plain.back()) == 610);
+  // With it, each bucket takes at most half of what is still to come (or the tail), so the sizes fall
+  // and the bucket that starts after backward is within the tail.
+  int64_t rest = total;
+  for (const auto& b : tapered) {
+    const int64_t cap = std::min<int64_t>(2500, std::max<int64_t>(100, rest / 2));
+    CHECK_MESSAGE((bucket_bytes(b) <= cap || b.size() == 1), "bucket of ", bucket_bytes(b), " over its cap ", cap);
+    rest -= bucket_bytes(b);
+  }
+  CHECK(rest == 0);
+  CHECK(bucket_bytes(tapered.back()) <= 100);
+  CHECK(tapered.size() > plain.size());
+  CHECK(tapered.size() <= 8);  // about log2(total / tail) + total / cap, not total / tail
+  std::vector<size_t> order;
+  for (const auto& b : tapered) order.insert(order.end(), b.begin(), b.end());
+  std::vector<size_t> backward(bytes.size());
+  std::iota(backward.rbegin(), backward.rend(), size_t{0});
+  CHECK(order == backward);  // still last to first, each parameter once
+  // A tail at or above the cap, or 0, changes nothing.
+  CHECK(assign_buckets(bytes, 2500, 2500) == plain);
+  CHECK(assign_buckets(bytes, 2500, 0) == plain);
+  CHECK_THROWS_AS(assign_buckets(bytes, 2500, -1), Error);
+}
+
 TEST_CASE("dist: the tape reports each leaf once, after its last gradient contribution") {
   Variable w1 = param({4, 3}, 1), w2 = param({2, 4}, 2), x = Variable(Tensor::full({5, 3}, 0.5f));
   // w1 is used twice (two contributions); the hook must fire after the second.

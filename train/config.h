@@ -74,6 +74,7 @@ struct TrainConfig {
   // is per rank (the global batch is batch_size x ranks), each rank reads its shard of every epoch.
   bool distributed = false;
   double bucket_mib = 25;                 // gradients per all-reduce bucket, MiB
+  double bucket_tail_mib = 1;             // the last buckets taper to this size (dist/reducer.h); 0: no taper
   double dist_timeout = 300;              // seconds a collective may take before the run gives up
   bool sync_bn = false;                   // batch-norm statistics over the global batch (CPU ranks)
   // Test hooks, not configuration keys (actlab-train sets them from the environment variables

@@ -170,6 +170,10 @@ const std::vector<Field>& fields() {
                     "data-parallel training, one process per rank (mpirun -np N actlab-train --distributed ...): "
                     "--batch-size is per rank, each rank reads a disjoint shard, gradients are averaged"),
         ACTLAB_FLT("bucket-mib", bucket_mib, "--distributed: MiB of gradients per all-reduce bucket"),
+        ACTLAB_FLT("bucket-tail-mib", bucket_tail_mib,
+                   "--distributed: the last buckets shrink towards this many MiB (each takes at most half of the "
+                   "gradient bytes still to come), so the all-reduce left for after backward is small; 0: every "
+                   "bucket up to --bucket-mib"),
         ACTLAB_BOOL("sync-bn", sync_bn,
                     "--distributed on CPU ranks: batch-norm mean and variance over every rank's batch (all-reduced "
                     "in forward and backward) instead of each rank's own"),

@@ -132,6 +132,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(!c.sync_bn || c.distributed, "--sync-bn needs --distributed");
   ACTLAB_CHECK(c.bucket_mib > 0 && c.dist_timeout > 0, "--bucket-mib and --dist-timeout must be > 0, got ",
                c.bucket_mib, " and ", c.dist_timeout);
+  ACTLAB_CHECK(c.bucket_tail_mib >= 0, "--bucket-tail-mib must be >= 0, got ", c.bucket_tail_mib);
   ACTLAB_CHECK(c.synthetic_size >= 1, "--synthetic-size must be >= 1, got ", c.synthetic_size);
   ACTLAB_CHECK(c.on_nonfinite == "stop" || c.on_nonfinite == "skip-step", "--on-nonfinite must be stop or skip-step, got '",
                c.on_nonfinite, "'");
@@ -318,7 +319,8 @@ void Run::setup() {
   scaler_ = std::make_unique<LossScaler>(loss_scale_options(c_));
   if (dist_.on())
     reducer_ = std::make_unique<GradReducer>(model_->parameters(), *dist_.comm(),
-                                             static_cast<int64_t>(c_.bucket_mib * 1024 * 1024));
+                                             static_cast<int64_t>(c_.bucket_mib * 1024 * 1024),
+                                             static_cast<int64_t>(c_.bucket_tail_mib * 1024 * 1024));
   if (c_.check_memory) memory_check_ = std::make_unique<MemoryCheck>(device_);
   steps_per_epoch_ = c_.steps_per_epoch > 0 ? std::min(c_.steps_per_epoch, train_loader_->num_batches())
                                             : train_loader_->num_batches();
@@ -411,12 +413,19 @@ void Run::print_header() const {
                 "the update%s\n",
                 loss_scale_name(loss_scale_options(c_)).c_str(),
                 scaler_->dynamic() ? "; an overflowing step is skipped and halves the scale" : "");
-  if (dist_.on())
+  if (dist_.on()) {
+    char taper[64] = "";
+    if (c_.bucket_tail_mib > 0 && c_.bucket_tail_mib < c_.bucket_mib)
+      std::snprintf(taper, sizeof taper, ", tapering to %g MiB at the end of backward", c_.bucket_tail_mib);
+    std::string sizes;
+    for (size_t b = 0; b < reducer_->buckets().size(); ++b)
+      sizes += (b ? ", " : "") + format_bytes(reducer_->bucket_bytes(b));
     std::printf("distributed: %d ranks over %s; --batch-size %lld is per rank (global batch %lld), each rank reads "
-                "1/%d of every epoch; %zu gradient buckets of <= %g MiB\n",
+                "1/%d of every epoch; %zu gradient buckets of <= %g MiB%s, in backward order: %s\n",
                 dist_.world(), dist_.comm()->backend().c_str(), static_cast<long long>(c_.batch_size),
                 static_cast<long long>(c_.batch_size * dist_.world()), dist_.world(), reducer_->buckets().size(),
-                c_.bucket_mib);
+                c_.bucket_mib, taper, sizes.c_str());
+  }
   std::string line = "config:";
   for (const auto& e : config_entries(c_)) line += " " + e.first + "=" + e.second;
   std::printf("%s\n", line.c_str());

@@ -73,6 +73,7 @@ check "unknown model"           "unknown model 'resnet7'"          --model resne
 check "unknown data set"        "unknown data set"                 --dataset imagenet21k
 check "sync-bn alone"           "sync-bn needs --distributed"      --sync-bn
 check "bucket size 0"           "bucket-mib and --dist-timeout must be > 0" --distributed --bucket-mib 0
+check "negative bucket tail"    "bucket-tail-mib must be >= 0"     --distributed --bucket-tail-mib -1
 check "unknown policy"          "unknown policy|accepted"          --policy zip:Q=2
 check "division B=0"            "B"                                --policy division:B=0,Q=2
 check "division Q=3"            "Q"                                --policy division:B=8,Q=3
