@@ -33,6 +33,7 @@ class Conv2dNode final : public Node {
     std::vector<Tensor> grads(3);
     const bool need_x = inputs[0].leaf || !inputs[0].node.expired();
     const bool need_w = inputs[1].leaf || !inputs[1].node.expired();
+    const ops::ConvBackwardScope share(dy);  // dy is reordered for the kernels once, for both passes
     if (need_w) {
       Tensor db;
       // Where the convolution computes on channel blocks and the policy can write them, the input is

@@ -155,6 +155,13 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
   return dw;
 }
 
+ConvBackwardScope::ConvBackwardScope(const Tensor& dy) : dy_(dy) {
+  if (dy.device().is_cpu() && dy.dtype() == DType::F32 && dy.is_contiguous())
+    share_ = std::make_unique<cpu::ConvGradShare>(f32(dy_));
+}
+
+ConvBackwardScope::~ConvBackwardScope() = default;
+
 int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, const Shape& w_shape,
                                        const ConvParams& p, bool want_bias) {
   // A bf16 convolution converts its input on the way in: no blocked f32 input to write.

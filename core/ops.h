@@ -7,9 +7,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "actlab/core/tensor.h"
+
+namespace actlab::cpu {
+class ConvGradShare;
+}
 
 namespace actlab::ops {
 
@@ -35,6 +40,21 @@ int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, c
 // Only where conv2d_backward_weight_input_block says 16; the same result bit for bit.
 Tensor conv2d_backward_weight_blocked_input(const Tensor& dy, const Tensor& x_blocked, const Shape& x_shape,
                                             const Shape& w_shape, const ConvParams& p, bool want_bias, Tensor* db);
+
+// Around one convolution's backward passes on the same dy (conv2d_backward_data and a
+// conv2d_backward_weight*): on the CPU, dy's reorder into the kernels' layout is made once for both
+// (cpu::ConvGradShare) instead of once per pass; on a GPU it does nothing. Holds dy for its life. The
+// results are the same bit for bit.
+class ConvBackwardScope {
+ public:
+  explicit ConvBackwardScope(const Tensor& dy);
+  ~ConvBackwardScope();
+  ConvBackwardScope(const ConvBackwardScope&) = delete;
+  ConvBackwardScope& operator=(const ConvBackwardScope&) = delete;
+ private:
+  Tensor dy_;
+  std::unique_ptr<cpu::ConvGradShare> share_;
+};
 
 // x (..., D), w (M,D), b (M) or undefined -> (..., M): every leading dim is a row (token maps (B,T,D)).
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -237,6 +238,75 @@ TEST_CASE("cpu conv: backward weight on a channel-blocked input equals the NCHW 
       CHECK(dw_blocked == dw);
       if (with_bias) CHECK(db_blocked == db);
     }
+}
+
+TEST_CASE("cpu conv: a ConvGradShare reorders dy once for both backward passes, with the same results") {
+  using actlab::MemTag;
+  using actlab::Precision;
+  std::vector<Precision> precisions = {Precision::F32};
+  if (actlab::testing::have_bf16_kernels()) precisions.push_back(Precision::BF16);
+  // Winograd (3x3 s1, 64 channels), direct blocked (stride 2), 1x1 stride 2, pointwise on plain NCHW
+  // (no reorder at all in fp32), depthwise, and channels that are not a multiple of 16.
+  const ConvShape shapes[] = {shape(2, 64, 6, 5, 64, 3, 3, 1, 1, 1), shape(2, 16, 8, 8, 32, 3, 3, 2, 1, 1),
+                              shape(2, 32, 7, 7, 64, 1, 1, 2, 0, 1), shape(2, 32, 8, 8, 32, 1, 1, 1, 0, 1),
+                              shape(3, 32, 8, 8, 32, 3, 3, 2, 1, 32), shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1)};
+  const int64_t live_before = actlab::memory_stats().total.current;
+  uint32_t seed = 900;
+  for (Precision pr : precisions)
+    for (const ConvShape& s : shapes) {
+      CAPTURE(s.str());
+      CAPTURE(actlab::precision_name(pr));
+      const auto x = random_vector(static_cast<size_t>(s.N * s.C * s.H * s.W), seed++);
+      const auto w = random_vector(static_cast<size_t>(s.K * (s.C / s.groups) * s.R * s.S), seed++);
+      const auto dy = random_vector(static_cast<size_t>(s.N * s.K * s.P() * s.Q()), seed++);
+      // Both passes, returning the Workspace allocations they made.
+      auto backward = [&](std::vector<float>& dx, std::vector<float>& dw, std::vector<float>& db) {
+        dx.assign(x.size(), NAN), dw.assign(w.size(), NAN), db.assign(static_cast<size_t>(s.K), NAN);
+        const int64_t before = actlab::memory_stats()[MemTag::Workspace].alloc_count;
+        actlab::cpu::conv2d_backward_weight(dw.data(), db.data(), dy.data(), x.data(), s, ConvImpl::Auto, pr);
+        actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s, ConvImpl::Auto, pr);
+        return actlab::memory_stats()[MemTag::Workspace].alloc_count - before;
+      };
+      std::vector<float> dx, dw, db, dx_shared, dw_shared, db_shared;
+      const int64_t plain = backward(dx, dw, db);
+      int64_t shared = 0;
+      {
+        const actlab::cpu::ConvGradShare share(dy.data());
+        shared = backward(dx_shared, dw_shared, db_shared);
+        // A pass on another gradient under the same share reorders its own (nothing shared by mistake).
+        const auto other = random_vector(dy.size(), seed++);
+        std::vector<float> dx_other(x.size()), dx_other_plain(x.size());
+        actlab::cpu::conv2d_backward_data(dx_other.data(), other.data(), w.data(), s, ConvImpl::Auto, pr);
+        const actlab::cpu::ConvGradShare inner(nullptr);  // hides the outer share
+        actlab::cpu::conv2d_backward_data(dx_other_plain.data(), other.data(), w.data(), s, ConvImpl::Auto, pr);
+        CHECK(dx_other == dx_other_plain);
+      }
+      CHECK(dx_shared == dx);
+      CHECK(dw_shared == dw);
+      CHECK(db_shared == db);
+      // The share saves exactly one allocation where both passes reorder dy into the same layout, and
+      // never adds one.
+      CHECK(shared <= plain);
+      CHECK(shared >= plain - 1);
+      if (pr == Precision::BF16) CHECK(shared == plain - 1);  // bf16 converts dy on the way in, always
+    }
+  CHECK(actlab::memory_stats().total.current == live_before);
+  // Where the layouts agree in fp32: the Winograd and blocked shapes.
+  const ConvShape s = shapes[0];
+  const auto dy = random_vector(static_cast<size_t>(s.N * s.K * s.P() * s.Q()), 1);
+  const auto x = random_vector(static_cast<size_t>(s.N * s.C * s.H * s.W), 2);
+  const auto w = random_vector(static_cast<size_t>(s.K * s.C * s.R * s.S), 3);
+  std::vector<float> dx(x.size()), dw(w.size());
+  int64_t counts[2];
+  for (int shared = 0; shared < 2; ++shared) {
+    std::unique_ptr<actlab::cpu::ConvGradShare> share;
+    if (shared) share = std::make_unique<actlab::cpu::ConvGradShare>(dy.data());
+    const int64_t before = actlab::memory_stats()[MemTag::Workspace].alloc_count;
+    actlab::cpu::conv2d_backward_weight(dw.data(), nullptr, dy.data(), x.data(), s);
+    actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s);
+    counts[shared] = actlab::memory_stats()[MemTag::Workspace].alloc_count - before;
+  }
+  if (avx512_cpu()) CHECK(counts[1] == counts[0] - 1);
 }
 
 TEST_CASE("cpu conv: implementation names round-trip - bad shapes throw") {

@@ -127,6 +127,7 @@ struct Plan {
   dnnl::primitive prim;
   Port in0, in1, out;
   int in0_arg = 0, in1_arg = 0, out_arg = 0, bias_arg = 0;
+  int grad_input = -1;  // which input is diff_dst (0 or 1; -1 forward), for ConvGradShare
   bool with_bias = false;
   memory::desc bias_md, scratchpad_md;
   std::string impl_info;  // oneDNN's kernel name, e.g. "jit:avx512_core"
@@ -232,6 +233,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
     plan->out = make_port(d.user_src, pd.diff_src_desc(), true);
     plan->in0_arg = DNNL_ARG_DIFF_DST, plan->in1_arg = DNNL_ARG_WEIGHTS;
     plan->out_arg = DNNL_ARG_DIFF_SRC;
+    plan->grad_input = 0;
     plan->scratchpad_md = pd.scratchpad_desc();
     plan->impl_info = pd.impl_info_str();
   } else {
@@ -247,6 +249,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
     plan->out = make_port(d.user_wei, pd.diff_weights_desc(), true);
     plan->in0_arg = DNNL_ARG_SRC, plan->in1_arg = DNNL_ARG_DIFF_DST;
     plan->out_arg = DNNL_ARG_DIFF_WEIGHTS, plan->bias_arg = DNNL_ARG_DIFF_BIAS;
+    plan->grad_input = 1;
     plan->scratchpad_md = pd.scratchpad_desc();
     plan->impl_info = pd.impl_info_str();
   }
@@ -276,31 +279,56 @@ const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with
   return *it->second;
 }
 
+}  // namespace
+
+// The output gradient of the convolution whose backward passes run under a ConvGradShare: its user
+// pointer and, once a pass has reordered it, that copy and its layout.
+struct ConvGradShare::Slot {
+  const void* user = nullptr;
+  memory::desc prim_md;
+  Buffer copy;
+  Slot* outer = nullptr;  // the share this one hides until it ends
+};
+
+namespace {
+
+thread_local ConvGradShare::Slot* t_grad_share = nullptr;
+
 // Runs a plan on user pointers: reorders inputs into fresh Workspace buffers where the primitive
 // wants another layout, executes, and reorders the output back. `bias` is an input (forward)
 // or an output (backward weight); nullptr when the plan has none. in0_is_prim: in0 is already in the
-// primitive's layout (no reorder).
+// primitive's layout (no reorder). Under a ConvGradShare for this diff_dst, its reorder is made once and
+// kept in the share's slot for the other backward pass.
 void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, float* bias,
               bool in0_is_prim = false) {
   dnnl::engine& eng = dnnl_engine();
   dnnl::stream& strm = dnnl_stream();
   std::vector<Buffer> buffers;  // reorder targets and the scratchpad: alive until the end
   buffers.reserve(4);
-  auto bind_input = [&](const Port& port, const void* user) {
+  auto bind_input = [&](const Port& port, const void* user, bool is_grad) {
     memory user_mem(port.user_md, eng, const_cast<void*>(user));
     if (!port.reorder) return user_mem;
-    const Buffer& buf = buffers.emplace_back(port.prim_md.get_size(), MemTag::Workspace);
-    memory prim_mem(port.prim_md, eng, buf.data());
+    ConvGradShare::Slot* share = is_grad && t_grad_share != nullptr && t_grad_share->user == user ? t_grad_share : nullptr;
+    if (share != nullptr && share->copy.data() != nullptr && share->prim_md == port.prim_md)
+      return memory(port.prim_md, eng, share->copy.data());
+    Buffer fresh(port.prim_md.get_size(), MemTag::Workspace);
+    memory prim_mem(port.prim_md, eng, fresh.data());
     port.to_prim.execute(strm, user_mem, prim_mem);
+    if (share != nullptr) {
+      share->prim_md = port.prim_md;
+      share->copy = std::move(fresh);
+    } else {
+      buffers.push_back(std::move(fresh));
+    }
     return prim_mem;
   };
   std::unordered_map<int, memory> args;
   if (in0_is_prim) {
     args.emplace(plan.in0_arg, memory(plan.in0.prim_md, eng, const_cast<void*>(in0)));
   } else {
-    args.emplace(plan.in0_arg, bind_input(plan.in0, in0));
+    args.emplace(plan.in0_arg, bind_input(plan.in0, in0, plan.grad_input == 0));
   }
-  args.emplace(plan.in1_arg, bind_input(plan.in1, in1));
+  args.emplace(plan.in1_arg, bind_input(plan.in1, in1, plan.grad_input == 1));
   memory out_user(plan.out.user_md, eng, out);
   memory out_prim = out_user;
   if (plan.out.reorder) {
@@ -488,6 +516,14 @@ void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, co
   run_dnnl(Direction::BackwardWeight, resolve(ConvImpl::Auto, s, Precision::BF16), s, x_bf16, dy, dw, db,
            Precision::BF16, false, true);
 }
+
+ConvGradShare::ConvGradShare(const float* dy) : slot_(std::make_unique<Slot>()) {
+  slot_->user = dy;
+  slot_->outer = t_grad_share;
+  t_grad_share = slot_.get();
+}
+
+ConvGradShare::~ConvGradShare() { t_grad_share = slot_->outer; }
 
 void conv_clear_cache() {
   std::lock_guard<std::mutex> lock(cache_mutex());

@@ -4,6 +4,7 @@
 // Tested in tests/test_cpu_conv.cpp; timed in bench/bench_conv.cpp (results: bench/RESULTS_conv.md).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actlab/core/precision.h"
@@ -75,6 +76,22 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
 // result as conv2d_backward_weight(..., Auto, BF16) on the widened x, bit for bit.
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
                                        const ConvShape& s);
+
+// While one is alive on this thread, the oneDNN backward passes (data and weight) that read the output
+// gradient at `dy` reorder it into their layout once and share that copy (a MemTag::Workspace buffer held
+// until the scope ends), where each pass would otherwise make its own: one pass over dy fewer per
+// convolution in backward. The caller keeps dy alive and unchanged for the scope's life. Results are the
+// same bit for bit (a reorder is a copy). Per thread; an inner share hides an outer one until it ends.
+class ConvGradShare {
+ public:
+  explicit ConvGradShare(const float* dy);
+  ~ConvGradShare();
+  ConvGradShare(const ConvGradShare&) = delete;
+  ConvGradShare& operator=(const ConvGradShare&) = delete;
+  struct Slot;
+ private:
+  std::unique_ptr<Slot> slot_;
+};
 
 // The executable spec: the same contracts, naive loops, double accumulation, single thread.
 void conv2d_forward_ref(float* y, const float* x, const float* w, const float* b,

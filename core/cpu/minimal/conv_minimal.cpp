@@ -88,6 +88,11 @@ void conv2d_backward_weight_bf16_input(float*, float*, const float*, const uint1
   ACTLAB_FAIL("conv2d_backward_weight_bf16_input: a minimal build has no bf16 convolution (", s.str(), ")");
 }
 
+// The reference loops read dy where it is: nothing to share.
+struct ConvGradShare::Slot {};
+ConvGradShare::ConvGradShare(const float*) {}
+ConvGradShare::~ConvGradShare() = default;
+
 void conv_clear_cache() {}
 
 }  // namespace actlab::cpu
