@@ -152,6 +152,25 @@ RunOptions run_options(const testing::TempDir& dir) {
   return o;
 }
 
+// Runs a grid of one paper table whose rows are tiny cells (policy, label) in dir and returns its
+// tables.md (the other reports are in run_options(dir).out_dir).
+std::string run_tiny_table(const testing::TempDir& dir, const std::string& table,
+                           const std::vector<std::pair<std::string, std::string>>& rows) {
+  Grid grid;
+  grid.preset = "test";
+  grid.tables = {table};
+  for (const auto& [policy, label] : rows) grid.add(tiny_cell(policy), table, label);
+  const RunOptions o = run_options(dir);
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  INFO(read_all(dir.file("progress.txt")));
+  REQUIRE(rc == 0);
+  return read_all(fs::path(o.out_dir) / "tables.md");
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ plot
@@ -770,21 +789,8 @@ TEST_CASE("radar: a missing or foreign input is one error line naming the file")
 TEST_CASE("ablate: a tiny Table 1(b) grid reports accuracy, memory, compression and throughput per method") {
   REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
   testing::TempDir dir("ablate_1b_run");
-  Grid grid;
-  grid.preset = "test";
-  grid.tables = {"1b"};
-  for (const auto& [policy, label] : std::vector<std::pair<std::string, std::string>>{
-           {"exact", "Normal"}, {"mesa:Q=8", "Mesa"}, {"division:B=8,Q=2", "DIVISION"}})
-    grid.add(tiny_cell(policy), "1b", label);
-  const RunOptions o = run_options(dir);
-  int rc = -1;
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
-  INFO(read_all(dir.file("progress.txt")));
-  REQUIRE(rc == 0);
-  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  const std::string tables =
+      run_tiny_table(dir, "1b", {{"exact", "Normal"}, {"mesa:Q=8", "Mesa"}, {"division:B=8,Q=2", "DIVISION"}});
   INFO(tables);
   CHECK(tables.find("## Table 1(b): vision transformers") != std::string::npos);
   CHECK(tables.find("| Method | Policy | Test acc. (%) | Δ vs Normal | Seeds | Activation memory | Compression | img/s |") !=
@@ -808,21 +814,8 @@ TEST_CASE("ablate: a tiny Table 1(b) grid reports accuracy, memory, compression 
 TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP against Normal") {
   REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
   testing::TempDir dir("ablate_fig6");
-  Grid grid;
-  grid.preset = "test";
-  grid.tables = {"fig6"};
-  for (const auto& [policy, label] : std::vector<std::pair<std::string, std::string>>{
-           {"exact", "Normal"}, {"swap:P=2", "SWAP"}, {"division:B=8,Q=2", "DIVISION"}})
-    grid.add(tiny_cell(policy), "fig6", label);
-  const RunOptions o = run_options(dir);
-  int rc = -1;
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
-  INFO(read_all(dir.file("progress.txt")));
-  REQUIRE(rc == 0);
-  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  const std::string tables =
+      run_tiny_table(dir, "fig6", {{"exact", "Normal"}, {"swap:P=2", "SWAP"}, {"division:B=8,Q=2", "DIVISION"}});
   INFO(tables);
   CHECK(tables.find("## Fig. 6: test accuracy of every method") != std::string::npos);
   CHECK(tables.find("| Method | Policy | Test acc. (%) | Δ vs Normal | Seeds | Paper (%) | Paper Δ vs Normal |") !=
@@ -832,5 +825,5 @@ TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP 
   CHECK(tables.find("- SWAP, seed 0: train loss") != std::string::npos);
   CHECK(tables.find("identical to Normal's") != std::string::npos);
   CHECK(tables.find("The paper reports no accuracy for") != std::string::npos);
-  CHECK(count_of(read_all(fs::path(o.out_dir) / "fig6_accuracy.svg"), "class=\"bar\"") == 3);
+  CHECK(count_of(read_all(fs::path(run_options(dir).out_dir) / "fig6_accuracy.svg"), "class=\"bar\"") == 3);
 }
