@@ -28,6 +28,7 @@
 #include "actlab/data/dataset.h"
 #include "actlab/dist/communicator.h"
 #include "actlab/dist/reducer.h"
+#include "actlab/dist/scale_model.h"
 #include "actlab/dist/sync_batch_norm.h"
 #include "actlab/io/safetensors.h"
 #include "actlab/models/registry.h"
@@ -218,6 +219,60 @@ TEST_CASE("dist: tapered buckets halve towards the end of backward and leave at 
   CHECK(assign_buckets(bytes, 2500, 2500) == plain);
   CHECK(assign_buckets(bytes, 2500, 0) == plain);
   CHECK_THROWS_AS(assign_buckets(bytes, 2500, -1), Error);
+}
+
+TEST_CASE("scale model: a ring all-reduce costs 2(N-1)/N of the bytes over the link plus 2(N-1) latencies") {
+  const RingLink link{1e9, 1e-5};
+  CHECK(ring_allreduce_seconds(1e9, 1, link) == 0.0);
+  CHECK(ring_allreduce_seconds(1e9, 2, link) == doctest::Approx(1.0 + 2e-5));
+  CHECK(ring_allreduce_seconds(1e9, 8, link) == doctest::Approx(14.0 / 8.0 + 14e-5));
+  // Towards 2·bytes/bandwidth as the ring grows, while the latency term grows with it.
+  CHECK(ring_allreduce_seconds(1e9, 512, link) == doctest::Approx(2.0 * 511 / 512 + 1022e-5));
+  CHECK(ring_allreduce_seconds(0, 64, link) == doctest::Approx(126e-5));
+  CHECK_THROWS_AS(ring_allreduce_seconds(1e6, 0, link), Error);
+  CHECK_THROWS_AS(ring_allreduce_seconds(1e6, 2, RingLink{0, 0}), Error);
+}
+
+TEST_CASE("scale model: all-reduces start when backward has made their gradients and only the tail shows") {
+  // Four layers in registration order; backward reaches the last first. 1 MiB parameters.
+  const int64_t mib = int64_t{1} << 20;
+  StepInputs in;
+  in.compute_s = 0.3;  // forward 0.1 s, backward 0.2 s
+  std::vector<ParamCost> params = {{4 * mib, 1.0}, {4 * mib, 0.75}, {4 * mib, 0.5}, {4 * mib, 0.25}};
+  in.bucket_cap_bytes = 4 * mib;
+  in.bucket_tail_bytes = 0;
+  const RingLink link{static_cast<double>(mib) * 100, 0};  // 100 MiB/s: a 4 MiB bucket costs 40 ms on 2 ranks
+  const StepPrediction two = predict_step(params, in, 2, link);
+  CHECK(two.buckets == 4);
+  CHECK(two.comm_s == doctest::Approx(4 * 0.04));
+  // Buckets ready at 0.15, 0.2, 0.25 and 0.3 s, each reduced in 40 ms: only the last one is left after
+  // backward ends at 0.3 s.
+  CHECK(two.exposed_s == doctest::Approx(0.04));
+  CHECK(two.step_s() == doctest::Approx(0.34));
+  CHECK(two.hidden_fraction() == doctest::Approx(0.75));
+  // One rank: nothing to communicate.
+  const StepPrediction one = predict_step(params, in, 1, link);
+  CHECK(one.step_s() == doctest::Approx(0.3));
+  CHECK(one.efficiency() == doctest::Approx(1.0));
+  // One bucket of everything starts at the end of backward: nothing hidden.
+  in.bucket_cap_bytes = 64 * mib;
+  const StepPrediction fixed = predict_step(params, in, 2, link);
+  CHECK(fixed.buckets == 1);
+  CHECK(fixed.exposed_s == doctest::Approx(0.16));
+  CHECK(fixed.hidden_fraction() == doctest::Approx(0.0));
+  // The same cap with a 1 MiB tail: the tail buckets are small, so less is left after backward.
+  in.bucket_tail_bytes = mib;
+  const StepPrediction tapered = predict_step(params, in, 2, link);
+  CHECK(tapered.buckets > 1);
+  CHECK(tapered.exposed_s < fixed.exposed_s);
+  // A slower link: the all-reduces queue up behind each other and more is exposed; more compute per
+  // step (a larger batch) hides more of the same bytes.
+  const StepPrediction slow = predict_step(params, in, 2, RingLink{static_cast<double>(mib) * 20, 0});
+  CHECK(slow.exposed_s > tapered.exposed_s);
+  in.compute_s = 3.0;
+  CHECK(predict_step(params, in, 2, RingLink{static_cast<double>(mib) * 20, 0}).efficiency() > slow.efficiency());
+  params[1].ready = 1.5;
+  CHECK_THROWS_AS(predict_step(params, in, 2, link), Error);
 }
 
 TEST_CASE("dist: the tape reports each leaf once, after its last gradient contribution") {

@@ -191,6 +191,12 @@ TEST_CASE("paper reference: Table 1(a) cells and the paper's name for each polic
   CHECK(paper_table_1a("DIVISION", "wrn50_2_imagenet", 128)->total_gb == doctest::Approx(2.12));
   CHECK(paper_table_1a("Normal", "resnet50_imagenet", 512)->total_gb < 0);  // OOM in the paper
   CHECK(paper_table_1a("DIVISION", "resnet18", 64) == nullptr);
+  // Fig. 7's throughput: a cell, an OOM, a missing one.
+  CHECK(paper_throughput("DIVISION", "resnet50_imagenet", 256) == doctest::Approx(380.72));
+  CHECK(paper_throughput("Normal", "wrn50_2_imagenet", 64) == doctest::Approx(286.89));
+  CHECK(paper_throughput("Normal", "resnet50_imagenet", 512) < 0);
+  CHECK(std::isnan(paper_throughput("SWAP", "resnet50_imagenet", 256)));
+  CHECK(std::isnan(paper_throughput("DIVISION", "resnet50_imagenet", 32)));
   CHECK(paper_method_name("exact") == "Normal");
   CHECK(paper_method_name("division:B=8,Q=2") == "DIVISION");
   CHECK(paper_method_name("checkpoint:segments=4") == "Checkpoint");

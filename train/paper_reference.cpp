@@ -1,4 +1,4 @@
-// The paper's Table 1(a) figures, its accuracy figures and method names (train/paper_reference.h).
+// The paper's Table 1(a) figures, its accuracy and throughput figures and method names (train/paper_reference.h).
 #include "actlab/train/paper_reference.h"
 
 #include <limits>
@@ -52,6 +52,26 @@ const PaperAccuracy kAccuracy[] = {
     {"DIVISION", "densenet121", "cifar100", 79.47},     {"ActNN", "densenet121", "cifar100", 78.95},
 };
 
+// §7.3: img/s at batch 64/128/256/512 (-1: OOM; NaN: no figure).
+struct PaperSpeed {
+  const char* method;
+  const char* model;
+  double at[4];
+};
+constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+const PaperSpeed kThroughput[] = {
+    {"DIVISION", "resnet50_imagenet", {369.82, 378.87, 380.72, 380.78}},
+    {"ActNN", "resnet50_imagenet", {266.15, 296.25, 308.33, 315.55}},
+    {"Checkpoint", "resnet50_imagenet", {118.03, 120.74, 122.14, 122.87}},
+    {"Normal", "resnet50_imagenet", {444.2, 463.51, 469.05, -1}},
+    {"SWAP", "resnet50_imagenet", {50.81, 45.47, kNone, kNone}},
+    {"DIVISION", "wrn50_2_imagenet", {239.07, 250.78, 252.66, 253.39}},
+    {"ActNN", "wrn50_2_imagenet", {191.35, 206.51, 212.31, 215.93}},
+    {"Checkpoint", "wrn50_2_imagenet", {84.91, 87.69, 88.25, kNone}},
+    {"Normal", "wrn50_2_imagenet", {286.89, 301.25, 303.24, -1}},
+    {"SWAP", "wrn50_2_imagenet", {45.24, 34.99, kNone, kNone}},
+};
+
 std::string single_name(const std::string& policy) {
   const std::string name = policy.substr(0, policy.find(':'));
   if (name == "exact") return "Normal";
@@ -71,6 +91,15 @@ const PaperMemory* paper_table_1a(const std::string& method, const std::string& 
   for (const PaperMemory& p : kTable1a)
     if (method == p.method && model == p.model && batch == p.batch) return &p;
   return nullptr;
+}
+
+double paper_throughput(const std::string& method, const std::string& model, int64_t batch) {
+  const int64_t batches[] = {64, 128, 256, 512};
+  for (const PaperSpeed& p : kThroughput)
+    if (method == p.method && model == p.model)
+      for (int i = 0; i < 4; ++i)
+        if (batches[i] == batch) return p.at[i];
+  return kNone;
 }
 
 double paper_accuracy(const std::string& method, const std::string& model, const std::string& dataset) {

@@ -1,6 +1,6 @@
 // The DIVISION paper's published figures that actlab's tables print beside their own measurements, kept
-// in one place (transcribed from the official repository's memory table and accuracy plot; see
-// ../shared/docs/division-reference.md §7.1 and §7.2), and the paper's name for each of actlab's policy strings.
+// in one place (transcribed from the official repository's memory table, accuracy plot and speed logs;
+// see ../shared/docs/division-reference.md §7.1 to §7.3), and the paper's name for each of actlab's policy strings.
 // Tested in tests/test_step.cpp.
 #pragma once
 #include <cstdint>
@@ -23,6 +23,12 @@ const PaperMemory* paper_table_1a(const std::string& method, const std::string& 
 // on actlab's model and data set names (resnet18 + cifar10, preact_resnet164 + cifar100, ...); NaN when
 // the paper has no such figure.
 double paper_accuracy(const std::string& method, const std::string& model, const std::string& dataset);
+
+// Fig. 7: training throughput (img/s) of a method on ImageNet 224x224 at a batch, one RTX 3090 under AMP,
+// from the official repository's speed logs (../shared/docs/division-reference.md §7.3; its JSON values:
+// the older logs for Normal, Checkpoint and SWAP). NaN when the paper has no such figure, -1 where it
+// reports OOM.
+double paper_throughput(const std::string& method, const std::string& model, int64_t batch);
 
 // The paper's name for a policy string ("exact" → "Normal", "checkpoint:segments=4" → "Checkpoint",
 // "division:B=8,Q=2" → "DIVISION", a combination such as "checkpoint+division:B=8,Q=2" →
