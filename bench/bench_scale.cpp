@@ -83,9 +83,10 @@ void print_table(const std::string& model, const std::vector<ParamCost>& params,
                  const std::vector<int64_t>& ranks, const std::vector<Link>& links) {
   int64_t grad_bytes = 0;
   for (const auto& p : params) grad_bytes += p.bytes;
-  std::printf("\n**%s** (%.1f MiB of fp32 gradients a step; img/s of the whole job, efficiency against no "
-              "communication in brackets)\n\n",
-              model.c_str(), static_cast<double>(grad_bytes) / (1 << 20));
+  const int64_t buckets = predict_step(params, StepInputs{}, 2, links[0].ring).buckets;
+  std::printf("\n**%s** (%.1f MiB of fp32 gradients a step in %lld buckets; img/s of the whole job, efficiency "
+              "against no communication in brackets)\n\n",
+              model.c_str(), static_cast<double>(grad_bytes) / (1 << 20), static_cast<long long>(buckets));
   std::printf("| link | method | batch / GPU | 1 GPU |");
   for (int64_t n : ranks) std::printf(" %lld GPUs |", static_cast<long long>(n));
   std::printf("\n|---|---|---|---|");
@@ -174,10 +175,11 @@ int measure_link(int64_t reps) {
 int check(const FlagParser& flags) {
   ACTLAB_CHECK(flags.given("compute-ms") && flags.given("link-gbs"),
                "--check needs --compute-ms (one rank's step, measured) and --link-gbs (from --measure-link)");
-  const std::vector<ParamCost> params = param_costs("resnet18", 3, 10, 32);
+  // bench/bench_dist.sh's input: --dataset synthetic, 1×28×28 images, 10 classes.
+  const std::vector<ParamCost> params = param_costs("resnet18", 1, 10, 28);
   const RingLink link{flags.get_float("link-gbs") * 1e9, flags.get_float("latency-us") * 1e-6};
   const int64_t batch = flags.get_int("check-batch");
-  std::printf("ResNet-18 (CIFAR, 32²), 2 ranks of batch %lld, one rank's step %.1f ms, link %.2f GB/s + %.1f µs\n"
+  std::printf("ResNet-18 (1×28×28 synthetic images, as bench/bench_dist.sh), 2 ranks of batch %lld, one rank's step %.1f ms, link %.2f GB/s + %.1f µs\n"
               "| buckets: cap / tail MiB | buckets | all-reduce ms a step | exposed ms | predicted job img/s |\n"
               "|---|---|---|---|---|\n",
               static_cast<long long>(batch), flags.get_float("compute-ms"), flags.get_float("link-gbs"),
