@@ -158,13 +158,15 @@ int measure_link(int64_t reps) {
     times.push_back(med[0]);
     if (comm->rank() == 0) std::printf("| %.3f | %.3f |\n", static_cast<double>(kib) / 1024, 1e3 * med[0]);
   }
-  // Least squares t = a + b·bytes, read through the ring model: b = 2(N−1)/N / bandwidth, a = 2(N−1)·latency.
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const double k = static_cast<double>(sizes.size());
+  // Read through the ring model t = a + b·bytes, a = 2(N−1)·latency, b = 2(N−1)/N / bandwidth: a is the
+  // smallest message's time, b the least-squares slope over the messages of 1 MiB and more (where the
+  // bytes, not the per-message cost, set the time).
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, k = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    sx += sizes[i], sy += times[i], sxx += sizes[i] * sizes[i], sxy += sizes[i] * times[i];
+    if (sizes[i] < (1 << 20)) continue;
+    sx += sizes[i], sy += times[i], sxx += sizes[i] * sizes[i], sxy += sizes[i] * times[i], k += 1;
   }
-  const double b = (k * sxy - sx * sy) / (k * sxx - sx * sx), a = (sy - b * sx) / k;
+  const double b = (k * sxy - sx * sy) / (k * sxx - sx * sx), a = times[0];
   const double steps = 2.0 * (n - 1);
   if (comm->rank() == 0)
     std::printf("fit: bandwidth %.2f GB/s, latency %.1f µs per ring step (--link-gbs %.2f --latency-us %.1f)\n",
