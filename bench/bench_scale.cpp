@@ -133,7 +133,7 @@ double paper_step_s(const std::string& method, int64_t batch) {
   return static_cast<double>(batch) / rate;
 }
 
-int measure_link(int64_t reps) {
+int measure_link(int64_t reps, const std::vector<int64_t>& sizes_kib) {
   auto comm = make_mpi_communicator(120);
   const int n = comm->world_size();
   ACTLAB_CHECK(n >= 2, "--measure-link needs at least 2 ranks: mpirun -np 2 bench_scale --measure-link");
@@ -141,7 +141,7 @@ int measure_link(int64_t reps) {
   if (comm->rank() == 0)
     std::printf("all-reduce through actlab's MPI communicator, %d ranks, median of %lld\n| MiB | ms |\n|---|---|\n", n,
                 static_cast<long long>(reps));
-  for (const int64_t kib : {4, 64, 1024, 4096, 16384, 43 * 1024}) {
+  for (const int64_t kib : sizes_kib) {
     Tensor t = Tensor::zeros({kib * 256});
     std::vector<double> ts;
     for (int64_t r = 0; r < reps + 1; ++r) {
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
   flags.add("ranks", "string", "8,64,512", "comma-separated GPU counts of the tables");
   flags.add("links", "string", "25GbE=3.125@25;100Gb-IB=12.5@5;400Gb=50@3",
             "ring links, ';'-separated NAME=GB/s@latency-µs (per GPU, per ring step)");
-  flags.add("swin-ratio", "float", "0.547",
+  flags.add("swin-ratio", "float", "0.51",
             "Swin-T's per-image step time over ResNet-50's at 224² (measured on this project's CPU: docs/scale-out.md)");
   flags.add("global-batches", "string", "4096,32768", "comma-separated global batches of the fixed-global-batch table");
   flags.add("gpu-speedup", "float", "1",
@@ -216,6 +216,8 @@ int main(int argc, char** argv) {
             "share of the step assumed unchanged)");
   flags.add("measure-link", "bool", "false", "under mpirun -np N: time all-reduces and fit the ring model");
   flags.add("reps", "int", "20", "--measure-link: all-reduces per size");
+  flags.add("sizes-kib", "string", "4,64,1024,4096,16384",
+            "--measure-link: comma-separated message sizes, KiB, smallest first (the smallest gives the latency)");
   flags.add("check", "bool", "false", "predict the 2-rank ResNet-18 run of bench/bench_dist.sh");
   flags.add("compute-ms", "float", "0", "--check: one rank's step without communication, ms");
   flags.add("check-batch", "int", "64", "--check: batch per rank");
@@ -226,7 +228,13 @@ int main(int argc, char** argv) {
       std::printf("%s", flags.help().c_str());
       return 0;
     }
-    if (flags.get_bool("measure-link")) return measure_link(flags.get_int("reps"));
+    if (flags.get_bool("measure-link")) {
+      std::vector<int64_t> sizes;
+      for (const auto& k : split_list(flags.get("sizes-kib"), ',')) sizes.push_back(std::stoll(k));
+      ACTLAB_CHECK(sizes.size() >= 3 && std::is_sorted(sizes.begin(), sizes.end()) && sizes.front() >= 1,
+                   "--sizes-kib: at least three sizes >= 1, smallest first");
+      return measure_link(flags.get_int("reps"), sizes);
+    }
     if (flags.get_bool("check")) return check(flags);
     std::vector<int64_t> ranks, globals;
     for (const auto& r : split_list(flags.get("ranks"), ',')) ranks.push_back(std::stoll(r));
