@@ -95,8 +95,10 @@ void GradReducer::start_bucket(size_t b) {
     const Tensor& value = params_[i].data();
     Tensor slot = flat.slice(0, offset_[i], offset_[i] + value.numel());
     const Tensor grad = params_[i].grad();  // undefined: backward did not reach it this step
-    if (grad.defined()) slot.copy_(grad.reshape({value.numel()}));
-    else slot.zero_();
+    if (!grad.defined()) slot.zero_();
+    // From the second step on the gradient is a view of its slot (finish), so backward has written it
+    // in place: no copy. Anything that replaced the gradient tensor since is copied in as before.
+    else if (grad.raw_data() != slot.raw_data()) slot.copy_(grad.reshape({value.numel()}));
   }
   work_[b] = comm_.allreduce_sum_async(flat);
   ++stats_.buckets;
@@ -120,9 +122,12 @@ void GradReducer::finish() {
     if (comm_.world_size() > 1) flat.mul_(inverse_world);
     for (size_t i : buckets_[b]) {
       VariableImpl& p = *params_[i].impl();
-      if (!p.grad.defined() || p.grad.shape() != p.data.shape())
-        p.grad = Tensor::empty_tagged(p.data.shape(), MemTag::Grad, DType::F32, p.data.device());
-      p.grad.copy_(flat.slice(0, offset_[i], offset_[i] + p.data.numel()).view(p.data.shape()));
+      Tensor slot = flat.slice(0, offset_[i], offset_[i] + p.data.numel()).view(p.data.shape());
+      // The averaged gradient stays where the all-reduce left it: the parameter's gradient becomes a
+      // view of its bucket slot (once; later steps find it there). That saves a copy out here and a
+      // copy in at start_bucket per step, and a second gradient-sized buffer per rank.
+      if (!p.grad.defined() || p.grad.raw_data() != slot.raw_data() || p.grad.shape() != slot.shape())
+        p.grad = std::move(slot);
       p.grad_stale = false;
     }
   }

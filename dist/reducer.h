@@ -1,9 +1,11 @@
 // GradReducer: data-parallel gradient averaging with overlap. Parameters are grouped into buckets of
 // about --bucket-mib each, in the reverse of their registration order (the order backward produces
 // their gradients in); as soon as backward has produced every gradient of a bucket (the tape's
-// grad-ready hook), the bucket is copied into one flat buffer and its all-reduce is started on the
-// communicator, so the transfer runs while backward computes the layers below. finish() waits for
-// the rest and writes the averages back. Tested in tests/test_dist.cpp.
+// grad-ready hook), the bucket's all-reduce is started on the communicator, so the transfer runs
+// while backward computes the layers below. finish() waits for the rest and leaves each parameter's
+// gradient, now the average, as a view of its slot in the bucket's flat buffer: from the second step on
+// backward writes gradients straight into the buckets, no copy is made in or out, and the buckets are
+// the only gradient memory (PyTorch DDP's gradient_as_bucket_view). Tested in tests/test_dist.cpp.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -54,7 +56,7 @@ class GradReducer {
   void begin_backward();
   // After backward: buckets not started yet start now (a parameter backward did not reach contributes
   // zeros, as on a rank that did reach it the others must still match), then waits for every bucket and
-  // overwrites each gradient with the average over ranks.
+  // makes each gradient the average over ranks, held in its bucket (the gradient is a view of it).
   void finish();
   // Drops an armed step without communicating (the step was abandoned before backward on every rank).
   void cancel();

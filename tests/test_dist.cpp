@@ -331,6 +331,48 @@ TEST_CASE("dist: the reducer averages over ranks, starts buckets during backward
   CHECK(Tape::current().size() == 0);
 }
 
+TEST_CASE("dist: after a step the gradients live in the buckets, backward writes them there, and a replaced one is copied in") {
+  auto model = make_model({"mlp", 1, 10, 8});
+  InMemoryImageDataset data = make_synthetic_dataset(32, 1, 8, 8, 10, 2);
+  DataLoader loader(data, 16, false, 0, true);
+  loader.start_epoch(0);
+  std::vector<Batch> batches(2);
+  REQUIRE(loader.next(batches[0]));
+  REQUIRE(loader.next(batches[1]));
+  std::vector<Variable> params = model->parameters();
+  auto step = [&](const Batch& batch, GradReducer* reducer) {
+    for (auto& p : params) p.zero_grad();
+    Variable loss = cross_entropy((*model)(Variable(batch.images)), batch.labels);
+    if (reducer) reducer->begin_backward();
+    backward(loss);
+    if (reducer) reducer->finish();
+    std::vector<std::vector<float>> grads;
+    for (auto& p : params) grads.push_back(p.grad().to_vector());
+    return grads;
+  };
+  const auto plain0 = step(batches[0], nullptr);
+  const auto plain1 = step(batches[1], nullptr);
+  EchoCommunicator two_ranks(2);
+  GradReducer reducer(params, two_ranks, int64_t{1} << 30);  // one bucket for the whole MLP
+  REQUIRE(reducer.buckets().size() == 1);
+  CHECK(step(batches[0], &reducer) == plain0);
+  // One flat buffer: the gradients lie back to back in the bucket's order (parameters last to first).
+  const std::vector<size_t>& order = reducer.buckets().front();
+  for (size_t k = 0; k + 1 < order.size(); ++k) {
+    const Tensor a = params[order[k]].grad(), b = params[order[k + 1]].grad();
+    CHECK(static_cast<const char*>(a.raw_data()) + a.nbytes() == static_cast<const char*>(b.raw_data()));
+  }
+  std::vector<const void*> where;
+  for (auto& p : params) where.push_back(p.grad().raw_data());
+  CHECK(step(batches[1], &reducer) == plain1);
+  for (size_t i = 0; i < params.size(); ++i) CHECK(params[i].grad().raw_data() == where[i]);  // written in place
+  // A gradient tensor replaced behind the reducer's back (here dropped, so backward allocates a new one)
+  // is copied into its slot and is a view of the bucket again afterwards.
+  params.front().clear_grad();
+  CHECK(step(batches[0], &reducer) == plain0);
+  CHECK(params.front().grad().raw_data() == where.front());
+}
+
 TEST_CASE("dist: 2 ranks with batch b end with the weights of 1 rank with batch 2b (MLP, through mpirun)") {
   if (!have_mpirun()) return;
   testing::TempDir dir("dist_equal");
