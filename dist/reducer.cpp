@@ -34,8 +34,8 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& para
 }
 
 GradReducer::GradReducer(std::vector<Variable> params, Communicator& comm, int64_t bucket_cap_bytes,
-                         int64_t bucket_tail_bytes)
-    : params_(std::move(params)), comm_(comm) {
+                         int64_t bucket_tail_bytes, Averaging averaging)
+    : params_(std::move(params)), comm_(comm), averaging_(averaging) {
   std::vector<int64_t> bytes;
   for (size_t i = 0; i < params_.size(); ++i) {
     bytes.push_back(static_cast<int64_t>(params_[i].data().nbytes()));
@@ -68,6 +68,10 @@ GradReducer::~GradReducer() {
     } catch (const std::exception&) {  // the exception that brought us here says what went wrong
     }
   }
+}
+
+double GradReducer::seed_factor() const {
+  return averaging_ == Averaging::ThroughSeed ? 1.0 / comm_.world_size() : 1.0;
 }
 
 void GradReducer::begin_backward() {
@@ -119,7 +123,7 @@ void GradReducer::finish() {
     stats_.exposed_s += seconds_since(wait_start);
     stats_.comm_s += work->seconds();
     Tensor& flat = flat_[b];
-    if (comm_.world_size() > 1) flat.mul_(inverse_world);
+    if (comm_.world_size() > 1 && averaging_ == Averaging::AfterSum) flat.mul_(inverse_world);
     for (size_t i : buckets_[b]) {
       VariableImpl& p = *params_[i].impl();
       Tensor slot = flat.slice(0, offset_[i], offset_[i] + p.data.numel()).view(p.data.shape());

@@ -41,12 +41,20 @@ struct OverlapStats {
   double hidden_fraction() const { return comm_s > 0 ? std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0; }
 };
 
+// Where the division by the number of ranks happens. AfterSum: finish() scales each summed bucket,
+// a pass over every gradient per step. ThroughSeed: the caller starts backward from seed_factor() = 1/N
+// times its usual seed, so each rank's gradients arrive already divided and the sum is the average
+// (exactly the same numbers when N is a power of two: the factor only moves exponents); the training
+// loop uses this one, the pass is saved.
+enum class Averaging { AfterSum, ThroughSeed };
+
 class GradReducer {
  public:
   // params: the model's parameters in registration order (the same on every rank); their gradients and
   // the flat buckets live on the parameters' device, which must be the one `comm` serves.
   // bucket_cap_bytes / bucket_tail_bytes: assign_buckets' cap_bytes / tail_bytes.
-  GradReducer(std::vector<Variable> params, Communicator& comm, int64_t bucket_cap_bytes, int64_t bucket_tail_bytes = 0);
+  GradReducer(std::vector<Variable> params, Communicator& comm, int64_t bucket_cap_bytes, int64_t bucket_tail_bytes = 0,
+              Averaging averaging = Averaging::AfterSum);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -56,10 +64,14 @@ class GradReducer {
   void begin_backward();
   // After backward: buckets not started yet start now (a parameter backward did not reach contributes
   // zeros, as on a rank that did reach it the others must still match), then waits for every bucket and
-  // makes each gradient the average over ranks, held in its bucket (the gradient is a view of it).
+  // makes each gradient the average over ranks (see Averaging), held in its bucket (the gradient is a
+  // view of it).
   void finish();
   // Drops an armed step without communicating (the step was abandoned before backward on every rank).
   void cancel();
+
+  // The factor on backward's seed that Averaging::ThroughSeed needs (1 under AfterSum).
+  double seed_factor() const;
 
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
   int64_t bucket_bytes(size_t b) const { return static_cast<int64_t>(flat_.at(b).nbytes()); }
@@ -81,6 +93,7 @@ class GradReducer {
   std::vector<std::unique_ptr<CollectiveWork>> work_;  // per bucket, this step
   size_t next_to_start_ = 0;           // buckets start in index order, the same on every rank
   bool armed_ = false;
+  Averaging averaging_;
   OverlapStats stats_;
 };
 

@@ -331,7 +331,7 @@ TEST_CASE("dist: the reducer averages over ranks, starts buckets during backward
   CHECK(Tape::current().size() == 0);
 }
 
-TEST_CASE("dist: after a step the gradients live in the buckets, backward writes them there, and a replaced one is copied in") {
+TEST_CASE("dist: after a step the gradients live in the buckets, backward writes them there, a replaced one is copied in, and a seed of 1/N averages") {
   auto model = make_model({"mlp", 1, 10, 8});
   InMemoryImageDataset data = make_synthetic_dataset(32, 1, 8, 8, 10, 2);
   DataLoader loader(data, 16, false, 0, true);
@@ -371,6 +371,19 @@ TEST_CASE("dist: after a step the gradients live in the buckets, backward writes
   params.front().clear_grad();
   CHECK(step(batches[0], &reducer) == plain0);
   CHECK(params.front().grad().raw_data() == where.front());
+
+  // Averaging through the seed (the training loop's way): backward starts from 1/2, finish divides nothing.
+  GradReducer seeded(params, two_ranks, int64_t{1} << 30, 0, Averaging::ThroughSeed);
+  REQUIRE(seeded.seed_factor() == 0.5);
+  for (auto& p : params) p.zero_grad();
+  Variable loss = cross_entropy((*model)(Variable(batches[1].images)), batches[1].labels);
+  seeded.begin_backward();
+  backward(loss, Tensor::full(loss.shape(), static_cast<float>(seeded.seed_factor())));
+  seeded.finish();
+  std::vector<std::vector<float>> grads;
+  for (auto& p : params) grads.push_back(p.grad().to_vector());
+  CHECK(grads == plain1);  // (g / 2 + g / 2) == g exactly
+  CHECK(reducer.seed_factor() == 1.0);
 }
 
 TEST_CASE("dist: 2 ranks with batch b end with the weights of 1 rank with batch 2b (MLP, through mpirun)") {

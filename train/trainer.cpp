@@ -320,7 +320,8 @@ void Run::setup() {
   if (dist_.on())
     reducer_ = std::make_unique<GradReducer>(model_->parameters(), *dist_.comm(),
                                              static_cast<int64_t>(c_.bucket_mib * 1024 * 1024),
-                                             static_cast<int64_t>(c_.bucket_tail_mib * 1024 * 1024));
+                                             static_cast<int64_t>(c_.bucket_tail_mib * 1024 * 1024),
+                                             Averaging::ThroughSeed);
   if (c_.check_memory) memory_check_ = std::make_unique<MemoryCheck>(device_);
   steps_per_epoch_ = c_.steps_per_epoch > 0 ? std::min(c_.steps_per_epoch, train_loader_->num_batches())
                                             : train_loader_->num_batches();
@@ -467,7 +468,8 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   };
   std::string bad_gradient;
   bool overflow_skipped = false;
-  so.loss_scale = scaler_->scale();
+  // With ranks, backward also starts divided by their number: the all-reduce's sum is then the average.
+  so.loss_scale = scaler_->scale() * (reducer_ ? reducer_->seed_factor() : 1.0);
   so.before_update = [&] {
     if (reducer_) reducer_->finish();  // the gradients are now the average over the ranks
     const auto params = model_->named_parameters();
