@@ -45,7 +45,11 @@ echo "rank 1 (pid $rank1) killed; mpirun exited with $status after $(($(date +%s
 [ "$status" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
 grep -q "^actlab-train: error: rank 0 of 2: rank 1 (pid $rank1 on .*) died" "$work/err.0" ||
   fail "no line from rank 0 naming rank 1; rank 0's stderr: $(tail -5 "$work/err.0" 2>/dev/null)"
-[ "$(grep -c . "$work/err.0")" = 1 ] || fail "rank 0 wrote more than one line to stderr: $(cat "$work/err.0")"
+# Besides actlab's line, Open MPI's shared-memory transport may print its own when the peer vanished in the
+# middle of a single-copy read ("[host:pid] Read -1, expected N, errno = 3"): the library writes it, not
+# actlab, and whether it appears depends on where in the transfer the kill lands. Only actlab's lines count.
+ours=$(grep -v -E '^\[[^]]+:[0-9]+\] Read -1, expected [0-9]+, errno = [0-9]+$' "$work/err.0" | grep -c .)
+[ "$ours" = 1 ] || fail "rank 0 wrote more than one line of its own to stderr: $(cat "$work/err.0")"
 grep -q "rank 1" "$work/run.out" || fail "the job's output does not name rank 1: $(tail -8 "$work/run.out")"
 epoch_before=$(epoch_of "$work/ck/last.safetensors")
 "${launch[@]}" --resume "$work/ck/last.safetensors" --quiet > "$work/resume.out" 2>&1 ||
