@@ -30,8 +30,9 @@ struct StepOptions {
   // Called after the forward, before backward, with the loss; false ends the step there: no backward,
   // no update (the trainer's non-finite loss guard, which then diagnoses the forward itself).
   std::function<bool(float loss)> after_forward;
-  // backward starts from this gradient of the loss instead of 1 (loss scaling, layers/optim/loss_scale.h);
-  // before_update then sees the scaled gradients and is where they are divided again.
+  // backward starts from this gradient of the loss instead of 1: the loss scale (layers/optim/loss_scale.h)
+  // times, with ranks, the reducer's 1/N (dist/reducer.h, Averaging::ThroughSeed: the all-reduce's sum
+  // takes that back out); before_update then sees gradients still times the loss scale and divides it out.
   double loss_scale = 1;
   // Called after backward, before the update; false skips the update (the non-finite gradient guard).
   std::function<bool()> before_update;
