@@ -1,8 +1,8 @@
 // Benchmark of the transformer ops' CPU paths against oneDNN's primitives for the same work, at the
 // shapes of vit_tiny_cifar at batch 128 (28² images: 50 tokens, width 192, 3 heads of 64): softmax over
-// attention rows and LayerNorm forward (with the x̂ it keeps for backward). Columns: the spec loops
-// (cpu::*_ref, core/cpu/kernels_token.cpp), what actlab runs (ops::, on the CPU oneDNN's softmax and
-// layer normalization since this measurement — kernels_token_dnnl.cpp) and oneDNN's primitive alone.
+// attention rows, LayerNorm forward (with the x̂ it keeps for backward) and GELU. Columns: the spec loops
+// (cpu::*_ref, core/cpu/kernels_token.cpp), what actlab runs (ops::, on the CPU oneDNN's softmax,
+// layer normalization and eltwise GELU since this measurement — kernels_token_dnnl.cpp) and oneDNN's primitive alone.
 // Then attention's batched products (cpu::gemm_batched's two paths, core/cpu/gemm.h) at every transpose
 // case forward and backward use, for vit_tiny_cifar and for swin_t's four stages (224², 49-token windows,
 // heads of 32) at --swin-batch images. Median of --reps after a warm-up; the candidates of a row are run
@@ -165,6 +165,25 @@ int main(int argc, char** argv) {
         stream.wait();
       }, reps);
       row("layer_norm forward (B·50 rows of 192)", ref, own, dn);
+    }
+
+    {  // GELU (erf form) over the MLP's hidden map, B·50 tokens of 4·192; the oneDNN column is the cached
+       // primitive behind cpu::gelu_* (the actlab column adds the op's output allocation and checks)
+      const int64_t n = batch * T * 4 * D;
+      const Tensor x = random({n}, 7), dy = random({n}, 8);
+      Tensor y = Tensor::empty(x.shape()), dx = Tensor::empty(x.shape());
+      const double ref = median_ms([&] { actlab::cpu::gelu_forward_ref(y.data<float>(), x.data<float>(), n, false); }, reps);
+      const double own = median_ms([&] { actlab::ops::gelu_forward(x, false); }, reps);
+      const double dn = median_ms([&] { actlab::cpu::gelu_forward(y.data<float>(), x.data<float>(), n, false); }, reps);
+      row("gelu forward (B·50·768 values)", ref, own, dn);
+      const double bref = median_ms([&] {
+        actlab::cpu::gelu_backward_ref(dx.data<float>(), dy.data<float>(), x.data<float>(), n, false);
+      }, reps);
+      const double bown = median_ms([&] { actlab::ops::gelu_backward(dy, x, false); }, reps);
+      const double bdn = median_ms([&] {
+        actlab::cpu::gelu_backward(dx.data<float>(), dy.data<float>(), x.data<float>(), n, false);
+      }, reps);
+      row("gelu backward (B·50·768 values)", bref, bown, bdn);
     }
 
     std::vector<BatchedProduct> products = attention_products("vit_tiny b" + std::to_string(batch), batch * H, T, d);

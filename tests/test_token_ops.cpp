@@ -290,6 +290,39 @@ TEST_CASE("slice with a step, roll and gather_rows: values by hand and gradcheck
   CHECK_THROWS_AS(gather_rows(table, index), Error);  // outside the table
 }
 
+TEST_CASE("gelu: the oneDNN fast path equals the spec loop to a few f32 ulps, tails and odd lengths included") {
+  // The spec loop calls libm's erff/tanhf/expf per element; the fast path evaluates vector polynomials, so
+  // they are compared with a tolerance: 4e-6 of max(1, |value|), a few ulps of the larger of the two.
+  PhiloxStream rng(141);
+  const int64_t n = 100003;  // not a multiple of any vector width
+  Tensor x = Tensor::randn({n}, rng, 0.f, 3.f);
+  const Tensor dy = Tensor::randn({n}, rng);
+  float* xs = x.data<float>();
+  for (int64_t i = 0; i < 2001; ++i) xs[i] = -12.f + 0.012f * static_cast<float>(i);  // a sweep through both tails
+  xs[2001] = 0.f;
+  xs[2002] = -0.f;
+  xs[2003] = 40.f;
+  xs[2004] = -40.f;
+  for (const bool tanh_form : {false, true}) {
+    CAPTURE(tanh_form);
+    std::vector<float> fast(n), ref(n), dfast(n), dref(n);
+    cpu::gelu_forward(fast.data(), xs, n, tanh_form);
+    cpu::gelu_forward_ref(ref.data(), xs, n, tanh_form);
+    cpu::gelu_backward(dfast.data(), dy.data<float>(), xs, n, tanh_form);
+    cpu::gelu_backward_ref(dref.data(), dy.data<float>(), xs, n, tanh_form);
+    double worst = 0, dworst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::fabs(fast[i] - ref[i]) / std::max(1.0, std::fabs(static_cast<double>(ref[i]))));
+      dworst = std::max(dworst, std::fabs(dfast[i] - dref[i]) / std::max(1.0, std::fabs(static_cast<double>(dref[i]))));
+    }
+    MESSAGE("gelu fast vs spec, tanh form ", tanh_form, ": worst forward ", worst, ", backward ", dworst);
+    CHECK(worst < 4e-6);
+    CHECK(dworst < 4e-6);
+    CHECK(fast[2003] == 40.f);  // the tails saturate: gelu(x) = x far right, 0 far left
+    CHECK(fast[2004] == 0.f);
+  }
+}
+
 TEST_CASE("softmax and LayerNorm forward: the oneDNN fast paths equal the spec loops to f32 rounding") {
   PhiloxStream rng(140);
   const int64_t rows = 300, d = 50;

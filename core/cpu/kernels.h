@@ -110,8 +110,12 @@ void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float
 // y = max(x, 0) (NaN propagates), mask bit = (x > 0). y may alias x.
 // ---- transformer ops (kernels_token.cpp)
 // GELU y = x·Φ(x) (erf form) or 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (tanh_approx); dx = dy·gelu'(x).
+// Fast path: oneDNN's vectorized eltwise (kernels_token_dnnl.cpp); _ref: the spec loops over libm's erff,
+// tanhf and expf (core/token_math.h, the CUDA kernel's arithmetic). They agree to a few f32 ulps.
 void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx);
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx);
+void gelu_forward_ref(float* y, const float* x, int64_t n, bool tanh_approx);
+void gelu_backward_ref(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx);
 // LayerNorm over the last dimension of x (rows, d): y = x̂·γ + β with x̂ = (x − mean)·rstd and the biased
 // variance; mean and rstd (rows) are written, and x̂ too unless xhat is null. Backward reads x̂ (which may be
 // a policy's reconstruction) and rstd: dx = rstd·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), dγ = Σ dy·x̂, dβ = Σ dy.

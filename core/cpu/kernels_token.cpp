@@ -8,12 +8,12 @@
 
 namespace actlab::cpu {
 
-void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx) {
+void gelu_forward_ref(float* y, const float* x, int64_t n, bool tanh_approx) {
 #pragma omp parallel for if (n > 32768)
   for (int64_t i = 0; i < n; ++i) y[i] = token_math::gelu(x[i], tanh_approx);
 }
 
-void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx) {
+void gelu_backward_ref(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx) {
 #pragma omp parallel for if (n > 32768)
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * token_math::gelu_grad(x[i], tanh_approx);
 }

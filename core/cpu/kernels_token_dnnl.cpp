@@ -1,8 +1,9 @@
-// The fast CPU paths of softmax and LayerNorm forward: oneDNN's primitives, chosen by measurement
+// The fast CPU paths of GELU, softmax and LayerNorm forward: oneDNN's primitives, chosen by measurement
 // (bench/bench_token.cpp at vit_tiny_cifar's shapes on a Zen 5: softmax 5.6x and LayerNorm 7.9x faster
-// than the _ref loops of kernels_token.cpp, which stay as the spec these are tested against and as what
-// a build without oneDNN runs, core/cpu/minimal/kernels_token_minimal.cpp). Primitives are cached per
-// shape and thread. Contracts: core/cpu/kernels.h.
+// than the _ref loops of kernels_token.cpp, GELU's numbers are in bench/RESULTS.md; the _ref loops stay
+// as the spec these are tested against and as what a build without oneDNN runs,
+// core/cpu/minimal/kernels_token_minimal.cpp). Primitives are cached per shape and thread.
+// Contracts: core/cpu/kernels.h.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
@@ -53,7 +54,43 @@ dnnl::layer_normalization_forward& layernorm_prim(int64_t rows, int64_t d, float
   return *slot;
 }
 
+// GELU over n values as one flat tensor: oneDNN's eltwise kernels evaluate erf (or tanh) with vector
+// polynomials, where the _ref loop calls libm's scalar erff per element (and erff plus expf in backward).
+struct GeluPrims {
+  dnnl::eltwise_forward fwd;
+  dnnl::eltwise_backward bwd;
+};
+GeluPrims& gelu_prims(int64_t n, bool tanh_approx) {
+  thread_local std::map<std::pair<int64_t, bool>, std::unique_ptr<GeluPrims>> cache;
+  auto& slot = cache[{n, tanh_approx}];
+  if (!slot) {
+    const memory::desc md = vector_md(n);
+    const auto alg = tanh_approx ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf;
+    dnnl::eltwise_forward::primitive_desc fwd_pd({dnnl::prop_kind::forward_training, alg, md, 0.f, 0.f}, dnnl_engine());
+    dnnl::eltwise_backward::primitive_desc bwd_pd({alg, md, md, 0.f, 0.f}, dnnl_engine(), fwd_pd);
+    slot.reset(new GeluPrims{dnnl::eltwise_forward(fwd_pd), dnnl::eltwise_backward(bwd_pd)});
+  }
+  return *slot;
+}
+
 }  // namespace
+
+void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx) {
+  if (n == 0) return;
+  memory src(vector_md(n), dnnl_engine(), const_cast<float*>(x)), dst(vector_md(n), dnnl_engine(), y);
+  gelu_prims(n, tanh_approx).fwd.execute(dnnl_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  dnnl_stream().wait();
+}
+
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx) {
+  if (n == 0) return;
+  const memory::desc md = vector_md(n);
+  memory src(md, dnnl_engine(), const_cast<float*>(x)), ddst(md, dnnl_engine(), const_cast<float*>(dy));
+  memory dsrc(md, dnnl_engine(), dx);
+  gelu_prims(n, tanh_approx).bwd.execute(dnnl_stream(),
+                                         {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_SRC, dsrc}});
+  dnnl_stream().wait();
+}
 
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale) {
   if (rows * d == 0) return;

@@ -1,9 +1,14 @@
-// The softmax and LayerNorm forward of a minimal build (ACTLAB_GPU_CHECK: no oneDNN on the machine): the
+// The GELU, softmax and LayerNorm forward of a minimal build (ACTLAB_GPU_CHECK: no oneDNN on the machine): the
 // _ref loops of kernels_token.cpp. Only the CMake option compiles this file; it replaces
 // core/cpu/kernels_token_dnnl.cpp.
 #include "actlab/core/cpu/kernels.h"
 
 namespace actlab::cpu {
+
+void gelu_forward(float* y, const float* x, int64_t n, bool tanh_approx) { gelu_forward_ref(y, x, n, tanh_approx); }
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx) {
+  gelu_backward_ref(dx, dy, x, n, tanh_approx);
+}
 
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale) {
   softmax_forward_ref(y, x, rows, d, scale);
