@@ -323,6 +323,32 @@ TEST_CASE("gelu: the oneDNN fast path equals the spec loop to a few f32 ulps, ta
   }
 }
 
+TEST_CASE("LayerNorm backward and column sums: the chunked loops give the spec loops' bits") {
+  PhiloxStream rng(142);
+  for (const int64_t d : {192, 50, 7}) {  // whole chunks, a ragged last chunk, less than one chunk
+    CAPTURE(d);
+    const int64_t rows = 1000;
+    const Tensor dy = Tensor::randn({rows, d}, rng), xhat = Tensor::randn({rows, d}, rng),
+                 g = Tensor::randn({d}, rng), rstd = Tensor::randn({rows}, rng, 1.f, 0.1f);
+    std::vector<float> dx1(rows * d), dx2(rows * d), dg1(d), dg2(d), db1(d), db2(d);
+    cpu::layernorm_backward(dx1.data(), dg1.data(), db1.data(), dy.data<float>(), xhat.data<float>(), g.data<float>(),
+                            rstd.data<float>(), rows, d);
+    cpu::layernorm_backward_ref(dx2.data(), dg2.data(), db2.data(), dy.data<float>(), xhat.data<float>(),
+                                g.data<float>(), rstd.data<float>(), rows, d);
+    CHECK(dx1 == dx2);
+    CHECK(dg1 == dg2);
+    CHECK(db1 == db2);
+    // column_sums adds in f32, rows in order: the bits of a plain loop down each column
+    std::vector<float> sums(d);
+    cpu::column_sums(sums.data(), dy.data<float>(), rows, d);
+    for (int64_t j = 0; j < d; ++j) {
+      float expect = 0.f;
+      for (int64_t r = 0; r < rows; ++r) expect += dy.data<float>()[r * d + j];
+      CHECK(sums[j] == expect);
+    }
+  }
+}
+
 TEST_CASE("softmax and LayerNorm forward: the oneDNN fast paths equal the spec loops to f32 rounding") {
   PhiloxStream rng(140);
   const int64_t rows = 300, d = 50;

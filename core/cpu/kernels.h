@@ -127,6 +127,10 @@ void layernorm_forward_ref(float* y, float* xhat, float* mean, float* rstd, cons
                            const float* beta, int64_t rows, int64_t d, float eps);
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
                         const float* rstd, int64_t rows, int64_t d);
+// The spec of layernorm_backward (the CUDA kernel's loops): the fast path above interchanges the loops of
+// dγ and dβ and keeps their order of summation, so the two agree bit for bit.
+void layernorm_backward_ref(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat,
+                            const float* gamma, const float* rstd, int64_t rows, int64_t d);
 // Softmax of scale·x over the last dimension of x (rows, d); backward from the output y (which may be a
 // policy's reconstruction): dx = scale·y·(dy − Σ dy·y) per row.
 // Fast paths: oneDNN's softmax (kernels_token_dnnl.cpp); _ref: the spec loops.

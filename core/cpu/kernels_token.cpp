@@ -24,12 +24,40 @@ void layernorm_forward_ref(float* y, float* xhat, float* mean, float* rstd, cons
   for (int64_t r = 0; r < rows; ++r) token_math::layernorm_row(y, xhat, mean, rstd, x, gamma, beta, r, d, eps);
 }
 
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
-                        const float* rstd, int64_t rows, int64_t d) {
+void layernorm_backward_ref(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat,
+                            const float* gamma, const float* rstd, int64_t rows, int64_t d) {
 #pragma omp parallel for if (rows * d > 32768)
   for (int64_t r = 0; r < rows; ++r) token_math::layernorm_row_backward(dx, dy, xhat, gamma, rstd, r, d);
 #pragma omp parallel for if (rows * d > 32768)
   for (int64_t j = 0; j < d; ++j) token_math::layernorm_column_grads(dgamma, dbeta, dy, xhat, j, rows, d);
+}
+
+// The same sums as the _ref loop, in the same order (each column's rows ascending, in double), so the
+// same bits: only the loops are interchanged. The _ref column loop walks one column down all rows, a
+// stride of d floats per read; here a thread takes a chunk of columns and streams the rows across it.
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
+                        const float* rstd, int64_t rows, int64_t d) {
+#pragma omp parallel for if (rows * d > 32768)
+  for (int64_t r = 0; r < rows; ++r) token_math::layernorm_row_backward(dx, dy, xhat, gamma, rstd, r, d);
+  constexpr int64_t kChunk = 32;
+  const int64_t chunks = (d + kChunk - 1) / kChunk;
+#pragma omp parallel for if (rows * d > 32768)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t j0 = c * kChunk, w = j0 + kChunk < d ? kChunk : d - j0;
+    double a[kChunk] = {}, b[kChunk] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = dy + r * d + j0;
+      const float* h = xhat + r * d + j0;
+      for (int64_t k = 0; k < w; ++k) {
+        a[k] += static_cast<double>(g[k]) * h[k];
+        b[k] += g[k];
+      }
+    }
+    for (int64_t k = 0; k < w; ++k) {
+      dgamma[j0 + k] = static_cast<float>(a[k]);
+      dbeta[j0 + k] = static_cast<float>(b[k]);
+    }
+  }
 }
 
 void softmax_forward_ref(float* y, const float* x, int64_t rows, int64_t d, float scale) {
@@ -57,14 +85,17 @@ void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t
 void column_sums(float* out, const float* x, int64_t rows, int64_t d) {
   // Chunks of columns per thread, rows inner in order: contiguous reads that vectorize, and each column's
   // sum in the row order the CUDA kernel uses.
-  constexpr int64_t kChunk = 256;
+  // 32 columns (two 64-byte lines of a row) per chunk: enough chunks for every thread at a transformer's
+  // widths (192 columns made one 256-wide chunk, so one thread summed the whole bias gradient).
+  constexpr int64_t kChunk = 32;
   const int64_t chunks = (d + kChunk - 1) / kChunk;
 #pragma omp parallel for if (rows * d > kParallelGrain)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t j0 = c * kChunk, j1 = j0 + kChunk < d ? j0 + kChunk : d;
-    for (int64_t j = j0; j < j1; ++j) out[j] = 0.f;
+    const int64_t j0 = c * kChunk, w = j0 + kChunk < d ? kChunk : d - j0;
+    float acc[kChunk] = {};  // local sums: out may alias x for all the compiler knows, so it would not vectorize
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = j0; j < j1; ++j) out[j] += x[r * d + j];
+      for (int64_t k = 0; k < w; ++k) acc[k] += x[r * d + j0 + k];
+    for (int64_t k = 0; k < w; ++k) out[j0 + k] = acc[k];
   }
 }
 
