@@ -28,11 +28,12 @@ ACTLAB_HD float bits_float(uint32_t u) {
 #endif
 }
 
+// Written as one select rather than an early return for NaN, so that loops over it vectorize.
 ACTLAB_HD uint16_t float_to_bf16(float f) {
   const uint32_t u = float_bits(f);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) return static_cast<uint16_t>((u >> 16) | 0x40);
-  const uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding) >> 16);
+  const bool nan = (u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0;
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(nan ? (u >> 16) | 0x40u : rounded);
 }
 
 ACTLAB_HD float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }

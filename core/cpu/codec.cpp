@@ -501,6 +501,10 @@ ACTLAB_INLINE void upsample_row(float* __restrict up_row, const uint16_t* __rest
   if constexpr (Extents<kH, kW, kB>::kTiled) {
     for (int64_t w = 0; w < x.w; ++w) up_row[w] = bf16_to_float(src[w / Extents<kH, kW, kB>::kBw]);
   } else {
+    if (x.lw == x.w) {  // no pooling across columns (token maps): the map is the identity, no gather
+      for (int64_t w = 0; w < x.w; ++w) up_row[w] = bf16_to_float(src[w]);
+      return;
+    }
     for (int64_t w = 0; w < x.w; ++w) up_row[w] = bf16_to_float(src[map.col[w]]);
   }
 }
@@ -518,6 +522,10 @@ ACTLAB_INLINE void pool_plane(uint16_t* __restrict lfc, float* __restrict colsum
     for (int64_t c = 0; c < used_w; ++c) colsum[c] = top[c];
     for (int64_t r = 1; r < x.bh; ++r)
       for (int64_t c = 0; c < used_w; ++c) colsum[c] += top[r * x.w + c];
+    if (x.bw == 1) {  // blocks one column wide (token maps pool along rows only): a loop that vectorizes
+      for (int64_t j = 0; j < lfc_w; ++j) lfc[i * lfc_w + j] = lfc_from_sum(colsum[j], x.bh);
+      continue;
+    }
     for (int64_t j = 0; j < lfc_w; ++j) {
       float sum = colsum[j * x.bw];
       for (int64_t b = 1; b < x.bw; ++b) sum += colsum[j * x.bw + b];
