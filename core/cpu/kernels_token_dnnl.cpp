@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include "actlab/core/cpu/dnnl_common.h"
 #include "actlab/core/cpu/kernels.h"
@@ -24,34 +25,37 @@ memory::desc rows_md(int64_t rows, int64_t d) {
 }
 memory::desc vector_md(int64_t n) { return memory::desc({n}, memory::data_type::f32, memory::format_tag::a); }
 
+// The primitives of one call site for one key, made on first use by make() and kept per thread.
+// make is a lambda, so each call site instantiates its own cache.
+template <typename Key, typename Make>
+auto& cached(const Key& key, Make make) {
+  thread_local std::map<Key, decltype(make())> cache;
+  auto& slot = cache[key];
+  if (!slot) slot = make();
+  return *slot;
+}
+
 struct SoftmaxPrims {
-  dnnl::softmax_forward::primitive_desc fwd_pd;
   dnnl::softmax_forward fwd;
   dnnl::softmax_backward bwd;
 };
 SoftmaxPrims& softmax_prims(int64_t rows, int64_t d) {
-  thread_local std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SoftmaxPrims>> cache;
-  auto& slot = cache[{rows, d}];
-  if (!slot) {
+  return cached(std::make_pair(rows, d), [&] {
     const memory::desc md = rows_md(rows, d);
     dnnl::softmax_forward::primitive_desc fwd_pd({dnnl::prop_kind::forward_training, md, 1}, dnnl_engine());
     dnnl::softmax_backward::primitive_desc bwd_pd({md, md, 1}, dnnl_engine(), fwd_pd);
-    slot.reset(new SoftmaxPrims{fwd_pd, dnnl::softmax_forward(fwd_pd), dnnl::softmax_backward(bwd_pd)});
-  }
-  return *slot;
+    return std::make_unique<SoftmaxPrims>(SoftmaxPrims{dnnl::softmax_forward(fwd_pd), dnnl::softmax_backward(bwd_pd)});
+  });
 }
 
 // Normalization only (no scale/shift): the primitive writes x̂, and y = x̂·γ + β is one more light pass,
 // so the x̂ backward keeps comes from the same arithmetic as y.
 dnnl::layer_normalization_forward& layernorm_prim(int64_t rows, int64_t d, float eps) {
-  thread_local std::map<std::tuple<int64_t, int64_t, float>, std::unique_ptr<dnnl::layer_normalization_forward>> cache;
-  auto& slot = cache[{rows, d, eps}];
-  if (!slot) {
+  return cached(std::make_tuple(rows, d, eps), [&] {
     dnnl::layer_normalization_forward::primitive_desc pd(
         {dnnl::prop_kind::forward_training, rows_md(rows, d), eps, dnnl::normalization_flags::none}, dnnl_engine());
-    slot.reset(new dnnl::layer_normalization_forward(pd));
-  }
-  return *slot;
+    return std::make_unique<dnnl::layer_normalization_forward>(pd);
+  });
 }
 
 // GELU over n values as one flat tensor: oneDNN's eltwise kernels evaluate erf (or tanh) with vector
@@ -61,16 +65,13 @@ struct GeluPrims {
   dnnl::eltwise_backward bwd;
 };
 GeluPrims& gelu_prims(int64_t n, bool tanh_approx) {
-  thread_local std::map<std::pair<int64_t, bool>, std::unique_ptr<GeluPrims>> cache;
-  auto& slot = cache[{n, tanh_approx}];
-  if (!slot) {
+  return cached(std::make_pair(n, tanh_approx), [&] {
     const memory::desc md = vector_md(n);
     const auto alg = tanh_approx ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf;
     dnnl::eltwise_forward::primitive_desc fwd_pd({dnnl::prop_kind::forward_training, alg, md, 0.f, 0.f}, dnnl_engine());
     dnnl::eltwise_backward::primitive_desc bwd_pd({alg, md, md, 0.f, 0.f}, dnnl_engine(), fwd_pd);
-    slot.reset(new GeluPrims{dnnl::eltwise_forward(fwd_pd), dnnl::eltwise_backward(bwd_pd)});
-  }
-  return *slot;
+    return std::make_unique<GeluPrims>(GeluPrims{dnnl::eltwise_forward(fwd_pd), dnnl::eltwise_backward(bwd_pd)});
+  });
 }
 
 }  // namespace
