@@ -32,12 +32,13 @@ std::vector<WeightLayer> weight_layers(Module& model) {
   return out;
 }
 
-// One training-step forward/backward under `set`; returns a copy of each layer's weight gradient.
+// One training-step forward/backward under `set`, stochastic rounding seeded with o.seed + draw; returns a
+// copy of each layer's weight gradient.
 std::vector<Tensor> weight_gradients(Module& model, const std::vector<WeightLayer>& layers, const Tensor& images,
-                                     const Tensor& labels, const PolicySet& set, const GradErrorOptions& o,
+                                     const Tensor& labels, const PolicySet& set, const GradErrorOptions& o, int draw,
                                      const ModelStateGuard& state, double* loss_value) {
   state.restore_buffers();
-  set_pack_seed(o.seed);
+  set_pack_seed(o.seed + static_cast<uint64_t>(draw));
   set_pack_step(0);
   for (const auto& [path, pointer] : model.named_modules())  // same masks every run; the root has no handle
     (pointer ? *pointer : model).set_seed(o.seed);
@@ -80,20 +81,37 @@ void difference_norms(const Tensor& a, const Tensor& b, double* diff_norm, doubl
   *ref_norm = std::sqrt(ref);
 }
 
-}  // namespace
-
-std::vector<double> GradErrorReport::mean_relative_error() const {
-  std::vector<double> mean(policies.size(), 0.0);
-  for (size_t p = 0; p < policies.size(); ++p) {
+// Mean over layers of each policy's column of `errors` (non-finite layer values skipped).
+std::vector<double> mean_over_layers(const GradErrorReport& r, std::vector<double> LayerGradError::*errors) {
+  std::vector<double> mean(r.policies.size(), 0.0);
+  for (size_t p = 0; p < r.policies.size(); ++p) {
     int64_t count = 0;
-    for (const auto& layer : layers) {
-      if (!std::isfinite(layer.relative_error[p])) continue;
-      mean[p] += layer.relative_error[p];
+    for (const auto& layer : r.layers) {
+      const double e = (layer.*errors)[p];
+      if (!std::isfinite(e)) continue;
+      mean[p] += e;
       ++count;
     }
     mean[p] = count > 0 ? mean[p] / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
   }
   return mean;
+}
+
+// ‖approx − exact‖_F / ‖exact‖_F (inf when exact is 0 and approx is not).
+double relative_difference(const Tensor& approx, const Tensor& exact) {
+  double diff = 0, ref = 0;
+  difference_norms(approx, exact, &diff, &ref);
+  return ref > 0 ? diff / ref : (diff > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+}
+
+}  // namespace
+
+std::vector<double> GradErrorReport::mean_relative_error() const {
+  return mean_over_layers(*this, &LayerGradError::relative_error);
+}
+
+std::vector<double> GradErrorReport::mean_error_of_draws() const {
+  return mean_over_layers(*this, &LayerGradError::mean_error);
 }
 
 GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tensor& labels,
@@ -117,30 +135,50 @@ GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tenso
   const std::vector<WeightLayer> layers = weight_layers(model);
   ACTLAB_CHECK(!layers.empty(), "gradient_errors: the model has no Conv2d or Linear layer");
 
+  ACTLAB_CHECK(options.draws >= 1, "gradient_errors: draws must be >= 1, got ", options.draws);
+
   ModelStateGuard state(model);
   model.train(options.train_mode);
   GradErrorReport report;
+  report.draws = options.draws;
   const std::vector<Tensor> exact =
-      weight_gradients(model, layers, images, labels, PolicySet(), options, state, &report.loss);
+      weight_gradients(model, layers, images, labels, PolicySet(), options, 0, state, &report.loss);
   for (size_t l = 0; l < layers.size(); ++l) {
-    LayerGradError row{layers[l].path, layers[l].kind, layers[l].weight.shape(), 0.0, {}};
+    LayerGradError row{layers[l].path, layers[l].kind, layers[l].weight.shape(), 0.0, {}, {}};
     double unused = 0;
     difference_norms(exact[l], exact[l], &unused, &row.grad_norm);
     report.layers.push_back(std::move(row));
   }
   for (const PolicySet& set : policy_sets) {
     report.policies.push_back(set.describe());
-    double loss = 0;
-    const std::vector<Tensor> approx = weight_gradients(model, layers, images, labels, set, options, state, &loss);
-    // Policies change only what backward reads: a different loss means the forwards differed and the
-    // comparison would measure something else.
-    ACTLAB_CHECK(loss == report.loss, "gradient_errors: the forward under ", set.describe(), " gave loss ", loss,
-                 ", the exact one ", report.loss, " (non-deterministic forward?)");
+    std::vector<Tensor> sum;  // Σ over draws of ∇̂W, in f32 like the gradients themselves
+    for (int draw = 0; draw < options.draws; ++draw) {
+      double loss = 0;
+      std::vector<Tensor> approx = weight_gradients(model, layers, images, labels, set, options, draw, state, &loss);
+      // Policies change only what backward reads: a different loss means the forwards differed and the
+      // comparison would measure something else.
+      ACTLAB_CHECK(loss == report.loss, "gradient_errors: the forward under ", set.describe(), " gave loss ", loss,
+                   ", the exact one ", report.loss, " (non-deterministic forward?)");
+      if (draw == 0) {
+        for (size_t l = 0; l < layers.size(); ++l)
+          report.layers[l].relative_error.push_back(relative_difference(approx[l], exact[l]));
+        sum = std::move(approx);
+        continue;
+      }
+      for (size_t l = 0; l < layers.size(); ++l) {
+        float* total = sum[l].data<float>();
+        const float* g = approx[l].data<float>();
+        for (int64_t i = 0; i < sum[l].numel(); ++i) total[i] += g[i];
+      }
+    }
     for (size_t l = 0; l < layers.size(); ++l) {
-      double diff = 0, ref = 0;
-      difference_norms(approx[l], exact[l], &diff, &ref);
-      report.layers[l].relative_error.push_back(
-          ref > 0 ? diff / ref : (diff > 0 ? std::numeric_limits<double>::infinity() : 0.0));
+      if (options.draws == 1) {
+        report.layers[l].mean_error.push_back(report.layers[l].relative_error.back());
+        continue;
+      }
+      float* mean = sum[l].data<float>();
+      for (int64_t i = 0; i < sum[l].numel(); ++i) mean[i] /= static_cast<float>(options.draws);
+      report.layers[l].mean_error.push_back(relative_difference(sum[l], exact[l]));
     }
   }
   return report;

@@ -16,6 +16,10 @@ struct GradErrorOptions {
   uint64_t seed = 0;         // stochastic rounding: every pass packs with set_pack_seed(seed), pack step 0
   bool train_mode = true;    // BatchNorm with batch statistics, as in a training step
   float label_smoothing = 0;
+  // Passes per policy: draw d packs with seed + d (dropout masks stay those of `seed`). The mean of the
+  // draws' gradients separates the two kinds of error: an unbiased policy's error of the mean falls as
+  // 1/sqrt(draws), a bias stays (see LayerGradError::mean_error).
+  int draws = 1;
 };
 
 struct LayerGradError {
@@ -23,18 +27,22 @@ struct LayerGradError {
   std::string kind;              // "Conv2d" or "Linear"
   Shape weight_shape;
   double grad_norm = 0;          // ‖∇W‖_F of the exact pass
-  std::vector<double> relative_error;  // ‖∇̂W − ∇W‖_F / ‖∇W‖_F, one per policy (inf if ∇W = 0 ≠ ∇̂W)
+  std::vector<double> relative_error;  // ‖∇̂W − ∇W‖_F / ‖∇W‖_F, one per policy (inf if ∇W = 0 ≠ ∇̂W), first draw
+  std::vector<double> mean_error;      // the same for the mean of the draws' ∇̂W (= relative_error when draws = 1)
 };
 
 struct GradErrorReport {
   std::vector<std::string> policies;  // policy names, in the order given
   std::vector<LayerGradError> layers; // Conv2d/Linear modules in named_modules() order
   double loss = 0;                    // the batch loss (identical for every pass)
+  int draws = 1;                      // GradErrorOptions::draws
   // Mean over layers of relative_error, one per policy (non-finite layer values skipped).
   std::vector<double> mean_relative_error() const;
+  // Mean over layers of mean_error, one per policy (non-finite layer values skipped).
+  std::vector<double> mean_error_of_draws() const;
 };
 
-// images: (N,C,H,W) f32; labels: (N) i64. Runs 1 + policies.size() forward/backward passes. Before each
+// images: (N,C,H,W) f32; labels: (N) i64. Runs 1 + policies.size() · draws forward/backward passes. Before each
 // pass the BatchNorm buffers are put back to their state at entry (so every pass sees the same running
 // statistics, and the model leaves as it came), dropout layers are reseeded with options.seed and the
 // stochastic-rounding stream is reset, so passes differ only by the policy. Gradients of the model's

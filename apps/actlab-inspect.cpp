@@ -241,7 +241,7 @@ void write_lambda(const std::string& dir, const std::vector<LayerSpectrum>& rows
 
 void write_grad_error(const std::string& dir, const GradErrorReport& report) {
   std::ostringstream csv;
-  csv << "layer,kind,weight_shape,grad_norm,policy,relative_error\n";
+  csv << "layer,kind,weight_shape,grad_norm,policy,relative_error,draws,mean_of_draws_error\n";
   plot::LineChart chart;
   chart.title = "Theorem 3.1: weight-gradient error per layer, |grad_hat - grad|_F / |grad|_F";
   chart.x_label = "layer (Conv2d / Linear)";
@@ -253,7 +253,8 @@ void write_grad_error(const std::string& dir, const GradErrorReport& report) {
     chart.x_tick_labels.push_back(layer.path);
     for (size_t p = 0; p < report.policies.size(); ++p) {
       csv << layer.path << "," << layer.kind << "," << dims(layer.weight_shape) << "," << fmt(layer.grad_norm, "%.6g")
-          << "," << csv_field(report.policies[p]) << "," << fmt(layer.relative_error[p], "%.6g") << "\n";
+          << "," << csv_field(report.policies[p]) << "," << fmt(layer.relative_error[p], "%.6g") << "," << report.draws
+          << "," << fmt(layer.mean_error[p], "%.6g") << "\n";
       chart.series[p].x.push_back(static_cast<double>(l));
       chart.series[p].y.push_back(positive_or_gap(layer.relative_error[p]));
     }
@@ -315,6 +316,22 @@ std::string markdown_tables(const Report& r) {
   }
   md << "| **mean** | |";
   for (double e : r.grads.mean_relative_error()) md << " **" << fmt(e) << "** |";
+  if (r.grads.draws > 1) {
+    const std::vector<double> one = r.grads.mean_relative_error(), mean = r.grads.mean_error_of_draws();
+    md << "\n\n### Bias or noise: the mean of " << r.grads.draws << " draws\n\n"
+       << "Each policy ran " << r.grads.draws << " times with stochastic-rounding seeds " << r.seed << ", "
+       << r.seed + 1 << ", …; the error of the mean gradient, against the error of one draw divided by √"
+       << r.grads.draws << ", which is what zero-mean noise alone would leave (`mean_of_draws_error` in "
+       << "`grad_error.csv`, per layer). A ratio near 1 says the error is noise that SGD averages over steps; "
+       << "well above 1, a bias that no number of steps removes.\n\n"
+       << "| policy | one draw | mean of " << r.grads.draws << " | one draw / √" << r.grads.draws << " | ratio |\n"
+       << "|---|---|---|---|---|\n";
+    for (size_t p = 0; p < r.policies.size(); ++p) {
+      const double expected = one[p] / std::sqrt(static_cast<double>(r.grads.draws));
+      md << "| " << r.policies[p] << " | " << fmt(one[p]) << " | " << fmt(mean[p]) << " | " << fmt(expected) << " | "
+         << (expected > 0 ? fmt(mean[p] / expected, "%.2f") : std::string("—")) << " |\n";
+    }
+  }
   md << "\n\n## Reconstruction of each conv input: relative error / bits per element\n\n"
      << "‖x̂ − x‖_F / ‖x‖_F of pack → unpack (lfc: and hfc: keep one component on purpose, so their error is the "
      << "other component's share); bits = 8 · packed bytes / elements (exact: 32).\n\n| layer |";
@@ -356,8 +373,14 @@ void print_summary(const Report& r) {
     std::printf("%-22s %10.4g %10.4g %8.3f\n", s.path.c_str(), s.energy.lambda_low, s.energy.lambda_high,
                 s.energy.high_over_low());
   std::printf("\nmean relative weight-gradient error over %zu layers:\n", r.grads.layers.size());
-  const std::vector<double> mean = r.grads.mean_relative_error();
-  for (size_t p = 0; p < r.policies.size(); ++p) std::printf("  %-22s %.4g\n", r.policies[p].c_str(), mean[p]);
+  const std::vector<double> mean = r.grads.mean_relative_error(), of_draws = r.grads.mean_error_of_draws();
+  for (size_t p = 0; p < r.policies.size(); ++p) {
+    std::printf("  %-22s %.4g", r.policies[p].c_str(), mean[p]);
+    if (r.grads.draws > 1)
+      std::printf("   mean of %d draws %.4g (one draw / sqrt(%d) = %.4g)", r.grads.draws, of_draws[p], r.grads.draws,
+                  mean[p] / std::sqrt(static_cast<double>(r.grads.draws)));
+    std::printf("\n");
+  }
 }
 
 void declare_flags(FlagParser& flags) {
@@ -378,6 +401,9 @@ void declare_flags(FlagParser& flags) {
   flags.add("channels", "int", "2", "channels per image drawn in Fig. 3(a) (the most active ones)");
   flags.add("eval-bn", "bool", "", "BatchNorm with running statistics (default: batch statistics, as in training)");
   flags.add("seed", "int", "0", "seed of a fresh model's initialisation and of stochastic rounding");
+  flags.add("draws", "int", "1",
+            "stochastic-rounding draws per policy (seeds seed, seed+1, ...): the error of their mean gradient "
+            "falls as 1/sqrt(draws) for an unbiased policy, a bias stays");
   flags.add("threads", "int", "2", "CPU threads");
 }
 
@@ -386,6 +412,7 @@ struct Settings {
   std::string out;
   int64_t images = 4, channels = 2;
   bool train_bn = true;
+  int64_t draws = 1;
   PolicyList policies;               // the codec of each entry (spectra, reconstructions)
   std::vector<PolicySet> policy_sets;  // each entry whole (gradient errors)
 };
@@ -411,6 +438,8 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
                r->batch, ", ", st.images, ", ", st.channels, ", ", threads);
   omp_set_num_threads(static_cast<int>(threads));
   r->seed = static_cast<uint64_t>(flags.get_int("seed"));
+  st.draws = flags.get_int("draws");
+  ACTLAB_CHECK(st.draws >= 1 && st.draws <= 10000, "--draws must be in [1, 10000], got ", flags.get("draws"));
   st.policy_sets = parse_policies(flags.get("policies"), &st.policies, &r->policies);
   st.train_bn = !(flags.given("eval-bn") && flags.get_bool("eval-bn"));
   r->bn_mode = st.train_bn ? "batch statistics (training mode; running statistics untouched)" : "running statistics";
@@ -464,9 +493,10 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   GradErrorOptions go;
   go.seed = r.seed;
   go.train_mode = st.train_bn;
+  go.draws = static_cast<int>(st.draws);
   r.grads = gradient_errors(*s.model, batch.images, batch.labels, st.policy_sets, go);
-  std::printf("[3/4] weight gradients: exact + %zu policies over %zu layers (%.1f s)\n", st.policies.size(),
-              r.grads.layers.size(), seconds_since(t));
+  std::printf("[3/4] weight gradients: exact + %zu policies × %lld draws over %zu layers (%.1f s)\n",
+              st.policies.size(), static_cast<long long>(st.draws), r.grads.layers.size(), seconds_since(t));
 
   t = Clock::now();
   write_outputs(st, r, batch, maps);

@@ -305,6 +305,44 @@ TEST_CASE("grad_error: exact is exactly 0, near-lossless DIVISION is tiny, 1-bit
   CHECK(live_bytes() == start);
 }
 
+TEST_CASE("grad_error draws: stochastic rounding's error of the mean falls as 1/sqrt(draws), a deterministic bias stays") {
+  const int64_t start = live_bytes();
+  {
+    SmallSetup s = small_resnet20(8, 16);
+    const std::vector<std::string> specs = {"exact", "division:B=8,Q=2", "lfc:B=8"};
+    std::vector<std::shared_ptr<const ActivationCachePolicy>> policies;
+    for (const auto& spec : specs) policies.push_back(parse_policy(spec));
+    GradErrorOptions one;
+    one.seed = 7;
+    const GradErrorReport r1 = gradient_errors(*s.model, s.images, s.labels, policies, one);
+    GradErrorOptions many = one;
+    many.draws = 16;
+    const GradErrorReport r16 = gradient_errors(*s.model, s.images, s.labels, policies, many);
+    CHECK(r1.draws == 1);
+    CHECK(r16.draws == 16);
+    REQUIRE(r16.layers.size() == r1.layers.size());
+    for (size_t l = 0; l < r1.layers.size(); ++l) {
+      // One draw: the mean is that draw. Draw 0 of the 16 is the same pass as the single draw.
+      CHECK(r1.layers[l].mean_error == r1.layers[l].relative_error);
+      CHECK(r16.layers[l].relative_error == r1.layers[l].relative_error);
+      CHECK(r16.layers[l].mean_error[0] < 1e-6);  // exact: only the f32 rounding of the sum of 16 equal gradients
+      // lfc rounds to nearest: every draw is the same gradient, so averaging removes nothing.
+      CHECK(r16.layers[l].mean_error[2] == doctest::Approx(r16.layers[l].relative_error[2]).epsilon(1e-5));
+    }
+    // DIVISION's draws are independent zero-mean noise: over 20 layers the mean of 16 has about a quarter of
+    // one draw's error (a bias would keep it near one draw's).
+    const double one_draw = r16.mean_relative_error()[1], of_16 = r16.mean_error_of_draws()[1];
+    MESSAGE("division:B=8,Q=2 one draw ", one_draw, ", mean of 16 draws ", of_16, " (unbiased: ", one_draw / 4, ")");
+    CHECK(of_16 > 0.15 * one_draw);
+    CHECK(of_16 < 0.40 * one_draw);
+    GradErrorOptions none = one;
+    none.draws = 0;
+    CHECK_THROWS_WITH_AS(gradient_errors(*s.model, s.images, s.labels, policies, none),
+                         doctest::Contains("draws must be >= 1"), Error);
+  }
+  CHECK(live_bytes() == start);
+}
+
 TEST_CASE("image_grid: layout, per-tile and shared ranges, colormaps, labels") {
   ImageGrid g;
   g.rows = 2;
