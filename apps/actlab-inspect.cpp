@@ -395,6 +395,10 @@ void declare_flags(FlagParser& flags) {
   flags.add("ratio", "float", "0.1", "DCT low-pass cut-off r = W/N in (0, 1]: keep frequencies u < r*H, v < r*W");
   flags.add("policies", "string", "division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2",
             "policies separated by ';' (" + policy_forms() + "\n" + checkpoint_forms() + ")");
+  flags.add("policy-rule", "string", "",
+            "per-module override PATTERN=POLICY added to every --policies entry for the gradient errors, as in "
+            "actlab-train (e.g. '*.act=exact': what the GELUs' saves add to the error); repeatable",
+            true);
   flags.add("block", "int", "8", "DIVISION block size B of the Fig. 3(a) DIVISION rows");
   flags.add("batch-size", "int", "32", "test images in the batch");
   flags.add("images", "int", "4", "images drawn in Fig. 3(a)");
@@ -441,6 +445,13 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
   st.draws = flags.get_int("draws");
   ACTLAB_CHECK(st.draws >= 1 && st.draws <= 10000, "--draws must be in [1, 10000], got ", flags.get("draws"));
   st.policy_sets = parse_policies(flags.get("policies"), &st.policies, &r->policies);
+  if (flags.given("policy-rule")) {
+    r->policies.clear();
+    for (auto& set : st.policy_sets) {
+      for (const auto& rule : flags.get_all("policy-rule")) set.add_rule(rule);  // its errors name the flag
+      r->policies.push_back(set.describe());
+    }
+  }
   st.train_bn = !(flags.given("eval-bn") && flags.get_bool("eval-bn"));
   r->bn_mode = st.train_bn ? "batch statistics (training mode; running statistics untouched)" : "running statistics";
   return st;

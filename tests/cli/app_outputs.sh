@@ -2,7 +2,8 @@
 # Every app other than actlab-train (whose outputs bad_input.sh covers) fails with one clear error
 # line and a non-zero exit when an output cannot be written, before its long work, and leaves no
 # file behind: a directory that does not exist, a path under a regular file, a directory where a
-# file is asked for, a full device. And an output that can be written is written.
+# file is asked for, a full device; bad values of actlab-inspect's own flags fail the same way. And an
+# output that can be written is written.
 #   tests/cli/app_outputs.sh BUILD_DIR
 set -u
 build="$1"
@@ -54,6 +55,11 @@ check "inspect --out not creatable"   "cannot create output directory '/proc/act
   actlab-inspect --model mlp --out /proc/actlab-nope
 check "inspect --out under a file"    "cannot create output directory '$work/a-file/x'" \
   actlab-inspect --model mlp --out "$work/a-file/x"
+check "inspect --draws 0"             "--draws must be in \\[1, 10000\\], got 0" \
+  actlab-inspect --model mlp --out "$work/i" --draws 0
+check "inspect --policy-rule malformed" "bad --policy-rule 'nope': expected MODULE_PATTERN=POLICY" \
+  actlab-inspect --model mlp --out "$work/i" --policy-rule nope
+[ -e "$work/i" ] && fail "[inspect bad flags] created --out '$work/i' before failing"
 
 # The good path: both files written, complete, no temp file left beside them.
 cases=$((cases + 1))
@@ -63,6 +69,17 @@ if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" --csv "$work/t.c
   echo "ok   [memtable writes --out and --csv]"
 else
   fail "[memtable writes --out and --csv] $(ls "$work")"
+fi
+
+# inspect's --policy-rule reaches the gradient errors: '*=exact' overrides every module, so each policy's
+# error is 0; --draws shows in the CSV.
+cases=$((cases + 1))
+if "$build/actlab-inspect" --model mlp --out "$work/i" --threads 1 --draws 2 --policies 'quant:Q=2' \
+     --policy-rule '*=exact' >/dev/null 2>&1 &&
+   grep -q '^fc1,Linear,512x784,[0-9.e-]*,quant:Q=2; \*=exact,0,2,0$' "$work/i/grad_error.csv"; then
+  echo "ok   [inspect applies --policy-rule and --draws]"
+else
+  fail "[inspect applies --policy-rule and --draws] $(head -3 "$work/i/grad_error.csv" 2>&1)"
 fi
 
 echo "$cases cases, $failures failed"
