@@ -13,7 +13,7 @@
 namespace actlab {
 
 struct GradErrorOptions {
-  uint64_t seed = 0;         // stochastic rounding: every pass packs with set_pack_seed(seed), pack step 0
+  uint64_t seed = 0;         // dropout masks, and stochastic rounding: a pass packs with set_pack_seed(seed + draw), pack step 0
   bool train_mode = true;    // BatchNorm with batch statistics, as in a training step
   float label_smoothing = 0;
   // Passes per policy: draw d packs with seed + d (dropout masks stay those of `seed`). The mean of the
@@ -45,7 +45,7 @@ struct GradErrorReport {
 // images: (N,C,H,W) f32; labels: (N) i64. Runs 1 + policies.size() · draws forward/backward passes. Before each
 // pass the BatchNorm buffers are put back to their state at entry (so every pass sees the same running
 // statistics, and the model leaves as it came), dropout layers are reseeded with options.seed and the
-// stochastic-rounding stream is reset, so passes differ only by the policy. Gradients of the model's
+// stochastic-rounding stream is reset, so passes differ only by the policy and the draw. Gradients of the model's
 // parameters, its training flag and the pack-step counter are restored on return (ModelStateGuard).
 // Throws Error inside a NoGradGuard or while the thread's tape holds a step in progress.
 // NOTE: sets the process-wide pack seed (set_pack_seed) to options.seed and leaves it there.

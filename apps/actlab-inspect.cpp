@@ -62,8 +62,10 @@ std::string dims(const Shape& s) {  // "32x16x28x28"
 
 // Each entry is a run's policy string (parse_policy_set): a codec, or checkpointing with or without one.
 // The spectra and reconstructions use the codec (exact under a bare "checkpoint"); the gradient errors the
-// whole set, recompute included.
-std::vector<PolicySet> parse_policies(const std::string& text, PolicyList* codecs, std::vector<std::string>* specs) {
+// whole set, recompute included, and `rules` (--policy-rule) are added to every set, so they reach only the
+// gradient errors.
+std::vector<PolicySet> parse_policies(const std::string& text, const std::vector<std::string>& rules,
+                                      PolicyList* codecs, std::vector<std::string>* specs) {
   std::vector<PolicySet> out;
   for (const auto& spec : split_list(text, ';')) {
     try {
@@ -71,6 +73,7 @@ std::vector<PolicySet> parse_policies(const std::string& text, PolicyList* codec
     } catch (const Error& e) {
       ACTLAB_FAIL("bad --policies entry '", spec, "' (separate policies with ';'): ", e.what());
     }
+    for (const auto& rule : rules) out.back().add_rule(rule);  // its errors name --policy-rule
     codecs->push_back(out.back().shared_default());
     specs->push_back(out.back().describe());
   }
@@ -444,14 +447,9 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
   r->seed = static_cast<uint64_t>(flags.get_int("seed"));
   st.draws = flags.get_int("draws");
   ACTLAB_CHECK(st.draws >= 1 && st.draws <= 10000, "--draws must be in [1, 10000], got ", flags.get("draws"));
-  st.policy_sets = parse_policies(flags.get("policies"), &st.policies, &r->policies);
-  if (flags.given("policy-rule")) {
-    r->policies.clear();
-    for (auto& set : st.policy_sets) {
-      for (const auto& rule : flags.get_all("policy-rule")) set.add_rule(rule);  // its errors name the flag
-      r->policies.push_back(set.describe());
-    }
-  }
+  const std::vector<std::string> rules =
+      flags.given("policy-rule") ? flags.get_all("policy-rule") : std::vector<std::string>{};
+  st.policy_sets = parse_policies(flags.get("policies"), rules, &st.policies, &r->policies);
   st.train_bn = !(flags.given("eval-bn") && flags.get_bool("eval-bn"));
   r->bn_mode = st.train_bn ? "batch statistics (training mode; running statistics untouched)" : "running statistics";
   return st;
