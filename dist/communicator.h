@@ -31,6 +31,11 @@ class CollectiveWork {
   // After wait(): seconds the collective itself ran (from its start on the communication thread or
   // stream to its end), the figure the overlap report adds up.
   virtual double seconds() const = 0;
+  // After wait(): CPU seconds the collective cost this process's host threads (the MPI communication
+  // thread's copies, sums and polls); 0 where the host only queues it (NCCL's stream, one rank).
+  // On ranks that share cores with the computation this, not seconds(), is what communication takes
+  // from training.
+  virtual double cpu_seconds() const { return 0; }
 };
 
 enum class ReduceOp { Sum, Max };

@@ -122,6 +122,7 @@ void GradReducer::finish() {
     work->wait();
     stats_.exposed_s += seconds_since(wait_start);
     stats_.comm_s += work->seconds();
+    stats_.comm_cpu_s += work->cpu_seconds();
     Tensor& flat = flat_[b];
     if (comm_.world_size() > 1 && averaging_ == Averaging::AfterSum) flat.mul_(inverse_world);
     for (size_t i : buckets_[b]) {

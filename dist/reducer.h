@@ -36,6 +36,7 @@ struct OverlapStats {
   int64_t buckets = 0;           // all-reduces started
   int64_t bytes = 0;             // gradient bytes all-reduced
   double comm_s = 0;             // the all-reduces' own time (communication thread or stream)
+  double comm_cpu_s = 0;         // the CPU time they cost this process's host threads (CollectiveWork::cpu_seconds)
   double exposed_s = 0;          // time the training thread waited in finish(): communication not hidden
   // Share of the communication that ran behind backward: 1 - exposed / comm (0 without communication).
   double hidden_fraction() const { return comm_s > 0 ? std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0; }

@@ -108,11 +108,35 @@ std::string tiny_run(const std::string& extra, const std::string& model = "mlp")
          "--no-augment --dist-timeout 60 " + extra;
 }
 
-std::map<std::string, std::vector<float>> weights(const std::string& path) {
-  std::map<std::string, std::vector<float>> w;
+using Weights = std::map<std::string, std::vector<float>>;
+
+// The f32 tensors of a safetensors export, by name.
+Weights weights(const std::string& path) {
+  Weights w;
   for (const auto& t : read_safetensors(path).tensors)
     if (t.second.dtype() == DType::F32) w[t.first] = t.second.to_vector();
   return w;
+}
+
+// The weights a --distributed run launched by `launch` (mpirun(N)) exports to dir/name.
+Weights trained_weights(const fs::path& dir, const std::string& launch, const std::string& args,
+                        const std::string& name) {
+  const std::string path = (dir / name).string();
+  const Output o = run(launch + train_bin() + " --distributed" + args + " --export-weights " + path);
+  REQUIRE_MESSAGE(o.rc == 0, o.text);
+  return weights(path);
+}
+
+// The largest |a - b| over every value of two exports of the same model.
+float max_abs_diff(const Weights& a, const Weights& b) {
+  REQUIRE(a.size() == b.size());
+  float d = 0;
+  for (const auto& kv : a) {
+    const std::vector<float>& y = b.at(kv.first);
+    REQUIRE(kv.second.size() == y.size());
+    for (size_t i = 0; i < y.size(); ++i) d = std::max(d, std::abs(kv.second[i] - y[i]));
+  }
+  return d;
 }
 
 }  // namespace
@@ -392,17 +416,8 @@ TEST_CASE("dist: 2 ranks with batch b end with the weights of 1 rank with batch 
                        tiny_run("--epochs 2 --steps-per-epoch 6 --batch-size 16 --bucket-mib 0.5 --test-limit 67 "
                                 "--summary-json " + json_two + " --export-weights " + two));
   REQUIRE_MESSAGE(b.rc == 0, b.text);
-  const auto w1 = weights(one), w2 = weights(two);
-  REQUIRE(w1.size() == w2.size());
-  float max_diff = 0;
-  for (const auto& kv : w1) {
-    const std::vector<float>& x = kv.second;
-    const std::vector<float>& y = w2.at(kv.first);
-    REQUIRE(x.size() == y.size());
-    for (size_t i = 0; i < x.size(); ++i) max_diff = std::max(max_diff, std::abs(x[i] - y[i]));
-  }
   // Different summation orders only: far below what 12 SGD steps move the weights.
-  CHECK(max_diff < 1e-5f);
+  CHECK(max_abs_diff(weights(one), weights(two)) < 1e-5f);
   // The test split (67 images: an odd count, so one rank evaluates one more) is evaluated in shards and
   // summed: the same loss and accuracy.
   auto number = [](const std::string& path, const std::string& key) {
@@ -416,6 +431,11 @@ TEST_CASE("dist: 2 ranks with batch b end with the weights of 1 rank with batch 
   };
   CHECK(number(json_one, "final_test_acc") == number(json_two, "final_test_acc"));
   CHECK(number(json_one, "final_test_loss") == doctest::Approx(number(json_two, "final_test_loss")).epsilon(1e-5));
+  // The communication thread's CPU time is measured (the all-reduces copy and sum on the host), and one
+  // thread cannot spend more CPU than the wall time of its own jobs; one rank has no all-reduce at all.
+  CHECK(number(json_two, "comm_cpu_s") > 0);
+  CHECK(number(json_two, "comm_cpu_s") <= number(json_two, "comm_s") + 1e-3);
+  CHECK(number(json_one, "comm_cpu_s") == 0);
 }
 
 TEST_CASE("dist: a 2-rank run stopped mid-epoch and resumed on 2 ranks ends bit-identical, and 1 rank is refused") {
@@ -541,27 +561,29 @@ TEST_CASE("dist: with --sync-bn, 2 ranks of batch b train ResNet-20 as 1 rank of
   // The reference is the same synchronized arithmetic on one rank (its match with the built-in batch
   // norm is the case above): what is left to differ is only the split of the batch over two ranks.
   const std::string args = tiny_run("--epochs 1 --steps-per-epoch 2 --lr 0.02", "resnet20");
-  auto trained = [&](const std::string& launch, const std::string& extra, const std::string& name) {
-    const std::string path = (dir.path() / name).string();
-    const Output o = run(launch + train_bin() + " --distributed" + args + extra + " --export-weights " + path);
-    REQUIRE_MESSAGE(o.rc == 0, o.text);
-    return weights(path);
-  };
-  const auto one = trained(mpirun(1), " --sync-bn --batch-size 32", "one.safetensors");
-  const auto synced = trained(mpirun(2), " --sync-bn --batch-size 16", "synced.safetensors");
-  const auto local = trained(mpirun(2), " --batch-size 16", "local.safetensors");
-  auto max_diff = [&](const std::map<std::string, std::vector<float>>& other) {
-    float d = 0;
-    for (const auto& kv : one)
-      for (size_t i = 0; i < kv.second.size(); ++i) d = std::max(d, std::abs(kv.second[i] - other.at(kv.first)[i]));
-    return d;
-  };
-  const float synced_diff = max_diff(synced), local_diff = max_diff(local);
+  const Weights one = trained_weights(dir.path(), mpirun(1), args + " --sync-bn --batch-size 32", "one.safetensors");
+  const Weights synced = trained_weights(dir.path(), mpirun(2), args + " --sync-bn --batch-size 16", "synced.safetensors");
+  const Weights local = trained_weights(dir.path(), mpirun(2), args + " --batch-size 16", "local.safetensors");
+  const float synced_diff = max_abs_diff(one, synced), local_diff = max_abs_diff(one, local);
   MESSAGE("largest weight/statistic difference to one rank: sync-bn ", synced_diff, ", per-rank batch norm ", local_diff);
   // Reduction order alone: 1.2e-7 on a Zen 5 (AVX-512), 1.05e-5 on a Zen 3 (AVX2, whose oneDNN kernels sum a
   // batch of 16 and of 32 in different orders); per-rank statistics are more than 400x farther.
   CHECK(synced_diff < 1e-4f);
   CHECK(local_diff > 1e-2f);  // per-rank statistics of 16 images are not those of 32
+}
+
+TEST_CASE("dist: a bucket larger than one MPI all-reduce (16 MiB) is summed piece by piece, every piece of it") {
+  if (!have_mpirun()) return;
+  testing::TempDir dir("dist_big_bucket");
+  // ResNet-18's 42.6 MiB of gradients in one 64 MiB bucket: three all-reduce pieces of at most 16 MiB
+  // (dist/mpi_communicator.cpp). With --sync-bn, 2 ranks of 16 must match 1 rank of 32; a piece left
+  // unsummed would leave its parameters with one rank's gradient, which 2 steps move by far more.
+  const std::string args = tiny_run("--epochs 1 --steps-per-epoch 2 --lr 0.02 --sync-bn --bucket-mib 64", "resnet18");
+  const Weights one = trained_weights(dir.path(), mpirun(1), args + " --batch-size 32", "one.safetensors");
+  const Weights two = trained_weights(dir.path(), mpirun(2), args + " --batch-size 16", "two.safetensors");
+  const float max_diff = max_abs_diff(one, two);
+  MESSAGE("largest weight/statistic difference, 2 ranks against 1: ", max_diff);
+  CHECK(max_diff < 1e-4f);  // reduction order only, as in the ResNet-20 case above
 }
 
 namespace {

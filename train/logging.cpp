@@ -222,6 +222,7 @@ std::string summary_to_json(const TrainSummary& s, const TrainConfig& c) {
       .field("world_size", s.world_size)
       .field("comm_s", s.comm_s)
       .field("comm_exposed_s", s.comm_exposed_s)
+      .field("comm_cpu_s", s.comm_cpu_s)
       .key("epoch_rows").begin_array();
   for (const EpochRow& r : s.epochs) {
     JsonWriter row;  // one row a line

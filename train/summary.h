@@ -42,11 +42,12 @@ struct TrainSummary {
   // --loss-scale: the scale at the end ("none": 1) and the updates this process skipped for an overflow.
   double loss_scale = 1;
   int64_t overflow_skips = 0;
-  // --distributed: ranks, and the gradient all-reduces' time over the run: their own time and the part
-  // the training thread waited for (the rest ran behind backward). median_img_per_s is per rank.
+  // --distributed: ranks, and the gradient all-reduces' time over the run: their own time, the CPU time
+  // they cost this rank's host threads, and the part the training thread waited for (the rest ran behind
+  // backward). median_img_per_s is per rank.
   int64_t world_size = 1;
   int rank = 0;                     // this process's rank; the others leave the closing lines to rank 0
-  double comm_s = 0, comm_exposed_s = 0;
+  double comm_s = 0, comm_exposed_s = 0, comm_cpu_s = 0;
   std::string memory_check;         // --check-memory: the verdict line (empty when not checked)
 };
 

@@ -621,15 +621,17 @@ void Run::report_overlap(int64_t epoch) {
   d.bytes = now.bytes - was.bytes;
   d.comm_s = now.comm_s - was.comm_s;
   d.exposed_s = now.exposed_s - was.exposed_s;
+  d.comm_cpu_s = now.comm_cpu_s - was.comm_cpu_s;
   overlap_epoch_start_ = now;
   summary_.comm_s = now.comm_s;
   summary_.comm_exposed_s = now.exposed_s;
+  summary_.comm_cpu_s = now.comm_cpu_s;
   if (c_.quiet || d.steps == 0) return;
-  std::printf("epoch %lld all-reduce: %lld steps x %lld buckets (%.2f MiB), communication %.3f s, exposed wait %.3f s: "
-              "%.0f%% hidden behind backward\n",
+  std::printf("epoch %lld all-reduce: %lld steps x %lld buckets (%.2f MiB), communication %.3f s (%.3f s of CPU), "
+              "exposed wait %.3f s: %.0f%% hidden behind backward\n",
               static_cast<long long>(epoch + 1), static_cast<long long>(d.steps),
               static_cast<long long>(d.buckets / d.steps),
-              static_cast<double>(d.bytes / d.steps) / (1024.0 * 1024.0), d.comm_s, d.exposed_s,
+              static_cast<double>(d.bytes / d.steps) / (1024.0 * 1024.0), d.comm_s, d.comm_cpu_s, d.exposed_s,
               100.0 * d.hidden_fraction());
 }
 
