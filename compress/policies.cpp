@@ -3,6 +3,7 @@
 // core/cuda/codec.cu). Tested in tests/test_policies.cpp and tests/test_cuda_codec.cpp.
 #include "actlab/compress/policies.h"
 
+#include <algorithm>
 #include <cstring>
 #include <queue>
 #include <tuple>
@@ -52,7 +53,20 @@ PackedPassthrough::PackedPassthrough(const Tensor& x)
 }
 
 // ---------------------------------------------------------------- plane policies
+GroupGeometry range_groups(const PlaneCodecConfig& config, const PlaneGeometry& g) {
+  GroupGeometry groups;
+  groups.samples = g.planes;
+  groups.sample_elems = g.plane_elems();
+  groups.group_size = std::min(config.range_rows, g.height) * g.width;
+  groups.bits = config.bits;
+  return groups;
+}
+
 PlaneSections plane_sections(const PlaneCodecConfig& config, const PlaneGeometry& g) {
+  const bool rows = config.range_rows > 0;
+  const GroupGeometry groups = rows ? range_groups(config, g) : GroupGeometry{};
+  const int64_t ranges = rows ? groups.groups() : g.planes;
+  const int64_t code_bytes = rows ? groups.code_bytes_per_group() : g.code_bytes_per_plane();
   PlaneSections s;
   size_t at = 0;
   s.residual = at;
@@ -60,11 +74,11 @@ PlaneSections plane_sections(const PlaneCodecConfig& config, const PlaneGeometry
   s.lfc = at;
   if (config.stores_lfc()) at += to_size(g.planes * g.lfc_elems()) * 2;
   s.mins = at;
-  if (config.stores_codes()) at += to_size(g.planes) * 2;
+  if (config.stores_codes()) at += to_size(ranges) * 2;
   s.steps = at;
-  if (config.stores_codes()) at += to_size(g.planes) * 2;
+  if (config.stores_codes()) at += to_size(ranges) * 2;
   s.codes = at;
-  if (config.stores_codes()) at += to_size(g.planes * g.code_bytes_per_plane());
+  if (config.stores_codes()) at += to_size(ranges * code_bytes);
   s.total = at;
   return s;
 }
@@ -80,6 +94,9 @@ PlaneCodecPolicy::PlaneCodecPolicy(const PlaneCodecConfig& config) : config_(con
   ACTLAB_CHECK(f32_hfc || config.kind == PlaneCodecKind::LfcOnly || valid_bits(config.bits),
                "policy bit width Q must be 1, 2, 4 or 8, got ", config.bits);
   if (config_.kind == PlaneCodecKind::LfcOnly) config_.bits = 0;
+  ACTLAB_CHECK(config_.range_rows >= 0, "policy range rows R must be >= 1, got ", config_.range_rows);
+  ACTLAB_CHECK(config_.range_rows == 0 || config_.stores_codes(), "policy range rows R apply to the codes, and ",
+               name(), " keeps none");
 }
 
 bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
@@ -106,6 +123,26 @@ std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInf
   PlaneGeometry g;
   if (!plane_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
   auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g, x.device());
+  if (config_.range_rows > 0) {
+    const float* coded = x.data<float>();
+    Tensor residual;
+    if (config_.uses_lfc()) {  // the LFC (when stored) and the residual the codes are taken of
+      residual = Tensor::empty_tagged(x.shape(), MemTag::Workspace, DType::F32, x.device());
+      ACTLAB_DISPATCH(x.device(),
+                      cuda::plane_pack(packed->lfc(), nullptr, nullptr, nullptr, residual.data<float>(),
+                                       x.data<float>(), g, true, ctx.seed, ctx.stream, gpu.device()),
+                      cpu::plane_pack(packed->lfc(), nullptr, nullptr, nullptr, residual.data<float>(),
+                                      x.data<float>(), g, true, ctx.seed, ctx.stream));
+      coded = residual.data<float>();
+    }
+    const GroupGeometry groups = range_groups(config_, g);
+    ACTLAB_DISPATCH(x.device(),
+                    cuda::group_pack(packed->codes(), packed->mins(), packed->steps(), coded, groups, ctx.seed,
+                                     ctx.stream, gpu.device()),
+                    cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), coded, groups, ctx.seed,
+                                    ctx.stream));
+    return packed;
+  }
   ACTLAB_DISPATCH(x.device(),
                   cuda::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
                                    x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream, gpu.device()),
@@ -117,12 +154,26 @@ std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInf
 Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
   if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
-  ACTLAB_CHECK(planes != nullptr && planes->config().kind == config_.kind, "policy ", name(),
-               " cannot unpack a pack it did not make (shape ", shape_str(p.shape()), ")");
+  ACTLAB_CHECK(planes != nullptr && planes->config().kind == config_.kind &&
+                   planes->config().range_rows == config_.range_rows,
+               "policy ", name(), " cannot unpack a pack it did not make (shape ", shape_str(p.shape()), ")");
   const Device device = planes->buffer().device();
   Tensor out = Tensor::empty(planes->shape(), DType::F32, device);
   const PlaneGeometry& g = planes->geometry();
-  if (planes->residual()) {
+  if (config_.range_rows > 0) {  // the codes' decode, plus the LFC's when the pack keeps one
+    const GroupGeometry groups = range_groups(config_, g);
+    ACTLAB_DISPATCH(device,
+                    cuda::group_unpack(out.data<float>(), planes->codes(), planes->mins(), planes->steps(), groups,
+                                       gpu.device()),
+                    cpu::group_unpack(out.data<float>(), planes->codes(), planes->mins(), planes->steps(), groups));
+    if (planes->lfc()) {
+      Tensor up = Tensor::empty_tagged(planes->shape(), MemTag::Workspace, DType::F32, device);
+      ACTLAB_DISPATCH(device,
+                      cuda::plane_unpack(up.data<float>(), planes->lfc(), nullptr, nullptr, nullptr, g, gpu.device()),
+                      cpu::plane_unpack(up.data<float>(), planes->lfc(), nullptr, nullptr, nullptr, g));
+      out.add_(up);
+    }
+  } else if (planes->residual()) {
     copy_on_device(out.raw_data(), planes->residual(), out.nbytes(), device);
   } else {
     ACTLAB_DISPATCH(device,
@@ -137,7 +188,7 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
 Tensor PlaneCodecPolicy::unpack_blocked(const Packed& p, const SaveInfo&, int channel_block) const {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
   if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
-      !planes->buffer().device().is_cpu() || channel_block != cpu::kChannelBlock)
+      config_.range_rows > 0 || !planes->buffer().device().is_cpu() || channel_block != cpu::kChannelBlock)
     return {};
   const Shape& s = planes->shape();
   if (s.size() != 4 || s[1] % channel_block != 0) return {};
@@ -164,30 +215,34 @@ class PlaneChannelReader final : public ChannelReader {
 std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p, const SaveInfo&) const {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
   if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
-      !planes->buffer().device().is_cpu() || planes->shape().size() != 4)
+      config_.range_rows > 0 || !planes->buffer().device().is_cpu() || planes->shape().size() != 4)
     return nullptr;
   return std::make_unique<PlaneChannelReader>(*planes);
 }
 
 std::string PlaneCodecPolicy::name() const {
   const std::string b = std::to_string(config_.pool_block), q = std::to_string(config_.bits);
+  const std::string r = config_.range_rows > 0 ? ",R=" + std::to_string(config_.range_rows) : "";
   switch (config_.kind) {
-    case PlaneCodecKind::Division: return "division:B=" + b + ",Q=" + q;
-    case PlaneCodecKind::Quant: return "quant:Q=" + q;
-    case PlaneCodecKind::LfcOnly: return "lfc:B=" + b;
-    case PlaneCodecKind::HfcOnly: return config_.bits ? "hfc:B=" + b + ",Q=" + q : "hfc:B=" + b;
+    case PlaneCodecKind::Division: return "division:B=" + b + ",Q=" + q + r;
+    case PlaneCodecKind::Quant: return "quant:Q=" + q + r;
+    case PlaneCodecKind::LfcOnly: return "lfc:B=" + b + r;
+    case PlaneCodecKind::HfcOnly: return config_.bits ? "hfc:B=" + b + ",Q=" + q + r : "hfc:B=" + b + r;
   }
   return "?";
 }
 
 // Closed forms per docs/policies.md, with P planes of E elements, an h'×w' LFC and Q-bit codes:
 //   division P·(2h'w' + ceil(QE/8) + 4); quant and hfc:Q P·(ceil(QE/8) + 4); lfc P·2h'w';
-//   hfc (f32) and every passthrough 4·numel.
+//   hfc (f32) and every passthrough 4·numel. With R rows per range on H×W planes (R' = min(R, H)), the
+//   codes' term ceil(QE/8) + 4 becomes ceil(H/R')·(ceil(Q·R'·W/8) + 4).
 size_t PlaneCodecPolicy::expected_bytes(const Shape& shape) const {
   PlaneGeometry g;
   if (!plane_view(shape, g)) return to_size(shape_numel(shape)) * 4;
   const int64_t P = g.planes, E = g.plane_elems(), Q = config_.bits;
-  const int64_t lfc = 2 * g.lfc_h * g.lfc_w, hfc = (Q * E + 7) / 8 + 2 + 2;
+  const int64_t R = std::min(config_.range_rows, g.height), H = g.height, W = g.width;
+  const int64_t lfc = 2 * g.lfc_h * g.lfc_w;
+  const int64_t hfc = R > 0 ? (H + R - 1) / R * ((Q * R * W + 7) / 8 + 2 + 2) : (Q * E + 7) / 8 + 2 + 2;
   switch (config_.kind) {
     case PlaneCodecKind::Division: return to_size(P * (lfc + hfc));
     case PlaneCodecKind::Quant: return to_size(P * hfc);

@@ -40,15 +40,26 @@ struct PlaneCodecConfig {
   PlaneCodecKind kind = PlaneCodecKind::Division;
   int64_t pool_block = 8;  // B: the LFC pool is min(B, H) × min(B, W)
   int bits = 2;       // Q ∈ {1,2,4,8}; 0 only for HfcOnly (f32 residual)
+  // R (the policy string's R key): the codes take one min and step per min(R, H) consecutive rows of a plane
+  // instead of one per plane — on a (B, T, D) token map R = 1 is one range per token. 0: one per plane.
+  // Only with codes (division, quant, hfc with Q); see range_groups.
+  int64_t range_rows = 0;
   bool stores_lfc() const { return kind == PlaneCodecKind::Division || kind == PlaneCodecKind::LfcOnly; }
   bool uses_lfc() const { return kind != PlaneCodecKind::Quant; }
   bool stores_codes() const { return kind != PlaneCodecKind::LfcOnly && bits > 0; }
   bool stores_residual() const { return kind == PlaneCodecKind::HfcOnly && bits == 0; }
 };
 
+// The codes of a plane pack with range_rows R > 0, as the per-group codec sees them: every plane is a sample
+// of E elements split into ceil(H / R') groups of R' = min(R, H) whole rows (the last one zero-padded when
+// R' does not divide H). Element e of plane p then draws the random number p·E + e, as in the one-range
+// layout, so R >= H packs the same bytes as R = 0 (tests/test_policies.cpp).
+GroupGeometry range_groups(const PlaneCodecConfig& config, const PlaneGeometry& g);
+
 // The sections of a plane pack, in buffer order (each section's offset keeps its element type aligned):
-// residual f32 [planes·E] | lfc bf16 [planes·lfc_h·lfc_w] | mins bf16 [planes] | steps bf16 [planes] |
-// codes u8 [planes·ceil(Q·E/8)]. Absent sections have size 0.
+// residual f32 [planes·E] | lfc bf16 [planes·lfc_h·lfc_w] | mins bf16 [ranges] | steps bf16 [ranges] |
+// codes u8 [ranges·code bytes per range]. One range per plane (ceil(Q·E/8) bytes of codes each), or with
+// range_rows the groups of range_groups. Absent sections have size 0.
 struct PlaneSections {
   size_t residual = 0, lfc = 0, mins = 0, steps = 0, codes = 0;  // byte offsets
   size_t total = 0;                                              // bytes
@@ -84,6 +95,9 @@ class PackedPlanes final : public Packed {
 
 // division / quant / lfc / hfc. pack: x is f32 on the CPU or a GPU (made contiguous if it is not); the pack
 // and the unpacked tensor live on x's device, and the bytes are the same on both (core/cuda/codec.h).
+// With range_rows the pack is two codec calls, not one fused pass: plane_pack writes the LFC and the f32
+// residual (a Workspace tensor), then group_pack codes the residual's row groups; unpack adds the two
+// decodes. No blocked or channel reads of such packs (the callers fall back to unpack).
 class PlaneCodecPolicy final : public ActivationCachePolicy {
  public:
   explicit PlaneCodecPolicy(const PlaneCodecConfig& config);  // throws Error on a bad B/Q

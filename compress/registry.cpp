@@ -21,10 +21,10 @@ struct Form {
 const Form kForms[] = {
     {"exact", "", "exact", "keep the f32 tensor (under --precision bf16: a bf16 copy, as bf16 does)"},
     {"bf16", "", "bf16", "keep a bf16 copy (round to nearest even): what an AMP run saves"},
-    {"division", "BQ", "division:B=8,Q=2", "bf16 BxB-pooled LFC + Q-bit HFC (DIVISION)"},
-    {"quant", "Q", "quant:Q=2", "Q-bit per-(sample,channel) x (Fixed Quant, DIVISION w/o LFC)"},
+    {"division", "BQR", "division:B=8,Q=2", "bf16 BxB-pooled LFC + Q-bit HFC (DIVISION); R=1: a range per row"},
+    {"quant", "QR", "quant:Q=2", "Q-bit per-(sample,channel) x (Fixed Quant, DIVISION w/o LFC)"},
     {"lfc", "B", "lfc:B=8", "bf16 LFC only (DIVISION w/o HFC, LFC-ACT)"},
-    {"hfc", "BQ", "hfc:B=8,Q=2 | hfc:B=8", "HFC only, Q-bit or (no Q) f32 (HFC-ACT)"},
+    {"hfc", "BQR", "hfc:B=8,Q=2 | hfc:B=8", "HFC only, Q-bit or (no Q) f32 (HFC-ACT)"},
     {"pergroup", "GQ", "pergroup:G=256,Q=2", "ActNN-style Q-bit groups of G elements"},
     {"actnn", "GQ", "actnn:G=256,Q=2", "ActNN L3: groups of G, per-sample widths {1,2,4,8} averaging Q"},
     {"blpa", "Q", "blpa:Q=4", "BLPA: Q-bit sign-preserving codes on a fixed +-3 sigma grid per channel"},
@@ -37,8 +37,8 @@ const Form kForms[] = {
 std::string compact_forms() {
   std::string s;
   for (const Form& f : kForms) s += (s.empty() ? "" : " | ") + std::string(f.example);
-  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}, E in [0,60], I>=1; actnn: G a multiple of 8; blpa: Q 4 or 8; "
-             "omitted keys take the defaults shown)";
+  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}, R>=1, E in [0,60], I>=1; actnn: G a multiple of 8; blpa: Q 4 or "
+             "8; R: rows per HFC range, default one range per plane; omitted keys take the defaults shown)";
 }
 
 [[noreturn]] void bad_policy(const std::string& spec, const std::string& why) {
@@ -77,7 +77,8 @@ std::string policy_forms() {
   std::string s;
   for (const Form& f : kForms) s += std::string(f.example) + std::string(24 - std::string(f.example).size(), ' ') + f.what + "\n";
   return s + "B >= 1 (pool block), G >= 1 (group size; actnn: a multiple of 8), P >= 0 (prefetch), Q in {1,2,4,8} "
-             "(blpa: 4 or 8), E in [0,60] (acgc: allowed gradient error 2^-E), I >= 1 (acgc: steps between "
+             "(blpa: 4 or 8), R >= 1 (division, quant, hfc with Q: one min and step per R rows of a plane, R=1 one per "
+             "token of a (B, T, D) map; default one per plane), E in [0,60] (acgc: allowed gradient error 2^-E), I >= 1 (acgc: steps between "
              "measurements); omitted keys take the defaults shown";
 }
 
@@ -104,6 +105,10 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
   const int64_t E = arg_or(args, 'E', 0), I = arg_or(args, 'I', 100);
   if (E > 60) bad_policy(spec, "E must be in [0, 60], got " + std::to_string(E));
   if (I < 1) bad_policy(spec, "I must be >= 1");
+  const int64_t R = arg_or(args, 'R', 0);
+  if (args.count('R') && R < 1) bad_policy(spec, "R must be >= 1");
+  if (args.count('R') && name == "hfc" && !args.count('Q'))
+    bad_policy(spec, "R (rows per range) applies to codes: hfc keeps an f32 residual unless Q is given");
 
   if (name == "exact") return std::make_shared<ExactPolicy>();
   if (name == "bf16") return std::make_shared<Bf16Policy>();
@@ -116,6 +121,7 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
   PlaneCodecConfig config;
   config.pool_block = B;
   config.bits = static_cast<int>(Q);
+  config.range_rows = R;
   if (name == "division") config.kind = PlaneCodecKind::Division;
   if (name == "quant") config.kind = PlaneCodecKind::Quant;
   if (name == "lfc") config.kind = PlaneCodecKind::LfcOnly;

@@ -34,7 +34,8 @@ const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {3, 5, 7, 7}, {2, 4, 9, 13},
                                     {4, 3, 1, 1},   {7}};
 const char* kPolicies[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
                            "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
-                           "pergroup:G=12,Q=1", "actnn:G=256,Q=2", "actnn:G=8,Q=4"};
+                           "pergroup:G=12,Q=1", "actnn:G=256,Q=2", "actnn:G=8,Q=4", "division:B=8,Q=2,R=1",
+                           "quant:Q=2,R=3", "hfc:B=4,Q=4,R=2"};
 
 // Every byte a pack holds until backward, whatever its kind.
 const Tensor& pack_bytes(const Packed& p) {

@@ -22,7 +22,8 @@ const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {2, 2, 28, 28}, {2, 3, 14, 1
                                     {2, 3, 5},      {7}};
 const char* kLossy[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
                         "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
-                        "actnn:G=256,Q=2", "actnn:G=8,Q=4", "acgc:E=0,I=100,G=256", "acgc:E=4,I=3,G=5"};
+                        "actnn:G=256,Q=2", "actnn:G=8,Q=4", "acgc:E=0,I=100,G=256", "acgc:E=4,I=3,G=5",
+                        "division:B=8,Q=2,R=1", "quant:Q=2,R=3", "hfc:B=4,Q=4,R=2"};
 
 Tensor random_tensor(const Shape& shape, uint64_t seed) {
   PhiloxStream rng(seed, 3);
@@ -38,7 +39,11 @@ float element_bound(const Packed& p, int64_t i, float magnitude) {
   const float rounding = 1e-6f * (1.f + magnitude);
   if (const auto* planes = dynamic_cast<const PackedPlanes*>(&p)) {
     if (!planes->steps()) return rounding;
-    return bf16_to_float(planes->steps()[i / planes->geometry().plane_elems()]) + rounding;
+    if (planes->config().range_rows == 0)
+      return bf16_to_float(planes->steps()[i / planes->geometry().plane_elems()]) + rounding;
+    const GroupGeometry g = range_groups(planes->config(), planes->geometry());
+    const int64_t n = i / g.sample_elems, d = i % g.sample_elems;
+    return bf16_to_float(planes->steps()[n * g.groups_per_sample() + d / g.group_size]) + rounding;
   }
   if (const auto* groups = dynamic_cast<const PackedGroups*>(&p)) {
     const GroupGeometry& g = groups->geometry();
@@ -112,7 +117,8 @@ TEST_CASE("policies: stochastic rounding is unbiased over many streams") {
     const Shape shape = {2, 3, 6, 10};
     const Tensor x = random_tensor(shape, 8);
     const int streams = 256;
-    for (const char* spec : {"division:B=4,Q=2", "quant:Q=1", "hfc:B=8,Q=2", "pergroup:G=32,Q=2", "actnn:G=32,Q=2"}) {
+    for (const char* spec : {"division:B=4,Q=2", "quant:Q=1", "hfc:B=8,Q=2", "pergroup:G=32,Q=2", "actnn:G=32,Q=2",
+                             "division:B=4,Q=2,R=1"}) {
       INFO(spec);
       const auto policy = parse_policy(spec);
       const std::vector<float> want = target_of(spec, x);
@@ -178,6 +184,11 @@ TEST_CASE("policies: nbytes matches the closed forms") {
   CHECK(bytes("division:B=8,Q=2", {4, 65, 192}) == 4 * (2 * 8 * 192 + 65 * 192 / 4 + 4));
   CHECK(bytes("division:B=8,Q=2", {2, 5, 6}) == 2 * (2 * 1 * 6 + 8 + 4));  // T < B: the token mean
   CHECK(bytes("quant:Q=4", {3, 10, 7}) == 3 * (35 + 4));
+  // R rows per range: the codes' term becomes ceil(H/R')·(ceil(Q·R'·W/8) + 4), R' = min(R, H).
+  CHECK(bytes("division:B=8,Q=2,R=1", {4, 65, 192}) == 4 * (2 * 8 * 192 + 65 * (48 + 4)));
+  CHECK(bytes("quant:Q=2,R=2", {3, 5, 6}) == 3 * 3 * (3 + 4));              // the last range is padded
+  CHECK(bytes("division:B=8,Q=2,R=9", {2, 5, 6}) == 2 * (2 * 1 * 6 + 8 + 4));  // R >= H: one range
+  CHECK(bytes("hfc:B=8,Q=1,R=3", {2, 3, 16, 16}) == 6 * 6 * (6 + 4));
   CHECK(bytes("lfc:B=4", {2, 9, 5}) == 2 * 2 * 2 * 5);
   CHECK(bytes("hfc:B=8", {2, 3, 5}) == 30 * 4);
   // pergroup: N·ceil(D/G)·(ceil(G·Q/8) + 4).
@@ -185,6 +196,54 @@ TEST_CASE("policies: nbytes matches the closed forms") {
   CHECK(bytes("pergroup:G=256,Q=2", {3, 5, 7, 7}) == 3 * 1 * (64 + 4));
   CHECK(bytes("pergroup:G=5,Q=2", {4, 12}) == 4 * 3 * (2 + 4));
   CHECK(bytes("pergroup:G=256,Q=2", {4, 1}) == 16);  // passthrough
+}
+
+TEST_CASE("policies: R rows per range keeps a min and step per row group; R >= H packs the one-range bytes") {
+  const auto bytes_of = [](const Packed& p) {
+    const Tensor& buffer = dynamic_cast<const PackedPlanes&>(p).buffer();
+    const uint8_t* data = static_cast<const uint8_t*>(buffer.raw_data());
+    return std::vector<uint8_t>(data, data + buffer.nbytes());
+  };
+  // R >= H: one range per plane through the per-group codec, which draws element e of plane p at p·E + e
+  // as the plane codec does, so the whole buffer (LFC, min, step, codes) is the same.
+  for (const auto& [shape, spec] : {std::pair<Shape, const char*>{{2, 5, 6}, "division:B=8,Q=2"},
+                                    {{2, 3, 6, 10}, "division:B=4,Q=4"}, {{3, 10, 7}, "quant:Q=1"},
+                                    {{2, 3, 6, 10}, "hfc:B=2,Q=2"}}) {
+    CAPTURE(spec);
+    const Tensor x = random_tensor(shape, 21);
+    const auto one = parse_policy(spec);
+    const auto rows = parse_policy(std::string(spec) + ",R=" + std::to_string(shape[shape.size() - 2]));
+    const auto a = one->pack(x, {}, {3, 9}), b = rows->pack(x, {}, {3, 9});
+    CHECK(bytes_of(*a) == bytes_of(*b));
+    CHECK(one->unpack(*a, {}).to_vector() == rows->unpack(*b, {}).to_vector());
+  }
+  // A (B, T, D) map with one loud token: with R = 1 the other tokens keep their own, small steps.
+  const int64_t T = 12, D = 16;
+  Tensor x = random_tensor({2, T, D}, 4);
+  float* v = x.data<float>();
+  for (int64_t d = 0; d < D; ++d) v[3 * D + d] *= 100.f;  // token 3 of sample 0
+  const auto sample = parse_policy("division:B=4,Q=2"), token = parse_policy("division:B=4,Q=2,R=1");
+  const auto ps = sample->pack(x, {}, {1, 1}), pt = token->pack(x, {}, {1, 1});
+  const auto& planes = dynamic_cast<const PackedPlanes&>(*pt);
+  const float one_step = bf16_to_float(dynamic_cast<const PackedPlanes&>(*ps).steps()[0]);
+  float loud = 0.f, quiet = 0.f;
+  for (int64_t t = 0; t < T; ++t) {
+    float& worst = t < 4 ? loud : quiet;
+    worst = std::max(worst, bf16_to_float(planes.steps()[t]));
+  }
+  // Token 3's pool block (tokens 0..3) shares its mean, so its residuals are loud; the rest are not.
+  CHECK(loud > 10.f * quiet);
+  CHECK(loud <= one_step);
+  // Error of the quiet tokens of sample 0 (tokens 4..11) under each layout: bounded by their own steps.
+  const std::vector<float> xs = x.to_vector(), gs = sample->unpack(*ps, {}).to_vector(),
+                           gt = token->unpack(*pt, {}).to_vector();
+  float err_sample = 0.f, err_token = 0.f;
+  for (int64_t i = 4 * D; i < T * D; ++i) {
+    err_sample = std::max(err_sample, std::fabs(gs[i] - xs[i]));
+    err_token = std::max(err_token, std::fabs(gt[i] - xs[i]));
+  }
+  CHECK(err_token <= quiet * 1.0001f);
+  CHECK(err_token * 10.f < err_sample);
 }
 
 TEST_CASE("policies: ActivationPacked live bytes are the sum of the live packs' nbytes") {
@@ -212,7 +271,7 @@ TEST_CASE("policies: ActivationPacked live bytes are the sum of the live packs' 
 TEST_CASE("policies: channel_reader reads unpack's channels where a policy has one, else nullptr") {
   const Tensor x = random_tensor({3, 5, 8, 8}, 13);
   for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=4", "hfc:B=8,Q=2", "hfc:B=8", "exact",
-                           "pergroup:G=256,Q=2", "bf16"}) {
+                           "pergroup:G=256,Q=2", "bf16", "division:B=8,Q=2,R=1"}) {
     INFO(spec);
     const auto policy = parse_policy(spec);
     const auto packed = policy->pack(x, {}, {5, 1});
@@ -220,9 +279,11 @@ TEST_CASE("policies: channel_reader reads unpack's channels where a policy has o
     const auto reader = policy->channel_reader(*packed, {});
     const std::string name = std::string(spec).substr(0, std::string(spec).find(':'));
     // The codec policies decode a channel; exact keeps the tensor (nothing to decode), per-group codes
-    // straddle channels and a full-precision HFC is an f32 copy; bf16 widens a channel's planes.
-    const bool reads = name == "division" || name == "quant" || name == "lfc" || std::string(spec) == "hfc:B=8,Q=2" ||
-                       name == "bf16";
+    // straddle channels and a full-precision HFC is an f32 copy; bf16 widens a channel's planes. Ranges per
+    // row group are two codec calls (policies.h), with no channel read.
+    const bool rows = std::string(spec).find("R=") != std::string::npos;
+    const bool reads = (name == "division" || name == "quant" || name == "lfc" || std::string(spec) == "hfc:B=8,Q=2" ||
+                        name == "bf16") && !rows;
     REQUIRE((reader != nullptr) == reads);
     if (!reads) continue;
     bool all_equal = true;
@@ -243,7 +304,7 @@ TEST_CASE("policies: channel_reader reads unpack's channels where a policy has o
 TEST_CASE("policies: unpack_blocked is unpack in 16-channel blocks where a policy writes it, else undefined") {
   const Tensor x = random_tensor({2, 32, 8, 8}, 12);
   for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=4", "hfc:B=8,Q=2", "hfc:B=8", "exact",
-                           "pergroup:G=256,Q=2"}) {
+                           "pergroup:G=256,Q=2", "quant:Q=4,R=1"}) {
     INFO(spec);
     const auto policy = parse_policy(spec);
     const auto packed = policy->pack(x, {}, {5, 1});
@@ -251,8 +312,9 @@ TEST_CASE("policies: unpack_blocked is unpack in 16-channel blocks where a polic
     const Tensor blocked = policy->unpack_blocked(*packed, {}, 16);
     const std::string name = std::string(spec).substr(0, std::string(spec).find(':'));
     // The codec policies write blocks; exact (a reorder costs the same as writing blocks), per-group
-    // codes and a full-precision HFC (an f32 copy) leave it to the consumer.
-    const bool writes = name == "division" || name == "quant" || name == "lfc" || std::string(spec) == "hfc:B=8,Q=2";
+    // codes, a full-precision HFC (an f32 copy) and ranges per row group leave it to the consumer.
+    const bool writes = (name == "division" || name == "quant" || name == "lfc" || std::string(spec) == "hfc:B=8,Q=2") &&
+                        std::string(spec).find("R=") == std::string::npos;
     REQUIRE(blocked.defined() == writes);
     if (!writes) continue;
     CHECK(blocked.shape() == Shape({2, 2, 8, 8, 16}));
@@ -325,6 +387,8 @@ TEST_CASE("policies: parse_policy accepts the documented forms and rejects the r
   CHECK(parse_policy("actnn:Q=4")->name() == "actnn:G=256,Q=4");
   CHECK(parse_policy("blpa")->name() == "blpa:Q=4");
   CHECK(parse_policy("blpa:Q=8")->name() == "blpa:Q=8");
+  CHECK(parse_policy("division:R=1")->name() == "division:B=8,Q=2,R=1");
+  CHECK(parse_policy("hfc:R=4,Q=1")->name() == "hfc:B=8,Q=1,R=4");
   CHECK(parse_policy("exact")->is_exact());
   for (const char* spec : kLossy) CHECK(parse_policy(parse_policy(spec)->name())->name() == spec);
 
@@ -332,7 +396,8 @@ TEST_CASE("policies: parse_policy accepts the documented forms and rejects the r
                           "division:", "division:X=1", "division:B=8,B=4", "division:B=-1", "division:B=1e3",
                           "quant:B=8", "lfc:Q=2", "pergroup:G=0", "pergroup:B=8", "exact:Q=2", "divison", "",
                           "hfc:Q=16", "division:b=8", "actnn:G=12", "actnn:G=0", "actnn:Q=3", "actnn:B=8",
-                          "blpa:Q=2", "blpa:Q=1", "blpa:Q=16", "blpa:G=256"}) {
+                          "blpa:Q=2", "blpa:Q=1", "blpa:Q=16", "blpa:G=256", "division:R=0", "lfc:R=1",
+                          "hfc:B=8,R=1", "pergroup:R=1", "division:R=x"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_policy(bad), Error);
     try {
