@@ -198,7 +198,7 @@ TEST_CASE("policies: nbytes matches the closed forms") {
   CHECK(bytes("pergroup:G=256,Q=2", {4, 1}) == 16);  // passthrough
 }
 
-TEST_CASE("policies: R rows per range keeps a min and step per row group; R >= H packs the one-range bytes") {
+TEST_CASE("policies: R rows per range keeps a min and step per row group, R >= H packs the one-range bytes") {
   const auto bytes_of = [](const Packed& p) {
     const Tensor& buffer = dynamic_cast<const PackedPlanes&>(p).buffer();
     const uint8_t* data = static_cast<const uint8_t*>(buffer.raw_data());
