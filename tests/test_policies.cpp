@@ -33,6 +33,12 @@ Tensor random_tensor(const Shape& shape, uint64_t seed) {
 int64_t live_bytes() { return memory_stats(Device::cpu()).total.current; }
 int64_t packed_live_bytes() { return memory_stats(Device::cpu())[MemTag::ActivationPacked].current; }
 
+// The stored step of the group that holds element i (per-group packs, and plane packs with R rows per range).
+float group_step(const uint16_t* steps, const GroupGeometry& g, int64_t i) {
+  const int64_t n = i / g.sample_elems, d = i % g.sample_elems;
+  return bf16_to_float(steps[n * g.groups_per_sample() + d / g.group_size]);
+}
+
 // The bound on |unpack(pack(x)) − target| for element i, from what the pack stores: the step of its
 // plane or group (plus f32 rounding of the reconstruction); 0 for codes-free packs.
 float element_bound(const Packed& p, int64_t i, float magnitude) {
@@ -41,15 +47,10 @@ float element_bound(const Packed& p, int64_t i, float magnitude) {
     if (!planes->steps()) return rounding;
     if (planes->config().range_rows == 0)
       return bf16_to_float(planes->steps()[i / planes->geometry().plane_elems()]) + rounding;
-    const GroupGeometry g = range_groups(planes->config(), planes->geometry());
-    const int64_t n = i / g.sample_elems, d = i % g.sample_elems;
-    return bf16_to_float(planes->steps()[n * g.groups_per_sample() + d / g.group_size]) + rounding;
+    return group_step(planes->steps(), range_groups(planes->config(), planes->geometry()), i) + rounding;
   }
-  if (const auto* groups = dynamic_cast<const PackedGroups*>(&p)) {
-    const GroupGeometry& g = groups->geometry();
-    const int64_t n = i / g.sample_elems, d = i % g.sample_elems;
-    return bf16_to_float(groups->steps()[n * g.groups_per_sample() + d / g.group_size]) + rounding;
-  }
+  if (const auto* groups = dynamic_cast<const PackedGroups*>(&p))
+    return group_step(groups->steps(), groups->geometry(), i) + rounding;
   return 0.f;  // passthrough: exact
 }
 
