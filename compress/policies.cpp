@@ -53,20 +53,8 @@ PackedPassthrough::PackedPassthrough(const Tensor& x)
 }
 
 // ---------------------------------------------------------------- plane policies
-GroupGeometry range_groups(const PlaneCodecConfig& config, const PlaneGeometry& g) {
-  GroupGeometry groups;
-  groups.samples = g.planes;
-  groups.sample_elems = g.plane_elems();
-  groups.group_size = std::min(config.range_rows, g.height) * g.width;
-  groups.bits = config.bits;
-  return groups;
-}
-
 PlaneSections plane_sections(const PlaneCodecConfig& config, const PlaneGeometry& g) {
-  const bool rows = config.range_rows > 0;
-  const GroupGeometry groups = rows ? range_groups(config, g) : GroupGeometry{};
-  const int64_t ranges = rows ? groups.groups() : g.planes;
-  const int64_t code_bytes = rows ? groups.code_bytes_per_group() : g.code_bytes_per_plane();
+  const int64_t ranges = g.ranges(), code_bytes = g.code_bytes_per_range();
   PlaneSections s;
   size_t at = 0;
   s.residual = at;
@@ -107,6 +95,7 @@ bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
     // (batch, tokens, features): one plane per sample, pooled along the tokens (make_token_geometry).
     if (shape_numel(shape) == 0 || shape[1] * shape[2] == 1) return false;
     g = make_token_geometry(shape[0], shape[1], shape[2], config_.pool_block, config_.bits);
+    g.range_rows = config_.range_rows;
     return true;
   } else if (shape.size() == 2) {
     planes = shape[0], width = shape[1];
@@ -115,6 +104,7 @@ bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
   }
   if (shape_numel(shape) == 0 || height * width == 1) return false;
   g = make_plane_geometry(planes, height, width, config_.pool_block, config_.bits);
+  g.range_rows = config_.range_rows;
   return true;
 }
 
@@ -123,26 +113,6 @@ std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInf
   PlaneGeometry g;
   if (!plane_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
   auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g, x.device());
-  if (config_.range_rows > 0) {
-    const float* coded = x.data<float>();
-    Tensor residual;
-    if (config_.uses_lfc()) {  // the LFC (when stored) and the residual the codes are taken of
-      residual = Tensor::empty_tagged(x.shape(), MemTag::Workspace, DType::F32, x.device());
-      ACTLAB_DISPATCH(x.device(),
-                      cuda::plane_pack(packed->lfc(), nullptr, nullptr, nullptr, residual.data<float>(),
-                                       x.data<float>(), g, true, ctx.seed, ctx.stream, gpu.device()),
-                      cpu::plane_pack(packed->lfc(), nullptr, nullptr, nullptr, residual.data<float>(),
-                                      x.data<float>(), g, true, ctx.seed, ctx.stream));
-      coded = residual.data<float>();
-    }
-    const GroupGeometry groups = range_groups(config_, g);
-    ACTLAB_DISPATCH(x.device(),
-                    cuda::group_pack(packed->codes(), packed->mins(), packed->steps(), coded, groups, ctx.seed,
-                                     ctx.stream, gpu.device()),
-                    cpu::group_pack(packed->codes(), packed->mins(), packed->steps(), coded, groups, ctx.seed,
-                                    ctx.stream));
-    return packed;
-  }
   ACTLAB_DISPATCH(x.device(),
                   cuda::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
                                    x.data<float>(), g, config_.uses_lfc(), ctx.seed, ctx.stream, gpu.device()),
@@ -160,20 +130,7 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
   const Device device = planes->buffer().device();
   Tensor out = Tensor::empty(planes->shape(), DType::F32, device);
   const PlaneGeometry& g = planes->geometry();
-  if (config_.range_rows > 0) {  // the codes' decode, plus the LFC's when the pack keeps one
-    const GroupGeometry groups = range_groups(config_, g);
-    ACTLAB_DISPATCH(device,
-                    cuda::group_unpack(out.data<float>(), planes->codes(), planes->mins(), planes->steps(), groups,
-                                       gpu.device()),
-                    cpu::group_unpack(out.data<float>(), planes->codes(), planes->mins(), planes->steps(), groups));
-    if (planes->lfc()) {
-      Tensor up = Tensor::empty_tagged(planes->shape(), MemTag::Workspace, DType::F32, device);
-      ACTLAB_DISPATCH(device,
-                      cuda::plane_unpack(up.data<float>(), planes->lfc(), nullptr, nullptr, nullptr, g, gpu.device()),
-                      cpu::plane_unpack(up.data<float>(), planes->lfc(), nullptr, nullptr, nullptr, g));
-      out.add_(up);
-    }
-  } else if (planes->residual()) {
+  if (planes->residual()) {
     copy_on_device(out.raw_data(), planes->residual(), out.nbytes(), device);
   } else {
     ACTLAB_DISPATCH(device,
@@ -188,7 +145,7 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
 Tensor PlaneCodecPolicy::unpack_blocked(const Packed& p, const SaveInfo&, int channel_block) const {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
   if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
-      config_.range_rows > 0 || !planes->buffer().device().is_cpu() || channel_block != cpu::kChannelBlock)
+      planes->geometry().ranges_per_plane() > 1 || !planes->buffer().device().is_cpu() || channel_block != cpu::kChannelBlock)
     return {};
   const Shape& s = planes->shape();
   if (s.size() != 4 || s[1] % channel_block != 0) return {};
@@ -215,7 +172,7 @@ class PlaneChannelReader final : public ChannelReader {
 std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p, const SaveInfo&) const {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
   if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
-      config_.range_rows > 0 || !planes->buffer().device().is_cpu() || planes->shape().size() != 4)
+      planes->geometry().ranges_per_plane() > 1 || !planes->buffer().device().is_cpu() || planes->shape().size() != 4)
     return nullptr;
   return std::make_unique<PlaneChannelReader>(*planes);
 }

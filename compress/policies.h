@@ -42,7 +42,7 @@ struct PlaneCodecConfig {
   int bits = 2;       // Q ∈ {1,2,4,8}; 0 only for HfcOnly (f32 residual)
   // R (the policy string's R key): the codes take one min and step per min(R, H) consecutive rows of a plane
   // instead of one per plane — on a (B, T, D) token map R = 1 is one range per token. 0: one per plane.
-  // Only with codes (division, quant, hfc with Q); see range_groups.
+  // Only with codes (division, quant, hfc with Q); it becomes the codec's PlaneGeometry::range_rows.
   int64_t range_rows = 0;
   bool stores_lfc() const { return kind == PlaneCodecKind::Division || kind == PlaneCodecKind::LfcOnly; }
   bool uses_lfc() const { return kind != PlaneCodecKind::Quant; }
@@ -50,16 +50,10 @@ struct PlaneCodecConfig {
   bool stores_residual() const { return kind == PlaneCodecKind::HfcOnly && bits == 0; }
 };
 
-// The codes of a plane pack with range_rows R > 0, as the per-group codec sees them: every plane is a sample
-// of E elements split into ceil(H / R') groups of R' = min(R, H) whole rows (the last one zero-padded when
-// R' does not divide H). Element e of plane p then draws the random number p·E + e, as in the one-range
-// layout, so R >= H packs the same bytes as R = 0 (tests/test_policies.cpp).
-GroupGeometry range_groups(const PlaneCodecConfig& config, const PlaneGeometry& g);
-
 // The sections of a plane pack, in buffer order (each section's offset keeps its element type aligned):
 // residual f32 [planes·E] | lfc bf16 [planes·lfc_h·lfc_w] | mins bf16 [ranges] | steps bf16 [ranges] |
-// codes u8 [ranges·code bytes per range]. One range per plane (ceil(Q·E/8) bytes of codes each), or with
-// range_rows the groups of range_groups. Absent sections have size 0.
+// codes u8 [ranges·code bytes per range]: the geometry's ranges (PlaneGeometry::ranges, one per plane
+// without range_rows). Absent sections have size 0.
 struct PlaneSections {
   size_t residual = 0, lfc = 0, mins = 0, steps = 0, codes = 0;  // byte offsets
   size_t total = 0;                                              // bytes

@@ -26,10 +26,24 @@ struct PlaneGeometry {
   int64_t lfc_h = 0, lfc_w = 0;
   int bits = 0;  // Q of the codes (0 when the codec stores no codes)
 
+  // The codes' ranges: one bf16 min and step per `range_rows` consecutive rows of a plane (0, or any value
+  // >= height: one range per plane). When the rows do not divide the height, the plane's last range is
+  // zero-padded to full size and the zeros take part in its min and max (docs/policies.md, "One range per
+  // token").
+  int64_t range_rows = 0;
+
   int64_t plane_elems() const { return height * width; }
   int64_t lfc_elems() const { return lfc_h * lfc_w; }
-  // Each plane's codes occupy their own byte-aligned run, LSB first, so planes pack in parallel.
-  int64_t code_bytes_per_plane() const { return (static_cast<int64_t>(bits) * plane_elems() + 7) / 8; }
+  int64_t rows_per_range() const { return range_rows > 0 && range_rows < height ? range_rows : height; }
+  int64_t ranges_per_plane() const { return (height + rows_per_range() - 1) / rows_per_range(); }
+  int64_t ranges() const { return planes * ranges_per_plane(); }
+  int64_t range_elems() const { return rows_per_range() * width; }
+  // Each range's codes occupy their own byte-aligned run, LSB first, so planes pack in parallel; a plane's
+  // runs follow each other.
+  int64_t code_bytes_per_range() const { return (static_cast<int64_t>(bits) * range_elems() + 7) / 8; }
+  int64_t code_bytes_per_plane() const { return ranges_per_plane() * code_bytes_per_range(); }
+  // True when the runs of consecutive planes hold no padding bits, so a batch of planes is one run.
+  bool contiguous_codes() const { return code_bytes_per_plane() * 8 == static_cast<int64_t>(bits) * plane_elems(); }
 };
 
 // pool_block = B; the pool kernel per axis is min(B, extent).
@@ -233,8 +247,9 @@ const char* codec_simd_name(CodecSimd level);
 // Division-family pack of x: (g.planes, g.height, g.width) f32 contiguous. Per plane p:
 //   with_lfc: L = bf16 block means (written to lfc[p·lfc_elems ..] when lfc != nullptr), R = x − L↑;
 //   otherwise R = x.
-//   codes != nullptr: bits-bit stochastic codes of R → codes[p·code_bytes_per_plane ..] with
-//     mins[p], steps[p] (bf16 bits); element e of plane p draws philox_uniform8(seed, stream, p·E + e).
+//   codes != nullptr: bits-bit stochastic codes of R, range k of plane p (g.ranges_per_plane() per plane)
+//     → codes[(p·ranges_per_plane + k)·code_bytes_per_range ..] with mins[p·ranges_per_plane + k] and
+//     steps[...] (bf16 bits); element e of plane p draws philox_uniform8(seed, stream, p·E + e).
 //   residual != nullptr: R in f32 → residual[p·E ..].
 // Outputs are assigned (never accumulated) and must not alias x; unused outputs may be nullptr.
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
@@ -248,6 +263,7 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
 // (aBcd16b): planes are (n, c) with `channels` per sample, channels % kChannelBlock == 0, and value
 // (n, c, e) goes to out[((n·channels/16 + c/16)·E + e)·16 + c%16]. A convolution's backward-weights pass
 // then reads the unpacked input directly instead of a reorder of it (bench/RESULTS_compress.md).
+// One range per plane only (g.ranges_per_plane() == 1; it and plane_unpack_channel refuse others).
 constexpr int64_t kChannelBlock = 16;
 void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                           const uint16_t* steps, const PlaneGeometry& g, int64_t channels);

@@ -254,8 +254,8 @@ NaivePlanes naive_plane_pack(const std::vector<float>& x, const PlaneGeometry& g
   NaivePlanes out;
   out.lfc.assign(g.planes * g.lfc_elems(), 0);
   out.codes.assign(g.planes * g.code_bytes_per_plane(), 0);
-  out.mins.assign(g.planes, 0);
-  out.steps.assign(g.planes, 0);
+  out.mins.assign(g.ranges(), 0);
+  out.steps.assign(g.ranges(), 0);
   out.residual.assign(g.planes * g.plane_elems(), 0.f);
   cpu::plane_pack_ref(with_lfc ? out.lfc.data() : nullptr, g.bits ? out.codes.data() : nullptr, out.mins.data(),
                       out.steps.data(), out.residual.data(), x.data(), g, with_lfc, seed, stream);
@@ -266,18 +266,24 @@ NaivePlanes naive_plane_pack(const std::vector<float>& x, const PlaneGeometry& g
 
 TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte for byte") {
   const int64_t live_before = memory_stats().total.current;
-  // token: a (samples, tokens, features) map, pooled along the tokens only (make_token_geometry).
-  struct Case { int64_t planes, h, w, block; int bits; bool token = false; };
+  // token: a (samples, tokens, features) map, pooled along the tokens only (make_token_geometry); rows: the
+  // geometry's range_rows (one min and step per that many rows; a last range cut short is zero-padded).
+  struct Case { int64_t planes, h, w, block; int bits; bool token = false; int64_t rows = 0; };
   const Case cases[] = {{6, 32, 32, 8, 2}, {4, 28, 28, 8, 4}, {15, 7, 7, 8, 2}, {15, 4, 4, 8, 1}, {5, 6, 10, 4, 8},
                         {7, 14, 14, 8, 2}, {3, 1, 10, 8, 2}, {40, 1, 3, 2, 4}, {2, 9, 5, 3, 1},
                         {70, 8, 8, 8, 2}, {6, 8, 8, 4, 4}, {300, 4, 4, 8, 2}, {9, 16, 16, 8, 4}, {2, 56, 56, 8, 2},
                         {5, 32, 32, 8, 1}, {4, 32, 32, 8, 4}, {3, 32, 32, 8, 8}, {6, 16, 16, 8, 2}, {4, 16, 16, 8, 1},
                         {3, 16, 16, 8, 8}, {4, 65, 192, 8, 2, true}, {3, 5, 6, 8, 4, true}, {2, 17, 33, 4, 1, true},
-                        {2, 64, 48, 8, 8, true}, {3, 50, 16, 16, 2, true}};
+                        {2, 64, 48, 8, 8, true}, {3, 50, 16, 16, 2, true},
+                        {4, 50, 192, 8, 2, true, 1}, {3, 50, 50, 8, 2, true, 1}, {2, 17, 33, 4, 1, true, 4},
+                        {2, 50, 64, 8, 4, true, 3}, {3, 32, 32, 8, 2, false, 8}, {5, 6, 10, 4, 8, false, 4},
+                        {9, 8, 8, 8, 1, false, 3}, {3, 8, 8, 8, 2, false, 20}};
   uint32_t seed_counter = 1;
   for (const Case& c : cases) {
-    const PlaneGeometry g = c.token ? make_token_geometry(c.planes, c.h, c.w, c.block, c.bits)
-                                    : make_plane_geometry(c.planes, c.h, c.w, c.block, c.bits);
+    PlaneGeometry g = c.token ? make_token_geometry(c.planes, c.h, c.w, c.block, c.bits)
+                              : make_plane_geometry(c.planes, c.h, c.w, c.block, c.bits);
+    g.range_rows = c.rows;
+    CHECK(g.ranges_per_plane() == (c.rows > 0 ? (c.h + std::min(c.rows, c.h) - 1) / std::min(c.rows, c.h) : 1));
     if (c.token) {
       CHECK(g.block_w == 1);
       CHECK(g.lfc_w == c.w);
@@ -290,11 +296,12 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
       const CodecSimd mode(simd);
       CAPTURE(c.h);
       CAPTURE(c.w);
+      CAPTURE(c.rows);
       CAPTURE(with_lfc);
       CAPTURE(cpu::codec_simd_name(simd));
       const uint64_t seed = 1234 + c.bits, stream = 77 + c.planes;
       const NaivePlanes want = naive_plane_pack(x, g, with_lfc, seed, stream);
-      std::vector<uint16_t> lfc(want.lfc.size(), 0xFFFF), mins(g.planes), steps(g.planes);
+      std::vector<uint16_t> lfc(want.lfc.size(), 0xFFFF), mins(g.ranges()), steps(g.ranges());
       std::vector<uint8_t> codes(want.codes.size(), 0xAA);
       std::vector<float> residual(x.size(), -1.f);
       cpu::plane_pack(with_lfc ? lfc.data() : nullptr, codes.data(), mins.data(), steps.data(), residual.data(),
@@ -306,7 +313,7 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
       CHECK(residual == want.residual);
       // Without the f32 residual output (what the division policy asks for; 32² planes then take the
       // one-pass AVX-512 routine when simd is on and the CPU has AVX-512BW): the same bytes.
-      std::vector<uint16_t> lfc2(want.lfc.size(), 0xFFFF), mins2(g.planes), steps2(g.planes);
+      std::vector<uint16_t> lfc2(want.lfc.size(), 0xFFFF), mins2(g.ranges()), steps2(g.ranges());
       std::vector<uint8_t> codes2(want.codes.size(), 0x55);
       cpu::plane_pack(with_lfc ? lfc2.data() : nullptr, codes2.data(), mins2.data(), steps2.data(), nullptr, x.data(),
                       g, with_lfc, seed, stream);
@@ -327,15 +334,19 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
 }
 
 TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unpack is LFC↑") {
-  // 64×16×16 is above the parallel threshold (two threads split the planes); 40×7×7 has a 1×1 LFC.
-  for (const PlaneGeometry& g : {make_plane_geometry(64, 16, 16, 8, 2), make_plane_geometry(40, 7, 7, 8, 2)}) {
+  // 64×16×16 is above the parallel threshold (two threads split the planes); 40×7×7 has a 1×1 LFC; the
+  // token map codes one range per token (range_rows = 1).
+  PlaneGeometry tokens = make_token_geometry(64, 50, 64, 8, 2);
+  tokens.range_rows = 1;
+  for (const PlaneGeometry& g : {make_plane_geometry(64, 16, 16, 8, 2), make_plane_geometry(40, 7, 7, 8, 2), tokens}) {
     const int64_t E = g.plane_elems(), LE = g.lfc_elems();
     const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 99);
-    std::vector<uint16_t> lfc(g.planes * LE), mins(g.planes), steps(g.planes);
+    std::vector<uint16_t> lfc(g.planes * LE), mins(g.ranges()), steps(g.ranges());
     std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
     cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 5, 6);
     const NaivePlanes want = naive_plane_pack(x, g, true, 5, 6);
     CHECK(lfc == want.lfc);
+    CHECK(mins == want.mins);
     CHECK(codes == want.codes);
     std::vector<float> up(x.size());
     cpu::plane_unpack(up.data(), lfc.data(), nullptr, nullptr, nullptr, g);
@@ -348,6 +359,56 @@ TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unp
         }
     CHECK(all_equal);
   }
+}
+
+TEST_CASE("codec: a plane pack of several ranges is the group codec over the residual, range by range") {
+  // What the CUDA codec runs for range_rows (core/cuda/codec.cu): the plane pack's LFC and f32 residual,
+  // then group_pack with every plane a sample and every range a group. The same draws (element e of plane
+  // p at p·E + e) and the same zero padding give the same bytes; the decode adds LFC↑ to group_unpack's.
+  struct Case { int64_t planes, h, w, rows; int bits; };
+  for (const Case& c : {Case{4, 50, 192, 1, 2}, Case{3, 17, 33, 4, 1}, Case{2, 50, 50, 1, 4}, Case{5, 6, 10, 4, 8}}) {
+    CAPTURE(c.h);
+    CAPTURE(c.rows);
+    PlaneGeometry g = make_token_geometry(c.planes, c.h, c.w, 8, c.bits);
+    g.range_rows = c.rows;
+    const int64_t E = g.plane_elems();
+    const std::vector<float> x = random_values(static_cast<size_t>(c.planes * E), 31);
+    std::vector<uint16_t> lfc(g.planes * g.lfc_elems()), mins(g.ranges()), steps(g.ranges());
+    std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
+    cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, 8, 2);
+
+    std::vector<float> residual(x.size());
+    std::vector<uint16_t> lfc2(lfc.size()), mins2(mins.size()), steps2(steps.size());
+    cpu::plane_pack(lfc2.data(), nullptr, nullptr, nullptr, residual.data(), x.data(), g, true, 8, 2);
+    GroupGeometry groups;
+    groups.samples = g.planes, groups.sample_elems = E, groups.group_size = g.range_elems(), groups.bits = c.bits;
+    REQUIRE(groups.groups() == g.ranges());
+    REQUIRE(groups.code_bytes_per_group() == g.code_bytes_per_range());
+    std::vector<uint8_t> codes2(codes.size());
+    cpu::group_pack(codes2.data(), mins2.data(), steps2.data(), residual.data(), groups, 8, 2);
+    CHECK(lfc2 == lfc);
+    CHECK(mins2 == mins);
+    CHECK(steps2 == steps);
+    CHECK(codes2 == codes);
+
+    std::vector<float> out(x.size()), decoded(x.size()), up(x.size());
+    cpu::plane_unpack(out.data(), lfc.data(), codes.data(), mins.data(), steps.data(), g);
+    cpu::group_unpack(decoded.data(), codes.data(), mins.data(), steps.data(), groups);
+    cpu::plane_unpack(up.data(), lfc.data(), nullptr, nullptr, nullptr, g);
+    bool all_equal = true;
+    for (size_t i = 0; i < out.size(); ++i) all_equal = all_equal && same_bits(out[i], up[i] + decoded[i]);
+    CHECK(all_equal);
+  }
+  // The channel decoders read one range per plane and say so for more.
+  PlaneGeometry g = make_plane_geometry(16, 4, 4, 8, 2);
+  g.range_rows = 1;
+  std::vector<float> out(16 * 16);
+  std::vector<uint16_t> lfc(16), mins(g.ranges()), steps(g.ranges());
+  std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
+  CHECK_THROWS_AS(cpu::plane_unpack_channel(out.data(), lfc.data(), codes.data(), mins.data(), steps.data(), g, 16, 0),
+                  Error);
+  CHECK_THROWS_AS(cpu::plane_unpack_blocked(out.data(), lfc.data(), codes.data(), mins.data(), steps.data(), g, 16),
+                  Error);
 }
 
 // A division pack (LFC + codes, B = 8) of random planes, and the three decodings it offers by the terms

@@ -92,28 +92,35 @@ TEST_CASE("cuda codec: packs on the GPU are tagged ActivationPacked there and ho
 
 TEST_CASE("cuda codec: the raw kernels match the CPU on a batch of odd planes") {
   if (!gpu_or_skip("raw codec kernels")) return;
-  const PlaneGeometry g = make_plane_geometry(6, 11, 5, 4, 4);  // 55 elements: chunks straddle Philox blocks
-  const Tensor x = uniform({g.planes, g.height, g.width}, 9);
-  const int64_t lfc_n = g.planes * g.lfc_elems(), code_n = g.planes * g.code_bytes_per_plane();
-  const auto raw = [&](Device d) {  // u8 tensors hold the bf16 sections as raw bytes
-    Tensor lfc = Tensor::empty({2 * lfc_n}, DType::U8, d), codes = Tensor::zeros({code_n}, DType::U8, d);
-    Tensor mins = Tensor::empty({2 * g.planes}, DType::U8, d), steps = Tensor::empty({2 * g.planes}, DType::U8, d);
-    const Tensor xd = x.to(d);
-    auto* lp = reinterpret_cast<uint16_t*>(lfc.data<uint8_t>());
-    auto* mp = reinterpret_cast<uint16_t*>(mins.data<uint8_t>());
-    auto* sp = reinterpret_cast<uint16_t*>(steps.data<uint8_t>());
-    // The kernels directly, through the same switch the policies use (core/dispatch.h).
-    ACTLAB_DISPATCH(d,
-                    cuda::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6,
-                                     gpu.device()),
-                    cpu::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6));
-    return std::vector<Tensor>{codes, lfc, mins, steps};
-  };
-  const std::vector<Tensor> want = raw(Device::cpu()), got = raw(gpu());
-  check_same_bytes(want[0], got[0], "codes");
-  check_same_bytes(want[1], got[1], "lfc");
-  check_same_bytes(want[2], got[2], "mins");
-  check_same_bytes(want[3], got[3], "steps");
+  // 55 elements: chunks straddle Philox blocks. With range_rows 3: four ranges of 15 elements per plane, the
+  // last one zero-padded (the GPU runs the group kernel over the residual for them).
+  for (const int64_t range_rows : {0, 3}) {
+    CAPTURE(range_rows);
+    PlaneGeometry g = make_plane_geometry(6, 11, 5, 4, 4);
+    g.range_rows = range_rows;
+    const Tensor x = uniform({g.planes, g.height, g.width}, 9);
+    const int64_t lfc_n = g.planes * g.lfc_elems(), code_n = g.planes * g.code_bytes_per_plane();
+    const auto raw = [&](Device d) {  // u8 tensors hold the bf16 sections as raw bytes
+      Tensor lfc = Tensor::empty({2 * lfc_n}, DType::U8, d), codes = Tensor::zeros({code_n}, DType::U8, d);
+      Tensor mins = Tensor::empty({2 * g.ranges()}, DType::U8, d);
+      Tensor steps = Tensor::empty({2 * g.ranges()}, DType::U8, d);
+      const Tensor xd = x.to(d);
+      auto* lp = reinterpret_cast<uint16_t*>(lfc.data<uint8_t>());
+      auto* mp = reinterpret_cast<uint16_t*>(mins.data<uint8_t>());
+      auto* sp = reinterpret_cast<uint16_t*>(steps.data<uint8_t>());
+      // The kernels directly, through the same switch the policies use (core/dispatch.h).
+      ACTLAB_DISPATCH(d,
+                      cuda::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6,
+                                       gpu.device()),
+                      cpu::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xd.data<float>(), g, true, 5, 6));
+      return std::vector<Tensor>{codes, lfc, mins, steps};
+    };
+    const std::vector<Tensor> want = raw(Device::cpu()), got = raw(gpu());
+    check_same_bytes(want[0], got[0], "codes");
+    check_same_bytes(want[1], got[1], "lfc");
+    check_same_bytes(want[2], got[2], "mins");
+    check_same_bytes(want[3], got[3], "steps");
+  }
 }
 
 TEST_CASE("cuda codec: a ResNet-20 step under division:B=8,Q=2 on cuda:0 tracks the CPU step") {

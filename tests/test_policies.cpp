@@ -33,10 +33,15 @@ Tensor random_tensor(const Shape& shape, uint64_t seed) {
 int64_t live_bytes() { return memory_stats(Device::cpu()).total.current; }
 int64_t packed_live_bytes() { return memory_stats(Device::cpu())[MemTag::ActivationPacked].current; }
 
-// The stored step of the group that holds element i (per-group packs, and plane packs with R rows per range).
+// The stored step of the group that holds element i of a per-group pack.
 float group_step(const uint16_t* steps, const GroupGeometry& g, int64_t i) {
   const int64_t n = i / g.sample_elems, d = i % g.sample_elems;
   return bf16_to_float(steps[n * g.groups_per_sample() + d / g.group_size]);
+}
+// The stored step of the range that holds element i of a plane pack.
+float range_step(const uint16_t* steps, const PlaneGeometry& g, int64_t i) {
+  const int64_t p = i / g.plane_elems(), e = i % g.plane_elems();
+  return bf16_to_float(steps[p * g.ranges_per_plane() + e / g.range_elems()]);
 }
 
 // The bound on |unpack(pack(x)) − target| for element i, from what the pack stores: the step of its
@@ -45,9 +50,7 @@ float element_bound(const Packed& p, int64_t i, float magnitude) {
   const float rounding = 1e-6f * (1.f + magnitude);
   if (const auto* planes = dynamic_cast<const PackedPlanes*>(&p)) {
     if (!planes->steps()) return rounding;
-    if (planes->config().range_rows == 0)
-      return bf16_to_float(planes->steps()[i / planes->geometry().plane_elems()]) + rounding;
-    return group_step(planes->steps(), range_groups(planes->config(), planes->geometry()), i) + rounding;
+    return range_step(planes->steps(), planes->geometry(), i) + rounding;
   }
   if (const auto* groups = dynamic_cast<const PackedGroups*>(&p))
     return group_step(groups->steps(), groups->geometry(), i) + rounding;
@@ -205,8 +208,7 @@ TEST_CASE("policies: R rows per range keeps a min and step per row group, R >= H
     const uint8_t* data = static_cast<const uint8_t*>(buffer.raw_data());
     return std::vector<uint8_t>(data, data + buffer.nbytes());
   };
-  // R >= H: one range per plane through the per-group codec, which draws element e of plane p at p·E + e
-  // as the plane codec does, so the whole buffer (LFC, min, step, codes) is the same.
+  // R >= H: the geometry's one range per plane, so the whole buffer (LFC, min, step, codes) is the same.
   for (const auto& [shape, spec] : {std::pair<Shape, const char*>{{2, 5, 6}, "division:B=8,Q=2"},
                                     {{2, 3, 6, 10}, "division:B=4,Q=4"}, {{3, 10, 7}, "quant:Q=1"},
                                     {{2, 3, 6, 10}, "hfc:B=2,Q=2"}}) {

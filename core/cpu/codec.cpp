@@ -805,13 +805,13 @@ struct PackScratch {
   float* colsum;     // [width]
   float* up_row;     // [width]
   uint16_t* lfc;     // the LFC of one plane when it is not stored [lfc_elems]
-  int32_t* lo;       // min/max keys per plane [batch]
+  int32_t* lo;       // min/max keys per range [batch·ranges_per_plane]
   int32_t* hi;
-  float* min;        // stored min/step per plane, as f32 [batch]
+  float* min;        // stored min/step per range, as f32 [batch·ranges_per_plane]
   float* scale;      // quant_scale of the stored step
 };
 int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g) {
-  const int64_t batch = planes_per_batch(g), n = batch * g.plane_elems();
+  const int64_t n = planes_per_batch(g) * g.plane_elems(), batch = planes_per_batch(g) * g.ranges_per_plane();
   int64_t at = 0;
   const auto take = [&](auto& ptr, int64_t count) {
     ptr = base ? reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(base + at) : nullptr;
@@ -836,13 +836,23 @@ ACTLAB_INLINE void prefetch_floats(const float* v, int64_t n) {
 #endif
 }
 
+// The order keys of the min and max of a range's `count` values v, with the range's zero padding when
+// count < full (the last range of a plane whose height its rows do not divide).
+ACTLAB_INLINE void range_min_max(int32_t& lo, int32_t& hi, const float* v, int64_t count, int64_t full) {
+  min_max_keys(lo, hi, v, count);
+  if (count < full) lo = std::min(lo, float_order_key(0.f)), hi = std::max(hi, float_order_key(0.f));
+}
+
 // Planes [p0, p0 + nb) of one batch: uniforms, residuals, ranges, codes, bit runs. `next` planes follow in
-// this thread's range (their input is prefetched).
+// this thread's range (their input is prefetched). A plane of several ranges (g.range_rows) is coded range
+// by range from the residual in scratch, so it costs one pass like a plane of one range.
 template <int kH, int kW, int kB>
 ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, int64_t next, const PackScratch& s) {
   const PlaneGeometry& g = *a.g;
   const Extents<kH, kW, kB> x(g);
   const int64_t E = x.elems(), LE = x.lfc_elems(), code_bytes = g.code_bytes_per_plane();
+  const int64_t nr = g.ranges_per_plane(), RE = g.range_elems(), run_bytes = g.code_bytes_per_range();
+  const auto range_count = [&](int64_t k) { return std::min(RE, E - k * RE); };
   prefetch_floats(a.x + (p0 + nb) * E, next * E);
   if (a.codes) fill_bits8(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
   if constexpr (kFusedPack<kH, kW, kB>) {
@@ -866,26 +876,38 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
     } else if (a.residual) {
       std::memcpy(r, xp, static_cast<size_t>(E) * 4);
     }
-    if (a.codes) min_max_keys(s.lo[q], s.hi[q], a.with_lfc || a.residual ? r : xp, E);
+    if (!a.codes) continue;
+    const float* v = a.with_lfc || a.residual ? r : xp;
+    for (int64_t k = 0; k < nr; ++k) range_min_max(s.lo[q * nr + k], s.hi[q * nr + k], v + k * RE, range_count(k), RE);
   }
   if (!a.codes) return;
   const int bits = g.bits, levels = quant_levels(bits);
-  for (int64_t q = 0; q < nb; ++q) {  // vectorized across planes
+  for (int64_t j = 0; j < nb * nr; ++j) {  // vectorized across ranges
     uint16_t min_bits, step_bits;
-    quant_params(min_bits, step_bits, float_from_order_key(s.lo[q]), float_from_order_key(s.hi[q]), bits);
-    a.mins[p0 + q] = min_bits, a.steps[p0 + q] = step_bits;
-    s.min[q] = bf16_to_float(min_bits), s.scale[q] = quant_scale(bf16_to_float(step_bits));
+    quant_params(min_bits, step_bits, float_from_order_key(s.lo[j]), float_from_order_key(s.hi[j]), bits);
+    a.mins[p0 * nr + j] = min_bits, a.steps[p0 * nr + j] = step_bits;
+    s.min[j] = bf16_to_float(min_bits), s.scale[j] = quant_scale(bf16_to_float(step_bits));
   }
   for (int64_t q = 0; q < nb; ++q) {
     const int64_t p = p0 + q;
     const float* r = a.residual ? a.residual + p * E : a.with_lfc ? s.r + q * E : a.x + p * E;
-    quantize_plane(s.codes + q * E, r, s.bits + q * E, E, s.min[q], s.scale[q], levels);
+    for (int64_t k = 0; k < nr; ++k) {
+      const int64_t at = q * E + k * RE;
+      quantize_plane(s.codes + at, r + k * RE, s.bits + at, range_count(k), s.min[q * nr + k], s.scale[q * nr + k],
+                     levels);
+    }
   }
-  if ((bits * E) % 8 == 0) {  // the runs of the batch are contiguous: one pass
+  if (g.contiguous_codes()) {  // the runs of the batch are contiguous: one pass
     pack_run(a.codes + p0 * code_bytes, s.codes, nb * E, bits);
-  } else {
-    for (int64_t q = 0; q < nb; ++q) pack_run(a.codes + (p0 + q) * code_bytes, s.codes + q * E, E, bits);
+    return;
   }
+  for (int64_t q = 0; q < nb; ++q)
+    for (int64_t k = 0; k < nr; ++k) {
+      uint8_t* run = a.codes + ((p0 + q) * nr + k) * run_bytes;
+      const int64_t count = range_count(k), used = (count * bits + 7) / 8;
+      pack_run(run, s.codes + q * E + k * RE, count, bits);
+      std::memset(run + used, 0, static_cast<size_t>(run_bytes - used));  // a padded range's padding: code 0
+    }
 }
 
 template <int kH, int kW, int kB>
@@ -897,9 +919,11 @@ ACTLAB_INLINE void pack_range(const PlanePackArgs& a, int64_t first, int64_t las
   }
 }
 
-// True when a plane_pack/unpack may run the compile-time-sized copy for h×w planes with block b.
+// True when a plane_pack/unpack may run the compile-time-sized copy for h×w planes with block b (whose
+// fused and direct routines code a plane as one range).
 bool fixed_shape(const PlaneGeometry& g, int64_t h, int64_t w, int64_t b) {
-  return g.height == h && g.width == w && g.block_h == std::min(b, h) && g.block_w == std::min(b, w);
+  return g.height == h && g.width == w && g.block_h == std::min(b, h) && g.block_w == std::min(b, w) &&
+         g.ranges_per_plane() == 1;
 }
 
 // Calls run.template operator()<H, W, B>() for the first compile-time shape that g has (CIFAR ResNet maps
@@ -946,34 +970,40 @@ int64_t unpack_scratch_bytes(const PlaneGeometry& g) {
   return (planes_per_batch(g) * g.plane_elems() + 63) / 64 * 64 + g.width * 4;
 }
 
-// op = LFC↑ + dequantized codes of one plane (either term absent when its pointer is null), one pass.
+// op = LFC↑ + dequantized codes of one plane (either term absent when its pointer is null), one pass;
+// mins/steps: the plane's ranges' (g.ranges_per_plane(); one on the compile-time shapes).
 template <int kH, int kW, int kB>
 ACTLAB_INLINE void unpack_plane(float* __restrict op, const uint16_t* __restrict lfc, const uint8_t* __restrict codes,
-                                float min, float step, float* __restrict up_row, const UpsampleMap& map,
-                                const PlaneGeometry& g) {
+                                const uint16_t* mins, const uint16_t* steps, float* __restrict up_row,
+                                const UpsampleMap& map, const PlaneGeometry& g) {
   const Extents<kH, kW, kB> x(g);
-  const int64_t E = x.elems();
-  if (lfc && x.lfc_elems() == 1) {  // one LFC value
-    const float mean = bf16_to_float(lfc[0]);
-    if (codes) {
-      for (int64_t e = 0; e < E; ++e) op[e] = mean + dequantize(codes[e], min, step);
-    } else {
-      for (int64_t e = 0; e < E; ++e) op[e] = mean;
-    }
-  } else if (lfc) {
-    for (int64_t h = 0; h < x.h; ++h) {
-      const int64_t i = source_row(h, x, map);
-    if (h == 0 || i != source_row(h - 1, x, map)) upsample_row(up_row, lfc, i, x, map);
-      float* o = op + h * x.w;
+  const int64_t rows = Extents<kH, kW, kB>::kFixed ? x.h : g.rows_per_range();
+  for (int64_t h0 = 0, k = 0; h0 < x.h; h0 += rows, ++k) {
+    const int64_t h1 = std::min(h0 + rows, x.h), n = (h1 - h0) * x.w;
+    const float min = codes ? bf16_to_float(mins[k]) : 0.f, step = codes ? bf16_to_float(steps[k]) : 0.f;
+    float* o = op + h0 * x.w;
+    const uint8_t* c = codes ? codes + h0 * x.w : nullptr;
+    if (lfc && x.lfc_elems() == 1) {  // one LFC value
+      const float mean = bf16_to_float(lfc[0]);
       if (codes) {
-        const uint8_t* c = codes + h * x.w;
-        for (int64_t w = 0; w < x.w; ++w) o[w] = up_row[w] + dequantize(c[w], min, step);
+        for (int64_t e = 0; e < n; ++e) o[e] = mean + dequantize(c[e], min, step);
       } else {
-        std::memcpy(o, up_row, static_cast<size_t>(x.w) * 4);
+        for (int64_t e = 0; e < n; ++e) o[e] = mean;
       }
+    } else if (lfc) {
+      for (int64_t h = h0; h < h1; ++h, o += x.w) {
+        const int64_t i = source_row(h, x, map);
+        if (h == 0 || i != source_row(h - 1, x, map)) upsample_row(up_row, lfc, i, x, map);
+        if (codes) {
+          for (int64_t w = 0; w < x.w; ++w) o[w] = up_row[w] + dequantize(c[w], min, step);
+          c += x.w;
+        } else {
+          std::memcpy(o, up_row, static_cast<size_t>(x.w) * 4);
+        }
+      }
+    } else {
+      for (int64_t e = 0; e < n; ++e) o[e] = dequantize(c[e], min, step);
     }
-  } else {
-    for (int64_t e = 0; e < E; ++e) op[e] = dequantize(codes[e], min, step);
   }
 }
 
@@ -981,8 +1011,9 @@ template <int kH, int kW, int kB>
 ACTLAB_INLINE void unpack_range(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
   const PlaneGeometry& g = *a.g;
   const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
+  const int64_t nr = g.ranges_per_plane(), RE = g.range_elems(), run_bytes = g.code_bytes_per_range();
   const int64_t batch = planes_per_batch(g);
-  const bool contiguous_runs = (g.bits * E) % 8 == 0;
+  const bool contiguous_runs = g.contiguous_codes();
   uint8_t* cbuf = scratch;
   float* up_row = reinterpret_cast<float*>(scratch + (batch * E + 63) / 64 * 64);
   for (int64_t p0 = first; p0 < last; p0 += batch) {
@@ -990,10 +1021,12 @@ ACTLAB_INLINE void unpack_range(const PlaneUnpackArgs& a, int64_t first, int64_t
     if (a.codes && contiguous_runs) unpack_run(cbuf, a.codes + p0 * code_bytes, nb * E, g.bits);
     for (int64_t q = 0; q < nb; ++q) {
       const int64_t p = p0 + q;
-      if (a.codes && !contiguous_runs) unpack_run(cbuf + q * E, a.codes + p * code_bytes, E, g.bits);
-      const float min = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
-      unpack_plane<kH, kW, kB>(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf + q * E : nullptr, min,
-                           step, up_row, *a.map, g);
+      if (a.codes && !contiguous_runs)
+        for (int64_t k = 0; k < nr; ++k)
+          unpack_run(cbuf + q * E + k * RE, a.codes + (p * nr + k) * run_bytes, std::min(RE, E - k * RE), g.bits);
+      unpack_plane<kH, kW, kB>(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf + q * E : nullptr,
+                               a.codes ? a.mins + p * nr : nullptr, a.codes ? a.steps + p * nr : nullptr, up_row,
+                               *a.map, g);
     }
   }
 }
@@ -1036,10 +1069,9 @@ ACTLAB_INLINE void unpack_strided(const PlaneUnpackArgs& a, int64_t first, int64
         continue;
       }
     }
-    if (a.codes) unpack_run(cbuf, a.codes + p * code_bytes, E, g.bits);
-    const float min = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
-    unpack_plane<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf : nullptr, min, step,
-                             up_row, *a.map, g);
+    if (a.codes) unpack_run(cbuf, a.codes + p * code_bytes, E, g.bits);  // one range per plane (the entry checks)
+    unpack_plane<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes ? cbuf : nullptr,
+                             a.codes ? a.mins + p : nullptr, a.codes ? a.steps + p : nullptr, up_row, *a.map, g);
   }
 }
 
@@ -1257,6 +1289,8 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
   ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0,
                "plane_unpack_blocked: ", channels, " channels (need a multiple of ", kChannelBlock, ") for ",
                g.planes, " planes");
+  ACTLAB_CHECK(g.ranges_per_plane() == 1, "plane_unpack_blocked: ", g.ranges_per_plane(),
+               " code ranges per plane (it decodes one)");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
   for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g),
@@ -1269,6 +1303,8 @@ void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes,
                           const uint16_t* steps, const PlaneGeometry& g, int64_t channels, int64_t c) {
   ACTLAB_CHECK(channels > 0 && g.planes % channels == 0 && c >= 0 && c < channels, "plane_unpack_channel: channel ",
                c, " of ", channels, " for ", g.planes, " planes");
+  ACTLAB_CHECK(g.ranges_per_plane() == 1, "plane_unpack_channel: ", g.ranges_per_plane(),
+               " code ranges per plane (it decodes one)");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
   // Codes of one plane and one up-sampled row: on the stack up to 64×64 planes (called once per channel).

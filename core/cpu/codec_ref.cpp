@@ -3,7 +3,7 @@
 // tests calls it. Every step is a formula of docs/policies.md:
 //   L[i][j]   = bf16( Σ over the B_h × B_w block of x / (B_h·B_w) ), the block sum taken column by column
 //   R[h][w]   = x[h][w] − bf16→f32( L[⌊h·lfc_h/H⌋][⌊w·lfc_w/W⌋] )            (R = x without the LFC)
-//   min, step = quant_params(min R, max R, Q)                                  (both bf16)
+//   min, step = quant_params(min R, max R, Q) per range of rows                 (both bf16)
 //   code      = stochastic_code(R, min, 1/step, philox_uniform8(seed, stream, p·E + e), 2^Q − 1)
 //   unpack    = L↑ + min + code·step
 #include <algorithm>
@@ -34,27 +34,34 @@ void plane_pack_ref(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* ste
         }
       if (lfc) std::copy(plane_lfc.begin(), plane_lfc.end(), lfc + p * g.lfc_elems());
     }
-    float lo = INFINITY, hi = -INFINITY;
     for (int64_t h = 0; h < g.height; ++h)
       for (int64_t w = 0; w < g.width; ++w) {
         const float up = with_lfc ? bf16_to_float(plane_lfc[nearest_source(h, g.lfc_h, g.height) * g.lfc_w +
                                                              nearest_source(w, g.lfc_w, g.width)])
                                   : 0.f;
-        const float v = X[h * g.width + w] - up;
-        r[h * g.width + w] = v;
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
+        r[h * g.width + w] = X[h * g.width + w] - up;
       }
     if (residual) std::copy(r.begin(), r.end(), residual + p * E);
     if (codes == nullptr || g.bits == 0) continue;
-    quant_params(mins[p], steps[p], lo, hi, g.bits);
-    uint8_t* run = codes + p * g.code_bytes_per_plane();
-    std::fill(run, run + g.code_bytes_per_plane(), uint8_t{0});
-    const float min = bf16_to_float(mins[p]), inv_step = 1.0f / bf16_to_float(steps[p]);
-    for (int64_t e = 0; e < E; ++e) {
-      const float u = philox_uniform8(seed, stream, static_cast<uint64_t>(p * E + e));
-      const uint32_t code = stochastic_code(r[e], min, inv_step, u, quant_levels(g.bits));
-      run[e * g.bits / 8] |= static_cast<uint8_t>(code << (e * g.bits % 8));
+    // Range k covers plane elements [k·RE, (k+1)·RE); one cut short by the plane's end counts its zero
+    // padding in its min and max, and the padding keeps code 0.
+    const int64_t RE = g.range_elems();
+    for (int64_t k = 0; k < g.ranges_per_plane(); ++k) {
+      const int64_t first = k * RE, count = std::min(RE, E - first), at = p * g.ranges_per_plane() + k;
+      float lo = count < RE ? 0.f : INFINITY, hi = count < RE ? 0.f : -INFINITY;
+      for (int64_t e = first; e < first + count; ++e) {
+        lo = std::min(lo, r[e]);
+        hi = std::max(hi, r[e]);
+      }
+      quant_params(mins[at], steps[at], lo, hi, g.bits);
+      uint8_t* run = codes + at * g.code_bytes_per_range();
+      std::fill(run, run + g.code_bytes_per_range(), uint8_t{0});
+      const float min = bf16_to_float(mins[at]), inv_step = 1.0f / bf16_to_float(steps[at]);
+      for (int64_t d = 0; d < count; ++d) {
+        const float u = philox_uniform8(seed, stream, static_cast<uint64_t>(p * E + first + d));
+        const uint32_t code = stochastic_code(r[first + d], min, inv_step, u, quant_levels(g.bits));
+        run[d * g.bits / 8] |= static_cast<uint8_t>(code << (d * g.bits % 8));
+      }
     }
   }
 }
@@ -68,8 +75,10 @@ void plane_unpack_ref(float* out, const uint16_t* lfc, const uint8_t* codes, con
       const float up = lfc ? bf16_to_float(lfc[p * g.lfc_elems() + nearest_source(h, g.lfc_h, g.height) * g.lfc_w +
                                                nearest_source(w, g.lfc_w, g.width)])
                            : 0.f;
-      const float deq = codes ? dequantize(unpack_code(codes + p * g.code_bytes_per_plane(), e, g.bits),
-                                           bf16_to_float(mins[p]), bf16_to_float(steps[p]))
+      const int64_t at = p * g.ranges_per_plane() + e / g.range_elems();  // the range of element e
+      const float deq = codes ? dequantize(unpack_code(codes + at * g.code_bytes_per_range(), e % g.range_elems(),
+                                                       g.bits),
+                                           bf16_to_float(mins[at]), bf16_to_float(steps[at]))
                               : 0.f;
       out[p * E + e] = lfc && codes ? up + deq : lfc ? up : deq;
     }

@@ -4,6 +4,8 @@
 //           min/max keys per 8-element chunk -> team shuffle reduction -> quant_params -> residual again,
 //           8-bit Philox uniforms (half a Philox block per aligned chunk) -> codes -> Q bytes per chunk.
 //   unpack: per chunk, Q bytes -> codes -> LFC↑ + dequantized codes.
+// Planes of several code ranges (PlaneGeometry::range_rows) run as two kernels: the plane kernel's LFC
+// and residual, then the group kernel with every range a group (the same draws and bytes; see plane_pack).
 // An 8-element chunk starting at element 8c of a plane covers exactly bytes [cQ, cQ + Q) of the plane's
 // LSB-first code run, so lanes write disjoint bytes. Every value is computed by codec.h's ACTLAB_HD
 // functions in the CPU's order (no FMA can change a result: the only product, code·step, is exact), so
@@ -222,6 +224,7 @@ struct PlaneUnpackArgs {
   const uint16_t* steps;
   Planes g;
   bool use_map;
+  bool accumulate;  // no codes: out = LFC↑ + out (out holds the ranges' decoded codes)
 };
 
 __global__ void plane_unpack_kernel(PlaneUnpackArgs a, int team_size) {
@@ -246,7 +249,8 @@ __global__ void plane_unpack_kernel(PlaneUnpackArgs a, int team_size) {
       if (lp) {
         const int64_t k = src_row(unpack_map, a.use_map, g, h) * g.lw + src_col(unpack_map, a.use_map, g, w);
         const float up = bf16_to_float(lp[k]);
-        value = a.codes ? up + dequantize(code, min_value, step) : up;  // the CPU's expression
+        // The CPU's expression; with ranges, out already holds the dequantized codes.
+        value = a.codes ? up + dequantize(code, min_value, step) : a.accumulate ? up + op[e0 + j] : up;
       } else {
         value = dequantize(code, min_value, step);
       }
@@ -358,6 +362,12 @@ void check_bits(int bits) {
   ACTLAB_CHECK(bits == 1 || bits == 2 || bits == 4 || bits == 8, "codec: bit width must be 1, 2, 4 or 8, got ", bits);
 }
 
+// The code ranges of planes as groups: range k of plane p is group p·ranges_per_plane + k of sample p, so
+// the group kernels draw element e of plane p at p·E + e and write the plane codec's layout (codec.h).
+Groups ranges_of(const PlaneGeometry& g) {
+  return {g.ranges(), g.ranges_per_plane(), g.plane_elems(), g.range_elems(), g.code_bytes_per_range(), g.bits, 0};
+}
+
 }  // namespace
 
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual, const float* x,
@@ -365,8 +375,15 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
   if (g.planes == 0) return;
   if (codes) check_bits(g.bits);
   DeviceScope gpu(device);
-  PlanePackArgs a{lfc, codes, mins, steps, residual, x, planes_of(g), with_lfc, g.height + g.width <= kMaxMapEntries,
-                  seed, stream};
+  const bool ranged = codes && g.ranges_per_plane() > 1;
+  Buffer ranged_residual;  // the residual the ranges are coded from, when the caller keeps none
+  if (ranged && with_lfc && residual == nullptr) {
+    ranged_residual = Buffer(static_cast<size_t>(g.planes * g.plane_elems()) * sizeof(float), MemTag::Workspace,
+                             Device::cuda(device));
+    residual = ranged_residual.as<float>();
+  }
+  PlanePackArgs a{lfc, ranged ? nullptr : codes, mins, steps, residual, x, planes_of(g), with_lfc,
+                  g.height + g.width <= kMaxMapEntries, seed, stream};
   Buffer lfc_scratch;  // the LFC of codecs that use it without storing it (hfc), freed in stream order
   if (with_lfc && lfc == nullptr) {
     lfc_scratch = Buffer(static_cast<size_t>(g.planes * g.lfc_elems()) * sizeof(uint16_t), MemTag::Workspace,
@@ -375,7 +392,15 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
   }
   const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
   const size_t shared = with_lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
-  plane_pack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
+  if (with_lfc || a.residual) {
+    plane_pack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
+    ACTLAB_CUDA_CHECK_LAUNCH();
+  }
+  if (!ranged) return;
+  const Groups r = ranges_of(g);
+  const int range_team = team_size_for((r.G + kChunk - 1) / kChunk);
+  group_pack_kernel<<<team_blocks(r.groups, range_team), kCodecThreads, 0, gpu.stream()>>>(
+      codes, mins, steps, with_lfc ? residual : x, r, seed, stream, range_team);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
@@ -385,7 +410,17 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
   ACTLAB_CHECK(lfc || codes, "codec: plane_unpack needs an LFC or codes");
   if (codes) check_bits(g.bits);
   DeviceScope gpu(device);
-  const PlaneUnpackArgs a{out, lfc, codes, mins, steps, planes_of(g), g.height + g.width <= kMaxMapEntries};
+  const bool ranged = codes && g.ranges_per_plane() > 1;
+  if (ranged) {  // the ranges' codes first; the LFC, if any, is added by the plane kernel below
+    const Groups r = ranges_of(g);
+    const int range_team = team_size_for((r.G + kChunk - 1) / kChunk);
+    group_unpack_kernel<<<team_blocks(r.groups, range_team), kCodecThreads, 0, gpu.stream()>>>(out, codes, mins, steps,
+                                                                                              r, range_team);
+    ACTLAB_CUDA_CHECK_LAUNCH();
+    if (!lfc) return;
+  }
+  const PlaneUnpackArgs a{out, lfc, ranged ? nullptr : codes, mins, steps, planes_of(g),
+                          g.height + g.width <= kMaxMapEntries, ranged};
   const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
   const size_t shared = lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
   plane_unpack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
