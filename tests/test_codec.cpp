@@ -268,6 +268,8 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
   const int64_t live_before = memory_stats().total.current;
   // token: a (samples, tokens, features) map, pooled along the tokens only (make_token_geometry); rows: the
   // geometry's range_rows (one min and step per that many rows; a last range cut short is zero-padded).
+  // Token maps with rows of whole 64-element chunks (and LFC-free packs of such rows) take the one-pass
+  // AVX-512 routines when simd is on and the CPU has AVX-512BW (pack_token_plane, unpack_token_plane).
   struct Case { int64_t planes, h, w, block; int bits; bool token = false; int64_t rows = 0; };
   const Case cases[] = {{6, 32, 32, 8, 2}, {4, 28, 28, 8, 4}, {15, 7, 7, 8, 2}, {15, 4, 4, 8, 1}, {5, 6, 10, 4, 8},
                         {7, 14, 14, 8, 2}, {3, 1, 10, 8, 2}, {40, 1, 3, 2, 4}, {2, 9, 5, 3, 1},
@@ -277,7 +279,8 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
                         {2, 64, 48, 8, 8, true}, {3, 50, 16, 16, 2, true},
                         {4, 50, 192, 8, 2, true, 1}, {3, 50, 50, 8, 2, true, 1}, {2, 17, 33, 4, 1, true, 4},
                         {2, 50, 64, 8, 4, true, 3}, {3, 32, 32, 8, 2, false, 8}, {5, 6, 10, 4, 8, false, 4},
-                        {9, 8, 8, 8, 1, false, 3}, {3, 8, 8, 8, 2, false, 20}};
+                        {9, 8, 8, 8, 1, false, 3}, {3, 8, 8, 8, 2, false, 20}, {3, 20, 128, 8, 1, true},
+                        {2, 9, 64, 4, 8, true, 2}, {3, 5, 128, 8, 4, false, 2}, {2, 33, 256, 8, 2, true, 4}};
   uint32_t seed_counter = 1;
   for (const Case& c : cases) {
     PlaneGeometry g = c.token ? make_token_geometry(c.planes, c.h, c.w, c.block, c.bits)

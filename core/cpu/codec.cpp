@@ -604,6 +604,26 @@ ACTLAB_AVX512BW ACTLAB_INLINE void upsampled_rows(__m512* up, const uint16_t* lf
     for (int v = 0; v < kVecs; ++v) up[i * kVecs + v] = _mm512_permutexvar_ps(source[v], _mm512_load_ps(row));
   }
 }
+// The codes of 64 consecutive elements (four vectors, one code per u32 lane) as 8·bits bytes of an
+// LSB-first run at dst.
+ACTLAB_AVX512BW ACTLAB_INLINE void store_codes64(uint8_t* dst, const __m512i (&c)[4], int bits) {
+  if (bits == 2) {  // Q = 2, the default: four code vectors narrowed by two in-lane packs
+    // Byte 16k + 4m + i of the packs (128-bit lane k) is the code of element 16m + 4k + i, so the
+    // multiply-adds merge whole run bytes; the run byte 4m + k then sits at byte 4k + m: one byte shuffle.
+    const __m128i order = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+    const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x0401));
+    const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00100001));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_shuffle_epi8(_mm512_cvtepi32_epi8(quads), order));
+    return;
+  }
+  // The lane index of an insert must be a literal: an unoptimized build does not unroll a loop into one.
+  __m512i bytes = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(c[0]));
+  bytes = _mm512_inserti32x4(bytes, _mm512_cvtepi32_epi8(c[1]), 1);
+  bytes = _mm512_inserti32x4(bytes, _mm512_cvtepi32_epi8(c[2]), 2);
+  bytes = _mm512_inserti32x4(bytes, _mm512_cvtepi32_epi8(c[3]), 3);
+  store_run64(dst, bytes, bits);
+}
 // One plane xp of a kFusedPack shape: LFC → lfc, min/step → min_bits/step_bits, codes → run, with the
 // plane's uniforms u[0..E). colsum: pool_plane's scratch.
 template <int kH, int kW, int kB>
@@ -625,32 +645,73 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
   quant_params(min_bits, step_bits, float_from_order_key(_mm512_reduce_min_epi32(lo)),
                float_from_order_key(_mm512_reduce_max_epi32(hi)), g.bits);
   const QuantizerAvx512 quantizer(bf16_to_float(min_bits), quant_scale(bf16_to_float(step_bits)), quant_levels(g.bits));
-  if (g.bits == 2) {  // Q = 2, the default: four code vectors narrowed by two in-lane packs
-    // Byte 16k + 4m + i of the packs (128-bit lane k) is the code of element 16m + 4k + i, so the
-    // multiply-adds merge whole run bytes; the run byte 4m + k then sits at byte 4k + m: one byte shuffle.
-    const __m128i order = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
-      __m512i c[4];
-      for (int k = 0; k < 4; ++k) c[k] = quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k);
-      const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
-      const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x0401));
-      const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00100001));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(run + e0 / 4), _mm_shuffle_epi8(_mm512_cvtepi32_epi8(quads), order));
-    }
-    return;
-  }
   for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
-    __m128i codes[4];
-    for (int k = 0; k < 4; ++k)
-      codes[k] = _mm512_cvtepi32_epi8(quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k));
-    // The lane index of an insert must be a literal: an unoptimized build does not unroll a loop into one.
-    __m512i bytes = _mm512_castsi128_si512(codes[0]);
-    bytes = _mm512_inserti32x4(bytes, codes[1], 1);
-    bytes = _mm512_inserti32x4(bytes, codes[2], 2);
-    bytes = _mm512_inserti32x4(bytes, codes[3], 3);
-    store_run64(run + e0 * g.bits / 8, bytes, g.bits);
+    __m512i c[4];
+    for (int k = 0; k < 4; ++k) c[k] = quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k);
+    store_codes64(run + e0 * g.bits / 8, c, g.bits);
   }
 #undef ACTLAB_RESIDUAL
+}
+
+// Token maps (a min(B, T) × 1 pool: an LFC row up-samples to a plane row as it is, column for column) and
+// LFC-free packs, with rows of whole 64-element chunks (ViT-Tiny's D = 192 and 768), pack in one AVX-512
+// routine per plane, range by range: the residual's min and max, then its codes, both straight from x and
+// the bf16 LFC row, bit-packed from registers. As pack_plane_fused, the residual and the byte codes never
+// go to memory, and the IEEE operations and their order are pack_batch's, so the bytes are the same.
+bool token_rows_fused(const PlaneGeometry& g, bool with_lfc) {
+  return g.width % 64 == 0 && (!with_lfc || (g.block_w == 1 && g.lfc_w == g.width));
+}
+// The 16 f32 of x_row[16v..] minus the up-sampled LFC row lfc_row (nullptr: no LFC).
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 token_residual(const float* x_row, const uint16_t* lfc_row, int64_t v) {
+  const __m512 x = _mm512_loadu_ps(x_row + 16 * v);
+  if (!lfc_row) return x;
+  const __m256i bf16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lfc_row + 16 * v));
+  return _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16)));
+}
+// Plane xp of a token_rows_fused geometry with its LFC lfc (already pooled; nullptr: none), in two calls
+// around pack_batch's quant_params loop (vectorized across ranges: a scalar call per range would cost as
+// much as a 192-element range's codes): the order keys of each range's min and max → lo[k], hi[k]; then,
+// with the ranges' stored min/step as f32 (min[k], scale[k] = quant_scale(step)) and the plane's uniforms
+// u[0..E), the codes of range k → runs + k·code_bytes_per_range.
+ACTLAB_AVX512BW void token_plane_keys(int32_t* lo, int32_t* hi, const uint16_t* lfc, const float* xp,
+                                      const UpsampleMap& map, const PlaneGeometry& g) {
+  const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), vecs = W / 16;
+  for (int64_t h0 = 0, k = 0; h0 < H; h0 += rows, ++k) {
+    const int64_t h1 = std::min(h0 + rows, H);
+    __m512i l = _mm512_set1_epi32(INT32_MAX), h = _mm512_set1_epi32(INT32_MIN);
+    for (int64_t row = h0; row < h1; ++row) {
+      const float* x_row = xp + row * W;
+      const uint16_t* lfc_row = lfc ? lfc + map.row[row] * W : nullptr;
+      for (int64_t v = 0; v < vecs; ++v) {
+        const __m512i key = order_keys(token_residual(x_row, lfc_row, v));
+        l = _mm512_min_epi32(l, key), h = _mm512_max_epi32(h, key);
+      }
+    }
+    lo[k] = _mm512_reduce_min_epi32(l), hi[k] = _mm512_reduce_max_epi32(h);
+    if (h1 - h0 < rows) lo[k] = std::min(lo[k], float_order_key(0.f)), hi[k] = std::max(hi[k], float_order_key(0.f));
+  }
+}
+ACTLAB_AVX512BW void token_plane_codes(uint8_t* runs, const float* min, const float* scale, const uint16_t* lfc,
+                                       const float* xp, const uint8_t* u, const UpsampleMap& map,
+                                       const PlaneGeometry& g) {
+  const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), run_bytes = g.code_bytes_per_range();
+  const int64_t vecs = W / 16;
+  for (int64_t h0 = 0, k = 0; h0 < H; h0 += rows, ++k) {
+    const int64_t h1 = std::min(h0 + rows, H);
+    const QuantizerAvx512 quantizer(min[k], scale[k], quant_levels(g.bits));
+    uint8_t* run = runs + k * run_bytes;
+    for (int64_t row = h0; row < h1; ++row) {
+      const float* x_row = xp + row * W;
+      const uint16_t* lfc_row = lfc ? lfc + map.row[row] * W : nullptr;
+      for (int64_t v = 0; v < vecs; v += 4) {
+        __m512i c[4];
+        for (int j = 0; j < 4; ++j) c[j] = quantizer.codes(token_residual(x_row, lfc_row, v + j), u + row * W + 16 * (v + j));
+        store_codes64(run + ((row - h0) * W + 16 * v) * g.bits / 8, c, g.bits);
+      }
+    }
+    const int64_t used = (h1 - h0) * W * g.bits / 8;
+    std::memset(run + used, 0, static_cast<size_t>(run_bytes - used));  // a padded range's padding: code 0
+  }
 }
 
 // Planes read one at a time (a channel read) whose sizes are whole vectors and whose LFC is one value or
@@ -718,6 +779,30 @@ ACTLAB_AVX512BW void unpack_plane_direct(float* op, const uint16_t* lfc, const u
     }
   }
 }
+// The decode of a token_plane_codes plane (W % 16 == 0 suffices here): op = LFC↑ + each range's dequantized codes,
+// straight from the runs, as unpack_plane computes it (one FMA for min + code·step: the product is exact).
+ACTLAB_AVX512BW void unpack_token_plane(float* op, const uint16_t* lfc, const uint8_t* runs, const uint16_t* mins,
+                                        const uint16_t* steps, const UpsampleMap& map, const PlaneGeometry& g) {
+  const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), run_bytes = g.code_bytes_per_range();
+  const int64_t vecs = W / 16;
+  for (int64_t h0 = 0, k = 0; h0 < H; h0 += rows, ++k) {
+    const __m512 vmin = _mm512_set1_ps(bf16_to_float(mins[k])), vstep = _mm512_set1_ps(bf16_to_float(steps[k]));
+    const uint8_t* run = runs + k * run_bytes;
+    for (int64_t h = h0; h < std::min(h0 + rows, H); ++h) {
+      const uint16_t* lfc_row = lfc ? lfc + map.row[h] * W : nullptr;
+      float* o = op + h * W;
+      for (int64_t v = 0; v < vecs; ++v) {
+        const __m512 d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_codes16(run, (h - h0) * vecs + v, g.bits)), vstep, vmin);
+        if (!lfc_row) {
+          _mm512_storeu_ps(o + 16 * v, d);
+          continue;
+        }
+        const __m256i bf16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lfc_row + 16 * v));
+        _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16)), d));
+      }
+    }
+  }
+}
 // AVX2 CPUs: planes whose 8-lane vectors each up-sample one LFC value (one value per plane, or blocks 8
 // wide that tile the rows: 32², 16², 8², 4², 56² with B = 8) are dequantized straight from their code run,
 // as unpack_plane_direct does with 16 lanes.
@@ -774,6 +859,12 @@ void pack_plane_fused(uint8_t*, uint16_t*, uint16_t&, uint16_t&, float*, const f
                       const PlaneGeometry&) {}
 template <int kH, int kW, int kB>
 void unpack_plane_direct(float*, const uint16_t*, const uint8_t*, float, float, int) {}
+bool token_rows_fused(const PlaneGeometry&, bool) { return false; }
+void token_plane_keys(int32_t*, int32_t*, const uint16_t*, const float*, const UpsampleMap&, const PlaneGeometry&) {}
+void token_plane_codes(uint8_t*, const float*, const float*, const uint16_t*, const float*, const uint8_t*,
+                       const UpsampleMap&, const PlaneGeometry&) {}
+void unpack_token_plane(float*, const uint16_t*, const uint8_t*, const uint16_t*, const uint16_t*,
+                        const UpsampleMap&, const PlaneGeometry&) {}
 #endif
 
 // ---------------------------------------------------------------- plane pack
@@ -865,7 +956,20 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
       return;
     }
   }
+  // Token maps of whole 64-element rows: the LFC of each plane (its own scratch when not stored: token
+  // planes are >= 64 elements, so few share a batch), then keys, quant_params and codes in two AVX-512
+  // passes over x; the rest of this function is the general path.
+  const bool token = !Extents<kH, kW, kB>::kFixed && has_avx512bw && a.codes && !a.residual &&
+                     token_rows_fused(g, a.with_lfc) && (a.lfc || nb == 1 || !a.with_lfc);
+  const auto token_lfc = [&](int64_t q) -> uint16_t* {
+    return a.with_lfc ? (a.lfc ? a.lfc + (p0 + q) * LE : s.lfc) : nullptr;
+  };
   for (int64_t q = 0; q < nb; ++q) {  // pool, residual, range
+    if (token) {
+      if (a.with_lfc) pool_plane<kH, kW, kB>(token_lfc(q), s.colsum, a.x + (p0 + q) * E, g);
+      token_plane_keys(s.lo + q * nr, s.hi + q * nr, token_lfc(q), a.x + (p0 + q) * E, *a.map, g);
+      continue;
+    }
     const int64_t p = p0 + q;
     const float* xp = a.x + p * E;
     float* r = a.residual ? a.residual + p * E : s.r + q * E;
@@ -887,6 +991,12 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
     quant_params(min_bits, step_bits, float_from_order_key(s.lo[j]), float_from_order_key(s.hi[j]), bits);
     a.mins[p0 * nr + j] = min_bits, a.steps[p0 * nr + j] = step_bits;
     s.min[j] = bf16_to_float(min_bits), s.scale[j] = quant_scale(bf16_to_float(step_bits));
+  }
+  if (token) {
+    for (int64_t q = 0; q < nb; ++q)
+      token_plane_codes(a.codes + (p0 + q) * code_bytes, s.min + q * nr, s.scale + q * nr, token_lfc(q),
+                        a.x + (p0 + q) * E, s.bits + q * E, *a.map, g);
+    return;
   }
   for (int64_t q = 0; q < nb; ++q) {
     const int64_t p = p0 + q;
@@ -1016,6 +1126,14 @@ ACTLAB_INLINE void unpack_range(const PlaneUnpackArgs& a, int64_t first, int64_t
   const bool contiguous_runs = g.contiguous_codes();
   uint8_t* cbuf = scratch;
   float* up_row = reinterpret_cast<float*>(scratch + (batch * E + 63) / 64 * 64);
+  if constexpr (!Extents<kH, kW, kB>::kFixed) {
+    if (has_avx512bw && a.codes && g.width % 16 == 0 && (!a.lfc || (g.block_w == 1 && g.lfc_w == g.width))) {
+      for (int64_t p = first; p < last; ++p)  // token maps, straight from the runs (token_plane_codes' twin)
+        unpack_token_plane(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes, a.mins + p * nr,
+                           a.steps + p * nr, *a.map, g);
+      return;
+    }
+  }
   for (int64_t p0 = first; p0 < last; p0 += batch) {
     const int64_t nb = std::min(batch, last - p0);
     if (a.codes && contiguous_runs) unpack_run(cbuf, a.codes + p0 * code_bytes, nb * E, g.bits);
