@@ -72,11 +72,12 @@ else
 fi
 
 # inspect's --policy-rule reaches the gradient errors: '*=exact' overrides every module, so each policy's
-# error is 0; --draws shows in the CSV.
+# error is 0; --draws shows in the CSV. The reconstructions are the codec's alone, and the report says so.
 cases=$((cases + 1))
 if "$build/actlab-inspect" --model mlp --out "$work/i" --threads 1 --draws 2 --policies 'quant:Q=2' \
      --policy-rule '*=exact' >/dev/null 2>&1 &&
-   grep -q '^fc1,Linear,512x784,[0-9.e-]*,quant:Q=2; \*=exact,0,2,0$' "$work/i/grad_error.csv"; then
+   grep -q '^fc1,Linear,512x784,[0-9.e-]*,quant:Q=2; \*=exact,0,2,0$' "$work/i/grad_error.csv" &&
+   grep -q "Each entry's codec alone: per-module rules (--policy-rule)" "$work/i/README.md"; then
   echo "ok   [inspect applies --policy-rule and --draws]"
 else
   fail "[inspect applies --policy-rule and --draws] $(head -3 "$work/i/grad_error.csv" 2>&1)"
