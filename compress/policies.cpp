@@ -145,7 +145,8 @@ Tensor PlaneCodecPolicy::unpack(const Packed& p, const SaveInfo&) const {
 Tensor PlaneCodecPolicy::unpack_blocked(const Packed& p, const SaveInfo&, int channel_block) const {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
   if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
-      planes->geometry().ranges_per_plane() > 1 || !planes->buffer().device().is_cpu() || channel_block != cpu::kChannelBlock)
+      planes->geometry().ranges_per_plane() > 1 || !planes->buffer().device().is_cpu() ||
+      channel_block != cpu::kChannelBlock)
     return {};
   const Shape& s = planes->shape();
   if (s.size() != 4 || s[1] % channel_block != 0) return {};
