@@ -445,6 +445,10 @@ ACTLAB_INLINE void min_max_keys(int32_t& lo, int32_t& hi, const float* __restric
   lo = l, hi = h;
 }
 
+// True when an LFC row up-samples to a plane row as it is, column for column (a token map's min(B, T) × 1
+// pool): the one-pass token routines then read the bf16 LFC row directly.
+bool lfc_rows_as_is(const PlaneGeometry& g) { return g.block_w == 1 && g.lfc_w == g.width; }
+
 // The nearest-rule source index of every output row and column, computed once per call (in the object
 // when height + width <= 128, e.g. 64×64 maps: a channel read builds one per channel).
 class UpsampleMap {
@@ -653,20 +657,23 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
 #undef ACTLAB_RESIDUAL
 }
 
-// Token maps (a min(B, T) × 1 pool: an LFC row up-samples to a plane row as it is, column for column) and
+// Token maps (a min(B, T) × 1 pool, lfc_rows_as_is: an LFC row up-samples to a plane row as it is) and
 // LFC-free packs, with rows of whole 64-element chunks (ViT-Tiny's D = 192 and 768), pack in one AVX-512
 // routine per plane, range by range: the residual's min and max, then its codes, both straight from x and
 // the bf16 LFC row, bit-packed from registers. As pack_plane_fused, the residual and the byte codes never
 // go to memory, and the IEEE operations and their order are pack_batch's, so the bytes are the same.
 bool token_rows_fused(const PlaneGeometry& g, bool with_lfc) {
-  return g.width % 64 == 0 && (!with_lfc || (g.block_w == 1 && g.lfc_w == g.width));
+  return g.width % 64 == 0 && (!with_lfc || lfc_rows_as_is(g));
+}
+// 16 bf16 values at p, widened to f32.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 bf16x16(const uint16_t* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 // The 16 f32 of x_row[16v..] minus the up-sampled LFC row lfc_row (nullptr: no LFC).
 ACTLAB_AVX512BW ACTLAB_INLINE __m512 token_residual(const float* x_row, const uint16_t* lfc_row, int64_t v) {
   const __m512 x = _mm512_loadu_ps(x_row + 16 * v);
-  if (!lfc_row) return x;
-  const __m256i bf16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lfc_row + 16 * v));
-  return _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16)));
+  return lfc_row ? _mm512_sub_ps(x, bf16x16(lfc_row + 16 * v)) : x;
 }
 // Plane xp of a token_rows_fused geometry with its LFC lfc (already pooled; nullptr: none), in two calls
 // around pack_batch's quant_params loop (vectorized across ranges: a scalar call per range would cost as
@@ -797,8 +804,7 @@ ACTLAB_AVX512BW void unpack_token_plane(float* op, const uint16_t* lfc, const ui
           _mm512_storeu_ps(o + 16 * v, d);
           continue;
         }
-        const __m256i bf16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lfc_row + 16 * v));
-        _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16)), d));
+        _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(bf16x16(lfc_row + 16 * v), d));
       }
     }
   }
@@ -1127,7 +1133,7 @@ ACTLAB_INLINE void unpack_range(const PlaneUnpackArgs& a, int64_t first, int64_t
   uint8_t* cbuf = scratch;
   float* up_row = reinterpret_cast<float*>(scratch + (batch * E + 63) / 64 * 64);
   if constexpr (!Extents<kH, kW, kB>::kFixed) {
-    if (has_avx512bw && a.codes && g.width % 16 == 0 && (!a.lfc || (g.block_w == 1 && g.lfc_w == g.width))) {
+    if (has_avx512bw && a.codes && g.width % 16 == 0 && (!a.lfc || lfc_rows_as_is(g))) {
       for (int64_t p = first; p < last; ++p)  // token maps, straight from the runs (token_plane_codes' twin)
         unpack_token_plane(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes, a.mins + p * nr,
                            a.steps + p * nr, *a.map, g);
