@@ -268,8 +268,10 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
   const int64_t live_before = memory_stats().total.current;
   // token: a (samples, tokens, features) map, pooled along the tokens only (make_token_geometry); rows: the
   // geometry's range_rows (one min and step per that many rows; a last range cut short is zero-padded).
-  // Token maps with rows of whole 64-element chunks (and LFC-free packs of such rows) take the one-pass
-  // AVX-512 routines when simd is on and the CPU has AVX-512BW (pack_token_plane, unpack_token_plane).
+  // Planes of run-time extents 16 or more wide take the row routines when simd is on and the CPU has
+  // AVX-512BW (row_plane_keys/codes, unpack_row_plane): 64-wide chunks, masked row tails, codes bit-packed
+  // from registers or (rows of several ranges off the vector grid, e.g. 50×50 as one range) through the
+  // byte scratch; LFC rows as they are, permuted (<= 16 values) or gathered (25 values of 40×200).
   struct Case { int64_t planes, h, w, block; int bits; bool token = false; int64_t rows = 0; };
   const Case cases[] = {{6, 32, 32, 8, 2}, {4, 28, 28, 8, 4}, {15, 7, 7, 8, 2}, {15, 4, 4, 8, 1}, {5, 6, 10, 4, 8},
                         {7, 14, 14, 8, 2}, {3, 1, 10, 8, 2}, {40, 1, 3, 2, 4}, {2, 9, 5, 3, 1},
@@ -280,7 +282,12 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
                         {4, 50, 192, 8, 2, true, 1}, {3, 50, 50, 8, 2, true, 1}, {2, 17, 33, 4, 1, true, 4},
                         {2, 50, 64, 8, 4, true, 3}, {3, 32, 32, 8, 2, false, 8}, {5, 6, 10, 4, 8, false, 4},
                         {9, 8, 8, 8, 1, false, 3}, {3, 8, 8, 8, 2, false, 20}, {3, 20, 128, 8, 1, true},
-                        {2, 9, 64, 4, 8, true, 2}, {3, 5, 128, 8, 4, false, 2}, {2, 33, 256, 8, 2, true, 4}};
+                        {2, 9, 64, 4, 8, true, 2}, {3, 5, 128, 8, 4, false, 2}, {2, 33, 256, 8, 2, true, 4},
+                        {3, 50, 64, 8, 2, false, 1}, {3, 50, 64, 8, 2}, {3, 50, 50, 8, 2, false, 1}, {3, 50, 50, 8, 2},
+                        {2, 50, 50, 8, 4, false, 3}, {2, 20, 48, 8, 1, false, 1}, {2, 20, 48, 8, 8, false, 3},
+                        {2, 23, 17, 4, 4, false, 1}, {2, 23, 17, 4, 1, true, 1}, {2, 19, 37, 8, 2, true, 1},
+                        {2, 40, 200, 8, 2, false, 1}, {2, 112, 112, 8, 2}, {12, 20, 20, 8, 4, false, 1},
+                        {12, 20, 20, 8, 2}};
   uint32_t seed_counter = 1;
   for (const Case& c : cases) {
     PlaneGeometry g = c.token ? make_token_geometry(c.planes, c.h, c.w, c.block, c.bits)
@@ -324,6 +331,11 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
       CHECK(mins2 == want.mins);
       CHECK(steps2 == want.steps);
       CHECK(codes2 == want.codes);
+      if (with_lfc) {  // the LFC pooled but not stored (the hfc policy): the codes of the residual all the same
+        std::vector<uint8_t> codes3(want.codes.size(), 0x33);
+        cpu::plane_pack(nullptr, codes3.data(), mins2.data(), steps2.data(), nullptr, x.data(), g, true, seed, stream);
+        CHECK(codes3 == want.codes);
+      }
 
       // Unpack: LFC↑ + dequantized codes, per element, as the reference codec computes them.
       std::vector<float> out(x.size());

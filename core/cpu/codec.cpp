@@ -2,8 +2,10 @@
 // Planes are processed in batches of ~4096 elements that stay in L1: one Philox pass for the batch (AVX-512
 // intrinsics where the CPU has them), then per plane pool → residual → min/max, one vectorized pass over the
 // batch's min/step, per plane quantize, and one bit-pack pass; 32² planes instead go through one AVX-512
-// routine per plane after the Philox pass (pack_plane_fused). The common maps run compile-time-sized copies
-// of the per-plane code, so their loops unroll into a few full vectors. Unpack writes planes, oneDNN's
+// routine per plane after the Philox pass (pack_plane_fused), and planes of run-time extents whose rows
+// start on whole vectors of codes through two row-by-row AVX-512 passes (row_plane_keys/codes). The
+// common maps run compile-time-sized copies of the per-plane code, so their loops unroll into a few full
+// vectors. Unpack writes planes, oneDNN's
 // 16-channel blocks (a 16×16 transpose of code bytes) or one channel's planes (decoded straight from the
 // code run on AVX-512 and AVX2 CPUs). The arithmetic is codec.h's ACTLAB_HD functions, so a CUDA twin
 // reproduces the packed bytes bit for bit. Philox, the quantizer and the blocked and channel decodes have
@@ -180,11 +182,15 @@ struct QuantizerAvx512 {
   // The codes (one per u32 lane) of 16 values r with their 8-bit uniforms u[0..16). uniform8's
   // (bits + 1/2)·2^-8 is one FMA, bits·2^-8 + 2^-9: exact, as the multiply-add it replaces.
   ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, const uint8_t* u) const {
+    return codes(r, _mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+  }
+  // The same with the 16 uniforms' bytes in a register.
+  ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, __m128i u) const {
     __m512 t = _mm512_mul_ps(_mm512_sub_ps(r, min), scale);
     t = _mm512_min_ps(_mm512_max_ps(t, zero), levels);
     const __m512i lower = _mm512_cvttps_epi32(t);
     const __m512 frac = _mm512_sub_ps(t, _mm512_cvtepi32_ps(lower));
-    const __m512i bits = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+    const __m512i bits = _mm512_cvtepu8_epi32(u);
     const __m512 uniform = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bits), cell, half_cell);
     return _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, frac, _CMP_LT_OQ), lower, one);
   }
@@ -446,8 +452,8 @@ ACTLAB_INLINE void min_max_keys(int32_t& lo, int32_t& hi, const float* __restric
 }
 
 // True when an LFC row up-samples to a plane row as it is, column for column (a token map's min(B, T) × 1
-// pool): the one-pass token routines then read the bf16 LFC row directly.
-bool lfc_rows_as_is(const PlaneGeometry& g) { return g.block_w == 1 && g.lfc_w == g.width; }
+// pool): no gather through the column map.
+[[maybe_unused]] bool lfc_rows_as_is(const PlaneGeometry& g) { return g.block_w == 1 && g.lfc_w == g.width; }
 
 // The nearest-rule source index of every output row and column, computed once per call (in the object
 // when height + width <= 128, e.g. 64×64 maps: a channel read builds one per channel).
@@ -657,66 +663,160 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
 #undef ACTLAB_RESIDUAL
 }
 
-// Token maps (a min(B, T) × 1 pool, lfc_rows_as_is: an LFC row up-samples to a plane row as it is) and
-// LFC-free packs, with rows of whole 64-element chunks (ViT-Tiny's D = 192 and 768), pack in one AVX-512
-// routine per plane, range by range: the residual's min and max, then its codes, both straight from x and
-// the bf16 LFC row, bit-packed from registers. As pack_plane_fused, the residual and the byte codes never
-// go to memory, and the IEEE operations and their order are pack_batch's, so the bytes are the same.
-bool token_rows_fused(const PlaneGeometry& g, bool with_lfc) {
-  return g.width % 64 == 0 && (!with_lfc || lfc_rows_as_is(g));
+// Planes of run-time extents at least one vector wide (token maps, attention operands and softmax maps,
+// ranged CNN planes) pack in two AVX-512 passes over x per plane, row by row, around pack_batch's
+// quant_params loop (vectorized across ranges: a scalar call per range would cost as much as a 192-element
+// range's codes): the order keys of each range's min and max, then its codes, both straight from x and the
+// up-sampled LFC row, so the residual never goes to memory (the general path writes and re-reads it).
+// The codes are bit-packed from registers, 64 at a time when the width allows, else 16, so every row of
+// a range must start on a whole vector of codes: W % 16 == 0, or one row per range (50-wide softmax rows
+// with R = 1), whose last vector is masked. A 50×50 plane coded as one range stays on the general path,
+// which reads it as one flat run (the row routine's per-row tails made its pack 30 % slower). The IEEE
+// operations and their order are the general path's, so the bytes are the same (tests/test_codec.cpp).
+bool rows_fused(const PlaneGeometry& g) {
+  return g.width >= 16 && (g.width % 16 == 0 || g.rows_per_range() == 1);
 }
+// Lanes [0, n) of a vector (all of them when n >= 16).
+ACTLAB_INLINE __mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1); }
 // 16 bf16 values at p, widened to f32.
 ACTLAB_AVX512BW ACTLAB_INLINE __m512 bf16x16(const uint16_t* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
-// The 16 f32 of x_row[16v..] minus the up-sampled LFC row lfc_row (nullptr: no LFC).
-ACTLAB_AVX512BW ACTLAB_INLINE __m512 token_residual(const float* x_row, const uint16_t* lfc_row, int64_t v) {
-  const __m512 x = _mm512_loadu_ps(x_row + 16 * v);
-  return lfc_row ? _mm512_sub_ps(x, bf16x16(lfc_row + 16 * v)) : x;
+// up[0..W) = LFC row i nearest-up-sampled to the plane width in f32 (upsample_row's values): rows that
+// up-sample as they are (token maps) and rows of at most 16 values (one permute per vector) vectorized.
+ACTLAB_AVX512BW void upsampled_row(float* up, const uint16_t* lfc, int64_t i, const UpsampleMap& map,
+                                   const PlaneGeometry& g) {
+  const int64_t W = g.width, lw = g.lfc_w;
+  const uint16_t* src = lfc + i * lw;
+  if (lfc_rows_as_is(g)) {
+    int64_t w = 0;
+    for (; w + 16 <= W; w += 16) _mm512_storeu_ps(up + w, bf16x16(src + w));
+    for (; w < W; ++w) up[w] = bf16_to_float(src[w]);
+  } else if (lw <= 16) {
+    alignas(64) float row[16] = {};
+    for (int64_t j = 0; j < lw; ++j) row[j] = bf16_to_float(src[j]);
+    const __m512 values = _mm512_load_ps(row);
+    for (int64_t w = 0; w < W; w += 16) {
+      const __mmask16 m = first_lanes(W - w);
+      _mm512_mask_storeu_ps(up + w, m, _mm512_permutexvar_ps(_mm512_maskz_loadu_epi32(m, map.col + w), values));
+    }
+  } else {
+    for (int64_t w = 0; w < W; ++w) up[w] = bf16_to_float(src[map.col[w]]);
+  }
 }
-// Plane xp of a token_rows_fused geometry with its LFC lfc (already pooled; nullptr: none), in two calls
-// around pack_batch's quant_params loop (vectorized across ranges: a scalar call per range would cost as
-// much as a 192-element range's codes): the order keys of each range's min and max → lo[k], hi[k]; then,
-// with the ranges' stored min/step as f32 (min[k], scale[k] = quant_scale(step)) and the plane's uniforms
-// u[0..E), the codes of range k → runs + k·code_bytes_per_range.
-ACTLAB_AVX512BW void token_plane_keys(int32_t* lo, int32_t* hi, const uint16_t* lfc, const float* xp,
-                                      const UpsampleMap& map, const PlaneGeometry& g) {
-  const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), vecs = W / 16;
+// The up-sampled LFC row of plane row `row` (nullptr without an LFC), kept in up and rebuilt when its source
+// row differs from the previous row's: callers visit a plane's rows in order from row 0.
+ACTLAB_AVX512BW ACTLAB_INLINE const float* lfc_row_at(float* up, const uint16_t* lfc, int64_t row,
+                                                      const UpsampleMap& map, const PlaneGeometry& g) {
+  if (!lfc) return nullptr;
+  if (row == 0 || map.row[row] != map.row[row - 1]) upsampled_row(up, lfc, map.row[row], map, g);
+  return up;
+}
+// x_row[w..w+16) − up[w..w+16) (up nullptr: no LFC); the masked form reads the lanes of m only (0 on the
+// others) and serves a row's last, partial vector: whole vectors take plain loads and stores, which
+// measured faster on this project's CPUs.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 row_residual(const float* x_row, const float* up, int64_t w) {
+  const __m512 x = _mm512_loadu_ps(x_row + w);
+  return up ? _mm512_sub_ps(x, _mm512_loadu_ps(up + w)) : x;
+}
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 row_residual(const float* x_row, const float* up, int64_t w, __mmask16 m) {
+  const __m512 x = _mm512_maskz_loadu_ps(m, x_row + w);
+  return up ? _mm512_sub_ps(x, _mm512_maskz_loadu_ps(m, up + w)) : x;
+}
+// The uniforms u[0..n), n < 16, zero-extended to 16 bytes (a row's last vector reads no further).
+ACTLAB_AVX512BW ACTLAB_INLINE __m128i uniforms_tail(const uint8_t* u, int64_t n) {
+  alignas(16) uint8_t tail[16] = {};
+  std::memcpy(tail, u, static_cast<size_t>(n));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
+}
+// The codes of 16 consecutive elements (one per u32 lane, 0 past the row) as the first `bytes` bytes of an
+// LSB-first run at dst (all 2·bits of them for a whole vector): store_codes64's narrowing for one vector.
+ACTLAB_AVX512BW ACTLAB_INLINE void store_codes16(uint8_t* dst, __m512i c, int bits, int64_t bytes) {
+  alignas(16) uint8_t run[16];
+  const __m128i codes = _mm512_cvtepi32_epi8(c);
+  switch (bits) {
+    case 1: {
+      const uint16_t mask = _mm512_test_epi32_mask(c, c);
+      std::memcpy(bytes == 2 ? dst : run, &mask, 2);
+      break;
+    }
+    case 2: {  // c0 + 4·c1 per byte pair, then p0 + 16·p1 per pair of pairs: one run byte per u32
+      const __m128i quads = _mm_madd_epi16(_mm_maddubs_epi16(codes, _mm_set1_epi16(0x0401)), _mm_set1_epi32(0x00100001));
+      const __m128i packed = _mm_packus_epi16(_mm_packus_epi32(quads, quads), quads);
+      const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
+      std::memcpy(bytes == 4 ? dst : run, &word, 4);
+      break;
+    }
+    case 4: {  // c0 + 16·c1 per byte pair
+      const __m128i pairs = _mm_maddubs_epi16(codes, _mm_set1_epi16(0x1001));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(bytes == 8 ? dst : run), _mm_packus_epi16(pairs, pairs));
+      break;
+    }
+    default: _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes == 16 ? dst : run), codes); break;
+  }
+  if (bytes < 2 * bits) std::memcpy(dst, run, static_cast<size_t>(bytes));
+}
+// Plane xp (LFC lfc, already pooled; nullptr: none), in two calls around pack_batch's quant_params loop:
+// the order keys of each range's min and max → lo[k], hi[k]; then, with the ranges' stored min/step as f32
+// (min[k], scale[k] = quant_scale(step)) and the plane's uniforms u[0..E), the codes of range k → runs +
+// k·code_bytes_per_range. up: W floats of scratch.
+ACTLAB_AVX512BW void row_plane_keys(int32_t* lo, int32_t* hi, const uint16_t* lfc, float* up, const float* xp,
+                                    const UpsampleMap& map, const PlaneGeometry& g) {
+  const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), full = W / 16 * 16;
   for (int64_t h0 = 0, k = 0; h0 < H; h0 += rows, ++k) {
     const int64_t h1 = std::min(h0 + rows, H);
     __m512i l = _mm512_set1_epi32(INT32_MAX), h = _mm512_set1_epi32(INT32_MIN);
     for (int64_t row = h0; row < h1; ++row) {
-      const float* x_row = xp + row * W;
-      const uint16_t* lfc_row = lfc ? lfc + map.row[row] * W : nullptr;
-      for (int64_t v = 0; v < vecs; ++v) {
-        const __m512i key = order_keys(token_residual(x_row, lfc_row, v));
+      const float* up_row = lfc_row_at(up, lfc, row, map, g);
+      for (int64_t w = 0; w < full; w += 16) {
+        const __m512i key = order_keys(row_residual(xp + row * W, up_row, w));
         l = _mm512_min_epi32(l, key), h = _mm512_max_epi32(h, key);
+      }
+      if (full < W) {
+        const __mmask16 m = first_lanes(W - full);
+        const __m512i key = order_keys(row_residual(xp + row * W, up_row, full, m));
+        l = _mm512_mask_min_epi32(l, m, l, key), h = _mm512_mask_max_epi32(h, m, h, key);
       }
     }
     lo[k] = _mm512_reduce_min_epi32(l), hi[k] = _mm512_reduce_max_epi32(h);
     if (h1 - h0 < rows) lo[k] = std::min(lo[k], float_order_key(0.f)), hi[k] = std::max(hi[k], float_order_key(0.f));
   }
 }
-ACTLAB_AVX512BW void token_plane_codes(uint8_t* runs, const float* min, const float* scale, const uint16_t* lfc,
-                                       const float* xp, const uint8_t* u, const UpsampleMap& map,
-                                       const PlaneGeometry& g) {
+ACTLAB_AVX512BW void row_plane_codes(uint8_t* runs, const float* min, const float* scale,
+                                     const uint16_t* lfc, float* up, const float* xp, const uint8_t* u,
+                                     const UpsampleMap& map, const PlaneGeometry& g) {
   const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), run_bytes = g.code_bytes_per_range();
-  const int64_t vecs = W / 16;
+  const int64_t full = W / 16 * 16;
   for (int64_t h0 = 0, k = 0; h0 < H; h0 += rows, ++k) {
     const int64_t h1 = std::min(h0 + rows, H);
     const QuantizerAvx512 quantizer(min[k], scale[k], quant_levels(g.bits));
     uint8_t* run = runs + k * run_bytes;
     for (int64_t row = h0; row < h1; ++row) {
+      const float* up_row = lfc_row_at(up, lfc, row, map, g);
       const float* x_row = xp + row * W;
-      const uint16_t* lfc_row = lfc ? lfc + map.row[row] * W : nullptr;
-      for (int64_t v = 0; v < vecs; v += 4) {
-        __m512i c[4];
-        for (int j = 0; j < 4; ++j) c[j] = quantizer.codes(token_residual(x_row, lfc_row, v + j), u + row * W + 16 * (v + j));
-        store_codes64(run + ((row - h0) * W + 16 * v) * g.bits / 8, c, g.bits);
+      const uint8_t* u_row = u + row * W;
+      const int64_t at = (row - h0) * W;  // the row's first code in the range's run
+      if (W % 64 == 0) {
+        for (int64_t w = 0; w < W; w += 64) {
+          __m512i c[4];
+          for (int j = 0; j < 4; ++j)
+            c[j] = quantizer.codes(row_residual(x_row, up_row, w + 16 * j), u_row + w + 16 * j);
+          store_codes64(run + (at + w) * g.bits / 8, c, g.bits);
+        }
+        continue;
       }
+      for (int64_t w = 0; w < full; w += 16)
+        store_codes16(run + (at + w) * g.bits / 8, quantizer.codes(row_residual(x_row, up_row, w), u_row + w), g.bits,
+                      2 * g.bits);
+      if (full == W) continue;
+      const int64_t n = W - full;
+      const __mmask16 m = first_lanes(n);
+      const __m512i codes = quantizer.codes(row_residual(x_row, up_row, full, m), uniforms_tail(u_row + full, n));
+      const __m512i c = _mm512_maskz_mov_epi32(m, codes);
+      store_codes16(run + (at + full) * g.bits / 8, c, g.bits, (n * g.bits + 7) / 8);
     }
-    const int64_t used = (h1 - h0) * W * g.bits / 8;
+    const int64_t used = ((h1 - h0) * W * g.bits + 7) / 8;
     std::memset(run + used, 0, static_cast<size_t>(run_bytes - used));  // a padded range's padding: code 0
   }
 }
@@ -786,26 +886,44 @@ ACTLAB_AVX512BW void unpack_plane_direct(float* op, const uint16_t* lfc, const u
     }
   }
 }
-// The decode of a token_plane_codes plane (W % 16 == 0 suffices here): op = LFC↑ + each range's dequantized codes,
-// straight from the runs, as unpack_plane computes it (one FMA for min + code·step: the product is exact).
-ACTLAB_AVX512BW void unpack_token_plane(float* op, const uint16_t* lfc, const uint8_t* runs, const uint16_t* mins,
-                                        const uint16_t* steps, const UpsampleMap& map, const PlaneGeometry& g) {
+// min + code·step of the codes of elements 16v..16v+15 of a run.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 dequantize16(const uint8_t* run, int64_t v, int bits, __m512 vmin, __m512 vstep) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_codes16(run, v, bits)), vstep, vmin);
+}
+// The decode of a row_plane_codes plane: op = LFC↑ + each range's
+// dequantized codes, straight from the runs, as unpack_plane computes it (one FMA for min + code·step: the
+// product is exact). up: W floats of scratch.
+ACTLAB_AVX512BW void unpack_row_plane(float* op, const uint16_t* lfc, const uint8_t* runs, const uint16_t* mins,
+                                      const uint16_t* steps, float* up, const UpsampleMap& map, const PlaneGeometry& g) {
   const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), run_bytes = g.code_bytes_per_range();
-  const int64_t vecs = W / 16;
+  const int64_t full = W / 16 * 16;
   for (int64_t h0 = 0, k = 0; h0 < H; h0 += rows, ++k) {
     const __m512 vmin = _mm512_set1_ps(bf16_to_float(mins[k])), vstep = _mm512_set1_ps(bf16_to_float(steps[k]));
     const uint8_t* run = runs + k * run_bytes;
     for (int64_t h = h0; h < std::min(h0 + rows, H); ++h) {
-      const uint16_t* lfc_row = lfc ? lfc + map.row[h] * W : nullptr;
       float* o = op + h * W;
-      for (int64_t v = 0; v < vecs; ++v) {
-        const __m512 d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_codes16(run, (h - h0) * vecs + v, g.bits)), vstep, vmin);
-        if (!lfc_row) {
-          _mm512_storeu_ps(o + 16 * v, d);
-          continue;
+      const int64_t at = (h - h0) * W;
+      if (lfc && full == W && lfc_rows_as_is(g)) {  // token maps: the bf16 LFC row as it is (8 % faster than f32)
+        const uint16_t* lfc_row = lfc + map.row[h] * W;
+        for (int64_t w = 0; w < W; w += 16) {
+          const __m512 d = dequantize16(run, (at + w) / 16, g.bits, vmin, vstep);
+          _mm512_storeu_ps(o + w, _mm512_add_ps(bf16x16(lfc_row + w), d));
         }
-        _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(bf16x16(lfc_row + 16 * v), d));
+        continue;
       }
+      const float* up_row = lfc_row_at(up, lfc, h, map, g);
+      for (int64_t w = 0; w < full; w += 16) {
+        const __m512 d = dequantize16(run, (at + w) / 16, g.bits, vmin, vstep);
+        _mm512_storeu_ps(o + w, up_row ? _mm512_add_ps(_mm512_loadu_ps(up_row + w), d) : d);
+      }
+      if (full == W) continue;
+      // A row's last, partial vector: its bytes alone (the tensor's last run ends there).
+      const int64_t n = W - full;
+      const __mmask16 m = first_lanes(n);
+      alignas(16) uint8_t tail[16] = {};
+      std::memcpy(tail, run + (at + full) * g.bits / 8, static_cast<size_t>((n * g.bits + 7) / 8));
+      const __m512 d = dequantize16(tail, 0, g.bits, vmin, vstep);
+      _mm512_mask_storeu_ps(o + full, m, up_row ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, up_row + full), d) : d);
     }
   }
 }
@@ -865,12 +983,13 @@ void pack_plane_fused(uint8_t*, uint16_t*, uint16_t&, uint16_t&, float*, const f
                       const PlaneGeometry&) {}
 template <int kH, int kW, int kB>
 void unpack_plane_direct(float*, const uint16_t*, const uint8_t*, float, float, int) {}
-bool token_rows_fused(const PlaneGeometry&, bool) { return false; }
-void token_plane_keys(int32_t*, int32_t*, const uint16_t*, const float*, const UpsampleMap&, const PlaneGeometry&) {}
-void token_plane_codes(uint8_t*, const float*, const float*, const uint16_t*, const float*, const uint8_t*,
-                       const UpsampleMap&, const PlaneGeometry&) {}
-void unpack_token_plane(float*, const uint16_t*, const uint8_t*, const uint16_t*, const uint16_t*,
-                        const UpsampleMap&, const PlaneGeometry&) {}
+bool rows_fused(const PlaneGeometry&) { return false; }
+void row_plane_keys(int32_t*, int32_t*, const uint16_t*, float*, const float*, const UpsampleMap&,
+                    const PlaneGeometry&) {}
+void row_plane_codes(uint8_t*, const float*, const float*, const uint16_t*, float*, const float*,
+                     const uint8_t*, const UpsampleMap&, const PlaneGeometry&) {}
+void unpack_row_plane(float*, const uint16_t*, const uint8_t*, const uint16_t*, const uint16_t*, float*,
+                      const UpsampleMap&, const PlaneGeometry&) {}
 #endif
 
 // ---------------------------------------------------------------- plane pack
@@ -901,7 +1020,7 @@ struct PackScratch {
   uint8_t* codes;    // codes of a batch, one per byte [batch·E]
   float* colsum;     // [width]
   float* up_row;     // [width]
-  uint16_t* lfc;     // the LFC of one plane when it is not stored [lfc_elems]
+  uint16_t* lfc;     // the LFCs of a batch when they are not stored [batch·lfc_elems]
   int32_t* lo;       // min/max keys per range [batch·ranges_per_plane]
   int32_t* hi;
   float* min;        // stored min/step per range, as f32 [batch·ranges_per_plane]
@@ -915,7 +1034,8 @@ int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g
     at += (count * static_cast<int64_t>(sizeof(*ptr)) + 63) / 64 * 64;
   };
   take(s.r, n), take(s.bits, n), take(s.codes, n), take(s.colsum, g.width), take(s.up_row, g.width);
-  take(s.lfc, g.lfc_elems()), take(s.lo, batch), take(s.hi, batch), take(s.min, batch), take(s.scale, batch);
+  take(s.lfc, planes_per_batch(g) * g.lfc_elems()), take(s.lo, batch), take(s.hi, batch), take(s.min, batch);
+  take(s.scale, batch);
   return at;
 }
 
@@ -962,18 +1082,16 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
       return;
     }
   }
-  // Token maps of whole 64-element rows: the LFC of each plane (its own scratch when not stored: token
-  // planes are >= 64 elements, so few share a batch), then keys, quant_params and codes in two AVX-512
-  // passes over x; the rest of this function is the general path.
-  const bool token = !Extents<kH, kW, kB>::kFixed && has_avx512bw && a.codes && !a.residual &&
-                     token_rows_fused(g, a.with_lfc) && (a.lfc || nb == 1 || !a.with_lfc);
-  const auto token_lfc = [&](int64_t q) -> uint16_t* {
-    return a.with_lfc ? (a.lfc ? a.lfc + (p0 + q) * LE : s.lfc) : nullptr;
+  // Planes of run-time extents a vector or more wide: the row routines (row_plane_keys, row_plane_codes);
+  // the rest of this function is the general path.
+  const bool rows = !Extents<kH, kW, kB>::kFixed && has_avx512bw && a.codes && !a.residual && rows_fused(g);
+  const auto plane_lfc = [&](int64_t q) -> uint16_t* {
+    return a.with_lfc ? (a.lfc ? a.lfc + (p0 + q) * LE : s.lfc + q * LE) : nullptr;
   };
   for (int64_t q = 0; q < nb; ++q) {  // pool, residual, range
-    if (token) {
-      if (a.with_lfc) pool_plane<kH, kW, kB>(token_lfc(q), s.colsum, a.x + (p0 + q) * E, g);
-      token_plane_keys(s.lo + q * nr, s.hi + q * nr, token_lfc(q), a.x + (p0 + q) * E, *a.map, g);
+    if (rows) {
+      if (a.with_lfc) pool_plane<kH, kW, kB>(plane_lfc(q), s.colsum, a.x + (p0 + q) * E, g);
+      row_plane_keys(s.lo + q * nr, s.hi + q * nr, plane_lfc(q), s.up_row, a.x + (p0 + q) * E, *a.map, g);
       continue;
     }
     const int64_t p = p0 + q;
@@ -998,10 +1116,10 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
     a.mins[p0 * nr + j] = min_bits, a.steps[p0 * nr + j] = step_bits;
     s.min[j] = bf16_to_float(min_bits), s.scale[j] = quant_scale(bf16_to_float(step_bits));
   }
-  if (token) {
+  if (rows) {
     for (int64_t q = 0; q < nb; ++q)
-      token_plane_codes(a.codes + (p0 + q) * code_bytes, s.min + q * nr, s.scale + q * nr, token_lfc(q),
-                        a.x + (p0 + q) * E, s.bits + q * E, *a.map, g);
+      row_plane_codes(a.codes + (p0 + q) * code_bytes, s.min + q * nr, s.scale + q * nr, plane_lfc(q), s.up_row,
+                      a.x + (p0 + q) * E, s.bits + q * E, *a.map, g);
     return;
   }
   for (int64_t q = 0; q < nb; ++q) {
@@ -1133,10 +1251,10 @@ ACTLAB_INLINE void unpack_range(const PlaneUnpackArgs& a, int64_t first, int64_t
   uint8_t* cbuf = scratch;
   float* up_row = reinterpret_cast<float*>(scratch + (batch * E + 63) / 64 * 64);
   if constexpr (!Extents<kH, kW, kB>::kFixed) {
-    if (has_avx512bw && a.codes && g.width % 16 == 0 && (!a.lfc || lfc_rows_as_is(g))) {
-      for (int64_t p = first; p < last; ++p)  // token maps, straight from the runs (token_plane_codes' twin)
-        unpack_token_plane(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes, a.mins + p * nr,
-                           a.steps + p * nr, *a.map, g);
+    if (has_avx512bw && a.codes && rows_fused(g)) {
+      for (int64_t p = first; p < last; ++p)  // straight from the runs (row_plane_codes' twin)
+        unpack_row_plane(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes, a.mins + p * nr,
+                         a.steps + p * nr, up_row, *a.map, g);
       return;
     }
   }
