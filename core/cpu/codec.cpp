@@ -664,9 +664,8 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
 }
 
 // Planes of run-time extents at least one vector wide (token maps, attention operands and softmax maps,
-// ranged CNN planes) pack in two AVX-512 passes over x per plane, row by row, around pack_batch's
-// quant_params loop (vectorized across ranges: a scalar call per range would cost as much as a 192-element
-// range's codes): the order keys of each range's min and max, then its codes, both straight from x and the
+// ranged CNN planes) pack in two AVX-512 passes over x per plane, row by row, around the batch's
+// quant_params loop (pack_batch_rows): the order keys of each range's min and max, then its codes, both straight from x and the
 // up-sampled LFC row, so the residual never goes to memory (the general path writes and re-reads it).
 // The codes are bit-packed from registers, 64 at a time when the width allows, else 16, so every row of
 // a range must start on a whole vector of codes: W % 16 == 0, or one row per range (50-wide softmax rows
@@ -757,7 +756,7 @@ ACTLAB_AVX512BW ACTLAB_INLINE void store_codes16(uint8_t* dst, __m512i c, int bi
   }
   if (bytes < 2 * bits) std::memcpy(dst, run, static_cast<size_t>(bytes));
 }
-// Plane xp (LFC lfc, already pooled; nullptr: none), in two calls around pack_batch's quant_params loop:
+// Plane xp (LFC lfc, already pooled; nullptr: none), in two calls around batch_quant_params:
 // the order keys of each range's min and max → lo[k], hi[k]; then, with the ranges' stored min/step as f32
 // (min[k], scale[k] = quant_scale(step)) and the plane's uniforms u[0..E), the codes of range k → runs +
 // k·code_bytes_per_range. up: W floats of scratch.
@@ -1060,6 +1059,38 @@ ACTLAB_INLINE void range_min_max(int32_t& lo, int32_t& hi, const float* v, int64
   if (count < full) lo = std::min(lo, float_order_key(0.f)), hi = std::max(hi, float_order_key(0.f));
 }
 
+// The bf16 min/step of ranges [0, n) of a batch from their order keys lo/hi (stored at mins/steps), and
+// as f32 for the quantizer (min, scale = quant_scale(step)): one loop that vectorizes across ranges (a
+// scalar call per range would cost as much as a 192-element range's codes).
+ACTLAB_INLINE void batch_quant_params(uint16_t* mins, uint16_t* steps, const PackScratch& s, int64_t n, int bits) {
+  for (int64_t j = 0; j < n; ++j) {
+    uint16_t min_bits, step_bits;
+    quant_params(min_bits, step_bits, float_from_order_key(s.lo[j]), float_from_order_key(s.hi[j]), bits);
+    mins[j] = min_bits, steps[j] = step_bits;
+    s.min[j] = bf16_to_float(min_bits), s.scale[j] = quant_scale(bf16_to_float(step_bits));
+  }
+}
+
+// pack_batch for planes of run-time extents whose rows start on whole vectors of codes (rows_fused), codes
+// wanted and no f32 residual: per plane the pool and the row routine's range keys, the batch's min/step,
+// per plane the row routine's codes.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void pack_batch_rows(const PlanePackArgs& a, int64_t p0, int64_t nb, const PackScratch& s) {
+  const PlaneGeometry& g = *a.g;
+  const int64_t E = g.plane_elems(), LE = g.lfc_elems(), nr = g.ranges_per_plane();
+  const auto plane_lfc = [&](int64_t q) -> uint16_t* {
+    return a.with_lfc ? (a.lfc ? a.lfc + (p0 + q) * LE : s.lfc + q * LE) : nullptr;
+  };
+  for (int64_t q = 0; q < nb; ++q) {
+    if (a.with_lfc) pool_plane<kH, kW, kB>(plane_lfc(q), s.colsum, a.x + (p0 + q) * E, g);
+    row_plane_keys(s.lo + q * nr, s.hi + q * nr, plane_lfc(q), s.up_row, a.x + (p0 + q) * E, *a.map, g);
+  }
+  batch_quant_params(a.mins + p0 * nr, a.steps + p0 * nr, s, nb * nr, g.bits);
+  for (int64_t q = 0; q < nb; ++q)
+    row_plane_codes(a.codes + (p0 + q) * g.code_bytes_per_plane(), s.min + q * nr, s.scale + q * nr, plane_lfc(q),
+                    s.up_row, a.x + (p0 + q) * E, s.bits + q * E, *a.map, g);
+}
+
 // Planes [p0, p0 + nb) of one batch: uniforms, residuals, ranges, codes, bit runs. `next` planes follow in
 // this thread's range (their input is prefetched). A plane of several ranges (g.range_rows) is coded range
 // by range from the residual in scratch, so it costs one pass like a plane of one range.
@@ -1082,18 +1113,10 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
       return;
     }
   }
-  // Planes of run-time extents a vector or more wide: the row routines (row_plane_keys, row_plane_codes);
-  // the rest of this function is the general path.
-  const bool rows = !Extents<kH, kW, kB>::kFixed && has_avx512bw && a.codes && !a.residual && rows_fused(g);
-  const auto plane_lfc = [&](int64_t q) -> uint16_t* {
-    return a.with_lfc ? (a.lfc ? a.lfc + (p0 + q) * LE : s.lfc + q * LE) : nullptr;
-  };
+  if constexpr (!Extents<kH, kW, kB>::kFixed) {
+    if (has_avx512bw && a.codes && !a.residual && rows_fused(g)) return pack_batch_rows<kH, kW, kB>(a, p0, nb, s);
+  }
   for (int64_t q = 0; q < nb; ++q) {  // pool, residual, range
-    if (rows) {
-      if (a.with_lfc) pool_plane<kH, kW, kB>(plane_lfc(q), s.colsum, a.x + (p0 + q) * E, g);
-      row_plane_keys(s.lo + q * nr, s.hi + q * nr, plane_lfc(q), s.up_row, a.x + (p0 + q) * E, *a.map, g);
-      continue;
-    }
     const int64_t p = p0 + q;
     const float* xp = a.x + p * E;
     float* r = a.residual ? a.residual + p * E : s.r + q * E;
@@ -1110,18 +1133,7 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
   }
   if (!a.codes) return;
   const int bits = g.bits, levels = quant_levels(bits);
-  for (int64_t j = 0; j < nb * nr; ++j) {  // vectorized across ranges
-    uint16_t min_bits, step_bits;
-    quant_params(min_bits, step_bits, float_from_order_key(s.lo[j]), float_from_order_key(s.hi[j]), bits);
-    a.mins[p0 * nr + j] = min_bits, a.steps[p0 * nr + j] = step_bits;
-    s.min[j] = bf16_to_float(min_bits), s.scale[j] = quant_scale(bf16_to_float(step_bits));
-  }
-  if (rows) {
-    for (int64_t q = 0; q < nb; ++q)
-      row_plane_codes(a.codes + (p0 + q) * code_bytes, s.min + q * nr, s.scale + q * nr, plane_lfc(q), s.up_row,
-                      a.x + (p0 + q) * E, s.bits + q * E, *a.map, g);
-    return;
-  }
+  batch_quant_params(a.mins + p0 * nr, a.steps + p0 * nr, s, nb * nr, bits);
   for (int64_t q = 0; q < nb; ++q) {
     const int64_t p = p0 + q;
     const float* r = a.residual ? a.residual + p * E : a.with_lfc ? s.r + q * E : a.x + p * E;
