@@ -87,19 +87,36 @@ std::string PolicySet::describe() const {
                                                                    : std::to_string(checkpoint_.segments)) +
         "+";
   s += default_->name();
-  for (const auto& r : rules_) s += "; " + r.first + "=" + r.second->name();
-  for (const auto& m : checkpoint_.modules) s += "; " + m + "=checkpoint";
+  for (const auto& r : rules_) s += "|" + r.first + "=" + r.second->name();
+  for (const auto& m : checkpoint_.modules) s += "|" + m + "=checkpoint";
   return s;
 }
 
 std::string checkpoint_forms() {
-  return "checkpoint[:segments=K|auto]      checkpoint all but the last of K segments of the model's blocks "
-         "(auto: sqrt(blocks)), exact saves\n"
-         "checkpoint[:segments=K|auto]+P    the same, everything kept (segment inputs, recomputed saves) through policy P\n"
-         "--policy-rule 'GLOB=checkpoint'   checkpoint each outermost module matching GLOB";
+  return "checkpoint[:segments=K]           checkpoint all but the last of K segments of the model's blocks "
+         "(K a count or auto: sqrt(blocks)), exact saves\n"
+         "checkpoint[:segments=K]+P         the same, everything kept (segment inputs, recomputed saves) through policy P\n"
+         "--policy-rule 'GLOB=checkpoint'   checkpoint each outermost module matching GLOB\n"
+         "SET|GLOB=P|...                    SET (any form above) with per-module rules, as --policy-rule adds them, "
+         "e.g. 'quant:Q=2,R=1|*.attn.proj=division:B=8,Q=2,R=1'";
 }
 
 PolicySet parse_policy_set(const std::string& spec) {
+  // "SET|PATTERN=POLICY|...": per-module rules after the set, as --policy-rule adds them, so that one
+  // string (a grid's or a benchmark's policy list entry, a table's row) names a mixed policy whole.
+  if (const size_t bar = spec.find('|'); bar != std::string::npos) {
+    PolicySet set = parse_policy_set(spec.substr(0, bar));
+    for (size_t at = bar + 1;;) {
+      const size_t next = spec.find('|', at);
+      const std::string rule = spec.substr(at, next == std::string::npos ? std::string::npos : next - at);
+      ACTLAB_CHECK(!rule.empty(), "bad policy '", spec, "': an empty rule after '|' (the form is ",
+                   "POLICY|PATTERN=POLICY|..., e.g. quant:Q=2,R=1|*.attn.proj=division:B=8,Q=2,R=1)");
+      set.add_rule(rule);
+      if (next == std::string::npos) break;
+      at = next + 1;
+    }
+    return set;
+  }
   const std::string word = "checkpoint";
   if (spec.compare(0, word.size(), word) != 0) return PolicySet(parse_policy(spec));
   const size_t plus = spec.find('+');

@@ -134,16 +134,18 @@ class PolicySet {
   // The default and every rule's policy, each once, in that order (reports of per-policy state: acgc's widths).
   std::vector<const ActivationCachePolicy*> policies() const;
   const CheckpointRequest& checkpoint() const { return checkpoint_; }
-  std::string describe() const;  // "checkpoint:segments=4+division:B=8,Q=2; conv1=exact; layer1.*=checkpoint"
+  // "checkpoint:segments=4+division:B=8,Q=2|conv1=exact|layer1.*=checkpoint", which parse_policy_set reads back.
+  std::string describe() const;
  private:
   std::shared_ptr<const ActivationCachePolicy> default_;
   std::vector<std::pair<std::string, std::shared_ptr<const ActivationCachePolicy>>> rules_;
   CheckpointRequest checkpoint_;
 };
 
-// A run's policy string: a policy (parse_policy), "checkpoint[:segments=K|auto]" (checkpointing with
-// exact saves), or "checkpoint[:segments=K|auto]+POLICY" (checkpointing, whatever is kept through POLICY).
-// Throws Error naming the accepted forms.
+// A run's policy string: a policy (parse_policy), "checkpoint[:segments=K]" (K a count or auto;
+// checkpointing with exact saves) or "checkpoint[:segments=K]+POLICY" (checkpointing, whatever is kept
+// through POLICY), each optionally followed by per-module rules "|PATTERN=POLICY" (add_rule's form), as
+// describe() writes them. Throws Error naming the accepted forms.
 PolicySet parse_policy_set(const std::string& spec);
 // The checkpoint forms, for --help (one line each).
 std::string checkpoint_forms();

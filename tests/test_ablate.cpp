@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -648,6 +649,18 @@ TEST_CASE("ablate: policy strings have one spelling, checkpoint forms included")
   // The radar's and the tables' method names: checkpointing with exact saves is plain Checkpoint.
   CHECK(paper_method_name("checkpoint:segments=auto+exact") == "Checkpoint");
   CHECK(paper_method_name("checkpoint:segments=auto+division:B=8,Q=2") == "Checkpoint+DIVISION");
+  // A policy with per-module rules is one string from list to cell to table, and no paper method.
+  o.policies = {"quant:R=1,Q=2|*.attn.proj=division:Q=2,B=8,R=1"};
+  const Grid rules = make_grid(o);
+  REQUIRE(rules.cells.size() == 1);
+  CHECK(rules.cells[0].policy == "quant:Q=2,R=1|*.attn.proj=division:B=8,Q=2,R=1");
+  CHECK(rules.cells[0].id() == "resnet20-fashion-mnist-quant_Q2_R1--.attn.projdivision_B8_Q2_R1-s0");
+  const std::vector<std::string> args = rules.cells[0].train_args();
+  const auto flag = std::find(args.begin(), args.end(), "--policy");
+  REQUIRE(flag != args.end());
+  CHECK(*(flag + 1) == rules.cells[0].policy);
+  CHECK(paper_method_name(rules.cells[0].policy) == rules.cells[0].policy);
+  CHECK(paper_method_name("division:B=8,Q=2|head=exact") == "division:B=8,Q=2|head=exact");
   CHECK(paper_accuracy("DIVISION", "resnet18", "cifar10") == doctest::Approx(94.72));
   CHECK(std::isnan(paper_accuracy("DIVISION", "resnet20", "fashion-mnist")));
 }

@@ -122,7 +122,24 @@ TEST_CASE("checkpoint forms: parse_policy_set reads segments, auto, +POLICY and 
   PolicySet rules = parse_policy_set("exact");
   rules.add_rule("layer2.*=checkpoint");
   CHECK(rules.checkpoint().modules == std::vector<std::string>{"layer2.*"});
-  CHECK(rules.describe() == "exact; layer2.*=checkpoint");
+  CHECK(rules.describe() == "exact|layer2.*=checkpoint");
+  // Rules in the string itself ("SET|PATTERN=POLICY|..."): what describe() writes parses back to the same set.
+  const PolicySet mixed = parse_policy_set("checkpoint:segments=2+quant:Q=2,R=1|*.attn.proj=division:B=8,Q=2,R=1|"
+                                           "head=exact|blocks.0=checkpoint");
+  CHECK(mixed.checkpoint().segments == 2);
+  CHECK(mixed.checkpoint().modules == std::vector<std::string>{"blocks.0"});
+  CHECK(mixed.default_policy().name() == "quant:Q=2,R=1");
+  CHECK(mixed.for_module("blocks.3.attn.proj").name() == "division:B=8,Q=2,R=1");
+  CHECK(mixed.for_module("head").is_exact());
+  CHECK(mixed.for_module("blocks.3.mlp.fc1").name() == "quant:Q=2,R=1");
+  CHECK(mixed.describe() ==
+        "checkpoint:segments=2+quant:Q=2,R=1|*.attn.proj=division:B=8,Q=2,R=1|head=exact|blocks.0=checkpoint");
+  CHECK(parse_policy_set(mixed.describe()).describe() == mixed.describe());
+  for (const char* bad : {"exact|", "exact||head=exact", "exact|head", "exact|head=nope", "|head=exact"}) {
+    CAPTURE(bad);
+    CHECK(!error_of([&] { parse_policy_set(bad); }).empty());
+  }
+  CHECK(error_of([] { parse_policy_set("exact|"); }).find("empty rule after '|'") != std::string::npos);
   for (const char* bad : {"checkpoint:segments=0", "checkpoint:segments=", "checkpoint:K=2", "checkpoint+",
                           "checkpoint:segments=x", "checkpoint+checkpoint"}) {
     CAPTURE(bad);

@@ -109,6 +109,7 @@ double paper_accuracy(const std::string& method, const std::string& model, const
 }
 
 std::string paper_method_name(const std::string& policy) {
+  if (policy.find('|') != std::string::npos) return policy;  // per-module rules: none of the paper's methods
   const size_t plus = policy.find('+');
   if (plus == std::string::npos) return single_name(policy);
   if (policy.substr(plus + 1) == "exact") return single_name(policy.substr(0, plus));  // exact saves: no second method

@@ -79,6 +79,8 @@ check "division B=0"            "B"                                --policy divi
 check "division Q=3"            "Q"                                --policy division:B=8,Q=3
 check "malformed policy"        "policy"                           --policy 'division:B=8,,Q=2'
 check "bad policy rule"         "policy-rule|MODULE_PATTERN"       --policy-rule conv1
+check "empty rule after |"      "empty rule after '\|'"            --policy 'division:B=8,Q=2|'
+check "bad rule after |"        "MODULE_PATTERN=POLICY"            --policy 'division:B=8,Q=2|conv1'
 check "bad on-nonfinite"        "on-nonfinite must be stop or skip-step, got 'retry'" --on-nonfinite retry
 check "stray argument"          "unexpected argument"              resnet20
 check "eval-only alone"         "eval-only needs --resume"         --eval-only --dataset synthetic
