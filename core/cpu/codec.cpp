@@ -5,11 +5,10 @@
 // routine per plane after the Philox pass (pack_plane_fused), and planes of run-time extents whose rows
 // start on whole vectors of codes through two row-by-row AVX-512 passes (row_plane_keys/codes). The
 // common maps run compile-time-sized copies of the per-plane code, so their loops unroll into a few full
-// vectors. Unpack writes planes, oneDNN's
-// 16-channel blocks (a 16×16 transpose of code bytes) or one channel's planes (decoded straight from the
-// code run on AVX-512 and AVX2 CPUs). The arithmetic is codec.h's ACTLAB_HD functions, so a CUDA twin
-// reproduces the packed bytes bit for bit. Philox, the quantizer and the blocked and channel decodes have
-// AVX2 twins for CPUs without AVX-512 (8 lanes; the 32² one-pass pack has none: measured no faster there).
+// vectors. Unpack writes planes, oneDNN's 16-channel blocks (a 16×16 transpose of code bytes) or one
+// channel's planes (decoded straight from the code run on AVX-512 and AVX2 CPUs). The arithmetic is
+// codec.h's ACTLAB_HD functions, so a CUDA twin reproduces the packed bytes bit for bit. Philox, the
+// quantizer and the blocked and channel decodes have AVX2 twins for CPUs without AVX-512 (8 lanes; the 32² one-pass pack has none: measured no faster there).
 // set_codec_simd caps the level, so the tests check the AVX2 and portable paths on an AVX-512 CPU too.
 // Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
@@ -665,8 +664,9 @@ ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min
 
 // Planes of run-time extents at least one vector wide (token maps, attention operands and softmax maps,
 // ranged CNN planes) pack in two AVX-512 passes over x per plane, row by row, around the batch's
-// quant_params loop (pack_batch_rows): the order keys of each range's min and max, then its codes, both straight from x and the
-// up-sampled LFC row, so the residual never goes to memory (the general path writes and re-reads it).
+// quant_params loop (pack_batch_rows): the order keys of each range's min and max, then its codes, both
+// straight from x and the up-sampled LFC row, so the residual never goes to memory (the general path
+// writes and re-reads it).
 // The codes are bit-packed from registers, 64 at a time when the width allows, else 16, so every row of
 // a range must start on a whole vector of codes: W % 16 == 0, or one row per range (50-wide softmax rows
 // with R = 1), whose last vector is masked. A 50×50 plane coded as one range stays on the general path,
@@ -713,8 +713,8 @@ ACTLAB_AVX512BW ACTLAB_INLINE const float* lfc_row_at(float* up, const uint16_t*
   return up;
 }
 // x_row[w..w+16) − up[w..w+16) (up nullptr: no LFC); the masked form reads the lanes of m only (0 on the
-// others) and serves a row's last, partial vector: whole vectors take plain loads and stores, which
-// measured faster on this project's CPUs.
+// others) and serves a row's last, partial vector. Whole vectors take plain loads and stores: a first
+// version that masked every vector decoded token maps at about half the rate.
 ACTLAB_AVX512BW ACTLAB_INLINE __m512 row_residual(const float* x_row, const float* up, int64_t w) {
   const __m512 x = _mm512_loadu_ps(x_row + w);
   return up ? _mm512_sub_ps(x, _mm512_loadu_ps(up + w)) : x;
@@ -889,9 +889,9 @@ ACTLAB_AVX512BW void unpack_plane_direct(float* op, const uint16_t* lfc, const u
 ACTLAB_AVX512BW ACTLAB_INLINE __m512 dequantize16(const uint8_t* run, int64_t v, int bits, __m512 vmin, __m512 vstep) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_codes16(run, v, bits)), vstep, vmin);
 }
-// The decode of a row_plane_codes plane: op = LFC↑ + each range's
-// dequantized codes, straight from the runs, as unpack_plane computes it (one FMA for min + code·step: the
-// product is exact). up: W floats of scratch.
+// The decode of a row_plane_codes plane: op = LFC↑ + each range's dequantized codes, straight from the
+// runs, as unpack_plane computes it (one FMA for min + code·step: the product is exact). up: W floats of
+// scratch.
 ACTLAB_AVX512BW void unpack_row_plane(float* op, const uint16_t* lfc, const uint8_t* runs, const uint16_t* mins,
                                       const uint16_t* steps, float* up, const UpsampleMap& map, const PlaneGeometry& g) {
   const int64_t W = g.width, H = g.height, rows = g.rows_per_range(), run_bytes = g.code_bytes_per_range();
