@@ -8,8 +8,9 @@
 // vectors. Unpack writes planes, oneDNN's 16-channel blocks (a 16×16 transpose of code bytes) or one
 // channel's planes (decoded straight from the code run on AVX-512 and AVX2 CPUs). The arithmetic is
 // codec.h's ACTLAB_HD functions, so a CUDA twin reproduces the packed bytes bit for bit. Philox, the
-// quantizer and the blocked and channel decodes have AVX2 twins for CPUs without AVX-512 (8 lanes; the 32² one-pass pack has none: measured no faster there).
-// set_codec_simd caps the level, so the tests check the AVX2 and portable paths on an AVX-512 CPU too.
+// quantizer and the blocked and channel decodes have AVX2 twins for CPUs without AVX-512 (8 lanes; the 32²
+// one-pass pack has none: measured no faster there). set_codec_simd caps the level, so the tests check the
+// AVX2 and portable paths on an AVX-512 CPU too.
 // Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
 
