@@ -52,6 +52,8 @@ void declare_flags(FlagParser& f) {
   f.add("epochs", "int", "", "epochs per cell (default: the preset's)");
   f.add("batch-size", "int", "", "mini-batch size (default: the preset's)");
   f.add("lr", "float", "", "initial learning rate (default 0.1; 0.01 for vit_tiny_cifar and swin_t)");
+  f.add("optimizer", "string", "sgd", "every cell's optimizer: sgd (momentum 0.9) or adamw (pass its --lr too)");
+  f.add("weight-decay", "float", "", "every cell's weight decay (default 5e-4)");
   f.add("train-limit", "int", "", "use only the first N training images");
   f.add("test-limit", "int", "", "evaluate on the first N test images");
   f.add("steps-per-epoch", "int", "", "stop each epoch after N steps");
@@ -113,6 +115,13 @@ GridOptions grid_options(const FlagParser& f) {
   if (f.given("lr")) {
     ACTLAB_CHECK(f.get_float("lr") > 0, "--lr must be > 0, got ", f.get_float("lr"));
     o.lr = f.get_float("lr");
+  }
+  o.optimizer = f.get("optimizer");
+  ACTLAB_CHECK(o.optimizer == "sgd" || o.optimizer == "adamw", "--optimizer must be sgd or adamw, got '", o.optimizer,
+               "'");
+  if (f.given("weight-decay")) {
+    ACTLAB_CHECK(f.get_float("weight-decay") >= 0, "--weight-decay must be >= 0, got ", f.get_float("weight-decay"));
+    o.weight_decay = f.get_float("weight-decay");
   }
   o.device = f.get("device");
   const Device device = Device::parse(o.device);  // a typo or a missing GPU fails now, not once per cell

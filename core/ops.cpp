@@ -971,6 +971,25 @@ void sgd_update_(Tensor& w, Tensor& momentum_buf, const Tensor& grad, float lr, 
   w.storage()->bump_version();
 }
 
+void adamw_update_(Tensor& w, Tensor& m, Tensor& v, const Tensor& grad, float lr, float beta1, float beta2, float eps,
+                   float weight_decay, int64_t step) {
+  const Device dev = op_device("adamw_update", {&w, &m, &v, &grad});
+  require_f32_contig("adamw_update", "parameter", w);
+  require_f32_contig("adamw_update", "gradient", grad);
+  require_f32_contig("adamw_update", "first moment", m);
+  require_f32_contig("adamw_update", "second moment", v);
+  ACTLAB_CHECK(w.shape() == grad.shape() && w.shape() == m.shape() && w.shape() == v.shape(),
+               "adamw_update: parameter ", w.str(), ", gradient ", grad.str(), ", moments ", m.str(), " and ", v.str());
+  ACTLAB_DISPATCH(dev,
+                  cuda::adamw_update(f32(w), f32(m), f32(v), f32(grad), w.numel(), lr, beta1, beta2, eps, weight_decay,
+                                     step, gpu.stream()),
+                  cpu::adamw_update(f32(w), f32(m), f32(v), f32(grad), w.numel(), lr, beta1, beta2, eps, weight_decay,
+                                    step));
+  w.storage()->bump_version();
+  m.storage()->bump_version();
+  v.storage()->bump_version();
+}
+
 bool all_finite(const Tensor& x) {
   const Tensor c = x.contiguous();
   const int64_t n = c.numel();

@@ -172,6 +172,9 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels);
 // One fused SGD step on w (PyTorch semantics). momentum_buf may be undefined when momentum == 0.
 void sgd_update_(Tensor& w, Tensor& momentum_buf, const Tensor& grad, float lr, float momentum, float dampening,
                  float weight_decay, bool nesterov, bool first_step);
+// One fused AdamW step on w with its moments m and v (PyTorch semantics); `step` counts this update (>= 1).
+void adamw_update_(Tensor& w, Tensor& m, Tensor& v, const Tensor& grad, float lr, float beta1, float beta2, float eps,
+                   float weight_decay, int64_t step);
 
 // True when every value of x is finite.
 bool all_finite(const Tensor& x);

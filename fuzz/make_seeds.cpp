@@ -14,6 +14,7 @@
 
 #include "actlab/autograd/functions.h"
 #include "fuzz/tiny_model.h"
+#include "actlab/layers/optim/sgd.h"
 #include "actlab/train/checkpoint.h"
 #include "actlab/train/config_file.h"
 

@@ -5,6 +5,7 @@
 // (fuzz/make_seeds.cpp). Replayed by the fuzz_replay_safetensors test.
 #include "fuzz/fuzz_util.h"
 #include "fuzz/tiny_model.h"
+#include "actlab/layers/optim/sgd.h"
 #include "actlab/train/checkpoint.h"
 #include "actlab/train/config_file.h"
 

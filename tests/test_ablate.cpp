@@ -358,6 +358,21 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   o.policies = {"exact@half"};
   CHECK(error_of([&] { make_grid(o); }).find("unknown precision 'half'") != std::string::npos);
   o.precision = "fp32";
+  // An AdamW grid: its own cells (an SGD cell of the same policy is another run), no --momentum, and the
+  // weight decay given; an SGD cell's flags stay as they were.
+  o.policies = {"exact"};
+  o.optimizer = "adamw";
+  o.weight_decay = 0.05;
+  const Grid adamw = make_grid(o);
+  REQUIRE(adamw.cells.size() == 1);
+  CHECK(adamw.cells[0].id() == "resnet20-fashion-mnist-exact-adamw-s0");
+  CHECK(has_flag(adamw.cells[0].train_args(), "--optimizer", "adamw"));
+  CHECK(has_flag(adamw.cells[0].train_args(), "--weight-decay", "0.05"));
+  CHECK_FALSE(has_flag(adamw.cells[0].train_args(), "--momentum", "0.9"));
+  o.optimizer = "sgd";
+  o.weight_decay.reset();
+  CHECK(has_flag(make_grid(o).cells[0].train_args(), "--momentum", "0.9"));
+  CHECK_FALSE(has_flag(make_grid(o).cells[0].train_args(), "--optimizer", "sgd"));
   o.tables = {"2c"};
   o.policies.clear();
   CHECK(error_of([&] { make_grid(o); }).find("unknown table '2c'") != std::string::npos);

@@ -15,6 +15,8 @@
 #include "actlab/autograd/functions.h"
 #include "actlab/core/allocator.h"
 #include "actlab/io/files.h"
+#include "actlab/layers/optim/adamw.h"
+#include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
 #include "tests/error_of.h"
 #include "actlab/train/checkpoint.h"
@@ -52,8 +54,9 @@ bool same_bits(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
-// One SGD step of a model on a fixed batch, so parameters, BN statistics and momentum are all non-trivial.
-void one_step(Module& model, Sgd& opt, uint64_t seed) {
+// One optimizer step of a model on a fixed batch, so parameters, BN statistics and the optimizer's state
+// are all non-trivial.
+void one_step(Module& model, Optimizer& opt, uint64_t seed) {
   PhiloxStream rng(seed, 7);
   const Tensor x = Tensor::randn({4, 1, 28, 28}, rng);
   Tensor y = Tensor::empty({4}, DType::I64);
@@ -257,16 +260,92 @@ TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's
   CHECK(remove_stale_temp_files(dir.file("no-such-dir")).empty());
 }
 
+TEST_CASE("checkpoint: AdamW's moments and counts round-trip; another optimizer's checkpoint is refused") {
+  TempDir dir("adamw");
+  seed_init(1);
+  auto model = make_model({"resnet20", 1, 10, 28});
+  const AdamwOptions options{1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f};
+  AdamW opt(model->parameters(), options);
+  one_step(*model, opt, 1);
+  one_step(*model, opt, 2);
+  TrainState st;
+  st.model = "resnet20";
+  save_checkpoint(dir.file("adamw.safetensors"), *model, opt, st);
+  const SafetensorsFile file = read_safetensors(dir.file("adamw.safetensors"));
+  CHECK(file.metadata_value("optimizer") == "adamw");
+  const auto pa = model->named_parameters();
+  CHECK(file.tensors.size() == pa.size() * 3 + model->named_buffers().size());  // + both moments
+
+  seed_init(2);
+  auto fresh = make_model({"resnet20", 1, 10, 28});
+  AdamW fresh_opt(fresh->parameters(), options);
+  restore_checkpoint(file, *fresh, &fresh_opt);
+  CHECK(fresh_opt.counters() == opt.counters());
+  CHECK(fresh_opt.updates().front() == 2);
+  CHECK(fresh_opt.steps() == 2);
+  for (size_t k = 0; k < 2; ++k)
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(pa[i].first);
+      CHECK(same_bits(opt.state_slots()[k].buffers->at(i), fresh_opt.state_slots()[k].buffers->at(i)));
+      CHECK(fresh_opt.state_slots()[k].buffers->at(i).storage()->tag() == MemTag::OptimState);
+    }
+  const Tensor saved_first = pa.front().second.data().clone();
+  // The next step continues the same way in both.
+  one_step(*model, opt, 3);
+  one_step(*fresh, fresh_opt, 3);
+  const auto pb = fresh->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(same_bits(pa[i].second.data(), pb[i].second.data()));
+
+  // SGD cannot take AdamW's state, nor AdamW SGD's; a refused file changes nothing. Evaluation (no
+  // optimizer) reads either.
+  auto sgd_model = make_model({"resnet20", 1, 10, 28});
+  const std::vector<float> before = sgd_model->named_parameters().front().second.data().to_vector();
+  Sgd sgd(sgd_model->parameters(), {});
+  CHECK(error_of([&] { restore_checkpoint(file, *sgd_model, &sgd); }).find("trained with optimizer 'adamw'") !=
+        std::string::npos);
+  CHECK(sgd_model->named_parameters().front().second.data().to_vector() == before);
+  restore_checkpoint(file, *sgd_model, nullptr);
+  CHECK(same_bits(sgd_model->named_parameters().front().second.data(), saved_first));
+  one_step(*sgd_model, sgd, 4);
+  save_checkpoint(dir.file("sgd.safetensors"), *sgd_model, sgd, st);
+  SafetensorsFile sgd_file = read_safetensors(dir.file("sgd.safetensors"));
+  CHECK(error_of([&] { restore_checkpoint(sgd_file, *fresh, &fresh_opt); }).find("trained with optimizer 'sgd'") !=
+        std::string::npos);
+  CHECK(fresh_opt.counters() == opt.counters());
+  // A checkpoint from before the optimizer was recorded is SGD's.
+  Metadata old_meta;
+  for (const auto& m : sgd_file.metadata)
+    if (m.first != "optimizer" && m.first != "optimizer_counters" && m.first != "checksum" && m.first != "data_bytes")
+      old_meta.push_back(m);
+  write_safetensors(dir.file("old.safetensors"), sgd_file.tensors, old_meta);
+  Sgd sgd2(sgd_model->parameters(), {});
+  restore_checkpoint(read_safetensors(dir.file("old.safetensors")), *sgd_model, &sgd2);
+  CHECK(same_bits(sgd2.momentum_buffers().front(), sgd.momentum_buffers().front()));
+  // State of a slot the optimizer does not keep is named.
+  NamedTensors extra = file.tensors;
+  extra.emplace_back("optim.velocity.fc.bias", file.tensors.front().second);
+  Metadata meta;
+  for (const auto& m : file.metadata)
+    if (m.first != "checksum" && m.first != "data_bytes") meta.push_back(m);
+  write_safetensors(dir.file("extra.safetensors"), extra, meta);
+  CHECK(error_of([&] { restore_checkpoint(read_safetensors(dir.file("extra.safetensors")), *fresh, &fresh_opt); })
+            .find("optimizer state 'optim.velocity.fc.bias'") != std::string::npos);
+}
+
 TEST_CASE("resume: stopped after epoch 1 or mid-epoch 2, resumed in fresh objects, ends bit-identical") {
   struct Case {
     std::string policy;
     std::vector<int64_t> stop_after;  // global steps (8 per epoch): the end of epoch 1 and/or inside epoch 2
+    std::string optimizer = "sgd";
   };
   const int64_t steps_per_epoch = 8;  // 256 samples / batch 32
-  for (const Case& k : {Case{"exact", {8, 12}}, Case{"division:B=8,Q=2", {12}}}) {
+  for (const Case& k : {Case{"exact", {8, 12}}, Case{"division:B=8,Q=2", {12}}, Case{"exact", {12}, "adamw"}}) {
     CAPTURE(k.policy);
+    CAPTURE(k.optimizer);
     TempDir full("full"), part("part");
     TrainConfig base = tiny_run(k.policy, full.path.string());
+    base.optimizer = k.optimizer;
+    if (k.optimizer == "adamw") base.lr = 1e-3;
     train(base);
     for (const int64_t stop_after : k.stop_after) {
       CAPTURE(stop_after);

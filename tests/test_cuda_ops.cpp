@@ -282,6 +282,22 @@ TEST_CASE("cuda ops: the fused SGD step matches the CPU in every variant") {
   }
 }
 
+TEST_CASE("cuda ops: the fused AdamW step matches the CPU over several steps") {
+  if (!gpu_or_skip("AdamW parity")) return;
+  const int64_t n = 5000;
+  Tensor w_cpu = uniform({n}, 2), m_cpu = Tensor::zeros({n}), v_cpu = Tensor::zeros({n});
+  Tensor w_cuda = w_cpu.to(gpu()), m_cuda = m_cpu.to(gpu()), v_cuda = v_cpu.to(gpu());
+  for (int step = 1; step <= 4; ++step) {
+    const Tensor grad = uniform({n}, 10 + step);
+    const Tensor g_cuda = grad.to(gpu());
+    ops::adamw_update_(w_cpu, m_cpu, v_cpu, grad, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
+    ops::adamw_update_(w_cuda, m_cuda, v_cuda, g_cuda, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
+  }
+  check_close(w_cpu, w_cuda, 1e-6, "adamw weights");
+  check_close(m_cpu, m_cuda, 1e-6, "adamw first moment");
+  check_close(v_cpu, v_cuda, 1e-6, "adamw second moment");
+}
+
 TEST_CASE("cuda ops: finiteness, in-place tensor arithmetic and mixed-device refusal") {
   if (!gpu_or_skip("tensor ops on cuda:0")) return;
   Tensor x = uniform({1000}, 1).to(gpu());

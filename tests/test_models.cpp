@@ -12,6 +12,7 @@
 #include "actlab/autograd/saved_tensor.h"
 #include "actlab/core/philox.h"
 #include "gradcheck.h"
+#include "actlab/layers/optim/sgd.h"
 #include "actlab/models/densenet.h"
 #include "actlab/models/mlp.h"
 #include "actlab/models/mobilenet_v2.h"

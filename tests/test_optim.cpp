@@ -1,8 +1,9 @@
-// Optimizer and schedules: Sgd against a hand-written PyTorch-semantics loop; schedule shapes.
+// Optimizers and schedules: Sgd and AdamW against hand-written PyTorch-semantics loops; schedule shapes.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
+#include "actlab/layers/optim/adamw.h"
 #include "actlab/layers/optim/schedule.h"
 #include "actlab/layers/optim/sgd.h"
 
@@ -33,6 +34,73 @@ TEST_CASE("Sgd follows torch.optim.SGD over several steps, skipping parameters w
   }
   CHECK_THROWS_AS(Sgd({}, {-1.f, 0.9f, 0.f, 0.f, false}), Error);
   CHECK_THROWS_AS(Sgd({}, {0.1f, 0.f, 0.f, 0.f, true}), Error);
+}
+
+// torch.optim.AdamW's update written out in double, one parameter element at a time.
+struct AdamwRef {
+  double w, m = 0, v = 0;
+  int64_t t = 0;
+  void step(double g, double lr, double b1, double b2, double eps, double wd) {
+    ++t;
+    w *= 1 - lr * wd;
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    const double bc1 = 1 - std::pow(b1, double(t)), bc2 = 1 - std::pow(b2, double(t));
+    w -= lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + eps);
+  }
+};
+
+TEST_CASE("AdamW follows torch.optim.AdamW: decoupled decay, bias correction, a count per parameter") {
+  const float lr = 0.01f, b1 = 0.8f, b2 = 0.95f, eps = 1e-6f, wd = 0.1f;
+  Variable w(Tensor::from_vector({1.f, -2.f, 0.5f, 3e-4f}, {4}), true);
+  Variable late(Tensor::from_vector({4.f, -1.f}, {2}), true);  // gets its first gradient at step 3
+  AdamW opt({w, late}, {lr, b1, b2, eps, wd});
+  std::vector<AdamwRef> ref = {{1.0}, {-2.0}, {0.5}, {3e-4}}, ref_late = {{4.0}, {-1.0}};
+  for (int step = 0; step < 6; ++step) {
+    // Gradients of both signs and very different sizes, one exactly 0 (its moments stay 0: the update
+    // is then decay alone).
+    const std::vector<float> g = {0.3f * (step + 1), -0.02f, step % 2 ? 5.f : -5.f, 0.f};
+    w.impl()->grad = Tensor::from_vector(g, {4});
+    w.impl()->grad_stale = false;
+    for (int i = 0; i < 4; ++i) ref[i].step(g[i], lr, b1, b2, eps, wd);
+    if (step >= 2) {
+      const std::vector<float> gl = {1.f, -0.5f * step};
+      late.impl()->grad = Tensor::from_vector(gl, {2});
+      late.impl()->grad_stale = false;
+      for (int i = 0; i < 2; ++i) ref_late[i].step(gl[i], lr, b1, b2, eps, wd);
+    }
+    opt.step();
+    const auto got = w.data().to_vector(), got_late = late.data().to_vector();
+    for (int i = 0; i < 4; ++i) CHECK(got[i] == doctest::Approx(ref[i].w).epsilon(1e-5));
+    for (int i = 0; i < 2; ++i) CHECK(got_late[i] == doctest::Approx(ref_late[i].w).epsilon(1e-5));
+    const auto m = opt.state_slots()[0].buffers->at(0).to_vector(), v = opt.state_slots()[1].buffers->at(0).to_vector();
+    for (int i = 0; i < 4; ++i) {
+      CHECK(m[i] == doctest::Approx(ref[i].m).epsilon(1e-5));
+      CHECK(v[i] == doctest::Approx(ref[i].v).epsilon(1e-5));
+    }
+    CHECK(!opt.state_slots()[0].buffers->at(1).defined() == (step < 2));
+  }
+  // The first step of a parameter moves each weight by about lr whatever the gradient's size (m/sqrt(v)
+  // is ±1 after bias correction): the late parameter's first step is the check that it counts from 1.
+  CHECK(opt.updates() == std::vector<int64_t>{6, 4});
+  CHECK(opt.counters() == "6 4");
+  CHECK(opt.state_slots()[0].buffers->at(0).storage()->tag() == MemTag::OptimState);
+  CHECK(opt.steps() == 6);
+
+  // Counters round-trip, and malformed ones are refused without changing anything.
+  AdamW other({w, late}, {});
+  other.set_counters("6 4");
+  CHECK(other.updates() == std::vector<int64_t>{6, 4});
+  for (const char* bad : {"6", "6 4 1", "6 x", "-1 4", "6  4", "6 4 "}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(other.set_counters(bad), Error);
+  }
+  CHECK(other.updates() == std::vector<int64_t>{6, 4});
+  CHECK_THROWS_AS(Sgd({w}, {}).set_counters("1"), Error);
+  CHECK_THROWS_AS(AdamW({}, {-1.f, 0.9f, 0.999f, 1e-8f, 0.f}), Error);
+  CHECK_THROWS_AS(AdamW({}, {1e-3f, 1.f, 0.999f, 1e-8f, 0.f}), Error);
+  CHECK_THROWS_AS(AdamW({}, {1e-3f, 0.9f, -0.1f, 1e-8f, 0.f}), Error);
+  CHECK_THROWS_AS(AdamW({}, {1e-3f, 0.9f, 0.999f, 0.f, 0.f}), Error);
 }
 
 TEST_CASE("schedules: cosine reaches zero, warm-up is linear, step decays") {

@@ -8,6 +8,7 @@
 #include "actlab/autograd/saved_tensor.h"
 #include "actlab/autograd/tape.h"
 #include "actlab/core/philox.h"
+#include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
 #include "actlab/train/memtable.h"
 #include "actlab/train/paper_reference.h"

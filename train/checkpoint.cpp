@@ -1,4 +1,4 @@
-// Training checkpoints: the mapping of a model + SGD optimizer + loop position onto a safetensors
+// Training checkpoints: the mapping of a model + optimizer + loop position onto a safetensors
 // file's tensors and metadata (the file format itself is io/safetensors.h).
 #include "actlab/train/checkpoint.h"
 
@@ -15,7 +15,7 @@ namespace actlab {
 namespace {
 
 constexpr int kFormatVersion = 1;
-const char* const kMomentumPrefix = "optim.momentum.";
+const char* const kOptimPrefix = "optim.";  // + slot + "." + parameter name
 
 int64_t meta_int(const SafetensorsFile& f, const std::string& key) {
   const std::string& s = f.metadata_value(key);
@@ -36,16 +36,17 @@ double meta_double(const SafetensorsFile& f, const std::string& key) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Module& model, Sgd& opt, const TrainState& st) {
+void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const TrainState& st) {
   NamedTensors tensors;
   const auto params = model.named_parameters();
   for (const auto& p : params) tensors.emplace_back(p.first, p.second.data());
   for (const auto& b : model.named_buffers()) tensors.emplace_back(b.first, b.second);
-  const std::vector<Tensor>& moms = opt.momentum_buffers();
-  ACTLAB_CHECK(moms.size() == params.size(), "optimizer holds ", moms.size(), " parameters, the model ",
+  ACTLAB_CHECK(opt.size() == params.size(), "optimizer holds ", opt.size(), " parameters, the model ",
                params.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    if (moms[i].defined()) tensors.emplace_back(kMomentumPrefix + params[i].first, moms[i]);
+  for (const OptimStateSlot& slot : opt.state_slots())
+    for (size_t i = 0; i < params.size(); ++i)
+      if ((*slot.buffers)[i].defined())
+        tensors.emplace_back(kOptimPrefix + std::string(slot.name) + "." + params[i].first, (*slot.buffers)[i]);
   const Metadata meta = {
       {"format", "actlab-checkpoint"},
       {"format_version", std::to_string(kFormatVersion)},
@@ -55,7 +56,9 @@ void save_checkpoint(const std::string& path, const Module& model, Sgd& opt, con
       {"global_step", std::to_string(st.global_step)},
       {"pack_step", std::to_string(st.pack_step)},
       {"seed", std::to_string(st.seed)},
+      {"optimizer", opt.kind()},
       {"optimizer_steps", std::to_string(opt.steps())},
+      {"optimizer_counters", opt.counters()},
       {"epoch_loss_sum", round_trip_double(st.loss_sum)},
       {"epoch_correct", std::to_string(st.correct)},
       {"epoch_seen", std::to_string(st.seen)},
@@ -101,7 +104,7 @@ TrainState checkpoint_state(const SafetensorsFile& f) {
   return st;
 }
 
-void restore_checkpoint(const SafetensorsFile& f, Module& model, Sgd* opt) {
+void restore_checkpoint(const SafetensorsFile& f, Module& model, Optimizer* opt) {
   std::map<std::string, const Tensor*> unused;
   for (const auto& t : f.tensors) unused[t.first] = &t.second;
   // Check everything before copying anything, so a refused file leaves model and optimizer as they were.
@@ -121,25 +124,50 @@ void restore_checkpoint(const SafetensorsFile& f, Module& model, Sgd* opt) {
   const auto params = model.named_parameters();
   for (const auto& p : params) need(p.first, p.second.data());
   for (const auto& b : model.named_buffers()) need(b.first, b.second);
-  std::vector<std::pair<size_t, const Tensor*>> momentum;  // (parameter index, source)
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto it = unused.find(kMomentumPrefix + params[i].first);
-    if (it == unused.end()) continue;  // that parameter had no step yet (or momentum is 0)
-    check(it->first, *it->second, params[i].second.data());
-    momentum.emplace_back(i, it->second);
-    unused.erase(it);
+  // The optimizer's state: (slot's buffers, parameter index, source), for opt's slots only.
+  struct StateCopy {
+    std::vector<Tensor>* buffers;
+    size_t index;
+    const Tensor* src;
+  };
+  std::vector<StateCopy> state;
+  std::string counters;
+  if (opt != nullptr) {
+    const std::string* kind = f.find_metadata("optimizer");
+    const std::string saved_kind = kind != nullptr ? *kind : "sgd";  // checkpoints from before AdamW
+    ACTLAB_CHECK(saved_kind == opt->kind(), "checkpoint was trained with optimizer '", saved_kind,
+                 "' and this run uses '", opt->kind(), "' (--optimizer): their states do not carry over");
+    ACTLAB_CHECK(opt->size() == params.size(), "optimizer holds ", opt->size(), " parameters, the model ",
+                 params.size());
+    for (const OptimStateSlot& slot : opt->state_slots())
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto it = unused.find(kOptimPrefix + std::string(slot.name) + "." + params[i].first);
+        if (it == unused.end()) continue;  // that parameter had no update yet
+        check(it->first, *it->second, params[i].second.data());
+        state.push_back({slot.buffers, i, it->second});
+        unused.erase(it);
+      }
+    const std::string* c = f.find_metadata("optimizer_counters");
+    if (c != nullptr) counters = *c;
+  } else {  // evaluation: the optimizer's part is not needed
+    for (auto it = unused.begin(); it != unused.end();)
+      it = it->first.rfind(kOptimPrefix, 0) == 0 ? unused.erase(it) : std::next(it);
   }
-  ACTLAB_CHECK(unused.empty(), "checkpoint has tensor '", unused.empty() ? "" : unused.begin()->first,
-               "' that the model does not (a checkpoint of another model?)");
+  for (const auto& u : unused) {
+    ACTLAB_CHECK(u.first.rfind(kOptimPrefix, 0) != 0, "checkpoint has optimizer state '", u.first, "' that this run's ",
+                 opt->kind(), " does not keep (a checkpoint of another configuration?)");
+    ACTLAB_CHECK(false, "checkpoint has tensor '", u.first, "' that the model does not (a checkpoint of another model?)");
+  }
   const int64_t optimizer_steps = opt != nullptr ? meta_int(f, "optimizer_steps") : 0;
+  if (opt != nullptr) opt->set_counters(counters);  // the last check: it changes nothing when it throws
 
   for (auto& c : copies) c.first.copy_(*c.second);
   if (opt == nullptr) return;
-  for (const auto& m : momentum) {
-    const Tensor& p = params[m.first].second.data();
-    Tensor& buf = opt->momentum_buffers().at(m.first);
+  for (const StateCopy& s : state) {
+    const Tensor& p = params[s.index].second.data();
+    Tensor& buf = (*s.buffers)[s.index];
     buf = Tensor::empty_tagged(p.shape(), MemTag::OptimState, DType::F32, p.device());
-    buf.copy_(*m.second);
+    buf.copy_(*s.src);
   }
   opt->set_steps(optimizer_steps);
 }

@@ -1,4 +1,4 @@
-// Training checkpoints: the mapping of a model + SGD optimizer + loop position onto the tensors and
+// Training checkpoints: the mapping of a model + optimizer + loop position onto the tensors and
 // metadata of a safetensors file (io/safetensors.h: the format, its atomic write and checked read).
 // Tested in tests/test_checkpoint.cpp.
 #pragma once
@@ -10,12 +10,13 @@
 #include "actlab/core/tensor.h"
 #include "actlab/io/safetensors.h"
 #include "actlab/layers/module.h"
-#include "actlab/layers/optim/sgd.h"
+#include "actlab/layers/optim/optimizer.h"
 
 namespace actlab {
 
-// ---- training checkpoints: model parameters and buffers under their torchvision names, SGD
-// momentum buffers as "optim.momentum.<parameter name>", and the loop position as metadata.
+// ---- training checkpoints: model parameters and buffers under their torchvision names, the optimizer's
+// per-parameter state as "optim.<slot>.<parameter name>" (SGD: optim.momentum.*; AdamW: optim.exp_avg.*,
+// optim.exp_avg_sq.*), and the optimizer's name and counters and the loop position as metadata.
 struct TrainState {
   std::string model;          // model name (make_model)
   int64_t epoch = 0;          // epochs fully completed
@@ -36,13 +37,15 @@ struct TrainState {
 };
 
 // Saves model + optimizer + state atomically (write_safetensors).
-void save_checkpoint(const std::string& path, const Module& model, Sgd& opt, const TrainState& state);
+void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const TrainState& state);
 // Parses the loop state from a checkpoint's metadata (format version checked).
 TrainState checkpoint_state(const SafetensorsFile& file);
-// Copies the file's tensors into `model` (parameters and buffers) and `opt` (momentum buffers and
-// step count; opt may be nullptr for evaluation). Every model tensor must be present with the same
-// dtype and shape and no other tensor may be: Error names the first mismatching tensor.
-void restore_checkpoint(const SafetensorsFile& file, Module& model, Sgd* opt);
+// Copies the file's tensors into `model` (parameters and buffers) and `opt` (its state slots, counters
+// and step count; opt may be nullptr for evaluation, which ignores the optimizer's part). Every model
+// tensor must be present with the same dtype and shape and no other tensor may be, and the file's
+// optimizer must be opt's kind (files without the name are SGD's): Error names the first mismatch, and a
+// refused file leaves model and optimizer as they were.
+void restore_checkpoint(const SafetensorsFile& file, Module& model, Optimizer* opt);
 
 // ---- plain state dicts: weights to and from other programs. The model's parameters and buffers under
 // their torchvision names, plus "<module>.num_batches_tracked" (an I64 scalar: PyTorch's batch-norm

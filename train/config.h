@@ -15,9 +15,11 @@ struct TrainConfig {
   int64_t epochs = 1;
   int64_t batch_size = 128;
   double lr = 0.1;
-  double momentum = 0.9;
-  double weight_decay = 5e-4;
-  bool nesterov = false;
+  std::string optimizer = "sgd";          // sgd | adamw (layers/optim/)
+  double momentum = 0.9;                  // SGD
+  double weight_decay = 5e-4;             // SGD: added to the gradient; AdamW: decoupled
+  bool nesterov = false;                  // SGD
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;  // AdamW
   std::string schedule = "cosine";        // cosine | step | constant
   int64_t warmup_epochs = 0;
   int64_t step_epochs = 30;               // step schedule: decay every N epochs by 0.1

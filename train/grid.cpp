@@ -116,7 +116,8 @@ std::string Cell::id() const {
     else if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') slug += c;
     else slug += '-';
   }
-  return model + "-" + dataset + "-" + slug + (precision == "fp32" ? "" : "-" + precision) + "-s" + std::to_string(seed);
+  return model + "-" + dataset + "-" + slug + (precision == "fp32" ? "" : "-" + precision) +
+         (optimizer == "sgd" ? "" : "-" + optimizer) + "-s" + std::to_string(seed);
 }
 
 std::string Cell::run_label() const { return precision == "fp32" ? policy : policy + "@" + precision; }
@@ -124,9 +125,12 @@ std::string Cell::run_label() const { return precision == "fp32" ? policy : poli
 std::vector<std::string> Cell::train_args() const {
   std::vector<std::string> a = {"--model", model, "--dataset", dataset, "--policy", policy,
                                 "--seed", std::to_string(seed), "--epochs", std::to_string(epochs),
-                                "--batch-size", std::to_string(batch_size), "--lr", fmt("%g", lr),
-                                "--momentum", fmt("%g", momentum), "--weight-decay", fmt("%g", weight_decay),
-                                "--schedule", schedule, "--threads", std::to_string(threads)};
+                                "--batch-size", std::to_string(batch_size), "--lr", fmt("%g", lr)};
+  // An SGD cell's command line is what it was before --optimizer existed, so earlier grids still resume.
+  if (optimizer == "sgd") a.insert(a.end(), {"--momentum", fmt("%g", momentum)});
+  else a.insert(a.end(), {"--optimizer", optimizer});
+  a.insert(a.end(), {"--weight-decay", fmt("%g", weight_decay), "--schedule", schedule, "--threads",
+                     std::to_string(threads)});
   auto opt = [&](const char* flag, int64_t v) {
     if (v > 0) a.insert(a.end(), {flag, std::to_string(v)});
   };

@@ -22,6 +22,7 @@ struct Cell {
   int64_t seed = 0;
   int64_t epochs = 1;
   int64_t batch_size = 128;
+  std::string optimizer = "sgd";   // --optimizer: sgd (with momentum) or adamw; adamw is part of the cell's identity
   double lr = 0.1, momentum = 0.9, weight_decay = 5e-4;
   std::string schedule = "cosine";
   int64_t steps_per_epoch = 0, train_limit = 0, test_limit = 0;  // 0: unlimited
@@ -34,8 +35,8 @@ struct Cell {
   // A cell shared by several tables (the exact run) is run once and listed in each.
   std::vector<std::pair<std::string, std::string>> tables;
 
-  // Readable, unique per (model, dataset, policy, precision, seed): "resnet20-fashion-mnist-division_B8_Q2-s0",
-  // "...-division_B8_Q2-bf16-s0".
+  // Readable, unique per (model, dataset, policy, precision, optimizer, seed):
+  // "resnet20-fashion-mnist-division_B8_Q2-s0", "...-division_B8_Q2-bf16-s0", "...-division_B8_Q2-adamw-s0".
   std::string id() const;
   // The policy as the reports name it: with "@bf16" when the cell is not fp32 (train/step.h RunEntry).
   std::string run_label() const;
@@ -61,7 +62,8 @@ struct GridOptions {
   // ActNN and DIVISION, seed 0 for Checkpoint and SWAP, whose gradients are Normal's bit for bit).
   std::vector<int64_t> seeds;
   std::optional<int64_t> epochs, batch_size, train_limit, test_limit, steps_per_epoch, threads;
-  std::optional<double> lr;
+  std::optional<double> lr, weight_decay;
+  std::string optimizer = "sgd";
   std::string device = "cpu";
   std::string precision = "fp32";  // every cell's, unless its POLICY@PRECISION entry names one
   std::string data_dir;

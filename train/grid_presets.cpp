@@ -62,6 +62,8 @@ Cell recipe(const GridOptions& o, const std::string& model, const std::string& d
   if (o.steps_per_epoch) c.steps_per_epoch = *o.steps_per_epoch;
   if (o.threads) c.threads = *o.threads;
   if (o.lr) c.lr = *o.lr;
+  c.optimizer = o.optimizer;
+  if (o.weight_decay) c.weight_decay = *o.weight_decay;
   c.device = o.device;
   c.precision = precision_name(parse_precision(o.precision));
   c.data_dir = o.data_dir;

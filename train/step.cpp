@@ -22,7 +22,7 @@ RunEntry parse_run_entry(const std::string& entry, Precision fallback) {
   return {entry.substr(0, at), parse_precision(entry.substr(at + 1))};
 }
 
-StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
+StepResult run_step(Module& model, Optimizer* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
                     const StepOptions& o) {
   StepResult r;
   const Device device = images.device();

@@ -12,7 +12,7 @@
 #include "actlab/core/precision.h"
 #include "actlab/core/tensor.h"
 #include "actlab/layers/module.h"
-#include "actlab/layers/optim/sgd.h"
+#include "actlab/layers/optim/optimizer.h"
 
 namespace actlab {
 
@@ -79,7 +79,7 @@ RunEntry parse_run_entry(const std::string& entry, Precision fallback);
 // Runs one step of `model` on (images, labels), both on the model's device, with `policies` in force:
 // forward and cross-entropy under MemTag::Activation, then zero_grad, backward and opt->step() (opt may
 // be nullptr: no update). Stochastic rounding and dropout draw from the streams the caller set.
-StepResult run_step(Module& model, Sgd* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
+StepResult run_step(Module& model, Optimizer* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
                     const StepOptions& options = {});
 
 }  // namespace actlab

@@ -24,6 +24,7 @@
 #include "actlab/layers/layers.h"
 #include "actlab/layers/optim/loss_scale.h"
 #include "actlab/layers/optim/schedule.h"
+#include "actlab/layers/optim/adamw.h"
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
 #include "actlab/models/summary.h"
@@ -110,6 +111,27 @@ static LossScaleOptions loss_scale_options(const TrainConfig& c) {
   return parse_loss_scale(parse_precision(c.precision) == Precision::F16 ? "dynamic" : "none");
 }
 
+// The run's optimizer (--optimizer), at the initial learning rate; the schedule sets it every step.
+static std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, std::vector<Variable> params) {
+  const float lr = static_cast<float>(c.lr), wd = static_cast<float>(c.weight_decay);
+  if (c.optimizer == "adamw")
+    return std::make_unique<AdamW>(std::move(params),
+                                   AdamwOptions{lr, static_cast<float>(c.adam_beta1), static_cast<float>(c.adam_beta2),
+                                                static_cast<float>(c.adam_eps), wd});
+  return std::make_unique<Sgd>(std::move(params),
+                               SgdOptions{lr, static_cast<float>(c.momentum), 0.f, wd, c.nesterov});
+}
+
+// The optimizer's own settings for the run's first line: "momentum 0.9" or "betas 0.9, 0.999, eps 1e-08".
+static std::string optimizer_text(const TrainConfig& c) {
+  char buf[96];
+  if (c.optimizer == "adamw")
+    std::snprintf(buf, sizeof buf, "betas %g, %g, eps %g", c.adam_beta1, c.adam_beta2, c.adam_eps);
+  else
+    std::snprintf(buf, sizeof buf, "momentum %g%s", c.momentum, c.nesterov ? " (Nesterov)" : "");
+  return buf;
+}
+
 void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.epochs >= 1, "epochs must be >= 1, got ", c.epochs);
   ACTLAB_CHECK(c.batch_size >= 1, "batch size must be >= 1, got ", c.batch_size);
@@ -117,6 +139,12 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.momentum >= 0 && c.momentum < 1, "momentum must be in [0, 1), got ", c.momentum);
   ACTLAB_CHECK(c.weight_decay >= 0, "weight decay must be >= 0, got ", c.weight_decay);
   ACTLAB_CHECK(!c.nesterov || c.momentum > 0, "--nesterov needs momentum > 0");
+  ACTLAB_CHECK(c.optimizer == "sgd" || c.optimizer == "adamw", "unknown optimizer '", c.optimizer,
+               "' (sgd or adamw)");
+  ACTLAB_CHECK(!c.nesterov || c.optimizer == "sgd", "--nesterov is SGD's, not ", c.optimizer, "'s");
+  ACTLAB_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1, "--adam-beta1 must be in [0, 1), got ", c.adam_beta1);
+  ACTLAB_CHECK(c.adam_beta2 >= 0 && c.adam_beta2 < 1, "--adam-beta2 must be in [0, 1), got ", c.adam_beta2);
+  ACTLAB_CHECK(c.adam_eps > 0 && std::isfinite(c.adam_eps), "--adam-eps must be > 0, got ", c.adam_eps);
   ACTLAB_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "label smoothing must be in [0, 1), got ",
                c.label_smoothing);
   ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be >= 1, got ", c.threads);
@@ -272,7 +300,7 @@ class Run {
   DataSplits data_;
   std::unique_ptr<DataLoader> train_loader_, test_loader_;
   std::shared_ptr<Module> model_;
-  std::unique_ptr<Sgd> opt_;
+  std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<PolicySet> policies_;
   std::unique_ptr<BufferSnapshot> buffers_;  // BN statistics before the current step's forward
   std::unique_ptr<MemoryCheck> memory_check_;  // --check-memory
@@ -309,9 +337,7 @@ void Run::setup() {
   }
   model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height});
   model_->to(device_);  // before the optimizer and the snapshot: momentum and copies live beside the weights
-  opt_ = std::make_unique<Sgd>(model_->parameters(),
-                               SgdOptions{static_cast<float>(c_.lr), static_cast<float>(c_.momentum), 0.f,
-                                          static_cast<float>(c_.weight_decay), c_.nesterov});
+  opt_ = make_optimizer(c_, model_->parameters());
   policies_ = std::make_unique<PolicySet>(parse_policy_set(c_.policy));
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
   make_checkpoint_plan(*model_, policies_->checkpoint());  // a request this model cannot take fails now
@@ -396,10 +422,11 @@ void Run::print_header() const {
               static_cast<long long>(data_.test->size()), static_cast<long long>(spec.channels),
               static_cast<long long>(spec.height), static_cast<long long>(spec.width),
               static_cast<long long>(model_->parameter_count()));
-  std::printf("policy %s, batch %lld, %lld epochs x %lld steps, lr %g (%s), momentum %g, wd %g, %lld threads, seed %llu\n",
+  std::printf("policy %s, batch %lld, %lld epochs x %lld steps, %s lr %g (%s), %s, wd %g, %lld threads, seed %llu\n",
               policies_->describe().c_str(), static_cast<long long>(c_.batch_size), static_cast<long long>(c_.epochs),
-              static_cast<long long>(steps_per_epoch_), c_.lr, c_.schedule.c_str(), c_.momentum, c_.weight_decay,
-              static_cast<long long>(c_.threads), static_cast<unsigned long long>(c_.seed));
+              static_cast<long long>(steps_per_epoch_), c_.optimizer == "sgd" ? "SGD" : "AdamW", c_.lr,
+              c_.schedule.c_str(), optimizer_text(c_).c_str(), c_.weight_decay, static_cast<long long>(c_.threads),
+              static_cast<unsigned long long>(c_.seed));
   if (device_.is_cuda()) std::printf("device %s (%s)\n", device_.str().c_str(), cuda_device_name(device_.index).c_str());
   if (compute_precision() != Precision::F32) {
     const Precision p = compute_precision();

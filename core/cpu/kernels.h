@@ -272,4 +272,12 @@ void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, flo
                 float momentum, float dampening, float weight_decay, bool nesterov,
                 bool first_step);
 
+// AdamW, PyTorch semantics (torch.optim.AdamW, amsgrad off), one fused pass over w, m, v and grad;
+// `step` is this parameter's update count including this one (>= 1), m and v start at zero:
+//   w -= lr·weight_decay·w                        (decoupled decay, before the moments are used)
+//   m = beta1·m + (1 - beta1)·g,  v = beta2·v + (1 - beta2)·g²
+//   w -= lr / (1 - beta1^step) · m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+void adamw_update(float* w, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step);
+
 }  // namespace actlab::cpu

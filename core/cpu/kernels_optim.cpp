@@ -1,9 +1,11 @@
-// CPU fused SGD step (weight decay, momentum with dampening, Nesterov), torch.optim.SGD semantics,
-// one pass over each parameter. Contract in core/cpu/kernels.h; tested in
+// CPU fused optimizer steps: SGD (weight decay, momentum with dampening, Nesterov), torch.optim.SGD
+// semantics, and AdamW, torch.optim.AdamW semantics; one pass over each parameter. Contract in core/cpu/kernels.h; tested in
 // tests/test_cpu_kernels.cpp. The four variants are separate loops so each inner loop is
 // branch-free and vectorizes.
 #include "actlab/core/cpu/kernels.h"
+
 #include "actlab/core/error.h"
+#include "actlab/core/optim_math.h"
 
 namespace actlab::cpu {
 
@@ -47,6 +49,15 @@ void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, flo
       w[i] -= lr * b;
     }
   }
+}
+
+void adamw_update(float* w, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step) {
+  ACTLAB_CHECK(n >= 0, "adamw_update: n must be >= 0, got ", n);
+  ACTLAB_CHECK(step >= 1, "adamw_update: step counts from 1, got ", step);
+  const optim_math::AdamwFactors f = optim_math::adamw_factors(lr, beta1, beta2, weight_decay, step);
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) optim_math::adamw_element(w[i], m[i], v[i], grad[i], f, beta1, beta2, eps);
 }
 
 }  // namespace actlab::cpu

@@ -141,5 +141,8 @@ int64_t top1_correct(const float* logits, const int64_t* labels, int64_t N, int6
 // nullptr when momentum == 0.
 void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,
                 float dampening, float weight_decay, bool nesterov, bool first_step, cudaStream_t cuda_stream);
+// The formulas of cpu::adamw_update (torch.optim.AdamW semantics), core/optim_math.h's element.
+void adamw_update(float* w, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step, cudaStream_t cuda_stream);
 
 }  // namespace actlab::cuda

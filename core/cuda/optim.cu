@@ -1,9 +1,10 @@
-// CUDA fused SGD step (weight decay, momentum with dampening, Nesterov): one pass over w, grad and the
-// momentum buffer, torch.optim.SGD semantics. Contract in core/cuda/kernels.h (CPU twin:
+// CUDA fused optimizer steps: SGD (weight decay, momentum with dampening, Nesterov), one pass over w,
+// grad and the momentum buffer, torch.optim.SGD semantics; AdamW, core/optim_math.h's element. Contract in core/cuda/kernels.h (CPU twin:
 // core/cpu/kernels_optim.cpp); tested in tests/test_cuda_ops.cpp.
 #include "actlab/core/cuda/check.h"
 #include "actlab/core/cuda/kernels.h"
 #include "actlab/core/cuda/launch.h"
+#include "actlab/core/optim_math.h"
 
 namespace actlab::cuda {
 namespace {
@@ -33,6 +34,12 @@ __global__ void sgd_kernel(float* w, float* buf, const float* grad, int64_t n, f
   }
 }
 
+__global__ void adamw_kernel(float* w, float* m, float* v, const float* grad, int64_t n, optim_math::AdamwFactors f,
+                             float beta1, float beta2, float eps) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads())
+    optim_math::adamw_element(w[i], m[i], v[i], grad[i], f, beta1, beta2, eps);
+}
+
 }  // namespace
 
 void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,
@@ -60,6 +67,16 @@ void sgd_update(float* w, float* momentum_buf, const float* grad, int64_t n, flo
     sgd_kernel<SgdVariant::Momentum><<<blocks, kBlockThreads, 0, cuda_stream>>>(w, momentum_buf, grad, n, lr, momentum,
                                                                            keep, weight_decay, false);
   }
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_update(float* w, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step, cudaStream_t cuda_stream) {
+  ACTLAB_CHECK(n >= 0, "adamw_update: n must be >= 0, got ", n);
+  ACTLAB_CHECK(step >= 1, "adamw_update: step counts from 1, got ", step);
+  if (n == 0) return;
+  adamw_kernel<<<grid_blocks(n), kBlockThreads, 0, cuda_stream>>>(
+      w, m, v, grad, n, optim_math::adamw_factors(lr, beta1, beta2, weight_decay, step), beta1, beta2, eps);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,7 +6,7 @@
 namespace actlab {
 
 Sgd::Sgd(std::vector<Variable> params, const SgdOptions& opt)
-    : params_(std::move(params)), buffers_(params_.size()), opt_(opt) {
+    : Optimizer(std::move(params)), buffers_(params_.size()), opt_(opt) {
   ACTLAB_CHECK(opt.lr >= 0.f, "SGD: learning rate must be >= 0, got ", opt.lr);
   ACTLAB_CHECK(opt.momentum >= 0.f, "SGD: momentum must be >= 0, got ", opt.momentum);
   ACTLAB_CHECK(opt.weight_decay >= 0.f, "SGD: weight decay must be >= 0, got ", opt.weight_decay);
@@ -19,19 +19,17 @@ void Sgd::step() {
     Variable& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    bool first = false;
-    if (opt_.momentum != 0.f && !buffers_[i].defined()) {
-      buffers_[i] = Tensor::empty_tagged(p.data().shape(), MemTag::OptimState, DType::F32, p.data().device());
-      first = true;
-    }
+    // The first step writes the whole buffer (buf = g), so it is not zeroed.
+    const bool first = opt_.momentum != 0.f && ensure_state(buffers_, i, false);
     ops::sgd_update_(p.data(), buffers_[i], g, opt_.lr, opt_.momentum, opt_.dampening, opt_.weight_decay,
                      opt_.nesterov, first);
   }
   ++steps_;
 }
 
-void Sgd::zero_grad() {
-  for (auto& p : params_) p.zero_grad();
+std::vector<OptimStateSlot> Sgd::state_slots() {
+  if (opt_.momentum == 0.f) return {};
+  return {{"momentum", &buffers_}};
 }
 
 }  // namespace actlab

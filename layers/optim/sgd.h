@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "actlab/autograd/variable.h"
+#include "actlab/layers/optim/optimizer.h"
 
 namespace actlab {
 
@@ -16,24 +16,22 @@ struct SgdOptions {
   bool nesterov = false;
 };
 
-class Sgd {
+class Sgd : public Optimizer {
  public:
   Sgd(std::vector<Variable> params, const SgdOptions& opt);
-  // Updates every parameter that has a gradient; parameters without one are left alone.
-  void step();
-  void zero_grad();
-  void set_lr(float lr) { opt_.lr = lr; }
-  float lr() const { return opt_.lr; }
+  const char* kind() const override { return "sgd"; }
+  void step() override;
+  void set_lr(float lr) override { opt_.lr = lr; }
+  float lr() const override { return opt_.lr; }
+  // One slot, "momentum" (none when momentum is 0: nothing to keep).
+  std::vector<OptimStateSlot> state_slots() override;
   const SgdOptions& options() const { return opt_; }
   // Momentum buffers (undefined until a parameter's first step), in parameter order.
   std::vector<Tensor>& momentum_buffers() { return buffers_; }
-  int64_t steps() const { return steps_; }
-  void set_steps(int64_t s) { steps_ = s; }
+
  private:
-  std::vector<Variable> params_;
   std::vector<Tensor> buffers_;
   SgdOptions opt_;
-  int64_t steps_ = 0;
 };
 
 }  // namespace actlab

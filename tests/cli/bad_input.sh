@@ -84,6 +84,10 @@ check "bad rule after |"        "MODULE_PATTERN=POLICY"            --policy 'div
 check "bad on-nonfinite"        "on-nonfinite must be stop or skip-step, got 'retry'" --on-nonfinite retry
 check "stray argument"          "unexpected argument"              resnet20
 check "eval-only alone"         "eval-only needs --resume"         --eval-only --dataset synthetic
+check "unknown optimizer"       "unknown optimizer 'adam' \\(sgd or adamw\\)" --optimizer adam
+check "nesterov with adamw"     "nesterov is SGD's, not adamw's" --optimizer adamw --nesterov
+check "adam beta2 of 1"         "adam-beta2 must be in \\[0, 1\\), got 1" --optimizer adamw --adam-beta2 1
+check "adam eps of 0"           "adam-eps must be > 0"             --optimizer adamw --adam-eps 0
 
 # ---- config files
 printf '# test config\nmodel = resnet20\nfrobnicate = 1\n' > "$work/unknown.conf"
@@ -185,6 +189,7 @@ check "garbage checkpoint"      "header length|header"             --resume "$lo
 check "corrupt checkpoint"      "corrupt checkpoint .*checksum"    --resume "$work/corrupt.safetensors"
 check "truncated checkpoint"    "truncated"                        --resume "$work/truncated.safetensors"
 check "foreign safetensors"     "not an actlab training checkpoint" --resume "$work/foreign.safetensors"
+check "another optimizer's checkpoint" "trained with optimizer 'sgd' and this run uses 'adamw'" --resume "$ckpt/last.safetensors" --optimizer adamw --epochs 2
 check "other-model checkpoint"  "trained with model mlp, this run has resnet20" --resume "$good" --model resnet20 --epochs 3
 check "finished checkpoint"     "already completed 1 of 1 epochs"  --resume "$good"
 

@@ -1,0 +1,25 @@
+// Optimizer's shared parts: zero_grad and the state buffers made on a parameter's first update.
+#include "actlab/layers/optim/optimizer.h"
+
+#include "actlab/core/error.h"
+
+namespace actlab {
+
+void Optimizer::set_counters(const std::string& text) {
+  ACTLAB_CHECK(text.empty(), "optimizer '", kind(), "' keeps no counters, but the checkpoint has '", text, "'");
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.zero_grad();
+}
+
+bool Optimizer::ensure_state(std::vector<Tensor>& buffers, size_t i, bool zeroed) {
+  Tensor& b = buffers.at(i);
+  if (b.defined()) return false;
+  const Tensor& p = params_[i].data();
+  b = Tensor::empty_tagged(p.shape(), MemTag::OptimState, DType::F32, p.device());
+  if (zeroed) b.zero_();
+  return true;
+}
+
+}  // namespace actlab

@@ -1,0 +1,54 @@
+// Optimizer: what the training step, the checkpoint and the apps need of any update rule (Sgd, AdamW),
+// so that none of them names one. Per-parameter state (SGD's momentum, AdamW's two moments) is exposed
+// as named slots of one tensor per parameter, which train/checkpoint.cpp stores as
+// "optim.<slot>.<parameter name>", and any counters beyond the optimizer's step count as one string.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actlab/autograd/variable.h"
+
+namespace actlab {
+
+// One kind of per-parameter state: buffers[i] belongs to parameter i and is undefined until that
+// parameter's first update. Every buffer has its parameter's shape, f32, tagged MemTag::OptimState.
+struct OptimStateSlot {
+  const char* name;
+  std::vector<Tensor>* buffers;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Variable> params) : params_(std::move(params)) {}
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // "sgd" or "adamw": the --optimizer name, written into checkpoints so a resume cannot mix them.
+  virtual const char* kind() const = 0;
+  // Updates every parameter that has a gradient; parameters without one are left alone.
+  virtual void step() = 0;
+  virtual void set_lr(float lr) = 0;
+  virtual float lr() const = 0;
+  virtual std::vector<OptimStateSlot> state_slots() = 0;
+  // Counters a resume needs besides steps() and the slots (AdamW: each parameter's own update count);
+  // "" when there are none. set_counters takes what counters() wrote and refuses anything else, changing
+  // nothing when it does.
+  virtual std::string counters() const { return ""; }
+  virtual void set_counters(const std::string& text);
+
+  void zero_grad();
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t s) { steps_ = s; }
+  size_t size() const { return params_.size(); }
+
+ protected:
+  // The state buffer of parameter i, made on its first use (zeros when `zeroed`, else left for the
+  // update to write whole); returns whether it was made now.
+  bool ensure_state(std::vector<Tensor>& buffers, size_t i, bool zeroed);
+  std::vector<Variable> params_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace actlab
