@@ -702,7 +702,7 @@ ACTLAB_AVX512BW void upsampled_row(float* up, const uint16_t* lfc, int64_t i, co
       _mm512_mask_storeu_ps(up + w, m, _mm512_permutexvar_ps(_mm512_maskz_loadu_epi32(m, map.col + w), values));
     }
   } else {
-    for (int64_t w = 0; w < W; ++w) up[w] = bf16_to_float(src[map.col[w]]);
+    upsample_row(up, lfc, i, Extents<0, 0, 0>(g), map);
   }
 }
 // The up-sampled LFC row of plane row `row` (nullptr without an LFC), kept in up and rebuilt when its source
