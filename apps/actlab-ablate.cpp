@@ -20,6 +20,7 @@
 #include "actlab/core/precision.h"
 #include "actlab/core/error.h"
 #include "actlab/io/files.h"
+#include "actlab/layers/optim/optimizer.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/grid.h"
 #include "actlab/train/radar.h"
@@ -117,8 +118,7 @@ GridOptions grid_options(const FlagParser& f) {
     o.lr = f.get_float("lr");
   }
   o.optimizer = f.get("optimizer");
-  ACTLAB_CHECK(o.optimizer == "sgd" || o.optimizer == "adamw", "--optimizer must be sgd or adamw, got '", o.optimizer,
-               "'");
+  check_optimizer_name(o.optimizer);
   if (f.given("weight-decay")) {
     ACTLAB_CHECK(f.get_float("weight-decay") >= 0, "--weight-decay must be >= 0, got ", f.get_float("weight-decay"));
     o.weight_decay = f.get_float("weight-decay");

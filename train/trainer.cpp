@@ -22,9 +22,9 @@
 #include "actlab/data/dataloader.h"
 #include "actlab/layers/checkpoint.h"
 #include "actlab/layers/layers.h"
+#include "actlab/layers/optim/adamw.h"
 #include "actlab/layers/optim/loss_scale.h"
 #include "actlab/layers/optim/schedule.h"
-#include "actlab/layers/optim/adamw.h"
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
 #include "actlab/models/summary.h"
@@ -139,8 +139,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.momentum >= 0 && c.momentum < 1, "momentum must be in [0, 1), got ", c.momentum);
   ACTLAB_CHECK(c.weight_decay >= 0, "weight decay must be >= 0, got ", c.weight_decay);
   ACTLAB_CHECK(!c.nesterov || c.momentum > 0, "--nesterov needs momentum > 0");
-  ACTLAB_CHECK(c.optimizer == "sgd" || c.optimizer == "adamw", "unknown optimizer '", c.optimizer,
-               "' (sgd or adamw)");
+  check_optimizer_name(c.optimizer);
   ACTLAB_CHECK(!c.nesterov || c.optimizer == "sgd", "--nesterov is SGD's, not ", c.optimizer, "'s");
   ACTLAB_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1, "--adam-beta1 must be in [0, 1), got ", c.adam_beta1);
   ACTLAB_CHECK(c.adam_beta2 >= 0 && c.adam_beta2 < 1, "--adam-beta2 must be in [0, 1), got ", c.adam_beta2);

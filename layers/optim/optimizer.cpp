@@ -5,6 +5,19 @@
 
 namespace actlab {
 
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = {"sgd", "adamw"};
+  return names;
+}
+
+void check_optimizer_name(const std::string& name) {
+  for (const auto& n : optimizer_names())
+    if (n == name) return;
+  std::string known;
+  for (const auto& n : optimizer_names()) known += (known.empty() ? "" : " or ") + n;
+  ACTLAB_FAIL("unknown optimizer '", name, "' (", known, ")");
+}
+
 void Optimizer::set_counters(const std::string& text) {
   ACTLAB_CHECK(text.empty(), "optimizer '", kind(), "' keeps no counters, but the checkpoint has '", text, "'");
 }

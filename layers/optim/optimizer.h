@@ -18,6 +18,11 @@ struct OptimStateSlot {
   std::vector<Tensor>* buffers;
 };
 
+// The --optimizer names ("sgd", "adamw"): the one list the flags, the grid and the checks read.
+const std::vector<std::string>& optimizer_names();
+// Error naming the known ones unless `name` is one of them.
+void check_optimizer_name(const std::string& name);
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<Variable> params) : params_(std::move(params)) {}
