@@ -260,7 +260,7 @@ TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's
   CHECK(remove_stale_temp_files(dir.file("no-such-dir")).empty());
 }
 
-TEST_CASE("checkpoint: AdamW's moments and counts round-trip; another optimizer's checkpoint is refused") {
+TEST_CASE("checkpoint: AdamW moments and counts round-trip, and a checkpoint of the other optimizer is refused") {
   TempDir dir("adamw");
   seed_init(1);
   auto model = make_model({"resnet20", 1, 10, 28});
