@@ -9,7 +9,10 @@
 #      division:B=8,Q=2 and swap:P=2, and exact and DIVISION in bf16/fp16 (img/s, activation memory, peak memory);
 #   4. scripts/gpu_torch_bench.py: the same model and step in PyTorch, in fp32 and under AMP bf16 and fp16;
 #   5. write $OUT/table.md (and logs, JSON) — every step's log is kept even when a step fails.
-# Usage: OUT=/some/dir scripts/gpu-check.sh   (env: DOCTEST_DIR, CUDNN_ROOT, CUBLAS_ROOT, BUILD, JOBS)
+# Usage: OUT=/some/dir scripts/gpu-check.sh   (env: DOCTEST_DIR, CUDNN_ROOT, CUBLAS_ROOT, BUILD, JOBS, PREBUILT)
+# PREBUILT=dir: use dir/actlab_tests and dir/bench_cuda built elsewhere (an ACTLAB_GPU_CHECK build for sm_90,
+# carried to the GPU host) when they start there; otherwise build as in step 1. Building elsewhere saves the
+# GPU host's minutes.
 # Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
 # doctest copy: $DOCTEST_DIR/doctest/doctest.h, default build-cuda/gpu-deps/doctest/doctest.h (318 KB).
 set -uo pipefail
@@ -31,6 +34,8 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [ -x "$NVCC" ] || { fail "no nvcc"; exit 1; }
 CUDA_HOME=$(cd "$(dirname "$NVCC")/.." && pwd)
 "$NVCC" --version | tail -1 | tee -a "$OUT/summary.log"
+python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'cuDNN', torch.backends.cudnn.version())" \
+  2>&1 | tee -a "$OUT/summary.log"
 
 # ---- where PyTorch's pip packages keep cuDNN / cuBLAS (nvidia.* are namespace packages: use __path__)
 pip_root() { python3 -c "import importlib; m = importlib.import_module('$1'); print(list(m.__path__)[0])" 2>/dev/null; }
@@ -69,22 +74,45 @@ if ! grep -q ACTLAB_GPU_CHECK "$ROOT/CMakeLists.txt"; then
     > "$OUT/patch.log" 2>&1 || fail "could not apply build-cuda/cmake.patch (see patch.log)"
 fi
 
-# ---- 1. configure and build
-log "configure"
-timeout 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTLAB_GPU_CHECK=ON \
-  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" \
-  -DACTLAB_DOCTEST_DIR="$DOCTEST_DIR" "${CMAKE_EXTRA[@]}" > "$OUT/configure.log" 2>&1 \
-  || fail "configure (see configure.log)"
-log "build"
-timeout 300 ninja -C "$BUILD" -j"$JOBS" actlab_tests bench_cuda > "$OUT/build.log" 2>&1 \
-  || fail "build (see build.log; tail below)"
-tail -5 "$OUT/build.log"
+# ---- 1. configure and build (or take the carried binaries when they start here)
+if [ -n "${PREBUILT:-}" ] && [ -x "$PREBUILT/actlab_tests" ] && [ -x "$PREBUILT/bench_cuda" ] \
+   && timeout 60 "$PREBUILT/actlab_tests" -tc='cuda: device present' > "$OUT/prebuilt.log" 2>&1; then
+  BUILD=$PREBUILT
+  log "using the carried binaries in $PREBUILT"
+else
+  [ -n "${PREBUILT:-}" ] && log "the carried binaries in $PREBUILT do not start here (see prebuilt.log): building"
+  log "configure"
+  timeout 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTLAB_GPU_CHECK=ON \
+    -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" \
+    -DACTLAB_DOCTEST_DIR="$DOCTEST_DIR" "${CMAKE_EXTRA[@]}" > "$OUT/configure.log" 2>&1 \
+    || fail "configure (see configure.log)"
+  log "build"
+  timeout 300 ninja -C "$BUILD" -j"$JOBS" actlab_tests bench_cuda > "$OUT/build.log" 2>&1 \
+    || fail "build (see build.log; tail below)"
+  tail -5 "$OUT/build.log"
+fi
 
 # ---- 2. the CUDA suites
 if [ -x "$BUILD/actlab_tests" ]; then
   log "tests: actlab_tests -tc='cuda*'"
-  timeout 150 "$BUILD/actlab_tests" -tc='cuda*' > "$OUT/tests.log" 2>&1 || fail "CUDA test suites (see tests.log)"
+  timeout 150 "$BUILD/actlab_tests" -tc='cuda*' > "$OUT/tests.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || fail "CUDA test suites, exit $rc (see tests.log)"
   grep -E "^\[doctest\] (test cases|assertions|Status)" "$OUT/tests.log" | tee -a "$OUT/summary.log"
+  grep -E "ERROR|FATAL|CHECK.*is NOT correct" "$OUT/tests.log" | head -40 | tee -a "$OUT/summary.log"
+  if [ $rc -gt 1 ]; then
+    # A crash or a time-out ends the whole run: run each case alone so every case gets its verdict.
+    log "the suite ended abnormally: each test case alone (tests-each.log)"
+    "$BUILD/actlab_tests" -ltc -tc='cuda*' | sed -n '/^=====/,/^=====/p' | grep -v '^=====' > "$OUT/cases.txt"
+    while IFS= read -r name; do
+      [ $(( $(date +%s) - START )) -lt $(( ${CASES_UNTIL_S:-330} )) ] || { log "out of time for single cases"; break; }
+      pattern=$(printf '%s' "$name" | sed 's/[],*?[]/?/g')
+      timeout 25 "$BUILD/actlab_tests" -tc="$pattern" > "$OUT/case.log" 2>&1
+      crc=$?
+      echo "exit $crc: $name" | tee -a "$OUT/tests-each.log"
+      [ $crc -eq 0 ] || tail -25 "$OUT/case.log" >> "$OUT/tests-each.log"
+    done < "$OUT/cases.txt"
+  fi
   if grep -q "SKIPPED: no CUDA device" "$OUT/tests.log"; then fail "the GPU suites were skipped: no device seen"; fi
 fi
 
@@ -94,6 +122,11 @@ if [ -x "$BUILD/bench_cuda" ]; then
   timeout 240 "$BUILD/bench_cuda" --json "$OUT/bench_cuda.json" > "$OUT/bench_cuda.log" 2>&1 \
     || fail "bench_cuda (see bench_cuda.log)"
   cat "$OUT/bench_cuda.log"
+  log "bench_cuda: ViT-Tiny (patch 4, 32x32) b256: exact, division:B=8,Q=2, both in bf16 too"
+  timeout 150 "$BUILD/bench_cuda" --what train --model vit_tiny_cifar --min-time 3 \
+    --policies 'exact;division:B=8,Q=2;exact@bf16;division:B=8,Q=2@bf16' --json "$OUT/bench_vit.json" \
+    > "$OUT/bench_vit.log" 2>&1 || fail "bench_cuda ViT (see bench_vit.log)"
+  cat "$OUT/bench_vit.log"
 fi
 log "PyTorch ResNet-18 b256 (fp32, then AMP bf16 and fp16)"
 timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 \
@@ -112,7 +145,7 @@ out = sys.argv[1]
 def load(name):
     path = os.path.join(out, name)
     return json.load(open(path)) if os.path.exists(path) else {}
-a, t = load("bench_cuda.json"), load("torch.json")
+a, t, v = load("bench_cuda.json"), load("torch.json"), load("bench_vit.json")
 amp = [load("torch_bf16.json"), load("torch_fp16.json")]
 mib = 1024.0 * 1024.0
 lines = ["# actlab GPU check: %s" % a.get("device", t.get("device", "?")), "",
@@ -129,6 +162,12 @@ for r in [t] + amp:
     lines.append("| %s (%s) | %.0f | %.1f | %.1f | %.1f |" % (r["framework"], what, r["img_per_s"],
                                                            r["activation_bytes"] / mib, r["peak_bytes"] / mib,
                                                            r["reserved_peak_bytes"] / mib))
+if v.get("train"):
+    lines += ["", "ViT-Tiny (patch 4, 32x32 inputs, dim 192, depth 12), batch 256, same protocol.", "",
+              "| policy | img/s | activation MiB | peak MiB | reserved peak MiB |", "|---|---|---|---|---|"]
+    for r in v["train"]:
+        lines.append("| actlab %s | %.0f | %.1f | %.1f | %.1f |" % (r["policy"], r["img_per_s"], r["activation_bytes"] / mib,
+                                                                r["peak_bytes"] / mib, r["reserved_peak_bytes"] / mib))
 lines += ["", "| kernel (bytes read + written) | GB/s | of copy (target >= 70% for pack/unpack) |", "|---|---|---|"]
 for k in a.get("kernels", []):
     lines.append("| %s | %.0f | %.0f%% |" % (k["kernel"], k["gbps"], 100 * k["of_copy"]))
