@@ -358,6 +358,12 @@ void require_gpu_f32(const char* op, const Tensor& t) {
 }  // namespace
 
 Tensor& Tensor::fill_(float value) {
+  if (device().is_cuda() && !is_contiguous() && dtype() == DType::F32) {
+    // A strided view on a GPU (a slice of a split's gradient): fill a contiguous twin, then one strided copy.
+    Tensor filled = Tensor::empty(shape(), DType::F32, device());
+    filled.fill_(value);
+    return copy_(filled);
+  }
   require_gpu_f32("fill_", *this);
   ACTLAB_DISPATCH(device(), cuda::fill(data<float>(), value, numel(), gpu.stream()), fill_host(*this, value));
   storage_->bump_version();
