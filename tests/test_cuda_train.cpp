@@ -15,6 +15,9 @@
 #include "tests/error_of.h"
 #include "tests/test_cuda_util.h"
 #include "actlab/train/trainer.h"
+#if defined(ACTLAB_WITH_CUDA)
+#include "actlab/core/cuda/conv.h"
+#endif
 
 using namespace actlab;
 using namespace actlab::testing;
@@ -96,9 +99,19 @@ TEST_CASE("cuda train: a checkpoint saved on the GPU resumes on the CPU") {
 
 TEST_CASE("cuda train: swap:P=2 on the GPU gives exact's losses bit for bit") {
   if (!gpu_or_skip("actlab-train --device cuda --policy swap:P=2")) return;
+#if defined(ACTLAB_WITH_CUDA)
+  // cuDNN's fastest backward algorithms add partial sums with atomics: two exact runs then differ in the
+  // last bits (seen on an H200). Bit-for-bit claims need its deterministic algorithms.
+  struct Deterministic {
+    Deterministic() { cuda::math_options().deterministic = true; }
+    ~Deterministic() { cuda::math_options().deterministic = false; }
+  } deterministic;
+#endif
   TrainConfig c = short_run("exact");
   c.device = "cuda";
   const TrainSummary exact = train(c);
+  const TrainSummary again = train(c);
+  CHECK(again.epochs[0].train_loss == exact.epochs[0].train_loss);  // the premise: the GPU run repeats
   c.policy = "swap:P=2";  // the copies out and back run on the copy stream (compress/swap.h)
   const TrainSummary swapped = train(c);
   REQUIRE(swapped.epochs.size() == exact.epochs.size());
@@ -106,22 +119,4 @@ TEST_CASE("cuda train: swap:P=2 on the GPU gives exact's losses bit for bit") {
   CHECK(swapped.epochs[0].train_loss == exact.epochs[0].train_loss);
   CHECK(swapped.final_test_loss == exact.final_test_loss);
   CHECK(swapped.saved_packed_bytes == 0);
-}
-
-TEST_CASE("cuda train: --precision bf16 and fp16 on the GPU train like fp32 (fp16 under dynamic loss scaling)") {
-  if (!gpu_or_skip("actlab-train --device cuda --precision bf16|fp16")) return;
-  TrainConfig c = short_run("exact");
-  c.device = "cuda";
-  const TrainSummary fp32 = train(c);
-  for (const char* precision : {"bf16", "fp16"}) {
-    INFO("precision " << precision);
-    c.precision = precision;
-    const TrainSummary low = train(c);
-    REQUIRE(low.epochs.size() == fp32.epochs.size());
-    // 4 SGD steps from the same weights: 16-bit operands move the loss by a few per cent at most.
-    CHECK(low.epochs[0].train_loss == doctest::Approx(fp32.epochs[0].train_loss).epsilon(5e-2));
-    CHECK(std::isfinite(low.final_test_loss));
-    if (std::string(precision) == "bf16") CHECK(low.activation_bytes < fp32.activation_bytes);  // bf16 exact saves
-    if (std::string(precision) == "fp16") CHECK(low.loss_scale > 1);  // auto: dynamic scaling from 65536
-  }
 }

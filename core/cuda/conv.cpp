@@ -105,14 +105,14 @@ enum Direction { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
 struct PlanKey {
   int device;
   int64_t N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w, groups;
-  bool tf32, benchmark;
+  bool tf32, benchmark, deterministic;
   size_t max_workspace;
   int precision;
   bool operator<(const PlanKey& o) const {
     return std::tie(device, N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w, groups, tf32, benchmark,
-                    max_workspace, precision) < std::tie(o.device, o.N, o.C, o.H, o.W, o.K, o.R, o.S, o.stride_h,
-                                                         o.stride_w, o.pad_h, o.pad_w, o.groups, o.tf32, o.benchmark,
-                                                         o.max_workspace, o.precision);
+                    deterministic, max_workspace, precision) <
+           std::tie(o.device, o.N, o.C, o.H, o.W, o.K, o.R, o.S, o.stride_h, o.stride_w, o.pad_h, o.pad_w, o.groups,
+                    o.tf32, o.benchmark, o.deterministic, o.max_workspace, o.precision);
   }
 };
 
@@ -132,7 +132,8 @@ Plan& plan_for(const CudaContext& ctx, const cpu::ConvShape& s, MathOptions* opt
   cpu::check_conv_shape(s);
   *opt = math_options();
   const PlanKey key{ctx.device(), s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
-                    s.groups, opt->allow_tf32, opt->benchmark, opt->max_workspace, static_cast<int>(precision)};
+                    s.groups, opt->allow_tf32, opt->benchmark, opt->deterministic, opt->max_workspace,
+                    static_cast<int>(precision)};
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto& slot = cache.plans[key];
@@ -141,18 +142,22 @@ Plan& plan_for(const CudaContext& ctx, const cpu::ConvShape& s, MathOptions* opt
 }
 
 // Picks the first usable entry of cuDNN's ranking (fastest first): status success, workspace within the
-// limit. With TF32 allowed or 16-bit operands, the chosen algorithm's math type goes onto the direction's
-// descriptor, as cuDNN asks.
+// limit, and deterministic when the options ask for it. With TF32 allowed or 16-bit operands, the chosen
+// algorithm's math type goes onto the direction's descriptor, as cuDNN asks.
 template <typename Perf>
-Choice pick(const Perf* perf, int count, size_t limit, bool set_math, const ConvDesc& conv, const char* direction,
-            const cpu::ConvShape& s) {
+Choice pick(const Perf* perf, int count, const MathOptions& opt, bool low, const ConvDesc& conv,
+            const char* direction, const cpu::ConvShape& s) {
+  const size_t limit = opt.max_workspace;
+  const bool set_math = opt.allow_tf32 || low;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit) continue;
+    if (opt.deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
     // fp32 without TF32 keeps FMA math whatever the ranking says, so fp32 stays fp32.
     if (set_math) ACTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), perf[i].mathType));
     return {static_cast<int>(perf[i].algo), perf[i].memory};
   }
-  ACTLAB_FAIL("cuDNN offers no ", direction, " algorithm for ", s.str(), " within a workspace of ", limit, " bytes");
+  ACTLAB_FAIL("cuDNN offers no ", opt.deterministic ? "deterministic " : "", direction, " algorithm for ", s.str(),
+              " within a workspace of ", limit, " bytes");
 }
 
 // Workspace for a benchmark search: the limit, or what the device can spare, whichever is smaller.
@@ -178,19 +183,19 @@ Choice search_benchmark(CudaContext& ctx, Plan& plan, Direction dir, const MathO
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, plan.x.get(), in0, plan.w.get(), in1, conv.get(),
                                                               plan.y.get(), out, kMax, &count, perf, ws, ws_bytes));
-    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "forward", s);
+    choice = pick(perf, count, opt, plan.low, conv, "forward", s);
   } else if (dir == kBackwardData) {  // in0 = dy, in1 = w, out = dx
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, plan.w.get(), in1, plan.y.get(), in0, conv.get(),
                                                                    plan.x.get(), out, kMax, &count, perf, ws,
                                                                    ws_bytes));
-    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-data", s);
+    choice = pick(perf, count, opt, plan.low, conv, "backward-data", s);
   } else {  // in0 = dy, in1 = x, out = dw
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, plan.x.get(), in1, plan.y.get(), in0,
                                                                      conv.get(), plan.w.get(), out, kMax, &count, perf,
                                                                      ws, ws_bytes));
-    choice = pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-filter", s);
+    choice = pick(perf, count, opt, plan.low, conv, "backward-filter", s);
   }
   ctx.release_workspace();
   return choice;
@@ -207,18 +212,18 @@ Choice search_heuristic(CudaContext& ctx, Plan& plan, Direction dir, const MathO
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x.get(), plan.w.get(), conv.get(), plan.y.get(),
                                                               kMax, &count, perf));
-    return pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "forward", s);
+    return pick(perf, count, opt, plan.low, conv, "forward", s);
   }
   if (dir == kBackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     ACTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan.w.get(), plan.y.get(), conv.get(),
                                                                    plan.x.get(), kMax, &count, perf));
-    return pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-data", s);
+    return pick(perf, count, opt, plan.low, conv, "backward-data", s);
   }
   cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
   ACTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, plan.x.get(), plan.y.get(), conv.get(),
                                                                    plan.w.get(), kMax, &count, perf));
-  return pick(perf, count, opt.max_workspace, opt.allow_tf32 || plan.low, conv, "backward-filter", s);
+  return pick(perf, count, opt, plan.low, conv, "backward-filter", s);
 }
 
 // Selects the algorithm of one direction, once per plan.

@@ -22,6 +22,9 @@ struct MathOptions {
   // Time every applicable algorithm on the first use of a shape (cudnnFind*AlgorithmEx, like
   // torch.backends.cudnn.benchmark) instead of taking cuDNN's heuristic first choice.
   bool benchmark = false;
+  // Only algorithms cuDNN marks deterministic (like torch.backends.cudnn.deterministic): the backward
+  // algorithms that add partial sums with atomics give run-to-run differences in the last bits otherwise.
+  bool deterministic = false;
   // Largest workspace an algorithm may ask for, bytes.
   size_t max_workspace = size_t(1) << 30;
 };
