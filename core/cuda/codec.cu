@@ -25,14 +25,26 @@ constexpr int kChunk = 8;                  // elements per lane step: Q whole co
 constexpr int kCodecThreads = 256;         // threads per block; teams never straddle a warp
 constexpr int64_t kMaxMapEntries = 8192;   // up-sampling maps of H + W entries live in shared memory
 
-// The geometry as plain values for device code (PlaneGeometry's helpers are host functions).
+// The geometry as plain values for device code (PlaneGeometry's helpers are host functions). Sizes inside
+// one plane are 32-bit: 64-bit division and multiplication are multi-instruction sequences on a GPU, and
+// index arithmetic was most of the pack kernel's instructions (Nsight Compute on an H200).
 struct Planes {
-  int64_t planes, H, W, lh, lw, bh, bw, E, LE, code_bytes;
+  int64_t planes;
+  int H, W, lh, lw, bh, bw, E, LE, code_bytes;
   int bits;
+  // E is a multiple of 8 and the f32 tensor (x, or out) is 16-byte aligned: every chunk is two aligned
+  // float4 accesses. A warp then moves 32 contiguous bytes per lane in 2 instructions instead of 8 scalar
+  // ones at a 32-byte stride, which filled the L2 with partial-sector requests (unpack was L2-bound at
+  // under 10 % of the copy bandwidth).
+  bool vec;
 };
-Planes planes_of(const PlaneGeometry& g) {
-  return {g.planes, g.height, g.width, g.lfc_h, g.lfc_w, g.block_h, g.block_w, g.plane_elems(), g.lfc_elems(),
-          g.code_bytes_per_plane(), g.bits};
+Planes planes_of(const PlaneGeometry& g, const void* f32) {
+  ACTLAB_CHECK(g.plane_elems() <= INT32_MAX / 2 && g.code_bytes_per_plane() <= INT32_MAX,
+               "codec: a plane of ", g.plane_elems(), " elements is more than the GPU codec indexes");
+  const auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  return {g.planes, i32(g.height), i32(g.width), i32(g.lfc_h), i32(g.lfc_w), i32(g.block_h), i32(g.block_w),
+          i32(g.plane_elems()), i32(g.lfc_elems()), i32(g.code_bytes_per_plane()), g.bits,
+          g.plane_elems() % kChunk == 0 && reinterpret_cast<uintptr_t>(f32) % 16 == 0};
 }
 
 // ---------------------------------------------------------------- teams
@@ -103,46 +115,69 @@ __device__ __forceinline__ void chunk_uniforms(float (&u)[kChunk], uint64_t seed
 // block when `use` (a kernel-uniform flag); every thread of the block must call.
 __device__ void load_maps(int32_t* map, const Planes& g, bool use) {
   if (use) {
-    for (int64_t i = threadIdx.x; i < g.H; i += blockDim.x) map[i] = static_cast<int32_t>(nearest_source(i, g.lh, g.H));
-    for (int64_t i = threadIdx.x; i < g.W; i += blockDim.x)
+    for (int i = threadIdx.x; i < g.H; i += blockDim.x) map[i] = static_cast<int32_t>(nearest_source(i, g.lh, g.H));
+    for (int i = threadIdx.x; i < g.W; i += blockDim.x)
       map[g.H + i] = static_cast<int32_t>(nearest_source(i, g.lw, g.W));
   }
   __syncthreads();
 }
-__device__ __forceinline__ int64_t src_row(const int32_t* map, bool use, const Planes& g, int64_t h) {
-  return use ? map[h] : nearest_source(h, g.lh, g.H);
+__device__ __forceinline__ int src_row(const int32_t* map, bool use, const Planes& g, int h) {
+  return use ? map[h] : static_cast<int>(nearest_source(h, g.lh, g.H));
 }
-__device__ __forceinline__ int64_t src_col(const int32_t* map, bool use, const Planes& g, int64_t w) {
-  return use ? map[g.H + w] : nearest_source(w, g.lw, g.W);
+__device__ __forceinline__ int src_col(const int32_t* map, bool use, const Planes& g, int w) {
+  return use ? map[g.H + w] : static_cast<int>(nearest_source(w, g.lw, g.W));
 }
 
 // lfc[k] = bf16 mean of block k of plane xp, k split over the team; codec.h's summation order: per block
 // column the rows top to bottom, then the column sums left to right.
 __device__ void pool_plane(uint16_t* lfc, const float* xp, const Planes& g, const Team& t) {
-  for (int64_t k = t.lane; k < g.LE; k += t.size) {
-    const int64_t i = k / g.lw, j = k % g.lw;
+  for (int k = t.lane; k < g.LE; k += t.size) {
+    const int i = k / g.lw, j = k - i * g.lw;
     const float* top = xp + i * g.bh * g.W + j * g.bw;
     float sum = 0.f;
-    for (int64_t b = 0; b < g.bw; ++b) {
+    for (int b = 0; b < g.bw; ++b) {
       float col = top[b];
-      for (int64_t r = 1; r < g.bh; ++r) col += top[r * g.W + b];
+      for (int r = 1; r < g.bh; ++r) col += top[r * g.W + b];
       sum = b == 0 ? col : sum + col;
     }
     lfc[k] = lfc_from_sum(sum, g.bh * g.bw);
   }
 }
 
+// v[0, n) = the chunk of plane elements [e0, e0 + n) of p (n = 8 but at a ragged plane end); returns n.
+__device__ __forceinline__ int load_chunk(float (&v)[kChunk], const float* p, const Planes& g, int e0) {
+  if (g.vec) {
+    const float4 a = *reinterpret_cast<const float4*>(p + e0), b = *reinterpret_cast<const float4*>(p + e0 + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return kChunk;
+  }
+  const int n = min(kChunk, g.E - e0);
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j)
+    if (j < n) v[j] = p[e0 + j];
+  return n;
+}
+__device__ __forceinline__ void store_chunk(float* p, const float (&v)[kChunk], int n, const Planes& g, int e0) {
+  if (g.vec) {
+    *reinterpret_cast<float4*>(p + e0) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(p + e0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j)
+    if (j < n) p[e0 + j] = v[j];
+}
+
 // v[j] = x - LFC↑ (or x itself without LFC) for the chunk of plane elements [e0, e0 + n); returns n.
 __device__ __forceinline__ int chunk_values(float (&v)[kChunk], const float* xp, const uint16_t* lp, const Planes& g,
-                                            bool with_lfc, const int32_t* map, bool use_map, int64_t e0) {
-  const int n = static_cast<int>(min64(kChunk, g.E - e0));
-  int64_t h = e0 / g.W, w = e0 % g.W;
+                                            bool with_lfc, const int32_t* map, bool use_map, int e0) {
+  const int n = load_chunk(v, xp, g, e0);
+  if (!with_lfc) return n;
+  int h = e0 / g.W, w = e0 - h * g.W;
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) {
     if (j < n) {
-      float value = xp[e0 + j];
-      if (with_lfc) value = value - bf16_to_float(lp[src_row(map, use_map, g, h) * g.lw + src_col(map, use_map, g, w)]);
-      v[j] = value;
+      v[j] = v[j] - bf16_to_float(lp[src_row(map, use_map, g, h) * g.lw + src_col(map, use_map, g, w)]);
       if (++w == g.W) w = 0, ++h;
     }
   }
@@ -180,7 +215,8 @@ __global__ void plane_pack_kernel(PlanePackArgs a, int team_size) {
   load_maps(pack_map, g, a.with_lfc && a.use_map);
   const Team t = my_team(team_size);
   const bool active = t.item < g.planes;
-  const int64_t p = t.item, chunks = (g.E + kChunk - 1) / kChunk;
+  const int64_t p = t.item;
+  const int chunks = (g.E + kChunk - 1) / kChunk;
   const float* xp = a.x + (active ? p * g.E : 0);
   uint16_t* lp = a.with_lfc ? a.lfc + (active ? p * g.LE : 0) : nullptr;
   if (active && a.with_lfc) pool_plane(lp, xp, g, t);
@@ -188,7 +224,7 @@ __global__ void plane_pack_kernel(PlanePackArgs a, int team_size) {
   if (!a.codes && !a.residual) return;  // lfc: the pool alone
   int32_t lo = INT32_MAX, hi = INT32_MIN;
   float v[kChunk];
-  for (int64_t c = active ? t.lane : chunks; c < chunks; c += t.size) {
+  for (int c = active ? t.lane : chunks; c < chunks; c += t.size) {
     const int n = chunk_values(v, xp, lp, g, a.with_lfc, pack_map, a.use_map, c * kChunk);
     for (int j = 0; j < n; ++j) {
       if (a.residual) a.residual[p * g.E + c * kChunk + j] = v[j];
@@ -205,7 +241,7 @@ __global__ void plane_pack_kernel(PlanePackArgs a, int team_size) {
   if (t.lane == 0) a.mins[p] = min_bits, a.steps[p] = step_bits;
   const float min_value = bf16_to_float(min_bits), scale = quant_scale(bf16_to_float(step_bits));
   const int levels = quant_levels(g.bits);
-  for (int64_t c = t.lane; c < chunks; c += t.size) {
+  for (int c = t.lane; c < chunks; c += t.size) {
     const int n = chunk_values(v, xp, lp, g, a.with_lfc, pack_map, a.use_map, c * kChunk);
     float u[kChunk];
     chunk_uniforms(u, a.seed, a.stream, static_cast<uint64_t>(p * g.E + c * kChunk), n);
@@ -233,30 +269,36 @@ __global__ void plane_unpack_kernel(PlaneUnpackArgs a, int team_size) {
   load_maps(unpack_map, g, a.lfc && a.use_map);
   const Team t = my_team(team_size);
   if (t.item >= g.planes) return;  // no team-wide operation follows
-  const int64_t p = t.item, chunks = (g.E + kChunk - 1) / kChunk;
+  const int64_t p = t.item;
+  const int chunks = (g.E + kChunk - 1) / kChunk;
   const uint16_t* lp = a.lfc ? a.lfc + p * g.LE : nullptr;
   const float min_value = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
   const uint32_t levels = a.codes ? static_cast<uint32_t>(quant_levels(g.bits)) : 0u;
   float* op = a.out + p * g.E;
-  for (int64_t c = t.lane; c < chunks; c += t.size) {
-    const int64_t e0 = c * kChunk;
-    const int n = static_cast<int>(min64(kChunk, g.E - e0));
+  for (int c = t.lane; c < chunks; c += t.size) {
+    const int e0 = c * kChunk;
+    const int n = min(kChunk, g.E - e0);
     const uint64_t word = a.codes ? load_codes(a.codes + p * g.code_bytes + c * g.bits, n, g.bits) : 0;
-    int64_t h = e0 / g.W, w = e0 % g.W;
-    for (int j = 0; j < n; ++j) {
-      const uint32_t code = static_cast<uint32_t>(word >> (j * g.bits)) & levels;
-      float value;
-      if (lp) {
-        const int64_t k = src_row(unpack_map, a.use_map, g, h) * g.lw + src_col(unpack_map, a.use_map, g, w);
-        const float up = bf16_to_float(lp[k]);
-        // The CPU's expression; with ranges, out already holds the dequantized codes.
-        value = a.codes ? up + dequantize(code, min_value, step) : a.accumulate ? up + op[e0 + j] : up;
-      } else {
-        value = dequantize(code, min_value, step);
+    float v[kChunk];
+    // With ranges, out already holds the dequantized codes; the LFC is added to them.
+    if (!a.codes && a.accumulate) load_chunk(v, op, g, e0);
+    int h = e0 / g.W, w = e0 - h * g.W;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      if (j < n) {
+        const uint32_t code = static_cast<uint32_t>(word >> (j * g.bits)) & levels;
+        if (lp) {
+          const int k = src_row(unpack_map, a.use_map, g, h) * g.lw + src_col(unpack_map, a.use_map, g, w);
+          const float up = bf16_to_float(lp[k]);
+          // The CPU's expression.
+          v[j] = a.codes ? up + dequantize(code, min_value, step) : a.accumulate ? up + v[j] : up;
+        } else {
+          v[j] = dequantize(code, min_value, step);
+        }
+        if (++w == g.W) w = 0, ++h;
       }
-      op[e0 + j] = value;
-      if (++w == g.W) w = 0, ++h;
     }
+    store_chunk(op, v, n, g, e0);
   }
 }
 
@@ -382,7 +424,7 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
                              Device::cuda(device));
     residual = ranged_residual.as<float>();
   }
-  PlanePackArgs a{lfc, ranged ? nullptr : codes, mins, steps, residual, x, planes_of(g), with_lfc,
+  PlanePackArgs a{lfc, ranged ? nullptr : codes, mins, steps, residual, x, planes_of(g, x), with_lfc,
                   g.height + g.width <= kMaxMapEntries, seed, stream};
   Buffer lfc_scratch;  // the LFC of codecs that use it without storing it (hfc), freed in stream order
   if (with_lfc && lfc == nullptr) {
@@ -392,7 +434,7 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
   }
   const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
   const size_t shared = with_lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
-  if (with_lfc || a.residual) {
+  if (with_lfc || a.residual || a.codes) {  // quant (no LFC, no residual) still codes x
     plane_pack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
     ACTLAB_CUDA_CHECK_LAUNCH();
   }
@@ -419,7 +461,7 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
     ACTLAB_CUDA_CHECK_LAUNCH();
     if (!lfc) return;
   }
-  const PlaneUnpackArgs a{out, lfc, ranged ? nullptr : codes, mins, steps, planes_of(g),
+  const PlaneUnpackArgs a{out, lfc, ranged ? nullptr : codes, mins, steps, planes_of(g, out),
                           g.height + g.width <= kMaxMapEntries, ranged};
   const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
   const size_t shared = lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
