@@ -83,7 +83,8 @@ double copy_bandwidth(std::vector<KernelRow>& rows) {
 }
 
 // division:B=8,Q=2 (or quant with B = 0) pack and unpack of one (N,C,H,W) activation.
-void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t block, int bits, double copy_gbps) {
+void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t block, int bits, double copy_gbps,
+                     int reps) {
   const bool with_lfc = block > 0;
   const PlaneGeometry g = make_plane_geometry(shape[0] * shape[1], shape[2], shape[3], with_lfc ? block : 1, bits);
   const Device gpu = Device::cuda(0);
@@ -99,10 +100,10 @@ void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t b
   const double packed = static_cast<double>((with_lfc ? g.planes * g.lfc_elems() * 2 : 0) + codes.nbytes() +
                                             g.planes * 4);
   const double raw = static_cast<double>(x.nbytes());
-  const double pack_s = time_on_stream(20, [&] {
+  const double pack_s = time_on_stream(reps, [&] {
     cuda::plane_pack(lp, codes.data<uint8_t>(), mins, steps, nullptr, x.data<float>(), g, with_lfc, 7, 8, 0);
   });
-  const double unpack_s = time_on_stream(20, [&] {
+  const double unpack_s = time_on_stream(reps, [&] {
     cuda::plane_unpack(out.data<float>(), lp, codes.data<uint8_t>(), mins, steps, g, 0);
   });
   const std::string tag = (with_lfc ? "division B=" + std::to_string(block) : std::string("quant")) + " Q=" +
@@ -112,12 +113,12 @@ void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t b
   rows.push_back({"unpack " + tag, unpack_gbps, unpack_gbps / copy_gbps});
 }
 
-std::string run_kernels() {
+std::string run_kernels(int reps) {
   std::vector<KernelRow> rows;
   const double copy_gbps = copy_bandwidth(rows);
   for (const Shape& s : {Shape{256, 64, 32, 32}, Shape{256, 128, 16, 16}, Shape{256, 256, 8, 8}, Shape{256, 512, 4, 4}})
-    codec_bandwidth(rows, s, 8, 2, copy_gbps);
-  codec_bandwidth(rows, {256, 64, 32, 32}, 0, 2, copy_gbps);
+    codec_bandwidth(rows, s, 8, 2, copy_gbps, reps);
+  codec_bandwidth(rows, {256, 64, 32, 32}, 0, 2, copy_gbps, reps);
   std::printf("\n%-48s %10s %10s\n", "kernel (bytes read + written)", "GB/s", "of copy");
   JsonWriter json;
   json.begin_array();
@@ -211,6 +212,8 @@ int main(int argc, char** argv) {
   FlagParser flags("bench_cuda", "GPU bandwidth of copies and codec kernels; ResNet training throughput per policy.");
   flags.add("what", "string", "kernels,train", "what to run: kernels, train or both (comma-separated)");
   flags.add("model", "string", "resnet18", "model for the training benchmark");
+  flags.add("kernel-reps", "int", "20",
+            "timed runs of each codec kernel (1 under a profiler: one launch per shape after the warm-up)");
   flags.add("batch", "int", "256", "batch size");
   flags.add("policies", "string", "exact;division:B=8,Q=2;swap:P=2;exact@bf16;exact@fp16;division:B=8,Q=2@bf16",
             "policies separated by ';', each optionally POLICY@PRECISION (swap's step against exact's: how much "
@@ -239,7 +242,7 @@ int main(int argc, char** argv) {
     check_writable(flags.get("json"), true, "--json file");
     JsonWriter json;
     json.begin_object().field("device", cuda_device_name(0));
-    if (wants("kernels")) json.key("kernels").raw(run_kernels());
+    if (wants("kernels")) json.key("kernels").raw(run_kernels(static_cast<int>(flags.get_int("kernel-reps"))));
     if (wants("train")) json.key("train").raw(run_training(flags));
     json.end_object();
     if (!flags.get("json").empty()) write_text_atomic(flags.get("json"), json.str() + "\n");

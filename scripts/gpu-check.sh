@@ -13,6 +13,9 @@
 # PREBUILT=dir: use dir/actlab_tests and dir/bench_cuda built elsewhere (an ACTLAB_GPU_CHECK build for sm_90,
 # carried to the GPU host) when they start there; otherwise build as in step 1. Building elsewhere saves the
 # GPU host's minutes.
+# STEPS=list: which of tests,bench,vit,torch,ncu to run (default tests,bench,vit,torch). ncu: Nsight Compute's
+# speed-of-light, memory and occupancy sections of the DIVISION pack and unpack kernels (ncu.txt), for
+# the codec's bandwidth work.
 # Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
 # doctest copy: $DOCTEST_DIR/doctest/doctest.h, default build-cuda/gpu-deps/doctest/doctest.h (318 KB).
 set -uo pipefail
@@ -24,6 +27,8 @@ JOBS=${JOBS:-$(nproc)}
 mkdir -p "$OUT"
 START=$(date +%s)
 STATUS=0
+STEPS=",${STEPS:-tests,bench,vit,torch},"
+want() { [[ $STEPS == *",$1,"* ]]; }
 log() { echo "[gpu-check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.log"; }
 fail() { log "FAILED: $*"; STATUS=1; }
 
@@ -93,7 +98,7 @@ else
 fi
 
 # ---- 2. the CUDA suites
-if [ -x "$BUILD/actlab_tests" ]; then
+if want tests && [ -x "$BUILD/actlab_tests" ]; then
   log "tests: actlab_tests -tc='cuda*'"
   timeout 150 "$BUILD/actlab_tests" -tc='cuda*' > "$OUT/tests.log" 2>&1
   rc=$?
@@ -107,7 +112,7 @@ if [ -x "$BUILD/actlab_tests" ]; then
     while IFS= read -r name; do
       [ $(( $(date +%s) - START )) -lt $(( ${CASES_UNTIL_S:-330} )) ] || { log "out of time for single cases"; break; }
       pattern=$(printf '%s' "$name" | sed 's/[],*?[]/?/g')
-      timeout 25 "$BUILD/actlab_tests" -tc="$pattern" > "$OUT/case.log" 2>&1
+      timeout 60 "$BUILD/actlab_tests" -tc="$pattern" > "$OUT/case.log" 2>&1
       crc=$?
       echo "exit $crc: $name" | tee -a "$OUT/tests-each.log"
       [ $crc -eq 0 ] || tail -25 "$OUT/case.log" >> "$OUT/tests-each.log"
@@ -117,26 +122,44 @@ if [ -x "$BUILD/actlab_tests" ]; then
 fi
 
 # ---- 3. actlab benchmarks, 4. PyTorch
-if [ -x "$BUILD/bench_cuda" ]; then
+if want bench && [ -x "$BUILD/bench_cuda" ]; then
   log "bench_cuda (kernels, ResNet-18 b256: exact, division:B=8,Q=2, swap:P=2, exact@bf16, exact@fp16, division@bf16)"
   timeout 240 "$BUILD/bench_cuda" --json "$OUT/bench_cuda.json" > "$OUT/bench_cuda.log" 2>&1 \
     || fail "bench_cuda (see bench_cuda.log)"
   cat "$OUT/bench_cuda.log"
+fi
+if want vit && [ -x "$BUILD/bench_cuda" ]; then
   log "bench_cuda: ViT-Tiny (patch 4, 32x32) b256: exact, division:B=8,Q=2, both in bf16 too"
   timeout 150 "$BUILD/bench_cuda" --what train --model vit_tiny_cifar --min-time 3 \
     --policies 'exact;division:B=8,Q=2;exact@bf16;division:B=8,Q=2@bf16' --json "$OUT/bench_vit.json" \
     > "$OUT/bench_vit.log" 2>&1 || fail "bench_cuda ViT (see bench_vit.log)"
   cat "$OUT/bench_vit.log"
 fi
-log "PyTorch ResNet-18 b256 (fp32, then AMP bf16 and fp16)"
-timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 \
-  || fail "gpu_torch_bench.py (see torch.log)"
-cat "$OUT/torch.log"
-for amp in bf16 fp16; do
-  timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --amp "$amp" --json "$OUT/torch_$amp.json" \
-    > "$OUT/torch_$amp.log" 2>&1 || fail "gpu_torch_bench.py --amp $amp (see torch_$amp.log)"
-  cat "$OUT/torch_$amp.log"
-done
+if want torch; then
+  log "PyTorch ResNet-18 b256 (fp32, then AMP bf16 and fp16)"
+  timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 \
+    || fail "gpu_torch_bench.py (see torch.log)"
+  cat "$OUT/torch.log"
+  for amp in bf16 fp16; do
+    timeout 120 python3 "$ROOT/scripts/gpu_torch_bench.py" --amp "$amp" --json "$OUT/torch_$amp.json" \
+      > "$OUT/torch_$amp.log" 2>&1 || fail "gpu_torch_bench.py --amp $amp (see torch_$amp.log)"
+    cat "$OUT/torch_$amp.log"
+  done
+fi
+if want ncu && [ -x "$BUILD/bench_cuda" ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$NCU" ]; then
+    fail "ncu: not found"
+  else
+    log "ncu: the codec pack and unpack kernels of each shape, warm-up and timed launch (ncu.txt)"
+    timeout 120 "$NCU" --clock-control none --kernel-name regex:'plane_(un)?pack_kernel' --launch-skip 0 \
+      --launch-count 20 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+      --section LaunchStats --section ComputeWorkloadAnalysis \
+      "$BUILD/bench_cuda" --what kernels --kernel-reps 1 > "$OUT/ncu.txt" 2>&1 || fail "ncu (see ncu.txt)"
+    grep -E "plane_(un)?pack_kernel|Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|Compute \(SM\)|Achieved Occupancy|Registers Per|Executed Ipc A" \
+      "$OUT/ncu.txt" | head -80
+  fi
+fi
 
 # ---- 5. one table
 python3 - "$OUT" <<'EOF' || fail "table"
