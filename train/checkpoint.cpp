@@ -16,6 +16,10 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 const char* const kOptimPrefix = "optim.";  // + slot + "." + parameter name
+// The file's name of one optimizer buffer: written by save, looked up by restore.
+std::string optim_tensor_name(const char* slot, const std::string& param) {
+  return kOptimPrefix + std::string(slot) + "." + param;
+}
 
 int64_t meta_int(const SafetensorsFile& f, const std::string& key) {
   const std::string& s = f.metadata_value(key);
@@ -46,7 +50,7 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   for (const OptimStateSlot& slot : opt.state_slots())
     for (size_t i = 0; i < params.size(); ++i)
       if ((*slot.buffers)[i].defined())
-        tensors.emplace_back(kOptimPrefix + std::string(slot.name) + "." + params[i].first, (*slot.buffers)[i]);
+        tensors.emplace_back(optim_tensor_name(slot.name, params[i].first), (*slot.buffers)[i]);
   const Metadata meta = {
       {"format", "actlab-checkpoint"},
       {"format_version", std::to_string(kFormatVersion)},
@@ -141,7 +145,7 @@ void restore_checkpoint(const SafetensorsFile& f, Module& model, Optimizer* opt)
                  params.size());
     for (const OptimStateSlot& slot : opt->state_slots())
       for (size_t i = 0; i < params.size(); ++i) {
-        const auto it = unused.find(kOptimPrefix + std::string(slot.name) + "." + params[i].first);
+        const auto it = unused.find(optim_tensor_name(slot.name, params[i].first));
         if (it == unused.end()) continue;  // that parameter had no update yet
         check(it->first, *it->second, params[i].second.data());
         state.push_back({slot.buffers, i, it->second});
@@ -156,7 +160,7 @@ void restore_checkpoint(const SafetensorsFile& f, Module& model, Optimizer* opt)
   for (const auto& u : unused) {
     ACTLAB_CHECK(u.first.rfind(kOptimPrefix, 0) != 0, "checkpoint has optimizer state '", u.first, "' that this run's ",
                  opt->kind(), " does not keep (a checkpoint of another configuration?)");
-    ACTLAB_CHECK(false, "checkpoint has tensor '", u.first, "' that the model does not (a checkpoint of another model?)");
+    ACTLAB_FAIL("checkpoint has tensor '", u.first, "' that the model does not (a checkpoint of another model?)");
   }
   const int64_t optimizer_steps = opt != nullptr ? meta_int(f, "optimizer_steps") : 0;
   if (opt != nullptr) opt->set_counters(counters);  // the last check: it changes nothing when it throws
