@@ -37,14 +37,24 @@ struct Planes {
   // ones at a 32-byte stride, which filled the L2 with partial-sector requests (unpack was L2-bound at
   // under 10 % of the copy bandwidth).
   bool vec;
+  // How a chunk's 8 elements meet the LFC (chunk_lfc): the general rule looks each element up through the
+  // row and column maps; block-aligned planes (B divides H and W, W a multiple of 8; or a 1×1 LFC) use
+  // one LFC value for the whole chunk, and token maps (block width 1) a run of 8 consecutive LFC values.
+  int lfc_run;
 };
+constexpr int kLfcEach = 0, kLfcOne = 1, kLfcRow = 2;
 Planes planes_of(const PlaneGeometry& g, const void* f32) {
   ACTLAB_CHECK(g.plane_elems() <= INT32_MAX / 2 && g.code_bytes_per_plane() <= INT32_MAX,
                "codec: a plane of ", g.plane_elems(), " elements is more than the GPU codec indexes");
   const auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  const bool one_per_chunk = (g.lfc_h == 1 && g.lfc_w == 1) ||
+                             (g.width % kChunk == 0 && g.block_w % kChunk == 0 && g.width == g.lfc_w * g.block_w &&
+                              g.height == g.lfc_h * g.block_h);
+  const bool row_run = g.block_w == 1 && g.lfc_w == g.width && g.width % kChunk == 0;
   return {g.planes, i32(g.height), i32(g.width), i32(g.lfc_h), i32(g.lfc_w), i32(g.block_h), i32(g.block_w),
           i32(g.plane_elems()), i32(g.lfc_elems()), i32(g.code_bytes_per_plane()), g.bits,
-          g.plane_elems() % kChunk == 0 && reinterpret_cast<uintptr_t>(f32) % 16 == 0};
+          g.plane_elems() % kChunk == 0 && reinterpret_cast<uintptr_t>(f32) % 16 == 0,
+          one_per_chunk ? kLfcOne : row_run ? kLfcRow : kLfcEach};
 }
 
 // ---------------------------------------------------------------- teams
@@ -130,11 +140,38 @@ __device__ __forceinline__ int src_col(const int32_t* map, bool use, const Plane
 
 // lfc[k] = bf16 mean of block k of plane xp, k split over the team; codec.h's summation order: per block
 // column the rows top to bottom, then the column sums left to right.
+// With aligned rows of 4 or 8 block columns the rows are float4 loads, each column sum still a chain down
+// its rows: the same additions in the same order.
 __device__ void pool_plane(uint16_t* lfc, const float* xp, const Planes& g, const Team& t) {
+  const bool rows4 = g.vec && g.W % 4 == 0 && (g.bw == 4 || g.bw == 8);
   for (int k = t.lane; k < g.LE; k += t.size) {
     const int i = k / g.lw, j = k - i * g.lw;
     const float* top = xp + i * g.bh * g.W + j * g.bw;
     float sum = 0.f;
+    if (rows4) {
+      float4 c0 = *reinterpret_cast<const float4*>(top), c1 = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (g.bw == 8) c1 = *reinterpret_cast<const float4*>(top + 4);
+      for (int r = 1; r < g.bh; ++r) {
+        const float4 a = *reinterpret_cast<const float4*>(top + r * g.W);
+        c0.x += a.x, c0.y += a.y, c0.z += a.z, c0.w += a.w;
+        if (g.bw == 8) {
+          const float4 b = *reinterpret_cast<const float4*>(top + r * g.W + 4);
+          c1.x += b.x, c1.y += b.y, c1.z += b.z, c1.w += b.w;
+        }
+      }
+      sum = c0.x;
+      sum = sum + c0.y;
+      sum = sum + c0.z;
+      sum = sum + c0.w;
+      if (g.bw == 8) {
+        sum = sum + c1.x;
+        sum = sum + c1.y;
+        sum = sum + c1.z;
+        sum = sum + c1.w;
+      }
+      lfc[k] = lfc_from_sum(sum, g.bh * g.bw);
+      continue;
+    }
     for (int b = 0; b < g.bw; ++b) {
       float col = top[b];
       for (int r = 1; r < g.bh; ++r) col += top[r * g.W + b];
@@ -168,19 +205,41 @@ __device__ __forceinline__ void store_chunk(float* p, const float (&v)[kChunk], 
     if (j < n) p[e0 + j] = v[j];
 }
 
+// l[0, n) = LFC↑ of the chunk of plane elements [e0, e0 + n) (nearest rule, through the maps).
+__device__ __forceinline__ void chunk_lfc(float (&l)[kChunk], const uint16_t* lp, const Planes& g, const int32_t* map,
+                                          bool use_map, int e0, int n) {
+  int h = e0 / g.W, w = e0 - h * g.W;
+  if (g.lfc_run == kLfcOne) {
+    const float up = bf16_to_float(lp[src_row(map, use_map, g, h) * g.lw + src_col(map, use_map, g, w)]);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) l[j] = up;
+    return;
+  }
+  if (g.lfc_run == kLfcRow) {  // block width 1: column w of the plane is column w of the LFC
+    const uint16_t* run = lp + src_row(map, use_map, g, h) * g.lw + w;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) l[j] = bf16_to_float(run[j]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) {
+    if (j < n) {
+      l[j] = bf16_to_float(lp[src_row(map, use_map, g, h) * g.lw + src_col(map, use_map, g, w)]);
+      if (++w == g.W) w = 0, ++h;
+    }
+  }
+}
+
 // v[j] = x - LFC↑ (or x itself without LFC) for the chunk of plane elements [e0, e0 + n); returns n.
 __device__ __forceinline__ int chunk_values(float (&v)[kChunk], const float* xp, const uint16_t* lp, const Planes& g,
                                             bool with_lfc, const int32_t* map, bool use_map, int e0) {
   const int n = load_chunk(v, xp, g, e0);
   if (!with_lfc) return n;
-  int h = e0 / g.W, w = e0 - h * g.W;
+  float l[kChunk];
+  chunk_lfc(l, lp, g, map, use_map, e0, n);
 #pragma unroll
-  for (int j = 0; j < kChunk; ++j) {
-    if (j < n) {
-      v[j] = v[j] - bf16_to_float(lp[src_row(map, use_map, g, h) * g.lw + src_col(map, use_map, g, w)]);
-      if (++w == g.W) w = 0, ++h;
-    }
-  }
+  for (int j = 0; j < kChunk; ++j)
+    if (j < n) v[j] = v[j] - l[j];
   return n;
 }
 
@@ -282,20 +341,17 @@ __global__ void plane_unpack_kernel(PlaneUnpackArgs a, int team_size) {
     float v[kChunk];
     // With ranges, out already holds the dequantized codes; the LFC is added to them.
     if (!a.codes && a.accumulate) load_chunk(v, op, g, e0);
-    int h = e0 / g.W, w = e0 - h * g.W;
+    float up[kChunk];
+    if (lp) chunk_lfc(up, lp, g, unpack_map, a.use_map, e0, n);
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
       if (j < n) {
         const uint32_t code = static_cast<uint32_t>(word >> (j * g.bits)) & levels;
-        if (lp) {
-          const int k = src_row(unpack_map, a.use_map, g, h) * g.lw + src_col(unpack_map, a.use_map, g, w);
-          const float up = bf16_to_float(lp[k]);
-          // The CPU's expression.
-          v[j] = a.codes ? up + dequantize(code, min_value, step) : a.accumulate ? up + v[j] : up;
+        if (lp) {  // the CPU's expression
+          v[j] = a.codes ? up[j] + dequantize(code, min_value, step) : a.accumulate ? up[j] + v[j] : up[j];
         } else {
           v[j] = dequantize(code, min_value, step);
         }
-        if (++w == g.W) w = 0, ++h;
       }
     }
     store_chunk(op, v, n, g, e0);
