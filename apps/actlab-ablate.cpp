@@ -52,9 +52,12 @@ void declare_flags(FlagParser& f) {
         "Normal, BLPA, AC-GC, ActNN and DIVISION, 0 for Checkpoint and SWAP; Table 1(b): 0,1,2, 0 for Checkpoint)");
   f.add("epochs", "int", "", "epochs per cell (default: the preset's)");
   f.add("batch-size", "int", "", "mini-batch size (default: the preset's)");
-  f.add("lr", "float", "", "initial learning rate (default 0.1; 0.01 for vit_tiny_cifar and swin_t)");
-  f.add("optimizer", "string", "sgd", "every cell's optimizer: sgd (momentum 0.9) or adamw (pass its --lr too)");
-  f.add("weight-decay", "float", "", "every cell's weight decay (default 5e-4)");
+  f.add("lr", "float", "",
+        "initial learning rate (default 0.1; 0.01 for vit_tiny_cifar and swin_t; with --optimizer adamw 3e-4 for "
+        "those and 1e-3 for the CNNs)");
+  f.add("optimizer", "string", "sgd",
+        "every cell's optimizer: sgd (momentum 0.9) or adamw (its own --lr and --weight-decay defaults)");
+  f.add("weight-decay", "float", "", "every cell's weight decay (default 5e-4; 0.05 with --optimizer adamw)");
   f.add("train-limit", "int", "", "use only the first N training images");
   f.add("test-limit", "int", "", "evaluate on the first N test images");
   f.add("steps-per-epoch", "int", "", "stop each epoch after N steps");

@@ -369,6 +369,16 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   CHECK(has_flag(adamw.cells[0].train_args(), "--optimizer", "adamw"));
   CHECK(has_flag(adamw.cells[0].train_args(), "--weight-decay", "0.05"));
   CHECK_FALSE(has_flag(adamw.cells[0].train_args(), "--momentum", "0.9"));
+  // Without --lr and --weight-decay an AdamW cell gets AdamW's rates, not SGD's 0.1 and 5e-4.
+  o.weight_decay.reset();
+  CHECK(has_flag(make_grid(o).cells[0].train_args(), "--lr", "0.001"));
+  CHECK(has_flag(make_grid(o).cells[0].train_args(), "--weight-decay", "0.05"));
+  o.models = {"vit_tiny_cifar"};
+  CHECK(has_flag(make_grid(o).cells[0].train_args(), "--lr", "0.0003"));
+  o.lr = 0.002;  // the command line wins
+  CHECK(has_flag(make_grid(o).cells[0].train_args(), "--lr", "0.002"));
+  o.lr.reset();
+  o.models.clear();
   o.optimizer = "sgd";
   o.weight_decay.reset();
   CHECK(has_flag(make_grid(o).cells[0].train_args(), "--momentum", "0.9"));
