@@ -15,9 +15,6 @@
 #include "tests/error_of.h"
 #include "tests/test_cuda_util.h"
 #include "actlab/train/trainer.h"
-#if defined(ACTLAB_WITH_CUDA)
-#include "actlab/core/cuda/conv.h"
-#endif
 
 using namespace actlab;
 using namespace actlab::testing;
@@ -49,6 +46,10 @@ TEST_CASE("train --device: a malformed or absent device is one clear error befor
   const std::string why = error_of([&] { train(c); });
   CHECK(why.find("CUDA") != std::string::npos);
   if (!cuda_available()) CHECK(why.find("CUDA requested but") != std::string::npos);  // says why there is none
+  c.device = "cpu";
+  c.cudnn_benchmark = true;  // GPU math on a CPU run is a mistake worth a line, not a silent no-op
+  CHECK(error_of([&] { train(c); }).find("--cudnn-benchmark and --tf32 choose GPU math; this run is on cpu") !=
+        std::string::npos);
 }
 
 TEST_CASE("cuda train: --device cuda matches the CPU run (losses, accuracy, activation memory)") {
@@ -99,16 +100,11 @@ TEST_CASE("cuda train: a checkpoint saved on the GPU resumes on the CPU") {
 
 TEST_CASE("cuda train: swap:P=2 on the GPU gives exact's losses bit for bit") {
   if (!gpu_or_skip("actlab-train --device cuda --policy swap:P=2")) return;
-#if defined(ACTLAB_WITH_CUDA)
-  // cuDNN's fastest backward algorithms add partial sums with atomics: two exact runs then differ in the
-  // last bits (seen on an H200). Bit-for-bit claims need its deterministic algorithms.
-  struct Deterministic {
-    Deterministic() { cuda::math_options().deterministic = true; }
-    ~Deterministic() { cuda::math_options().deterministic = false; }
-  } deterministic;
-#endif
   TrainConfig c = short_run("exact");
   c.device = "cuda";
+  // cuDNN's fastest backward algorithms add partial sums with atomics: two exact runs then differ in the
+  // last bits (seen on an H200). Bit-for-bit claims need its deterministic algorithms.
+  c.deterministic = true;
   const TrainSummary exact = train(c);
   const TrainSummary again = train(c);
   CHECK(again.epochs[0].train_loss == exact.epochs[0].train_loss);  // the premise: the GPU run repeats

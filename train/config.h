@@ -27,6 +27,9 @@ struct TrainConfig {
   uint64_t seed = 0;
   int64_t threads = 2;
   std::string device = "cpu";             // cpu | cuda | cuda:N (model, batches, activations and updates there)
+  // GPU math (cuda::MathOptions in core/cuda/conv.h): cuDNN's algorithms timed per shape, only its
+  // deterministic algorithms, TF32 tensor cores for fp32. CPU runs are deterministic and have no TF32.
+  bool cudnn_benchmark = false, deterministic = false, tf32 = false;
   std::string policy = "exact";
   std::vector<std::string> policy_rules;  // "pattern=policy"
   std::string precision = "fp32";         // fp32 | bf16 | fp16: what convolutions compute in (core/precision.h)

@@ -129,6 +129,14 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("threads", threads, "CPU threads"),
         ACTLAB_STR("device", device,
                    "where to train: cpu, cuda or cuda:N (a build with the CUDA backend and an NVIDIA GPU)"),
+        ACTLAB_BOOL("cudnn-benchmark", cudnn_benchmark,
+                    "GPU: time every cuDNN convolution algorithm on a shape's first use and keep the fastest (like "
+                    "torch.backends.cudnn.benchmark); off: cuDNN's heuristic first choice"),
+        ACTLAB_BOOL("deterministic", deterministic,
+                    "GPU: only the cuDNN algorithms that give the same bits on every run (like "
+                    "torch.backends.cudnn.deterministic; the fastest backward ones add with atomics). CPU runs are "
+                    "deterministic already"),
+        ACTLAB_BOOL("tf32", tf32, "GPU: TF32 tensor cores for fp32 convolutions and GEMMs (10-bit mantissa products)"),
         ACTLAB_STR("policy", policy, "activation-cache policy: " + policy_forms() + "\n" + checkpoint_forms()),
         ACTLAB_STR("precision", precision,
                    "compute precision: fp32, or bf16 (convolutions, linear layers and matmuls in bf16 with fp32 accumulation, exact saves kept "

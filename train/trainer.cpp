@@ -18,6 +18,9 @@
 #include "actlab/autograd/tape.h"
 #include "actlab/compress/acgc.h"
 #include "actlab/core/cuda/runtime.h"
+#if defined(ACTLAB_WITH_CUDA)
+#include "actlab/core/cuda/conv.h"
+#endif
 #include "actlab/core/precision.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/layers/checkpoint.h"
@@ -883,7 +886,22 @@ TrainSummary train(const TrainConfig& c) {
     cuda_init();  // throws saying why when there is none (a CPU-only build, no driver, no GPU)
     ACTLAB_CHECK(device.index < cuda_device_count(), "--device ", c.device, ": only ", cuda_device_count(),
                  " CUDA device(s) visible (cuda:0 .. cuda:", cuda_device_count() - 1, ")");
+  } else {
+    ACTLAB_CHECK(!c.cudnn_benchmark && !c.tf32, "--cudnn-benchmark and --tf32 choose GPU math; this run is on ",
+                 c.device);
   }
+#if defined(ACTLAB_WITH_CUDA)
+  // Process-wide settings (conv plans are keyed by them): this run's, then back to what they were.
+  struct GpuMath {
+    cuda::MathOptions saved = cuda::math_options();
+    ~GpuMath() { cuda::math_options() = saved; }
+  } gpu_math;
+  if (device.is_cuda()) {
+    cuda::math_options().benchmark = c.cudnn_benchmark;
+    cuda::math_options().deterministic = c.deterministic;
+    cuda::math_options().allow_tf32 = c.tf32;
+  }
+#endif
   if (!c.memory_limit.empty()) set_memory_limit(device, parse_byte_size(c.memory_limit, "--memory-limit"));
   const Precision precision = parse_precision(c.precision);
   check_precision_supported(precision, device);

@@ -64,6 +64,7 @@ check "unknown device"          "bad device 'gpu'"                 --device gpu
 check "memory limit not a size" "memory-limit '12XB' is not a size" --memory-limit 12XB
 check "loss scale not 2^k"      "loss-scale must be a power of two" --loss-scale 1000
 check "fp16 on a CPU"           "fp16 needs a GPU"                 --precision fp16
+check "TF32 on a CPU"           "choose GPU math; this run is on cpu" --tf32
 # Out of memory: one error line on stderr (the allocator table goes to stdout), exit 3, nothing touched.
 check "out of memory"           "out of memory on cpu: asked for [0-9]+ bytes" --memory-limit 2MiB --save-dir "$ckpt" --resume "$ckpt/last.safetensors"
 # No machine has 10000 GPUs: fails as "built without CUDA" / "no device is usable" / "only N CUDA device(s)".
