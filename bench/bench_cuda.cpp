@@ -82,11 +82,14 @@ double copy_bandwidth(std::vector<KernelRow>& rows) {
   return gbps;
 }
 
-// division:B=8,Q=2 (or quant with B = 0) pack and unpack of one (N,C,H,W) activation.
+// division:B=8,Q=2 (or quant with B = 0) pack and unpack of one activation: (N,C,H,W) as planes, or a
+// token map (B,T,D) pooled along the tokens, as compress/policies.cpp lays them out.
 void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t block, int bits, double copy_gbps,
                      int reps) {
-  const bool with_lfc = block > 0;
-  const PlaneGeometry g = make_plane_geometry(shape[0] * shape[1], shape[2], shape[3], with_lfc ? block : 1, bits);
+  const bool with_lfc = block > 0, tokens = shape.size() == 3;
+  const int64_t b = with_lfc ? block : 1;
+  const PlaneGeometry g = tokens ? make_token_geometry(shape[0], shape[1], shape[2], b, bits)
+                                 : make_plane_geometry(shape[0] * shape[1], shape[2], shape[3], b, bits);
   const Device gpu = Device::cuda(0);
   PhiloxStream rng(1, 2);
   const Tensor x = Tensor::randn(shape, rng).to(gpu);
@@ -107,7 +110,7 @@ void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t b
     cuda::plane_unpack(out.data<float>(), lp, codes.data<uint8_t>(), mins, steps, g, 0);
   });
   const std::string tag = (with_lfc ? "division B=" + std::to_string(block) : std::string("quant")) + " Q=" +
-                          std::to_string(bits) + " " + shape_str(shape);
+                          std::to_string(bits) + " " + shape_str(shape) + (tokens ? " tokens" : "");
   const double pack_gbps = (raw + packed) / pack_s / 1e9, unpack_gbps = (raw + packed) / unpack_s / 1e9;
   rows.push_back({"pack   " + tag, pack_gbps, pack_gbps / copy_gbps});
   rows.push_back({"unpack " + tag, unpack_gbps, unpack_gbps / copy_gbps});
@@ -119,6 +122,9 @@ std::string run_kernels(int reps) {
   for (const Shape& s : {Shape{256, 64, 32, 32}, Shape{256, 128, 16, 16}, Shape{256, 256, 8, 8}, Shape{256, 512, 4, 4}})
     codec_bandwidth(rows, s, 8, 2, copy_gbps, reps);
   codec_bandwidth(rows, {256, 64, 32, 32}, 0, 2, copy_gbps, reps);
+  // ViT-Tiny at batch 256: a linear layer's input, an MLP's hidden map, an attention product's operand.
+  for (const Shape& s : {Shape{256, 65, 192}, Shape{256, 65, 768}, Shape{256, 3, 65, 64}})
+    codec_bandwidth(rows, s, 8, 2, copy_gbps, reps);
   std::printf("\n%-48s %10s %10s\n", "kernel (bytes read + written)", "GB/s", "of copy");
   JsonWriter json;
   json.begin_array();
