@@ -10,12 +10,13 @@
 #   4. scripts/gpu_torch_bench.py: the same model and step in PyTorch, in fp32 and under AMP bf16 and fp16;
 #   5. write $OUT/table.md (and logs, JSON) — every step's log is kept even when a step fails.
 # Usage: OUT=/some/dir scripts/gpu-check.sh   (env: DOCTEST_DIR, CUDNN_ROOT, CUBLAS_ROOT, BUILD, JOBS, PREBUILT)
-# PREBUILT=dir: use dir/actlab_tests and dir/bench_cuda built elsewhere (an ACTLAB_GPU_CHECK build for sm_90,
-# carried to the GPU host) when they start there; otherwise build as in step 1. Building elsewhere saves the
-# GPU host's minutes.
-# STEPS=list: which of tests,bench,vit,torch,ncu to run (default tests,bench,vit,torch). ncu: Nsight Compute's
-# speed-of-light, memory and occupancy sections of the DIVISION pack and unpack kernels (ncu.txt), for
-# the codec's bandwidth work.
+# PREBUILT=dir: use dir/actlab_tests, dir/bench_cuda and dir/actlab-train built elsewhere (an ACTLAB_GPU_CHECK
+# build for sm_90, carried to the GPU host) when they start there; otherwise build as in step 1. Building
+# elsewhere saves the GPU host's minutes.
+# STEPS=list: which of tests,bench,vit,train,torch,ncu to run (default all but ncu). train: actlab-train on
+# the GPU with synthetic data (its --deterministic twice, which must repeat, and --cudnn-benchmark under
+# division). ncu: Nsight Compute's speed-of-light, memory and occupancy sections of the codec's pack and
+# unpack kernels (ncu.txt).
 # Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
 # doctest copy: $DOCTEST_DIR/doctest/doctest.h, default build-cuda/gpu-deps/doctest/doctest.h (318 KB).
 set -uo pipefail
@@ -27,7 +28,7 @@ JOBS=${JOBS:-$(nproc)}
 mkdir -p "$OUT"
 START=$(date +%s)
 STATUS=0
-STEPS=",${STEPS:-tests,bench,vit,torch},"
+STEPS=",${STEPS:-tests,bench,vit,train,torch},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 log() { echo "[gpu-check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.log"; }
 fail() { log "FAILED: $*"; STATUS=1; }
@@ -92,7 +93,7 @@ else
     -DACTLAB_DOCTEST_DIR="$DOCTEST_DIR" "${CMAKE_EXTRA[@]}" > "$OUT/configure.log" 2>&1 \
     || fail "configure (see configure.log)"
   log "build"
-  timeout 300 ninja -C "$BUILD" -j"$JOBS" actlab_tests bench_cuda > "$OUT/build.log" 2>&1 \
+  timeout 300 ninja -C "$BUILD" -j"$JOBS" actlab_tests bench_cuda actlab-train > "$OUT/build.log" 2>&1 \
     || fail "build (see build.log; tail below)"
   tail -5 "$OUT/build.log"
 fi
@@ -134,6 +135,25 @@ if want vit && [ -x "$BUILD/bench_cuda" ]; then
     --policies 'exact;division:B=8,Q=2;exact@bf16;division:B=8,Q=2@bf16' --json "$OUT/bench_vit.json" \
     > "$OUT/bench_vit.log" 2>&1 || fail "bench_cuda ViT (see bench_vit.log)"
   cat "$OUT/bench_vit.log"
+fi
+if want train && [ -x "$BUILD/actlab-train" ]; then
+  log "actlab-train --device cuda (synthetic 1x28x28, ResNet-18, batch 256): --deterministic twice, then division"
+  train_run() {  # name, extra flags...
+    local name=$1; shift
+    timeout 120 "$BUILD/actlab-train" --device cuda --dataset synthetic --synthetic-size 4096 --model resnet18 \
+      --batch-size 256 --epochs 1 --summary-json "$OUT/train_$name.json" "$@" > "$OUT/train_$name.log" 2>&1 \
+      || fail "actlab-train $name (see train_$name.log)"
+    tail -1 "$OUT/train_$name.log"
+  }
+  train_run det1 --deterministic
+  train_run det2 --deterministic
+  train_run division --policy division:B=8,Q=2 --cudnn-benchmark
+  python3 - "$OUT" <<'EOF' || fail "--deterministic did not repeat the run bit for bit"
+import json, os, sys
+a, b = (json.load(open(os.path.join(sys.argv[1], "train_%s.json" % n))) for n in ("det1", "det2"))
+print("deterministic runs: final test loss %r and %r" % (a["final_test_loss"], b["final_test_loss"]))
+sys.exit(0 if a["final_test_loss"] == b["final_test_loss"] else 1)
+EOF
 fi
 if want torch; then
   log "PyTorch ResNet-18 b256 (fp32, then AMP bf16 and fp16)"
