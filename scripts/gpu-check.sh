@@ -30,6 +30,8 @@ START=$(date +%s)
 STATUS=0
 STEPS=",${STEPS:-tests,bench,vit,train,torch},"
 want() { [[ $STEPS == *",$1,"* ]]; }
+# A wanted step whose program is missing (a failed build) is a failure, not a silent skip.
+have() { [ -x "$BUILD/$1" ] || { fail "no $BUILD/$1 for a wanted step"; return 1; }; }
 log() { echo "[gpu-check +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.log"; }
 fail() { log "FAILED: $*"; STATUS=1; }
 
@@ -82,6 +84,7 @@ fi
 
 # ---- 1. configure and build (or take the carried binaries when they start here)
 if [ -n "${PREBUILT:-}" ] && [ -x "$PREBUILT/actlab_tests" ] && [ -x "$PREBUILT/bench_cuda" ] \
+   && [ -x "$PREBUILT/actlab-train" ] \
    && timeout 60 "$PREBUILT/actlab_tests" -tc='cuda: device present' > "$OUT/prebuilt.log" 2>&1; then
   BUILD=$PREBUILT
   log "using the carried binaries in $PREBUILT"
@@ -99,7 +102,7 @@ else
 fi
 
 # ---- 2. the CUDA suites
-if want tests && [ -x "$BUILD/actlab_tests" ]; then
+if want tests && have actlab_tests; then
   log "tests: actlab_tests -tc='cuda*'"
   timeout 150 "$BUILD/actlab_tests" -tc='cuda*' > "$OUT/tests.log" 2>&1
   rc=$?
@@ -123,20 +126,20 @@ if want tests && [ -x "$BUILD/actlab_tests" ]; then
 fi
 
 # ---- 3. actlab benchmarks, 4. PyTorch
-if want bench && [ -x "$BUILD/bench_cuda" ]; then
+if want bench && have bench_cuda; then
   log "bench_cuda (kernels, ResNet-18 b256: exact, division:B=8,Q=2, swap:P=2, exact@bf16, exact@fp16, division@bf16)"
   timeout 240 "$BUILD/bench_cuda" --json "$OUT/bench_cuda.json" > "$OUT/bench_cuda.log" 2>&1 \
     || fail "bench_cuda (see bench_cuda.log)"
   cat "$OUT/bench_cuda.log"
 fi
-if want vit && [ -x "$BUILD/bench_cuda" ]; then
+if want vit && have bench_cuda; then
   log "bench_cuda: ViT-Tiny (patch 4, 32x32) b256: exact, division:B=8,Q=2, both in bf16 too"
   timeout 150 "$BUILD/bench_cuda" --what train --model vit_tiny_cifar --min-time 3 \
     --policies 'exact;division:B=8,Q=2;exact@bf16;division:B=8,Q=2@bf16' --json "$OUT/bench_vit.json" \
     > "$OUT/bench_vit.log" 2>&1 || fail "bench_cuda ViT (see bench_vit.log)"
   cat "$OUT/bench_vit.log"
 fi
-if want train && [ -x "$BUILD/actlab-train" ]; then
+if want train && have actlab-train; then
   log "actlab-train --device cuda (synthetic 1x28x28, ResNet-18, batch 256): --deterministic twice, then division"
   train_run() {  # name, extra flags...
     local name=$1; shift
@@ -151,8 +154,10 @@ if want train && [ -x "$BUILD/actlab-train" ]; then
   python3 - "$OUT" <<'EOF' || fail "--deterministic did not repeat the run bit for bit"
 import json, os, sys
 a, b = (json.load(open(os.path.join(sys.argv[1], "train_%s.json" % n))) for n in ("det1", "det2"))
-print("deterministic runs: final test loss %r and %r" % (a["final_test_loss"], b["final_test_loss"]))
-sys.exit(0 if a["final_test_loss"] == b["final_test_loss"] else 1)
+def losses(d):
+    return [r["train_loss"] for r in d["epoch_rows"]] + [d["final_test_loss"]]
+print("deterministic runs: losses %r and %r" % (losses(a), losses(b)))
+sys.exit(0 if losses(a) == losses(b) else 1)
 EOF
 fi
 if want torch; then
@@ -166,7 +171,7 @@ if want torch; then
     cat "$OUT/torch_$amp.log"
   done
 fi
-if want ncu && [ -x "$BUILD/bench_cuda" ]; then
+if want ncu && have bench_cuda; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$NCU" ]; then
     fail "ncu: not found"

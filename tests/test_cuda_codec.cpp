@@ -34,7 +34,7 @@ namespace {
 
 const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {3, 5, 7, 7}, {2, 4, 9, 13}, {4, 6, 4, 4},  {2, 3, 6, 10},
                                     {3, 5, 1, 6},   {5, 37},      {2, 3, 50},    {2, 2, 56, 56}, {2, 8300},
-                                    {4, 3, 1, 1},   {7}};
+                                    {4, 3, 1, 1},   {7},          {2, 65, 48},   {3, 17, 64}};
 const char* kPolicies[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
                            "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
                            "pergroup:G=12,Q=1", "actnn:G=256,Q=2", "actnn:G=8,Q=4", "division:B=8,Q=2,R=1",

@@ -871,6 +871,8 @@ TrainSummary train(const TrainConfig& c) {
   } restore{omp_get_max_threads(), Device::parse(c.device)};
   omp_set_num_threads(static_cast<int>(c.threads));
   Device device = Device::parse(c.device);
+  ACTLAB_CHECK(device.is_cuda() || (!c.cudnn_benchmark && !c.tf32),
+               "--cudnn-benchmark and --tf32 choose GPU math; this run is on ", c.device);
   // Distributed, MPI is initialised here, after every check of the configuration, and a plain
   // "--device cuda" means one GPU per rank on each machine.
   DistRun dist = c.distributed ? DistRun(c, device) : DistRun();
@@ -886,9 +888,6 @@ TrainSummary train(const TrainConfig& c) {
     cuda_init();  // throws saying why when there is none (a CPU-only build, no driver, no GPU)
     ACTLAB_CHECK(device.index < cuda_device_count(), "--device ", c.device, ": only ", cuda_device_count(),
                  " CUDA device(s) visible (cuda:0 .. cuda:", cuda_device_count() - 1, ")");
-  } else {
-    ACTLAB_CHECK(!c.cudnn_benchmark && !c.tf32, "--cudnn-benchmark and --tf32 choose GPU math; this run is on ",
-                 c.device);
   }
 #if defined(ACTLAB_WITH_CUDA)
   // Process-wide settings (conv plans are keyed by them): this run's, then back to what they were.
