@@ -55,7 +55,7 @@ void declare_flags(FlagParser& f) {
   f.add("lr", "float", "",
         "initial learning rate (default 0.1; 0.01 for vit_tiny_cifar and swin_t; with --optimizer adamw 3e-4 for "
         "those and 1e-3 for the CNNs)");
-  f.add("optimizer", "string", "sgd",
+  f.add("optimizer", "string", kSgdName,
         "every cell's optimizer: sgd (momentum 0.9) or adamw (its own --lr and --weight-decay defaults)");
   f.add("weight-decay", "float", "", "every cell's weight decay (default 5e-4; 0.05 with --optimizer adamw)");
   f.add("train-limit", "int", "", "use only the first N training images");

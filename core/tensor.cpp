@@ -350,6 +350,21 @@ void fill_host(Tensor& t, float value) {
   });
 }
 
+// The strided copy that writes every element of dst from a source of dst's shape laid out with
+// src_strides (nullptr: all zero, one element read for every position).
+cpu::StridedCopy strided_copy_plan(const Tensor& dst, const int64_t* src_strides) {
+  ACTLAB_CHECK(dst.dim() <= 8, "copy_: at most 8 dims between layouts, got ", dst.str());
+  cpu::StridedCopy c;
+  c.ndim = static_cast<int>(dst.dim());
+  c.elem_bytes = static_cast<int>(dtype_size(dst.dtype()));
+  for (int k = 0; k < c.ndim; ++k) {
+    c.shape[k] = dst.shape()[k];
+    c.dst_strides[k] = dst.strides()[k];
+    c.src_strides[k] = src_strides != nullptr ? src_strides[k] : 0;
+  }
+  return c;
+}
+
 // The GPU kernels of the in-place methods take contiguous f32 tensors.
 void require_gpu_f32(const char* op, const Tensor& t) {
   ACTLAB_CHECK(!t.device().is_cuda() || (t.dtype() == DType::F32 && t.is_contiguous()), op,
@@ -359,10 +374,15 @@ void require_gpu_f32(const char* op, const Tensor& t) {
 
 Tensor& Tensor::fill_(float value) {
   if (device().is_cuda() && !is_contiguous() && dtype() == DType::F32) {
-    // A strided view on a GPU (a slice of a split's gradient): fill a contiguous twin, then one strided copy.
-    Tensor filled = Tensor::empty(shape(), DType::F32, device());
-    filled.fill_(value);
-    return copy_(filled);
+    // A strided view on a GPU (a slice of a split's gradient): one element holds the value and a strided
+    // copy from it with source strides 0 writes it everywhere, with no temporary of the view's size.
+    Tensor one = Tensor::empty({1}, DType::F32, device());
+    one.fill_(value);
+    const cpu::StridedCopy c = strided_copy_plan(*this, nullptr);
+    void* dst = raw_data();
+    ACTLAB_DISPATCH(device(), cuda::strided_copy(dst, one.raw_data(), c, gpu.stream()), (void)dst);
+    storage_->bump_version();
+    return *this;
   }
   require_gpu_f32("fill_", *this);
   ACTLAB_DISPATCH(device(), cuda::fill(data<float>(), value, numel(), gpu.stream()), fill_host(*this, value));
@@ -378,15 +398,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   } else {
     ACTLAB_CHECK(device() == src.device(), "strided copy_ across devices is not supported (", src.str(), " on ",
                  src.device().str(), " into one on ", device().str(), ")");
-    ACTLAB_CHECK(dim() <= 8, "copy_: at most 8 dims between layouts, got ", str());
-    cpu::StridedCopy c;
-    c.ndim = static_cast<int>(dim());
-    c.elem_bytes = static_cast<int>(dtype_size(dtype_));
-    for (int k = 0; k < c.ndim; ++k) {
-      c.shape[k] = shape_[k];
-      c.dst_strides[k] = strides_[k];
-      c.src_strides[k] = src.strides_[k];
-    }
+    const cpu::StridedCopy c = strided_copy_plan(*this, src.strides_.data());
     void* dst = raw_data();
     const void* from = src.raw_data();
     ACTLAB_DISPATCH(device(), cuda::strided_copy(dst, from, c, gpu.stream()), cpu::strided_copy(dst, from, c));

@@ -126,6 +126,49 @@ TEST_CASE("cuda codec: the raw kernels match the CPU on a batch of odd planes") 
   }
 }
 
+TEST_CASE("cuda codec: the raw kernels give the aligned path's bytes from a misaligned x and into a misaligned out") {
+  if (!gpu_or_skip("raw codec kernels on misaligned pointers")) return;
+  // Planes of a multiple of 8 elements take the float4 path only from a 16-byte-aligned pointer; a view one
+  // float in (what an unaligned slice hands the codec) must fall back to scalar accesses, same bytes.
+  // 16x16 with B=8: one LFC value per chunk, pool rows of 8; 8x12 with B=4: pool rows of 4; a token map:
+  // runs of 8 LFC values.
+  const PlaneGeometry geometries[] = {make_plane_geometry(6, 16, 16, 8, 2), make_plane_geometry(4, 8, 12, 4, 4),
+                                      make_token_geometry(3, 17, 64, 8, 2)};
+  for (const PlaneGeometry& g : geometries) {
+    for (const int64_t offset : {0, 1}) {
+      CAPTURE(g.height);
+      CAPTURE(offset);
+      const int64_t n = g.planes * g.plane_elems(), lfc_n = g.planes * g.lfc_elems();
+      const Tensor x = uniform({n + 4}, 21);  // x's elements are [offset, offset + n)
+      const auto round_trip = [&](Device d) {  // u8 tensors hold the bf16 sections as raw bytes
+        Tensor lfc = Tensor::empty({2 * lfc_n}, DType::U8, d);
+        Tensor codes = Tensor::zeros({g.planes * g.code_bytes_per_plane()}, DType::U8, d);
+        Tensor mins = Tensor::empty({2 * g.ranges()}, DType::U8, d);
+        Tensor steps = Tensor::empty({2 * g.ranges()}, DType::U8, d);
+        Tensor out = Tensor::zeros({n + 4}, DType::F32, d);
+        const Tensor xd = x.to(d);
+        auto* lp = reinterpret_cast<uint16_t*>(lfc.data<uint8_t>());
+        auto* mp = reinterpret_cast<uint16_t*>(mins.data<uint8_t>());
+        auto* sp = reinterpret_cast<uint16_t*>(steps.data<uint8_t>());
+        const float* xp = xd.data<float>() + offset;
+        float* op = out.data<float>() + offset;
+        ACTLAB_DISPATCH(d,
+                        (cuda::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xp, g, true, 7, 8, gpu.device()),
+                         cuda::plane_unpack(op, lp, codes.data<uint8_t>(), mp, sp, g, gpu.device())),
+                        (cpu::plane_pack(lp, codes.data<uint8_t>(), mp, sp, nullptr, xp, g, true, 7, 8),
+                         cpu::plane_unpack(op, lp, codes.data<uint8_t>(), mp, sp, g)));
+        return std::vector<Tensor>{codes, lfc, mins, steps, out.slice(0, offset, offset + n)};
+      };
+      const std::vector<Tensor> want = round_trip(Device::cpu()), got = round_trip(gpu());
+      check_same_bytes(want[0], got[0], "codes");
+      check_same_bytes(want[1], got[1], "lfc");
+      check_same_bytes(want[2], got[2], "mins");
+      check_same_bytes(want[3], got[3], "steps");
+      check_same_bytes(want[4], got[4], "unpacked");
+    }
+  }
+}
+
 namespace {
 
 // One forward + backward of `model` on device d under `policies`: the loss and the ActivationPacked bytes

@@ -321,6 +321,13 @@ TEST_CASE("cuda ops: finiteness, in-place tensor arithmetic and mixed-device ref
   check_close(want, acc, 1e-6, "add_ then mul_");
   acc.fill_(3.25f);
   for (float v : acc.to_vector()) REQUIRE(v == 3.25f);
+  // A strided view (columns 2..4 of a 4x6 matrix, as a split's gradient part) is filled in place on the
+  // GPU as on the CPU, the other columns untouched.
+  Tensor grid_gpu = uniform({4, 6}, 3).to(gpu()), grid_cpu = grid_gpu.to(Device::cpu());
+  Tensor part = grid_gpu.slice(1, 2, 5);
+  part.fill_(-1.5f);
+  grid_cpu.slice(1, 2, 5).fill_(-1.5f);
+  check_same_bytes(grid_cpu, grid_gpu, "fill_ of a strided view");
 
   std::string msg;
   try {

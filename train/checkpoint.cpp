@@ -138,7 +138,7 @@ void restore_checkpoint(const SafetensorsFile& f, Module& model, Optimizer* opt)
   std::string counters;
   if (opt != nullptr) {
     const std::string* kind = f.find_metadata("optimizer");
-    const std::string saved_kind = kind != nullptr ? *kind : "sgd";  // checkpoints from before AdamW
+    const std::string saved_kind = kind != nullptr ? *kind : kSgdName;  // checkpoints from before AdamW
     ACTLAB_CHECK(saved_kind == opt->kind(), "checkpoint was trained with optimizer '", saved_kind,
                  "' and this run uses '", opt->kind(), "' (--optimizer): their states do not carry over");
     ACTLAB_CHECK(opt->size() == params.size(), "optimizer holds ", opt->size(), " parameters, the model ",

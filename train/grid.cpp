@@ -117,7 +117,7 @@ std::string Cell::id() const {
     else slug += '-';
   }
   return model + "-" + dataset + "-" + slug + (precision == "fp32" ? "" : "-" + precision) +
-         (optimizer == "sgd" ? "" : "-" + optimizer) + "-s" + std::to_string(seed);
+         (optimizer == kSgdName ? "" : "-" + optimizer) + "-s" + std::to_string(seed);
 }
 
 std::string Cell::run_label() const { return precision == "fp32" ? policy : policy + "@" + precision; }
@@ -127,7 +127,7 @@ std::vector<std::string> Cell::train_args() const {
                                 "--seed", std::to_string(seed), "--epochs", std::to_string(epochs),
                                 "--batch-size", std::to_string(batch_size), "--lr", fmt("%g", lr)};
   // An SGD cell's command line is what it was before --optimizer existed, so earlier grids still resume.
-  if (optimizer == "sgd") a.insert(a.end(), {"--momentum", fmt("%g", momentum)});
+  if (optimizer == kSgdName) a.insert(a.end(), {"--momentum", fmt("%g", momentum)});
   else a.insert(a.end(), {"--optimizer", optimizer});
   a.insert(a.end(), {"--weight-decay", fmt("%g", weight_decay), "--schedule", schedule, "--threads",
                      std::to_string(threads)});

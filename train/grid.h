@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "actlab/layers/optim/optimizer_names.h"
+
 namespace actlab {
 
 // One actlab-train run. Everything here becomes a flag of the child's command line.
@@ -22,7 +24,7 @@ struct Cell {
   int64_t seed = 0;
   int64_t epochs = 1;
   int64_t batch_size = 128;
-  std::string optimizer = "sgd";   // --optimizer: sgd (with momentum) or adamw; adamw is part of the cell's identity
+  std::string optimizer = kSgdName;   // --optimizer: sgd (with momentum) or adamw; adamw is part of the cell's identity
   double lr = 0.1, momentum = 0.9, weight_decay = 5e-4;
   std::string schedule = "cosine";
   int64_t steps_per_epoch = 0, train_limit = 0, test_limit = 0;  // 0: unlimited
@@ -63,7 +65,7 @@ struct GridOptions {
   std::vector<int64_t> seeds;
   std::optional<int64_t> epochs, batch_size, train_limit, test_limit, steps_per_epoch, threads;
   std::optional<double> lr, weight_decay;
-  std::string optimizer = "sgd";
+  std::string optimizer = kSgdName;
   std::string device = "cpu";
   std::string precision = "fp32";  // every cell's, unless its POLICY@PRECISION entry names one
   std::string data_dir;

@@ -62,7 +62,7 @@ Cell recipe(const GridOptions& o, const std::string& model, const std::string& d
   if (o.steps_per_epoch) c.steps_per_epoch = *o.steps_per_epoch;
   if (o.threads) c.threads = *o.threads;
   c.optimizer = o.optimizer;
-  if (c.optimizer == "adamw") {
+  if (c.optimizer == kAdamwName) {
     // AdamW normalizes each parameter's step, so its rates sit far below SGD's. 3e-4 with decoupled decay
     // 0.05 is the ViT-Tiny recipe of docs/results/vit-3ep-adamw (83.8 % exact after 3 epochs on
     // Fashion-MNIST); the CNNs take PyTorch's default 1e-3 (not measured here).

@@ -370,8 +370,8 @@ std::string machine_text() {
 
 std::string recipe_text(const Cell& c) {
   std::string s = std::to_string(c.epochs) + " epochs, batch " + std::to_string(c.batch_size) + ", " +
-                  (c.optimizer == "sgd" ? "SGD lr " + fmt("%g", c.lr) + " momentum " + fmt("%g", c.momentum)
-                                        : "AdamW lr " + fmt("%g", c.lr)) +
+                  optimizer_title(c.optimizer) + " lr " + fmt("%g", c.lr) +
+                  (c.optimizer == kSgdName ? " momentum " + fmt("%g", c.momentum) : "") +
                   " " + c.schedule + ", wd " + fmt("%g", c.weight_decay);
   if (c.train_limit > 0) s += ", first " + std::to_string(c.train_limit) + " training images";
   if (c.steps_per_epoch > 0) s += ", " + std::to_string(c.steps_per_epoch) + " steps per epoch";

@@ -117,7 +117,7 @@ static LossScaleOptions loss_scale_options(const TrainConfig& c) {
 // The run's optimizer (--optimizer), at the initial learning rate; the schedule sets it every step.
 static std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, std::vector<Variable> params) {
   const float lr = static_cast<float>(c.lr), wd = static_cast<float>(c.weight_decay);
-  if (c.optimizer == "adamw")
+  if (c.optimizer == kAdamwName)
     return std::make_unique<AdamW>(std::move(params),
                                    AdamwOptions{lr, static_cast<float>(c.adam_beta1), static_cast<float>(c.adam_beta2),
                                                 static_cast<float>(c.adam_eps), wd});
@@ -128,7 +128,7 @@ static std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, std::vect
 // The optimizer's own settings for the run's first line: "momentum 0.9" or "betas 0.9, 0.999, eps 1e-08".
 static std::string optimizer_text(const TrainConfig& c) {
   char buf[96];
-  if (c.optimizer == "adamw")
+  if (c.optimizer == kAdamwName)
     std::snprintf(buf, sizeof buf, "betas %g, %g, eps %g", c.adam_beta1, c.adam_beta2, c.adam_eps);
   else
     std::snprintf(buf, sizeof buf, "momentum %g%s", c.momentum, c.nesterov ? " (Nesterov)" : "");
@@ -143,7 +143,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.weight_decay >= 0, "weight decay must be >= 0, got ", c.weight_decay);
   ACTLAB_CHECK(!c.nesterov || c.momentum > 0, "--nesterov needs momentum > 0");
   check_optimizer_name(c.optimizer);
-  ACTLAB_CHECK(!c.nesterov || c.optimizer == "sgd", "--nesterov is SGD's, not ", c.optimizer, "'s");
+  ACTLAB_CHECK(!c.nesterov || c.optimizer == kSgdName, "--nesterov is SGD's, not ", c.optimizer, "'s");
   ACTLAB_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1, "--adam-beta1 must be in [0, 1), got ", c.adam_beta1);
   ACTLAB_CHECK(c.adam_beta2 >= 0 && c.adam_beta2 < 1, "--adam-beta2 must be in [0, 1), got ", c.adam_beta2);
   ACTLAB_CHECK(c.adam_eps > 0 && std::isfinite(c.adam_eps), "--adam-eps must be > 0, got ", c.adam_eps);
@@ -426,7 +426,7 @@ void Run::print_header() const {
               static_cast<long long>(model_->parameter_count()));
   std::printf("policy %s, batch %lld, %lld epochs x %lld steps, %s lr %g (%s), %s, wd %g, %lld threads, seed %llu\n",
               policies_->describe().c_str(), static_cast<long long>(c_.batch_size), static_cast<long long>(c_.epochs),
-              static_cast<long long>(steps_per_epoch_), c_.optimizer == "sgd" ? "SGD" : "AdamW", c_.lr,
+              static_cast<long long>(steps_per_epoch_), optimizer_title(c_.optimizer), c_.lr,
               c_.schedule.c_str(), optimizer_text(c_).c_str(), c_.weight_decay, static_cast<long long>(c_.threads),
               static_cast<unsigned long long>(c_.seed));
   if (device_.is_cuda()) std::printf("device %s (%s)\n", device_.str().c_str(), cuda_device_name(device_.index).c_str());

@@ -149,26 +149,26 @@ __device__ void pool_plane(uint16_t* lfc, const float* xp, const Planes& g, cons
     const float* top = xp + i * g.bh * g.W + j * g.bw;
     float sum = 0.f;
     if (rows4) {
-      float4 c0 = *reinterpret_cast<const float4*>(top), c1 = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (g.bw == 8) c1 = *reinterpret_cast<const float4*>(top + 4);
-      for (int r = 1; r < g.bh; ++r) {
-        const float4 a = *reinterpret_cast<const float4*>(top + r * g.W);
-        c0.x += a.x, c0.y += a.y, c0.z += a.z, c0.w += a.w;
-        if (g.bw == 8) {
-          const float4 b = *reinterpret_cast<const float4*>(top + r * g.W + 4);
-          c1.x += b.x, c1.y += b.y, c1.z += b.z, c1.w += b.w;
+      // col[b] = block column b summed down its rows; q runs over the row's one or two float4 loads
+      // (unrolled, so col stays in registers).
+      float col[8];
+#pragma unroll
+      for (int q = 0; q < 8; q += 4)
+        if (q < g.bw) {
+          const float4 a = *reinterpret_cast<const float4*>(top + q);
+          col[q] = a.x, col[q + 1] = a.y, col[q + 2] = a.z, col[q + 3] = a.w;
         }
-      }
-      sum = c0.x;
-      sum = sum + c0.y;
-      sum = sum + c0.z;
-      sum = sum + c0.w;
-      if (g.bw == 8) {
-        sum = sum + c1.x;
-        sum = sum + c1.y;
-        sum = sum + c1.z;
-        sum = sum + c1.w;
-      }
+      for (int r = 1; r < g.bh; ++r)
+#pragma unroll
+        for (int q = 0; q < 8; q += 4)
+          if (q < g.bw) {
+            const float4 a = *reinterpret_cast<const float4*>(top + r * g.W + q);
+            col[q] += a.x, col[q + 1] += a.y, col[q + 2] += a.z, col[q + 3] += a.w;
+          }
+      sum = col[0];
+#pragma unroll
+      for (int b = 1; b < 8; ++b)
+        if (b < g.bw) sum = sum + col[b];
       lfc[k] = lfc_from_sum(sum, g.bh * g.bw);
       continue;
     }

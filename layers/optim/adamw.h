@@ -21,7 +21,7 @@ struct AdamwOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Variable> params, const AdamwOptions& opt);
-  const char* kind() const override { return "adamw"; }
+  const char* kind() const override { return kAdamwName; }
   void step() override;
   void set_lr(float lr) override { opt_.lr = lr; }
   float lr() const override { return opt_.lr; }

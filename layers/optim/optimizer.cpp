@@ -6,8 +6,13 @@
 namespace actlab {
 
 const std::vector<std::string>& optimizer_names() {
-  static const std::vector<std::string> names = {"sgd", "adamw"};
+  static const std::vector<std::string> names = {kSgdName, kAdamwName};
   return names;
+}
+
+const char* optimizer_title(const std::string& name) {
+  check_optimizer_name(name);
+  return name == kSgdName ? "SGD" : "AdamW";
 }
 
 void check_optimizer_name(const std::string& name) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actlab/autograd/variable.h"
+#include "actlab/layers/optim/optimizer_names.h"
 
 namespace actlab {
 
@@ -17,11 +18,6 @@ struct OptimStateSlot {
   const char* name;
   std::vector<Tensor>* buffers;
 };
-
-// The --optimizer names ("sgd", "adamw"): the one list the flags, the grid and the checks read.
-const std::vector<std::string>& optimizer_names();
-// Error naming the known ones unless `name` is one of them.
-void check_optimizer_name(const std::string& name);
 
 class Optimizer {
  public:

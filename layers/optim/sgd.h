@@ -19,7 +19,7 @@ struct SgdOptions {
 class Sgd : public Optimizer {
  public:
   Sgd(std::vector<Variable> params, const SgdOptions& opt);
-  const char* kind() const override { return "sgd"; }
+  const char* kind() const override { return kSgdName; }
   void step() override;
   void set_lr(float lr) override { opt_.lr = lr; }
   float lr() const override { return opt_.lr; }
