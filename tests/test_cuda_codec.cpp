@@ -131,9 +131,9 @@ TEST_CASE("cuda codec: the raw kernels give the aligned path's bytes from a misa
   // Planes of a multiple of 8 elements take the float4 path only from a 16-byte-aligned pointer; a view one
   // float in (what an unaligned slice hands the codec) must fall back to scalar accesses, same bytes.
   // 16x16 with B=8: one LFC value per chunk, pool rows of 8; 8x12 with B=4: pool rows of 4; a token map:
-  // runs of 8 LFC values.
+  // runs of 8 LFC values; 48x48: planes of 288 chunks, packed by the grids for large planes.
   const PlaneGeometry geometries[] = {make_plane_geometry(6, 16, 16, 8, 2), make_plane_geometry(4, 8, 12, 4, 4),
-                                      make_token_geometry(3, 17, 64, 8, 2)};
+                                      make_token_geometry(3, 17, 64, 8, 2), make_plane_geometry(2, 48, 48, 8, 2)};
   for (const PlaneGeometry& g : geometries) {
     for (const int64_t offset : {0, 1}) {
       CAPTURE(g.height);

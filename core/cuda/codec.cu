@@ -3,7 +3,9 @@
 //   pack:   LFC block sums (lanes split the blocks; sums in codec.h's order) -> __syncwarp -> residual and
 //           min/max keys per 8-element chunk -> team shuffle reduction -> quant_params -> residual again,
 //           8-bit Philox uniforms (half a Philox block per aligned chunk) -> codes -> Q bytes per chunk.
-//   unpack: per chunk, Q bytes -> codes -> LFC↑ + dequantized codes.
+//   unpack: one thread per chunk of any plane: Q bytes -> codes -> LFC↑ + dequantized codes.
+// Planes of more than kTeamChunks chunks (token maps, ImageNet-sized feature maps) pack in three grids of
+// one thread per LFC block or chunk instead (pack_large_planes), meeting in the planes' min/max by atomics.
 // Planes of several code ranges (PlaneGeometry::range_rows) run as two kernels: the plane kernel's LFC
 // and residual, then the group kernel with every range a group (the same draws and bytes; see plane_pack).
 // An 8-element chunk starting at element 8c of a plane covers exactly bytes [cQ, cQ + Q) of the plane's
@@ -87,6 +89,22 @@ int team_blocks(int64_t items, int team_size) {
   return static_cast<int>(blocks);
 }
 
+// Grids of one thread per item (an LFC block or a chunk of any plane): blocks for `items`, which must fit
+// in 31 bits so that the kernels split an item index into plane and offset in 32-bit arithmetic.
+int item_blocks(int64_t items) {
+  ACTLAB_CHECK(items <= INT32_MAX, "codec: ", items, " chunks are more than the GPU codec indexes");
+  return static_cast<int>((items + kCodecThreads - 1) / kCodecThreads);
+}
+// This thread's item < items as (plane, offset in the plane) for `per_plane` items a plane; false past the end.
+__device__ __forceinline__ bool my_item(int64_t& plane, int& offset, int64_t items, int per_plane) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= items) return false;
+  const uint32_t q = i / static_cast<uint32_t>(per_plane);
+  plane = q;
+  offset = static_cast<int>(i - q * static_cast<uint32_t>(per_plane));
+  return true;
+}
+
 // ---------------------------------------------------------------- random numbers
 __device__ __forceinline__ Philox4 philox_block(uint64_t seed, uint64_t stream, uint64_t block) {
   const Philox4 c{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(stream),
@@ -138,47 +156,47 @@ __device__ __forceinline__ int src_col(const int32_t* map, bool use, const Plane
   return use ? map[g.H + w] : static_cast<int>(nearest_source(w, g.lw, g.W));
 }
 
-// lfc[k] = bf16 mean of block k of plane xp, k split over the team; codec.h's summation order: per block
-// column the rows top to bottom, then the column sums left to right.
-// With aligned rows of 4 or 8 block columns the rows are float4 loads, each column sum still a chain down
-// its rows: the same additions in the same order.
-__device__ void pool_plane(uint16_t* lfc, const float* xp, const Planes& g, const Team& t) {
-  const bool rows4 = g.vec && g.W % 4 == 0 && (g.bw == 4 || g.bw == 8);
-  for (int k = t.lane; k < g.LE; k += t.size) {
-    const int i = k / g.lw, j = k - i * g.lw;
-    const float* top = xp + i * g.bh * g.W + j * g.bw;
-    float sum = 0.f;
-    if (rows4) {
-      // col[b] = block column b summed down its rows; q runs over the row's one or two float4 loads
-      // (unrolled, so col stays in registers).
-      float col[8];
+// The bf16 mean of LFC block k of plane xp in codec.h's summation order: per block column the rows top
+// to bottom, then the column sums left to right. With aligned rows of 4 or 8 block columns the rows are
+// float4 loads, each column sum still a chain down its rows: the same additions in the same order.
+__device__ __forceinline__ uint16_t pool_block(const float* xp, const Planes& g, int k) {
+  const int i = k / g.lw, j = k - i * g.lw;
+  const float* top = xp + i * g.bh * g.W + j * g.bw;
+  float sum = 0.f;
+  if (g.vec && g.W % 4 == 0 && (g.bw == 4 || g.bw == 8)) {
+    // col[b] = block column b summed down its rows; q runs over the row's one or two float4 loads
+    // (unrolled, so col stays in registers).
+    float col[8];
+#pragma unroll
+    for (int q = 0; q < 8; q += 4)
+      if (q < g.bw) {
+        const float4 a = *reinterpret_cast<const float4*>(top + q);
+        col[q] = a.x, col[q + 1] = a.y, col[q + 2] = a.z, col[q + 3] = a.w;
+      }
+    for (int r = 1; r < g.bh; ++r)
 #pragma unroll
       for (int q = 0; q < 8; q += 4)
         if (q < g.bw) {
-          const float4 a = *reinterpret_cast<const float4*>(top + q);
-          col[q] = a.x, col[q + 1] = a.y, col[q + 2] = a.z, col[q + 3] = a.w;
+          const float4 a = *reinterpret_cast<const float4*>(top + r * g.W + q);
+          col[q] += a.x, col[q + 1] += a.y, col[q + 2] += a.z, col[q + 3] += a.w;
         }
-      for (int r = 1; r < g.bh; ++r)
+    sum = col[0];
 #pragma unroll
-        for (int q = 0; q < 8; q += 4)
-          if (q < g.bw) {
-            const float4 a = *reinterpret_cast<const float4*>(top + r * g.W + q);
-            col[q] += a.x, col[q + 1] += a.y, col[q + 2] += a.z, col[q + 3] += a.w;
-          }
-      sum = col[0];
-#pragma unroll
-      for (int b = 1; b < 8; ++b)
-        if (b < g.bw) sum = sum + col[b];
-      lfc[k] = lfc_from_sum(sum, g.bh * g.bw);
-      continue;
-    }
-    for (int b = 0; b < g.bw; ++b) {
-      float col = top[b];
-      for (int r = 1; r < g.bh; ++r) col += top[r * g.W + b];
-      sum = b == 0 ? col : sum + col;
-    }
-    lfc[k] = lfc_from_sum(sum, g.bh * g.bw);
+    for (int b = 1; b < 8; ++b)
+      if (b < g.bw) sum = sum + col[b];
+    return lfc_from_sum(sum, g.bh * g.bw);
   }
+  for (int b = 0; b < g.bw; ++b) {
+    float col = top[b];
+    for (int r = 1; r < g.bh; ++r) col += top[r * g.W + b];
+    sum = b == 0 ? col : sum + col;
+  }
+  return lfc_from_sum(sum, g.bh * g.bw);
+}
+
+// lfc[k] = pool_block(k) for every block of plane xp, k split over the team.
+__device__ void pool_plane(uint16_t* lfc, const float* xp, const Planes& g, const Team& t) {
+  for (int k = t.lane; k < g.LE; k += t.size) lfc[k] = pool_block(xp, g, k);
 }
 
 // v[0, n) = the chunk of plane elements [e0, e0 + n) of p (n = 8 but at a ragged plane end); returns n.
@@ -311,6 +329,80 @@ __global__ void plane_pack_kernel(PlanePackArgs a, int team_size) {
   }
 }
 
+// The same pack for planes too large for one team (token maps: a (256, 65, 192) map is 256 planes of
+// 1560 chunks, one warp each, 32 blocks on a 132-SM GPU): three grids with one thread per LFC block or
+// per chunk, the planes' min and max keys met by atomics in between. Min and max do not depend on the
+// order they are taken in, and every other value is computed per element as above, so the bytes are the
+// team kernel's. Keys are stored as key ^ 0x80000000 so that unsigned order is float order and a memset
+// (0xFF for the mins, 0 for the maxes) is the neutral start.
+__global__ void plane_pool_kernel(uint16_t* lfc, const float* x, Planes g) {
+  int64_t p;
+  int k;
+  if (my_item(p, k, g.planes * g.LE, g.LE)) lfc[p * g.LE + k] = pool_block(x + p * g.E, g, k);
+}
+
+__device__ __forceinline__ uint32_t unsigned_key(int32_t key) { return static_cast<uint32_t>(key) ^ 0x80000000u; }
+__device__ __forceinline__ int32_t signed_key(uint32_t key) { return static_cast<int32_t>(key ^ 0x80000000u); }
+
+// One thread per chunk: its residual (stored when asked), and its min / max keys folded into the plane's.
+// A warp whose 32 chunks share a plane reduces them first and makes one pair of atomics.
+__global__ void plane_range_kernel(PlanePackArgs a, uint32_t* lo_keys, uint32_t* hi_keys, int chunks) {
+  extern __shared__ int32_t range_map[];
+  const Planes& g = a.g;
+  load_maps(range_map, g, a.with_lfc && a.use_map);
+  int64_t p;
+  int c;
+  const bool active = my_item(p, c, g.planes * chunks, chunks);
+  if (!active) p = -1;
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  if (active) {
+    float v[kChunk];
+    const int n = chunk_values(v, a.x + p * g.E, a.with_lfc ? a.lfc + p * g.LE : nullptr, g, a.with_lfc, range_map,
+                               a.use_map, c * kChunk);
+    for (int j = 0; j < n; ++j) {
+      if (a.residual) a.residual[p * g.E + c * kChunk + j] = v[j];
+      const int32_t key = float_order_key(v[j]);
+      lo = min(lo, key);
+      hi = max(hi, key);
+    }
+  }
+  if (!a.codes) return;  // no lane below shuffles: the whole warp leaves together or not at all
+  const int64_t p0 = __shfl_sync(0xffffffffu, p, 0);
+  if (__all_sync(0xffffffffu, p == p0)) {
+    team_min_max(lo, hi, 32);
+    if ((threadIdx.x & 31) != 0) return;
+  }
+  if (!active) return;
+  atomicMin(lo_keys + p, unsigned_key(lo));
+  atomicMax(hi_keys + p, unsigned_key(hi));
+}
+
+// One thread per chunk: the plane's quantization parameters from its keys (chunk 0 stores them), then the
+// chunk's codes as plane_pack_kernel's second pass writes them.
+__global__ void plane_code_kernel(PlanePackArgs a, const uint32_t* lo_keys, const uint32_t* hi_keys, int chunks) {
+  extern __shared__ int32_t code_map[];
+  const Planes& g = a.g;
+  load_maps(code_map, g, a.with_lfc && a.use_map);
+  int64_t p;
+  int c;
+  if (!my_item(p, c, g.planes * chunks, chunks)) return;
+  uint16_t min_bits, step_bits;
+  quant_params(min_bits, step_bits, float_from_order_key(signed_key(lo_keys[p])),
+               float_from_order_key(signed_key(hi_keys[p])), g.bits);
+  if (c == 0) a.mins[p] = min_bits, a.steps[p] = step_bits;
+  const float min_value = bf16_to_float(min_bits), scale = quant_scale(bf16_to_float(step_bits));
+  float v[kChunk];
+  const int n = chunk_values(v, a.x + p * g.E, a.with_lfc ? a.lfc + p * g.LE : nullptr, g, a.with_lfc, code_map,
+                             a.use_map, c * kChunk);
+  float u[kChunk];
+  chunk_uniforms(u, a.seed, a.stream, static_cast<uint64_t>(p * g.E + c * kChunk), n);
+  const int levels = quant_levels(g.bits);
+  uint64_t word = 0;
+  for (int j = 0; j < n; ++j)
+    word |= static_cast<uint64_t>(stochastic_code(v[j], min_value, scale, u[j], levels)) << (j * g.bits);
+  store_codes(a.codes + p * g.code_bytes + c * g.bits, word, n, g.bits);
+}
+
 struct PlaneUnpackArgs {
   float* out;
   const uint16_t* lfc;  // nullptr: no LFC term
@@ -322,40 +414,38 @@ struct PlaneUnpackArgs {
   bool accumulate;  // no codes: out = LFC↑ + out (out holds the ranges' decoded codes)
 };
 
-__global__ void plane_unpack_kernel(PlaneUnpackArgs a, int team_size) {
+// One thread per chunk of any plane (no plane-wide step here, so no team: large planes fill the GPU too).
+__global__ void plane_unpack_kernel(PlaneUnpackArgs a, int chunks) {
   extern __shared__ int32_t unpack_map[];
   const Planes& g = a.g;
   load_maps(unpack_map, g, a.lfc && a.use_map);
-  const Team t = my_team(team_size);
-  if (t.item >= g.planes) return;  // no team-wide operation follows
-  const int64_t p = t.item;
-  const int chunks = (g.E + kChunk - 1) / kChunk;
+  int64_t p;
+  int c;
+  if (!my_item(p, c, g.planes * chunks, chunks)) return;  // no block-wide operation follows
   const uint16_t* lp = a.lfc ? a.lfc + p * g.LE : nullptr;
   const float min_value = a.codes ? bf16_to_float(a.mins[p]) : 0.f, step = a.codes ? bf16_to_float(a.steps[p]) : 0.f;
   const uint32_t levels = a.codes ? static_cast<uint32_t>(quant_levels(g.bits)) : 0u;
   float* op = a.out + p * g.E;
-  for (int c = t.lane; c < chunks; c += t.size) {
-    const int e0 = c * kChunk;
-    const int n = min(kChunk, g.E - e0);
-    const uint64_t word = a.codes ? load_codes(a.codes + p * g.code_bytes + c * g.bits, n, g.bits) : 0;
-    float v[kChunk];
-    // With ranges, out already holds the dequantized codes; the LFC is added to them.
-    if (!a.codes && a.accumulate) load_chunk(v, op, g, e0);
-    float up[kChunk];
-    if (lp) chunk_lfc(up, lp, g, unpack_map, a.use_map, e0, n);
+  const int e0 = c * kChunk;
+  const int n = min(kChunk, g.E - e0);
+  const uint64_t word = a.codes ? load_codes(a.codes + p * g.code_bytes + c * g.bits, n, g.bits) : 0;
+  float v[kChunk];
+  // With ranges, out already holds the dequantized codes; the LFC is added to them.
+  if (!a.codes && a.accumulate) load_chunk(v, op, g, e0);
+  float up[kChunk];
+  if (lp) chunk_lfc(up, lp, g, unpack_map, a.use_map, e0, n);
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      if (j < n) {
-        const uint32_t code = static_cast<uint32_t>(word >> (j * g.bits)) & levels;
-        if (lp) {  // the CPU's expression
-          v[j] = a.codes ? up[j] + dequantize(code, min_value, step) : a.accumulate ? up[j] + v[j] : up[j];
-        } else {
-          v[j] = dequantize(code, min_value, step);
-        }
+  for (int j = 0; j < kChunk; ++j) {
+    if (j < n) {
+      const uint32_t code = static_cast<uint32_t>(word >> (j * g.bits)) & levels;
+      if (lp) {  // the CPU's expression
+        v[j] = a.codes ? up[j] + dequantize(code, min_value, step) : a.accumulate ? up[j] + v[j] : up[j];
+      } else {
+        v[j] = dequantize(code, min_value, step);
       }
     }
-    store_chunk(op, v, n, g, e0);
   }
+  store_chunk(op, v, n, g, e0);
 }
 
 // ---------------------------------------------------------------- group kernels
@@ -466,6 +556,36 @@ Groups ranges_of(const PlaneGeometry& g) {
   return {g.ranges(), g.ranges_per_plane(), g.plane_elems(), g.range_elems(), g.code_bytes_per_range(), g.bits, 0};
 }
 
+// Planes of more chunks than this take the three grids of pack_large_planes: a team of 32 lanes would
+// loop over more than 8 chunks a lane, and few planes would leave most of the GPU idle.
+constexpr int kTeamChunks = 256;
+
+// plane_pool_kernel, plane_range_kernel and plane_code_kernel for the planes of `a` (the team kernel's
+// outputs, the same bytes).
+void pack_large_planes(const PlanePackArgs& a, int chunks, size_t shared, int device, cudaStream_t s) {
+  const Planes& g = a.g;
+  if (a.with_lfc) {
+    plane_pool_kernel<<<item_blocks(g.planes * g.LE), kCodecThreads, 0, s>>>(a.lfc, a.x, g);
+    ACTLAB_CUDA_CHECK_LAUNCH();
+  }
+  if (!a.codes && !a.residual) return;  // lfc: the pool alone
+  Buffer keys;  // the planes' min keys, then their max keys; freed in stream order
+  uint32_t *lo = nullptr, *hi = nullptr;
+  if (a.codes) {
+    const size_t bytes = static_cast<size_t>(g.planes) * sizeof(uint32_t);
+    keys = Buffer(2 * bytes, MemTag::Workspace, Device::cuda(device));
+    lo = keys.as<uint32_t>(), hi = lo + g.planes;
+    ACTLAB_CUDA_CHECK(cudaMemsetAsync(lo, 0xFF, bytes, s));
+    ACTLAB_CUDA_CHECK(cudaMemsetAsync(hi, 0, bytes, s));
+  }
+  const int blocks = item_blocks(g.planes * chunks);
+  plane_range_kernel<<<blocks, kCodecThreads, shared, s>>>(a, lo, hi, chunks);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+  if (!a.codes) return;
+  plane_code_kernel<<<blocks, kCodecThreads, shared, s>>>(a, lo, hi, chunks);
+  ACTLAB_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual, const float* x,
@@ -488,9 +608,12 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
                          Device::cuda(device));
     a.lfc = lfc_scratch.as<uint16_t>();
   }
-  const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
+  const int chunks = static_cast<int>((g.plane_elems() + kChunk - 1) / kChunk);
   const size_t shared = with_lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
-  if (with_lfc || a.residual || a.codes) {  // quant (no LFC, no residual) still codes x
+  if (chunks > kTeamChunks) {
+    pack_large_planes(a, chunks, shared, device, gpu.stream());
+  } else if (with_lfc || a.residual || a.codes) {  // quant (no LFC, no residual) still codes x
+    const int team = team_size_for(chunks);
     plane_pack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
     ACTLAB_CUDA_CHECK_LAUNCH();
   }
@@ -519,9 +642,9 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
   }
   const PlaneUnpackArgs a{out, lfc, ranged ? nullptr : codes, mins, steps, planes_of(g, out),
                           g.height + g.width <= kMaxMapEntries, ranged};
-  const int team = team_size_for((g.plane_elems() + kChunk - 1) / kChunk);
+  const int chunks = static_cast<int>((g.plane_elems() + kChunk - 1) / kChunk);
   const size_t shared = lfc && a.use_map ? static_cast<size_t>(g.height + g.width) * sizeof(int32_t) : 0;
-  plane_unpack_kernel<<<team_blocks(g.planes, team), kCodecThreads, shared, gpu.stream()>>>(a, team);
+  plane_unpack_kernel<<<item_blocks(g.planes * chunks), kCodecThreads, shared, gpu.stream()>>>(a, chunks);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
