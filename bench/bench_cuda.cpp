@@ -2,8 +2,10 @@
 // fused codec kernels (pack / unpack) on ResNet-18 CIFAR activation shapes at batch 256, as bytes read +
 // written per second and as a fraction of the copy's. (2) Training: median img/s of a full ResNet-18
 // step (forward, loss, backward, SGD) on random inputs on cuda:0 per policy, with the activation memory
-// (run_step's measure, docs/measures.md: the cuDNN/cuBLAS workspace does not count) and the step's peak
-// tracked and reserved bytes. Prints tables; --json writes one JSON object.
+// (run_step's measure, docs/measures.md: the cuDNN/cuBLAS workspace does not count), the step's peak
+// tracked and reserved bytes, and the bytes SWAP keeps in pinned host memory at the step's peak. The
+// device <-> pinned host copy bandwidth (one way, on the copy stream SWAP uses) lets gpu-check.sh say how
+// much of SWAP's copying its step hides. Prints tables; --json writes one JSON object.
 // Builds everywhere; without CUDA (build or device) it prints "no CUDA" and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -32,6 +34,7 @@
 #include "actlab/core/cuda/check.h"
 #include "actlab/core/cuda/conv.h"
 #include "actlab/core/cuda/context.h"
+#include "actlab/core/cuda/transfer.h"
 #endif
 
 using namespace actlab;
@@ -82,6 +85,29 @@ double copy_bandwidth(std::vector<KernelRow>& rows) {
   return gbps;
 }
 
+// Device -> pinned host and back, 256 MiB each way through copy_async (SWAP's transfers): GB/s one way,
+// host-timed median of 10 after a warm-up.
+void host_bandwidth(std::vector<KernelRow>& rows, double copy_gbps) {
+  const int64_t n = int64_t(64) << 20;  // floats
+  Tensor dev = Tensor::zeros({n}, DType::F32, Device::cuda(0));
+  Tensor host = Tensor::empty_tagged({n}, MemTag::Offloaded, DType::F32, Device::cpu());
+  for (const bool to_host : {true, false}) {
+    const auto once = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      (to_host ? copy_async(host.raw_data(), Device::cpu(), dev.raw_data(), dev.device(), host.nbytes())
+               : copy_async(dev.raw_data(), dev.device(), host.raw_data(), Device::cpu(), host.nbytes()))
+          .wait();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    once();
+    std::vector<double> ts;
+    for (int r = 0; r < 10; ++r) ts.push_back(once());
+    const double gbps = static_cast<double>(host.nbytes()) / median(ts) / 1e9;
+    rows.push_back({to_host ? "copy d2h pinned 256 MiB (one way)" : "copy h2d pinned 256 MiB (one way)", gbps,
+                    gbps / copy_gbps});
+  }
+}
+
 // division:B=8,Q=2 (or quant with B = 0) pack and unpack of one activation: (N,C,H,W) as planes, or a
 // token map (B,T,D) pooled along the tokens, as compress/policies.cpp lays them out.
 void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t block, int bits, double copy_gbps,
@@ -119,6 +145,7 @@ void codec_bandwidth(std::vector<KernelRow>& rows, const Shape& shape, int64_t b
 std::string run_kernels(int reps) {
   std::vector<KernelRow> rows;
   const double copy_gbps = copy_bandwidth(rows);
+  host_bandwidth(rows, copy_gbps);
   for (const Shape& s : {Shape{256, 64, 32, 32}, Shape{256, 128, 16, 16}, Shape{256, 256, 8, 8}, Shape{256, 512, 4, 4}})
     codec_bandwidth(rows, s, 8, 2, copy_gbps, reps);
   codec_bandwidth(rows, {256, 64, 32, 32}, 0, 2, copy_gbps, reps);
@@ -140,6 +167,7 @@ struct TrainRow {
   std::string policy;
   double img_s = 0, best_img_s = 0;
   int64_t steps = 0, activation = 0, peak = 0, reserved_peak = 0;
+  int64_t offloaded = 0;  // pinned host bytes (MemTag::Offloaded) at the step's peak: what SWAP moved out
 };
 
 // One policy: warm-up steps (cuDNN selects algorithms then), then timed steps; every step ends with a
@@ -172,12 +200,14 @@ TrainRow run_policy(const FlagParser& flags, const std::string& policy) {
   const auto step = [&] {
     set_pack_step(static_cast<uint64_t>(step_index++));
     reset_peak(gpu);
+    reset_peak(Device::cpu());
     row.activation = run_step(*model, &opt, set, x, y).activation_bytes;
     // Waits for the update: the copy of the last parameter the optimizer wrote queues behind it.
     (void)model->parameters().back().data().to(Device::cpu());
     const MemoryStats s = memory_stats(gpu);
     row.peak = s.total.peak;
     row.reserved_peak = s.reserved_peak;
+    row.offloaded = memory_stats(Device::cpu())[MemTag::Offloaded].peak;
   };
   CacheStats::global().set_enabled(false);
   // After warm-up, drop what it cached (cuDNN's algorithm search workspace): reserved = steady state.
@@ -205,7 +235,8 @@ std::string run_training(const FlagParser& flags) {
                 static_cast<long long>(r.steps), mib(r.activation), mib(r.peak), mib(r.reserved_peak));
     std::fflush(stdout);
     json.begin_object().field("policy", r.policy).field("img_per_s", r.img_s).field("activation_bytes", r.activation)
-        .field("peak_bytes", r.peak).field("reserved_peak_bytes", r.reserved_peak).field("steps", r.steps).end_object();
+        .field("peak_bytes", r.peak).field("reserved_peak_bytes", r.reserved_peak).field("offloaded_bytes", r.offloaded)
+        .field("steps", r.steps).end_object();
   }
   return json.end_array().str();
 }

@@ -13,9 +13,11 @@
 # PREBUILT=dir: use dir/actlab_tests, dir/bench_cuda and dir/actlab-train built elsewhere (an ACTLAB_GPU_CHECK
 # build for sm_90, carried to the GPU host) when they start there; otherwise build as in step 1. Building
 # elsewhere saves the GPU host's minutes.
-# STEPS=list: which of tests,bench,vit,train,torch,ncu to run (default all but ncu). train: actlab-train on
-# the GPU with synthetic data (its --deterministic twice, which must repeat, and --cudnn-benchmark under
-# division). ncu: Nsight Compute's speed-of-light, memory and occupancy sections of the codec's pack and
+# STEPS=list: which of tests,bench,vit,fig7,train,torch,ncu to run (default all but ncu). fig7: every method
+# of the paper's Fig. 7 (Normal, Checkpoint, SWAP, BLPA, AC-GC, ActNN, DIVISION, Checkpoint + DIVISION) on
+# ResNet-18 b256 in one run, with SWAP's hidden copy fraction from the pinned copy bandwidth. train:
+# actlab-train on the GPU with synthetic data (its --deterministic twice, which must repeat, and
+# --cudnn-benchmark under division). ncu: Nsight Compute's speed-of-light, memory and occupancy sections of the codec's pack and
 # unpack kernels (ncu.txt).
 # Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
 # doctest copy: $DOCTEST_DIR/doctest/doctest.h, default build-cuda/gpu-deps/doctest/doctest.h (318 KB).
@@ -28,7 +30,7 @@ JOBS=${JOBS:-$(nproc)}
 mkdir -p "$OUT"
 START=$(date +%s)
 STATUS=0
-STEPS=",${STEPS:-tests,bench,vit,train,torch},"
+STEPS=",${STEPS:-tests,bench,vit,fig7,train,torch},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 # A wanted step whose program is missing (a failed build) is a failure, not a silent skip.
 have() { [ -x "$BUILD/$1" ] || { fail "no $BUILD/$1 for a wanted step"; return 1; }; }
@@ -139,6 +141,13 @@ if want vit && have bench_cuda; then
     > "$OUT/bench_vit.log" 2>&1 || fail "bench_cuda ViT (see bench_vit.log)"
   cat "$OUT/bench_vit.log"
 fi
+FIG7_POLICIES='exact;checkpoint;swap;blpa:Q=4;acgc;actnn:G=256,Q=2;division:B=8,Q=2;checkpoint+division:B=8,Q=2'
+if want fig7 && have bench_cuda; then
+  log "bench_cuda: Fig. 7, every method on ResNet-18 b256 fp32 ($FIG7_POLICIES)"
+  timeout 240 "$BUILD/bench_cuda" --what train --min-time 2 --policies "$FIG7_POLICIES" \
+    --json "$OUT/bench_fig7.json" > "$OUT/bench_fig7.log" 2>&1 || fail "bench_cuda Fig. 7 (see bench_fig7.log)"
+  cat "$OUT/bench_fig7.log"
+fi
 if want train && have actlab-train; then
   log "actlab-train --device cuda (synthetic 1x28x28, ResNet-18, batch 256): --deterministic twice, then division"
   train_run() {  # name, extra flags...
@@ -193,7 +202,7 @@ out = sys.argv[1]
 def load(name):
     path = os.path.join(out, name)
     return json.load(open(path)) if os.path.exists(path) else {}
-a, t, v = load("bench_cuda.json"), load("torch.json"), load("bench_vit.json")
+a, t, v, f7 = load("bench_cuda.json"), load("torch.json"), load("bench_vit.json"), load("bench_fig7.json")
 amp = [load("torch_bf16.json"), load("torch_fp16.json")]
 mib = 1024.0 * 1024.0
 lines = ["# actlab GPU check: %s" % a.get("device", t.get("device", "?")), "",
@@ -216,6 +225,25 @@ if v.get("train"):
     for r in v["train"]:
         lines.append("| actlab %s | %.0f | %.1f | %.1f | %.1f |" % (r["policy"], r["img_per_s"], r["activation_bytes"] / mib,
                                                                 r["peak_bytes"] / mib, r["reserved_peak_bytes"] / mib))
+copies = {k["kernel"].split()[1]: k["gbps"] for k in a.get("kernels", []) if k["kernel"].startswith("copy ")}
+if f7.get("train"):
+    rows = f7["train"]
+    exact = next((r for r in rows if r["policy"] == "exact"), None)
+    lines += ["", "Fig. 7: every method, ResNet-18 CIFAR b256 fp32, one run; step vs exact: the method's step time over exact's.", "",
+              "| method | img/s | step vs exact | activation MiB | pinned host MiB |", "|---|---|---|---|---|"]
+    for r in rows:
+        ratio = exact["img_per_s"] / r["img_per_s"] if exact else float("nan")
+        lines.append("| %s | %.0f | %.3fx | %.1f | %.1f |" % (r["policy"], r["img_per_s"], ratio,
+                                                            r["activation_bytes"] / mib, r.get("offloaded_bytes", 0) / mib))
+    swap = next((r for r in rows if r["policy"].startswith("swap")), None)
+    if exact and swap and swap.get("offloaded_bytes") and "d2h" in copies and "h2d" in copies:
+        # The copies alone would take bytes/d2h + bytes/h2d; what the step lost is the part not hidden.
+        moved = swap["offloaded_bytes"]
+        copy_s = moved / (copies["d2h"] * 1e9) + moved / (copies["h2d"] * 1e9)
+        lost_s = max(0.0, 256.0 / swap["img_per_s"] - 256.0 / exact["img_per_s"])
+        lines += ["", "SWAP: %.1f MiB each way per step; copies alone %.2f ms (d2h %.1f, h2d %.1f GB/s), step longer "
+                  "by %.2f ms: %.0f%% of the copying hidden." % (moved / mib, 1e3 * copy_s, copies["d2h"], copies["h2d"],
+                                                              1e3 * lost_s, 100 * max(0.0, 1 - lost_s / copy_s))]
 lines += ["", "| kernel (bytes read + written) | GB/s | of copy (target >= 70% for pack/unpack) |", "|---|---|---|"]
 for k in a.get("kernels", []):
     lines.append("| %s | %.0f | %.0f%% |" % (k["kernel"], k["gbps"], 100 * k["of_copy"]))
