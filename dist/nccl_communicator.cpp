@@ -2,9 +2,11 @@
 // stream of its own that waits for the compute stream (an event), so the transfer of one bucket runs
 // while the compute stream goes on with backward; wait() makes the compute stream wait for the
 // transfer. The communicator is bootstrapped by broadcasting rank 0's ncclUniqueId over MPI, and the
-// host-side control collectives (flags, counters) go over MPI too. Compiled in CUDA builds that have
-// MPI; it links libnccl.so.2 from the CUDA toolkit. NOTE: unverified on a GPU: this machine has none;
-// the CPU tests exercise the same GradReducer through the MPI communicator.
+// host-side control collectives (flags, counters) go over MPI too (or, for one rank, over a
+// LocalCommunicator: how tests/test_cuda_dist.cpp runs it on a GPU host without MPI). Compiled in CUDA
+// builds that have MPI, and in the GPU-check build; it links libnccl.so.2 (the CUDA toolkit's, or the one
+// PyTorch's pip packages bring). NOTE: no NCCL communicator has run on a GPU yet (the one-rank case is
+// written for the next GPU run); the CPU tests exercise the same GradReducer through MPI.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 

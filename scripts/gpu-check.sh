@@ -72,6 +72,27 @@ if ! ls "$CUDA_HOME"/lib64/libcublas.so* >/dev/null 2>&1; then
     fail "cuBLAS: neither in $CUDA_HOME/lib64 nor in pip packages"
   fi
 fi
+# NCCL (the GPU-check build links it for the one-rank case of tests/test_cuda_dist.cpp): the toolkit's, or
+# the one PyTorch's pip packages bring (nvidia-nccl-*), wherever under nvidia/ it lies.
+if ! ls "$CUDA_HOME"/lib64/libnccl.so* >/dev/null 2>&1; then
+  NCCL_LIB=$(python3 -c "
+import glob, os
+try:
+    import nvidia
+    hits = [h for root in nvidia.__path__ for h in sorted(glob.glob(os.path.join(root, '**', 'libnccl.so*'), recursive=True))]
+    print(hits[0] if hits else '')
+except Exception:
+    print('')" 2>/dev/null)
+  if [ -n "$NCCL_LIB" ]; then
+    NCCL_DIR=$(dirname "$NCCL_LIB")
+    LIBPATH="$LIBPATH:$NCCL_DIR"
+    CMAKE_EXTRA+=(-DNCCL_LIBRARY="$NCCL_LIB")
+    [ -f "$NCCL_DIR/../include/nccl.h" ] && CMAKE_EXTRA+=(-DNCCL_INCLUDE_DIR="$(cd "$NCCL_DIR/../include" && pwd)")
+    log "NCCL: $NCCL_LIB"
+  else
+    log "NCCL: not in the toolkit nor in pip packages (binaries that link it will not start; a build here leaves it out)"
+  fi
+fi
 export LD_LIBRARY_PATH="${LIBPATH}:${CUDA_HOME}/lib64:${LD_LIBRARY_PATH:-}"
 
 DOCTEST_DIR=${DOCTEST_DIR:-$ROOT/build-cuda/gpu-deps}
@@ -91,7 +112,10 @@ if [ -n "${PREBUILT:-}" ] && [ -x "$PREBUILT/actlab_tests" ] && [ -x "$PREBUILT/
   BUILD=$PREBUILT
   log "using the carried binaries in $PREBUILT"
 else
-  [ -n "${PREBUILT:-}" ] && log "the carried binaries in $PREBUILT do not start here (see prebuilt.log): building"
+  if [ -n "${PREBUILT:-}" ]; then
+    log "the carried binaries in $PREBUILT do not start here (see prebuilt.log): building"
+    ldd "$PREBUILT/actlab_tests" 2>&1 | grep "not found" | tee -a "$OUT/summary.log"
+  fi
   log "configure"
   timeout 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTLAB_GPU_CHECK=ON \
     -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" \
