@@ -87,8 +87,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s);
 
 // Whether this build has NCCL (a CUDA build: dist/nccl_communicator.cpp or dist/nccl_absent.cpp).
 bool nccl_built();
-// NCCL on cuda:`device` for the tensors, `control` (an MPI communicator) for the bootstrap (rank 0's
-// ncclUniqueId broadcast to all) and for the host-side control collectives.
+// NCCL on cuda:`device` for the tensors, `control` (an MPI communicator, or a LocalCommunicator for one
+// rank) for the bootstrap (rank 0's ncclUniqueId broadcast to all) and for the host-side control collectives.
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> control, int device,
                                                      double timeout_s);
 

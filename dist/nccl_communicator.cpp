@@ -142,7 +142,9 @@ bool nccl_built() { return true; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> control, int device,
                                                      double timeout_s) {
-  ACTLAB_CHECK(control != nullptr && control->backend() == "mpi", "NCCL is bootstrapped over an MPI communicator");
+  // One rank needs no peer to learn the id from: a LocalCommunicator serves (tests/test_cuda_dist.cpp).
+  ACTLAB_CHECK(control != nullptr && (control->backend() == "mpi" || control->world_size() == 1),
+               "NCCL is bootstrapped over an MPI communicator (or, for one rank, a local one)");
   return std::make_unique<NcclCommunicator>(std::move(control), device, timeout_s);
 }
 

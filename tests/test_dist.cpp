@@ -32,6 +32,7 @@
 #include "actlab/dist/sync_batch_norm.h"
 #include "actlab/io/safetensors.h"
 #include "actlab/models/registry.h"
+#include "tests/error_of.h"
 #include "tests/prerequisite.h"
 #include "tests/temp_dir.h"
 
@@ -492,6 +493,18 @@ TEST_CASE("dist: a NaN loss on one rank skips or stops the step on every rank to
   CHECK(stop.rc != 0);
   CHECK_MESSAGE(stop.text.find("non-finite loss on rank 1 at epoch 1 step 3") != std::string::npos, stop.text);
   CHECK(fs::exists(dir.path() / "ck" / "last.safetensors"));
+}
+
+TEST_CASE("dist: NCCL is bootstrapped over MPI, or over a local channel for one rank only") {
+  // Refused before any CUDA call, so this runs on any machine. A build without NCCL refuses every control.
+  const std::string two = testing::error_of([] { make_nccl_communicator(std::make_unique<EchoCommunicator>(2), 0, 5); });
+  if (!nccl_built()) {
+    CHECK_MESSAGE(!two.empty(), "a build without NCCL made a communicator");
+    return;
+  }
+  CHECK_MESSAGE(two.find("bootstrapped over an MPI communicator (or, for one rank, a local one)") != std::string::npos,
+                two);
+  CHECK(testing::error_of([] { make_nccl_communicator(nullptr, 0, 5); }).find("bootstrapped") != std::string::npos);
 }
 
 TEST_CASE("dist: --distributed in a build without MPI is one clear error") {
