@@ -17,7 +17,7 @@ struct TrainConfig {
   int64_t epochs = 1;
   int64_t batch_size = 128;
   double lr = 0.1;
-  std::string optimizer = kSgdName;          // sgd | adamw (layers/optim/)
+  std::string optimizer = kSgdName;       // sgd | adamw (layers/optim/)
   double momentum = 0.9;                  // SGD
   double weight_decay = 5e-4;             // SGD: added to the gradient; AdamW: decoupled
   bool nesterov = false;                  // SGD
