@@ -6,6 +6,7 @@
 #include "actlab/layers/optim/adamw.h"
 #include "actlab/layers/optim/schedule.h"
 #include "actlab/layers/optim/sgd.h"
+#include "tests/error_of.h"
 
 using namespace actlab;
 
@@ -125,4 +126,17 @@ TEST_CASE("schedules: cosine reaches zero, warm-up is linear, step decays") {
   CHECK(st.lr_at(5) == doctest::Approx(0.1));
   CHECK(st.lr_at(12) == doctest::Approx(0.01));
   CHECK_THROWS_AS(LrSchedule::parse_kind("linear"), Error);
+}
+
+TEST_CASE("optimizer names: each optimizer's kind is in the one list, with its title, and others are refused") {
+  Variable w(Tensor::from_vector({1.f}, {1}), true);
+  const Sgd sgd({w}, {0.1f, 0.9f, 0.f, 0.f, false});
+  const AdamW adamw({w}, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.f});
+  CHECK(optimizer_names() == std::vector<std::string>{sgd.kind(), adamw.kind()});
+  CHECK(std::string(optimizer_title(sgd.kind())) == "SGD");
+  CHECK(std::string(optimizer_title(adamw.kind())) == "AdamW");
+  for (const std::string& name : optimizer_names()) CHECK_NOTHROW(check_optimizer_name(name));
+  const std::string refused = testing::error_of([] { check_optimizer_name("adam"); });
+  CHECK_MESSAGE(refused.find("unknown optimizer 'adam' (sgd or adamw)") != std::string::npos, refused);
+  CHECK_THROWS_AS(optimizer_title("Adamw"), Error);
 }
