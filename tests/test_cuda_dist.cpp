@@ -8,11 +8,11 @@
 #include <memory>
 #include <vector>
 
-#include "actlab/autograd/functions.h"
 #include "actlab/autograd/tape.h"
 #include "actlab/dist/communicator.h"
 #include "actlab/dist/reducer.h"
 #include "actlab/models/registry.h"
+#include "tests/reducer_step.h"
 #include "tests/test_cuda_util.h"
 
 using namespace actlab;
@@ -50,16 +50,7 @@ TEST_CASE("cuda dist: one NCCL rank sums in place on its stream, and the reducer
   Tensor labels = Tensor::empty({16}, DType::I64);
   for (int64_t i = 0; i < 16; ++i) labels.data<int64_t>()[i] = i % 10;
   const Tensor y = labels.to(gpu());
-  const auto step = [&](GradReducer* reducer) {
-    for (auto& p : model->parameters()) p.zero_grad();
-    Variable loss = cross_entropy((*model)(Variable(x)), y);
-    if (reducer) reducer->begin_backward();
-    backward(loss);
-    if (reducer) reducer->finish();
-    std::vector<std::vector<float>> grads;
-    for (auto& p : model->parameters()) grads.push_back(p.grad().to_vector());
-    return grads;
-  };
+  const auto step = [&](GradReducer* reducer) { return reduced_grads(*model, x, y, reducer); };
   const auto plain = step(nullptr);
   GradReducer reducer(model->parameters(), *comm, 1024);
   REQUIRE(reducer.buckets().size() >= 2);

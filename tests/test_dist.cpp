@@ -34,6 +34,7 @@
 #include "actlab/models/registry.h"
 #include "tests/error_of.h"
 #include "tests/prerequisite.h"
+#include "tests/reducer_step.h"
 #include "tests/temp_dir.h"
 
 using namespace actlab;
@@ -332,16 +333,7 @@ TEST_CASE("dist: the reducer averages over ranks, starts buckets during backward
   loader.start_epoch(0);
   Batch batch;
   REQUIRE(loader.next(batch));
-  auto step = [&](GradReducer* reducer) {
-    for (auto& p : model->parameters()) p.zero_grad();
-    Variable loss = cross_entropy((*model)(Variable(batch.images)), batch.labels);
-    if (reducer) reducer->begin_backward();
-    backward(loss);
-    if (reducer) reducer->finish();
-    std::vector<std::vector<float>> grads;
-    for (auto& p : model->parameters()) grads.push_back(p.grad().to_vector());
-    return grads;
-  };
+  auto step = [&](GradReducer* reducer) { return testing::reduced_grads(*model, batch.images, batch.labels, reducer); };
   const auto plain = step(nullptr);
   EchoCommunicator two_ranks(2);
   // A cap smaller than any weight matrix: one bucket per parameter (or close), several per backward.
