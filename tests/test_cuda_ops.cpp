@@ -12,6 +12,7 @@
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/ops.h"
 #include "actlab/core/precision.h"
+#include "actlab/core/token_math.h"
 #include "actlab/dist/sync_batch_norm.h"
 #include "actlab/layers/layers.h"
 #include "tests/test_cuda_util.h"
@@ -415,6 +416,66 @@ TEST_CASE("cuda ops: GELU (both forms) and LayerNorm match the CPU, forward and 
     check_close(dx_cpu, dx_gpu, 1e-5, "layer_norm dx");
     check_close(dg_cpu, dg_gpu, 1e-4, "layer_norm dgamma");
     check_close(db_cpu, db_gpu, 1e-4, "layer_norm dbeta");
+  }
+  live.check();
+}
+
+TEST_CASE("cuda ops: column reductions (bias and LayerNorm parameter gradients) keep the CPU's order over many chunks") {
+  if (!gpu_or_skip("column reduction parity")) return;
+  const LiveBytesOnBoth live;
+  // Row counts around token_math::kColumnChunk and past one round of the kernel's 32 warps (5000 rows: 79
+  // chunks, the last partial), and 70 columns: three blocks of 32, the last partial.
+  for (const int64_t rows : {int64_t(1), token_math::kColumnChunk, int64_t(5000)}) {
+    CAPTURE(rows);
+    const int64_t d = 70;
+    const Tensor x = uniform({rows, d}, 41), xhat = uniform({rows, d}, 42), g = uniform({d}, 43),
+                 rstd = uniform({rows}, 44, 0.5f, 1.5f);
+    check_close(ops::sum_rows(x, {d}), ops::sum_rows(on(x, gpu()), {d}), 0, "sum_rows");
+    Tensor dg_cpu, db_cpu, dg_gpu, db_gpu;
+    ops::layernorm_backward(x, xhat, g, rstd, &dg_cpu, &db_cpu);
+    ops::layernorm_backward(on(x, gpu()), on(xhat, gpu()), on(g, gpu()), on(rstd, gpu()), &dg_gpu, &db_gpu);
+    // dβ adds f32 values in double: the same order gives the same bits. dγ's products may be fused (an FMA)
+    // on one device and not the other: double rounding apart, so at most one f32 rounding step once narrowed.
+    check_close(db_cpu, db_gpu, 0, "layer_norm dbeta");
+    check_close(dg_cpu, dg_gpu, 1.2e-7, "layer_norm dgamma");
+  }
+  live.check();
+}
+
+TEST_CASE("cuda ops: LayerNorm and softmax rows of every width: staged in shared memory or read in place") {
+  if (!gpu_or_skip("wide-row parity")) return;
+  const LiveBytesOnBoth live;
+  // The row kernels stage up to 48 KiB of a row's inputs per warp: 96 columns stage 8 rows a block; 7000
+  // stage one row a block forward but not backward (two inputs); 13000 stage nothing. Against the CPU's spec
+  // loops, whose sums the kernels share (core/token_math.h).
+  for (const int64_t d : {int64_t(96), int64_t(7000), int64_t(13000)}) {
+    CAPTURE(d);
+    const int64_t rows = 11;
+    const Tensor x = uniform({rows, d}, 51, -4.f, 4.f), dy = uniform({rows, d}, 52), g = uniform({d}, 53),
+                 b = uniform({d}, 54);
+    Tensor y = Tensor::empty({rows, d}), h = Tensor::empty({rows, d}), m = Tensor::empty({rows}),
+           r = Tensor::empty({rows}), dx = Tensor::empty({rows, d}), dg = Tensor::empty({d}), db = Tensor::empty({d});
+    cpu::layernorm_forward_ref(y.data<float>(), h.data<float>(), m.data<float>(), r.data<float>(), x.data<float>(),
+                               g.data<float>(), b.data<float>(), rows, d, 1e-5f);
+    Tensor m_gpu, r_gpu, h_gpu;
+    const Tensor y_gpu =
+        ops::layernorm_forward(on(x, gpu()), on(g, gpu()), on(b, gpu()), 1e-5f, &m_gpu, &r_gpu, &h_gpu);
+    check_close(m, m_gpu, 0, "layer_norm mean");  // the same double sums, narrowed once
+    check_close(r, r_gpu, 1e-7, "layer_norm rstd");  // CUDA's sqrt against the host's: an ulp
+    check_close(h, h_gpu, 1e-6, "layer_norm normalized input");
+    check_close(y, y_gpu, 1e-6, "layer_norm");
+    cpu::layernorm_backward_ref(dx.data<float>(), dg.data<float>(), db.data<float>(), dy.data<float>(), h.data<float>(),
+                                g.data<float>(), r.data<float>(), rows, d);
+    Tensor dg_gpu, db_gpu;
+    const Tensor dx_gpu =
+        ops::layernorm_backward(on(dy, gpu()), on(h, gpu()), on(g, gpu()), on(r, gpu()), &dg_gpu, &db_gpu);
+    check_close(dx, dx_gpu, 1e-6, "layer_norm dx");
+    check_close(db, db_gpu, 0, "layer_norm dbeta");
+    Tensor p = Tensor::empty({rows, d}), dp = Tensor::empty({rows, d});
+    cpu::softmax_forward_ref(p.data<float>(), x.data<float>(), rows, d, 0.125f);
+    cpu::softmax_backward_ref(dp.data<float>(), dy.data<float>(), p.data<float>(), rows, d, 0.125f);
+    check_close(p, ops::softmax_forward(on(x, gpu()), 0.125f), 1e-6, "softmax");
+    check_close(dp, ops::softmax_backward(on(dy, gpu()), on(p, gpu()), 0.125f), 1e-6, "softmax backward");
   }
   live.check();
 }

@@ -3,6 +3,7 @@
 // every byte held after a forward is in the policy's report.
 #include <doctest/doctest.h>
 
+#include <cfloat>
 #include <cmath>
 
 #include "actlab/autograd/functions.h"
@@ -12,6 +13,7 @@
 #include "actlab/core/cpu/gemm.h"
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/ops.h"
+#include "actlab/core/token_math.h"
 #include "gradcheck.h"
 
 using namespace actlab;
@@ -338,13 +340,20 @@ TEST_CASE("LayerNorm backward and column sums: the chunked loops give the spec l
     CHECK(dx1 == dx2);
     CHECK(dg1 == dg2);
     CHECK(db1 == db2);
-    // column_sums adds in f32, rows in order: the bits of a plain loop down each column
+    // column_sums adds in f32 in the spec's order (row chunks of token_math::kColumnChunk, 1000 rows: a
+    // partial last chunk): the bits of the spec's walk down each column, and within the error bound of that
+    // order, (chunk length + chunk count)·u·Σ|x|, of the exact sum
     std::vector<float> sums(d);
     cpu::column_sums(sums.data(), dy.data<float>(), rows, d);
     for (int64_t j = 0; j < d; ++j) {
-      float expect = 0.f;
-      for (int64_t r = 0; r < rows; ++r) expect += dy.data<float>()[r * d + j];
-      CHECK(sums[j] == expect);
+      CHECK(sums[j] == token_math::column_sum(dy.data<float>(), j, rows, d));
+      double exact = 0, magnitude = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        exact += dy.data<float>()[r * d + j];
+        magnitude += std::abs(dy.data<float>()[r * d + j]);
+      }
+      const double steps = double(token_math::kColumnChunk + rows / token_math::kColumnChunk + 1);
+      CHECK(std::abs(sums[j] - exact) <= steps * 0.5 * FLT_EPSILON * magnitude);
     }
   }
 }

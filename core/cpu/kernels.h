@@ -142,8 +142,8 @@ void softmax_backward_ref(float* dx, const float* dy, const float* y, int64_t ro
 // position embedding p of d values added to every row). y may alias x.
 void scale_rows(float* y, const float* x, const float* s, int64_t rows, int64_t d);
 void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t d);
-// out[j] = Σ_r x[r·d + j], rows added in order in f32 (the gradient of a broadcast; the same order as
-// the CUDA twin, so both give the same bits).
+// out[j] = Σ_r x[r·d + j] in f32 in token_math::column_sum's order (the gradient of a broadcast; the same
+// order as the CUDA twin, so both give the same bits).
 void column_sums(float* out, const float* x, int64_t rows, int64_t d);
 
 // Row gather and its adjoint (a relative-position bias table read through a fixed index): out (n, d) =

@@ -3,6 +3,8 @@
 // paths), the row-wise broadcasts of position embeddings and drop-path, OpenMP over elements, rows or columns around the shared arithmetic of core/token_math.h. Contracts in
 // core/cpu/kernels.h; tested in tests/test_token_ops.cpp against double-precision formulas and by
 // gradcheck through autograd.
+#include <algorithm>
+
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/token_math.h"
 
@@ -32,7 +34,7 @@ void layernorm_backward_ref(float* dx, float* dgamma, float* dbeta, const float*
   for (int64_t j = 0; j < d; ++j) token_math::layernorm_column_grads(dgamma, dbeta, dy, xhat, j, rows, d);
 }
 
-// The same sums as the _ref loop, in the same order (each column's rows ascending, in double), so the
+// The same sums as the _ref loop, in the same order (token_math's row chunks, in double), so the
 // same bits: only the loops are interchanged. The _ref column loop walks one column down all rows, a
 // stride of d floats per read; here a thread takes a chunk of columns and streams the rows across it.
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
@@ -45,12 +47,20 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t j0 = c * kChunk, w = j0 + kChunk < d ? kChunk : d - j0;
     double a[kChunk] = {}, b[kChunk] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* g = dy + r * d + j0;
-      const float* h = xhat + r * d + j0;
+    for (int64_t r0 = 0; r0 < rows; r0 += token_math::kColumnChunk) {
+      const int64_t r1 = std::min(r0 + token_math::kColumnChunk, rows);
+      double ca[kChunk] = {}, cb[kChunk] = {};  // one row chunk's sums, added in chunk order as token_math does
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* g = dy + r * d + j0;
+        const float* h = xhat + r * d + j0;
+        for (int64_t k = 0; k < w; ++k) {
+          ca[k] += static_cast<double>(g[k]) * h[k];
+          cb[k] += g[k];
+        }
+      }
       for (int64_t k = 0; k < w; ++k) {
-        a[k] += static_cast<double>(g[k]) * h[k];
-        b[k] += g[k];
+        a[k] += ca[k];
+        b[k] += cb[k];
       }
     }
     for (int64_t k = 0; k < w; ++k) {
@@ -83,8 +93,8 @@ void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t
 }
 
 void column_sums(float* out, const float* x, int64_t rows, int64_t d) {
-  // Chunks of columns per thread, rows inner in order: contiguous reads that vectorize, and each column's
-  // sum in the row order the CUDA kernel uses.
+  // Chunks of columns per thread, rows inner: contiguous reads that vectorize, and each column's sum in
+  // token_math::column_sum's order (row chunks in order, rows in order within a chunk), the CUDA kernel's.
   // 32 columns (two 64-byte lines of a row) per chunk: enough chunks for every thread at a transformer's
   // widths (192 columns made one 256-wide chunk, so one thread summed the whole bias gradient).
   constexpr int64_t kChunk = 32;
@@ -93,8 +103,13 @@ void column_sums(float* out, const float* x, int64_t rows, int64_t d) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t j0 = c * kChunk, w = j0 + kChunk < d ? kChunk : d - j0;
     float acc[kChunk] = {};  // local sums: out may alias x for all the compiler knows, so it would not vectorize
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < w; ++k) acc[k] += x[r * d + j0 + k];
+    for (int64_t r0 = 0; r0 < rows; r0 += token_math::kColumnChunk) {
+      const int64_t r1 = std::min(r0 + token_math::kColumnChunk, rows);
+      float part[kChunk] = {};
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t k = 0; k < w; ++k) part[k] += x[r * d + j0 + k];
+      for (int64_t k = 0; k < w; ++k) acc[k] += part[k];
+    }
     for (int64_t k = 0; k < w; ++k) out[j0 + k] = acc[k];
   }
 }

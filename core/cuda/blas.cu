@@ -81,7 +81,7 @@ void linear_backward_weight(float* dw, float* db, const float* dy, const float* 
   gemm(CUBLAS_OP_N, CUBLAS_OP_T, blas_int(D, "D"), blas_int(M, "M"), blas_int(N, "N"), x, blas_int(D, "D"), 0, N * D,
        dy, blas_int(M, "M"), 0, N * M, dw, blas_int(D, "D"), 0, 1, false, p, ctx);
   if (db != nullptr && M > 0) {
-    column_sums(db, dy, N, M, ctx.stream());  // token.cu: rows in order, the CPU's bits; fp32 dy
+    column_sums(db, dy, N, M, ctx.stream());  // token.cu: token_math's column order, the CPU's bits; fp32 dy
   }
 }
 

@@ -19,35 +19,157 @@ __global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x,
   for (int64_t i = global_thread(); i < n; i += grid_threads()) dx[i] = dy[i] * token_math::gelu_grad(x[i], tanh_approx);
 }
 
-// One thread per row: rows are the model width long (a few hundred), and there are many of them.
+// The row kernels (LayerNorm, softmax): a warp per row. The warp stages the row's inputs in shared memory
+// with coalesced loads; lane 0 computes the row's statistics from the stage (token_math's sequential sums:
+// the CPU's order, the CPU's bits), and the warp writes the elements. One thread per row, the first form,
+// read rows a model width apart from neighbouring lanes: a tenth of a ViT step on the GPU (docs/cuda.md).
+// RowStage says how many rows a block takes and whether they fit in shared memory; a row too wide to
+// stage (over kStageBytes for one warp) is read from global memory by lane 0, in the same order.
+constexpr int kRowWarps = 8;
+constexpr int64_t kStageBytes = 48 * 1024;  // the static shared-memory limit, without an opt-in
+
+struct RowStage {
+  int warps;     // rows (warps) per block
+  bool staged;   // rows staged in shared memory
+  size_t bytes;  // dynamic shared memory per block
+  RowStage(int64_t d, int inputs) {
+    const int64_t row_bytes = d * inputs * static_cast<int64_t>(sizeof(float));
+    const int64_t fit = row_bytes > 0 ? kStageBytes / row_bytes : kRowWarps;
+    staged = fit >= 1;
+    warps = staged ? static_cast<int>(std::min<int64_t>(kRowWarps, fit)) : kRowWarps;
+    bytes = staged ? static_cast<size_t>(warps * row_bytes) : 0;
+  }
+  int blocks(int64_t rows) const { return grid_blocks(rows, warps); }
+  int threads() const { return warps * 32; }
+};
+
+// Copies row r's d values of `src` to the warp's stage (or returns the row itself when not staged).
+__device__ __forceinline__ const float* stage_row(float* stage, const float* src, int64_t r, int64_t d, bool staged) {
+  if (!staged) return src + r * d;
+  for (int64_t j = threadIdx.x & 31; j < d; j += 32) stage[j] = src[r * d + j];
+  return stage;
+}
+
 __global__ void layernorm_kernel(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
-                                 const float* beta, int64_t rows, int64_t d, float eps) {
-  for (int64_t r = global_thread(); r < rows; r += grid_threads())
-    token_math::layernorm_row(y, xhat, mean, rstd, x, gamma, beta, r, d, eps);
+                                 const float* beta, int64_t rows, int64_t d, float eps, bool staged) {
+  extern __shared__ float stage[];
+  __shared__ float stats[kRowWarps][2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+    const float* xr = stage_row(stage + warp * d, x, r, d, staged);
+    __syncwarp();
+    if (lane == 0) {
+      token_math::layernorm_stats(xr, d, eps, &stats[warp][0], &stats[warp][1]);
+      mean[r] = stats[warp][0];
+      rstd[r] = stats[warp][1];
+    }
+    __syncwarp();
+    const float m = stats[warp][0], s = stats[warp][1];
+    for (int64_t j = lane; j < d; j += 32) {
+      const float h = (xr[j] - m) * s;
+      if (xhat) xhat[r * d + j] = h;
+      y[r * d + j] = h * gamma[j] + beta[j];
+    }
+    __syncwarp();  // the stage and stats are the next row's
+  }
 }
 
 __global__ void layernorm_dx_kernel(float* dx, const float* dy, const float* xhat, const float* gamma,
-                                    const float* rstd, int64_t rows, int64_t d) {
-  for (int64_t r = global_thread(); r < rows; r += grid_threads())
-    token_math::layernorm_row_backward(dx, dy, xhat, gamma, rstd, r, d);
+                                    const float* rstd, int64_t rows, int64_t d, bool staged) {
+  extern __shared__ float stage[];
+  __shared__ float stats[kRowWarps][2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+    const float* gr = stage_row(stage + 2 * warp * d, dy, r, d, staged);
+    const float* hr = stage_row(stage + (2 * warp + 1) * d, xhat, r, d, staged);
+    __syncwarp();
+    if (lane == 0) token_math::layernorm_backward_stats(gr, hr, gamma, d, &stats[warp][0], &stats[warp][1]);
+    __syncwarp();
+    const float s = rstd[r], mg = stats[warp][0], mgx = stats[warp][1];
+    for (int64_t j = lane; j < d; j += 32) dx[r * d + j] = s * (gr[j] * gamma[j] - mg - hr[j] * mgx);
+    __syncwarp();
+  }
 }
 
-// One thread per column, rows in order: the CPU's summation order.
+// The skeleton of the column reductions (token_math::column_sum's order): a block of 32 lanes × kColumnWarps
+// warps covers 32 adjacent columns (a lane per column: each row read is one 128-byte line); in round k, warp
+// w sums row chunk k·kColumnWarps + w of its lane's column, and warp 0 adds the round's chunk sums to the
+// column's totals in chunk order. Many warps' loads in flight per column, no atomics, the CPU's bits.
+constexpr int kColumnWarps = 32;
+template <int N, typename T, typename ChunkSums>
+__device__ void column_reduce(T (&total)[N], bool active, int64_t rows, ChunkSums chunk_sums) {
+  __shared__ T part[kColumnWarps][32][N];
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  for (int k = 0; k < N; ++k) total[k] = T(0);
+  const int64_t chunks = (rows + token_math::kColumnChunk - 1) / token_math::kColumnChunk;
+  for (int64_t c0 = 0; c0 < chunks; c0 += kColumnWarps) {
+    T s[N];
+    for (int k = 0; k < N; ++k) s[k] = T(0);
+    if (active && c0 + warp < chunks) chunk_sums(s, (c0 + warp) * token_math::kColumnChunk);
+    for (int k = 0; k < N; ++k) part[warp][lane][k] = s[k];
+    __syncthreads();
+    if (warp == 0)
+      for (int w = 0; w < kColumnWarps && c0 + w < chunks; ++w)
+        for (int k = 0; k < N; ++k) total[k] += part[w][lane][k];
+    __syncthreads();
+  }
+}
+
 __global__ void layernorm_dparams_kernel(float* dgamma, float* dbeta, const float* dy, const float* xhat, int64_t rows,
                                          int64_t d) {
-  for (int64_t j = global_thread(); j < d; j += grid_threads())
-    token_math::layernorm_column_grads(dgamma, dbeta, dy, xhat, j, rows, d);
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  double total[2];
+  column_reduce<2>(total, j < d, rows, [&](double* s, int64_t r0) {
+    token_math::layernorm_chunk_grads(&s[0], &s[1], dy, xhat, j, r0, rows, d);
+  });
+  if (threadIdx.y == 0 && j < d) {
+    dgamma[j] = static_cast<float>(total[0]);
+    dbeta[j] = static_cast<float>(total[1]);
+  }
 }
 
-// One thread per row, as LayerNorm: softmax rows are the token count long.
-__global__ void softmax_kernel(float* y, const float* x, int64_t rows, int64_t d, float scale) {
-  for (int64_t r = global_thread(); r < rows; r += grid_threads()) token_math::softmax_row(y, x, r, d, scale);
+// Softmax rows (the token count long) as LayerNorm's: the warp writes the exponentials to its stage (or to
+// y itself when the row is too wide to stage), lane 0 sums them in order, the warp scales.
+__global__ void softmax_kernel(float* y, const float* x, int64_t rows, int64_t d, float scale, bool staged) {
+  extern __shared__ float stage[];
+  __shared__ float stats[kRowWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+    const float* xr = stage_row(stage + warp * d, x, r, d, staged);
+    float* er = staged ? stage + warp * d : y + r * d;
+    __syncwarp();
+    if (lane == 0) stats[warp] = token_math::row_max(xr, d);
+    __syncwarp();
+    const float mx = stats[warp];
+    for (int64_t j = lane; j < d; j += 32) er[j] = expf(scale * (xr[j] - mx));
+    __syncwarp();
+    if (lane == 0) stats[warp] = token_math::inverse_row_sum(er, d);
+    __syncwarp();
+    const float inv = stats[warp];
+    for (int64_t j = lane; j < d; j += 32) y[r * d + j] = er[j] * inv;
+    __syncwarp();
+  }
 }
 
 __global__ void softmax_backward_kernel(float* dx, const float* dy, const float* y, int64_t rows, int64_t d,
-                                        float scale) {
-  for (int64_t r = global_thread(); r < rows; r += grid_threads())
-    token_math::softmax_row_backward(dx, dy, y, r, d, scale);
+                                        float scale, bool staged) {
+  extern __shared__ float stage[];
+  __shared__ float stats[kRowWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+    const float* gr = stage_row(stage + 2 * warp * d, dy, r, d, staged);
+    const float* yr = stage_row(stage + (2 * warp + 1) * d, y, r, d, staged);
+    __syncwarp();
+    if (lane == 0) stats[warp] = token_math::row_dot(gr, yr, d);
+    __syncwarp();
+    const float dotf = stats[warp];
+    for (int64_t j = lane; j < d; j += 32) dx[r * d + j] = scale * yr[j] * (gr[j] - dotf);
+    __syncwarp();
+  }
 }
 
 __global__ void scale_rows_kernel(float* y, const float* x, const float* s, int64_t rows, int64_t d) {
@@ -58,14 +180,17 @@ __global__ void add_to_rows_kernel(float* y, const float* x, const float* p, int
   for (int64_t i = global_thread(); i < rows * d; i += grid_threads()) y[i] = x[i] + p[i % d];
 }
 
-// One thread per column, rows in order in f32: the CPU's summation order.
 __global__ void column_sums_kernel(float* out, const float* x, int64_t rows, int64_t d) {
-  for (int64_t j = global_thread(); j < d; j += grid_threads()) {
-    float acc = 0.f;
-    for (int64_t r = 0; r < rows; ++r) acc += x[r * d + j];
-    out[j] = acc;
-  }
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float total[1];
+  column_reduce<1>(total, j < d, rows,
+                   [&](float* s, int64_t r0) { s[0] = token_math::column_chunk_sum(x, j, r0, rows, d); });
+  if (threadIdx.y == 0 && j < d) out[j] = total[0];
 }
+
+// Blocks of column_reduce: one per 32 columns (the grid's x dimension allows 2^31 − 1).
+dim3 column_blocks(int64_t d) { return dim3(static_cast<unsigned>((d + 31) / 32)); }
+const dim3 kColumnBlock(32, kColumnWarps);
 
 template <typename T>
 __global__ void strided_copy_kernel(T* dst, const T* src, cpu::StridedCopy c, int64_t numel) {
@@ -120,14 +245,16 @@ void scatter_add_rows(float* grad, const float* dy, const int64_t* index, int64_
 
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t d, float scale, cudaStream_t cuda_stream) {
   if (rows == 0) return;
-  softmax_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(y, x, rows, d, scale);
+  const RowStage g(d, 1);
+  softmax_kernel<<<g.blocks(rows), g.threads(), g.bytes, cuda_stream>>>(y, x, rows, d, scale, g.staged);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t d, float scale,
                       cudaStream_t cuda_stream) {
   if (rows == 0) return;
-  softmax_backward_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(dx, dy, y, rows, d, scale);
+  const RowStage g(d, 2);
+  softmax_backward_kernel<<<g.blocks(rows), g.threads(), g.bytes, cuda_stream>>>(dx, dy, y, rows, d, scale, g.staged);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
@@ -145,7 +272,7 @@ void add_to_rows(float* y, const float* x, const float* p, int64_t rows, int64_t
 
 void column_sums(float* out, const float* x, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
   if (d == 0) return;
-  column_sums_kernel<<<grid_blocks(d), kBlockThreads, 0, cuda_stream>>>(out, x, rows, d);
+  column_sums_kernel<<<column_blocks(d), kColumnBlock, 0, cuda_stream>>>(out, x, rows, d);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
@@ -193,17 +320,20 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool t
 void layernorm_forward(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
                        const float* beta, int64_t rows, int64_t d, float eps, cudaStream_t cuda_stream) {
   if (rows == 0) return;
-  layernorm_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(y, xhat, mean, rstd, x, gamma, beta, rows, d,
-                                                                        eps);
+  const RowStage g(d, 1);
+  layernorm_kernel<<<g.blocks(rows), g.threads(), g.bytes, cuda_stream>>>(y, xhat, mean, rstd, x, gamma, beta, rows, d,
+                                                                         eps, g.staged);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
 void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* xhat, const float* gamma,
                         const float* rstd, int64_t rows, int64_t d, cudaStream_t cuda_stream) {
   if (rows == 0) return;
-  layernorm_dx_kernel<<<grid_blocks(rows), kBlockThreads, 0, cuda_stream>>>(dx, dy, xhat, gamma, rstd, rows, d);
+  const RowStage g(d, 2);
+  layernorm_dx_kernel<<<g.blocks(rows), g.threads(), g.bytes, cuda_stream>>>(dx, dy, xhat, gamma, rstd, rows, d,
+                                                                            g.staged);
   ACTLAB_CUDA_CHECK_LAUNCH();
-  layernorm_dparams_kernel<<<grid_blocks(d), kBlockThreads, 0, cuda_stream>>>(dgamma, dbeta, dy, xhat, rows, d);
+  layernorm_dparams_kernel<<<column_blocks(d), kColumnBlock, 0, cuda_stream>>>(dgamma, dbeta, dy, xhat, rows, d);
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
