@@ -13,12 +13,13 @@
 # PREBUILT=dir: use dir/actlab_tests, dir/bench_cuda and dir/actlab-train built elsewhere (an ACTLAB_GPU_CHECK
 # build for sm_90, carried to the GPU host) when they start there; otherwise build as in step 1. Building
 # elsewhere saves the GPU host's minutes.
-# STEPS=list: which of tests,bench,vit,fig7,train,torch,ncu to run (default all but ncu). fig7: every method
+# STEPS=list: which of tests,bench,vit,fig7,train,torch,ncu,prof to run (default all but ncu and prof). fig7: every method
 # of the paper's Fig. 7 (Normal, Checkpoint, SWAP, BLPA, AC-GC, ActNN, DIVISION, Checkpoint + DIVISION) on
 # ResNet-18 b256 in one run, with SWAP's hidden copy fraction from the pinned copy bandwidth. train:
 # actlab-train on the GPU with synthetic data (its --deterministic twice, which must repeat, and
 # --cudnn-benchmark under division). ncu: Nsight Compute's speed-of-light, memory and occupancy sections of the codec's pack and
-# unpack kernels (ncu.txt).
+# unpack kernels (ncu.txt). prof: GPU time by kernel over one step of PROF_MODEL (default vit_tiny_cifar),
+# exact and DIVISION, from Nsight Compute's kernel durations (prof_*.txt).
 # Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
 # doctest copy: $DOCTEST_DIR/doctest/doctest.h, default build-cuda/gpu-deps/doctest/doctest.h (318 KB).
 set -uo pipefail
@@ -219,6 +220,49 @@ if want ncu && have bench_cuda; then
   fi
 fi
 
+if want prof && have bench_cuda; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  PROF_MODEL=${PROF_MODEL:-vit_tiny_cifar}
+  if [ -z "$NCU" ]; then
+    fail "ncu: not found"
+  else
+    # GPU time per kernel over one warm-up and one timed step (ncu serializes kernels; the step's wall time
+    # under it means nothing, the kernel durations do): where a model's step goes, by kernel.
+    for p in exact 'division:B=8,Q=2'; do
+      name=$(printf '%s' "$p" | tr -c 'a-zA-Z0-9' _)
+      log "prof: GPU time by kernel, $PROF_MODEL b256 $p (prof_$name.txt)"
+      timeout 200 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --launch-count 50000 "$BUILD/bench_cuda" --what train --model "$PROF_MODEL" --policies "$p" --warmup 1 \
+        --steps 1 --min-time 0 --max-steps 1 > "$OUT/prof_$name.csv" 2> "$OUT/prof_$name.err" \
+        || fail "ncu $p (see prof_$name.err)"
+      python3 - "$OUT/prof_$name.csv" <<'PY' | tee "$OUT/prof_$name.txt" || fail "prof table $p"
+import collections, csv, sys
+header, totals = None, collections.defaultdict(lambda: [0, 0.0])
+unit_us = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+for row in csv.reader(open(sys.argv[1])):
+    if "Kernel Name" in row and "Metric Value" in row:
+        header = row
+        continue
+    if not header or len(row) != len(header):
+        continue
+    r = dict(zip(header, row))
+    try:
+        us = float(r["Metric Value"].replace(",", "")) * unit_us[r["Metric Unit"]]
+    except (KeyError, ValueError):
+        continue
+    t = totals[r["Kernel Name"][:100]]
+    t[0] += 1
+    t[1] += us
+all_us = sum(t[1] for t in totals.values())
+print("kernels %d, GPU time %.1f ms over 2 steps" % (sum(t[0] for t in totals.values()), all_us / 1e3))
+for name, (n, us) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:25]:
+    print("%8.2f ms %5.1f%% %6d  %s" % (us / 1e3, 100 * us / all_us, n, name))
+PY
+      gzip -f "$OUT/prof_$name.csv"
+    done
+  fi
+fi
+
 # ---- 5. one table
 python3 - "$OUT" <<'EOF' || fail "table"
 import json, os, sys
@@ -229,10 +273,12 @@ def load(name):
 a, t, v, f7 = load("bench_cuda.json"), load("torch.json"), load("bench_vit.json"), load("bench_fig7.json")
 amp = [load("torch_bf16.json"), load("torch_fp16.json")]
 mib = 1024.0 * 1024.0
-lines = ["# actlab GPU check: %s" % a.get("device", t.get("device", "?")), "",
-         "ResNet-18 CIFAR, batch 256, fp32 (no TF32) unless a row says @bf16/@fp16 or AMP, cuDNN benchmark mode, "
-         "median of timed steps.", "",
-         "| framework / policy | img/s | activation MiB | peak MiB | reserved peak MiB |", "|---|---|---|---|---|"]
+device = a.get("device") or v.get("device") or f7.get("device") or t.get("device", "?")
+lines = ["# actlab GPU check: %s" % device, ""]
+if a.get("train") or t:
+    lines += ["ResNet-18 CIFAR, batch 256, fp32 (no TF32) unless a row says @bf16/@fp16 or AMP, cuDNN benchmark "
+              "mode, median of timed steps.", "",
+              "| framework / policy | img/s | activation MiB | peak MiB | reserved peak MiB |", "|---|---|---|---|---|"]
 for r in a.get("train", []):
     lines.append("| actlab %s | %.0f | %.1f | %.1f | %.1f |" % (r["policy"], r["img_per_s"], r["activation_bytes"] / mib,
                                                             r["peak_bytes"] / mib, r["reserved_peak_bytes"] / mib))
@@ -268,7 +314,8 @@ if f7.get("train"):
         lines += ["", "SWAP: %.1f MiB each way per step; copies alone %.2f ms (d2h %.1f, h2d %.1f GB/s), step longer "
                   "by %.2f ms: %.0f%% of the copying hidden." % (moved / mib, 1e3 * copy_s, copies["d2h"], copies["h2d"],
                                                               1e3 * lost_s, 100 * max(0.0, 1 - lost_s / copy_s))]
-lines += ["", "| kernel (bytes read + written) | GB/s | of copy (target >= 70% for pack/unpack) |", "|---|---|---|"]
+if a.get("kernels"):
+    lines += ["", "| kernel (bytes read + written) | GB/s | of copy (target >= 70% for pack/unpack) |", "|---|---|---|"]
 for k in a.get("kernels", []):
     lines.append("| %s | %.0f | %.0f%% |" % (k["kernel"], k["gbps"], 100 * k["of_copy"]))
 open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
