@@ -22,7 +22,8 @@ __global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x,
 // The row kernels (LayerNorm, softmax): a warp per row. The warp stages the row's inputs in shared memory
 // with coalesced loads; lane 0 computes the row's statistics from the stage (token_math's sequential sums:
 // the CPU's order, the CPU's bits), and the warp writes the elements. One thread per row, the first form,
-// read rows a model width apart from neighbouring lanes: a tenth of a ViT step on the GPU (docs/cuda.md).
+// read rows a model width apart from neighbouring lanes: a fifth of a ViT step's GPU time once the column
+// sums were fixed (docs/cuda.md, "ViT on the GPU").
 // RowStage says how many rows a block takes and whether they fit in shared memory; a row too wide to
 // stage (over kStageBytes for one warp) is read from global memory by lane 0, in the same order.
 constexpr int kRowWarps = 8;
