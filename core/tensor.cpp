@@ -351,9 +351,9 @@ void fill_host(Tensor& t, float value) {
 }
 
 // The strided copy that writes every element of dst from a source of dst's shape laid out with
-// src_strides (nullptr: all zero, one element read for every position).
-cpu::StridedCopy strided_copy_plan(const Tensor& dst, const int64_t* src_strides) {
-  ACTLAB_CHECK(dst.dim() <= 8, "copy_: at most 8 dims between layouts, got ", dst.str());
+// src_strides (nullptr: all zero, one element read for every position); `op` names the caller in errors.
+cpu::StridedCopy strided_copy_plan(const char* op, const Tensor& dst, const int64_t* src_strides) {
+  ACTLAB_CHECK(dst.dim() <= 8, op, ": at most 8 dims between layouts, got ", dst.str());
   cpu::StridedCopy c;
   c.ndim = static_cast<int>(dst.dim());
   c.elem_bytes = static_cast<int>(dtype_size(dst.dtype()));
@@ -378,9 +378,10 @@ Tensor& Tensor::fill_(float value) {
     // copy from it with source strides 0 writes it everywhere, with no temporary of the view's size.
     Tensor one = Tensor::empty({1}, DType::F32, device());
     one.fill_(value);
-    const cpu::StridedCopy c = strided_copy_plan(*this, nullptr);
+    const cpu::StridedCopy c = strided_copy_plan("fill_", *this, nullptr);
     void* dst = raw_data();
-    ACTLAB_DISPATCH(device(), cuda::strided_copy(dst, one.raw_data(), c, gpu.stream()), (void)dst);
+    const void* from = one.raw_data();
+    ACTLAB_DISPATCH(device(), cuda::strided_copy(dst, from, c, gpu.stream()), cpu::strided_copy(dst, from, c));
     storage_->bump_version();
     return *this;
   }
@@ -398,7 +399,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   } else {
     ACTLAB_CHECK(device() == src.device(), "strided copy_ across devices is not supported (", src.str(), " on ",
                  src.device().str(), " into one on ", device().str(), ")");
-    const cpu::StridedCopy c = strided_copy_plan(*this, src.strides_.data());
+    const cpu::StridedCopy c = strided_copy_plan("copy_", *this, src.strides_.data());
     void* dst = raw_data();
     const void* from = src.raw_data();
     ACTLAB_DISPATCH(device(), cuda::strided_copy(dst, from, c, gpu.stream()), cpu::strided_copy(dst, from, c));

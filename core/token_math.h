@@ -183,11 +183,15 @@ ACTLAB_HD void softmax_row_backward(float* dx, const float* dy, const float* y, 
 constexpr int kMaxCopyDims = 8;
 
 // Where element i (in row-major order of `shape`) of a strided tensor lives, in elements from its start.
-ACTLAB_HD int64_t strided_offset(int64_t i, const int64_t* shape, const int64_t* strides, int ndim) {
-  int64_t off = 0;
+// Index is int64_t, or int32_t where the caller has checked that every index and offset fits (the GPU's
+// 32-bit division is several times cheaper than its 64-bit one).
+template <typename Index>
+ACTLAB_HD Index strided_offset(Index i, const int64_t* shape, const int64_t* strides, int ndim) {
+  Index off = 0;
   for (int k = ndim - 1; k >= 0; --k) {
-    const int64_t q = i / shape[k];
-    off += (i - q * shape[k]) * strides[k];
+    const Index n = static_cast<Index>(shape[k]);
+    const Index q = i / n;
+    off += (i - q * n) * static_cast<Index>(strides[k]);
     i = q;
   }
   return off;

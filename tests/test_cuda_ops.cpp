@@ -480,6 +480,36 @@ TEST_CASE("cuda ops: LayerNorm and softmax rows of every width: staged in shared
   live.check();
 }
 
+TEST_CASE("cuda ops: strided copies, by rows of one or several segments and by elements, are the CPU's bytes") {
+  if (!gpu_or_skip("strided copy parity")) return;
+  const LiveBytesOnBoth live;
+  {
+    // The attention heads' split: (B, T, 3, H, dh) to (3, B, H, T, dh), rows of dh = 64; a slice whose
+    // coalesced rows are 600 long (three segments, the last partial); a strided destination; a permute
+    // ending in a dim of 3 (one thread per element); 1-, 2- and 8-byte elements.
+    const Tensor qkv = uniform({2, 65, 3, 3, 64}, 61);
+    check_same_bytes(qkv.permute({2, 0, 3, 1, 4}).contiguous(), on(qkv, gpu()).permute({2, 0, 3, 1, 4}).contiguous(),
+                     "head split");
+    const Tensor rows = uniform({5, 700}, 62);
+    check_same_bytes(rows.slice(1, 10, 610).contiguous(), on(rows, gpu()).slice(1, 10, 610).contiguous(), "long rows");
+    Tensor wide_cpu = Tensor::zeros({5, 900}), wide_gpu = Tensor::zeros({5, 900}).to(gpu());
+    wide_cpu.slice(1, 100, 800).copy_(rows);
+    wide_gpu.slice(1, 100, 800).copy_(on(rows, gpu()));
+    check_same_bytes(wide_cpu, wide_gpu, "strided destination");
+    const Tensor small = uniform({4, 3, 7, 5}, 63);
+    check_same_bytes(small.permute({0, 2, 3, 1}).contiguous(), on(small, gpu()).permute({0, 2, 3, 1}).contiguous(),
+                     "short rows");
+    for (const DType type : {DType::U8, DType::BF16, DType::I64}) {
+      Tensor t = Tensor::empty({6, 40, 20}, type);
+      auto* p = static_cast<unsigned char*>(t.raw_data());
+      for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(i * 37 + 11);
+      check_same_bytes(t.permute({2, 0, 1}).contiguous(), on(t, gpu()).permute({2, 0, 1}).contiguous(),
+                       std::string("permute of ") + dtype_name(type));
+    }
+  }
+  live.check();
+}
+
 TEST_CASE("cuda ops: softmax, batched matmul, the row broadcasts, strided copies and row gathers match the CPU") {
   if (!gpu_or_skip("softmax, matmul, row broadcast and strided copy parity")) return;
   const LiveBytesOnBoth live;

@@ -192,6 +192,46 @@ TEST_CASE("strided copies between layouts: the fast loop equals the element-at-a
   CHECK(wide.at({3, 8}) == 0.f);
 }
 
+TEST_CASE("strided copies: coalesce_dims keeps the element mapping and merges what both layouts run across") {
+  PhiloxStream rng(51);
+  const Tensor x = Tensor::randn({2, 1, 5, 3, 4}, rng);
+  // Views of every kind a model copies: permutes, slices, a size-1 dim, a broadcast (stride 0).
+  std::vector<Tensor> views = {x, x.permute({2, 0, 1, 4, 3}), x.permute({0, 1, 2, 4, 3}), x.slice(2, 1, 4),
+                               x.reshape({10, 12}).slice(1, 2, 10), x.permute({3, 1, 0, 2, 4}).slice(0, 1, 3)};
+  for (size_t v = 0; v < views.size(); ++v) {
+    CAPTURE(v);
+    const Tensor& view = views[v];
+    cpu::StridedCopy c;
+    c.ndim = static_cast<int>(view.dim());
+    const Tensor dense = Tensor::empty(view.shape());
+    for (int k = 0; k < c.ndim; ++k) {
+      c.shape[k] = view.shape()[k];
+      c.src_strides[k] = view.strides()[k];
+      c.dst_strides[k] = dense.strides()[k];
+    }
+    const cpu::StridedCopy m = cpu::coalesce_dims(c);
+    CHECK(m.ndim <= c.ndim);
+    std::vector<float> want(static_cast<size_t>(view.numel())), got(want.size(), -1.f);
+    cpu::strided_copy_ref(want.data(), view.raw_data(), c);
+    cpu::strided_copy_ref(got.data(), view.raw_data(), m);
+    CHECK(got == want);
+  }
+  // A contiguous copy becomes one run; a transpose of the last two dims keeps both; the size-1 dim goes.
+  cpu::StridedCopy c;
+  c.ndim = 3;
+  const int64_t shape[3] = {3, 4, 5}, dense[3] = {20, 5, 1}, swapped[3] = {20, 1, 4};
+  for (int k = 0; k < 3; ++k) {
+    c.shape[k] = shape[k];
+    c.dst_strides[k] = c.src_strides[k] = dense[k];
+  }
+  CHECK(cpu::coalesce_dims(c).ndim == 1);
+  CHECK(cpu::coalesce_dims(c).shape[0] == 60);
+  for (int k = 0; k < 3; ++k) c.src_strides[k] = swapped[k];
+  CHECK(cpu::coalesce_dims(c).ndim == 3);
+  c.shape[0] = 1;
+  CHECK(cpu::coalesce_dims(c).ndim == 2);
+}
+
 TEST_CASE("shape ops: reshape, permute, split (one part unused), concat, add_rows and expand_rows gradcheck") {
   gradcheck([](std::vector<Variable>& v) { return permute(reshape(v[0], {2, 3, 4}), {2, 0, 1}); },
             {param({6, 4}, 60)});

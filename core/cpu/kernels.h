@@ -164,6 +164,10 @@ struct StridedCopy {
 };
 // Parallel over rows (all dims but the last), the last dim an inner loop.
 void strided_copy(void* dst, const void* src, const StridedCopy& c);
+// The same copy with fewer dims: size-1 dims dropped, and each dim merged into the next where both layouts
+// run on contiguously across them (stride[k] = stride[k+1]·shape[k+1] in dst and src). Rows get longer and
+// the index arithmetic shorter; the element mapping is unchanged (the CUDA launcher runs it first).
+StridedCopy coalesce_dims(const StridedCopy& c);
 // The executable spec: one element at a time, serial.
 void strided_copy_ref(void* dst, const void* src, const StridedCopy& c);
 

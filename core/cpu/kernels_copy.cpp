@@ -44,6 +44,27 @@ void strided_copy(void* dst, const void* src, const StridedCopy& c) {
   }
 }
 
+StridedCopy coalesce_dims(const StridedCopy& c) {
+  StridedCopy out;
+  out.elem_bytes = c.elem_bytes;
+  for (int k = 0; k < c.ndim; ++k) {
+    if (c.shape[k] == 1) continue;
+    const int m = out.ndim - 1;  // the last dim kept so far: merge dim k into it when both layouts allow
+    if (m >= 0 && out.dst_strides[m] == c.dst_strides[k] * c.shape[k] &&
+        out.src_strides[m] == c.src_strides[k] * c.shape[k]) {
+      out.shape[m] *= c.shape[k];
+      out.dst_strides[m] = c.dst_strides[k];
+      out.src_strides[m] = c.src_strides[k];
+      continue;
+    }
+    out.shape[out.ndim] = c.shape[k];
+    out.dst_strides[out.ndim] = c.dst_strides[k];
+    out.src_strides[out.ndim] = c.src_strides[k];
+    ++out.ndim;
+  }
+  return out;
+}
+
 void strided_copy_ref(void* dst, const void* src, const StridedCopy& c) {
   int64_t numel = 1;
   for (int k = 0; k < c.ndim; ++k) numel *= c.shape[k];

@@ -25,6 +25,10 @@ __device__ __forceinline__ int64_t global_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+// The same for warps (blockDim.x a multiple of 32): the calling warp's index in the grid and the grid's
+// warp count, for grid-stride loops that give each warp one row.
+__device__ __forceinline__ int64_t global_warp() { return global_thread() >> 5; }
+__device__ __forceinline__ int64_t grid_warps() { return grid_threads() >> 5; }
 
 // 64-bit min / max for device code (std::min is host-only without --expt-relaxed-constexpr).
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

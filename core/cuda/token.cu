@@ -56,8 +56,7 @@ __global__ void layernorm_kernel(float* y, float* xhat, float* mean, float* rstd
   extern __shared__ float stage[];
   __shared__ float stats[kRowWarps][2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+  for (int64_t r = global_warp(); r < rows; r += grid_warps()) {
     const float* xr = stage_row(stage + warp * d, x, r, d, staged);
     __syncwarp();
     if (lane == 0) {
@@ -81,8 +80,7 @@ __global__ void layernorm_dx_kernel(float* dx, const float* dy, const float* xha
   extern __shared__ float stage[];
   __shared__ float stats[kRowWarps][2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+  for (int64_t r = global_warp(); r < rows; r += grid_warps()) {
     const float* gr = stage_row(stage + 2 * warp * d, dy, r, d, staged);
     const float* hr = stage_row(stage + (2 * warp + 1) * d, xhat, r, d, staged);
     __syncwarp();
@@ -137,8 +135,7 @@ __global__ void softmax_kernel(float* y, const float* x, int64_t rows, int64_t d
   extern __shared__ float stage[];
   __shared__ float stats[kRowWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+  for (int64_t r = global_warp(); r < rows; r += grid_warps()) {
     const float* xr = stage_row(stage + warp * d, x, r, d, staged);
     float* er = staged ? stage + warp * d : y + r * d;
     __syncwarp();
@@ -160,8 +157,7 @@ __global__ void softmax_backward_kernel(float* dx, const float* dy, const float*
   extern __shared__ float stage[];
   __shared__ float stats[kRowWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)) {
+  for (int64_t r = global_warp(); r < rows; r += grid_warps()) {
     const float* gr = stage_row(stage + 2 * warp * d, dy, r, d, staged);
     const float* yr = stage_row(stage + (2 * warp + 1) * d, y, r, d, staged);
     __syncwarp();
@@ -193,11 +189,69 @@ __global__ void column_sums_kernel(float* out, const float* x, int64_t rows, int
 dim3 column_blocks(int64_t d) { return dim3(static_cast<unsigned>((d + 31) / 32)); }
 const dim3 kColumnBlock(32, kColumnWarps);
 
-template <typename T>
-__global__ void strided_copy_kernel(T* dst, const T* src, cpu::StridedCopy c, int64_t numel) {
-  for (int64_t i = global_thread(); i < numel; i += grid_threads())
+// Strided copies (on a plan cpu::coalesce_dims has shortened). The index arithmetic, a division per dim
+// per offset, is what limits them, not the bytes: one thread per element spent 15 % of a ViT step on the
+// H200 in the attention heads' split and merge (docs/cuda.md). Rows of the last dim at least
+// kWarpRowMin long go in segments of up to kRowSegment elements, a warp per segment: the lanes share the
+// row's offsets (computed once per segment, not per element) and walk the segment, and a long row still
+// spreads over many warps. Shorter rows keep one thread per element. Index is int32_t when every index
+// and offset fits, else int64_t.
+constexpr int64_t kWarpRowMin = 16;
+constexpr int64_t kRowSegment = 256;
+
+template <typename T, typename Index>
+__global__ void strided_copy_kernel(T* dst, const T* src, cpu::StridedCopy c, Index numel) {
+  for (Index i = static_cast<Index>(global_thread()); i < numel; i += static_cast<Index>(grid_threads()))
     dst[token_math::strided_offset(i, c.shape, c.dst_strides, c.ndim)] =
         src[token_math::strided_offset(i, c.shape, c.src_strides, c.ndim)];
+}
+
+template <typename T, typename Index>
+__global__ void strided_rows_kernel(T* dst, const T* src, cpu::StridedCopy c, Index segments, Index per_row) {
+  const int last = c.ndim - 1;
+  const Index n = static_cast<Index>(c.shape[last]);
+  const Index ds = static_cast<Index>(c.dst_strides[last]), ss = static_cast<Index>(c.src_strides[last]);
+  const int lane = threadIdx.x & 31;
+  for (Index w = static_cast<Index>(global_warp()); w < segments; w += static_cast<Index>(grid_warps())) {
+    const Index r = w / per_row, j0 = (w - r * per_row) * static_cast<Index>(kRowSegment);
+    const Index j1 = j0 + static_cast<Index>(kRowSegment) < n ? j0 + static_cast<Index>(kRowSegment) : n;
+    T* d = dst + token_math::strided_offset(r, c.shape, c.dst_strides, last);
+    const T* s = src + token_math::strided_offset(r, c.shape, c.src_strides, last);
+    for (Index j = j0 + lane; j < j1; j += 32) d[j * ds] = s[j * ss];
+  }
+}
+
+// Every element index and every offset of the copy below 2^31 (offsets are sums of (shape − 1)·stride).
+bool fits_int32(const cpu::StridedCopy& c, int64_t numel) {
+  int64_t dst_max = 0, src_max = 0;
+  for (int k = 0; k < c.ndim; ++k) {
+    dst_max += (c.shape[k] - 1) * c.dst_strides[k];
+    src_max += (c.shape[k] - 1) * c.src_strides[k];
+  }
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  return numel < kLimit && dst_max < kLimit && src_max < kLimit;
+}
+
+template <typename T, typename Index>
+void launch_strided_copy(T* dst, const T* src, const cpu::StridedCopy& c, int64_t numel, cudaStream_t cuda_stream) {
+  const int64_t n = c.ndim >= 1 ? c.shape[c.ndim - 1] : 1;
+  if (n >= kWarpRowMin) {
+    const int64_t per_row = (n + kRowSegment - 1) / kRowSegment, segments = numel / n * per_row;
+    strided_rows_kernel<<<grid_blocks(segments * 32), kBlockThreads, 0, cuda_stream>>>(
+        dst, src, c, static_cast<Index>(segments), static_cast<Index>(per_row));
+  } else {
+    strided_copy_kernel<<<grid_blocks(numel), kBlockThreads, 0, cuda_stream>>>(dst, src, c,
+                                                                              static_cast<Index>(numel));
+  }
+}
+
+template <typename T>
+void strided_copy_typed(void* dst, const void* src, const cpu::StridedCopy& c, int64_t numel,
+                        cudaStream_t cuda_stream) {
+  if (fits_int32(c, numel))
+    launch_strided_copy<T, int32_t>(static_cast<T*>(dst), static_cast<const T*>(src), c, numel, cuda_stream);
+  else
+    launch_strided_copy<T, int64_t>(static_cast<T*>(dst), static_cast<const T*>(src), c, numel, cuda_stream);
 }
 
 template <bool kBf16>
@@ -292,16 +346,16 @@ void widen_16(float* y, const uint16_t* x, int64_t n, DType type, cudaStream_t c
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void strided_copy(void* dst, const void* src, const cpu::StridedCopy& c, cudaStream_t cuda_stream) {
+void strided_copy(void* dst, const void* src, const cpu::StridedCopy& plan, cudaStream_t cuda_stream) {
   int64_t numel = 1;
-  for (int k = 0; k < c.ndim; ++k) numel *= c.shape[k];
+  for (int k = 0; k < plan.ndim; ++k) numel *= plan.shape[k];
   if (numel == 0) return;
-  const int blocks = grid_blocks(numel);
+  const cpu::StridedCopy c = cpu::coalesce_dims(plan);
   switch (c.elem_bytes) {
-    case 1: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), c, numel); break;
-    case 2: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), c, numel); break;
-    case 4: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), c, numel); break;
-    default: strided_copy_kernel<<<blocks, kBlockThreads, 0, cuda_stream>>>(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), c, numel); break;
+    case 1: strided_copy_typed<uint8_t>(dst, src, c, numel, cuda_stream); break;
+    case 2: strided_copy_typed<uint16_t>(dst, src, c, numel, cuda_stream); break;
+    case 4: strided_copy_typed<uint32_t>(dst, src, c, numel, cuda_stream); break;
+    default: strided_copy_typed<uint64_t>(dst, src, c, numel, cuda_stream); break;
   }
   ACTLAB_CUDA_CHECK_LAUNCH();
 }
