@@ -210,13 +210,15 @@ if want ncu && have bench_cuda; then
   if [ -z "$NCU" ]; then
     fail "ncu: not found"
   else
+    # The team kernels (plane_pack/unpack) and the large planes' three pack grids (plane_pool/range/code:
+    # the token maps'), each shape's warm-up and timed launch.
     log "ncu: the codec pack and unpack kernels of each shape, warm-up and timed launch (ncu.txt)"
-    timeout 120 "$NCU" --clock-control none --kernel-name regex:'plane_(un)?pack_kernel' --launch-skip 0 \
-      --launch-count 20 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+    timeout 200 "$NCU" --clock-control none --kernel-name regex:'plane_(un)?pack_kernel|plane_(pool|range|code)_kernel' \
+      --launch-skip 0 --launch-count 80 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section LaunchStats --section ComputeWorkloadAnalysis \
       "$BUILD/bench_cuda" --what kernels --kernel-reps 1 > "$OUT/ncu.txt" 2>&1 || fail "ncu (see ncu.txt)"
-    grep -E "plane_(un)?pack_kernel|Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|Compute \(SM\)|Achieved Occupancy|Registers Per|Executed Ipc A" \
-      "$OUT/ncu.txt" | head -80
+    grep -E "plane_(un)?pack_kernel|plane_(pool|range|code)_kernel|Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|Compute \(SM\)|Achieved Occupancy|Registers Per|Executed Ipc A" \
+      "$OUT/ncu.txt" | head -240
   fi
 fi
 
