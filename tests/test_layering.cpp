@@ -55,7 +55,7 @@ TEST_CASE("layering: no file includes a folder above its own in docs/architectur
   const std::set<std::string> free_folders = {"tests", "fuzz", "third_party"};
   std::map<std::string, size_t> rank;
   for (size_t i = 0; i < order.size(); ++i) rank[order[i]] = i;
-  for (const std::string& f : {"core", "autograd", "compress", "layers", "train", "apps", "io"})
+  for (const char* f : {"core", "autograd", "compress", "layers", "train", "apps", "io"})
     CHECK_MESSAGE(rank.count(f) == 1, "docs/architecture.md §1 does not list ", f, "/");
 
   const std::regex include_re(R"(^\s*#\s*include\s+"(actlab/)?([A-Za-z_0-9]+)/[^"]+")");
