@@ -1,6 +1,7 @@
-// The per-element and per-row arithmetic of GELU and LayerNorm, written once as ACTLAB_HD functions that
-// the CPU kernels (core/cpu/kernels_token.cpp) and their CUDA twins (core/cuda/token.cu) both run, so the
-// two devices compute the same formulas in the same order (as core/codec.h does for the codec).
+// The per-element, per-row and per-column arithmetic of the transformer ops (GELU, LayerNorm, softmax, the
+// column reductions of bias gradients, strided offsets), written once as ACTLAB_HD functions that the CPU
+// kernels (core/cpu/kernels_token.cpp, kernels_copy.cpp) and their CUDA twins (core/cuda/token.cu) both run,
+// so the two devices compute the same formulas in the same order (as core/codec.h does for the codec).
 #pragma once
 #include <math.h>
 
