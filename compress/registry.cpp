@@ -31,13 +31,15 @@ const Form kForms[] = {
     {"mesa", "Q", "mesa:Q=8", "Mesa-style Q-bit codes, one range per head (4-D) or per tensor"},
     {"acgc", "EIG", "acgc:E=0,I=100,G=256",
      "AC-GC: per-layer widths {2,4,8} from a gradient-error bound 2^-E, re-chosen every I steps"},
-    {"swap", "P", "swap:P=2", "offload to host memory, P saves prefetched ahead of backward (SWAP)"},
+    {"swap", "PF", "swap:P=2,F=64",
+     "offload to host memory, P saves prefetched ahead of backward; on a GPU forward waits beyond F MiB of "
+     "copies out in flight (F=0: never) (SWAP)"},
 };
 
 std::string compact_forms() {
   std::string s;
   for (const Form& f : kForms) s += (s.empty() ? "" : " | ") + std::string(f.example);
-  return s + " (B>=1, G>=1, P>=0, Q in {1,2,4,8}, R>=1, E in [0,60], I>=1; actnn: G a multiple of 8; blpa: Q 4 or "
+  return s + " (B>=1, G>=1, P>=0, F>=0, Q in {1,2,4,8}, R>=1, E in [0,60], I>=1; actnn: G a multiple of 8; blpa: Q 4 or "
              "8; R: rows per HFC range, default one range per plane; omitted keys take the defaults shown)";
 }
 
@@ -117,7 +119,9 @@ std::shared_ptr<const ActivationCachePolicy> parse_policy(const std::string& spe
   if (name == "actnn") return std::make_shared<AdaptiveGroupPolicy>(G, static_cast<int>(Q));
   if (name == "blpa") return std::make_shared<BlpaPolicy>(static_cast<int>(Q));
   if (name == "mesa") return std::make_shared<MesaPolicy>(static_cast<int>(Q));
-  if (name == "swap") return std::make_shared<SwapPolicy>(static_cast<int>(arg_or(args, 'P', 2)));
+  if (name == "swap")
+    return std::make_shared<SwapPolicy>(static_cast<int>(arg_or(args, 'P', 2)),
+                                        arg_or(args, 'F', SwapPolicy::kDefaultInFlightMiB));
   PlaneCodecConfig config;
   config.pool_block = B;
   config.bits = static_cast<int>(Q);

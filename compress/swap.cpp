@@ -4,8 +4,11 @@
 
 namespace actlab {
 
-SwapPolicy::SwapPolicy(int ahead) : ahead_(ahead) {
+SwapPolicy::SwapPolicy(int ahead, int64_t in_flight_mib)
+    : ahead_(ahead), in_flight_bytes_(in_flight_mib > 0 ? in_flight_mib * 1024 * 1024 : kNoBound) {
   ACTLAB_CHECK(ahead >= 0, "swap: P (saves prefetched ahead) must be >= 0, got ", ahead);
+  ACTLAB_CHECK(in_flight_mib >= 0 && in_flight_mib <= (int64_t{1} << 40),
+               "swap: F (MiB of copies out in flight) must be in [0, 2^40], got ", in_flight_mib);
   thread_ = std::thread([this] { copy_thread(); });
 }
 
@@ -14,13 +17,16 @@ SwapPolicy::~SwapPolicy() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
     // A device tensor must outlive the copy reading it: its block could otherwise be reused under it.
-    retire_leaving(true);
+    retire_leaving(kWaitAll);
   }
   wake_.notify_all();
   thread_.join();
 }
 
-std::string SwapPolicy::name() const { return "swap:P=" + std::to_string(ahead_); }
+std::string SwapPolicy::name() const {
+  const int64_t mib = in_flight_bytes_ == kNoBound ? 0 : in_flight_bytes_ / (1024 * 1024);
+  return "swap:P=" + std::to_string(ahead_) + (mib == kDefaultInFlightMiB ? "" : ",F=" + std::to_string(mib));
+}
 
 size_t SwapPolicy::expected_bytes(const Shape&) const { return 0; }
 
@@ -36,8 +42,9 @@ std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!x.device().is_cpu()) {
-    retire_leaving(false);
     leaving_.push_back(s);
+    leaving_bytes_ += static_cast<int64_t>(x.nbytes());
+    if (retire_leaving(in_flight_bytes_)) traffic_.out_waits += 1;
   }
   const uint64_t step = ctx.stream >> 24;  // PackContext: (step << 24) | pack number
   if (step != order_step_) {
@@ -64,16 +71,22 @@ void SwapPolicy::queue_back(SwapState& s) {
   s.where = SwapState::Where::Back;
 }
 
-void SwapPolicy::retire_leaving(bool wait) const {
+bool SwapPolicy::retire_leaving(int64_t bound) const {
   // The copies of one device finish in the order they were queued (one copy stream), so the first one
-  // not done ends the scan.
+  // not done ends the scan unless the bytes still leaving exceed the bound.
+  bool waited = false;
   while (!leaving_.empty()) {
     SwapState& s = *leaving_.front();
-    if (!wait && !s.out.done()) break;
-    s.out.wait();
+    if (!s.out.done()) {
+      if (bound != kWaitAll && leaving_bytes_ <= bound) break;
+      s.out.wait();
+      waited = true;
+    }
+    leaving_bytes_ -= static_cast<int64_t>(s.leaving.nbytes());
     s.leaving = Tensor();
     leaving_.pop_front();
   }
+  return waited;
 }
 
 Tensor SwapPolicy::unpack(const Packed& p, const SaveInfo&) const {
@@ -82,7 +95,7 @@ Tensor SwapPolicy::unpack(const Packed& p, const SaveInfo&) const {
   bool prefetched = false;
   if (!s.device.is_cpu()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    retire_leaving(false);
+    retire_leaving(kNoBound);
   }
   {
     std::unique_lock<std::mutex> lock(s.mutex);

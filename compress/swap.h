@@ -15,13 +15,18 @@
 // pinned host memory (the Offloaded blocks come from the pinned allocator once CUDA is initialised):
 // pack queues the copy out and returns, keeping the device tensor until its copy is done (retired when a
 // later pack or unpack finds it done), so the offload overlaps the rest of forward; a prefetch queues the
-// copy back and returns, and the unpack makes the compute stream wait for it, so neither direction
-// stalls the host. The copy out reads the save after pack returned, so a later kernel writing that tensor
+// copy back and returns, and the unpack makes the compute stream wait for it.
+// The bound F (MiB, default kDefaultInFlightMiB; 0: none): once more than F MiB of saves are still on their
+// way out, pack waits for the oldest copies. Without it a fast GPU finishes forward long before the copies
+// out do, and every save is still on the device when backward starts (an H200 kept 1028.5 of exact's
+// 1156.5 MiB for ResNet-18 b256: docs/policies.md); with it forward runs no faster than the copies drain,
+// and the device holds about F MiB of leaving saves. The copy out reads the save after pack returned, so a later kernel writing that tensor
 // in place would race with it; forward writes no tensor it has offered for saving (in-place ops act on
 // gradients). Whether the copies really hide behind the kernels is measured on a GPU
 // (scripts/gpu-check.sh: bench_cuda's swap rows).
 #pragma once
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -61,7 +66,9 @@ class PackedSwap final : public Packed {
 
 class SwapPolicy final : public ActivationCachePolicy {
  public:
-  explicit SwapPolicy(int ahead);  // saves brought back ahead of their backward; >= 0
+  static constexpr int64_t kDefaultInFlightMiB = 64;
+  // ahead: saves brought back ahead of their backward (>= 0); in_flight_mib: the bound F above (>= 0).
+  explicit SwapPolicy(int ahead, int64_t in_flight_mib = kDefaultInFlightMiB);
   ~SwapPolicy() override;
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
@@ -71,8 +78,9 @@ class SwapPolicy final : public ActivationCachePolicy {
 
   // What moved since the policy was made: bytes out to the host, bytes back, and how many unpacks found
   // their save already back (prefetched) or had to copy it themselves.
+  // out_waits: packs that waited for older copies out (the bound F; GPU only).
   struct Traffic {
-    int64_t bytes_out = 0, bytes_back = 0, prefetched = 0, fetched_on_demand = 0;
+    int64_t bytes_out = 0, bytes_back = 0, prefetched = 0, fetched_on_demand = 0, out_waits = 0;
   };
   Traffic traffic() const;
 
@@ -82,10 +90,13 @@ class SwapPolicy final : public ActivationCachePolicy {
   static Tensor bring_back(const SwapState& s);
   // GPU: queues the copy of s.host into a fresh device tensor (s.back, s.in). s.mutex held.
   static void queue_back(SwapState& s);
-  // GPU: drops the device tensors whose copy out is done (all of them when `wait`). mutex_ held.
-  void retire_leaving(bool wait) const;
+  // GPU: drops the device tensors whose copy out is done, and waits for the oldest ones while more than
+  // `bound` bytes are still leaving (kWaitAll: for every one). Returns whether it waited. mutex_ held.
+  bool retire_leaving(int64_t bound) const;
+  static constexpr int64_t kNoBound = INT64_MAX, kWaitAll = -1;
 
   int ahead_;
+  int64_t in_flight_bytes_;  // the bound F in bytes; kNoBound for F=0
   mutable std::mutex mutex_;
   mutable std::condition_variable wake_;
   // Packs in the order forward made them (weak: a pack freed by backward or a cleared tape drops out).
@@ -93,6 +104,7 @@ class SwapPolicy final : public ActivationCachePolicy {
   mutable uint64_t order_step_ = ~uint64_t{0};             // the pack step order_ belongs to
   mutable std::deque<std::shared_ptr<SwapState>> queue_;  // waiting for the copy thread
   mutable std::deque<std::shared_ptr<SwapState>> leaving_;  // GPU saves whose copy out may still run
+  mutable int64_t leaving_bytes_ = 0;                        // their device bytes
   mutable Traffic traffic_;
   bool stopping_ = false;
   std::thread thread_;

@@ -166,7 +166,7 @@ if want vit && have bench_cuda; then
     > "$OUT/bench_vit.log" 2>&1 || fail "bench_cuda ViT (see bench_vit.log)"
   cat "$OUT/bench_vit.log"
 fi
-FIG7_POLICIES='exact;checkpoint;swap;blpa:Q=4;acgc;actnn:G=256,Q=2;division:B=8,Q=2;checkpoint+division:B=8,Q=2'
+FIG7_POLICIES='exact;checkpoint;swap;swap:F=0;blpa:Q=4;acgc;actnn:G=256,Q=2;division:B=8,Q=2;checkpoint+division:B=8,Q=2'
 if want fig7 && have bench_cuda; then
   log "bench_cuda: Fig. 7, every method on ResNet-18 b256 fp32 ($FIG7_POLICIES)"
   timeout 240 "$BUILD/bench_cuda" --what train --min-time 2 --policies "$FIG7_POLICIES" \

@@ -289,6 +289,12 @@ TEST_CASE("swap: bit-identical gradients, no device bytes kept for the offered s
     CHECK(memory_stats()[MemTag::Offloaded].current == host_before);  // freed with the step
   }
   CHECK(parse_policy("swap")->name() == "swap:P=2");
+  // F: MiB of copies out in flight on a GPU before pack waits (64 by default, 0 for none); the name
+  // shows it when it is not the default, so a results row says which SWAP ran.
+  CHECK(parse_policy("swap:P=2,F=64")->name() == "swap:P=2");
+  CHECK(parse_policy("swap:F=16")->name() == "swap:P=2,F=16");
+  CHECK(parse_policy("swap:P=1,F=0")->name() == "swap:P=1,F=0");
+  CHECK(error_of([] { parse_policy("swap:F=-1"); }).find("positive integer") != std::string::npos);
   CHECK(error_of([] { parse_policy("swap:P=x"); }).find("bad policy") != std::string::npos);
   CHECK(error_of([] { parse_policy("swap:Q=2"); }).find("unknown parameter") != std::string::npos);
 }

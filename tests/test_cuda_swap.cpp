@@ -104,3 +104,30 @@ TEST_CASE("cuda swap: GPU saves go out on the copy stream into pinned memory and
     CHECK(memory_stats()[MemTag::Offloaded].current == host_before);
   }
 }
+
+TEST_CASE("cuda swap: with the bound F, pack waits for older copies out, so released saves leave the device") {
+  if (!gpu_or_skip("swap's in-flight bound on cuda:0")) return;
+  const SaveInfo info{"conv2d", "input", true, "layer"};
+  // Saves of 4 MiB against F = 1 MiB: every pack waits until its own copy out is done, so once forward
+  // drops a save the device holds none of it (without a bound it could stay until a later pack).
+  SwapPolicy policy(2, 1);
+  CHECK(policy.name() == "swap:P=2,F=1");
+  const int64_t before = memory_stats(gpu())[MemTag::Activation].current;
+  std::vector<Tensor> originals;
+  std::vector<std::unique_ptr<Packed>> packs;
+  for (uint64_t k = 0; k < 5; ++k) {
+    originals.push_back(uniform({16, 16, 64, 64}, 60 + k));
+    Tensor x = Tensor::empty_tagged(originals.back().shape(), MemTag::Activation, DType::F32, gpu());
+    x.copy_(originals.back().to(gpu()));
+    packs.push_back(policy.pack(x, info, {1, (9u << 24) | k, 9}));
+    x = Tensor();
+    CHECK(memory_stats(gpu())[MemTag::Activation].current == before);
+  }
+  for (size_t k = packs.size(); k-- > 0;) {
+    const Tensor back = policy.unpack(*packs[k], info);
+    check_same_bytes(originals[k], back, "save " + std::to_string(k));
+  }
+  const SwapPolicy::Traffic t = policy.traffic();
+  CHECK(t.bytes_out == 5 * 16 * 16 * 64 * 64 * 4);
+  CHECK(t.bytes_back == t.bytes_out);
+}
