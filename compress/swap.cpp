@@ -42,9 +42,11 @@ std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!x.device().is_cpu()) {
+    // The bound applies to the copies queued before this one (already on the copy stream): the newest
+    // always overlaps the next layers' kernels, even when one save is larger than F.
+    if (retire_leaving(in_flight_bytes_)) traffic_.out_waits += 1;
     leaving_.push_back(s);
     leaving_bytes_ += static_cast<int64_t>(x.nbytes());
-    if (retire_leaving(in_flight_bytes_)) traffic_.out_waits += 1;
   }
   const uint64_t step = ctx.stream >> 24;  // PackContext: (step << 24) | pack number
   if (step != order_step_) {

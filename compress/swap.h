@@ -16,13 +16,15 @@
 // pack queues the copy out and returns, keeping the device tensor until its copy is done (retired when a
 // later pack or unpack finds it done), so the offload overlaps the rest of forward; a prefetch queues the
 // copy back and returns, and the unpack makes the compute stream wait for it.
-// The bound F (MiB, default kDefaultInFlightMiB; 0: none): once more than F MiB of saves are still on their
-// way out, pack waits for the oldest copies. Without it a fast GPU finishes forward long before the copies
-// out do, and every save is still on the device when backward starts (an H200 kept 1028.5 of exact's
-// 1156.5 MiB for ResNet-18 b256: docs/policies.md); with it forward runs no faster than the copies drain,
-// and the device holds about F MiB of leaving saves. The copy out reads the save after pack returned, so a later kernel writing that tensor
-// in place would race with it; forward writes no tensor it has offered for saving (in-place ops act on
-// gradients). Whether the copies really hide behind the kernels is measured on a GPU
+// The bound F (MiB, default kDefaultInFlightMiB; 0: none): once more than F MiB of earlier saves are still
+// on their way out, pack waits for the oldest of those copies (its own, already queued, does not count, so
+// it overlaps what forward does next however large it is). Without the bound a fast GPU finishes forward
+// long before the copies out do, and the saves are still on the device when backward starts (an H200 kept
+// 1028.5 of exact's 1156.5 MiB for ResNet-18 b256: docs/policies.md); with it forward runs no faster than
+// the copies drain, and the device holds at most F MiB of leaving saves plus the newest.
+// The copy out reads the save after pack returned, so a later kernel writing that tensor in place would
+// race with it; forward writes no tensor it has offered for saving (in-place ops act on gradients).
+// Whether the copies really hide behind the kernels is measured on a GPU
 // (scripts/gpu-check.sh: bench_cuda's swap rows).
 #pragma once
 #include <condition_variable>

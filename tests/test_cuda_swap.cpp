@@ -108,8 +108,8 @@ TEST_CASE("cuda swap: GPU saves go out on the copy stream into pinned memory and
 TEST_CASE("cuda swap: with the bound F, pack waits for older copies out, so released saves leave the device") {
   if (!gpu_or_skip("swap's in-flight bound on cuda:0")) return;
   const SaveInfo info{"conv2d", "input", true, "layer"};
-  // Saves of 4 MiB against F = 1 MiB: every pack waits until its own copy out is done, so once forward
-  // drops a save the device holds none of it (without a bound it could stay until a later pack).
+  // Saves of 4 MiB against F = 1 MiB: every pack first waits for the earlier copies out, so once forward
+  // drops its saves the device holds at most the newest (without a bound, any number of them).
   SwapPolicy policy(2, 1);
   CHECK(policy.name() == "swap:P=2,F=1");
   const int64_t before = memory_stats(gpu())[MemTag::Activation].current;
@@ -121,7 +121,7 @@ TEST_CASE("cuda swap: with the bound F, pack waits for older copies out, so rele
     x.copy_(originals.back().to(gpu()));
     packs.push_back(policy.pack(x, info, {1, (9u << 24) | k, 9}));
     x = Tensor();
-    CHECK(memory_stats(gpu())[MemTag::Activation].current == before);
+    CHECK(memory_stats(gpu())[MemTag::Activation].current - before <= 16 * 16 * 64 * 64 * 4);
   }
   for (size_t k = packs.size(); k-- > 0;) {
     const Tensor back = policy.unpack(*packs[k], info);
