@@ -46,6 +46,15 @@ ACTLAB_HD void layernorm_stats(const float* xr, int64_t d, float eps, float* mea
   *rstd = static_cast<float>(1.0 / sqrt(sq / static_cast<double>(d) + eps));
 }
 
+// The element updates of the row functions, which both devices' row loops call.
+ACTLAB_HD float layernorm_normalize(float x, float mean, float rstd) { return (x - mean) * rstd; }
+ACTLAB_HD float layernorm_output(float h, float gamma, float beta) { return h * gamma + beta; }
+ACTLAB_HD float layernorm_dx(float g, float h, float gamma, float rstd, float mg, float mgx) {
+  return rstd * (g * gamma - mg - h * mgx);
+}
+ACTLAB_HD float softmax_exp(float x, float mx, float scale) { return expf(scale * (x - mx)); }
+ACTLAB_HD float softmax_dx(float g, float y, float dot, float scale) { return scale * y * (g - dot); }
+
 // Row r of a LayerNorm forward. x̂ = (x − mean)·rstd is written too when xhat is not null: it is what
 // backward reads (see below).
 ACTLAB_HD void layernorm_row(float* y, float* xhat, float* mean, float* rstd, const float* x, const float* gamma,
@@ -56,9 +65,9 @@ ACTLAB_HD void layernorm_row(float* y, float* xhat, float* mean, float* rstd, co
   mean[r] = m;
   rstd[r] = s;
   for (int64_t j = 0; j < d; ++j) {
-    const float h = (xr[j] - m) * s;
+    const float h = layernorm_normalize(xr[j], m, s);
     if (xhat) xhat[r * d + j] = h;
-    y[r * d + j] = h * gamma[j] + beta[j];
+    y[r * d + j] = layernorm_output(h, gamma[j], beta[j]);
   }
 }
 
@@ -85,7 +94,8 @@ ACTLAB_HD void layernorm_row_backward(float* dx, const float* dy, const float* x
   const float s = rstd[r];
   float mg, mgx;
   layernorm_backward_stats(dy + r * d, xhat + r * d, gamma, d, &mg, &mgx);
-  for (int64_t j = 0; j < d; ++j) dx[r * d + j] = s * (dy[r * d + j] * gamma[j] - mg - xhat[r * d + j] * mgx);
+  for (int64_t j = 0; j < d; ++j)
+    dx[r * d + j] = layernorm_dx(dy[r * d + j], xhat[r * d + j], gamma[j], s, mg, mgx);
 }
 
 // Column reductions (a bias's gradient, LayerNorm's dγ and dβ: sums down each column of a rows×d matrix) go
@@ -94,9 +104,14 @@ ACTLAB_HD void layernorm_row_backward(float* dx, const float* dy, const float* x
 // walk down all rows, one thread per column, left a ViT step on one SM: docs/cuda.md, "ViT on the GPU").
 constexpr int64_t kColumnChunk = 64;
 
+// The end of the row chunk that starts at r0.
+ACTLAB_HD int64_t column_chunk_end(int64_t r0, int64_t rows) {
+  return r0 + kColumnChunk < rows ? r0 + kColumnChunk : rows;
+}
+
 // Σ x[r·d + j] over the rows [r0, r0 + kColumnChunk) ∩ [0, rows), in order, in f32.
 ACTLAB_HD float column_chunk_sum(const float* x, int64_t j, int64_t r0, int64_t rows, int64_t d) {
-  const int64_t r1 = r0 + kColumnChunk < rows ? r0 + kColumnChunk : rows;
+  const int64_t r1 = column_chunk_end(r0, rows);
   float acc = 0.f;
   for (int64_t r = r0; r < r1; ++r) acc += x[r * d + j];
   return acc;
@@ -113,7 +128,7 @@ ACTLAB_HD float column_sum(const float* x, int64_t j, int64_t rows, int64_t d) {
 // One chunk of LayerNorm's parameter gradients for column j, in double: a = Σ dy·x̂, b = Σ dy.
 ACTLAB_HD void layernorm_chunk_grads(double* a, double* b, const float* dy, const float* xhat, int64_t j,
                                      int64_t r0, int64_t rows, int64_t d) {
-  const int64_t r1 = r0 + kColumnChunk < rows ? r0 + kColumnChunk : rows;
+  const int64_t r1 = column_chunk_end(r0, rows);
   double sa = 0, sb = 0;
   for (int64_t r = r0; r < r1; ++r) {
     const float g = dy[r * d + j];
@@ -160,7 +175,7 @@ ACTLAB_HD void softmax_row(float* y, const float* x, int64_t r, int64_t d, float
   const float* xr = x + r * d;
   float* yr = y + r * d;
   const float mx = row_max(xr, d);
-  for (int64_t j = 0; j < d; ++j) yr[j] = expf(scale * (xr[j] - mx));
+  for (int64_t j = 0; j < d; ++j) yr[j] = softmax_exp(xr[j], mx, scale);
   const float inv = inverse_row_sum(yr, d);
   for (int64_t j = 0; j < d; ++j) yr[j] *= inv;
 }
@@ -177,7 +192,7 @@ ACTLAB_HD void softmax_row_backward(float* dx, const float* dy, const float* y, 
   const float* yr = y + r * d;
   const float* gr = dy + r * d;
   const float dotf = row_dot(gr, yr, d);
-  for (int64_t j = 0; j < d; ++j) dx[r * d + j] = scale * yr[j] * (gr[j] - dotf);
+  for (int64_t j = 0; j < d; ++j) dx[r * d + j] = softmax_dx(gr[j], yr[j], dotf, scale);
 }
 
 // The largest rank a strided copy takes (Tensor::copy_ between layouts: permute, slice, concat).

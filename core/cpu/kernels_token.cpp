@@ -3,8 +3,6 @@
 // paths), the row-wise broadcasts of position embeddings and drop-path, OpenMP over elements, rows or columns around the shared arithmetic of core/token_math.h. Contracts in
 // core/cpu/kernels.h; tested in tests/test_token_ops.cpp against double-precision formulas and by
 // gradcheck through autograd.
-#include <algorithm>
-
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/token_math.h"
 
@@ -48,7 +46,7 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
     const int64_t j0 = c * kChunk, w = j0 + kChunk < d ? kChunk : d - j0;
     double a[kChunk] = {}, b[kChunk] = {};
     for (int64_t r0 = 0; r0 < rows; r0 += token_math::kColumnChunk) {
-      const int64_t r1 = std::min(r0 + token_math::kColumnChunk, rows);
+      const int64_t r1 = token_math::column_chunk_end(r0, rows);
       double ca[kChunk] = {}, cb[kChunk] = {};  // one row chunk's sums, added in chunk order as token_math does
       for (int64_t r = r0; r < r1; ++r) {
         const float* g = dy + r * d + j0;
@@ -104,7 +102,7 @@ void column_sums(float* out, const float* x, int64_t rows, int64_t d) {
     const int64_t j0 = c * kChunk, w = j0 + kChunk < d ? kChunk : d - j0;
     float acc[kChunk] = {};  // local sums: out may alias x for all the compiler knows, so it would not vectorize
     for (int64_t r0 = 0; r0 < rows; r0 += token_math::kColumnChunk) {
-      const int64_t r1 = std::min(r0 + token_math::kColumnChunk, rows);
+      const int64_t r1 = token_math::column_chunk_end(r0, rows);
       float part[kChunk] = {};
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t k = 0; k < w; ++k) part[k] += x[r * d + j0 + k];

@@ -67,9 +67,9 @@ __global__ void layernorm_kernel(float* y, float* xhat, float* mean, float* rstd
     __syncwarp();
     const float m = stats[warp][0], s = stats[warp][1];
     for (int64_t j = lane; j < d; j += 32) {
-      const float h = (xr[j] - m) * s;
+      const float h = token_math::layernorm_normalize(xr[j], m, s);
       if (xhat) xhat[r * d + j] = h;
-      y[r * d + j] = h * gamma[j] + beta[j];
+      y[r * d + j] = token_math::layernorm_output(h, gamma[j], beta[j]);
     }
     __syncwarp();  // the stage and stats are the next row's
   }
@@ -87,7 +87,7 @@ __global__ void layernorm_dx_kernel(float* dx, const float* dy, const float* xha
     if (lane == 0) token_math::layernorm_backward_stats(gr, hr, gamma, d, &stats[warp][0], &stats[warp][1]);
     __syncwarp();
     const float s = rstd[r], mg = stats[warp][0], mgx = stats[warp][1];
-    for (int64_t j = lane; j < d; j += 32) dx[r * d + j] = s * (gr[j] * gamma[j] - mg - hr[j] * mgx);
+    for (int64_t j = lane; j < d; j += 32) dx[r * d + j] = token_math::layernorm_dx(gr[j], hr[j], gamma[j], s, mg, mgx);
     __syncwarp();
   }
 }
@@ -142,7 +142,7 @@ __global__ void softmax_kernel(float* y, const float* x, int64_t rows, int64_t d
     if (lane == 0) stats[warp] = token_math::row_max(xr, d);
     __syncwarp();
     const float mx = stats[warp];
-    for (int64_t j = lane; j < d; j += 32) er[j] = expf(scale * (xr[j] - mx));
+    for (int64_t j = lane; j < d; j += 32) er[j] = token_math::softmax_exp(xr[j], mx, scale);
     __syncwarp();
     if (lane == 0) stats[warp] = token_math::inverse_row_sum(er, d);
     __syncwarp();
@@ -164,7 +164,7 @@ __global__ void softmax_backward_kernel(float* dx, const float* dy, const float*
     if (lane == 0) stats[warp] = token_math::row_dot(gr, yr, d);
     __syncwarp();
     const float dotf = stats[warp];
-    for (int64_t j = lane; j < d; j += 32) dx[r * d + j] = scale * yr[j] * (gr[j] - dotf);
+    for (int64_t j = lane; j < d; j += 32) dx[r * d + j] = token_math::softmax_dx(gr[j], yr[j], dotf, scale);
     __syncwarp();
   }
 }
