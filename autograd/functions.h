@@ -36,8 +36,16 @@ Variable gelu(const Variable& x, bool tanh_approx = false);
 Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps = 1e-5f);
 
 // Softmax of scale·x over the last dimension. saves: the output y (lossy_ok: through the policy — for
-// attention it is the same tensor the following matmul saves, so it is packed once). In functions_token.cpp.
+// attention it is the same tensor the following matmul saves, so it is packed once — with codes of at
+// least kProbabilityBits bits). In functions_token.cpp.
 Variable softmax(const Variable& x, float scale = 1.f);
+// The fewest code bits a softmax output is kept with (SaveInfo::min_bits). Its backward,
+// dx = y ⊙ (dy − Σ dy·y), scales each value's gradient by the probability itself, so an absolute error in a
+// stored probability is relative to it: at 2 bits a row's small probabilities (most of an attention row)
+// round to 0 or to a step near the largest one's. On a ViT-Tiny trained with AdamW, 2-bit softmax codes
+// made the mean weight-gradient error of DIVISION Q=2 3.3 (1.25 with the probabilities at 8 bits, 1.25 kept
+// exact: docs/policies.md, "Token maps"). Mesa keeps them at 8 bits; AC-GC's unbounded saves take 8 too.
+constexpr int kProbabilityBits = 8;
 // Batched matrix product over the last two dims (ops::matmul): a (..., M, K) or its transpose, b (..., K, N)
 // or its transpose. saves: both operands as stored (lossy_ok): attention's (B, heads, T, d) maps, whose
 // (T, d) planes a plane policy compresses — for q·kᵀ the second operand is k itself, already "transposed

@@ -47,7 +47,8 @@ class LayerNormNode final : public Node {
   }
 };
 
-// saves: the output y (lossy_ok). Softmax's derivative is a function of y alone.
+// saves: the output y (lossy_ok, at least kProbabilityBits-bit codes). Softmax's derivative is a function
+// of y alone.
 class SoftmaxNode final : public Node {
  public:
   explicit SoftmaxNode(float scale) : scale_(scale) {}
@@ -117,7 +118,7 @@ Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& be
 Variable softmax(const Variable& x, float scale) {
   Tensor y = ops::softmax_forward(x.data().contiguous(), scale);
   auto node = make_node<SoftmaxNode>({&x}, scale);
-  if (node) node->save_lossy("output", y);
+  if (node) node->save_lossy("output", y, kProbabilityBits);
   return make_output(std::move(y), node);
 }
 

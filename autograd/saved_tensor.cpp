@@ -68,7 +68,7 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   ACTLAB_CHECK(t.defined(), "saving an undefined tensor in ", info.op, " (", info.module_path, ")");
   const ActivationCachePolicy* policy = &exact_policy();
   if (info.lossy_ok && t.dtype() == DType::F32) {
-    const ActivationCachePolicy& chosen = current_policy_set().for_module(info.module_path);
+    const ActivationCachePolicy& chosen = current_policy_set().for_save(info);
     if (!chosen.is_exact()) policy = &chosen;
     // Under bf16 or fp16 the exact keep of a lossy save is the low-precision copy (core/precision.h); saves
     // that must stay exact (masks, statistics: lossy_ok false) are untouched.

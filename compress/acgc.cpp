@@ -16,8 +16,6 @@ constexpr int kWidths[] = {2, 4, 8};
 
 size_t width_index(int bits) { return bits == 2 ? 0 : bits == 4 ? 1 : 2; }
 
-std::string save_key(const SaveInfo& info) { return info.module_path + "/" + info.op + "/" + info.role; }
-
 }  // namespace
 
 int acgc_width(double range_norm_sum, int64_t group_size, double budget) {
@@ -55,7 +53,7 @@ std::unique_ptr<Packed> AcgcPolicy::pack(const Tensor& x_in, const SaveInfo& inf
   ACTLAB_CHECK(x_in.defined() && x_in.dtype() == DType::F32, "policy ", name(), " packs f32 tensors, got ",
                x_in.defined() ? x_in.str() : std::string("an undefined tensor"));
   const Tensor x = x_in.contiguous();
-  const std::string key = save_key(info);
+  const std::string key = save_path(info);
   GroupGeometry g;
   const bool coded = at_width(kInitialBits).group_view(x.shape(), g);
   std::deque<GradientSensitivity> history;
@@ -71,6 +69,7 @@ std::unique_ptr<Packed> AcgcPolicy::pack(const Tensor& x_in, const SaveInfo& inf
       for (const double r : sample_range_norms(x, g)) range_norm_sum += r;
       bits = acgc_width(range_norm_sum, group_size_, budget(history));
     }
+    bits = code_bits(bits, info);  // the width the pack below takes (PerGroupPolicy widens the same way)
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -109,13 +108,13 @@ size_t AcgcPolicy::expected_bytes(const Shape& shape) const { return bytes_at(sh
 
 size_t AcgcPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = layers_.find(save_key(info));
+  const auto it = layers_.find(save_path(info));
   return it == layers_.end() || it->second.bits == 0 ? bytes_at(shape, kInitialBits) : bytes_at(shape, it->second.bits);
 }
 
 bool AcgcPolicy::wants_gradient_sensitivity(const SaveInfo& info) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = layers_.find(save_key(info));
+  const auto it = layers_.find(save_path(info));
   return it != layers_.end() && it->second.measuring;
 }
 
@@ -124,7 +123,7 @@ void AcgcPolicy::observe_gradient_sensitivity(const SaveInfo& info, const Gradie
   // kHistory measurements; it is dropped.
   if (!std::isfinite(s.sensitivity) || !std::isfinite(s.reference)) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = layers_.find(save_key(info));
+  const auto it = layers_.find(save_path(info));
   if (it == layers_.end() || !it->second.measuring) return;
   LayerState& st = it->second;
   if (!st.history.empty() && st.measured_step == st.pack_step) {

@@ -88,13 +88,21 @@ PlaneCodecPolicy::PlaneCodecPolicy(const PlaneCodecConfig& config) : config_(con
 }
 
 bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
+  return plane_view(shape, g, config_.bits);
+}
+
+int PlaneCodecPolicy::bits_for(const SaveInfo& info) const {
+  return config_.stores_codes() ? code_bits(config_.bits, info) : config_.bits;
+}
+
+bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g, int bits) const {
   int64_t planes = 0, height = 1, width = 1;
   if (shape.size() == 4) {
     planes = shape[0] * shape[1], height = shape[2], width = shape[3];
   } else if (shape.size() == 3) {
     // (batch, tokens, features): one plane per sample, pooled along the tokens (make_token_geometry).
     if (shape_numel(shape) == 0 || shape[1] * shape[2] == 1) return false;
-    g = make_token_geometry(shape[0], shape[1], shape[2], config_.pool_block, config_.bits);
+    g = make_token_geometry(shape[0], shape[1], shape[2], config_.pool_block, bits);
     g.range_rows = config_.range_rows;
     return true;
   } else if (shape.size() == 2) {
@@ -103,15 +111,15 @@ bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g) const {
     return false;
   }
   if (shape_numel(shape) == 0 || height * width == 1) return false;
-  g = make_plane_geometry(planes, height, width, config_.pool_block, config_.bits);
+  g = make_plane_geometry(planes, height, width, config_.pool_block, bits);
   g.range_rows = config_.range_rows;
   return true;
 }
 
-std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext& ctx) const {
   const Tensor x = checked_input(x_in, name());
   PlaneGeometry g;
-  if (!plane_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  if (!plane_view(x.shape(), g, bits_for(info))) return std::make_unique<PackedPassthrough>(x);
   auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g, x.device());
   ACTLAB_DISPATCH(x.device(),
                   cuda::plane_pack(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
@@ -194,10 +202,16 @@ std::string PlaneCodecPolicy::name() const {
 //   division P·(2h'w' + ceil(QE/8) + 4); quant and hfc:Q P·(ceil(QE/8) + 4); lfc P·2h'w';
 //   hfc (f32) and every passthrough 4·numel. With R rows per range on H×W planes (R' = min(R, H)), the
 //   codes' term ceil(QE/8) + 4 becomes ceil(H/R')·(ceil(Q·R'·W/8) + 4).
-size_t PlaneCodecPolicy::expected_bytes(const Shape& shape) const {
+size_t PlaneCodecPolicy::expected_bytes(const Shape& shape) const { return bytes_at(shape, config_.bits); }
+
+size_t PlaneCodecPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+  return bytes_at(shape, bits_for(info));
+}
+
+size_t PlaneCodecPolicy::bytes_at(const Shape& shape, int bits) const {
   PlaneGeometry g;
-  if (!plane_view(shape, g)) return to_size(shape_numel(shape)) * 4;
-  const int64_t P = g.planes, E = g.plane_elems(), Q = config_.bits;
+  if (!plane_view(shape, g, bits)) return to_size(shape_numel(shape)) * 4;
+  const int64_t P = g.planes, E = g.plane_elems(), Q = bits;
   const int64_t R = std::min(config_.range_rows, g.height), H = g.height, W = g.width;
   const int64_t lfc = 2 * g.lfc_h * g.lfc_w;
   const int64_t hfc = R > 0 ? (H + R - 1) / R * ((Q * R * W + 7) / 8 + 2 + 2) : (Q * E + 7) / 8 + 2 + 2;
@@ -277,8 +291,10 @@ bool sample_rows(const Shape& shape, int64_t group_size, int bits, GroupGeometry
 }
 }  // namespace
 
-bool PerGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const {
-  return sample_rows(shape, group_size_, bits_, g);
+bool PerGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const { return group_view(shape, g, SaveInfo{}); }
+
+bool PerGroupPolicy::group_view(const Shape& shape, GroupGeometry& g, const SaveInfo& info) const {
+  return sample_rows(shape, group_size_, code_bits(bits_, info), g);
 }
 
 namespace {
@@ -341,10 +357,10 @@ Tensor unpack_sample_rows(const Packed& p, const std::string& policy) {
 }
 }  // namespace
 
-std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext& ctx) const {
   const Tensor x = checked_input(x_in, name());
   GroupGeometry g;
-  if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  if (!group_view(x.shape(), g, info)) return std::make_unique<PackedPassthrough>(x);
   return pack_groups(x, x.shape(), g, ctx);
 }
 
@@ -355,11 +371,13 @@ std::string PerGroupPolicy::name() const {
 }
 
 // N samples of D elements: N·ceil(D/G)·(ceil(G·Q/8) + 4); D == 1 (and numel 0) is an f32 copy.
-size_t PerGroupPolicy::expected_bytes(const Shape& shape) const {
+size_t PerGroupPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+
+size_t PerGroupPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
   GroupGeometry g;
-  if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
+  if (!group_view(shape, g, info)) return to_size(shape_numel(shape)) * 4;
   const int64_t groups = g.samples * ((g.sample_elems + group_size_ - 1) / group_size_);
-  return to_size(groups * ((group_size_ * bits_ + 7) / 8 + 4));
+  return to_size(groups * ((group_size_ * g.bits + 7) / 8 + 4));
 }
 
 // ---------------------------------------------------------------- ActNN's per-sample widths
@@ -419,13 +437,13 @@ bool AdaptiveGroupPolicy::group_view(const Shape& shape, GroupGeometry& g) const
   return sample_rows(shape, group_size_, average_bits_, g);
 }
 
-std::unique_ptr<Packed> AdaptiveGroupPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+std::unique_ptr<Packed> AdaptiveGroupPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext& ctx) const {
   const Tensor x = checked_input(x_in, name());
   GroupGeometry g;
   if (!group_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
   // ActNN's cost of sample n is (kernel area, G/pixels, the gradient EMA: factors shared by the samples of
   // one layer) × ‖range_n‖²; only the last decides how one layer's budget is shared among its samples.
-  return pack_groups(x, x.shape(), g, ctx, allocate_sample_bits(sample_range_norms(x, g), average_bits_));
+  return pack_groups(x, x.shape(), g, ctx, allocate_sample_bits(sample_range_norms(x, g), code_bits(average_bits_, info)));
 }
 
 Tensor AdaptiveGroupPolicy::unpack(const Packed& p, const SaveInfo&) const { return unpack_sample_rows(p, name()); }
@@ -444,11 +462,13 @@ size_t AdaptiveGroupPolicy::bytes_for_widths(const Shape& shape, const std::vect
 }
 
 // N samples of D elements, K = ceil(D/G) groups each: N·K·4 + N·K·G·Q/8 + N (G % 8 == 0 and Σ b_n = N·Q).
-size_t AdaptiveGroupPolicy::expected_bytes(const Shape& shape) const {
+size_t AdaptiveGroupPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+
+size_t AdaptiveGroupPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
   GroupGeometry g;
   if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
   const int64_t K = g.groups_per_sample();
-  return to_size(g.samples * K * 4 + g.samples * K * group_size_ * average_bits_ / 8 + g.samples);
+  return to_size(g.samples * K * 4 + g.samples * K * group_size_ * code_bits(average_bits_, info) / 8 + g.samples);
 }
 
 // ---------------------------------------------------------------- BLPA
@@ -461,7 +481,9 @@ BlpaPolicy::BlpaPolicy(int bits) : bits_(bits) {
   ACTLAB_CHECK(bits == 4 || bits == 8, "policy blpa: Q must be 4 or 8 (BLPA's widths), got ", bits);
 }
 
-bool BlpaPolicy::blpa_view(const Shape& shape, BlpaGeometry& g) const {
+bool BlpaPolicy::blpa_view(const Shape& shape, BlpaGeometry& g) const { return blpa_view(shape, g, SaveInfo{}); }
+
+bool BlpaPolicy::blpa_view(const Shape& shape, BlpaGeometry& g, const SaveInfo& info) const {
   const int64_t numel = shape_numel(shape);
   if (numel == 0) return false;
   // Channels as batch norm normalizes them (dim 1 of a map), which is where BLPA's ±3σ grid comes from.
@@ -469,14 +491,14 @@ bool BlpaPolicy::blpa_view(const Shape& shape, BlpaGeometry& g) const {
   g.outer = map ? shape[0] : 1;
   g.channels = map ? shape[1] : 1;
   g.inner = numel / (g.outer * g.channels);
-  g.bits = bits_;
+  g.bits = code_bits(bits_, info);
   return true;
 }
 
-std::unique_ptr<Packed> BlpaPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext&) const {
+std::unique_ptr<Packed> BlpaPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext&) const {
   const Tensor x = checked_input(x_in, name());
   BlpaGeometry g;
-  if (!blpa_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  if (!blpa_view(x.shape(), g, info)) return std::make_unique<PackedPassthrough>(x);
   auto packed = std::make_unique<PackedBlpa>(x.shape(), g, x.device());
   ACTLAB_DISPATCH(x.device(), cuda::blpa_pack(packed->params(), packed->codes(), x.data<float>(), g, gpu.device()),
                   cpu::blpa_pack(packed->params(), packed->codes(), x.data<float>(), g));
@@ -498,9 +520,11 @@ Tensor BlpaPolicy::unpack(const Packed& p, const SaveInfo&) const {
 
 std::string BlpaPolicy::name() const { return "blpa:Q=" + std::to_string(bits_); }
 
-size_t BlpaPolicy::expected_bytes(const Shape& shape) const {
+size_t BlpaPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+
+size_t BlpaPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
   BlpaGeometry g;
-  if (!blpa_view(shape, g)) return 0;  // an empty f32 copy
+  if (!blpa_view(shape, g, info)) return 0;  // an empty f32 copy
   return to_size(g.code_bytes() + g.channels * 16);
 }
 
@@ -509,21 +533,23 @@ MesaPolicy::MesaPolicy(int bits) : bits_(bits) {
   ACTLAB_CHECK(valid_bits(bits), "policy bit width Q must be 1, 2, 4 or 8, got ", bits);
 }
 
-bool MesaPolicy::range_view(const Shape& shape, GroupGeometry& g) const {
+bool MesaPolicy::range_view(const Shape& shape, GroupGeometry& g) const { return range_view(shape, g, SaveInfo{}); }
+
+bool MesaPolicy::range_view(const Shape& shape, GroupGeometry& g, const SaveInfo& info) const {
   const int64_t numel = shape_numel(shape);
   if (numel <= 1) return false;
   // 4-D: one range per index of dim 1 (a head of (B, heads, T, d), a channel of (N, C, H, W)) over the batch.
   g.samples = shape.size() == 4 ? shape[1] : 1;
   g.sample_elems = numel / g.samples;
   g.group_size = g.sample_elems;
-  g.bits = bits_;
+  g.bits = code_bits(bits_, info);
   return true;
 }
 
-std::unique_ptr<Packed> MesaPolicy::pack(const Tensor& x_in, const SaveInfo&, const PackContext& ctx) const {
+std::unique_ptr<Packed> MesaPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext& ctx) const {
   const Tensor x = checked_input(x_in, name());
   GroupGeometry g;
-  if (!range_view(x.shape(), g)) return std::make_unique<PackedPassthrough>(x);
+  if (!range_view(x.shape(), g, info)) return std::make_unique<PackedPassthrough>(x);
   if (x.dim() != 4) return pack_groups(x, x.shape(), g, ctx);
   // Each head's values across the batch made contiguous (a scratch copy, freed before returning).
   MemTagScope tag(MemTag::Workspace);
@@ -547,10 +573,12 @@ Tensor MesaPolicy::unpack(const Packed& p, const SaveInfo&) const {
 std::string MesaPolicy::name() const { return "mesa:Q=" + std::to_string(bits_); }
 
 // R ranges (dim 1's size for 4-D, else 1) of E = numel/R elements: R·(ceil(E·Q/8) + 4); numel <= 1 is a copy.
-size_t MesaPolicy::expected_bytes(const Shape& shape) const {
+size_t MesaPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+
+size_t MesaPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
   GroupGeometry g;
-  if (!range_view(shape, g)) return to_size(shape_numel(shape)) * 4;
-  return to_size(g.samples * ((g.sample_elems * bits_ + 7) / 8 + 4));
+  if (!range_view(shape, g, info)) return to_size(shape_numel(shape)) * 4;
+  return to_size(g.samples * ((g.sample_elems * g.bits + 7) / 8 + 4));
 }
 
 }  // namespace actlab

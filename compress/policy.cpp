@@ -34,6 +34,8 @@ bool glob_match(const std::string& pattern, const std::string& text) {
   return p == pattern.size();
 }
 
+std::string save_path(const SaveInfo& info) { return info.module_path + "/" + info.op + "/" + info.role; }
+
 PolicySet::PolicySet() : default_(std::make_shared<ExactPolicy>()) {}
 PolicySet::PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy)
     : default_(std::move(default_policy)) {
@@ -51,6 +53,8 @@ void PolicySet::add_rule(const std::string& rule) {
                "': expected MODULE_PATTERN=POLICY, e.g. conv1=exact, layer1.*=quant:Q=4 or layer1.*=checkpoint");
   const std::string pattern = rule.substr(0, eq), policy = rule.substr(eq + 1);
   if (policy == "checkpoint") {
+    ACTLAB_CHECK(pattern.find('/') == std::string::npos, "bad --policy-rule '", rule,
+                 "': checkpointing takes modules, not saves (drop the '/...' part)");
     checkpoint_.modules.push_back(pattern);
     return;
   }
@@ -68,7 +72,14 @@ void PolicySet::set_checkpoint_segments(int segments) {
 
 const ActivationCachePolicy& PolicySet::for_module(const std::string& module_path) const {
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
-    if (glob_match(it->first, module_path)) return *it->second;
+    if (it->first.find('/') == std::string::npos && glob_match(it->first, module_path)) return *it->second;
+  return *default_;
+}
+
+const ActivationCachePolicy& PolicySet::for_save(const SaveInfo& info) const {
+  const std::string path = save_path(info);
+  for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
+    if (glob_match(it->first, it->first.find('/') == std::string::npos ? info.module_path : path)) return *it->second;
   return *default_;
 }
 
@@ -161,7 +172,7 @@ void CacheStats::record_pack(const SaveInfo& info, const std::string& policy, co
                              int64_t bytes_raw, int64_t bytes_packed, int64_t bytes_expected, double seconds) {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(g_stats_mutex);
-  const std::string key = info.module_path + "/" + info.op + "/" + info.role;
+  const std::string key = save_path(info);
   auto it = index_.find(key);
   if (it == index_.end()) {
     it = index_.emplace(key, entries_.size()).first;
@@ -184,7 +195,7 @@ void CacheStats::record_pack(const SaveInfo& info, const std::string& policy, co
 void CacheStats::record_unpack(const SaveInfo& info, double seconds) {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(g_stats_mutex);
-  auto it = index_.find(info.module_path + "/" + info.op + "/" + info.role);
+  auto it = index_.find(save_path(info));
   if (it != index_.end()) entries_[it->second].unpack_seconds += seconds;
 }
 

@@ -20,7 +20,16 @@ struct SaveInfo {
   std::string role;         // "input", "mask", "indices", ...
   bool lossy_ok = false;
   std::string module_path;  // "layer2.0.conv1"
+  // The fewest code bits per element this save takes from a lossy policy (0: any). A node sets it when
+  // its backward's error grows as the saved values shrink (softmax: kProbabilityBits); a policy with
+  // Q-bit codes codes such a save at code_bits(Q, info) instead, in its own layout otherwise.
+  int min_bits = 0;
 };
+// The width a Q-bit policy codes this save at: max(Q, info.min_bits).
+inline int code_bits(int policy_bits, const SaveInfo& info) { return policy_bits > info.min_bits ? policy_bits : info.min_bits; }
+// "layer2.0.conv1/conv2d/input": one save's name, the key of the per-save accounting and what a policy
+// rule with a '/' in its pattern is matched against.
+std::string save_path(const SaveInfo& info);
 
 // Where stochastic rounding draws its numbers: element i of this pack uses philox(seed, stream, i).
 struct PackContext {
@@ -83,7 +92,8 @@ class ActivationCachePolicy {
   // The closed-form number of bytes pack() holds for an f32 tensor of this shape.
   virtual size_t expected_bytes(const Shape& shape) const = 0;
   // The closed form for this layer's save (what CacheStats records right after pack()): equal to
-  // expected_bytes(shape) unless the policy keeps per-layer state that sets the size (acgc's widths).
+  // expected_bytes(shape) unless the policy keeps per-layer state that sets the size (acgc's widths) or
+  // the save asks for wider codes than the policy's (SaveInfo::min_bits).
   virtual size_t layer_expected_bytes(const Shape& shape, const SaveInfo& /*info*/) const {
     return expected_bytes(shape);
   }
@@ -116,8 +126,9 @@ struct CheckpointRequest {
 };
 
 // The policies in force: a default plus rules "pattern=policy" matched against module paths
-// ("conv1", "layer1.*", "*.bn1"; '*' matches any run of characters, the last matching rule wins),
-// and what is checkpointed. Whatever is kept — a checkpointed segment's input, the saves of its
+// ("conv1", "layer1.*", "*.bn1"; '*' matches any run of characters, the last matching rule wins) or,
+// when the pattern holds a '/', against save paths ("*/softmax/output", "blocks.*.attn/matmul/rhs":
+// save_path), and what is checkpointed. Whatever is kept — a checkpointed segment's input, the saves of its
 // recomputed forward — goes through these policies.
 class PolicySet {
  public:
@@ -129,6 +140,9 @@ class PolicySet {
   void add_rule(const std::string& rule);
   void set_checkpoint_segments(int segments);  // > 0 or CheckpointRequest::kAutoSegments
   const ActivationCachePolicy& for_module(const std::string& module_path) const;
+  // The policy of one save: the last rule whose pattern matches its module path, or its save path
+  // for a pattern with a '/'.
+  const ActivationCachePolicy& for_save(const SaveInfo& info) const;
   const ActivationCachePolicy& default_policy() const { return *default_; }
   const std::shared_ptr<const ActivationCachePolicy>& shared_default() const { return default_; }
   // The default and every rule's policy, each once, in that order (reports of per-policy state: acgc's widths).

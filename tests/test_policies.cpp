@@ -377,6 +377,40 @@ TEST_CASE("policies: 1x1 planes, D == 1 and other ranks pass through exactly as 
   }
 }
 
+TEST_CASE("policies: a save that names min_bits is coded at max(Q, min_bits), in the policy's own layout") {
+  // SaveInfo::min_bits (a softmax output's kProbabilityBits): a Q-bit policy packs such a save exactly as
+  // its own form with Q = max(Q, min_bits) would — same bytes — and says so in layer_expected_bytes.
+  SaveInfo wide;
+  wide.lossy_ok = true;
+  wide.min_bits = 8;
+  const std::vector<std::pair<const char*, const char*>> widened = {
+      {"division:B=8,Q=2", "division:B=8,Q=8"}, {"division:B=8,Q=2,R=1", "division:B=8,Q=8,R=1"},
+      {"quant:Q=1", "quant:Q=8"}, {"hfc:B=4,Q=4", "hfc:B=4,Q=8"}, {"pergroup:G=64,Q=2", "pergroup:G=64,Q=8"},
+      {"actnn:G=64,Q=2", "actnn:G=64,Q=8"}, {"mesa:Q=4", "mesa:Q=8"}, {"blpa:Q=4", "blpa:Q=8"},
+      // Already as wide, or no codes to widen: unchanged.
+      {"division:B=8,Q=8", "division:B=8,Q=8"}, {"lfc:B=8", "lfc:B=8"}, {"hfc:B=8", "hfc:B=8"}};
+  for (const Shape& shape : {Shape{2, 3, 10, 10}, Shape{3, 9, 16}}) {
+    const Tensor x = random_tensor(shape, 4);
+    for (const auto& [spec, as] : widened) {
+      CAPTURE(spec);
+      CAPTURE(shape_str(shape));
+      const auto policy = parse_policy(spec), reference = parse_policy(as);
+      const PackContext ctx{5, 7, 0};
+      const auto packed = policy->pack(x, wide, ctx), want = reference->pack(x, {}, ctx);
+      CHECK(packed->nbytes() == want->nbytes());
+      CHECK(packed->nbytes() == policy->layer_expected_bytes(shape, wide));
+      CHECK(policy->layer_expected_bytes(shape, {}) == policy->expected_bytes(shape));
+      CHECK(policy->unpack(*packed, wide).to_vector() == reference->unpack(*want, {}).to_vector());
+    }
+  }
+  // AC-GC picks 2, 4 or 8 bits per save; a save that asks for 8 gets 8 from its first pack on.
+  const auto acgc = parse_policy("acgc:E=0,I=100,G=64");
+  const Tensor x = random_tensor({2, 3, 10, 10}, 4);
+  const auto packed = acgc->pack(x, wide, {5, 7, 0});
+  CHECK(packed->nbytes() == parse_policy("pergroup:G=64,Q=8")->expected_bytes(x.shape()));
+  CHECK(packed->nbytes() == acgc->layer_expected_bytes(x.shape(), wide));
+}
+
 TEST_CASE("policies: parse_policy accepts the documented forms and rejects the rest") {
   CHECK(parse_policy("division")->name() == "division:B=8,Q=2");
   CHECK(parse_policy("division:Q=4")->name() == "division:B=8,Q=4");

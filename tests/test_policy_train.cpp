@@ -248,6 +248,36 @@ TEST_CASE("policies in autograd: per-module rules keep chosen layers exact") {
   CHECK_THROWS_AS(set.add_rule("conv1=division:B=0"), Error);
 }
 
+TEST_CASE("policies in autograd: a rule with a '/' picks saves by module/op/role, the rest by module") {
+  PolicySet set(parse_policy("division:B=8,Q=2"));
+  set.add_rule("blocks.*=quant:Q=4");
+  set.add_rule("*/softmax/*=exact");
+  set.add_rule("blocks.1.attn/matmul/rhs=pergroup:G=64,Q=8");
+  const auto save = [](const char* module, const char* op, const char* role) {
+    return SaveInfo{op, role, true, module};
+  };
+  CHECK(save_path(save("blocks.1.attn", "matmul", "rhs")) == "blocks.1.attn/matmul/rhs");
+  CHECK(set.for_save(save("blocks.0.attn", "softmax", "output")).is_exact());
+  CHECK(set.for_save(save("blocks.1.attn", "matmul", "rhs")).name() == "pergroup:G=64,Q=8");
+  CHECK(set.for_save(save("blocks.1.attn", "matmul", "lhs")).name() == "quant:Q=4");  // the module rule
+  CHECK(set.for_save(save("blocks.0.attn", "matmul", "rhs")).name() == "quant:Q=4");
+  CHECK(set.for_save(save("head", "linear", "input")).name() == "division:B=8,Q=2");
+  // A module pattern never matches the '/' of a save path, and for_module ignores save rules.
+  CHECK(set.for_module("blocks.0.attn").name() == "quant:Q=4");
+  set.add_rule("*=lfc:B=4");
+  CHECK(set.for_save(save("blocks.0.attn", "softmax", "output")).name() == "lfc:B=4");  // later rules win
+  CHECK(set.describe() == "division:B=8,Q=2|blocks.*=quant:Q=4|*/softmax/*=exact|"
+                          "blocks.1.attn/matmul/rhs=pergroup:G=64,Q=8|*=lfc:B=4");
+  CHECK(parse_policy_set(set.describe()).describe() == set.describe());
+  // Checkpointing recomputes modules: a save path there is refused with the reason.
+  try {
+    set.add_rule("blocks.0/softmax/*=checkpoint");
+    FAIL("a save-path checkpoint rule was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("modules, not saves") != std::string::npos);
+  }
+}
+
 // Measured here (160 steps, batch 32, Fashion-MNIST, mean train loss over steps 130-159, codec with 8-bit
 // uniforms): exact 0.718, division 0.709, quant:Q=1 0.765, lfc:B=8 2.77. Unbiased 1-bit noise barely hurts
 // this early, so the clearly-worse case is the biased LFC-only policy; quant:Q=1 must not beat DIVISION.
