@@ -407,7 +407,8 @@ void declare_flags(FlagParser& flags) {
             "policies separated by ';' (" + policy_forms() + "\n" + checkpoint_forms() + ")");
   flags.add("policy-rule", "string", "",
             "per-module override PATTERN=POLICY added to every --policies entry for the gradient errors, as in "
-            "actlab-train (e.g. '*.act=exact': what the GELUs' saves add to the error); repeatable",
+            "actlab-train (e.g. '*.act=exact': what the GELUs' saves add to the error; '*/softmax/*=exact': a save "
+            "named MODULE/OP/ROLE); repeatable",
             true);
   flags.add("block", "int", "8", "DIVISION block size B of the Fig. 3(a) DIVISION rows");
   flags.add("batch-size", "int", "32", "test images in the batch");

@@ -108,7 +108,8 @@ std::string checkpoint_forms() {
          "(K a count or auto: sqrt(blocks)), exact saves\n"
          "checkpoint[:segments=K]+P         the same, everything kept (segment inputs, recomputed saves) through policy P\n"
          "--policy-rule 'GLOB=checkpoint'   checkpoint each outermost module matching GLOB\n"
-         "SET|GLOB=P|...                    SET (any form above) with per-module rules, as --policy-rule adds them, "
+         "SET|GLOB=P|...                    SET (any form above) with per-module rules (per save when GLOB has a '/': "
+         "MODULE/OP/ROLE), as --policy-rule adds them, "
          "e.g. 'quant:Q=2,R=1|*.attn.proj=division:B=8,Q=2,R=1'";
 }
 

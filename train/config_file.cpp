@@ -144,7 +144,8 @@ const std::vector<Field>& fields() {
         ACTLAB_STR("loss-scale", loss_scale,
                    "loss scaling: auto (dynamic under fp16, none otherwise), " + loss_scale_forms() +
                        "; gradients are unscaled before the update. docs/precision.md"),
-        {"policy-rule", "string", "per-module override PATTERN=POLICY, e.g. conv1=exact, 'layer1.*=quant:Q=4' or 'layer1.*=checkpoint'",
+        {"policy-rule", "string", "per-module override PATTERN=POLICY, e.g. conv1=exact, 'layer1.*=quant:Q=4' or 'layer1.*=checkpoint'; "
+         "a PATTERN with a '/' names saves as MODULE/OP/ROLE, e.g. '*/softmax/*=exact'",
          [](TrainConfig& c, const std::string& v) { c.policy_rules.push_back(v); },
          [](const TrainConfig&) { return std::string(); },  // printed per rule by config_entries
          true},
