@@ -44,7 +44,7 @@ PolicySet::PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy
 
 void PolicySet::add_rule(const std::string& pattern, std::shared_ptr<const ActivationCachePolicy> policy) {
   ACTLAB_CHECK(!pattern.empty(), "empty module pattern in a policy rule");
-  rules_.emplace_back(pattern, std::move(policy));
+  rules_.push_back({pattern, pattern.find('/') != std::string::npos, std::move(policy)});
 }
 
 void PolicySet::add_rule(const std::string& rule) {
@@ -72,21 +72,23 @@ void PolicySet::set_checkpoint_segments(int segments) {
 
 const ActivationCachePolicy& PolicySet::for_module(const std::string& module_path) const {
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
-    if (it->first.find('/') == std::string::npos && glob_match(it->first, module_path)) return *it->second;
+    if (!it->names_saves && glob_match(it->pattern, module_path)) return *it->policy;
   return *default_;
 }
 
 const ActivationCachePolicy& PolicySet::for_save(const SaveInfo& info) const {
-  const std::string path = save_path(info);
-  for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
-    if (glob_match(it->first, it->first.find('/') == std::string::npos ? info.module_path : path)) return *it->second;
+  std::string path;  // built for the first save rule met: most runs have none, and this runs at every save
+  for (auto it = rules_.rbegin(); it != rules_.rend(); ++it) {
+    if (it->names_saves && path.empty()) path = save_path(info);
+    if (glob_match(it->pattern, it->names_saves ? path : info.module_path)) return *it->policy;
+  }
   return *default_;
 }
 
 std::vector<const ActivationCachePolicy*> PolicySet::policies() const {
   std::vector<const ActivationCachePolicy*> out{default_.get()};
   for (const auto& rule : rules_)
-    if (std::find(out.begin(), out.end(), rule.second.get()) == out.end()) out.push_back(rule.second.get());
+    if (std::find(out.begin(), out.end(), rule.policy.get()) == out.end()) out.push_back(rule.policy.get());
   return out;
 }
 
@@ -98,7 +100,7 @@ std::string PolicySet::describe() const {
                                                                    : std::to_string(checkpoint_.segments)) +
         "+";
   s += default_->name();
-  for (const auto& r : rules_) s += "|" + r.first + "=" + r.second->name();
+  for (const auto& r : rules_) s += "|" + r.pattern + "=" + r.policy->name();
   for (const auto& m : checkpoint_.modules) s += "|" + m + "=checkpoint";
   return s;
 }

@@ -152,7 +152,12 @@ class PolicySet {
   std::string describe() const;
  private:
   std::shared_ptr<const ActivationCachePolicy> default_;
-  std::vector<std::pair<std::string, std::shared_ptr<const ActivationCachePolicy>>> rules_;
+  struct Rule {
+    std::string pattern;
+    bool names_saves;  // the pattern holds a '/': matched against save_path, not the module path
+    std::shared_ptr<const ActivationCachePolicy> policy;
+  };
+  std::vector<Rule> rules_;
   CheckpointRequest checkpoint_;
 };
 
