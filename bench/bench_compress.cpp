@@ -3,9 +3,9 @@
 // convolution's backward reads, one channel at a time as batch-norm backward reads) against a plain memcpy of
 // the same f32 bytes, and the measured compression rate against the closed form. Results: bench/RESULTS_compress.md.
 // --shapes vit takes vit_tiny_cifar's saves at 28² instead (token maps (B, 50, 192) and (B, 50, 768), attention
-// planes (B, 3, 50, 64) and (B, 3, 50, 50)).
-// Usage: bench_compress [--policies division:B=8,Q=2;quant:Q=2 (';'-separated)] [--batch 128] [--reps 10]
-//                       [--threads 2] [--clock wall|cpu] [--shapes resnet18|vit] [--simd portable|avx2|avx512] [--out FILE.md]
+// planes (B, 3, 50, 64) and the softmax's probabilities (B, 3, 50, 50), packed as training packs them: at
+// least kProbabilityBits-bit codes).
+// Usage: bench_compress --help.
 // --clock cpu divides by the process CPU time instead of wall time: GB/s per busy core, which stays
 // meaningful on a shared, oversubscribed machine (the wall clock then measures the neighbours).
 #include <omp.h>
@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "actlab/autograd/functions.h"
 #include "actlab/compress/policies.h"
 #include "actlab/core/allocator.h"
 #include "actlab/io/files.h"
+#include "actlab/train/cli.h"
 
 namespace {
 
@@ -60,14 +62,6 @@ void parallel_copy(float* dst, const float* src, int64_t n) {
   }
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, sep);)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 struct Row {
   std::string policy, shape;
   double pack_gbs, unpack_kernel_gbs, unpack_api_gbs, memcpy_gbs;
@@ -84,7 +78,16 @@ std::string gbs_or_dash(double gbs) {
   return text;
 }
 
-Row measure(const ActivationCachePolicy& policy, const Shape& shape, int reps) {
+// One saved shape; min_bits as its SaveInfo asks (the attention probabilities: kProbabilityBits).
+struct SavedShape {
+  Shape shape;
+  int min_bits = 0;
+};
+
+Row measure(const ActivationCachePolicy& policy, const SavedShape& saved, int reps) {
+  const Shape& shape = saved.shape;
+  SaveInfo info;
+  info.min_bits = saved.min_bits;
   PhiloxStream rng(1, 2);
   const Tensor x = Tensor::randn(shape, rng);
   const int64_t numel = x.numel();
@@ -95,10 +98,10 @@ Row measure(const ActivationCachePolicy& policy, const Shape& shape, int reps) {
 
   Row row;
   row.policy = policy.name();
-  row.shape = shape_str(shape);
+  row.shape = shape_str(shape) + (saved.min_bits ? " probabilities" : "");
   row.memcpy_gbs = f32_bytes / best_seconds(reps, [&] { parallel_copy(dst.data<float>(), x.data<float>(), numel); }) / 1e9;
-  row.pack_gbs = f32_bytes / best_seconds(reps, [&] { policy.pack(x, {}, {7, stream++}); }) / 1e9;
-  const auto packed = policy.pack(x, {}, {7, 0});
+  row.pack_gbs = f32_bytes / best_seconds(reps, [&] { policy.pack(x, info, {7, stream++}); }) / 1e9;
+  const auto packed = policy.pack(x, info, {7, 0});
   row.unpack_api_gbs = f32_bytes / best_seconds(reps, [&] { policy.unpack(*packed, {}); }) / 1e9;
   // Kernel only, into warm memory (what a backward that reuses its workspace would see).
   if (const auto* planes = dynamic_cast<const PackedPlanes*>(packed.get()); planes && !planes->residual()) {
@@ -131,7 +134,7 @@ Row measure(const ActivationCachePolicy& policy, const Shape& shape, int reps) {
     }) / 1e9;
   }
   row.bits_measured = 8.0 * static_cast<double>(packed->nbytes()) / static_cast<double>(numel);
-  row.bits_closed = 8.0 * static_cast<double>(policy.expected_bytes(shape)) / static_cast<double>(numel);
+  row.bits_closed = 8.0 * static_cast<double>(policy.layer_expected_bytes(shape, info)) / static_cast<double>(numel);
   row.rate_measured = 32.0 / row.bits_measured;
   row.rate_closed = 32.0 / row.bits_closed;
   return row;
@@ -139,46 +142,33 @@ Row measure(const ActivationCachePolicy& policy, const Shape& shape, int reps) {
 
 }  // namespace
 
-const char* const kUsage =
-    "usage: bench_compress [options]\n"
-    "Pack and unpack speed of the activation codec on ResNet-18's (or vit_tiny_cifar's) saved shapes, and the\n"
-    "measured compression against the closed form (a Markdown table on stdout).\n\n"
-    "options:\n"
-    "  --policies S   policies separated by ';' (default: division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2;\n"
-    "                 pergroup:G=256,Q=2;division:B=8,Q=4)\n"
-    "  --batch N      batch size (default: 128)\n"
-    "  --reps N       timed repetitions, best kept (default: 10)\n"
-    "  --threads N    OpenMP threads (default: 2)\n"
-    "  --clock S      wall|cpu: divide by wall time or by the process's CPU time (default: wall)\n"
-    "  --shapes S     resnet18|vit (default: resnet18)\n"
-    "  --simd S       portable|avx2|avx512: the widest hand-written codec paths to use (default: the CPU's)\n"
-    "  --out FILE     also write the table to FILE\n";
-
 int main(int argc, char** argv) {
+  FlagParser flags("bench_compress",
+                   "Pack and unpack speed of the activation codec on ResNet-18's (or vit_tiny_cifar's) saved shapes, and the\n"
+                   "measured compression against the closed form (a Markdown table on stdout).");
+  flags.add("policies", "string", "division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2;pergroup:G=256,Q=2;division:B=8,Q=4",
+            "policies separated by ';'");
+  flags.add("batch", "int", "128", "batch size");
+  flags.add("reps", "int", "10", "timed repetitions, best kept");
+  flags.add("threads", "int", "2", "OpenMP threads");
+  flags.add("clock", "string", "wall", "wall|cpu: divide by wall time or by the process's CPU time");
+  flags.add("shapes", "string", "resnet18", "resnet18|vit");
+  flags.add("simd", "string", cpu::codec_simd_name(cpu::codec_simd_supported()),
+            "portable|avx2|avx512: the widest hand-written codec paths to use (default: the CPU's)");
+  flags.add("out", "string", "", "also write the table to this file");
   try {
-    std::string policies = "division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2;pergroup:G=256,Q=2;division:B=8,Q=4";
-    int64_t batch = 128;
-    int reps = 10, threads = 2;
-    std::string out_path, shape_set = "resnet18";
-    std::string simd = cpu::codec_simd_name(cpu::codec_simd_supported());
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "--help" || a == "-h") {
-        std::printf("%s", kUsage);
-        return 0;
-      }
-      ACTLAB_CHECK(i + 1 < argc, "option ", a, " needs a value (--help lists the options)");
-      const std::string v = argv[++i];
-      if (a == "--policies") policies = v;
-      else if (a == "--batch") batch = std::stoll(v);
-      else if (a == "--reps") reps = std::stoi(v);
-      else if (a == "--threads") threads = std::stoi(v);
-      else if (a == "--out") out_path = v;
-      else if (a == "--clock") g_cpu_clock = (v == "cpu");
-      else if (a == "--shapes") shape_set = v;
-      else if (a == "--simd") simd = v;
-      else ACTLAB_FAIL("unknown option ", a, "; accepted: --policies --batch --reps --threads --clock --shapes --simd --out");
+    if (!flags.parse(argc, argv)) {
+      std::printf("%s", flags.help().c_str());
+      return 0;
     }
+    const std::string policies = flags.get("policies"), out_path = flags.get("out"), shape_set = flags.get("shapes");
+    const std::string simd = flags.get("simd");
+    const int64_t batch = flags.get_int("batch");
+    const int reps = static_cast<int>(flags.get_int("reps")), threads = static_cast<int>(flags.get_int("threads"));
+    ACTLAB_CHECK(batch >= 1 && reps >= 1 && threads >= 1, "--batch, --reps and --threads must be >= 1");
+    ACTLAB_CHECK(flags.get("clock") == "wall" || flags.get("clock") == "cpu", "--clock: wall or cpu, got '",
+                 flags.get("clock"), "'");
+    g_cpu_clock = flags.get("clock") == "cpu";
     bool known_level = false;
     for (const cpu::CodecSimd level : {cpu::CodecSimd::Portable, cpu::CodecSimd::Avx2, cpu::CodecSimd::Avx512})
       if (simd == cpu::codec_simd_name(level)) {
@@ -193,18 +183,20 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);
     check_writable(out_path, true, "--out file");
     ACTLAB_CHECK(shape_set == "resnet18" || shape_set == "vit", "--shapes: resnet18 or vit, got '", shape_set, "'");
-    const std::vector<Shape> shapes =
+    const std::vector<SavedShape> shapes =
         shape_set == "vit"
-            ? std::vector<Shape>{{batch, 50, 192}, {batch, 50, 768}, {batch, 3, 50, 64}, {batch, 3, 50, 50}}
-            : std::vector<Shape>{{batch, 64, 32, 32}, {batch, 128, 16, 16}, {batch, 256, 8, 8}, {batch, 512, 4, 4}};
+            ? std::vector<SavedShape>{{{batch, 50, 192}}, {{batch, 50, 768}}, {{batch, 3, 50, 64}},
+                                      {{batch, 3, 50, 50}, kProbabilityBits}}
+            : std::vector<SavedShape>{{{batch, 64, 32, 32}}, {{batch, 128, 16, 16}}, {{batch, 256, 8, 8}},
+                                      {{batch, 512, 4, 4}}};
 
     std::ostringstream md;
     md << "| policy | shape | pack GB/s | unpack GB/s (kernel) | unpack GB/s (API) | blocked unpack GB/s | "
           "channel reads GB/s | memcpy GB/s | bits/elem | closed form | rate | closed-form rate |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-    for (const std::string& spec : split(policies, ';')) {
+    for (const std::string& spec : split_list(policies, ';')) {
       const auto policy = parse_policy(spec);
-      for (const Shape& shape : shapes) {
+      for (const SavedShape& shape : shapes) {
         const Row r = measure(*policy, shape, reps);
         char line[512];
         std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %.1f | %.3f | %.3f | %.2fx | %.2fx |\n",
@@ -224,8 +216,8 @@ int main(int argc, char** argv) {
       write_text_atomic(out_path, f.str());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_compress: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "bench_compress: error: %s\n", e.what());
+    return 2;
   }
   return 0;
 }

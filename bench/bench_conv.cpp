@@ -3,9 +3,7 @@
 // backward-weight, median of --reps after a warm-up, for each --impl (IMPL or IMPL@bf16, e.g.
 // auto,auto@bf16,dnnl-plain@bf16: the precision the layer computes in); prints GFLOP/s per layer and
 // the conv time of one training step. --gemm compares dnnl_sgemm with OpenBLAS (loaded at run time).
-// Results: bench/RESULTS_conv.md. Usage: bench_conv [--impl a,b] [--model resnet20|resnet18|mobilenet|all]
-//          [--batch 128] [--reps 5] [--threads 2] [--gemm] [--alloc system|caching|hugepage]
-//          [--stat median|min] [--clock wall|cpu] [--quiet-wait SECONDS]
+// Results: bench/RESULTS_conv.md. Usage: bench_conv --help.
 #include <dlfcn.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -27,6 +25,7 @@
 #include "actlab/core/cpu/conv.h"
 #include "actlab/core/cpu/gemm.h"
 #include "actlab/core/error.h"
+#include "actlab/train/cli.h"
 
 namespace {
 
@@ -173,17 +172,6 @@ Timing time_layer(const ConvShape& s, ConvImpl impl, actlab::Precision compute, 
   return t;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = std::min(s.find(',', start), s.size());
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
 void run_conv(const std::vector<Layer>& layers, const std::vector<std::string>& impls, int reps) {
   std::printf("| model | layer | N,C,HxW -> K,PxQ (RxS/stride, groups) | x | impl | fwd ms | "
               "fwd GF/s | bwd-data ms | bwd-data GF/s | bwd-weight ms | bwd-weight GF/s | "
@@ -321,30 +309,39 @@ void run_gemm(const std::vector<Layer>& layers, int reps, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  actlab::FlagParser flags("bench_conv",
+                           "The CPU convolution backend per conv layer of CIFAR ResNet-20, ResNet-18 and MobileNetV2:\n"
+                           "GFLOP/s forward / backward-data / backward-weight and one step's conv time per --impl\n"
+                           "(bench/RESULTS_conv.md).");
+  flags.add("impl", "string", "auto", "comma-separated implementations, each IMPL or IMPL@bf16 (auto,dnnl-blocked,...)");
+  flags.add("model", "string", "all", "resnet20, resnet18, mobilenet or all");
+  flags.add("batch", "int", "128", "batch size");
+  flags.add("reps", "int", "5", "timed repetitions after one warm-up");
+  flags.add("threads", "int", "2", "OpenMP threads");
+  flags.add("gemm", "bool", "false", "compare dnnl_sgemm with OpenBLAS (loaded at run time) instead");
+  flags.add("alloc", "string", "system", "CPU allocator: system, caching or hugepage");
+  flags.add("stat", "string", "median", "median or min (the fastest rep, for a machine other jobs share)");
+  flags.add("clock", "string", "wall", "wall or cpu (process CPU time / threads)");
+  flags.add("quiet-wait", "int", "120", "seconds to wait at most for a quiet CPU before each layer");
   try {
-    std::string impls = "auto", model = "all";
-    int64_t batch = 128;
-    int reps = 5, threads = 2;
-    bool gemm = false;
-    std::string alloc = "system";
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        ACTLAB_CHECK(i + 1 < argc, a, " needs a value");
-        return argv[++i];
-      };
-      if (a == "--impl") impls = value();
-      else if (a == "--model") model = value();
-      else if (a == "--batch") batch = std::stoll(value());
-      else if (a == "--reps") reps = std::stoi(value());
-      else if (a == "--threads") threads = std::stoi(value());
-      else if (a == "--gemm") gemm = true;
-      else if (a == "--alloc") alloc = value();
-      else if (a == "--stat") g_use_min = value() == "min";
-      else if (a == "--clock") g_cpu_clock = value() == "cpu";
-      else if (a == "--quiet-wait") g_quiet_wait_s = std::stoi(value());
-      else ACTLAB_FAIL("unknown argument '", a, "' (see the header of bench/bench_conv.cpp)");
+    if (!flags.parse(argc, argv)) {
+      std::printf("%s", flags.help().c_str());
+      return 0;
     }
+    const std::string impls = flags.get("impl"), model = flags.get("model"), alloc = flags.get("alloc");
+    const int64_t batch = flags.get_int("batch");
+    const int reps = static_cast<int>(flags.get_int("reps")), threads = static_cast<int>(flags.get_int("threads"));
+    const bool gemm = flags.get_bool("gemm");
+    ACTLAB_CHECK(batch >= 1 && reps >= 1 && threads >= 1, "--batch, --reps and --threads must be >= 1");
+    ACTLAB_CHECK(model == "resnet20" || model == "resnet18" || model == "mobilenet" || model == "all",
+                 "--model: resnet20, resnet18, mobilenet or all, got '", model, "'");
+    ACTLAB_CHECK(flags.get("stat") == "median" || flags.get("stat") == "min", "--stat: median or min, got '",
+                 flags.get("stat"), "'");
+    ACTLAB_CHECK(flags.get("clock") == "wall" || flags.get("clock") == "cpu", "--clock: wall or cpu, got '",
+                 flags.get("clock"), "'");
+    g_use_min = flags.get("stat") == "min";
+    g_cpu_clock = flags.get("clock") == "cpu";
+    g_quiet_wait_s = static_cast<int>(flags.get_int("quiet-wait"));
     omp_set_num_threads(threads);
     g_threads = threads;
     static CachingCpuAllocator caching;
@@ -358,10 +355,10 @@ int main(int argc, char** argv) {
                 g_cpu_clock ? "process CPU time / threads" : "wall clock", alloc.c_str());
     const auto layers = model_layers(model, batch);
     if (gemm) run_gemm(layers, reps, threads);
-    else run_conv(layers, split(impls), reps);
+    else run_conv(layers, actlab::split_list(impls, ','), reps);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_conv: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "bench_conv: error: %s\n", e.what());
+    return 2;
   }
 }

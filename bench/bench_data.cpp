@@ -3,7 +3,7 @@
 // a synthetic 60000x1x28x28 set (saying so) when the Debian package is absent. Then the streamed
 // image folder's decode rate (img/s, 1 and 2 workers) on a generated tree of ImageNet-sized JPEGs,
 // with RandomResizedCrop to 224 (training) and resize + centre crop (evaluation).
-// Usage: bench_data [epochs=3] [jpegs=256]. Results: bench/RESULTS_data.md.
+// Usage: bench_data [--epochs 3] [--jpegs 256] (--help). Results: bench/RESULTS_data.md.
 #include <stb_image_write.h>
 
 #include <algorithm>
@@ -18,10 +18,12 @@
 
 #include <unistd.h>
 
+#include "actlab/core/error.h"
 #include "actlab/core/philox.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/data/idx.h"
 #include "actlab/data/image_stream.h"
+#include "actlab/train/cli.h"
 
 namespace {
 
@@ -107,9 +109,19 @@ void stream_decode_table(int epochs, int jpegs) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  actlab::FlagParser flags("bench_data",
+                           "Data-pipeline throughput: Fashion-MNIST's load time and loader images/s, then the streamed\n"
+                           "image folder's JPEG decode rate (bench/RESULTS_data.md).");
+  flags.add("epochs", "int", "3", "epochs per configuration, median reported");
+  flags.add("jpegs", "int", "256", "generated 500x375 JPEGs for the image-folder table (at least 20)");
   try {
-    const int epochs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
-    const int jpegs = argc > 2 ? std::max(20, std::atoi(argv[2])) : 256;
+    if (!flags.parse(argc, argv)) {
+      std::printf("%s", flags.help().c_str());
+      return 0;
+    }
+    const int epochs = static_cast<int>(flags.get_int("epochs")), jpegs = static_cast<int>(flags.get_int("jpegs"));
+    ACTLAB_CHECK(epochs >= 1, "--epochs must be >= 1, got ", epochs);
+    ACTLAB_CHECK(jpegs >= 20, "--jpegs must be >= 20 (half train, half test), got ", jpegs);
     const std::string dir = actlab::default_fashion_mnist_dir();
     std::unique_ptr<actlab::InMemoryImageDataset> ds;
     const Clock::time_point t0 = Clock::now();
@@ -138,7 +150,7 @@ int main(int argc, char** argv) {
     stream_decode_table(epochs, jpegs);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_data: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "bench_data: error: %s\n", e.what());
+    return 2;
   }
 }

@@ -7,7 +7,7 @@
 // case forward and backward use, for vit_tiny_cifar and for swin_t's four stages (224², 49-token windows,
 // heads of 32) at --swin-batch images. Median of --reps after a warm-up; the candidates of a row are run
 // alternately, one call each in turn. Results: bench/RESULTS.md, "Vision transformers".
-// Usage: bench_token [--batch 128] [--swin-batch 32] [--reps 20] [--threads 2]
+// Usage: bench_token --help.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/error.h"
 #include "actlab/core/ops.h"
+#include "actlab/train/cli.h"
 
 namespace {
 
@@ -98,21 +99,20 @@ void row(const char* what, double ref, double own, double dnnl) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  actlab::FlagParser flags("bench_token",
+                           "The transformer ops' CPU paths (spec loop, actlab, oneDNN alone) and attention's batched\n"
+                           "products at vit_tiny_cifar's and swin_t's shapes (median ms; bench/RESULTS.md).");
+  flags.add("batch", "int", "128", "vit_tiny_cifar batch (28² images: 50 tokens, width 192, 3 heads)");
+  flags.add("swin-batch", "int", "32", "swin_t images for the attention products (49-token windows)");
+  flags.add("reps", "int", "20", "timed calls per candidate, median kept");
+  flags.add("threads", "int", "2", "OpenMP threads");
   try {
-    int64_t batch = 128, swin_batch = 32;
-    int reps = 20, threads = 2;
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        ACTLAB_CHECK(i + 1 < argc, a, " needs a value");
-        return argv[++i];
-      };
-      if (a == "--batch") batch = std::stoll(value());
-      else if (a == "--swin-batch") swin_batch = std::stoll(value());
-      else if (a == "--reps") reps = std::stoi(value());
-      else if (a == "--threads") threads = std::stoi(value());
-      else ACTLAB_FAIL("unknown argument '", a, "' (see the header of bench/bench_token.cpp)");
+    if (!flags.parse(argc, argv)) {
+      std::printf("%s", flags.help().c_str());
+      return 0;
     }
+    const int64_t batch = flags.get_int("batch"), swin_batch = flags.get_int("swin-batch");
+    const int reps = static_cast<int>(flags.get_int("reps")), threads = static_cast<int>(flags.get_int("threads"));
     ACTLAB_CHECK(batch >= 1 && swin_batch >= 1 && reps >= 1 && threads >= 1,
                  "--batch, --swin-batch, --reps and --threads must be >= 1");
     omp_set_num_threads(threads);
@@ -213,6 +213,6 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_token: error: %s\n", e.what());
-    return 1;
+    return 2;
   }
 }

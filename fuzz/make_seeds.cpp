@@ -201,8 +201,13 @@ void config_seeds() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: fuzz_make_seeds OUT_DIR (e.g. fuzz/corpus)\n");
+  const char* usage = "usage: fuzz_make_seeds OUT_DIR (e.g. fuzz/corpus): writes every fuzz target's seed inputs\n";
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf("%s", usage);
+    return 0;
+  }
+  if (argc != 2 || argv[1][0] == '-') {
+    std::fprintf(stderr, "fuzz_make_seeds: error: %s%s", argc == 2 ? "unknown option; " : "", usage);
     return 2;
   }
   g_out = argv[1];

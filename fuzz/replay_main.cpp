@@ -15,9 +15,19 @@
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
+  const char* usage = "usage: fuzz_replay_<target> PATH...: runs the fuzz target once on every file under the paths\n";
   std::vector<fs::path> files;
   for (int i = 1; i < argc; ++i) {
-    const fs::path root(argv[i]);
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (arg[0] == '-') {
+      std::fprintf(stderr, "fuzz replay: error: unknown option %s; %s", arg.c_str(), usage);
+      return 2;
+    }
+    const fs::path root(arg);
     std::error_code ec;
     if (fs::is_regular_file(root, ec)) files.push_back(root);
     if (!fs::is_directory(root, ec)) continue;
@@ -32,7 +42,7 @@ int main(int argc, char** argv) {
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }
   if (files.empty()) {
-    std::fprintf(stderr, "fuzz replay: no input files under the given paths\n");
+    std::fprintf(stderr, "fuzz replay: error: no input files under the given paths\n");
     return 1;  // a renamed corpus folder must not turn the test into a silent pass
   }
   std::printf("replayed %zu inputs without a crash\n", files.size());

@@ -10,7 +10,9 @@
 #   "behaviour: ResNet-20 with DIVISION trains like exact ...": 505 s under ASan (129 s without);
 #   its kernels and policies are the codec, policy and training-step cases;
 #   example_consumer, readme_snippets: a project of its own linking the installed library needs the sanitizer runtime
-#   too, which the package does not pass on; the normal build runs it.
+#   too, which the package does not pass on; the normal build runs it;
+#   cli_tool_flags: --help and an unknown option of every program, argument parsing only; this build makes
+#   only the programs the other tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${ACTLAB_ASAN_BUILD_DIR:-build-asan}"
@@ -25,7 +27,7 @@ cd "$build_dir"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"  # see scripts/test.sh
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-left_out='cli_resume|cli_crash_resume|example_consumer|readme_snippets|behaviour: ResNet-20 with DIVISION.*'
+left_out='cli_resume|cli_crash_resume|example_consumer|readme_snippets|cli_tool_flags|behaviour: ResNet-20 with DIVISION.*'
 # The data-parallel tests ("dist: ..." and cli_dist_fault) run the real actlab-train under mpirun: Open MPI's
 # runtime leaves its own allocations behind at MPI_Finalize, many from plugins it has already unloaded, which
 # LeakSanitizer can neither attribute nor suppress. They run with leak detection off; every other ASan check
