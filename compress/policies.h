@@ -89,9 +89,9 @@ class PackedPlanes final : public Packed {
 
 // division / quant / lfc / hfc. pack: x is f32 on the CPU or a GPU (made contiguous if it is not); the pack
 // and the unpacked tensor live on x's device, and the bytes are the same on both (core/cuda/codec.h).
-// With range_rows the pack is two codec calls, not one fused pass: plane_pack writes the LFC and the f32
-// residual (a Workspace tensor), then group_pack codes the residual's row groups; unpack adds the two
-// decodes. No blocked or channel reads of such packs (the callers fall back to unpack).
+// With range_rows the codes take one min and step per R rows of a plane (PlaneGeometry::range_rows), packed
+// and decoded by the same plane_pack and plane_unpack calls as one range per plane. No blocked or channel
+// reads of such packs: those decoders take one range per plane, and the callers fall back to unpack.
 class PlaneCodecPolicy final : public ActivationCachePolicy {
  public:
   explicit PlaneCodecPolicy(const PlaneCodecConfig& config);  // throws Error on a bad B/Q
