@@ -282,8 +282,8 @@ TEST_CASE("policies: channel_reader reads unpack's channels where a policy has o
     const auto reader = policy->channel_reader(*packed, {});
     const std::string name = std::string(spec).substr(0, std::string(spec).find(':'));
     // The codec policies decode a channel; exact keeps the tensor (nothing to decode), per-group codes
-    // straddle channels and a full-precision HFC is an f32 copy; bf16 widens a channel's planes. Ranges per
-    // row group are two codec calls (policies.h), with no channel read.
+    // straddle channels and a full-precision HFC is an f32 copy; bf16 widens a channel's planes. Packs with
+    // ranges per row group have no channel read (it decodes one range per plane; policies.h).
     const bool rows = std::string(spec).find("R=") != std::string::npos;
     const bool reads = (name == "division" || name == "quant" || name == "lfc" || std::string(spec) == "hfc:B=8,Q=2" ||
                         name == "bf16") && !rows;
