@@ -1,6 +1,7 @@
 // Per-layer weight-gradient error of activation-cache policies against the exact gradient.
 #include "actlab/analysis/grad_error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -24,7 +25,11 @@ std::vector<WeightLayer> weight_layers(Module& model) {
   std::vector<WeightLayer> out;
   for (const auto& [path, pointer] : model.named_modules()) {
     Module& m = pointer ? *pointer : model;  // NOTE: the root comes without a shared_ptr
-    const char* kind = dynamic_cast<Conv2d*>(&m) ? "Conv2d" : dynamic_cast<Linear*>(&m) ? "Linear" : nullptr;
+    const char* kind = dynamic_cast<Conv2d*>(&m)        ? "Conv2d"
+                       : dynamic_cast<Linear*>(&m)      ? "Linear"
+                       : dynamic_cast<BatchNorm2d*>(&m) ? "BatchNorm2d"
+                       : dynamic_cast<LayerNorm*>(&m)   ? "LayerNorm"
+                                                        : nullptr;
     if (!kind) continue;
     for (const auto& [name, param] : m.named_parameters())
       if (name == "weight") out.push_back({path.empty() ? "(root)" : path, kind, param});
@@ -81,12 +86,15 @@ void difference_norms(const Tensor& a, const Tensor& b, double* diff_norm, doubl
   *ref_norm = std::sqrt(ref);
 }
 
-// Mean over layers of each policy's column of `errors` (non-finite layer values skipped).
-std::vector<double> mean_over_layers(const GradErrorReport& r, std::vector<double> LayerGradError::*errors) {
+// Mean over the Conv2d/Linear layers (norms: over the normalization scales) of each policy's column of
+// `errors` (non-finite layer values skipped).
+std::vector<double> mean_over_layers(const GradErrorReport& r, std::vector<double> LayerGradError::*errors,
+                                     bool norms = false) {
   std::vector<double> mean(r.policies.size(), 0.0);
   for (size_t p = 0; p < r.policies.size(); ++p) {
     int64_t count = 0;
     for (const auto& layer : r.layers) {
+      if (is_norm_kind(layer.kind) != norms) continue;
       const double e = (layer.*errors)[p];
       if (!std::isfinite(e)) continue;
       mean[p] += e;
@@ -105,6 +113,17 @@ double relative_difference(const Tensor& approx, const Tensor& exact) {
 }
 
 }  // namespace
+
+bool is_norm_kind(const std::string& kind) { return kind == "BatchNorm2d" || kind == "LayerNorm"; }
+
+std::vector<double> GradErrorReport::norm_mean_relative_error() const {
+  return mean_over_layers(*this, &LayerGradError::relative_error, true);
+}
+
+size_t GradErrorReport::weight_layer_count() const {
+  return static_cast<size_t>(
+      std::count_if(layers.begin(), layers.end(), [](const LayerGradError& l) { return !is_norm_kind(l.kind); }));
+}
 
 std::vector<double> GradErrorReport::mean_relative_error() const {
   return mean_over_layers(*this, &LayerGradError::relative_error);
@@ -133,7 +152,8 @@ GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tenso
   ACTLAB_CHECK(Tape::current().size() == 0, "gradient_errors: the tape holds ", Tape::current().size(),
                " nodes of a step in progress; run the analysis between steps");
   const std::vector<WeightLayer> layers = weight_layers(model);
-  ACTLAB_CHECK(!layers.empty(), "gradient_errors: the model has no Conv2d or Linear layer");
+  ACTLAB_CHECK(std::any_of(layers.begin(), layers.end(), [](const WeightLayer& l) { return !is_norm_kind(l.kind); }),
+               "gradient_errors: the model has no Conv2d or Linear layer");
   ACTLAB_CHECK(options.draws >= 1, "gradient_errors: draws must be >= 1, got ", options.draws);
 
   ModelStateGuard state(model);

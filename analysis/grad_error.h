@@ -1,7 +1,9 @@
 // Theorem 3.1 of the DIVISION paper made visible: for one batch, the weight gradient ∇W of every
 // Conv2d/Linear layer with exact activations, and for each activation-cache policy the gradient ∇̂W of
 // the same step (same parameters, same forward — only what backward reads differs), reported per layer
-// as ‖∇̂W − ∇W‖_F / ‖∇W‖_F. Tested in tests/test_inspect.cpp ("grad_error: ...").
+// as ‖∇̂W − ∇W‖_F / ‖∇W‖_F. The scales γ of the BatchNorm2d and LayerNorm layers are reported the same way
+// (their gradient Σ dy·x̂ reads the normalized input from the layer's own save), in rows of their own
+// kind that the Conv2d/Linear means leave out. Tested in tests/test_inspect.cpp ("grad_error: ...").
 #pragma once
 #include <memory>
 #include <string>
@@ -22,9 +24,12 @@ struct GradErrorOptions {
   int draws = 1;
 };
 
+// Whether a LayerGradError::kind is a normalization layer's scale (BatchNorm2d, LayerNorm).
+bool is_norm_kind(const std::string& kind);
+
 struct LayerGradError {
   std::string path;              // "layer1.0.conv1"
-  std::string kind;              // "Conv2d" or "Linear"
+  std::string kind;              // "Conv2d", "Linear", or a normalization layer's scale: "BatchNorm2d", "LayerNorm"
   Shape weight_shape;
   double grad_norm = 0;          // ‖∇W‖_F of the exact pass
   std::vector<double> relative_error;  // ‖∇̂W − ∇W‖_F / ‖∇W‖_F, one per policy (inf if ∇W = 0 ≠ ∇̂W), first draw
@@ -33,13 +38,16 @@ struct LayerGradError {
 
 struct GradErrorReport {
   std::vector<std::string> policies;  // policy names, in the order given
-  std::vector<LayerGradError> layers; // Conv2d/Linear modules in named_modules() order
+  std::vector<LayerGradError> layers; // Conv2d/Linear modules and normalization scales, in named_modules() order
   double loss = 0;                    // the batch loss (identical for every pass)
   int draws = 1;                      // GradErrorOptions::draws
-  // Mean over layers of relative_error, one per policy (non-finite layer values skipped).
+  // Mean over the Conv2d/Linear layers of relative_error, one per policy (non-finite layer values skipped).
   std::vector<double> mean_relative_error() const;
-  // Mean over layers of mean_error, one per policy (non-finite layer values skipped).
+  // Mean over the Conv2d/Linear layers of mean_error, one per policy (non-finite layer values skipped).
   std::vector<double> mean_error_of_draws() const;
+  // Mean over the normalization scales of relative_error, one per policy (NaN when the model has none).
+  std::vector<double> norm_mean_relative_error() const;
+  size_t weight_layer_count() const;  // the Conv2d/Linear rows
 };
 
 // images: (N,C,H,W) f32; labels: (N) i64. Runs 1 + policies.size() · draws forward/backward passes. Before each

@@ -247,7 +247,7 @@ void write_grad_error(const std::string& dir, const GradErrorReport& report) {
   csv << "layer,kind,weight_shape,grad_norm,policy,relative_error,draws,mean_of_draws_error\n";
   plot::LineChart chart;
   chart.title = "Theorem 3.1: weight-gradient error per layer, |grad_hat - grad|_F / |grad|_F";
-  chart.x_label = "layer (Conv2d / Linear)";
+  chart.x_label = "layer (Conv2d / Linear weights, BatchNorm2d / LayerNorm scales)";
   chart.y_label = "relative error";
   chart.log_y = true;
   for (const auto& p : report.policies) chart.series.push_back({p, {}, {}});
@@ -310,7 +310,9 @@ std::string markdown_tables(const Report& r) {
   md << "\nλᴸ > λᴴ (the paper's observation) in " << low_wins << " of " << r.spectra.size() << " layers.\n\n";
   md << "## Theorem 3.1: weight-gradient error ‖∇̂W − ∇W‖_F / ‖∇W‖_F\n\n"
      << "Same batch, same parameters, same forward; only the activations backward reads differ. "
-     << "Batch loss " << fmt(r.grads.loss) << ".\n\n| layer | ‖∇W‖_F |";
+     << "Rows of Conv2d/Linear weights W, and of BatchNorm2d/LayerNorm scales γ (kind `BatchNorm2d`/`LayerNorm` in "
+     << "`grad_error.csv`), whose gradient Σ dy·x̂ reads the normalized input from the layer's own save; the first "
+     << "mean is over the weights only. Batch loss " << fmt(r.grads.loss) << ".\n\n| layer | ‖∇W‖_F |";
   for (const auto& p : r.policies) md << " " << p << " |";
   md << "\n|---|---|";
   for (size_t p = 0; p < r.policies.size(); ++p) md << "---|";
@@ -320,8 +322,13 @@ std::string markdown_tables(const Report& r) {
     for (double e : l.relative_error) md << " " << fmt(e) << " |";
     md << "\n";
   }
-  md << "| **mean** | |";
+  md << "| **mean over the " << r.grads.weight_layer_count() << " Conv2d/Linear layers** | |";
   for (double e : r.grads.mean_relative_error()) md << " **" << fmt(e) << "** |";
+  const size_t norms = r.grads.layers.size() - r.grads.weight_layer_count();
+  if (norms > 0) {
+    md << "\n| **mean over the " << norms << " normalization scales γ** | |";
+    for (double e : r.grads.norm_mean_relative_error()) md << " **" << fmt(e) << "** |";
+  }
   if (r.grads.draws > 1) {
     const std::vector<double> one = r.grads.mean_relative_error(), mean = r.grads.mean_error_of_draws();
     md << "\n\n### Bias or noise: the mean of " << r.grads.draws << " draws\n\n"
@@ -382,10 +389,14 @@ void print_summary(const Report& r) {
   for (const auto& s : r.spectra)
     std::printf("%-22s %10.4g %10.4g %8.3f\n", s.path.c_str(), s.energy.lambda_low, s.energy.lambda_high,
                 s.energy.high_over_low());
-  std::printf("\nmean relative weight-gradient error over %zu layers:\n", r.grads.layers.size());
+  const size_t norms = r.grads.layers.size() - r.grads.weight_layer_count();
+  std::printf("\nmean relative weight-gradient error over %zu Conv2d/Linear layers%s:\n", r.grads.weight_layer_count(),
+              norms > 0 ? " (and over the normalization scales)" : "");
   const std::vector<double> mean = r.grads.mean_relative_error(), of_draws = r.grads.mean_error_of_draws();
+  const std::vector<double> norm_mean = r.grads.norm_mean_relative_error();
   for (size_t p = 0; p < r.policies.size(); ++p) {
     std::printf("  %-22s %.4g", r.policies[p].c_str(), mean[p]);
+    if (norms > 0) std::printf("   (%zu scales %.4g)", norms, norm_mean[p]);
     if (r.grads.draws > 1)
       std::printf("   mean of %d draws %.4g (one draw / sqrt(%d) = %.4g)", r.grads.draws, of_draws[p], r.grads.draws,
                   mean[p] / std::sqrt(static_cast<double>(r.grads.draws)));

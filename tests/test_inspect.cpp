@@ -284,18 +284,31 @@ TEST_CASE("grad_error: exact is exactly 0, near-lossless DIVISION is tiny, 1-bit
     std::vector<std::shared_ptr<const ActivationCachePolicy>> policies;
     for (const auto& spec : specs) policies.push_back(parse_policy(spec));
     const GradErrorReport r = gradient_errors(*s.model, s.images, s.labels, policies, {42});
-    REQUIRE(r.layers.size() == 20);  // conv1, 18 block convs, fc
+    REQUIRE(r.layers.size() == 39);  // conv1, 18 block convs, fc; the 19 batch norms' scales
+    REQUIRE(r.weight_layer_count() == 20);
     CHECK(r.layers.back().kind == "Linear");
+    CHECK(r.layers[1].kind == "BatchNorm2d");  // bn1, after conv1 in named_modules() order
     CHECK(std::isfinite(r.loss));
     for (const auto& layer : r.layers) {
       CHECK(layer.grad_norm > 0.0);
       CHECK(layer.relative_error[0] == 0.0);
       CHECK(layer.relative_error[1] < 1e-2);
     }
-    const std::vector<double> mean = r.mean_relative_error();
+    const std::vector<double> mean = r.mean_relative_error(), norms = r.norm_mean_relative_error();
     MESSAGE("mean relative gradient error: division:B=1,Q=8 ", mean[1], ", division:B=8,Q=2 ", mean[2],
-            ", quant:Q=1 ", mean[3]);
+            ", quant:Q=1 ", mean[3], "; batch-norm scales: ", norms[1], ", ", norms[2], ", ", norms[3]);
     CHECK(mean[3] > mean[2]);
+    CHECK(norms[0] == 0.0);
+    CHECK(norms[3] > norms[2]);
+    // The first mean is over the weights only, the second over the scales only.
+    for (int norm = 0; norm < 2; ++norm) {
+      double sum = 0;
+      int count = 0;
+      for (const auto& layer : r.layers)
+        if (is_norm_kind(layer.kind) == (norm == 1)) sum += layer.relative_error[2], ++count;
+      CHECK(count == (norm == 1 ? 19 : 20));
+      CHECK((norm == 1 ? norms[2] : mean[2]) == doctest::Approx(sum / count).epsilon(1e-12));
+    }
     // The model comes back as it was: running statistics, (absent) gradients, training flag.
     size_t k = 0;
     for (const auto& [name, buffer] : s.model->named_buffers()) CHECK(buffer.to_vector() == before[k++].to_vector());

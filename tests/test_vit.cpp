@@ -124,7 +124,8 @@ TEST_CASE("vit: DIVISION's weight-gradient error stays bounded down to the patch
   const std::vector<PolicySet> sets = {PolicySet(parse_policy("division:B=8,Q=2")), PolicySet(parse_policy("quant:Q=8")),
                                        norms_only};
   const GradErrorReport r = gradient_errors(*model, images, labels, sets, {42});
-  REQUIRE(r.layers.size() == 50);  // patch_embed.proj, 12 × (qkv, proj, fc1, fc2), head
+  REQUIRE(r.layers.size() == 75);  // patch_embed.proj, 12 × (qkv, proj, fc1, fc2), head; 25 LayerNorm scales
+  REQUIRE(r.weight_layer_count() == 50);
   CHECK(r.policies[2] == "exact|blocks.*.norm*=division:B=8,Q=2");
   const std::vector<double> mean = r.mean_relative_error();
   CHECK(mean[0] < 5.0);
@@ -132,6 +133,12 @@ TEST_CASE("vit: DIVISION's weight-gradient error stays bounded down to the patch
   CHECK(mean[1] < 0.05);
   CHECK(mean[2] < 0.5);
   CHECK(mean[1] < mean[0]);
+  // Under the third set only the blocks' LayerNorms code their x̂: their scales' gradients carry that error,
+  // while the final norm (not matched by the rule), with the head after it exact, has exactly exact's.
+  REQUIRE(r.layers[r.layers.size() - 2].path == "norm");
+  CHECK(r.layers[r.layers.size() - 2].kind == "LayerNorm");
+  CHECK(r.layers[r.layers.size() - 2].relative_error[2] == 0.0);
+  CHECK(r.norm_mean_relative_error()[2] > 0.0);
 }
 
 TEST_CASE("swin: a small Swin (shifted windows with their mask, patch merging) passes a gradient check") {
