@@ -125,6 +125,8 @@ size_t GradErrorReport::weight_layer_count() const {
       std::count_if(layers.begin(), layers.end(), [](const LayerGradError& l) { return !is_norm_kind(l.kind); }));
 }
 
+size_t GradErrorReport::norm_scale_count() const { return layers.size() - weight_layer_count(); }
+
 std::vector<double> GradErrorReport::mean_relative_error() const {
   return mean_over_layers(*this, &LayerGradError::relative_error);
 }

@@ -48,6 +48,7 @@ struct GradErrorReport {
   // Mean over the normalization scales of relative_error, one per policy (NaN when the model has none).
   std::vector<double> norm_mean_relative_error() const;
   size_t weight_layer_count() const;  // the Conv2d/Linear rows
+  size_t norm_scale_count() const;    // the BatchNorm2d/LayerNorm scale rows (the rest)
 };
 
 // images: (N,C,H,W) f32; labels: (N) i64. Runs 1 + policies.size() · draws forward/backward passes. Before each

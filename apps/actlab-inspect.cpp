@@ -324,7 +324,7 @@ std::string markdown_tables(const Report& r) {
   }
   md << "| **mean over the " << r.grads.weight_layer_count() << " Conv2d/Linear layers** | |";
   for (double e : r.grads.mean_relative_error()) md << " **" << fmt(e) << "** |";
-  const size_t norms = r.grads.layers.size() - r.grads.weight_layer_count();
+  const size_t norms = r.grads.norm_scale_count();
   if (norms > 0) {
     md << "\n| **mean over the " << norms << " normalization scales γ** | |";
     for (double e : r.grads.norm_mean_relative_error()) md << " **" << fmt(e) << "** |";
@@ -389,7 +389,7 @@ void print_summary(const Report& r) {
   for (const auto& s : r.spectra)
     std::printf("%-22s %10.4g %10.4g %8.3f\n", s.path.c_str(), s.energy.lambda_low, s.energy.lambda_high,
                 s.energy.high_over_low());
-  const size_t norms = r.grads.layers.size() - r.grads.weight_layer_count();
+  const size_t norms = r.grads.norm_scale_count();
   std::printf("\nmean relative weight-gradient error over %zu Conv2d/Linear layers%s:\n", r.grads.weight_layer_count(),
               norms > 0 ? " (and over the normalization scales)" : "");
   const std::vector<double> mean = r.grads.mean_relative_error(), of_draws = r.grads.mean_error_of_draws();

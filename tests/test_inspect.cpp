@@ -286,6 +286,7 @@ TEST_CASE("grad_error: exact is exactly 0, near-lossless DIVISION is tiny, 1-bit
     const GradErrorReport r = gradient_errors(*s.model, s.images, s.labels, policies, {42});
     REQUIRE(r.layers.size() == 39);  // conv1, 18 block convs, fc; the 19 batch norms' scales
     REQUIRE(r.weight_layer_count() == 20);
+    REQUIRE(r.norm_scale_count() == 19);
     CHECK(r.layers.back().kind == "Linear");
     CHECK(r.layers[1].kind == "BatchNorm2d");  // bn1, after conv1 in named_modules() order
     CHECK(std::isfinite(r.loss));

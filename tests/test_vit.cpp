@@ -126,6 +126,7 @@ TEST_CASE("vit: DIVISION's weight-gradient error stays bounded down to the patch
   const GradErrorReport r = gradient_errors(*model, images, labels, sets, {42});
   REQUIRE(r.layers.size() == 75);  // patch_embed.proj, 12 × (qkv, proj, fc1, fc2), head; 25 LayerNorm scales
   REQUIRE(r.weight_layer_count() == 50);
+  REQUIRE(r.norm_scale_count() == 25);
   CHECK(r.policies[2] == "exact|blocks.*.norm*=division:B=8,Q=2");
   const std::vector<double> mean = r.mean_relative_error();
   CHECK(mean[0] < 5.0);
