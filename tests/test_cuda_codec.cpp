@@ -290,3 +290,22 @@ TEST_CASE("cuda codec: blpa packs the CPU's codes on the GPU, with its channel s
     }
   }
 }
+
+TEST_CASE("cuda codec: sample_range_norms (actnn's widths, acgc's error estimate) gives the CPU's bits") {
+  if (!gpu_or_skip("range norms")) return;
+  // Groups that divide the sample, a padded last group, groups wider than the sample, and a team of threads per
+  // group (8300 elements in groups of 4096).
+  struct Case { int64_t samples, elems, group; };
+  uint64_t seed = 90;
+  for (const Case& c : {Case{3, 300, 256}, Case{4, 10, 4}, Case{2, 7, 16}, Case{64, 1024, 256}, Case{5, 8300, 4096}}) {
+    const std::string what = std::to_string(c.samples) + "x" + std::to_string(c.elems) + " in groups of " +
+                             std::to_string(c.group);
+    GroupGeometry g;
+    g.samples = c.samples, g.sample_elems = c.elems, g.group_size = c.group, g.bits = 2;
+    PhiloxStream rng(seed++, 3);
+    const Tensor x = Tensor::randn({c.samples, c.elems}, rng, 0.3f, 1.f);
+    const std::vector<double> want = sample_range_norms(x, g), got = sample_range_norms(x.to(gpu()), g);
+    REQUIRE(got.size() == want.size());
+    for (size_t n = 0; n < want.size(); ++n) CHECK_MESSAGE(got[n] == want[n], what, ", sample ", n);
+  }
+}
