@@ -293,8 +293,8 @@ TEST_CASE("cuda codec: blpa packs the CPU's codes on the GPU, with its channel s
 
 TEST_CASE("cuda codec: sample_range_norms (actnn's widths, acgc's error estimate) gives the CPU's bits") {
   if (!gpu_or_skip("range norms")) return;
-  // Groups that divide the sample, a padded last group, groups wider than the sample, and a team of threads per
-  // group (8300 elements in groups of 4096).
+  // Groups that divide the sample, a padded last group, groups wider than the sample, and groups of more chunks
+  // than a team has lanes (8300 elements in groups of 4096, so each lane walks several chunks).
   struct Case { int64_t samples, elems, group; };
   uint64_t seed = 90;
   for (const Case& c : {Case{3, 300, 256}, Case{4, 10, 4}, Case{2, 7, 16}, Case{64, 1024, 256}, Case{5, 8300, 4096}}) {
