@@ -100,9 +100,8 @@ GridOptions grid_options(const FlagParser& f) {
   o.datasets = list_flag(f, "datasets", "dataset");
   o.seeds.clear();
   for (const auto& s : split_list(f.get("seeds"), ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    ACTLAB_CHECK(*end == '\0' && v >= 0, "--seeds needs non-negative integers, got '", s, "'");
+    int64_t v = 0;
+    ACTLAB_CHECK(parse_int(s, &v) && v >= 0, "--seeds needs non-negative integers below 2^63, got '", s, "'");
     o.seeds.push_back(v);
   }
   auto positive = [&](const char* name, std::optional<int64_t>* slot) {

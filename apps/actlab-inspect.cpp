@@ -23,6 +23,7 @@
 #include "actlab/data/dataloader.h"
 #include "actlab/models/registry.h"
 #include "actlab/io/files.h"
+#include "actlab/io/markdown.h"
 #include "actlab/train/checkpoint.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/config_file.h"
@@ -313,7 +314,7 @@ std::string markdown_tables(const Report& r) {
      << "Rows of Conv2d/Linear weights W, and of BatchNorm2d/LayerNorm scales γ (kind `BatchNorm2d`/`LayerNorm` in "
      << "`grad_error.csv`), whose gradient Σ dy·x̂ reads the normalized input from the layer's own save; the first "
      << "mean is over the weights only. Batch loss " << fmt(r.grads.loss) << ".\n\n| layer | ‖∇W‖_F |";
-  for (const auto& p : r.policies) md << " " << p << " |";
+  for (const auto& p : r.policies) md << " " << md_cell(p) << " |";
   md << "\n|---|---|";
   for (size_t p = 0; p < r.policies.size(); ++p) md << "---|";
   md << "\n";
@@ -341,7 +342,7 @@ std::string markdown_tables(const Report& r) {
        << "|---|---|---|---|---|\n";
     for (size_t p = 0; p < r.policies.size(); ++p) {
       const double expected = one[p] / std::sqrt(static_cast<double>(r.grads.draws));
-      md << "| " << r.policies[p] << " | " << fmt(one[p]) << " | " << fmt(mean[p]) << " | " << fmt(expected) << " | "
+      md << "| " << md_cell(r.policies[p]) << " | " << fmt(one[p]) << " | " << fmt(mean[p]) << " | " << fmt(expected) << " | "
          << (expected > 0 ? fmt(mean[p] / expected, "%.2f") : std::string("—")) << " |\n";
     }
   }
@@ -352,7 +353,7 @@ std::string markdown_tables(const Report& r) {
     md << " Each entry's codec alone: per-module rules (--policy-rule) and checkpointing reach only the gradient "
        << "errors above.";
   md << "\n\n| layer |";
-  for (const auto& p : r.codecs) md << " " << p << " |";
+  for (const auto& p : r.codecs) md << " " << md_cell(p) << " |";
   md << "\n|---|";
   for (size_t p = 0; p < r.policies.size(); ++p) md << "---|";
   md << "\n";
@@ -415,7 +416,7 @@ void declare_flags(FlagParser& flags) {
   flags.add("layers", "string", "", "comma-separated conv layers to draw in Fig. 3(a) (default: the first conv at each resolution)");
   flags.add("ratio", "float", "0.1", "DCT low-pass cut-off r = W/N in (0, 1]: keep frequencies u < r*H, v < r*W");
   flags.add("policies", "string", "division:B=8,Q=2;quant:Q=2;lfc:B=8;hfc:B=8,Q=2",
-            "policies separated by ';' (" + policy_forms() + "\n" + checkpoint_forms() + ")");
+            "policies separated by ';', each one of\n" + policy_forms() + "\n" + checkpoint_forms());
   flags.add("policy-rule", "string", "",
             "per-module override PATTERN=POLICY added to every --policies entry for the gradient errors, as in "
             "actlab-train (e.g. '*.act=exact': what the GELUs' saves add to the error; '*/softmax/*=exact': a save "
@@ -493,10 +494,10 @@ void write_outputs(const Settings& st, const Report& r, const Batch& batch,
 int inspect(const FlagParser& flags, int argc, char** argv) {
   Report r;
   const Settings st = read_settings(flags, argc, argv, &r);
-  make_output_dir(st.out, "output directory");  // before the minutes of work, not after
   set_pack_seed(r.seed);
   auto t = Clock::now();
-  const Setup s = load_setup(flags, r.seed);
+  const Setup s = load_setup(flags, r.seed);  // a bad model, data set or checkpoint fails before --out exists
+  make_output_dir(st.out, "output directory");  // before the minutes of work, not after
   r.model_note = s.model_note;
   r.trained = s.trained;
   r.data_note = s.data.note;
@@ -524,6 +525,7 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   go.train_mode = st.train_bn;
   go.draws = static_cast<int>(st.draws);
   r.grads = gradient_errors(*s.model, batch.images, batch.labels, st.policy_sets, go);
+  for (const PolicySet& set : st.policy_sets) set.check_rules_matched(s.config.model);  // --policy-rule typos
   std::printf("[3/4] weight gradients: exact + %zu policies × %lld draws over %zu layers (%.1f s)\n",
               st.policies.size(), static_cast<long long>(st.draws), r.grads.layers.size(), seconds_since(t));
 
@@ -550,11 +552,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     return inspect(flags, argc, argv);
-  } catch (const OutOfMemory& e) {
-    std::fprintf(stderr, "actlab-inspect: error: %s\n", e.what());
-    return 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "actlab-inspect: error: %s\n", e.what());
-    return 2;
+    return report_error("actlab-inspect", e);
   }
 }

@@ -12,6 +12,7 @@
 #include "actlab/core/precision.h"
 #include "actlab/core/allocator.h"
 #include "actlab/io/files.h"
+#include "actlab/io/markdown.h"
 #include "actlab/models/registry.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/logging.h"
@@ -81,13 +82,17 @@ int main(int argc, char** argv) {
     const auto policies = split_policies(pick(
         "policies", t1a ? "exact;checkpoint;swap;blpa:Q=4;acgc;actnn:G=256,Q=2;division:B=8,Q=2;checkpoint+division:B=8,Q=2"
                         : "exact;checkpoint;mesa:Q=8;division:B=8,Q=2"));
-    const int64_t image_size = std::stoll(pick("image-size", "224")), classes = std::stoll(pick("classes", "1000"));
+    const auto positive = [](const std::string& text, const char* what) {
+      int64_t v = 0;
+      ACTLAB_CHECK(parse_int(text, &v) && v >= 1, "bad ", what, " '", text, "': a whole number >= 1 (and < 2^63)");
+      return v;
+    };
+    const int64_t image_size = positive(pick("image-size", "224"), "--image-size");
+    const int64_t classes = positive(pick("classes", "1000"), "--classes");
+    positive(flags.get("channels"), "--channels");
     std::vector<int64_t> batches;
-    for (const auto& b : split_list(pick("batches", t1a ? "64" : "128"), ',')) {
-      ACTLAB_CHECK(b.find_first_not_of("0123456789") == std::string::npos && std::stoll(b) > 0,
-                   "bad batch size '", b, "'");
-      batches.push_back(std::stoll(b));
-    }
+    for (const auto& b : split_list(pick("batches", t1a ? "64" : "128"), ',')) batches.push_back(positive(b, "batch size"));
+    for (const auto& m : models) min_image_size(m);  // an unknown name fails now, listing the known ones
     ACTLAB_CHECK(!models.empty() && !policies.empty() && !batches.empty(), "empty grid");
     const Precision precision = parse_precision(flags.get("precision"));
     std::vector<RunEntry> entries;
@@ -118,6 +123,8 @@ int main(int argc, char** argv) {
        << (mixed ? " rate vs fp32 exact |" : "") << (paper_cells ? " paper total GB | paper activation GB (rate) |" : "")
        << "\n"
        << "|---|---|---|---|---|---|---|---|---|---|" << (mixed ? "---|" : "") << (paper_cells ? "---|---|" : "") << "\n";
+    // The header goes to stdout too: the rows printed there as each is measured are unreadable without it.
+    std::printf("%s", md.str().c_str());
     for (const auto& model : models) {
       for (int64_t batch : batches) {
         std::map<Precision, int64_t> exact_act;  // the "exact" entry's activation bytes, per precision
@@ -149,7 +156,7 @@ int main(int argc, char** argv) {
           const PaperMemory* paper = paper_cells ? paper_table_1a(method, model, batch) : nullptr;
           char row[768];
           std::snprintf(row, sizeof row, "| %s | %lld | %s | %s | %.2f | %.3f%s | %.2f | %.1f / %.1f MiB | %s | %s |",
-                        model.c_str(), static_cast<long long>(batch), method.c_str(), entry.label().c_str(), gib(r.total_bytes),
+                        model.c_str(), static_cast<long long>(batch), md_cell(method).c_str(), md_cell(entry.label()).c_str(), gib(r.total_bytes),
                         gib(r.activation_bytes),
                         rate > 0 && policy != "exact" ? (" (" + std::to_string(rate).substr(0, 5) + "x)").c_str() : "",
                         gib(r.peak_bytes), r.saved_packed_bytes / 1048576.0, r.saved_expected_bytes / 1048576.0,
@@ -197,11 +204,7 @@ int main(int argc, char** argv) {
     if (!flags.get("csv").empty()) write_text_atomic(flags.get("csv"), csv.str());
     if (!flags.get("by-kind").empty()) write_text_atomic(flags.get("by-kind"), kinds.str());
     return 0;
-  } catch (const OutOfMemory& e) {
-    std::fprintf(stderr, "actlab-memtable: error: %s\n", e.what());
-    return 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "actlab-memtable: error: %s\n", e.what());
-    return 2;
+    return report_error("actlab-memtable", e);
   }
 }

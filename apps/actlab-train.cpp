@@ -100,12 +100,7 @@ int main(int argc, char** argv) {
     return 128 + sig;
   } catch (const OutOfMemory& e) {
     end_progress_line();
-    // One error line; the allocator's table that follows it in the message goes to stdout.
-    const std::string what = e.what();
-    const size_t eol = what.find('\n');
-    std::fprintf(stderr, "actlab-train: error: %s\n", what.substr(0, eol).c_str());
-    if (eol != std::string::npos) std::printf("%s", what.substr(eol + 1).c_str());
-    return 3;
+    return report_error("actlab-train", e);  // the allocator's table after the error line goes to stdout
   } catch (const std::bad_alloc&) {
     end_progress_line();
     std::fprintf(stderr, "actlab-train: error: out of memory: a host allocation failed; try a smaller "

@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   flags.add("clock", "string", "wall", "wall|cpu: divide by wall time or by the process's CPU time");
   flags.add("shapes", "string", "resnet18", "resnet18|vit");
   flags.add("simd", "string", cpu::codec_simd_name(cpu::codec_simd_supported()),
-            "portable|avx2|avx512: the widest hand-written codec paths to use (default: the CPU's)");
+            "portable|avx2|avx512: the widest hand-written codec paths to use (the default is the widest this CPU runs)");
   flags.add("out", "string", "", "also write the table to this file");
   try {
     if (!flags.parse(argc, argv)) {
@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
     md << "| policy | shape | pack GB/s | unpack GB/s (kernel) | unpack GB/s (API) | blocked unpack GB/s | "
           "channel reads GB/s | memcpy GB/s | bits/elem | closed form | rate | closed-form rate |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    std::fputs(md.str().c_str(), stdout);  // the rows below are printed as they are measured
     for (const std::string& spec : split_list(policies, ';')) {
       const auto policy = parse_policy(spec);
       for (const SavedShape& shape : shapes) {
@@ -216,8 +217,7 @@ int main(int argc, char** argv) {
       write_text_atomic(out_path, f.str());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_compress: error: %s\n", e.what());
-    return 2;
+    return report_error("bench_compress", e);
   }
   return 0;
 }

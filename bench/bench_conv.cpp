@@ -358,7 +358,6 @@ int main(int argc, char** argv) {
     else run_conv(layers, actlab::split_list(impls, ','), reps);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_conv: error: %s\n", e.what());
-    return 2;
+    return actlab::report_error("bench_conv", e);
   }
 }

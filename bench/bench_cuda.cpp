@@ -286,7 +286,6 @@ int main(int argc, char** argv) {
     return 0;
 #endif
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_cuda: error: %s\n", e.what());
-    return 2;
+    return report_error("bench_cuda", e);
   }
 }

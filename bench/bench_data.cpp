@@ -149,7 +149,6 @@ int main(int argc, char** argv) {
     stream_decode_table(epochs, jpegs);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_data: error: %s\n", e.what());
-    return 2;
+    return actlab::report_error("bench_data", e);
   }
 }

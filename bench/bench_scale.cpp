@@ -265,7 +265,6 @@ int main(int argc, char** argv) {
     for (const Link& link : links) print_fixed_global("Swin-T", swin_params, {swin[0], swin[2]}, globals, link);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_scale: error: %s\n", e.what());
-    return 2;
+    return report_error("bench_scale", e);
   }
 }

@@ -212,7 +212,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_token: error: %s\n", e.what());
-    return 2;
+    return actlab::report_error("bench_token", e);
   }
 }

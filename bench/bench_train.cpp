@@ -84,13 +84,18 @@ int main(int argc, char** argv) {
       std::printf("%s", flags.help().c_str());
       return 0;
     }
-    omp_set_num_threads(static_cast<int>(flags.get_int("threads")));
+    const int64_t threads = flags.get_int("threads"), rounds = flags.get_int("rounds");
     const int64_t B = flags.get_int("batch"), S = flags.get_int("image-size"), C = flags.get_int("channels");
+    ACTLAB_CHECK(threads >= 1 && rounds >= 1 && B >= 1 && S >= 1 && C >= 1,
+                 "--threads, --rounds, --batch, --image-size and --channels must be >= 1");
+    ACTLAB_CHECK(!split_list(flags.get("models"), ',').empty(), "--models is empty; give e.g. resnet20,resnet18");
+    ACTLAB_CHECK(!split_list(flags.get("policies"), ';').empty(), "--policies is empty; give e.g. 'exact;division:B=8,Q=2'");
+    omp_set_num_threads(static_cast<int>(threads));
     const Precision precision = parse_precision(flags.get("precision"));
     std::printf("%-12s %-22s %6s %10s %10s %10s %14s %9s %9s\n", "model", "policy", "batch", "img/s", "best", "steps",
                 "activation", "wall ms", "cpu ms");
     std::vector<std::string> runs;  // the policy list, --rounds times
-    for (int64_t round = 0; round < flags.get_int("rounds"); ++round)
+    for (int64_t round = 0; round < rounds; ++round)
       for (const auto& policy : split_list(flags.get("policies"), ';')) runs.push_back(policy);
     const StepTiming timing = StepTiming::from_flags(flags);
     check_writable(flags.get("csv"), true, "--csv file");  // now, not after minutes of timing
@@ -158,7 +163,6 @@ int main(int argc, char** argv) {
     if (!flags.get("csv").empty()) write_text_atomic(flags.get("csv"), csv.str());
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_train: error: %s\n", e.what());
-    return 2;
+    return report_error("bench_train", e);
   }
 }

@@ -40,8 +40,14 @@ struct StepTiming {
     flags.add("min-time", "float", seconds, "keep timing until this many seconds");
     flags.add("max-steps", "int", std::to_string(max_steps), "at most this many timed steps");
   }
+  // Throws Error for a protocol that would time nothing (no steps, a cap below the minimum).
   static StepTiming from_flags(const FlagParser& flags) {
-    return {flags.get_int("warmup"), flags.get_int("steps"), flags.get_int("max-steps"), flags.get_float("min-time")};
+    const StepTiming t{flags.get_int("warmup"), flags.get_int("steps"), flags.get_int("max-steps"),
+                       flags.get_float("min-time")};
+    ACTLAB_CHECK(t.warmup >= 0 && t.steps >= 1 && t.max_steps >= t.steps && t.min_time >= 0,
+                 "timing: --warmup >= 0, --steps >= 1, --max-steps >= --steps and --min-time >= 0, got ", t.warmup,
+                 ", ", t.steps, ", ", t.max_steps, " and ", t.min_time);
+    return t;
   }
 };
 

@@ -72,7 +72,10 @@ void PolicySet::set_checkpoint_segments(int segments) {
 
 const ActivationCachePolicy& PolicySet::for_module(const std::string& module_path) const {
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
-    if (!it->names_saves && glob_match(it->pattern, module_path)) return *it->policy;
+    if (!it->names_saves && glob_match(it->pattern, module_path)) {
+      it->matched = true;
+      return *it->policy;
+    }
   return *default_;
 }
 
@@ -80,9 +83,18 @@ const ActivationCachePolicy& PolicySet::for_save(const SaveInfo& info) const {
   std::string path;  // built for the first save rule met: most runs have none, and this runs at every save
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it) {
     if (it->names_saves && path.empty()) path = save_path(info);
-    if (glob_match(it->pattern, it->names_saves ? path : info.module_path)) return *it->policy;
+    if (glob_match(it->pattern, it->names_saves ? path : info.module_path)) {
+      it->matched = true;
+      return *it->policy;
+    }
   }
   return *default_;
+}
+
+void PolicySet::check_rules_matched(const std::string& model) const {
+  for (const auto& rule : rules_)
+    ACTLAB_CHECK(rule.matched, "the policy rule for '", rule.pattern, "' matched no save of ", model,
+                 " in a training step (module paths: actlab-train --model ", model, " --summary)");
 }
 
 std::vector<const ActivationCachePolicy*> PolicySet::policies() const {

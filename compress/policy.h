@@ -150,12 +150,18 @@ class PolicySet {
   const CheckpointRequest& checkpoint() const { return checkpoint_; }
   // "checkpoint:segments=4+division:B=8,Q=2|conv1=exact|layer1.*=checkpoint", which parse_policy_set reads back.
   std::string describe() const;
+  // Throws Error naming the first codec rule that no for_module or for_save call has matched yet. Called
+  // after a whole training step of `model` (a checkpointed segment's saves are looked up in its recompute):
+  // such a rule names nothing there (a typo such as "conv9=exact"), or every save it names is taken by a
+  // later rule, and training on would ignore it silently. Checkpoint rules are checked by the checkpoint plan.
+  void check_rules_matched(const std::string& model) const;
  private:
   std::shared_ptr<const ActivationCachePolicy> default_;
   struct Rule {
     std::string pattern;
     bool names_saves;  // the pattern holds a '/': matched against save_path, not the module path
     std::shared_ptr<const ActivationCachePolicy> policy;
+    mutable bool matched = false;  // a lookup has returned this rule: diagnostics for check_rules_matched, read by no lookup
   };
   std::vector<Rule> rules_;
   CheckpointRequest checkpoint_;

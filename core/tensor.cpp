@@ -38,7 +38,11 @@ void for_each_offset(const Shape& shape, const Shape& strides, int64_t offset, F
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t v : s) n *= v;
+  // A size from a flag (a batch, an image size, a data set's length) can make the product wrap, and a
+  // wrapped count allocates a small buffer that kernels then write past: refuse it here, for every caller.
+  for (int64_t v : s)
+    ACTLAB_CHECK(!__builtin_mul_overflow(n, v, &n), "tensor of shape ", shape_str(s),
+                 " has more elements than a 64-bit count holds");
   return n;
 }
 
@@ -128,8 +132,10 @@ Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, std::shared_p
 Tensor Tensor::empty_tagged(const Shape& shape, MemTag tag, DType dtype, Device device) {
   for (int64_t v : shape) ACTLAB_CHECK(v >= 0, "negative size in shape ", shape_str(shape));
   Tensor t;
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  t.storage_ = std::make_shared<Storage>(bytes, device, tag);
+  int64_t bytes = 0;
+  ACTLAB_CHECK(!__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes),
+               "tensor of shape ", shape_str(shape), " has more bytes than a 64-bit size holds");
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(bytes), device, tag);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;

@@ -1,11 +1,13 @@
 // io/json.h: the strict reader, and the writer every JSON output goes through (escaping, non-finite
-// numbers as null, commas and nesting), checked by reading its output back with the reader.
+// numbers as null, commas and nesting), checked by reading its output back with the reader; and
+// io/markdown.h's table cells.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "actlab/io/json.h"
+#include "actlab/io/markdown.h"
 #include "tests/error_of.h"
 
 using namespace actlab;
@@ -99,4 +101,11 @@ TEST_CASE("json: round_trip_double is the shortest text that reads back exactly"
   }
   CHECK(round_trip_double(0.1) == "0.1");
   CHECK(json_number(std::nan("")) == "null");
+}
+
+TEST_CASE("markdown: a cell's '|' is escaped, so a mixed policy string stays one column") {
+  CHECK(md_cell("division:B=8,Q=2") == "division:B=8,Q=2");
+  CHECK(md_cell("quant:Q=2|layer1.*=division:B=8,Q=2") == "quant:Q=2\\|layer1.*=division:B=8,Q=2");
+  CHECK(md_cell("|a||") == "\\|a\\|\\|");
+  CHECK(md_cell("") == "");
 }

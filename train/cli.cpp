@@ -4,13 +4,14 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <sstream>
 
 #include "actlab/core/error.h"
 
 namespace actlab {
-namespace {
 bool parse_int(const std::string& s, int64_t* out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -20,12 +21,15 @@ bool parse_int(const std::string& s, int64_t* out) {
   *out = v;
   return true;
 }
+// Decimal only (strtod also reads hexadecimal "0x10", "inf" and "nan"). A value too small for a double
+// (1e-320, 1e-400) reads as its denormal or zero, and the option's own range check names the problem; one
+// too large (1e400) is refused here.
 bool parse_float(const std::string& s, double* out) {
-  if (s.empty()) return false;
+  if (s.empty() || s.find_first_of("xX") != std::string::npos) return false;
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || *end != '\0') return false;
+  if (*end != '\0' || !std::isfinite(v) || (errno != 0 && !(errno == ERANGE && std::fabs(v) < 1.0))) return false;
   *out = v;
   return true;
 }
@@ -34,7 +38,20 @@ bool parse_bool(const std::string& s, bool* out) {
   if (s == "false" || s == "0" || s == "no" || s == "off") { *out = false; return true; }
   return false;
 }
+namespace {
 }  // namespace
+
+int report_error(const char* program, const std::exception& e) {
+  const std::string what = e.what();
+  const size_t eol = what.find('\n');
+  std::fprintf(stderr, "%s: error: %s\n", program, what.substr(0, eol).c_str());
+  if (eol != std::string::npos) {
+    std::printf("%s", what.substr(eol + 1).c_str());
+    std::fflush(stdout);
+  }
+  const bool memory = dynamic_cast<const OutOfMemory*>(&e) != nullptr || dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+  return memory ? 3 : 2;
+}
 
 std::vector<std::string> split_list(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -128,7 +145,11 @@ std::string FlagParser::help() const {
   for (const auto& o : options_) {
     std::string head = "  --" + o.name + (o.kind == "bool" ? "" : " " + std::string(o.kind == "string" ? "S" : o.kind == "int" ? "N" : "X"));
     if (head.size() < 28) head += std::string(28 - head.size(), ' ');
-    os << head << " " << o.help;
+    // A help of several lines (the policy forms) keeps its later lines under the descriptions' column.
+    std::string help = o.help;
+    for (size_t at = help.find('\n'); at != std::string::npos; at = help.find('\n', at + 1))
+      help.insert(at + 1, std::string(head.size() + 3, ' '));
+    os << head << " " << help;
     if (!o.default_value.empty()) os << " (default: " << o.default_value << ")";
     if (o.repeatable) os << " [repeatable]";
     os << "\n";

@@ -4,6 +4,7 @@
 // Tested in tests/test_train.cpp.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,9 +14,22 @@ namespace actlab {
 // Splits "a,b,,c" on `sep`, dropping empty items: {"a", "b", "c"}.
 std::vector<std::string> split_list(const std::string& text, char sep);
 
+// The one reading of a number or switch from text, for flags and config files alike; each returns false
+// (leaving *out) for anything else. parse_int: a whole decimal number that fits in int64, nothing after it.
+// parse_float: a finite decimal number (not hexadecimal, inf or nan). parse_bool: true/1/yes/on or
+// false/0/no/off.
+bool parse_int(const std::string& s, int64_t* out);
+bool parse_float(const std::string& s, double* out);
+bool parse_bool(const std::string& s, bool* out);
+
 // "1500000", "512KiB", "300MiB", "1.5GiB" (also K/M/G, KB/MB/GB as powers of 1024) -> bytes (> 0).
 // `what` names the option in the Error for anything else.
 int64_t parse_byte_size(const std::string& text, const std::string& what);
+
+// How a tool stops on an exception: one line "PROGRAM: error: <the message's first line>" on stderr,
+// and whatever the message carries after its first line (an OutOfMemory's allocator table) on stdout.
+// Returns the exit status: 3 for out of memory (OutOfMemory, std::bad_alloc), 2 for anything else.
+int report_error(const char* program, const std::exception& e);
 
 class FlagParser {
  public:

@@ -14,28 +14,25 @@
 #include "actlab/io/json.h"
 #include "actlab/layers/optim/loss_scale.h"
 #include "actlab/models/registry.h"
+#include "actlab/train/cli.h"
 
 namespace actlab {
 namespace {
 
 int64_t to_int(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  ACTLAB_CHECK(!v.empty() && errno == 0 && *end == '\0', key, " needs an integer, got '", v, "'");
+  int64_t x = 0;
+  ACTLAB_CHECK(parse_int(v, &x), key, " needs an integer, got '", v, "'");
   return x;
 }
 double to_float(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  const double x = std::strtod(v.c_str(), &end);
-  ACTLAB_CHECK(!v.empty() && errno == 0 && *end == '\0' && std::isfinite(x), key, " needs a number, got '", v, "'");
+  double x = 0;
+  ACTLAB_CHECK(parse_float(v, &x), key, " needs a number, got '", v, "'");
   return x;
 }
 bool to_bool(const std::string& key, const std::string& v) {
-  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
-  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
-  ACTLAB_FAIL(key, " needs true or false, got '", v, "'");
+  bool x = false;
+  ACTLAB_CHECK(parse_bool(v, &x), key, " needs true or false, got '", v, "'");
+  return x;
 }
 std::string num(double v) {  // shortest text that reads back to v
   char buf[40];
@@ -137,7 +134,7 @@ const std::vector<Field>& fields() {
                     "torch.backends.cudnn.deterministic; the fastest backward ones add with atomics). CPU runs are "
                     "deterministic already"),
         ACTLAB_BOOL("tf32", tf32, "GPU: TF32 tensor cores for fp32 convolutions and GEMMs (10-bit mantissa products)"),
-        ACTLAB_STR("policy", policy, "activation-cache policy: " + policy_forms() + "\n" + checkpoint_forms()),
+        ACTLAB_STR("policy", policy, "activation-cache policy, one of\n" + policy_forms() + "\n" + checkpoint_forms()),
         ACTLAB_STR("precision", precision,
                    "compute precision: fp32, or bf16 (convolutions, linear layers and matmuls in bf16 with fp32 accumulation, exact saves kept "
                    "in bf16, fp32 master weights; a CPU with avx512_bf16 or amx_bf16); fp16 needs a GPU. docs/precision.md"),

@@ -113,7 +113,14 @@ int data_workers(const TrainConfig& c) {
   return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 2, 1u, 8u));
 }
 
+void check_dataset_name(const std::string& name) {
+  ACTLAB_CHECK(name == "fashion-mnist" || name == "mnist" || name == "cifar10" || name == "cifar100" ||
+                   name == "folder" || name == "synthetic",
+               "unknown data set '", name, "'; available: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic");
+}
+
 DataSplits load_data(const TrainConfig& c) {
+  check_dataset_name(c.dataset);
   DataSplits d;
   d.family = c.dataset;
   if (c.dataset == "synthetic") {

@@ -21,6 +21,8 @@ struct DataSplits {
   TransformConfig test_transforms;    // normalization only
 };
 DataSplits load_data(const TrainConfig& config);
+// Throws Error listing the data sets load_data knows unless `name` is one of them.
+void check_dataset_name(const std::string& name);
 
 // Batches each loader keeps ready ahead of the training step (DataLoader's prefetch_depth).
 constexpr int kPrefetchBatches = 2;

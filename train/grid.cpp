@@ -513,8 +513,9 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   } else {
     for (const CellResult& r : before) exit_code = r.status == CellStatus::Done ? exit_code : 1;
   }
-  write_reports(grid, o.out_dir, o.command_line);
-  std::printf("wrote %s/results.csv, tables.md, acc_per_epoch.svg, activation_memory.svg\n", o.out_dir.c_str());
+  std::string names;
+  for (const std::string& name : write_reports(grid, o.out_dir, o.command_line)) names += (names.empty() ? "" : ", ") + name;
+  std::printf("wrote %s/%s\n", o.out_dir.c_str(), names.c_str());
   return exit_code;
 }
 

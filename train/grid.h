@@ -121,7 +121,8 @@ int run_grid(const Grid& grid, const RunOptions& options);
 
 // results.csv, tables.md, acc_per_epoch.svg, activation_memory.svg (and fig6_accuracy.svg when Fig. 6
 // is selected) in out_dir from the cell directories (cells not run yet appear with status "not run").
-void write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line);
+// Returns the names of the files written, in that order.
+std::vector<std::string> write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line);
 
 // argv as one shell command line (tokens with special characters in single quotes), as command.txt
 // and tables.md show it.

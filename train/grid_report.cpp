@@ -19,6 +19,7 @@
 
 #include "actlab/analysis/plot.h"
 #include "actlab/io/files.h"
+#include "actlab/io/markdown.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/grid_internal.h"
 #include "actlab/train/logging.h"
@@ -184,7 +185,7 @@ std::vector<TableGroup> table_groups(const Grid& g, const std::string& table) {
 
 std::string md_row(const std::vector<std::string>& cols) {
   std::string s = "|";
-  for (const auto& c : cols) s += " " + c + " |";
+  for (const auto& c : cols) s += " " + md_cell(c) + " |";
   return s + "\n";
 }
 std::string md_rule(size_t n) { return md_row(std::vector<std::string>(n, "---")); }
@@ -488,7 +489,7 @@ plot::BarChart fig6_chart(const Results& r) {
 
 }  // namespace
 
-void write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line) {
+std::vector<std::string> write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line) {
   const fs::path out(out_dir);
   fs::create_directories(out);
   Results r{grid, {}};
@@ -497,8 +498,12 @@ void write_reports(const Grid& grid, const std::string& out_dir, const std::stri
   write_text_atomic((out / "tables.md").string(), tables_markdown(r, command_line));
   plot::write_svg((out / "acc_per_epoch.svg").string(), plot::line_chart_svg(accuracy_chart(r)));
   plot::write_svg((out / "activation_memory.svg").string(), plot::bar_chart_svg(memory_chart(r)));
-  if (std::find(grid.tables.begin(), grid.tables.end(), "fig6") != grid.tables.end())
+  std::vector<std::string> written = {"results.csv", "tables.md", "acc_per_epoch.svg", "activation_memory.svg"};
+  if (std::find(grid.tables.begin(), grid.tables.end(), "fig6") != grid.tables.end()) {
     plot::write_svg((out / "fig6_accuracy.svg").string(), plot::bar_chart_svg(fig6_chart(r)));
+    written.push_back("fig6_accuracy.svg");
+  }
+  return written;
 }
 
 }  // namespace actlab

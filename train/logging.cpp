@@ -115,7 +115,7 @@ void print_first_step_report(const TrainSummary& s, const StepResult& first, con
                 format_bytes(first.offloaded_bytes).c_str());
   if (s.saved_raw_bytes > 0 && s.saved_packed_bytes > 0) {
     std::printf("policy %s on conv/linear/batchnorm inputs: %s raw -> %s kept, %.2fx measured, %.2fx closed form\n",
-                c.policy.c_str(), format_bytes(s.saved_raw_bytes).c_str(), format_bytes(s.saved_packed_bytes).c_str(),
+                s.policy.c_str(), format_bytes(s.saved_raw_bytes).c_str(), format_bytes(s.saved_packed_bytes).c_str(),
                 static_cast<double>(s.saved_raw_bytes) / static_cast<double>(s.saved_packed_bytes),
                 s.saved_expected_bytes > 0
                     ? static_cast<double>(s.saved_raw_bytes) / static_cast<double>(s.saved_expected_bytes)
@@ -127,7 +127,7 @@ void print_first_step_report(const TrainSummary& s, const StepResult& first, con
 void print_summary(const TrainSummary& s, const TrainConfig& c) {
   std::printf("summary: %s, %s, policy %s: test accuracy %.2f%% after %lld epochs (%lld steps), "
               "%.1f img/s median, peak memory %s, activation memory %s, wall %.1f s\n",
-              c.model.c_str(), s.data_note.c_str(), c.policy.c_str(), s.final_test_acc,
+              c.model.c_str(), s.data_note.c_str(), s.policy.c_str(), s.final_test_acc,
               static_cast<long long>(s.epochs.size()), static_cast<long long>(s.steps), s.median_img_per_s,
               format_bytes(s.peak_bytes).c_str(), format_bytes(s.activation_bytes).c_str(), s.wall_s);
   if (Device::parse(c.device).is_cuda())  // the caching allocator holds more than is live: say how much the run took from the device

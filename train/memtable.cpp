@@ -42,6 +42,7 @@ StepMemoryResult measure_step_memory(const StepMemoryConfig& c) {
     StepOptions so;
     so.record_saves = true;
     const StepResult step = run_step(*model, &opt, policies, images, labels, so);
+    policies.check_rules_matched(c.model);
     r.activation_bytes = step.activation_bytes;
     r.saved_raw_bytes = step.saved.raw;
     r.saved_packed_bytes = step.saved.packed;

@@ -135,6 +135,43 @@ static std::string optimizer_text(const TrainConfig& c) {
   return buf;
 }
 
+namespace {
+// No two outputs on one file, and no output on a file the run reads: each would be destroyed without a
+// word (a log appended to the checkpoint being resumed, an export written over best.safetensors). Paths
+// are compared resolved, so "runs/a/../a/x" and a symbolic link to x are x. Resuming from the save
+// directory's own last.safetensors is the usual case and is allowed: the run replaces it atomically.
+void check_distinct_files(const TrainConfig& c) {
+  std::vector<std::pair<std::string, std::string>> outputs = {{c.log_file, "--log"},
+                                                              {c.memory_report, "--memory-report"},
+                                                              {c.summary_json, "--summary-json"},
+                                                              {c.export_weights, "--export-weights"}};
+  if (!c.log_file.empty()) outputs.push_back({c.log_file + ".config.txt", "the log's configuration file"});
+  if (!c.save_dir.empty() && !c.eval_only) {
+    outputs.push_back({(std::filesystem::path(c.save_dir) / "last.safetensors").string(), "--save-dir's last.safetensors"});
+    outputs.push_back({(std::filesystem::path(c.save_dir) / "best.safetensors").string(), "--save-dir's best.safetensors"});
+  }
+  const std::vector<std::pair<std::string, std::string>> inputs = {{c.resume, "--resume"},
+                                                                   {c.init_weights, "--init-weights"}};
+  const auto resolved = [](const std::string& path) {
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+    return ec ? path : p.string();
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].first.empty()) continue;
+    const std::string a = resolved(outputs[i].first);
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      ACTLAB_CHECK(outputs[j].first.empty() || resolved(outputs[j].first) != a, outputs[i].second, " and ",
+                   outputs[j].second, " name the same file '", outputs[i].first, "'");
+    for (const auto& [path, name] : inputs) {
+      const bool own_checkpoint = name == "--resume" && outputs[i].second.rfind("--save-dir", 0) == 0;
+      ACTLAB_CHECK(path.empty() || own_checkpoint || resolved(path) != a, outputs[i].second, " names the file ",
+                   name, " reads ('", path, "'): it would be overwritten");
+    }
+  }
+}
+}  // namespace
+
 void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.epochs >= 1, "epochs must be >= 1, got ", c.epochs);
   ACTLAB_CHECK(c.batch_size >= 1, "batch size must be >= 1, got ", c.batch_size);
@@ -160,9 +197,14 @@ void validate(const TrainConfig& c) {
                "step and sample limits must be >= 0");
   ACTLAB_CHECK(c.step_epochs >= 1, "--step-epochs must be >= 1, got ", c.step_epochs);
   ACTLAB_CHECK(!c.sync_bn || c.distributed, "--sync-bn needs --distributed");
-  ACTLAB_CHECK(c.bucket_mib > 0 && c.dist_timeout > 0, "--bucket-mib and --dist-timeout must be > 0, got ",
-               c.bucket_mib, " and ", c.dist_timeout);
-  ACTLAB_CHECK(c.bucket_tail_mib >= 0, "--bucket-tail-mib must be >= 0, got ", c.bucket_tail_mib);
+  // Buckets are sized in bytes as int64: 2^40 MiB is far past any model and still fits.
+  constexpr double kMaxBucketMib = 1099511627776.0;
+  ACTLAB_CHECK(c.bucket_mib > 0 && c.bucket_mib <= kMaxBucketMib && c.dist_timeout > 0,
+               "--bucket-mib must be in (0, 2^40] and --dist-timeout > 0, got ", c.bucket_mib, " and ", c.dist_timeout);
+  ACTLAB_CHECK(c.bucket_tail_mib >= 0 && c.bucket_tail_mib <= kMaxBucketMib, "--bucket-tail-mib must be in [0, 2^40], got ",
+               c.bucket_tail_mib);
+  ACTLAB_CHECK(!c.cifar100_coarse || c.dataset == "cifar100", "--coarse (CIFAR-100's 20 superclasses) needs --dataset ",
+               "cifar100, got --dataset ", c.dataset);
   ACTLAB_CHECK(c.synthetic_size >= 1, "--synthetic-size must be >= 1, got ", c.synthetic_size);
   ACTLAB_CHECK(c.on_nonfinite == "stop" || c.on_nonfinite == "skip-step", "--on-nonfinite must be stop or skip-step, got '",
                c.on_nonfinite, "'");
@@ -174,9 +216,7 @@ void validate(const TrainConfig& c) {
   bool known_model = false;
   for (const auto& m : model_names()) known_model = known_model || m.first == c.model;
   if (!known_model) make_model({c.model, 1, 10, 28});  // throws the list of models
-  ACTLAB_CHECK(c.dataset == "fashion-mnist" || c.dataset == "mnist" || c.dataset == "cifar10" ||
-                   c.dataset == "cifar100" || c.dataset == "folder" || c.dataset == "synthetic",
-               "unknown data set '", c.dataset, "'; available: fashion-mnist, mnist, cifar10, cifar100, folder, synthetic");
+  check_dataset_name(c.dataset);
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
   ACTLAB_CHECK(c.test_fraction >= 0 && c.test_fraction < 1, "--test-fraction must be in [0, 1), got ", c.test_fraction);
@@ -187,12 +227,12 @@ void validate(const TrainConfig& c) {
   PolicySet set = parse_policy_set(c.policy);
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
+  if (!c.log_file.empty())  // written beside the log at start, rewritten by a resumed run
+    check_writable(c.log_file + ".config.txt", c.overwrite || !c.resume.empty(), "log's configuration file");
   check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
   check_writable(c.summary_json, true, "summary file");  // rewritten at the end of every (resumed) run
   check_writable(c.export_weights, true, "--export-weights file");  // before training, not after
-  ACTLAB_CHECK(c.log_file.empty() || c.log_file != c.memory_report, "log file and memory report are the same file");
-  ACTLAB_CHECK(c.summary_json.empty() || (c.summary_json != c.log_file && c.summary_json != c.memory_report),
-               "--summary-json names the same file as the log or the memory report");
+  check_distinct_files(c);
 }
 
 // ---------------------------------------------------------------- stop requests
@@ -359,6 +399,7 @@ void Run::setup() {
   sched_.warmup_steps = steps_per_epoch_ * c_.warmup_epochs;
   sched_.step_size = steps_per_epoch_ * c_.step_epochs;
   summary_.data_note = data_.note;
+  summary_.policy = policies_->describe();
   summary_.world_size = dist_.world();
   summary_.rank = dist_.rank();
 }
@@ -571,6 +612,9 @@ void Run::after_first_step(const StepResult& r) {
   summary_.saved_packed_bytes = r.saved.packed;
   summary_.saved_expected_bytes = r.saved.expected;
   CacheStats::global().set_enabled(false);
+  // A whole step has looked up every save's policy (a checkpointed segment's in its recompute): a rule
+  // that took none is a pattern that names nothing here, and training on would ignore it silently.
+  policies_->check_rules_matched(c_.model);
   if (!c_.quiet) print_first_step_report(summary_, r, c_);
   if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, r.saves);
 }
@@ -624,7 +668,8 @@ void Run::nonfinite_step(const std::string& what, const std::string& where, int6
   }
   ACTLAB_FAIL("non-finite ", what, " ", at,
               skipping ? " (" + std::to_string(kMaxConsecutiveSkips) + " non-finite steps in a row)" : "", saved,
-              "; try a smaller --lr (now ", c_.lr, ")");
+              "; try a smaller --lr (now ", c_.lr, ")",
+              c_.weight_decay > 1 ? detail::concat(" or a smaller --weight-decay (now ", c_.weight_decay, ")") : "");
 }
 
 // The epoch's running loss and accuracy sums over every rank; afterwards rank 0 holds them (the
@@ -787,11 +832,11 @@ TrainSummary Run::go() {
     CacheStats::global().set_enabled(false);
     first_step_done_ = true;
   }
-  if (!c_.log_file.empty()) {
+  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty());
+  if (!c_.log_file.empty()) {  // after the log opened: a log that cannot be written leaves no side file
     const std::string path = c_.log_file + ".config.txt";
     write_text_atomic(path, "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
   }
-  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty());
   progress_ = std::make_unique<Progress>(c_.quiet, c_.print_every > 0 ? c_.print_every
                                                                       : std::max<int64_t>(1, steps_per_epoch_ / 10));
   if (!c_.quiet) print_header();

@@ -59,6 +59,22 @@ check "inspect --draws 0"             "--draws must be in \\[1, 10000\\], got 0"
   actlab-inspect --model mlp --out "$work/i" --draws 0
 check "inspect --policy-rule malformed" "bad --policy-rule 'nope': expected MODULE_PATTERN=POLICY" \
   actlab-inspect --model mlp --out "$work/i" --policy-rule nope
+check "memtable unknown model, late in the list" "unknown model 'resnet7'" \
+  actlab-memtable --models mlp,resnet7 --batches 2 --image-size 8 --channels 1 --policies exact
+check "memtable batch past int64"     "bad batch size '99999999999999999999'" \
+  actlab-memtable --models mlp --batches 99999999999999999999 --image-size 8 --channels 1 --policies exact
+late=1 check "memtable elements past int64" "has more elements than a 64-bit count holds" \
+  actlab-memtable --models mlp --batches 4611686018427387904 --image-size 28 --channels 1 --policies exact
+check "bench_train no timed steps"    "--steps >= 1" \
+  bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 0 --max-steps 0
+check "bench_train empty policy list" "--policies is empty" \
+  bench_train --models mlp --batch 2 --image-size 8 --channels 1 --interleave --policies ''
+check "ablate seed past int64"        "--seeds needs non-negative integers below 2\\^63" \
+  actlab-ablate --policies exact --models mlp --seeds 99999999999999999999 --dry-run
+check "inspect unknown data set"      "unknown data set 'imagenet'" \
+  actlab-inspect --model mlp --dataset imagenet --out "$work/i"
+late=1 check "inspect rule matching nothing" "policy rule for 'nosuch' matched no save of mlp" \
+  actlab-inspect --model mlp --out "$work/i2" --threads 1 --policies 'quant:Q=2' --policy-rule nosuch=exact
 [ -e "$work/i" ] && fail "[inspect bad flags] created --out '$work/i' before failing"
 
 # The good path: both files written, complete, no temp file left beside them.
@@ -69,6 +85,17 @@ if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" --csv "$work/t.c
   echo "ok   [memtable writes --out and --csv]"
 else
   fail "[memtable writes --out and --csv] $(ls "$work")"
+fi
+
+# The table on stdout has its header, and a policy string with a rule stays one Markdown cell ('|' escaped).
+cases=$((cases + 1))
+if out=$("$build/actlab-memtable" --models mlp --batches 2 --image-size 8 --channels 1 \
+           --policies 'exact;quant:Q=2|fc1=exact' 2>/dev/null) &&
+   printf '%s\n' "$out" | head -1 | grep -q '^| model | batch | method | policy |' &&
+   printf '%s\n' "$out" | grep -q '| quant:Q=2\\|fc1=exact | 0\.'; then
+  echo "ok   [memtable prints its header and escapes '|' in a cell]"
+else
+  fail "[memtable prints its header and escapes '|' in a cell] $out"
 fi
 
 # inspect's --policy-rule reaches the gradient errors: '*=exact' overrides every module, so each policy's

@@ -20,7 +20,8 @@ tiny=(--dataset synthetic --synthetic-size 64 --batch-size 32 --model mlp --thre
 # An existing run whose checkpoints no bad invocation may touch.
 ckpt="$work/run"
 "$bin" "${tiny[@]}" --save-dir "$ckpt" --quiet || { echo "FAIL: could not create the reference checkpoint"; exit 1; }
-protected=("$log" "$ckpt/last.safetensors" "$ckpt/best.safetensors")
+echo "precious configuration" > "$work/side.csv.config.txt"  # beside a log that does not exist yet
+protected=("$log" "$ckpt/last.safetensors" "$ckpt/best.safetensors" "$work/side.csv.config.txt")
 sums_before=$(md5sum "${protected[@]}")
 failures=0
 cases=0
@@ -73,8 +74,15 @@ check "negative lr"             "learning rate"                    --lr -0.1
 check "unknown model"           "unknown model 'resnet7'"          --model resnet7
 check "unknown data set"        "unknown data set"                 --dataset imagenet21k
 check "sync-bn alone"           "sync-bn needs --distributed"      --sync-bn
-check "bucket size 0"           "bucket-mib and --dist-timeout must be > 0" --distributed --bucket-mib 0
-check "negative bucket tail"    "bucket-tail-mib must be >= 0"     --distributed --bucket-tail-mib -1
+check "bucket size 0"           "bucket-mib must be in \\(0, 2\\^40\\]" --distributed --bucket-mib 0
+check "bucket size past int64"  "bucket-mib must be in \\(0, 2\\^40\\]" --distributed --bucket-mib 1e308
+check "negative bucket tail"    "bucket-tail-mib must be in \\[0, 2\\^40\\]" --distributed --bucket-tail-mib -1
+check "hexadecimal lr"          "option --lr needs a number, got '0x10'" --lr 0x10
+check "coarse without cifar100" "coarse .*needs --dataset cifar100" --coarse
+# A size whose element count wraps int64 would allocate a small buffer and write past it.
+check "data set past int64"     "has more elements than a 64-bit count holds" "${tiny[@]}" --synthetic-size 4611686018427387904
+# A rule that names no module of the model is a typo, refused after the first step (nothing written).
+check "rule matching nothing"   "policy rule for 'conv9' matched no save of mlp" "${tiny[@]}" --policy-rule conv9=exact
 check "unknown policy"          "unknown policy|accepted"          --policy zip:Q=2
 check "division B=0"            "B"                                --policy division:B=0,Q=2
 check "division Q=3"            "Q"                                --policy division:B=8,Q=3
@@ -200,6 +208,18 @@ check "unwritable log dir"      "does not exist"                   --dataset syn
 check "save dir is a file"      "cannot create save directory"     --dataset synthetic --save-dir "$log"
 check "save dir not creatable"  "cannot create save directory '/proc/actlab-nope'" --dataset synthetic --save-dir /proc/actlab-nope
 check "checkpoint exists"       "already exists; pass --resume"    "${tiny[@]}" --save-dir "$ckpt"
+# No output on a file the run reads or another output writes: each would be destroyed with exit 0.
+check "log on the resumed checkpoint" "name the same file|would be overwritten" \
+  "${tiny[@]}" --resume "$ckpt/last.safetensors" --epochs 99 --log "$ckpt/last.safetensors"
+mkdir -p "$work/run2"
+check "export over best.safetensors" "export-weights and --save-dir's best.safetensors name the same file" \
+  "${tiny[@]}" --save-dir "$work/run2" --export-weights "$work/run2/best.safetensors"
+check "two outputs, one file"   "log and --summary-json name the same file" \
+  "${tiny[@]}" --log "$work/one.csv" --summary-json "$work/./one.csv"
+check "export over --init-weights" "export-weights names the file --init-weights reads" \
+  "${tiny[@]}" --init-weights "$ckpt/last.safetensors" --export-weights "$ckpt/last.safetensors" --eval-only
+check "log's side file exists"  "configuration file .*side.csv.config.txt' already exists" \
+  --dataset synthetic --log "$work/side.csv"
 if [ "$(id -u)" -ne 0 ]; then  # root may write anywhere: the mode bits would not stop it
   mkdir -p "$work/readonly" && chmod 555 "$work/readonly"
   check "read-only save dir"    "not writable"                     "${tiny[@]}" --save-dir "$work/readonly/run"
