@@ -822,6 +822,13 @@ TEST_CASE("radar: a missing or foreign input is one error line naming the file")
   write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s\nresnet20,checkpoint,128,88\n");
   CHECK(error_of([&] { read_radar_data(in); }).find("no Normal (exact) row for resnet20 at batch 128") !=
         std::string::npos);
+  // The radar divides by Normal's throughput and memory: zero, negative, nan or inf is the file's fault.
+  for (const std::string v : {"0", "-5", "nan", "inf", "1e400"}) {
+    write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s\nresnet20,exact,128," + v + "\n");
+    CHECK(error_of([&] { read_radar_data(in); })
+              .find("--throughput file '" + dir.file("bench.csv") + "': column 'img_per_s' holds '" + v +
+                    "', not a finite number > 0") != std::string::npos);
+  }
 }
 
 TEST_CASE("ablate: a tiny Table 1(b) grid reports accuracy, memory, compression and throughput per method") {

@@ -297,6 +297,16 @@ TrainConfig config_from_json(const std::string& json) {
   return c;
 }
 
+namespace {
+// Text of a config line as an error quotes it: at most 60 bytes, anything but printable ASCII as '?', so a
+// binary file named by --config gives one short line, not its bytes.
+std::string excerpt(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < 60; ++i) out += text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
+  return text.size() > 60 ? out + "..." : out;
+}
+}  // namespace
+
 void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& skip) {
   std::ifstream in(path);
   ACTLAB_CHECK(in.good(), "cannot read config file '", path, "'");
@@ -310,12 +320,12 @@ void apply_config_file(TrainConfig& c, const std::string& path, const std::set<s
     if (body.empty()) continue;
     try {
       const size_t eq = body.find('=');
-      ACTLAB_CHECK(eq != std::string::npos, "expected 'key = value', got '", body, "'");
+      ACTLAB_CHECK(eq != std::string::npos, "expected 'key = value', got '", excerpt(body), "'");
       const std::string key = trim(body.substr(0, eq)), value = trim(body.substr(eq + 1));
       ACTLAB_CHECK(!key.empty(), "missing key before '='");
       ACTLAB_CHECK(key != "config" && key != "resume" && key != "summary",
                    "'", key, "' cannot be set in a config file (command line only)");
-      ACTLAB_CHECK(is_config_key(key), "unknown key '", key, "' (keys are actlab-train's long flag names)");
+      ACTLAB_CHECK(is_config_key(key), "unknown key '", excerpt(key), "' (keys are actlab-train's long flag names)");
       check_value_alone(key, value);
       if (skip.count(key)) continue;
       if (key == "policy-rule" && !rules_reset) {

@@ -52,12 +52,14 @@ CsvTable read_csv(const std::string& path, const std::string& what) {
   return t;
 }
 
-double number(const CsvTable& t, const std::map<std::string, std::string>& row, const std::string& column) {
+// Every radar input is a size, a rate or an accuracy: a finite number >= 0 (and > 0 where the radar
+// divides by it: memory and throughput, named by `positive`).
+double number(const CsvTable& t, const std::map<std::string, std::string>& row, const std::string& column,
+              bool positive = false) {
   const std::string& s = row.at(column);
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  ACTLAB_CHECK(!s.empty() && *end == '\0', t.what, " file '", t.path, "': column '", column, "' holds '", s,
-               "', not a number");
+  double v = 0;
+  ACTLAB_CHECK(parse_float(s, &v) && (positive ? v > 0 : v >= 0), t.what, " file '", t.path, "': column '", column,
+               "' holds '", s, "', not a finite number ", positive ? "> 0" : ">= 0");
   return v;
 }
 
@@ -70,11 +72,11 @@ std::map<std::string, double> per_policy(const CsvTable& t, const std::string& m
   for (const auto& row : t.rows) {
     models.insert(row.at("model"));
     if (row.at("model") != model) continue;
-    const int64_t b = static_cast<int64_t>(number(t, row, "batch"));
+    const int64_t b = static_cast<int64_t>(number(t, row, "batch", true));
     if (*batch < 0) *batch = b;
     if (b != *batch) continue;
     auto& s = sums[canonical_policy(row.at("policy"))];
-    s.first += number(t, row, column);
+    s.first += number(t, row, column, true);
     s.second += 1;
   }
   std::string listed;

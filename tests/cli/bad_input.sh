@@ -104,6 +104,9 @@ printf 'epochs = ten\n' > "$work/badvalue.conf"
 check "missing config file"     "cannot read config file"          --config "$work/nope.conf"
 check "config unknown key"      "unknown.conf:3: unknown key 'frobnicate'" --config "$work/unknown.conf"
 check "config bad value"        "badvalue.conf:1: epochs needs an integer" --config "$work/badvalue.conf"
+# A binary file named by --config: one short line (printable excerpt), not its bytes.
+head -c 2000 /dev/zero | tr '\0' '\001' > "$work/binary.conf"
+check "binary config file"      "binary.conf:1: expected 'key = value', got '\\?{60}\\.\\.\\.'" --config "$work/binary.conf"
 
 # ---- IDX data files: a valid tiny MNIST layout, then one defect per copy
 make_idx() {  # make_idx DIR: 8 train and 8 test images of 28x28, labels 1..8
