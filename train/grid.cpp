@@ -484,6 +484,8 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   if (o.dry_run || !o.report_only) print_plan(grid, o, before);
   if (o.dry_run) return 0;
   int exit_code = 0;
+  int failed = 0;  // cells that failed in this run, and the first of them, for the closing error line
+  std::string first_failed;
   if (!o.report_only) {
     ACTLAB_CHECK(::access(o.train_bin.c_str(), X_OK) == 0, "actlab-train binary '", o.train_bin,
                  "' is not executable; pass --train-bin PATH");
@@ -501,6 +503,7 @@ int run_grid(const Grid& grid, const RunOptions& o) {
       remaining -= estimate_cell_seconds(c);
       const CellStatus s = run_cell(c, o, cells_dir / c.id(), &eta);
       if (s != CellStatus::Done) exit_code = 1;
+      if (s == CellStatus::Failed && failed++ == 0) first_failed = c.id();
       if (remaining > 1 && g_stop == 0) std::printf(", ETA %s", format_duration(remaining * eta.ratio()).c_str());
       std::printf("\n");
       std::fflush(stdout);
@@ -516,6 +519,12 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   std::string names;
   for (const std::string& name : write_reports(grid, o.out_dir, o.command_line)) names += (names.empty() ? "" : ", ") + name;
   std::printf("wrote %s/%s\n", o.out_dir.c_str(), names.c_str());
+  if (failed > 0) {  // the FAILED lines went to stdout with the progress; stderr gets one line too
+    std::fflush(stdout);
+    std::fprintf(stderr, "actlab-ablate: error: %d of %zu cells failed; the first, %s: %s (its log: %s)\n", failed,
+                 grid.cells.size(), first_failed.c_str(), last_line(cells_dir / first_failed / "failed.txt").c_str(),
+                 (cells_dir / first_failed / "log.txt").c_str());
+  }
   return exit_code;
 }
 

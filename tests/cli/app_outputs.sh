@@ -69,6 +69,9 @@ check "bench_train no timed steps"    "--steps >= 1" \
   bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 0 --max-steps 0
 check "bench_train empty policy list" "--policies is empty" \
   bench_train --models mlp --batch 2 --image-size 8 --channels 1 --interleave --policies ''
+# Cells that fail are FAILED lines in the progress on stdout, and one closing error line on stderr.
+check "ablate cells that fail"        "2 of 2 cells failed; the first, mlp-fashion-mnist-exact-s0: exit 2: actlab-train: error: unknown option --frobnicate" \
+  actlab-ablate --policies 'exact;quant:Q=2' --models mlp --seeds 0 --epochs 1 --threads 1 --train-arg=--frobnicate --out "$work/abl"
 check "ablate seed past int64"        "--seeds needs non-negative integers below 2\\^63" \
   actlab-ablate --policies exact --models mlp --seeds 99999999999999999999 --dry-run
 check "inspect unknown data set"      "unknown data set 'imagenet'" \
