@@ -115,6 +115,10 @@ int main(int argc, char** argv) {
     const int reps = static_cast<int>(flags.get_int("reps")), threads = static_cast<int>(flags.get_int("threads"));
     ACTLAB_CHECK(batch >= 1 && swin_batch >= 1 && reps >= 1 && threads >= 1,
                  "--batch, --swin-batch, --reps and --threads must be >= 1");
+    // The products of shapes below (batch·heads·tokens, images·windows·heads) are formed before any tensor
+    // checks them: a bound keeps them far from int64's range.
+    ACTLAB_CHECK(batch <= (int64_t{1} << 24) && swin_batch <= (int64_t{1} << 24),
+                 "--batch and --swin-batch must be at most 2^24, got ", batch, " and ", swin_batch);
     omp_set_num_threads(threads);
     const int64_t T = 50, D = 192, H = 3, d = 64;
     using dnnl::memory;
