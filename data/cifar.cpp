@@ -156,13 +156,18 @@ InMemoryImageDataset load_cifar(const std::string& dir, int which, bool train, b
                  folder / files[i], counts[i], format, label_offset, chunk);
     offset += counts[i];
   }
-  const int64_t num_classes = which == 10 ? 10 : coarse ? 20 : 100;
+  const int64_t num_classes = cifar_spec(which, coarse).num_classes;
   const std::string name =
       std::string(format.family) + (train ? "/train" : "/test") + (coarse ? "-coarse" : "");
   return InMemoryImageDataset(name, std::move(images), std::move(labels), num_classes);
 }
 
 }  // namespace
+
+ImageSpec cifar_spec(int which, bool coarse) {
+  ACTLAB_CHECK(which == 10 || which == 100, "CIFAR comes as 10 or 100, got ", which);
+  return {kChannels, kSide, kSide, which == 10 ? 10 : coarse ? 20 : 100};
+}
 
 InMemoryImageDataset load_cifar10(const std::string& dir, bool train) {
   return load_cifar(dir, 10, train, /*coarse=*/false);

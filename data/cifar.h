@@ -30,6 +30,10 @@ InMemoryImageDataset load_cifar10(const std::string& dir, bool train);
 // Fine labels (100 classes) by default; coarse = true gives the 20 superclasses.
 InMemoryImageDataset load_cifar100(const std::string& dir, bool train, bool coarse = false);
 
+// The shape and class count of CIFAR-`which` (10 or 100; coarse: CIFAR-100's 20 superclasses), which every
+// load gives, known without reading a file (actlab-train --summary needs no data for them).
+ImageSpec cifar_spec(int which, bool coarse = false);
+
 // True when `dir` (or its archive subfolder) holds every train and test file of CIFAR-`which`
 // (10 or 100; Error otherwise): lets apps fall back to another data set with a message.
 bool cifar_files_present(const std::string& dir, int which);

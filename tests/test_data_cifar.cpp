@@ -21,6 +21,8 @@
 #include "actlab/data/cifar.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/data/transforms.h"
+#include "actlab/train/data_splits.h"
+#include "actlab/train/trainer.h"
 
 using namespace actlab;
 namespace fs = std::filesystem;
@@ -168,6 +170,39 @@ TEST_CASE("data: cifar100 fine and coarse labels") {
     CHECK(test.get(1).label == fine100(2, 1));
   }
   CHECK(cifar_live_bytes() == before);
+}
+
+TEST_CASE("data: the spec known without reading the data is the one loading gives (--summary needs no data)") {
+  TempDir ten, hundred;
+  write_cifar10(ten / "");
+  write_cifar100(hundred / "");
+  TrainConfig c;
+  for (const auto& [dataset, dir, coarse] : {std::make_tuple("cifar10", ten.str(), false),
+                                             std::make_tuple("cifar100", hundred.str(), false),
+                                             std::make_tuple("cifar100", hundred.str(), true),
+                                             std::make_tuple("synthetic", std::string(), false)}) {
+    c.dataset = dataset;
+    c.data_dir = dir;
+    c.cifar100_coarse = coarse;
+    INFO(dataset, coarse ? " coarse" : "");
+    const std::optional<ImageSpec> known = known_data_spec(c);
+    REQUIRE(known.has_value());
+    const ImageSpec loaded = load_data(c).train->spec();
+    CHECK(known->channels == loaded.channels);
+    CHECK(known->height == loaded.height);
+    CHECK(known->width == loaded.width);
+    CHECK(known->num_classes == loaded.num_classes);
+  }
+  c.dataset = "fashion-mnist";  // an IDX file's header holds its shape: no spec without it
+  CHECK_FALSE(known_data_spec(c).has_value());
+  // CIFAR that is not there yet: --summary prints the layer table all the same.
+  c.dataset = "cifar10";
+  c.data_dir = (ten / "absent").string();
+  c.model = "resnet20";
+  c.summary_only = true;
+  CHECK_NOTHROW(train(c));
+  c.summary_only = false;
+  CHECK_THROWS(load_data(c));
 }
 
 TEST_CASE("data: cifar archive subfolders are found") {

@@ -35,6 +35,9 @@ class SubsetDataset final : public Dataset {
   int64_t limit_;
 };
 
+// --dataset synthetic: Fashion-MNIST's shape (a stand-in for it), generated.
+constexpr ImageSpec kSyntheticSpec{1, 28, 28, 10};
+
 // A streamed folder's normalization comes from this many training images (evenly spaced): decoding
 // them all would cost the up-front pass streaming avoids, and with 512 the standard error of each mean
 // is at most std / sqrt(512), under 5 % of a std.
@@ -113,6 +116,13 @@ int data_workers(const TrainConfig& c) {
   return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 2, 1u, 8u));
 }
 
+std::optional<ImageSpec> known_data_spec(const TrainConfig& c) {
+  check_dataset_name(c.dataset);
+  if (c.dataset == "synthetic") return kSyntheticSpec;
+  if (c.dataset == "cifar10" || c.dataset == "cifar100") return cifar_spec(c.dataset == "cifar10" ? 10 : 100, c.cifar100_coarse);
+  return std::nullopt;
+}
+
 void check_dataset_name(const std::string& name) {
   ACTLAB_CHECK(name == "fashion-mnist" || name == "mnist" || name == "cifar10" || name == "cifar100" ||
                    name == "folder" || name == "synthetic",
@@ -124,9 +134,11 @@ DataSplits load_data(const TrainConfig& c) {
   DataSplits d;
   d.family = c.dataset;
   if (c.dataset == "synthetic") {
-    d.train = std::make_shared<InMemoryImageDataset>(make_synthetic_dataset(c.synthetic_size, 1, 28, 28, 10, c.seed));
-    d.test = std::make_shared<InMemoryImageDataset>(
-        make_synthetic_dataset(std::max<int64_t>(1, c.synthetic_size / 4), 1, 28, 28, 10, c.seed + 1));
+    const ImageSpec& k = kSyntheticSpec;
+    d.train = std::make_shared<InMemoryImageDataset>(
+        make_synthetic_dataset(c.synthetic_size, k.channels, k.height, k.width, k.num_classes, c.seed));
+    d.test = std::make_shared<InMemoryImageDataset>(make_synthetic_dataset(
+        std::max<int64_t>(1, c.synthetic_size / 4), k.channels, k.height, k.width, k.num_classes, c.seed + 1));
     d.note = "synthetic 1x28x28, 10 classes (generated)";
     d.family = "fashion-mnist";
   } else if (c.dataset == "folder") {

@@ -3,6 +3,7 @@
 // tests/test_train.cpp and tests/test_data*.cpp.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "actlab/data/dataset.h"
@@ -21,6 +22,9 @@ struct DataSplits {
   TransformConfig test_transforms;    // normalization only
 };
 DataSplits load_data(const TrainConfig& config);
+// The spec of load_data's splits when it is known without reading any data (CIFAR-10/100, synthetic), so
+// --summary runs before the data is fetched; nullopt for the others (their files say).
+std::optional<ImageSpec> known_data_spec(const TrainConfig& config);
 // Throws Error listing the data sets load_data knows unless `name` is one of them.
 void check_dataset_name(const std::string& name);
 

@@ -801,6 +801,13 @@ bool Run::run_epoch(int64_t epoch) {
 }
 
 TrainSummary Run::go() {
+  if (c_.summary_only) {  // the layer table needs the input's shape, not the data: CIFAR need not be fetched yet
+    if (const std::optional<ImageSpec> spec = known_data_spec(c_)) {
+      const auto model = make_model({c_.model, spec->channels, spec->num_classes, spec->height});
+      if (dist_.lead()) std::printf("%s", model_summary(*model, {spec->channels, spec->height, spec->width}).c_str());
+      return summary_;
+    }
+  }
   setup();
   if (c_.summary_only) {
     const ImageSpec spec = data_.train->spec();
