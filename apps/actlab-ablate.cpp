@@ -207,7 +207,6 @@ int main(int argc, char** argv) {
     install_grid_signal_handlers();
     return run_grid(grid, run);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "actlab-ablate: error: %s\n", e.what());
-    return 2;
+    return report_error("actlab-ablate", e);
   }
 }

@@ -93,8 +93,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; nothing saved (no --save-dir)\n",
                    static_cast<long long>(s.stop_epoch), static_cast<long long>(s.stop_step));
     } else {
-      std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; resume with: actlab-train --resume %s\n",
-                   static_cast<long long>(s.stop_epoch), static_cast<long long>(s.stop_step),
+      // A checkpoint resumes only on as many ranks as wrote it: say how to launch that many.
+      const std::string launch = s.world_size > 1 ? "mpirun -np " + std::to_string(s.world_size) +
+                                                        " actlab-train --distributed"
+                                                  : std::string("actlab-train");
+      std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; resume with: %s --resume %s\n",
+                   static_cast<long long>(s.stop_epoch), static_cast<long long>(s.stop_step), launch.c_str(),
                    s.stop_checkpoint.c_str());
     }
     return 128 + sig;

@@ -447,6 +447,9 @@ TEST_CASE("dist: a 2-rank run stopped mid-epoch and resumed on 2 ranks ends bit-
   REQUIRE_MESSAGE(fs::exists(last), b.text);
   CHECK(read_safetensors(last).metadata_value("world_size") == "2");
   CHECK(read_safetensors(last).metadata_value("global_step") == "7");
+  // The command it prints launches as many ranks as wrote the checkpoint (one rank would be refused).
+  CHECK_MESSAGE(b.text.find("resume with: mpirun -np 2 actlab-train --distributed --resume " + last) != std::string::npos,
+                b.text);
   const Output c = run(mpirun(2) + train_bin() + " --distributed --resume " + last + " --export-weights " +
                        resumed);
   REQUIRE_MESSAGE(c.rc == 0, c.text);

@@ -1,7 +1,7 @@
 // One training step (forward, loss, backward, optimizer update) under a policy set, and the one
 // definition of the activation measure that every tool reports (docs/measures.md): the trainer,
-// actlab-memtable, bench_train, bench_cuda, actlab-inspect and the tests all call run_step, so a figure
-// means the same thing wherever it is printed. Tested in tests/test_step.cpp.
+// actlab-memtable, bench_train, bench_cuda and the tests all call run_step, so a figure means the same
+// thing wherever it is printed. Tested in tests/test_step.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>

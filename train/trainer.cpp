@@ -873,7 +873,7 @@ TrainSummary Run::go() {
   if (scaler_->enabled() && !c_.quiet)
     std::printf("loss scale at the end: %g; updates skipped for an overflow in this process: %lld\n", scaler_->scale(),
                 static_cast<long long>(scaler_->overflow_skips()));
-  if (summary_.skipped_steps > 0)
+  if (summary_.skipped_steps > 0 && dist_.lead())  // every rank skipped the same steps: rank 0 says so
     std::fprintf(stderr, "actlab-train: warning: %lld steps skipped for non-finite values (--on-nonfinite=skip-step)\n",
                  static_cast<long long>(summary_.skipped_steps));
   if (memory_check_) {
