@@ -161,7 +161,8 @@ class PolicySet {
     std::string pattern;
     bool names_saves;  // the pattern holds a '/': matched against save_path, not the module path
     std::shared_ptr<const ActivationCachePolicy> policy;
-    mutable bool matched = false;  // a lookup has returned this rule: diagnostics for check_rules_matched, read by no lookup
+    // A lookup has returned this rule. Diagnostics for check_rules_matched only: no lookup reads it.
+    mutable bool matched = false;
   };
   std::vector<Rule> rules_;
   CheckpointRequest checkpoint_;

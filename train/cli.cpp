@@ -38,9 +38,6 @@ bool parse_bool(const std::string& s, bool* out) {
   if (s == "false" || s == "0" || s == "no" || s == "off") { *out = false; return true; }
   return false;
 }
-namespace {
-}  // namespace
-
 int report_error(const char* program, const std::exception& e) {
   const std::string what = e.what();
   const size_t eol = what.find('\n');
