@@ -103,7 +103,8 @@ ACTLAB_HD float float_from_order_key(int32_t key) {
 
 // The stored (bf16) min and step of a range [lo, hi] for `bits`-bit codes: min = lo rounded down,
 // step = (hi - min)/levels rounded up, bumped by one bf16 ulp if levels·step (exact in f32: 8+8 bits)
-// still falls short of the f32 range. A constant range gets step 1 (every code is then 0).
+// still falls short of the f32 range. A constant range gets step 1 (every code is then 0); a NaN range
+// (a NaN among the values) a NaN step.
 // Guarantee: for every v in [lo, hi], 0 <= fl(fl(v - min)/step) <= levels.
 ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, float hi, int bits) {
   min_bits = bf16_round_down(lo);
@@ -111,7 +112,9 @@ ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, f
   const float levels = static_cast<float>(quant_levels(bits));
   uint16_t step = bf16_round_up(range / levels);
   step = bf16_to_float(step) * levels < range ? static_cast<uint16_t>(step + 1) : step;
-  step_bits = bf16_to_float(step) > 0.f ? step : float_to_bf16(1.f);
+  // A NaN anywhere in the range (a positive NaN sorts above +inf, so only `hi` sees it) keeps its NaN step:
+  // every decoded value of the plane is then NaN and the NaN reaches backward, whatever its sign bit.
+  step_bits = bf16_to_float(step) > 0.f || range != range ? step : float_to_bf16(1.f);
 }
 
 // The stochastic-rounding uniform of element `index`: 8 random bits, one byte of a 32-bit Philox word, so

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -73,6 +74,26 @@ std::vector<float> target_of(const std::string& spec, const Tensor& x) {
 }
 
 }  // namespace
+
+TEST_CASE("policies: a NaN of either sign reaches backward through every lossy policy") {
+  // A NaN from numpy, PyTorch or std::numeric_limits has its sign bit clear: its order key sorts above +inf,
+  // so only the range's max sees it (a sign-set NaN, x86's 0/0, is the min's). Either must decode as NaN.
+  const Shape shape{2, 3, 8, 8};
+  const int64_t at = ((1 * 3 + 2) * 8 + 3) * 8 + 4;
+  std::vector<const char*> specs(std::begin(kLossy), std::end(kLossy));
+  specs.push_back("mesa:Q=8");
+  specs.push_back("blpa:Q=4");
+  for (const float nan : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+    for (const char* spec : specs) {
+      INFO(spec, std::signbit(nan) ? " (sign-set NaN)" : " (positive NaN)");
+      Tensor x = random_tensor(shape, 5);
+      x.data<float>()[at] = nan;
+      const auto policy = parse_policy(spec);
+      const std::vector<float> out = policy->unpack(*policy->pack(x, {}, {3, 1}), {}).to_vector();
+      CHECK(std::isnan(out[static_cast<size_t>(at)]));
+    }
+  }
+}
 
 TEST_CASE("policies: every policy round-trips every shape inside the bound of its stored step") {
   const int64_t live_before = live_bytes();
