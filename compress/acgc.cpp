@@ -88,10 +88,7 @@ std::unique_ptr<Packed> AcgcPolicy::pack(const Tensor& x_in, const SaveInfo& inf
 
 Tensor AcgcPolicy::unpack(const Packed& p, const SaveInfo& info) const {
   if (dynamic_cast<const PackedPassthrough*>(&p)) return at_width(kInitialBits).unpack(p, info);
-  const auto* groups = dynamic_cast<const PackedGroups*>(&p);
-  ACTLAB_CHECK(groups != nullptr, "policy ", name(), " cannot unpack a pack it did not make (shape ",
-               shape_str(p.shape()), ")");
-  return at_width(groups->geometry().bits).unpack(p, info);
+  return at_width(packed_as<PackedGroups>(p, name()).geometry().bits).unpack(p, info);
 }
 
 std::string AcgcPolicy::name() const {

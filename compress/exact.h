@@ -25,7 +25,7 @@ class ExactPolicy final : public ActivationCachePolicy {
     return std::make_unique<PackedExact>(x);
   }
   Tensor unpack(const Packed& p, const SaveInfo&) const override {
-    return static_cast<const PackedExact&>(p).tensor();
+    return packed_as<PackedExact>(p, name()).tensor();
   }
   std::string name() const override { return "exact"; }
   size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 4; }
@@ -48,13 +48,11 @@ class Bf16Policy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo&, const PackContext&) const override {
     return std::make_unique<PackedHalf>(ops::to_bf16(x));
   }
-  Tensor unpack(const Packed& p, const SaveInfo&) const override {
-    return ops::from_bf16(static_cast<const PackedHalf&>(p).half());
-  }
-  Tensor unpack_bf16(const Packed& p, const SaveInfo&) const override { return static_cast<const PackedHalf&>(p).half(); }
+  Tensor unpack(const Packed& p, const SaveInfo&) const override { return ops::from_bf16(half_of(p)); }
+  Tensor unpack_bf16(const Packed& p, const SaveInfo&) const override { return half_of(p); }
   // Batch-norm backward widens one channel at a time into its own buffer: no full-size f32 copy.
   std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo&) const override {
-    const Tensor& h = static_cast<const PackedHalf&>(p).half();
+    const Tensor& h = half_of(p);
     if (h.dim() != 4 || !h.device().is_cpu()) return nullptr;
     return std::make_unique<Reader>(h);
   }
@@ -62,6 +60,11 @@ class Bf16Policy final : public ActivationCachePolicy {
   size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
 
  private:
+  const Tensor& half_of(const Packed& p) const {
+    const Tensor& h = packed_as<PackedHalf>(p, name()).half();
+    ACTLAB_CHECK(h.dtype() == DType::BF16, "policy bf16 cannot unpack a pack it did not make (an fp16 copy)");
+    return h;
+  }
   class Reader final : public ChannelReader {
    public:
     explicit Reader(const Tensor& h) : h_(h) {}
@@ -91,7 +94,9 @@ class F16Policy final : public ActivationCachePolicy {
     return std::make_unique<PackedHalf>(ops::to_f16(x));
   }
   Tensor unpack(const Packed& p, const SaveInfo&) const override {
-    return ops::from_f16(static_cast<const PackedHalf&>(p).half());
+    const Tensor& h = packed_as<PackedHalf>(p, name()).half();
+    ACTLAB_CHECK(h.dtype() == DType::F16, "policy f16 cannot unpack a pack it did not make (a bf16 copy)");
+    return ops::from_f16(h);
   }
   std::string name() const override { return "f16"; }
   size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }

@@ -342,17 +342,10 @@ Tensor unpack_groups(const PackedGroups& groups, const Shape& shape) {
   return out;
 }
 
-const PackedGroups& checked_groups(const Packed& p, const std::string& policy) {
-  const auto* groups = dynamic_cast<const PackedGroups*>(&p);
-  ACTLAB_CHECK(groups != nullptr, "policy ", policy, " cannot unpack a pack it did not make (shape ",
-               shape_str(p.shape()), ")");
-  return *groups;
-}
-
 // The unpack of the policies that keep samples as rows (pergroup, actnn): an f32 copy, or the groups.
 Tensor unpack_sample_rows(const Packed& p, const std::string& policy) {
   if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
-  const PackedGroups& groups = checked_groups(p, policy);
+  const PackedGroups& groups = packed_as<PackedGroups>(p, policy);
   return unpack_groups(groups, groups.shape());
 }
 }  // namespace
@@ -559,7 +552,7 @@ std::unique_ptr<Packed> MesaPolicy::pack(const Tensor& x_in, const SaveInfo& inf
 
 Tensor MesaPolicy::unpack(const Packed& p, const SaveInfo&) const {
   if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
-  const PackedGroups& groups = checked_groups(p, name());
+  const PackedGroups& groups = packed_as<PackedGroups>(p, name());
   const Shape& s = groups.shape();
   if (s.size() != 4) return unpack_groups(groups, s);
   Tensor by_head;

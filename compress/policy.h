@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actlab/core/error.h"
 #include "actlab/core/tensor.h"
 
 namespace actlab {
@@ -55,6 +56,16 @@ class Packed {
   virtual size_t nbytes() const = 0;     // bytes held until backward
   virtual const Shape& shape() const = 0;
 };
+
+// `p` as the Packed type a policy makes, or one Error naming `policy`: a pack handed to a policy that did not
+// make it (library code mixing policies) must fail, not be read as the wrong type.
+template <typename P>
+const P& packed_as(const Packed& p, const std::string& policy) {
+  const auto* q = dynamic_cast<const P*>(&p);
+  ACTLAB_CHECK(q != nullptr, "policy ", policy, " cannot unpack a pack it did not make (shape ", shape_str(p.shape()),
+               ")");
+  return *q;
+}
 
 // Reads a 4-D (N, C, H, W) pack one channel at a time (ActivationCachePolicy::channel_reader).
 class ChannelReader {

@@ -92,7 +92,7 @@ bool SwapPolicy::retire_leaving(int64_t bound) const {
 }
 
 Tensor SwapPolicy::unpack(const Packed& p, const SaveInfo&) const {
-  SwapState& s = *static_cast<const PackedSwap&>(p).state();
+  SwapState& s = *packed_as<PackedSwap>(p, name()).state();
   Tensor t;
   bool prefetched = false;
   if (!s.device.is_cpu()) {

@@ -7,7 +7,9 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "actlab/compress/policy.h"
@@ -35,9 +37,22 @@ struct PyPacked {
   Shape shape() const { return packed->shape(); }
 };
 
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// `obj` (a NumPy array, a PyTorch CPU tensor, anything numpy.asarray takes) as a C-contiguous float32 array.
+// Only float32 is taken: a silent cast would lose float64's precision under `exact`, drop a complex part or
+// pack None as NaN. numpy.asarray's own error (a tensor that requires grad, a CUDA tensor) reaches Python.
+FloatArray float32_array(const py::object& obj, const char* what) {
+  const py::array a = py::module_::import("numpy").attr("asarray")(obj);
+  if (a.dtype().kind() != 'f' || a.dtype().itemsize() != 4)
+    throw py::type_error(std::string(what) + ": a float32 array is expected, got dtype " +
+                         py::str(a.dtype()).cast<std::string>() + " (convert with .astype(numpy.float32) or .float())");
+  return FloatArray::ensure(a);  // float32 already: only a strided array is copied, to C order
+}
+
 // A float32 array as an actlab tensor. The bytes are copied once into actlab's tracked memory, so the
 // allocator's figures (and a policy that keeps the tensor itself, exact) stay true.
-Tensor tensor_from(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
+Tensor tensor_from(const FloatArray& a) {
   Shape shape(a.shape(), a.shape() + a.ndim());
   Tensor t = Tensor::empty(shape, DType::F32);
   if (t.numel() > 0) std::memcpy(t.data<float>(), a.data(), t.nbytes());
@@ -55,7 +70,7 @@ py::array array_of(const Tensor& t) {
 // The array's own buffer as a tensor, no copy, for a policy that only reads it (every lossy one: they
 // keep codes, or a copy for shapes they cannot view). The owner holds a reference to the array and
 // drops it under the GIL, whichever thread lets the storage go.
-Tensor tensor_over(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
+Tensor tensor_over(const FloatArray& a) {
   Shape shape(a.shape(), a.shape() + a.ndim());
   std::shared_ptr<void> owner(new py::object(a), [](void* o) {
     py::gil_scoped_acquire gil;
@@ -64,16 +79,54 @@ Tensor tensor_over(const py::array_t<float, py::array::c_style | py::array::forc
   return Tensor::borrow(const_cast<float*>(a.data()), shape, DType::F32, std::move(owner));
 }
 
-PyPacked pack(const py::array_t<float, py::array::c_style | py::array::forcecast>& a, const std::string& policy,
-              uint64_t seed, uint64_t stream) {
+// One parsed policy per policy string, shared by every pack() that names it (under the GIL): parsing per
+// call gave each pack its own policy object, which for swap is a copy thread per saved tensor and no
+// prefetch across saves. Policies are safe to share: the trainer shares one across a whole run.
+std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) {
+  static std::map<std::string, std::shared_ptr<const ActivationCachePolicy>> cache;
+  auto it = cache.find(spec);
+  if (it == cache.end()) it = cache.emplace(spec, parse_policy(spec)).first;
+  return it->second;
+}
+
+PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed, uint64_t stream) {
+  const FloatArray a = float32_array(array, "pack");
   PyPacked p;
-  p.policy = parse_policy(policy);
+  p.policy = policy_of(policy);
   p.info = {"python", "input", true, ""};
+  MemTagScope tag(MemTag::ActivationPacked);  // exact's copy is what it keeps: tagged like every pack
   // exact keeps the tensor itself: a copy, so that later writes to the array cannot reach it.
   const Tensor x = p.policy->is_exact() ? tensor_from(a) : tensor_over(a);
-  MemTagScope tag(MemTag::ActivationPacked);
   p.packed = p.policy->pack(x, p.info, {seed, stream});
   return p;
+}
+
+// The PyPacked of a Python Packed. Packed.__new__ makes an instance whose C++ object was never constructed
+// (pybind11 allocates it and marks the holder unconstructed): reading it would be reading garbage, so such
+// an instance is a TypeError, as Packed() itself is.
+const PyPacked& packed_of(const py::handle& self) {
+  const auto vh = reinterpret_cast<py::detail::instance*>(self.ptr())->get_value_and_holder();
+  if (!vh.holder_constructed())
+    throw py::type_error("this Packed holds nothing: it was made by Packed.__new__, not by actlab.pack()");
+  return *vh.value_ptr<PyPacked>();
+}
+
+// The policy's reconstruction as a new array. exact hands back the tensor it keeps, so that one is copied:
+// a write to the returned array must not reach the pack (every other policy decodes into a fresh buffer).
+py::array unpack(const py::object& packed) {
+  if (!py::isinstance<PyPacked>(packed)) throw py::type_error("unpack: an actlab.Packed from pack() is expected");
+  const PyPacked& p = packed_of(packed);
+  const Tensor out = p.policy->unpack(*p.packed, p.info);
+  return array_of(p.policy->is_exact() ? out.clone() : out);
+}
+
+// train, forward and step_memory run one at a time: they seed the one initialisation generator and read
+// the process-wide allocator figures, so two at once (Python threads; each releases the GIL) would change
+// each other's weights and measurements. pack and unpack take no lock; made while a run measures, their
+// bytes count in its figures.
+std::mutex& run_mutex() {
+  static std::mutex m;
+  return m;
 }
 
 // train(key=value, ...): the keys of actlab-train's option table (with '_' for '-'); returns the summary.
@@ -84,8 +137,8 @@ py::object train_run(const py::kwargs& kwargs) {
     std::string key = py::str(kv.first);
     for (char& ch : key) ch = ch == '_' ? '-' : ch;
     const py::handle v = kv.second;
-    if (key == "policy-rule" && py::isinstance<py::list>(v)) {
-      for (const auto& r : v.cast<py::list>()) set_config_value(c, key, py::str(r));
+    if (key == "policy-rule" && (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v))) {
+      for (const auto& r : v) set_config_value(c, key, py::str(r));
     } else if (py::isinstance<py::bool_>(v)) {
       set_config_value(c, key, v.cast<bool>() ? "true" : "false");
     } else {
@@ -95,6 +148,7 @@ py::object train_run(const py::kwargs& kwargs) {
   TrainSummary s;
   {
     py::gil_scoped_release release;  // a run takes minutes; other Python threads go on
+    std::lock_guard<std::mutex> lock(run_mutex());
     s = train(c);
   }
   return py::module_::import("json").attr("loads")(summary_to_json(s, c));
@@ -103,18 +157,21 @@ py::object train_run(const py::kwargs& kwargs) {
 // forward(model, images, weights, classes): the named model's logits for a batch in evaluation mode, its
 // weights from a plain safetensors state dict (torchvision/timm names, as --init-weights takes) or a fresh
 // initialisation from seed. For checking actlab's models against another framework's with the same weights.
-py::array forward(const std::string& model, const py::array_t<float, py::array::c_style | py::array::forcecast>& images,
-                  const std::string& weights, int64_t classes, uint64_t seed) {
-  ACTLAB_CHECK(images.ndim() == 4 && images.shape(2) == images.shape(3), "forward: images must be (N, C, S, S), got ",
-               images.ndim(), " dims");
-  const Tensor x = tensor_from(images);
-  seed_init(seed);
-  std::shared_ptr<Module> net = make_model({model, x.size(1), classes, x.size(2)});
-  if (!weights.empty()) import_state_dict(read_safetensors(weights), *net, "weights '" + weights + "'");
-  net->eval();
+py::array forward(const std::string& model, const py::object& array, const std::string& weights, int64_t classes,
+                  uint64_t seed) {
+  const FloatArray images = float32_array(array, "forward");
+  ACTLAB_CHECK(images.ndim() == 4, "forward: images must be (N, C, S, S), got ", images.ndim(), " dims");
+  ACTLAB_CHECK(images.shape(2) == images.shape(3), "forward: images must be square (N, C, S, S), got ",
+               images.shape(2), "x", images.shape(3));
   Tensor logits;
   {
     py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(run_mutex());
+    const Tensor x = tensor_from(images);
+    seed_init(seed);
+    std::shared_ptr<Module> net = make_model({model, x.size(1), classes, x.size(2)});
+    if (!weights.empty()) import_state_dict(read_safetensors(weights), *net, "weights '" + weights + "'");
+    net->eval();
     NoGradGuard no_grad;
     logits = (*net)(Variable(x)).data();
   }
@@ -134,6 +191,7 @@ py::dict step_memory(const std::string& model, int64_t batch, const std::string&
   StepMemoryResult r;
   {
     py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(run_mutex());
     r = measure_step_memory(c);
   }
   py::dict d;
@@ -154,31 +212,36 @@ PYBIND11_MODULE(_actlab, m) {
   m.doc() = "actlab: activation-compressed training (DIVISION and its baselines) from Python";
   py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
 
+  // The accessors take the Python object and go through packed_of, so that a Packed.__new__ instance is a
+  // TypeError rather than a read of an object never constructed.
   py::class_<PyPacked>(m, "Packed", "An array as a policy keeps it until unpack().")
-      .def_property_readonly("nbytes", &PyPacked::nbytes, "bytes held (the packed form)")
-      .def_property_readonly("shape", [](const PyPacked& p) { return py::tuple(py::cast(p.shape())); })
-      .def_property_readonly("policy", [](const PyPacked& p) { return p.policy->name(); })
-      .def("__repr__", [](const PyPacked& p) {
-        return "<actlab.Packed " + p.policy->name() + " " + shape_str(p.shape()) + ", " +
-               std::to_string(p.nbytes()) + " bytes>";
+      .def_property_readonly("nbytes", [](const py::object& self) { return packed_of(self).nbytes(); },
+                             "bytes held (the packed form)")
+      .def_property_readonly("shape", [](const py::object& self) { return py::tuple(py::cast(packed_of(self).shape())); })
+      .def_property_readonly("policy", [](const py::object& self) { return packed_of(self).policy->name(); })
+      .def("__repr__", [](const py::object& self) {
+        const PyPacked& p = packed_of(self);
+        return "<actlab.Packed " + p.policy->name() + " " + shape_str(p.shape()) + ", " + std::to_string(p.nbytes()) +
+               " bytes>";
       });
   m.def("pack", &pack, py::arg("array"), py::arg("policy") = "division:B=8,Q=2", py::arg("seed") = 0,
         py::arg("stream") = 0,
-        "Packs a float32 array (N, C, H, W) or any shape with the policy: stochastic rounding draws from "
-        "Philox(seed, stream), so the same arguments give the same bytes as actlab's C++ and CUDA codecs.");
-  m.def(
-      "unpack", [](const PyPacked& p) { return array_of(p.policy->unpack(*p.packed, p.info)); }, py::arg("packed"),
-      "The float32 array the policy reconstructs (no copy: the array owns actlab's buffer).");
+        "Packs a float32 array (N, C, H, W) or any shape with the policy (other dtypes are a TypeError): "
+        "stochastic rounding draws from Philox(seed, stream), so the same arguments give the same bytes as "
+        "actlab's C++ and CUDA codecs.");
+  m.def("unpack", &unpack, py::arg("packed"),
+        "The float32 array the policy reconstructs, a new array each call (it owns actlab's buffer: no further copy).");
   m.def(
       "expected_bytes",
       [](const std::string& policy, const std::vector<int64_t>& shape) {
+        for (int64_t d : shape) ACTLAB_CHECK(d >= 0, "expected_bytes: shape dimensions must be >= 0, got ", d);
         return parse_policy(policy)->expected_bytes(Shape(shape.begin(), shape.end()));
       },
       py::arg("policy"), py::arg("shape"), "The closed-form bytes the policy keeps for a float32 tensor of this shape.");
   m.def("policy_forms", &policy_forms, "The accepted policy strings, one per line.");
   m.def("train", &train_run,
         "Runs actlab-train with these options (actlab-train --help lists them; '_' stands for '-') and returns "
-        "the summary as a dict. quiet defaults to True.");
+        "the summary as a dict. quiet defaults to True. train, forward and step_memory run one at a time.");
   m.def("step_memory", &step_memory, py::arg("model") = "resnet20", py::arg("batch") = 128,
         py::arg("policy") = "division:B=8,Q=2", py::arg("image_size") = 32, py::arg("channels") = 3,
         py::arg("classes") = 10, py::arg("seed") = 0,

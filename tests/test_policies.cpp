@@ -75,6 +75,25 @@ std::vector<float> target_of(const std::string& spec, const Tensor& x) {
 
 }  // namespace
 
+TEST_CASE("policies: a pack handed to a policy that did not make it is an error naming that policy") {
+  const Tensor x = random_tensor({2, 3, 8, 8}, 9);
+  const char* specs[] = {"exact", "bf16", "swap:P=2", "division:B=8,Q=2", "pergroup:G=16,Q=2", "acgc:E=0,I=100,G=16"};
+  for (const char* maker : specs) {
+    const auto made_by = parse_policy(maker);
+    const auto packed = made_by->pack(x, {}, {1, 1});
+    for (const char* reader : specs) {
+      if (std::string(maker) == reader) continue;
+      const auto other = parse_policy(reader);
+      // acgc reads pergroup's groups at their width, and pergroup acgc's: the same codec, not an error.
+      const bool same_codec = (std::string(maker).rfind("pergroup", 0) == 0 && std::string(reader).rfind("acgc", 0) == 0) ||
+                              (std::string(maker).rfind("acgc", 0) == 0 && std::string(reader).rfind("pergroup", 0) == 0);
+      if (same_codec) continue;
+      INFO(maker, " -> ", reader);
+      CHECK_THROWS_WITH_AS(other->unpack(*packed, {}), doctest::Contains("cannot unpack a pack it did not make"), Error);
+    }
+  }
+}
+
 TEST_CASE("policies: a NaN of either sign reaches backward through every lossy policy") {
   // A NaN from numpy, PyTorch or std::numeric_limits has its sign bit clear: its order key sorts above +inf,
   // so only the range's max sees it (a sign-set NaN, x86's 0/0, is the min's). Either must decode as NaN.

@@ -107,6 +107,86 @@ def step_memory_measures_as_the_memory_table():
     assert exact["activation_bytes"] > 3 * div["activation_bytes"], (exact, div)
 
 
+@case
+def hostile_inputs_are_clear_errors_not_crashes_or_casts():
+    for bad in (np.arange(4.0).reshape(2, 2), None, np.ones((2, 2), np.complex64), np.ones((2, 2), bool)):
+        try:
+            actlab.pack(bad, "exact")
+        except TypeError as e:
+            assert "float32 array is expected" in str(e), e
+        else:
+            raise AssertionError("no error for %r" % (bad,))
+    empty = actlab.Packed.__new__(actlab.Packed)  # no pack() filled it
+    for use in (lambda: actlab.unpack(empty), lambda: empty.nbytes, lambda: repr(empty)):
+        try:
+            use()
+        except TypeError as e:
+            assert "holds nothing" in str(e), e
+        else:
+            raise AssertionError("no error for an empty Packed")
+    try:
+        actlab.expected_bytes("quant:Q=2", [-1, 4, 16, 16])
+    except RuntimeError as e:
+        assert "dimensions must be >= 0" in str(e), e
+    else:
+        raise AssertionError("no error for a negative dimension")
+    try:
+        actlab.forward("resnet20", np.zeros((1, 3, 32, 16), np.float32))
+    except RuntimeError as e:
+        assert "must be square" in str(e), e
+    else:
+        raise AssertionError("no error for a non-square batch")
+
+
+@case
+def exact_unpack_is_a_new_array_and_a_positive_nan_survives_the_codecs():
+    x = maps((2, 3, 4, 4), 7)
+    p = actlab.pack(x, "exact")
+    y = actlab.unpack(p)
+    y[:] = 7
+    assert np.array_equal(actlab.unpack(p), x)  # the write did not reach what exact keeps
+    x[0, 0, 1, 1] = np.nan  # numpy's NaN has its sign bit clear
+    for policy in ("quant:Q=2", "division:B=2,Q=2", "pergroup:G=16,Q=2"):
+        assert np.isnan(actlab.unpack(actlab.pack(x, policy))[0, 0, 1, 1]), policy
+
+
+def os_threads():
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("Threads:")).split()[1])
+
+
+@case
+def packs_of_one_policy_string_share_one_policy():
+    before = os_threads()
+    kept = [actlab.pack(maps((2, 2, 8, 8), i), "swap:P=2") for i in range(40)]  # swap runs a copy thread
+    assert os_threads() - before <= 2, (before, os_threads())
+    assert all(np.array_equal(actlab.unpack(p), maps((2, 2, 8, 8), i)) for i, p in enumerate(kept))
+
+
+@case
+def runs_in_two_threads_do_not_change_each_other():
+    import threading
+    q = dict(model="mlp", dataset="synthetic", synthetic_size=256, batch_size=32, test_limit=32, threads=1, seed=3)
+    images = np.zeros((2, 1, 28, 28), np.float32)
+    alone_loss = actlab.train(**q)["epoch_rows"][0]["train_loss"]
+    alone_logits = actlab.forward("mlp", images, seed=5)
+    logits, stop = [], threading.Event()
+
+    def other():
+        while not stop.is_set():
+            logits.append(actlab.forward("mlp", images, seed=5))
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        beside = [actlab.train(**q)["epoch_rows"][0]["train_loss"] for _ in range(2)]
+    finally:
+        stop.set()
+        t.join()
+    assert beside == [alone_loss, alone_loss], (alone_loss, beside)
+    assert logits and all(np.array_equal(l, alone_logits) for l in logits)
+
+
 # ---------------------------------------------------------------- the PyTorch adapter
 def torch_or_skip():
     try:
