@@ -186,7 +186,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.adam_eps > 0 && std::isfinite(c.adam_eps), "--adam-eps must be > 0, got ", c.adam_eps);
   ACTLAB_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "label smoothing must be in [0, 1), got ",
                c.label_smoothing);
-  ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be >= 1, got ", c.threads);
+  ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be in [1, 1024], got ", c.threads);
   Device::parse(c.device);  // the form only; whether the device exists is checked when the run starts
   parse_precision(c.precision);  // likewise: whether this machine can run it is checked at the start
   loss_scale_options(c);
