@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     };
     const int64_t image_size = positive(pick("image-size", "224"), "--image-size");
     const int64_t classes = positive(pick("classes", "1000"), "--classes");
-    positive(flags.get("channels"), "--channels");
+    const int64_t channels = positive(flags.get("channels"), "--channels");
     std::vector<int64_t> batches;
     for (const auto& b : split_list(pick("batches", t1a ? "64" : "128"), ',')) batches.push_back(positive(b, "batch size"));
     for (const auto& m : models) min_image_size(m);  // an unknown name fails now, listing the known ones
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
       mixed = mixed || entries.back().precision != Precision::F32;
     }
     // The paper's Table 1(a) cells exist for ImageNet inputs only.
-    const bool paper_cells = image_size == 224 && classes == 1000 && flags.get_int("channels") == 3;
+    const bool paper_cells = image_size == 224 && classes == 1000 && channels == 3;
     const int64_t threads = flags.get_int("threads");
     ACTLAB_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
     omp_set_num_threads(static_cast<int>(threads));
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
           StepMemoryConfig c;
           c.model = model;
           c.batch = batch;
-          c.in_channels = flags.get_int("channels");
+          c.in_channels = channels;
           c.image_size = image_size;
           c.num_classes = classes;
           c.policy = policy;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "actlab/compress/policies.h"
@@ -85,9 +86,8 @@ TEST_CASE("policies: a pack handed to a policy that did not make it is an error 
       if (std::string(maker) == reader) continue;
       const auto other = parse_policy(reader);
       // acgc reads pergroup's groups at their width, and pergroup acgc's: the same codec, not an error.
-      const bool same_codec = (std::string(maker).rfind("pergroup", 0) == 0 && std::string(reader).rfind("acgc", 0) == 0) ||
-                              (std::string(maker).rfind("acgc", 0) == 0 && std::string(reader).rfind("pergroup", 0) == 0);
-      if (same_codec) continue;
+      const std::set<std::string> pair{std::string(maker).substr(0, 4), std::string(reader).substr(0, 4)};
+      if (pair == std::set<std::string>{"perg", "acgc"}) continue;
       INFO(maker, " -> ", reader);
       CHECK_THROWS_WITH_AS(other->unpack(*packed, {}), doctest::Contains("cannot unpack a pack it did not make"), Error);
     }
