@@ -201,8 +201,11 @@ struct BlpaChannel {
 };
 
 // step = 6σ/2^Q (1 when that is not a positive finite f32: a constant channel, which lo = hi then decodes
-// exactly); shift = 2^(Q−1) − ⌊mean/step⌋ clamped into [1, 2^Q − 1] (2^(Q−1) when not finite).
+// exactly); shift = 2^(Q−1) − ⌊mean/step⌋ clamped into [1, 2^Q − 1] (2^(Q−1) when not finite). A channel
+// holding ±inf gets NaN lo/hi, so it decodes to NaN as a plane with an infinite range does in the Q-bit
+// codecs: clamped into the grid, an infinity would come back as a finite value no overflow check sees.
 ACTLAB_HD BlpaChannel blpa_channel(double mean, double stddev, float lo, float hi, int bits) {
+  if (lo - lo != 0.f || hi - hi != 0.f) lo = hi = NAN;  // x − x is 0 for finite x, NaN for ±inf and NaN
   const double cells = static_cast<double>(1 << bits);
   float step = static_cast<float>(6.0 * stddev / cells);
   step = step > 0.f && step <= 3.0e38f ? step : 1.f;  // also maps NaN to 1

@@ -664,6 +664,8 @@ TEST_CASE("codec: blpa_code keeps the sign, picks the cell of its value and blpa
     const BlpaChannel relu = blpa_channel(0.4, 0.6, 0.f, 3.f, bits);
     CHECK(blpa_value(blpa_code(0.f, relu, bits), relu) == 0.f);
     CHECK(std::isnan(blpa_value(3, blpa_channel(0.0, 1.0, NAN, NAN, bits))));
+    CHECK(std::isnan(blpa_value(3, blpa_channel(0.0, INFINITY, -1.f, INFINITY, bits))));  // a channel with ±inf
+    CHECK(std::isnan(blpa_value(3, blpa_channel(0.0, INFINITY, -INFINITY, 1.f, bits))));
   }
 }
 

@@ -112,6 +112,17 @@ TEST_CASE("policies: a NaN of either sign reaches backward through every lossy p
       CHECK(std::isnan(out[static_cast<size_t>(at)]));
     }
   }
+  // An infinity must not come back finite either: the step's overflow check looks for non-finite values.
+  for (const float inf : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    for (const char* spec : specs) {
+      INFO(spec, inf > 0 ? " (+inf)" : " (-inf)");
+      Tensor x = random_tensor(shape, 5);
+      x.data<float>()[at] = inf;
+      const auto policy = parse_policy(spec);
+      const std::vector<float> out = policy->unpack(*policy->pack(x, {}, {3, 1}), {}).to_vector();
+      CHECK_FALSE(std::isfinite(out[static_cast<size_t>(at)]));
+    }
+  }
 }
 
 TEST_CASE("policies: every policy round-trips every shape inside the bound of its stored step") {
