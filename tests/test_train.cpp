@@ -90,6 +90,8 @@ TEST_CASE("train() runs a short job, logs one row per epoch and reports memory")
   CHECK(s.activation_bytes > 0);
   CHECK(s.peak_bytes > s.activation_bytes);
   CHECK(s.saved_raw_bytes == s.saved_packed_bytes);  // exact policy keeps everything
+  CHECK(s.median_img_per_s > 0);                     // 15 timed steps: the first is warm-up
+  CHECK(rate_text(s.median_img_per_s).find(" img/s") != std::string::npos);
   std::ifstream in(log);
   std::string line;
   int lines = 0;
@@ -102,6 +104,20 @@ TEST_CASE("train() runs a short job, logs one row per epoch and reports memory")
   while (std::getline(again, line)) ++lines;
   CHECK(lines == 3);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a run of one step has no timed step: its rate is NaN, printed as n/a, not 0") {
+  TrainConfig c;
+  c.dataset = "synthetic";
+  c.synthetic_size = 32;
+  c.batch_size = 32;
+  c.quiet = true;
+  const TrainSummary s = train(c);
+  REQUIRE(s.steps == 1);
+  CHECK(std::isnan(s.median_img_per_s));
+  CHECK(std::isnan(s.epochs.at(0).img_per_s));
+  CHECK(rate_text(s.median_img_per_s) == "n/a img/s (no timed step)");
+  CHECK(rate_text(12.34) == "12.3 img/s");
 }
 
 TEST_CASE("--summary-json writes the run's summary as one JSON object that matches the returned summary") {

@@ -70,6 +70,13 @@ namespace {
 std::atomic<bool> g_progress_line_open{false};
 }  // namespace
 
+std::string rate_text(double img_per_s) {
+  if (!std::isfinite(img_per_s)) return "n/a img/s (no timed step)";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f img/s", img_per_s);
+  return buf;
+}
+
 void end_progress_line() {
   if (g_progress_line_open.exchange(false)) {
     std::printf("\n");
@@ -93,10 +100,10 @@ void Progress::step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, 
 void Progress::epoch_done(const EpochRow& r, int64_t epochs) {
   if (quiet_) return;
   g_progress_line_open = false;  // the "\n" below ends it
-  std::printf("%sepoch %lld/%lld done: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f img/s | "
+  std::printf("%sepoch %lld/%lld done: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s | "
               "peak %s | activations %s | %.1f s\n",
               tty_ ? "\n" : "", static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss,
-              r.train_acc, r.test_loss, r.test_acc, r.img_per_s, format_bytes(r.peak_bytes).c_str(),
+              r.train_acc, r.test_loss, r.test_acc, rate_text(r.img_per_s).c_str(), format_bytes(r.peak_bytes).c_str(),
               format_bytes(r.activation_bytes).c_str(), r.wall_s);
   if (r.acgc_bits >= 0) std::printf("  acgc: average width %.2f bits over its saves' last packs\n", r.acgc_bits);
   std::fflush(stdout);
@@ -125,10 +132,11 @@ void print_first_step_report(const TrainSummary& s, const StepResult& first, con
 }
 
 void print_summary(const TrainSummary& s, const TrainConfig& c) {
-  std::printf("summary: %s, %s, policy %s: test accuracy %.2f%% after %lld epochs (%lld steps), "
-              "%.1f img/s median, peak memory %s, activation memory %s, wall %.1f s\n",
+  std::printf("summary: %s, %s, policy %s: test accuracy %.2f%% after %lld epoch%s (%lld step%s), "
+              "median %s, peak memory %s, activation memory %s, wall %.1f s\n",
               c.model.c_str(), s.data_note.c_str(), s.policy.c_str(), s.final_test_acc,
-              static_cast<long long>(s.epochs.size()), static_cast<long long>(s.steps), s.median_img_per_s,
+              static_cast<long long>(s.epochs.size()), s.epochs.size() == 1 ? "" : "s", static_cast<long long>(s.steps),
+              s.steps == 1 ? "" : "s", rate_text(s.median_img_per_s).c_str(),
               format_bytes(s.peak_bytes).c_str(), format_bytes(s.activation_bytes).c_str(), s.wall_s);
   if (Device::parse(c.device).is_cuda())  // the caching allocator holds more than is live: say how much the run took from the device
     std::printf("device %s: peak allocated %s, peak reserved %s\n", c.device.c_str(), format_bytes(s.peak_bytes).c_str(),

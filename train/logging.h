@@ -46,6 +46,8 @@ class Progress {
 // newline, if one is open, so that what comes next (an error on stderr, an interruption notice) starts on
 // a line of its own. A no-op when nothing is open.
 void end_progress_line();
+// "238.2 img/s", or "n/a img/s (no timed step)" for NaN: the rates leave out a run's first step (warm-up).
+std::string rate_text(double img_per_s);
 
 void print_first_step_report(const TrainSummary& s, const StepResult& first, const TrainConfig& c);
 void print_summary(const TrainSummary& s, const TrainConfig& c);

@@ -10,7 +10,7 @@ namespace actlab {
 struct EpochRow {
   int64_t epoch = 0;
   double lr = 0, train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
-  double img_per_s = 0;            // median over the epoch's steps (first step of the run excluded)
+  double img_per_s = 0;            // median over the epoch's steps (first step of the run excluded; NaN if none)
   int64_t peak_bytes = 0;          // allocator peak over the epoch's training steps (all tags)
   int64_t activation_bytes = 0;    // the activation measure (docs/measures.md), last step of the epoch
   double wall_s = 0;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -49,7 +50,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 double median(std::vector<double> v) {
-  if (v.empty()) return 0;
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();  // no timed step: rate_text prints n/a
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -864,8 +865,8 @@ TrainSummary Run::go() {
     double total_rate = 0;
     for (double r : rates) total_rate += r;
     if (!c_.quiet && !summary_.epochs.empty())
-      std::printf("distributed: peak memory %s; throughput %.1f img/s over %d ranks\n", per_rank_bytes(peaks).c_str(),
-                  total_rate, dist_.world());
+      std::printf("distributed: peak memory %s; throughput %s over %d ranks\n", per_rank_bytes(peaks).c_str(),
+                  rate_text(total_rate).c_str(), dist_.world());
   }
   if (!c_.quiet && !summary_.interrupted && !summary_.epochs.empty()) print_summary(summary_, c_);
   summary_.loss_scale = scaler_->scale();
