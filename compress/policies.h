@@ -238,7 +238,7 @@ class BlpaPolicy final : public ActivationCachePolicy {
 // Mesa-style activation quantization for vision transformers: Q-bit codes (Q = 8 by default, as Mesa)
 // with one range per head of a 4-D (B, heads, T, d) map — per channel of an (N, C, H, W) map — taken over
 // the whole batch, and one range per tensor for every other rank. What it follows and where it departs
-// (stochastic rounding, the batch's min/max instead of running averages): docs/policies.md, "mesa".
+// (the batch's min/max in bf16 instead of f32 running averages, its own group choice): docs/policies.md, "mesa".
 // Pack: a PackedGroups of the head-major copy (heads as the codec's rows), shape() the caller's.
 class MesaPolicy final : public ActivationCachePolicy {
  public:
