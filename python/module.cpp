@@ -12,8 +12,10 @@
 #include <mutex>
 #include <string>
 
+#include "actlab/compress/policies.h"
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
+#include "actlab/core/cpu/kernels.h"
 #include "actlab/core/error.h"
 #include "actlab/io/safetensors.h"
 #include "actlab/models/registry.h"
@@ -28,12 +30,14 @@ using namespace actlab;
 
 namespace {
 
-// What pack() returns: the policy's packed form of one array, held until unpack().
+// What pack() returns: the policy's packed form of one array, held until unpack(), and with keep_sign the
+// array's sign as a 1-bit mask (bit i: element i > 0; cpu::mask_words layout), which unpack() restores.
 struct PyPacked {
   std::shared_ptr<const ActivationCachePolicy> policy;
   std::unique_ptr<Packed> packed;
   SaveInfo info;
-  size_t nbytes() const { return packed->nbytes(); }
+  Tensor sign;  // I32 words; undefined without keep_sign
+  size_t nbytes() const { return packed->nbytes() + (sign.defined() ? sign.nbytes() : 0); }
   Shape shape() const { return packed->shape(); }
 };
 
@@ -89,7 +93,7 @@ std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) 
   return it->second;
 }
 
-PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed, uint64_t stream) {
+PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed, uint64_t stream, bool keep_sign) {
   const FloatArray a = float32_array(array, "pack");
   PyPacked p;
   p.policy = policy_of(policy);
@@ -98,6 +102,11 @@ PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed,
   // exact keeps the tensor itself: a copy, so that later writes to the array cannot reach it.
   const Tensor x = p.policy->is_exact() ? tensor_from(a) : tensor_over(a);
   p.packed = p.policy->pack(x, p.info, {seed, stream});
+  // exact, and a lossy policy's copy of a shape it does not code, return the values themselves, signs included.
+  if (keep_sign && !p.policy->is_exact() && dynamic_cast<const PackedPassthrough*>(p.packed.get()) == nullptr) {
+    p.sign = Tensor::empty({cpu::mask_words(x.numel())}, DType::I32);
+    cpu::relu_mask_from_output(reinterpret_cast<uint32_t*>(p.sign.data<int32_t>()), x.data<float>(), x.numel());
+  }
   return p;
 }
 
@@ -117,6 +126,8 @@ py::array unpack(const py::object& packed) {
   if (!py::isinstance<PyPacked>(packed)) throw py::type_error("unpack: an actlab.Packed from pack() is expected");
   const PyPacked& p = packed_of(packed);
   const Tensor out = p.policy->unpack(*p.packed, p.info);
+  if (p.sign.defined())  // a lossy policy's decode is a fresh buffer of its own: corrected in place
+    cpu::restore_sign(out.data<float>(), reinterpret_cast<const uint32_t*>(p.sign.data<int32_t>()), out.numel());
   return array_of(p.policy->is_exact() ? out.clone() : out);
 }
 
@@ -225,10 +236,12 @@ PYBIND11_MODULE(_actlab, m) {
                " bytes>";
       });
   m.def("pack", &pack, py::arg("array"), py::arg("policy") = "division:B=8,Q=2", py::arg("seed") = 0,
-        py::arg("stream") = 0,
+        py::arg("stream") = 0, py::arg("keep_sign") = false,
         "Packs a float32 array (N, C, H, W) or any shape with the policy (other dtypes are a TypeError): "
         "stochastic rounding draws from Philox(seed, stream), so the same arguments give the same bytes as "
-        "actlab's C++ and CUDA codecs.");
+        "actlab's C++ and CUDA codecs. keep_sign: also keep a 1-bit mask of x > 0 (counted in nbytes), and "
+        "unpack gives 0 where it was clear and a positive value where it was set (what a ReLU output's "
+        "backward reads).");
   m.def("unpack", &unpack, py::arg("packed"),
         "The float32 array the policy reconstructs, a new array each call (it owns actlab's buffer: no further copy).");
   m.def(

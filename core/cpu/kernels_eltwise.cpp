@@ -6,6 +6,7 @@
 // the tail word a short loop. The hot loops sit in ACTLAB_CPU_CLONES *_range functions, called
 // once per chunk of 512 words, so they run as AVX2/AVX-512 code where the CPU has it.
 #include <algorithm>
+#include <cfloat>
 #include <cstring>
 
 #include "actlab/core/cpu/kernels.h"
@@ -144,6 +145,29 @@ void relu_forward(float* y, uint32_t* mask, const float* x, int64_t n) {
 
 void relu_mask_from_output(uint32_t* mask, const float* y, int64_t n) {
   parallel_words(n, [=](int64_t w0, int64_t w1) { relu_mask_range(mask, y, w0, w1, n); });
+}
+
+namespace {
+// Element j of a word: bit set -> max(v, FLT_MIN), clear -> +0, NaN either way (selects, which vectorize).
+ACTLAB_CPU_CLONES void restore_sign_range(float* v, const uint32_t* mask, int64_t w0, int64_t w1, int64_t n) {
+  for (int64_t w = w0; w < w1; ++w) {
+    const int64_t first = w * 32;
+    const uint32_t bits = mask[w];
+    float* p = v + first;
+    const int count = static_cast<int>(std::min<int64_t>(32, n - first));
+#pragma omp simd
+    for (int j = 0; j < count; ++j) {
+      const float x = p[j];
+      const float positive = x > FLT_MIN ? x : FLT_MIN;
+      const float signed_value = (bits & kBit[j]) ? positive : 0.f;
+      p[j] = x != x ? x : signed_value;
+    }
+  }
+}
+}  // namespace
+
+void restore_sign(float* v, const uint32_t* mask, int64_t n) {
+  parallel_words(n, [=](int64_t w0, int64_t w1) { restore_sign_range(v, mask, w0, w1, n); });
 }
 
 void relu_backward(float* dx, const uint32_t* mask, const float* dy, int64_t n) {

@@ -1,6 +1,7 @@
 """Tests of the Python module (python/module.cpp) and the PyTorch adapter (python/actlab/torch.py).
 Run by CTest (python_module) with PYTHONPATH=<build>/python. Prints one line per case and a closing
 'N passed, N failed'; a missing torch is a visible skip of the adapter cases only."""
+import contextlib
 import math
 import sys
 import traceback
@@ -130,6 +131,27 @@ def exact_unpack_is_a_new_array_and_a_positive_nan_survives_the_codecs():
         assert np.isnan(actlab.unpack(actlab.pack(x, policy))[0, 0, 1, 1]), policy
 
 
+@case
+def keep_sign_restores_where_the_input_was_positive_at_one_bit_per_value():
+    x = np.maximum(maps((4, 8, 16, 16), 3), 0)  # a ReLU output: half zeros, many values near 0
+    x[1, 2, 3, 4] = np.nan
+    plain = actlab.pack(x, "division:B=8,Q=2", 5, 1)
+    signed = actlab.pack(x, "division:B=8,Q=2", 5, 1, keep_sign=True)
+    assert signed.nbytes == plain.nbytes + 4 * ((x.size + 31) // 32)
+    y, base = actlab.unpack(signed), actlab.unpack(plain)
+    assert np.isnan(y[1, 2, 3, 4])
+    ok = np.ones(x.shape, bool)
+    ok[1, 2] = False  # the NaN's plane decodes to NaN (its range is NaN), kept so by keep_sign
+    assert np.isnan(y[1, 2]).all()
+    assert np.array_equal(y[ok] > 0, x[ok] > 0)  # the sign of every value, where the plain codes move many
+    assert np.count_nonzero((base[ok] > 0) != (x[ok] > 0)) > x.size // 100
+    keep = ok & (x > 0) & (base > np.finfo(np.float32).tiny)
+    assert np.array_equal(y[keep], base[keep])  # the codes' values where they had the sign right
+    for policy in ("exact", "division:B=8,Q=2"):  # exact keeps the values; a 1-D array is a copy
+        a = x[0, 0, 0] if policy != "exact" else x
+        assert actlab.pack(a, policy, keep_sign=True).nbytes == actlab.pack(a, policy).nbytes
+
+
 def os_threads():
     with open("/proc/self/status") as f:
         return int(next(line for line in f if line.startswith("Threads:")).split()[1])
@@ -252,6 +274,61 @@ def a_pytorch_resnet20_trains_under_division_like_exact():
     assert abs(tail(div) - tail(exact)) < 0.25 * tail(exact) + 0.1, (tail(div), tail(exact))
     assert stats.raw_bytes / stats.packed_bytes > 8
     assert all(math.isfinite(v) for v in div)
+
+
+@case
+def the_adapter_keeps_weights_statistics_and_relu_signs_and_packs_a_shared_save_once():
+    if not torch_or_skip():
+        return
+    import torch
+    import actlab.torch as at
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    # ReLU's backward passes gradient where its saved output is > 0: coded at 2 bits, values near 0 would move
+    # across it. With the sign kept, the input gradient is exactly the upstream one masked by x > 0.
+    x = torch.randn(8, 16, 12, 12, generator=g, requires_grad=True)
+    up = torch.randn(8, 16, 12, 12, generator=g)
+    with at.saved_tensors(policy="quant:Q=2", seed=3) as stats:
+        y = torch.relu(x * 1.0)
+    (y * up).sum().backward()
+    assert torch.equal(x.grad, up * (x.detach() > 0))
+    assert stats.packs == 1 and stats.packed_bytes > actlab.expected_bytes("quant:Q=2", list(x.shape))  # + mask
+    # Weights (nn.Linear saves weight.t(), a view), frozen ones too, and LayerNorm's per-row mean and rstd
+    # are kept as they are. The linear layers' input gradients read only their weights, so they are the
+    # exact run's bit for bit.
+    lin, frozen, norm = torch.nn.Linear(24, 24), torch.nn.Linear(24, 24), torch.nn.LayerNorm(24)
+    frozen.weight.requires_grad_(False)
+    a = torch.randn(4, 10, 24, generator=g)
+    with at.saved_tensors(policy="division:B=8,Q=2") as st:
+        frozen(lin(norm(a.clone().requires_grad_(True))))
+    # Packed: LayerNorm's input and lin's (the frozen layer needs no input: it has no weight gradient).
+    # Kept: LayerNorm's weight, bias, mean and rstd, and both weights' transposes.
+    assert (st.packs, st.kept_as_is) == (2, 6), st
+    xb = [a.clone().requires_grad_(True) for _ in range(2)]
+    with at.saved_tensors(policy="division:B=8,Q=2"):
+        o1 = frozen(lin(xb[1]))
+    o0 = frozen(lin(xb[0]))
+    o0.sum().backward()
+    o1.sum().backward()
+    assert torch.equal(xb[0].grad, xb[1].grad)
+    # A ReLU output that ReLU and the next convolution both save is packed once.
+    conv1, conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+    img = torch.randn(2, 3, 16, 16, generator=g)
+    with at.saved_tensors(policy="division:B=8,Q=2") as st:
+        out = conv2(torch.relu(conv1(img)))
+    out.sum().backward()
+    assert st.shared == 1 and st.packs == 2, st  # the image and the ReLU output
+    assert st.raw_bytes == 4 * (img.numel() + 2 * 8 * 16 * 16)
+    # Successive blocks draw different numbers unless a seed is given.
+    s1, s2 = at.saved_tensors(), at.saved_tensors()
+    with s1 as a1:
+        pass
+    with s2 as a2:
+        pass
+    assert a1.seed != a2.seed
+    with at.saved_tensors(seed=7) as a3:
+        pass
+    assert a3.seed == 7
 
 
 # ---------------------------------------------------------------- the models against torchvision's
