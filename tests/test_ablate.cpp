@@ -338,6 +338,19 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   o.device = "cuda:1";
   CHECK(has_flag(make_grid(o).cells[0].train_args(), "--device", "cuda:1"));
   o.device = "cpu";
+  // Two rules that spell one directory name ('*' and '?' both become '-') are two cells all the same: the
+  // later takes a hash of its policy, and a rerun of the grid names them the same way.
+  o.policies = {"division:B=8,Q=2|blocks.*.attn=exact", "division:B=8,Q=2|blocks.?.attn=exact"};
+  o.seeds = {0, 1};
+  const Grid rules = make_grid(o);
+  REQUIRE(rules.cells.size() == 4);
+  std::set<std::string> rule_ids;
+  for (const Cell& c : rules.cells) rule_ids.insert(c.id());
+  CHECK(rule_ids.size() == 4);
+  CHECK(rules.cells[0].id_suffix.empty());
+  CHECK(rules.cells.back().id_suffix.rfind("-h", 0) == 0);
+  CHECK(make_grid(o).cells.back().id() == rules.cells.back().id());
+  o.seeds = GridOptions().seeds;
   // A POLICY@PRECISION entry is its own cell, named and passed on; the grid's precision covers the rest.
   o.policies = {"exact", "exact@bf16", "division:B=8,Q=2"};
   o.precision = "fp32";

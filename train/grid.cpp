@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "actlab/core/error.h"
+#include "actlab/io/checksum.h"
 #include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/train/checkpoint.h"
@@ -117,7 +118,7 @@ std::string Cell::id() const {
     else slug += '-';
   }
   return model + "-" + dataset + "-" + slug + (precision == "fp32" ? "" : "-" + precision) +
-         (optimizer == kSgdName ? "" : "-" + optimizer) + "-s" + std::to_string(seed);
+         (optimizer == kSgdName ? "" : "-" + optimizer) + id_suffix + "-s" + std::to_string(seed);
 }
 
 std::string Cell::run_label() const { return precision == "fp32" ? policy : policy + "@" + precision; }
@@ -145,13 +146,20 @@ std::vector<std::string> Cell::train_args() const {
 }
 
 void Grid::add(const Cell& cell, const std::string& table, const std::string& label) {
-  const std::string id = cell.id();
-  for (Cell& c : cells)
-    if (c.id() == id) {
+  Cell added = cell;
+  for (Cell& c : cells) {
+    if (c.id() != added.id()) continue;
+    if (c.model == cell.model && c.dataset == cell.dataset && c.policy == cell.policy &&
+        c.precision == cell.precision && c.optimizer == cell.optimizer && c.seed == cell.seed) {
       c.tables.emplace_back(table, label);
       return;
     }
-  cells.push_back(cell);
+    // Another run whose policy spells the same directory name: the later one's name takes a hash of its
+    // policy, the same on every rerun of the grid (cells are added in the same order), so it still resumes.
+    added.id_suffix = fmt("-h%08llx", static_cast<unsigned long long>(
+                                          fnv1a64(cell.policy.data(), cell.policy.size()) & 0xffffffffull));
+  }
+  cells.push_back(added);
   cells.back().tables = {{table, label}};
 }
 

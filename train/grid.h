@@ -39,7 +39,10 @@ struct Cell {
 
   // Readable, unique per (model, dataset, policy, precision, optimizer, seed):
   // "resnet20-fashion-mnist-division_B8_Q2-s0", "...-division_B8_Q2-bf16-s0", "...-division_B8_Q2-adamw-s0".
+  // The policy's characters outside [A-Za-z0-9._-] become '-', so two rules can spell one id
+  // ("blocks.*.attn", "blocks.?.attn"): Grid::add then gives the later cell id_suffix, a hash of its policy.
   std::string id() const;
+  std::string id_suffix;  // "" or "-h" + 8 hex digits
   // The policy as the reports name it: with "@bf16" when the cell is not fp32 (train/step.h RunEntry).
   std::string run_label() const;
   // The child's flags without the output paths and without --resume/--overwrite.
