@@ -560,6 +560,41 @@ TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
   CHECK(rows[0]["status"] == "failed");
 }
 
+TEST_CASE("ablate: a cell that diverges is a result: memory kept, accuracy '*diverged*', the grid succeeds") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_diverge");
+  Grid grid = tiny_grid({"division:B=8,Q=2", "exact"});
+  grid.cells[0].lr = 1e30;  // non-finite at its second step, as w/o LFC goes in Table 1(c) after a few
+  const RunOptions o = run_options(dir);
+  int rc = -1;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  const std::string progress = read_all(dir.file("progress.txt"));
+  INFO(progress);
+  CHECK(rc == 0);
+  CHECK(progress.find("diverged after") != std::string::npos);
+  size_t columns = 0;
+  auto rows = read_results(fs::path(o.out_dir) / "results.csv", &columns);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["status"] == "diverged");
+  CHECK(rows[0]["message"].find("non-finite") == 0);
+  CHECK(rows[0]["final_test_acc"].empty());
+  CHECK(std::atoll(rows[0]["activation_bytes"].c_str()) > 0);  // measured at the first step
+  CHECK(rows[1]["status"] == "done");
+  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  CHECK(tables.find("*diverged*") != std::string::npos);
+  CHECK(tables.find("1 diverged") != std::string::npos);
+  // A rerun keeps the result instead of training it again.
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    rc = run_grid(grid, o);
+  }
+  CHECK(rc == 0);
+  CHECK(read_all(dir.file("progress.txt")).find("skip (diverged)") != std::string::npos);
+}
+
 // ------------------------------------------------------------------ Fig. 6 and Fig. 1
 TEST_CASE("ablate: Fig. 6 runs every method, three seeds for the close rows and one for the exact-gradient ones") {
   GridOptions o;

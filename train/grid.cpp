@@ -221,15 +221,19 @@ const char* status_name(CellStatus s) {
     case CellStatus::Done: return "done";
     case CellStatus::Interrupted: return "interrupted";
     case CellStatus::Failed: return "failed";
+    case CellStatus::Diverged: return "diverged";
     default: return "not run";
   }
 }
+
+bool finished(CellStatus s) { return s == CellStatus::Done || s == CellStatus::Diverged; }
 
 CellResult read_cell(const std::string& cell_dir) {
   const fs::path dir(cell_dir);
   CellResult r;
   if (fs::exists(dir / "epochs.csv")) read_epochs(dir / "epochs.csv", r);
   bool have_summary = false, interrupted = true;
+  std::string diverged;
   if (fs::exists(dir / "summary.json")) {
     try {
       const JsonValue s = parse_json(read_text(dir / "summary.json"), "summary.json");
@@ -237,6 +241,8 @@ CellResult read_cell(const std::string& cell_dir) {
       have_summary = true;
       const JsonValue* flag = s.find("interrupted");
       interrupted = flag == nullptr || flag->kind != JsonValue::Kind::Bool || flag->boolean;
+      const JsonValue* why = s.find("diverged");
+      if (why != nullptr && why->kind == JsonValue::Kind::String) diverged = why->string;
       auto bytes = [&](const char* key) {
         const double v = to_number(s, key);
         return std::isfinite(v) ? static_cast<int64_t>(v) : int64_t{0};
@@ -264,6 +270,10 @@ CellResult read_cell(const std::string& cell_dir) {
   if (fs::exists(dir / "failed.txt")) {
     r.status = CellStatus::Failed;
     r.message = last_line(dir / "failed.txt");
+  } else if (have_summary && !diverged.empty()) {
+    r.status = CellStatus::Diverged;
+    r.message = diverged;
+    r.final_test_acc = r.best_test_acc = r.train_loss = CellResult::kNaN;  // no accuracy to report
   } else if (have_summary && !interrupted) {
     r.status = CellStatus::Done;
   } else if (have_summary || fs::exists(dir / "ckpt" / "last.safetensors") || r.epochs_done > 0) {
@@ -430,6 +440,10 @@ CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta
   const int rc = run_child(argv, (dir / "log.txt").string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const CellResult r = read_cell(dir.string());
+  if (r.status == CellStatus::Diverged) {  // the child's exit status is 2 then: it ended with an error line
+    std::printf("diverged after %s (%s)", format_duration(secs).c_str(), r.message.c_str());
+    return CellStatus::Diverged;
+  }
   if (rc == 0 && r.status == CellStatus::Done) {
     eta->estimated_done += estimate_cell_seconds(c);
     eta->measured_done += secs;
@@ -456,10 +470,10 @@ void print_plan(const Grid& grid, const RunOptions& o, const std::vector<CellRes
     const Cell& c = grid.cells[i];
     const double est = estimate_cell_seconds(c);
     const std::string tables = table_list(c, ",");
-    if (before[i].status == CellStatus::Done) ++done; else todo += est;
+    if (finished(before[i].status)) ++done; else todo += est;
     std::printf("[%zu/%zu] %-44s %-9s %-12s ~%s\n", i + 1, grid.cells.size(), c.id().c_str(), tables.c_str(),
                 status_name(before[i].status), format_duration(est).c_str());
-    if (o.dry_run && before[i].status != CellStatus::Done) {
+    if (o.dry_run && !finished(before[i].status)) {
       std::string mode;
       std::printf("        %s\n", shell_command_line(cell_command(c, o.train_bin, cells / c.id(), &mode)).c_str());
     }
@@ -500,17 +514,17 @@ int run_grid(const Grid& grid, const RunOptions& o) {
     Eta eta;
     double remaining = 0;
     for (size_t i = 0; i < grid.cells.size(); ++i)
-      if (before[i].status != CellStatus::Done) remaining += estimate_cell_seconds(grid.cells[i]);
+      if (!finished(before[i].status)) remaining += estimate_cell_seconds(grid.cells[i]);
     for (size_t i = 0; i < grid.cells.size() && g_stop == 0; ++i) {
       const Cell& c = grid.cells[i];
       std::printf("[%zu/%zu] %s \u2026 ", i + 1, grid.cells.size(), cell_title(grid, c).c_str());
-      if (before[i].status == CellStatus::Done) {
-        std::printf("skip (done)\n");
+      if (finished(before[i].status)) {
+        std::printf("skip (%s)\n", status_name(before[i].status));
         continue;
       }
       remaining -= estimate_cell_seconds(c);
       const CellStatus s = run_cell(c, o, cells_dir / c.id(), &eta);
-      if (s != CellStatus::Done) exit_code = 1;
+      if (!finished(s)) exit_code = 1;
       if (s == CellStatus::Failed && failed++ == 0) first_failed = c.id();
       if (remaining > 1 && g_stop == 0) std::printf(", ETA %s", format_duration(remaining * eta.ratio()).c_str());
       std::printf("\n");
@@ -522,7 +536,7 @@ int run_grid(const Grid& grid, const RunOptions& o) {
       exit_code = 128 + g_stop;
     }
   } else {
-    for (const CellResult& r : before) exit_code = r.status == CellStatus::Done ? exit_code : 1;
+    for (const CellResult& r : before) exit_code = finished(r.status) ? exit_code : 1;
   }
   std::string names;
   for (const std::string& name : write_reports(grid, o.out_dir, o.command_line)) names += (names.empty() ? "" : ", ") + name;

@@ -91,8 +91,11 @@ void check_data_present(const Grid& grid);
 double estimate_cell_seconds(const Cell& cell);
 
 // ---- running
-enum class CellStatus { NotRun, Done, Interrupted, Failed };
-const char* status_name(CellStatus status);  // "not run", "done", "interrupted", "failed"
+// Diverged: the run stopped on non-finite values (its summary.json says so). That is a result, like Done
+// (the grid does not run it again and does not fail for it); its accuracy is NaN, its memory measured.
+enum class CellStatus { NotRun, Done, Interrupted, Failed, Diverged };
+const char* status_name(CellStatus status);  // "not run", "done", "interrupted", "failed", "diverged"
+bool finished(CellStatus status);             // Done or Diverged: a result the grid keeps and does not rerun
 
 struct CellResult {
   CellStatus status = CellStatus::NotRun;

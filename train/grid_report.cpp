@@ -142,10 +142,12 @@ std::string stat_text(const Results& r, const std::vector<size_t>& idx, Metric m
                       const char* suffix = "") {
   std::vector<double> v;
   for (size_t i : idx)
-    if (r.cells[i].status == CellStatus::Done && std::isfinite(metric(r, i))) v.push_back(metric(r, i));
+    if (finished(r.cells[i].status) && std::isfinite(metric(r, i))) v.push_back(metric(r, i));
   if (v.empty()) {
     for (size_t i : idx)
       if (r.cells[i].status == CellStatus::Failed) return "*failed*";
+    for (size_t i : idx)
+      if (r.cells[i].status == CellStatus::Diverged) return "*diverged*";
     return r.cells[idx[0]].status == CellStatus::Interrupted ? "*interrupted*" : "—";
   }
   double mean = 0, var = 0;
@@ -391,8 +393,9 @@ const char* table_title(const std::string& t) {
 }
 
 std::string tables_markdown(const Results& r, const std::string& command_line) {
-  int done = 0, failed = 0;
-  for (const auto& c : r.cells) done += c.status == CellStatus::Done, failed += c.status == CellStatus::Failed;
+  int done = 0, failed = 0, diverged = 0;
+  for (const auto& c : r.cells)
+    done += c.status == CellStatus::Done, failed += c.status == CellStatus::Failed, diverged += c.status == CellStatus::Diverged;
   const std::time_t now = std::time(nullptr);
   char date[40];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M %Z", std::localtime(&now));
@@ -400,7 +403,7 @@ std::string tables_markdown(const Results& r, const std::string& command_line) {
   s += "- preset: **" + r.grid.preset + "** — " + recipe_text(r.grid.cells[0]) + "\n";
   s += "- command: `" + command_line + "`\n- machine: " + machine_text() + "\n- date: " + date + "\n";
   s += "- cells: " + std::to_string(r.cells.size()) + ", " + std::to_string(done) + " done, " +
-       std::to_string(failed) + " failed\n";
+       std::to_string(failed) + " failed" + (diverged > 0 ? ", " + std::to_string(diverged) + " diverged (stopped on non-finite values: a result, its memory measured)" : "") + "\n";
   s += "- test accuracy: top-1 % after the last epoch (mean ± std over seeds when there are several); "
        "activation memory: allocator bytes held for backward after forward+loss, one step (docs/measures.md); "
        "compression: exact activation memory / this one (same model and data); saved raw/packed: the "

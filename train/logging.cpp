@@ -211,6 +211,7 @@ std::string summary_to_json(const TrainSummary& s, const TrainConfig& c) {
       .key("config").raw(config_to_json(c))
       .field("data", s.data_note)
       .field("interrupted", s.interrupted)
+      .field("diverged", s.diverged)
       .field("epochs_done", static_cast<int64_t>(s.epochs.size()))
       .field("steps", s.steps)
       .field("final_test_acc", s.final_test_acc)

@@ -40,6 +40,9 @@ struct TrainSummary {
   int64_t stop_epoch = 0, stop_step = 0;
   std::string stop_checkpoint;
   int64_t skipped_steps = 0;        // --on-nonfinite=skip-step: updates dropped in this process
+  // Set when the run stopped on non-finite values (--on-nonfinite): its error line. The summary file is
+  // then written before the error, so a grid can tell a run that diverged from one that failed.
+  std::string diverged;
   // --loss-scale: the scale at the end ("none": 1) and the updates this process skipped for an overflow.
   double loss_scale = 1;
   int64_t overflow_skips = 0;

@@ -667,10 +667,21 @@ void Run::nonfinite_step(const std::string& what, const std::string& where, int6
       saved = "; the weights themselves are no longer finite, so " + path + " was left as it was";
     }
   }
-  ACTLAB_FAIL("non-finite ", what, " ", at,
-              skipping ? " (" + std::to_string(kMaxConsecutiveSkips) + " non-finite steps in a row)" : "", saved,
-              "; try a smaller --lr (now ", c_.lr, ")",
-              c_.weight_decay > 1 ? detail::concat(" or a smaller --weight-decay (now ", c_.weight_decay, ")") : "");
+  const std::string message = detail::concat(
+      "non-finite ", what, " ", at,
+      skipping ? " (" + std::to_string(kMaxConsecutiveSkips) + " non-finite steps in a row)" : "", saved,
+      "; try a smaller --lr (now ", c_.lr, ")",
+      c_.weight_decay > 1 ? detail::concat(" or a smaller --weight-decay (now ", c_.weight_decay, ")") : "");
+  if (!c_.summary_json.empty()) {  // a result, not a failure: what was measured up to here, and why it ended
+    summary_.diverged = message;
+    summary_.steps = global_step_;
+    summary_.final_test_acc = summary_.final_test_loss = std::numeric_limits<double>::quiet_NaN();
+    std::vector<double> rates = all_rates_;
+    rates.insert(rates.end(), rates_.begin(), rates_.end());
+    summary_.median_img_per_s = median(rates);
+    write_summary_json(c_.summary_json, summary_, c_);
+  }
+  ACTLAB_FAIL(message);
 }
 
 // The epoch's running loss and accuracy sums over every rank; afterwards rank 0 holds them (the
