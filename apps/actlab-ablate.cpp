@@ -147,6 +147,9 @@ int draw_radar(const FlagParser& f) {
   const std::vector<std::string> models = list_flag(f, "models", "model");
   ACTLAB_CHECK(models.size() <= 1, "--radar draws one model, got ", models.size(), " in --model");
   if (!models.empty()) in.model = models[0];
+  const std::vector<std::string> datasets = list_flag(f, "datasets", "dataset");
+  ACTLAB_CHECK(datasets.size() <= 1, "--radar draws one data set, got ", datasets.size(), " in --dataset");
+  if (!datasets.empty()) in.dataset = datasets[0];
   const std::string out = f.get("out").empty()
                               ? (std::filesystem::path(in.results_csv).parent_path() / "fig1_radar.svg").string()
                               : f.get("out");
@@ -156,8 +159,10 @@ int draw_radar(const FlagParser& f) {
   ACTLAB_CHECK(!data.points.empty(), "no method has all three values; nothing to draw");
   plot::write_svg(out, plot::radar_chart_svg(radar_chart(data)));
   for (const RadarPoint& p : data.points)
-    std::printf("%-12s accuracy %.2f %% (%d seed%s), memory saving %.2fx, throughput %.2fx\n", p.method.c_str(),
-                p.accuracy, p.seeds, p.seeds == 1 ? "" : "s", p.memory_saving, p.throughput_ratio);
+    std::printf("%-12s accuracy %.2f %% (%d seed%s%s), memory saving %.2fx, throughput %.2fx\n", p.method.c_str(),
+                p.accuracy, p.seeds, p.seeds == 1 ? "" : "s",
+                p.paired_with_normal ? "; Normal's mean + the difference from Normal on the same seeds" : "",
+                p.memory_saving, p.throughput_ratio);
   std::printf("wrote %s\n", out.c_str());
   return 0;
 }

@@ -153,14 +153,21 @@ RunOptions run_options(const testing::TempDir& dir) {
   return o;
 }
 
-// Runs a grid of one paper table whose rows are tiny cells (policy, label) in dir and returns its
+// Runs a grid of one paper table whose rows are tiny cells (policy, label, seed) in dir and returns its
 // tables.md (the other reports are in run_options(dir).out_dir).
-std::string run_tiny_table(const testing::TempDir& dir, const std::string& table,
-                           const std::vector<std::pair<std::string, std::string>>& rows) {
+struct TinyRow {
+  std::string policy, label;
+  int64_t seed = 0;
+};
+std::string run_tiny_table(const testing::TempDir& dir, const std::string& table, const std::vector<TinyRow>& rows) {
   Grid grid;
   grid.preset = "test";
   grid.tables = {table};
-  for (const auto& [policy, label] : rows) grid.add(tiny_cell(policy), table, label);
+  for (const TinyRow& row : rows) {
+    Cell c = tiny_cell(row.policy);
+    c.seed = row.seed;
+    grid.add(c, table, row.label);
+  }
   const RunOptions o = run_options(dir);
   int rc = -1;
   {
@@ -794,7 +801,8 @@ void write_radar_inputs(const testing::TempDir& dir) {
              "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,d\n"
              "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",1,,failed,e\n"
              "fig6,resnet20,fashion-mnist,swap:P=2,0,92.0,done,f\n"
-             "1c,resnet20,fashion-mnist,lfc:B=8,0,75.0,done,g\n");
+             "1c,resnet20,fashion-mnist,lfc:B=8,0,75.0,done,g\n"
+             "fig6,resnet20,fashion-mnist,blpa:Q=4,0,,diverged,h\n");
   write_file(dir.file("mem.csv"),
              "model,batch,policy,method,total_gib,activation_gib\n"
              "resnet20,128,exact,Normal,1,0.2\n"
@@ -825,19 +833,26 @@ TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and d
   CHECK(d.points[0].seeds == 2);
   CHECK(d.points[0].memory_saving == doctest::Approx(1));
   CHECK(d.points[0].throughput_ratio == doctest::Approx(1));
+  CHECK_FALSE(d.points[0].paired_with_normal);
   CHECK(d.points[1].method == "Checkpoint");
+  // One seed against Normal's two: Normal's mean plus the difference at seed 0 (none: it is Normal's run).
+  CHECK(d.points[1].accuracy == doctest::Approx(92.5));
+  CHECK(d.points[1].paired_with_normal);
   CHECK(d.points[1].memory_saving == doctest::Approx(4));
   CHECK(d.points[1].throughput_ratio == doctest::Approx(0.8));  // 88 / mean(100, 120)
   CHECK(d.points[2].method == "DIVISION");
   CHECK(d.points[2].seeds == 1);  // the failed seed is not averaged in
+  CHECK(d.points[2].accuracy == doctest::Approx(93.0));  // 92.5 + (92.5 - 92.0) at seed 0
   CHECK(d.points[2].memory_saving == doctest::Approx(10));
   CHECK(d.points[2].throughput_ratio == doctest::Approx(0.6));
-  REQUIRE(d.skipped.size() == 1);  // SWAP has a throughput but no memory row; lfc is not a Fig. 6 row
-  CHECK(d.skipped[0].find("SWAP (swap:P=2): not in '" + dir.file("mem.csv") + "'") == 0);
+  // BLPA has no finished run; SWAP has a throughput but no memory row; lfc is not a Fig. 6 row.
+  REQUIRE(d.skipped.size() == 2);
+  CHECK(d.skipped[0].find("BLPA (blpa:Q=4): no finished run in '" + dir.file("results.csv") + "' (diverged)") == 0);
+  CHECK(d.skipped[1].find("SWAP (swap:P=2): not in '" + dir.file("mem.csv") + "'") == 0);
   const plot::RadarChart chart = radar_chart(d);
   REQUIRE(chart.axes.size() == 3);
-  CHECK(chart.axes[0].lo < 92);  // the worst method is not at the centre
-  CHECK(chart.axes[0].hi >= 92.5);
+  CHECK(chart.axes[0].lo < 92.5);  // the worst method is not at the centre
+  CHECK(chart.axes[0].hi >= 93.0);
   CHECK(chart.axes[1].log);
   CHECK(chart.axes[1].lo == 0.5);  // below Normal's 1×
   CHECK(chart.axes[1].hi == doctest::Approx(128));  // 10× needs rings 4× apart: 2, 8, 32, 128
@@ -908,12 +923,18 @@ TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP 
   REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
   testing::TempDir dir("ablate_fig6");
   const std::string tables =
-      run_tiny_table(dir, "fig6", {{"exact", "Normal"}, {"swap:P=2", "SWAP"}, {"division:B=8,Q=2", "DIVISION"}});
+      run_tiny_table(dir, "fig6", {{"exact", "Normal"}, {"exact", "Normal", 1}, {"swap:P=2", "SWAP"},
+                                   {"division:B=8,Q=2", "DIVISION"}});
   INFO(tables);
   CHECK(tables.find("## Fig. 6: test accuracy of every method") != std::string::npos);
   CHECK(tables.find("| Method | Policy | Test acc. (%) | Δ vs Normal | Seeds | Paper (%) | Paper Δ vs Normal |") !=
         std::string::npos);
   CHECK(tables.find("| SWAP | `swap:P=2` |") != std::string::npos);
+  // SWAP ran seed 0 only: its Δ is against Normal's seed-0 run (bit for bit the same), not Normal's mean.
+  CHECK(tables.find("| SWAP | `swap:P=2` | ") != std::string::npos);
+  const size_t swap = tables.find("| SWAP | `swap:P=2` | ");
+  const std::string swap_row = tables.substr(swap, tables.find('\n', swap) - swap);
+  CHECK(swap_row.find("| +0.00 | 1 |") != std::string::npos);
   // SWAP moves the saves to host memory and back: the run must end exactly where Normal's did.
   CHECK(tables.find("- SWAP, seed 0: train loss") != std::string::npos);
   CHECK(tables.find("identical to Normal's") != std::string::npos);

@@ -14,15 +14,19 @@ namespace actlab {
 
 struct RadarInputs {
   std::string results_csv, memory_csv, throughput_csv;
-  std::string model;  // empty: the one model of results.csv's rows (Error when it holds several)
+  std::string model;    // empty: the one model of results.csv's rows (Error when it holds several)
+  std::string dataset;  // empty: the one data set of that model's rows (Error when it has several)
 };
 
 // One method. Memory and throughput are relative to Normal (exact) of the same model and batch, so
 // Normal sits at 1 on both and larger is better on every axis.
 struct RadarPoint {
   std::string method, policy;   // paper_method_name(policy), canonical_policy(...)
-  double accuracy = 0;          // test accuracy %, mean over the done seeds
+  // Test accuracy %: the mean over the done seeds; for a method run on fewer seeds than Normal, Normal's
+  // mean plus the method's mean difference from Normal on the seeds both ran (paired_with_normal).
+  double accuracy = 0;
   int seeds = 0;
+  bool paired_with_normal = false;
   double memory_saving = 0;     // Normal's activation memory / this method's
   double throughput_ratio = 0;  // this method's img/s / Normal's
 };
@@ -32,13 +36,15 @@ struct RadarData {
   int64_t memory_batch = 0, throughput_batch = 0;  // the batch each file's rows were taken at
   std::vector<RadarPoint> points;                  // in results.csv's order
   std::vector<std::string> skipped;                // "SWAP (swap:P=2): not in 'mem.csv'", one per method left out
+                                                   // (also a method with runs in results.csv but none done)
 };
 
 // Reads and joins the three files. results.csv rows: status "done", and those of Fig. 6 when any row
 // is listed there (else every row). The memory and throughput files: rows of the same model at the
 // first batch that file lists for it. A method missing from a file is left out (RadarData::skipped).
 // Throws Error (one line naming the file) for an unreadable file, a missing column, no rows for the
-// model, no Normal (exact) row to compare with, or several models without RadarInputs::model.
+// model, no Normal (exact) row to compare with, or several models (data sets) without RadarInputs::model
+// (RadarInputs::dataset).
 RadarData read_radar_data(const RadarInputs& inputs);
 
 // The chart: one polygon per method; axes test accuracy (%) from below the worst method to a round
