@@ -452,12 +452,28 @@ std::string radar_chart_svg(const RadarChart& chart) {
   }
   o << "</g>\n<g class=\"axis-labels\" font-weight=\"bold\">\n";
   for (size_t k = 0; k < n; ++k) {
+    // Beyond the axis tip, centred, the "(...)" detail on a second line, and moved in so that its widest
+    // line stays inside the radar's column: labels of lower axes run sideways off the canvas (or into the
+    // legend) when anchored at the tip.
+    const std::string& label = chart.axes[k].label;
+    const size_t cut = label.find(" (");
+    const std::vector<std::string> lines =
+        cut == std::string::npos ? std::vector<std::string>{label}
+                                 : std::vector<std::string>{label.substr(0, cut), label.substr(cut + 1)};
+    size_t widest = 0;
+    for (const auto& line : lines) widest = std::max(widest, line.size());
+    const double half = kCharWidth * static_cast<double>(widest) / 2;
     const double angle = 2 * kPi * static_cast<double>(k) / static_cast<double>(n);
-    const double x = kRadarCentreX + (kRadarRadius + 18) * std::sin(angle);
-    const double y = kRadarCentreY - (kRadarRadius + 18) * std::cos(angle) + 4;
-    const char* anchor = std::sin(angle) > 0.2 ? "start" : std::sin(angle) < -0.2 ? "end" : "middle";
-    o << "<text x=\"" << num(x) << "\" y=\"" << num(y) << "\" text-anchor=\"" << anchor << "\">"
-      << xml_escape(chart.axes[k].label) << "</text>\n";
+    double x = kRadarCentreX + (kRadarRadius + 18) * std::sin(angle);
+    x = std::min(std::max(x, half + 4), f.plot_w - half - 4);
+    const bool above = std::cos(angle) > 0;
+    double y = kRadarCentreY - (kRadarRadius + 18) * std::cos(angle) + 4;
+    if (above) y -= 14.0 * static_cast<double>(lines.size() - 1);  // the last line at the tip
+    else y += 10;
+    o << "<text x=\"" << num(x) << "\" y=\"" << num(y) << "\" text-anchor=\"middle\">";
+    for (size_t i = 0; i < lines.size(); ++i)
+      o << "<tspan x=\"" << num(x) << "\" dy=\"" << (i == 0 ? "0" : "14") << "\">" << xml_escape(lines[i]) << "</tspan>";
+    o << "</text>\n";
   }
   o << "</g>\n";
   for (size_t si = 0; si < chart.series.size(); ++si) {
