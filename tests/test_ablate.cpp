@@ -755,8 +755,20 @@ TEST_CASE("plot: radar chart draws one polygon per series, each value where the 
   CHECK(count_of(svg, "<svg ") == 1);
   CHECK(count_of(svg, "class=\"series\"") == 2);
   CHECK(svg.find("Fig. 1 &lt;test&gt;") != std::string::npos);
-  for (const char* name : {">Normal</text>", ">DIVISION</text>", ">accuracy (%)</text>"})
+  // An axis label's "(...)" detail is its second line.
+  for (const char* name : {">Normal</text>", ">DIVISION</text>", ">accuracy</tspan>", ">(%)</tspan>"})
     CHECK_MESSAGE(svg.find(name) != std::string::npos, name);
+  // Every axis label inside the radar's column, however long (centred at x, kCharWidth-wide glyphs).
+  plot::RadarChart wide = chart;
+  for (auto& axis : wide.axes) axis.label += " (a long detail of the kind the memory axis carries)";
+  const std::string wide_svg = plot::radar_chart_svg(wide);
+  for (size_t at = wide_svg.find("<tspan x=\""); at != std::string::npos; at = wide_svg.find("<tspan x=\"", at + 1)) {
+    const double x = std::stod(wide_svg.substr(at + 10));
+    const size_t text = wide_svg.find('>', at) + 1;
+    const double half = 6.6 * static_cast<double>(wide_svg.find('<', text) - text) / 2;
+    CHECK(x - half >= 0);
+    CHECK(x + half <= 2 * plot::kRadarCentreX + 20);
+  }
   // DIVISION's polygon, by hand: accuracy 93 is 3/4 up axis 0 (straight up); memory 4 is half way out
   // the log axis 1 (120° clockwise; 1× to 16×); speed 0.5 is 1/4 out along axis 2 (240°).
   const size_t at = svg.find("points=\"", svg.find("class=\"series\"", svg.find("class=\"series\"") + 1)) + 8;
