@@ -92,6 +92,8 @@ GridOptions grid_options(const FlagParser& f) {
   ACTLAB_CHECK(!o.tables.empty(), "--table is empty; use 1b, 1c, 2b, 3, fig3, fig6 or all");
   for (const auto& p : f.get_all("policies"))
     for (const auto& item : split_list(p, ';')) o.policies.push_back(item);
+  ACTLAB_CHECK(!f.given("policies") || !o.policies.empty(),
+               "--policies names no policy; give one or more, separated by ';' (or leave it out for --table)");
   ACTLAB_CHECK(o.policies.empty() || !f.given("table"),
                "--policies makes a custom grid; it cannot be combined with --table");
   for (const auto& p : o.policies)  // a typo fails now, not after hours of other cells

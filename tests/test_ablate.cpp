@@ -6,6 +6,8 @@
 // while the grid goes on.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -345,6 +347,23 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   o.device = "cuda:1";
   CHECK(has_flag(make_grid(o).cells[0].train_args(), "--device", "cuda:1"));
   o.device = "cpu";
+  // A --train-arg may add flags, not change the ones the grid sets: every flag of a cell's command is managed.
+  {
+    Cell full;
+    full.optimizer = "adamw";
+    full.steps_per_epoch = full.train_limit = full.test_limit = 5;
+    full.precision = "bf16";
+    full.data_dir = "/data";
+    const auto& managed = grid_managed_flags();
+    for (const auto& a : full.train_args())
+      if (a.rfind("--", 0) == 0) CHECK_MESSAGE(std::find(managed.begin(), managed.end(), a) != managed.end(), a);
+    GridOptions bad;
+    bad.policies = {"exact"};
+    bad.extra_args = {"--epochs=2"};
+    CHECK(error_of([&] { make_grid(bad); }).find("--train-arg --epochs=2: the grid sets --epochs") == 0);
+    bad.extra_args = {"--synthetic-size=256"};
+    CHECK(make_grid(bad).cells.size() == 1);
+  }
   // Two rules that spell one directory name ('*' and '?' both become '-') are two cells all the same: the
   // later takes a hash of its policy, and a rerun of the grid names them the same way.
   o.policies = {"division:B=8,Q=2|blocks.*.attn=exact", "division:B=8,Q=2|blocks.?.attn=exact"};
@@ -529,6 +548,41 @@ TEST_CASE("ablate: a cell with a checkpoint but no summary.json is resumed from 
   const CellResult r = read_cell(cell.string());
   CHECK(r.status == CellStatus::Done);
   CHECK(r.epochs_done == 1);
+}
+
+TEST_CASE("ablate: one grid per directory, a dry run writes nothing, --report-only needs a grid and names its command") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_out_dir");
+  const Grid grid = tiny_grid({"exact"});
+  RunOptions o = run_options(dir);
+  RunOptions dry = o;
+  dry.dry_run = true;
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    CHECK(run_grid(grid, dry) == 0);
+  }
+  CHECK_FALSE(fs::exists(o.out_dir));
+  RunOptions report = o;
+  report.report_only = true;
+  report.command_line = "actlab-ablate --report-only (test)";
+  CHECK(error_of([&] { run_grid(grid, report); }).find("holds no grid (no cells/ directory)") != std::string::npos);
+  CHECK_FALSE(fs::exists(o.out_dir));
+  // Another process's lock on the directory (here an flock of this one, on another open file) is refused.
+  fs::create_directories(o.out_dir);
+  const int fd = ::open((fs::path(o.out_dir) / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  CHECK(error_of([&] { run_grid(grid, o); }).find("another actlab-ablate is using") == 0);
+  CHECK_FALSE(fs::exists(fs::path(o.out_dir) / "cells"));
+  ::close(fd);
+  {
+    StdoutToFile quiet(dir.file("progress.txt"));
+    REQUIRE(run_grid(grid, o) == 0);
+    REQUIRE(run_grid(grid, report) == 0);
+  }
+  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  CHECK(tables.find("- command: `" + o.command_line + "`; reports rewritten by `" + report.command_line + "`") !=
+        std::string::npos);
 }
 
 TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {

@@ -18,9 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +109,15 @@ std::string shell_command_line(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) s += (s.empty() ? "" : " ") + shell_quote(a);
   return s;
+}
+
+const std::vector<std::string>& grid_managed_flags() {
+  static const std::vector<std::string> flags = {
+      "--model", "--dataset", "--policy", "--seed", "--epochs", "--batch-size", "--lr", "--momentum", "--optimizer",
+      "--weight-decay", "--schedule", "--threads", "--steps-per-epoch", "--train-limit", "--test-limit", "--device",
+      "--precision", "--data-dir", "--log", "--save-dir", "--summary-json", "--memory-report", "--resume",
+      "--overwrite"};
+  return flags;
 }
 
 std::string Cell::id() const {
@@ -493,10 +504,44 @@ void install_grid_signal_handlers() {
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
+namespace {
+
+// One grid run per output directory: two would train the same cell into the same files. An flock on
+// OUT/.lock for the run's duration (the kernel drops it with the process, even after a SIGKILL).
+class OutputDirLock {
+ public:
+  explicit OutputDirLock(const fs::path& out) {
+    const std::string path = (out / ".lock").string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ACTLAB_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      ACTLAB_FAIL("another actlab-ablate is using '", out.string(), "' (it holds ", path,
+                  "); wait for it to end, or choose another --out");
+    }
+  }
+  ~OutputDirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OutputDirLock(const OutputDirLock&) = delete;
+  OutputDirLock& operator=(const OutputDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
 int run_grid(const Grid& grid, const RunOptions& o) {
   ACTLAB_CHECK(!grid.cells.empty(), "the grid has no cells");
-  make_output_dir(o.out_dir, "output directory");
   const fs::path cells_dir = fs::path(o.out_dir) / "cells";
+  ACTLAB_CHECK(!o.report_only || fs::is_directory(cells_dir), "--report-only: '", o.out_dir,
+               "' holds no grid (no cells/ directory); run the grid there first");
+  std::unique_ptr<OutputDirLock> lock;
+  if (!o.dry_run) {  // a dry run writes nothing, the directory included
+    make_output_dir(o.out_dir, "output directory");
+    lock = std::make_unique<OutputDirLock>(o.out_dir);
+  }
   check_cell_commands(grid, cells_dir);
   std::vector<CellResult> before;
   for (const Cell& c : grid.cells) before.push_back(read_cell((cells_dir / c.id()).string()));
@@ -538,8 +583,19 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   } else {
     for (const CellResult& r : before) exit_code = finished(r.status) ? exit_code : 1;
   }
+  // The reports name the command that trained the grid: a --report-only run rewrites them under the one
+  // it finds in OUT/command.txt (written by every run that trains), and says it rewrote them.
+  const fs::path command_file = fs::path(o.out_dir) / "command.txt";
+  std::string command = o.command_line;
+  if (!o.report_only) {
+    write_text_atomic(command_file.string(), o.command_line + "\n");
+  } else if (fs::exists(command_file)) {
+    std::string trained = read_text(command_file);
+    while (!trained.empty() && (trained.back() == '\n' || trained.back() == '\r')) trained.pop_back();
+    command = trained + "`; reports rewritten by `" + o.command_line;
+  }
   std::string names;
-  for (const std::string& name : write_reports(grid, o.out_dir, o.command_line)) names += (names.empty() ? "" : ", ") + name;
+  for (const std::string& name : write_reports(grid, o.out_dir, command)) names += (names.empty() ? "" : ", ") + name;
   std::printf("wrote %s/%s\n", o.out_dir.c_str(), names.c_str());
   if (failed > 0) {  // the FAILED lines went to stdout with the progress; stderr gets one line too
     std::fflush(stdout);

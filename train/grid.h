@@ -49,6 +49,11 @@ struct Cell {
   std::vector<std::string> train_args() const;
 };
 
+// The actlab-train flags a grid sets for every cell (Cell::train_args, the output paths, --resume and
+// --overwrite): a --train-arg naming one of them is refused, since the cell would then run other settings
+// than its results are reported under.
+const std::vector<std::string>& grid_managed_flags();
+
 struct Grid {
   std::string preset;               // "cpu", "paper" (or "custom" for tests)
   std::vector<std::string> tables;  // selected tables in report order: "1c", "2b", "3", "fig3", "fig6", "1b", "custom"

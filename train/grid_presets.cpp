@@ -152,6 +152,13 @@ void check_options(const GridOptions& o) {
   for (const auto& t : o.tables)
     ACTLAB_CHECK(t == "1b" || t == "1c" || t == "2b" || t == "3" || t == "fig3" || t == "fig6" || t == "all",
                  "unknown table '", t, "'; use 1b, 1c, 2b, 3, fig3, fig6 or all");
+  for (const auto& a : o.extra_args) {
+    const std::string name = a.substr(0, a.find('='));
+    const auto& managed = grid_managed_flags();
+    ACTLAB_CHECK(std::find(managed.begin(), managed.end(), name) == managed.end(), "--train-arg ", a,
+                 ": the grid sets ", name, " for every cell itself (its results are reported under the grid's "
+                 "value); use actlab-ablate's own flag where it has one");
+  }
 }
 
 }  // namespace
