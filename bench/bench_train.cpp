@@ -8,7 +8,8 @@
 // --interleave goes further: one model per policy, and their timed steps alternate one by one, so every
 // step of a policy has a step of the first policy next to it and the median of those per-step ratios
 // ("paired") is not moved by the slow drifts of a shared machine's speed. --csv FILE also writes one row
-// per timed run (model,policy,batch,img_per_s,...), the throughput that actlab-ablate --radar reads.
+// per timed run (model,policy,batch,img_per_s,...), the throughput that actlab-ablate --radar reads, and
+// with --interleave the paired ratio against the first entry (paired_ratio, its quartiles).
 // An entry of the policy list may name its compute precision, "exact@bf16" (core/precision.h), so that
 // --interleave pairs fp32 and bf16 steps; without one it runs at --precision.
 #include <omp.h>
@@ -39,15 +40,17 @@ namespace {
 
 // One model, optimizer and random batch trained under one policy: step() is a full training step.
 struct TrainStep {
+  std::string name;
   std::shared_ptr<Module> model;
   std::unique_ptr<Sgd> opt;
   PolicySet set;
   Precision precision;
   Tensor x, y;
   int64_t activation_bytes = 0;  // of the last step (train/step.h, docs/measures.md)
+  bool rules_checked = false;
 
-  TrainStep(const std::string& name, const RunEntry& entry, int64_t B, int64_t C, int64_t S)
-      : set(parse_policy_set(entry.policy)), precision(entry.precision) {
+  TrainStep(const std::string& model_name, const RunEntry& entry, int64_t B, int64_t C, int64_t S)
+      : name(model_name), set(parse_policy_set(entry.policy)), precision(entry.precision) {
     check_precision_supported(precision, Device::cpu());
     seed_init(0);
     set_pack_seed(0);
@@ -61,6 +64,10 @@ struct TrainStep {
   void step() {
     const PrecisionScope scope(precision);
     activation_bytes = run_step(*model, opt.get(), set, x, y).activation_bytes;
+    if (!rules_checked) {  // a --policy-rule that took no save is a typo, as actlab-train says
+      set.check_rules_matched(name);
+      rules_checked = true;
+    }
   }
 };
 
@@ -100,16 +107,26 @@ int main(int argc, char** argv) {
     const StepTiming timing = StepTiming::from_flags(flags);
     check_writable(flags.get("csv"), true, "--csv file");  // now, not after minutes of timing
     std::ostringstream csv;
-    csv << "model,policy,batch,img_per_s,best_img_per_s,steps,activation_mib,wall_ms,cpu_ms,threads\n";
+    // With --interleave, paired_* are the entry's step over the first entry's, median and quartiles of the
+    // adjacent pairs (the figure the docs compare; empty for the first entry and without --interleave).
+    csv << "model,policy,batch,img_per_s,best_img_per_s,steps,activation_mib,wall_ms,cpu_ms,threads,"
+           "paired_with,paired_ratio,paired_q1,paired_q3\n";
+    struct Paired {
+      std::string with;
+      double median = 0, q1 = 0, q3 = 0;
+    };
     const auto report = [&](const std::string& model, const std::string& policy, const std::vector<double>& ts,
-                            const std::vector<double>& cpu, int64_t act) {
+                            const std::vector<double>& cpu, int64_t act, const Paired* paired) {
       const double med = median(ts), best = *std::min_element(ts.begin(), ts.end());
       std::printf("%-12s %-22s %6lld %10.1f %10.1f %10zu %10.1f MiB %9.1f %9.1f\n", model.c_str(), policy.c_str(),
                   static_cast<long long>(B), B / med, B / best, ts.size(), act / 1048576.0, 1e3 * med,
                   1e3 * median(cpu));
       std::fflush(stdout);
       csv << model << "," << csv_field(policy) << "," << B << "," << B / med << "," << B / best << "," << ts.size() << ","
-          << act / 1048576.0 << "," << 1e3 * med << "," << 1e3 * median(cpu) << "," << flags.get_int("threads") << "\n";
+          << act / 1048576.0 << "," << 1e3 * med << "," << 1e3 * median(cpu) << "," << flags.get_int("threads") << ",";
+      if (paired) csv << csv_field(paired->with) << "," << paired->median << "," << paired->q1 << "," << paired->q3;
+      else csv << ",,,";
+      csv << "\n";
     };
     CacheStats::global().set_enabled(false);
     for (const auto& name : split_list(flags.get("models"), ',')) {
@@ -119,7 +136,7 @@ int main(int argc, char** argv) {
           TrainStep run(name, entry, B, C, S);
           std::vector<double> cpu;
           const std::vector<double> ts = time_steps(timing, [&] { run.step(); }, [] {}, &cpu);
-          report(name, entry.label(), ts, cpu, run.activation_bytes);
+          report(name, entry.label(), ts, cpu, run.activation_bytes, nullptr);
         }
         continue;
       }
@@ -148,14 +165,19 @@ int main(int argc, char** argv) {
           total += wall[k].back();
         }
       }
-      for (size_t k = 0; k < steps.size(); ++k) report(name, policies[k], wall[k], cpu[k], steps[k]->activation_bytes);
+      std::vector<Paired> paired(steps.size());
       for (size_t k = 1; k < steps.size(); ++k) {
         std::vector<double> ratio;
         for (size_t i = 0; i < wall[k].size(); ++i) ratio.push_back(wall[k][i] / wall[0][i]);
         std::sort(ratio.begin(), ratio.end());
+        paired[k] = {policies[0], median(ratio), ratio[ratio.size() / 4], ratio[(3 * ratio.size()) / 4]};
+      }
+      for (size_t k = 0; k < steps.size(); ++k)
+        report(name, policies[k], wall[k], cpu[k], steps[k]->activation_bytes, k == 0 ? nullptr : &paired[k]);
+      for (size_t k = 1; k < steps.size(); ++k) {
         std::printf("%-12s paired: %s step / %s step, median of %zu adjacent pairs %.3f (quartiles %.3f-%.3f)\n",
-                    name.c_str(), policies[k].c_str(), policies[0].c_str(), ratio.size(), median(ratio),
-                    ratio[ratio.size() / 4], ratio[(3 * ratio.size()) / 4]);
+                    name.c_str(), policies[k].c_str(), policies[0].c_str(), wall[k].size(), paired[k].median,
+                    paired[k].q1, paired[k].q3);
         std::fflush(stdout);
       }
     }

@@ -69,6 +69,13 @@ check "bench_train no timed steps"    "--steps >= 1" \
   bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 0 --max-steps 0
 check "bench_train empty policy list" "--policies is empty" \
   bench_train --models mlp --batch 2 --image-size 8 --channels 1 --interleave --policies ''
+late=1 check "bench_train rule matching nothing" "the policy rule for 'conv9' matched no save of mlp" \
+  bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0 \
+  --policies 'division:B=8,Q=2|conv9=exact'
+check "ablate --policies with no policy" "--policies names no policy" \
+  actlab-ablate --policies ';' --models mlp --out "$work/abl-empty"
+check "ablate --train-arg on a managed flag" "--train-arg --epochs=2: the grid sets --epochs" \
+  actlab-ablate --policies exact --models mlp --train-arg=--epochs=2 --out "$work/abl-managed"
 # Cells that fail are FAILED lines in the progress on stdout, and one closing error line on stderr.
 check "ablate cells that fail"        "2 of 2 cells failed; the first, mlp-fashion-mnist-exact-s0: exit 2: actlab-train: error: unknown option --frobnicate" \
   actlab-ablate --policies 'exact;quant:Q=2' --models mlp --seeds 0 --epochs 1 --threads 1 --train-arg=--frobnicate --out "$work/abl"
