@@ -131,6 +131,32 @@ py::array unpack(const py::object& packed) {
   return array_of(p.policy->is_exact() ? out.clone() : out);
 }
 
+// A safetensors state dict (actlab-train --export-weights, or any writer) as {name: numpy array}, read and
+// checked by io/safetensors (sizes, offsets, and the checksum when the file has one): for PyTorch users
+// without the safetensors package (Debian has none), torch.from_numpy of each value is a state dict.
+py::dict read_state_dict(const std::string& path) {
+  const SafetensorsFile file = read_safetensors(path);
+  py::dict out;
+  for (const auto& [name, t] : file.tensors) {
+    std::string format;
+    switch (t.dtype()) {
+      case DType::F32: format = py::format_descriptor<float>::format(); break;
+      case DType::F16: format = "e"; break;
+      case DType::I64: format = py::format_descriptor<int64_t>::format(); break;
+      case DType::I32: format = py::format_descriptor<int32_t>::format(); break;
+      case DType::U8: format = py::format_descriptor<uint8_t>::format(); break;
+      default:
+        throw py::type_error("read_state_dict: tensor '" + name + "' of '" + path + "' is " + dtype_name(t.dtype()) +
+                             ", which NumPy has no type for");
+    }
+    std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+    py::array a(py::dtype(format), shape);  // its own copy: the file's tensors go when this returns
+    if (t.nbytes() > 0) std::memcpy(a.mutable_data(), t.raw_data(), t.nbytes());
+    out[py::str(name)] = a;
+  }
+  return out;
+}
+
 // train, forward and step_memory run one at a time: they seed the one initialisation generator and read
 // the process-wide allocator figures, so two at once (Python threads; each releases the GIL) would change
 // each other's weights and measurements. pack and unpack take no lock; made while a run measures, their
@@ -261,6 +287,9 @@ PYBIND11_MODULE(_actlab, m) {
         "One training step's memory on random data, as actlab-memtable measures it (docs/measures.md).");
   m.def(
       "memory_stats", [] { return memory_stats().table(); }, "The allocator's table (bytes by tag) on the CPU.");
+  m.def("read_state_dict", &read_state_dict, py::arg("path"),
+        "A safetensors state dict (actlab-train --export-weights writes one) as {name: numpy array}, every size "
+        "and offset checked; torch.from_numpy of each value gives PyTorch's state dict.");
   m.def("forward", &forward, py::arg("model"), py::arg("images"), py::arg("weights") = "", py::arg("classes") = 10,
         py::arg("seed") = 0,
         "The model's logits for images (N, C, S, S) float32 in evaluation mode, with the weights of a plain "

@@ -152,6 +152,42 @@ def keep_sign_restores_where_the_input_was_positive_at_one_bit_per_value():
         assert actlab.pack(a, policy, keep_sign=True).nbytes == actlab.pack(a, policy).nbytes
 
 
+@case
+def read_state_dict_gives_the_exported_weights_as_numpy_arrays():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = d + "/w.safetensors"
+        actlab.train(model="resnet20", dataset="synthetic", synthetic_size=64, batch_size=32, steps_per_epoch=1,
+                     test_limit=32, export_weights=path)
+        sd = actlab.read_state_dict(path)
+        assert sd["conv1.weight"].dtype == np.float32 and sd["conv1.weight"].shape == (16, 1, 3, 3), sd["conv1.weight"].shape
+        assert sd["bn1.num_batches_tracked"].dtype == np.int64 and int(sd["bn1.num_batches_tracked"]) == 1
+        assert all(np.isfinite(v).all() for k, v in sd.items() if v.dtype == np.float32)
+        # Any writer's file: the numpy-only one of this test (no checksum in it).
+        want = {"a": maps((2, 3), 1), "b": maps((4,), 2)}
+        write_safetensors(d + "/n.safetensors", {k: _NumpyTensor(v) for k, v in want.items()})
+        got = actlab.read_state_dict(d + "/n.safetensors")
+        assert sorted(got) == ["a", "b"] and all(np.array_equal(got[k], want[k]) for k in want)
+        with open(path, "r+b") as f:  # a cut file is one clear error
+            f.truncate(100)
+        expect_error(lambda: actlab.read_state_dict(path), RuntimeError, "w.safetensors")
+
+
+class _NumpyTensor:
+    """The two methods write_safetensors calls on a torch tensor, for a numpy array (no torch needed)."""
+    def __init__(self, a):
+        self.a = a
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.a
+
+
 def os_threads():
     with open("/proc/self/status") as f:
         return int(next(line for line in f if line.startswith("Threads:")).split()[1])
