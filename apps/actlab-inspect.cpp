@@ -308,7 +308,10 @@ std::string markdown_tables(const Report& r) {
        << fmt(s.energy.lambda_low) << " | " << fmt(s.energy.lambda_high) << " | " << fmt(s.energy.high_over_low(), "%.3f")
        << " |\n";
   }
-  md << "\nλᴸ > λᴴ (the paper's observation) in " << low_wins << " of " << r.spectra.size() << " layers.\n\n";
+  if (r.spectra.empty())  // an MLP: no conv input has a 2-D plane to transform
+    md << "\nNo layer here takes a 2-D map (the spectra are of conv inputs), so there is no λᴸ/λᴴ to compare.\n\n";
+  else
+    md << "\nλᴸ > λᴴ (the paper's observation) in " << low_wins << " of " << r.spectra.size() << " layers.\n\n";
   md << "## Theorem 3.1: weight-gradient error ‖∇̂W − ∇W‖_F / ‖∇W‖_F\n\n"
      << "Same batch, same parameters, same forward; only the activations backward reads differ. "
      << "Rows of Conv2d/Linear weights W, and of BatchNorm2d/LayerNorm scales γ (kind `BatchNorm2d`/`LayerNorm` in "
@@ -381,6 +384,9 @@ void write_readme(const std::string& dir, const Report& r) {
      << "(B×B average pool, nearest up-sampling, bf16) · DIVISION HFC = x − LFC. Map and LFC rows share one "
      << "grey scale per column; HFC rows share one blue–white–red scale (white = 0) per column.\n\n";
   for (const auto& l : r.fig_layers) md << "- [`fig3a_" << l << ".png`](fig3a_" << l << ".png)\n";
+  if (r.fig_layers.empty())
+    md << "No conv layer after the stem takes a 2-D map here (a transformer's blocks see (B, T, D) token maps, an "
+          "MLP flat vectors), so only `fig3a_input.png` is drawn; the token maps' spectra are in Fig. 4 below.\n";
   md << "\nFiles: `fig4_lambda.csv`/`.svg`, `grad_error.csv`/`.svg`, `reconstruction.csv`.\n\n" << markdown_tables(r);
   write_text_atomic(dir + "/README.md", md.str());
 }
@@ -410,7 +416,7 @@ void declare_flags(FlagParser& flags) {
   for (const auto& m : model_names()) models += (models.empty() ? "" : ", ") + m.first;
   flags.add("checkpoint", "string", "", "a checkpoint of actlab-train (model and data set come from its configuration)");
   flags.add("model", "string", "resnet20", "model without a checkpoint: " + models);
-  flags.add("dataset", "string", "fashion-mnist", "data set without a checkpoint: fashion-mnist, mnist, cifar10, cifar100");
+  flags.add("dataset", "string", "fashion-mnist", "data set without a checkpoint: fashion-mnist, mnist, cifar10, cifar100, synthetic");
   flags.add("data-dir", "string", "", "directory of the data set files (default: the data set's usual place)");
   flags.add("out", "string", "", "output directory (created; required)");
   flags.add("layers", "string", "", "comma-separated conv layers to draw in Fig. 3(a) (default: the first conv at each resolution)");
@@ -420,11 +426,11 @@ void declare_flags(FlagParser& flags) {
   flags.add("policy-rule", "string", "",
             "per-module override PATTERN=POLICY added to every --policies entry for the gradient errors, as in "
             "actlab-train (e.g. '*.act=exact': what the GELUs' saves add to the error; '*/softmax/*=exact': a save "
-            "named MODULE/OP/ROLE); repeatable",
+            "named MODULE/OP/ROLE)",
             true);
   flags.add("block", "int", "8", "DIVISION block size B of the Fig. 3(a) DIVISION rows");
   flags.add("batch-size", "int", "32", "test images in the batch");
-  flags.add("images", "int", "4", "images drawn in Fig. 3(a)");
+  flags.add("images", "int", "4", "images drawn in Fig. 3(a) (at most --batch-size)");
   flags.add("channels", "int", "2", "channels per image drawn in Fig. 3(a) (the most active ones)");
   flags.add("eval-bn", "bool", "", "BatchNorm with running statistics (default: batch statistics, as in training)");
   flags.add("seed", "int", "0", "seed of a fresh model's initialisation and of stochastic rounding");
@@ -457,7 +463,8 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
   r->block = flags.get_int("block");
   parse_policy("lfc:B=" + std::to_string(r->block));  // rejects a bad --block
   r->batch = flags.get_int("batch-size");
-  st.images = flags.get_int("images");
+  // The default 4 shrinks to a smaller batch; a number given is checked against it.
+  st.images = flags.given("images") ? flags.get_int("images") : std::min<int64_t>(4, r->batch);
   st.channels = flags.get_int("channels");
   const int64_t threads = flags.get_int("threads");
   ACTLAB_CHECK(r->batch >= 1 && st.images >= 1 && st.images <= r->batch && st.channels >= 1 && threads >= 1,

@@ -16,7 +16,13 @@
 int main(int argc, char** argv) {
   using namespace actlab;
   try {
-    const int steps = argc > 1 ? std::atoi(argv[1]) : 50;
+    char* end = nullptr;
+    const long steps = argc > 1 ? std::strtol(argv[1], &end, 10) : 50;
+    if (argc > 2 || (argc > 1 && (*end != '\0' || end == argv[1] || steps < 1 || steps > 100000))) {
+      std::fprintf(stderr, "train_division: error: STEPS must be a whole number from 1 to 100000\n"
+                           "usage: train_division [STEPS]   (default 50)\n");
+      return 2;
+    }
     TrainConfig config;  // the data set and its transforms, as actlab-train would load them
     config.dataset = "fashion-mnist";
     DataSplits data;
@@ -37,11 +43,11 @@ int main(int argc, char** argv) {
     DataLoader loader(*data.train, 128, /*shuffle=*/true, /*seed=*/0, /*drop_last=*/true, data.train_transforms);
     loader.start_epoch(0);
     Batch batch;
-    for (int step = 0; step < steps && loader.next(batch); ++step) {
+    for (long step = 0; step < steps && loader.next(batch); ++step) {
       set_pack_step(static_cast<uint64_t>(step));  // the stochastic rounding's stream of this step
       const StepResult r = run_step(*model, &opt, division, batch.images, batch.labels);
       if (step % 10 == 0 || step + 1 == steps)
-        std::printf("step %3d  loss %.4f  accuracy %5.1f%%  activations %.2f MiB\n", step, r.loss,
+        std::printf("step %3ld  loss %.4f  accuracy %5.1f%%  activations %.2f MiB\n", step, r.loss,
                     100.0 * static_cast<double>(r.correct) / static_cast<double>(batch.labels.size(0)),
                     static_cast<double>(r.activation_bytes) / (1 << 20));
     }

@@ -42,5 +42,11 @@ printf '%s\n' "$out" | grep -q "^step  11  loss" || fail "no line for the last s
 printf '%s\n' "$out" | grep -q "activation_packed" || fail "no memory table"
 ratio=$(printf '%s\n' "$out" | sed -n 's/.*(\([0-9.]*\)x less)/\1/p')
 awk -v r="${ratio:-0}" 'BEGIN { exit !(r > 5) }' || fail "DIVISION saved ${ratio:-nothing}x, expected more than 5x"
+for bad in 0 x 5x; do  # a bad step count is one error line and exit 2, before any work
+  out=$("$work/example/train_division" "$bad" 2>&1)
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "train_division $bad exited $rc"
+  printf '%s\n' "$out" | grep -q "^train_division: error: STEPS must be" || fail "train_division $bad: $out"
+done
 echo "$failures failed"
 [ "$failures" -eq 0 ]
