@@ -147,6 +147,12 @@ Grid tiny_grid(const std::vector<std::string>& policies) {
   return g;
 }
 
+// Runs the grid with its progress in dir/progress.txt; returns run_grid's exit code.
+int run_quiet(const Grid& grid, const RunOptions& o, const testing::TempDir& dir) {
+  StdoutToFile quiet(dir.file("progress.txt"));
+  return run_grid(grid, o);
+}
+
 RunOptions run_options(const testing::TempDir& dir) {
   RunOptions o;
   o.out_dir = dir.file("out");
@@ -171,11 +177,7 @@ std::string run_tiny_table(const testing::TempDir& dir, const std::string& table
     grid.add(c, table, row.label);
   }
   const RunOptions o = run_options(dir);
-  int rc = -1;
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
+  int rc = run_quiet(grid, o, dir);
   INFO(read_all(dir.file("progress.txt")));
   REQUIRE(rc == 0);
   return read_all(fs::path(o.out_dir) / "tables.md");
@@ -445,11 +447,7 @@ TEST_CASE("ablate: a tiny grid runs through actlab-train, writes the reports, an
   testing::TempDir dir("ablate_grid");
   const Grid grid = tiny_grid({"exact", "division:B=8,Q=2"});
   const RunOptions o = run_options(dir);
-  int rc = -1;
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
+  int rc = run_quiet(grid, o, dir);
   const fs::path out(o.out_dir);
   const fs::path cell = out / "cells" / "mlp-synthetic-division_B8_Q2-s0";
   INFO(read_all(dir.file("progress.txt")), read_all(cell / "log.txt"));
@@ -535,11 +533,7 @@ TEST_CASE("ablate: a cell with a checkpoint but no summary.json is resumed from 
   CHECK(read_cell(cell.string()).status == CellStatus::Interrupted);
   fs::remove(cell / "summary.json");
   CHECK(read_cell(cell.string()).status == CellStatus::Interrupted);  // the checkpoint says so
-  int rc = -1;
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
+  int rc = run_quiet(grid, o, dir);
   INFO(read_all(dir.file("progress.txt")), read_all(cell / "log.txt"));
   CHECK(rc == 0);
   CHECK(read_all(cell / "command.txt").find("--resume") != std::string::npos);
@@ -590,11 +584,7 @@ TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
   testing::TempDir dir("ablate_fail");
   const Grid grid = tiny_grid({"division:B=0", "exact"});  // B=0 is refused by the child's parser
   const RunOptions o = run_options(dir);
-  int rc = -1;
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
+  int rc = run_quiet(grid, o, dir);
   const std::string progress = read_all(dir.file("progress.txt"));
   INFO(progress);
   CHECK(rc == 1);
@@ -611,10 +601,7 @@ TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
   RunOptions report = o;
   report.report_only = true;
   fs::remove(fs::path(o.out_dir) / "results.csv");
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, report);
-  }
+  rc = run_quiet(grid, report, dir);
   CHECK(rc == 1);
   rows = read_results(fs::path(o.out_dir) / "results.csv", &columns);
   REQUIRE(rows.size() == 2);
@@ -627,11 +614,7 @@ TEST_CASE("ablate: a cell that diverges is a result: memory kept, accuracy '*div
   Grid grid = tiny_grid({"division:B=8,Q=2", "exact"});
   grid.cells[0].lr = 1e30;  // non-finite at its second step, as w/o LFC goes in Table 1(c) after a few
   const RunOptions o = run_options(dir);
-  int rc = -1;
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
+  int rc = run_quiet(grid, o, dir);
   const std::string progress = read_all(dir.file("progress.txt"));
   INFO(progress);
   CHECK(rc == 0);
@@ -648,10 +631,7 @@ TEST_CASE("ablate: a cell that diverges is a result: memory kept, accuracy '*div
   CHECK(tables.find("*diverged*") != std::string::npos);
   CHECK(tables.find("1 diverged") != std::string::npos);
   // A rerun keeps the result instead of training it again.
-  {
-    StdoutToFile quiet(dir.file("progress.txt"));
-    rc = run_grid(grid, o);
-  }
+  rc = run_quiet(grid, o, dir);
   CHECK(rc == 0);
   CHECK(read_all(dir.file("progress.txt")).find("skip (diverged)") != std::string::npos);
 }
