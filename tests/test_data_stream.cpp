@@ -366,3 +366,81 @@ TEST_CASE("data: stream through actlab-train's configuration: splits, transforms
   wrong.data_workers = -1;
   CHECK(has(error_of([&] { validate(wrong); }), "--data-workers must be in [0, 256]"));
 }
+
+TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, and a changed folder is not resumed") {
+  TempDir root;
+  write_tree(root.path(), 8);  // 3 classes of 8 training images, listed class by class
+  TrainConfig c;
+  c.dataset = "folder";
+  c.data_dir = root.str();
+  c.image_size = 8;
+  c.model = "mlp";
+  c.batch_size = 4;
+  c.threads = 1;
+  c.quiet = true;
+  c.train_limit = 6;
+  c.test_limit = 3;
+  for (const bool stream : {false, true}) {
+    CAPTURE(stream);
+    c.stream = stream;
+    const DataSplits d = load_data(c);
+    REQUIRE(d.train->size() == 6);
+    std::set<int64_t> labels;
+    std::vector<uint8_t> pixels(static_cast<size_t>(3 * 8 * 8));
+    for (int64_t i = 0; i < d.train->size(); ++i) labels.insert(d.train->read(i, pixels.data()));
+    CHECK(labels == std::set<int64_t>{0, 1, 2});  // not six images of the first class
+    labels.clear();
+    for (int64_t i = 0; i < d.test->size(); ++i) labels.insert(d.test->read(i, pixels.data()));
+    CHECK(labels.size() == 3);
+  }
+  c.stream = false;
+  c.train_limit = c.test_limit = 0;
+
+  // One tree with a held-out share: the same test images whatever --seed is.
+  TempDir single;
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 10; ++i)
+      write_png(single.path() / (k == 0 ? "a" : "b") / ("img" + std::to_string(i) + ".png"),
+                Hwc{3, 3, 1, Bytes(9, static_cast<uint8_t>(100 * k + i + 1))});
+  TrainConfig s = c;
+  s.data_dir = single.str();
+  s.image_channels = 1;
+  s.image_size = 3;
+  s.test_fraction = 0.3;
+  auto test_ids = [&](uint64_t seed) {
+    s.seed = seed;
+    const DataSplits d = load_data(s);
+    std::vector<int> ids;
+    uint8_t px[9];
+    for (int64_t i = 0; i < d.test->size(); ++i) {
+      d.test->read(i, px);
+      ids.push_back(px[0]);
+    }
+    return ids;
+  };
+  const std::vector<int> seed0 = test_ids(0);
+  CHECK(seed0.size() == 6);
+  CHECK(test_ids(5) == seed0);
+
+  // Resuming on a folder that changed (one more image; a class renamed, which shifts the labels) is refused.
+  TempDir runs;
+  c.epochs = 2;
+  c.save_dir = (runs.path() / "ckpt").string();
+  c.stop_after_steps = 3;
+  REQUIRE(train(c).interrupted);
+  const DataSplits before = load_data(c);
+  TrainConfig resumed = c;
+  resumed.save_dir.clear();
+  resumed.stop_after_steps = 0;
+  resumed.resume = (runs.path() / "ckpt" / "last.safetensors").string();
+  write_png(root.path() / "train" / "emu" / "extra.png", pattern_image(12, 12, 3, 99));
+  CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
+  fs::remove(root.path() / "train" / "emu" / "extra.png");
+  fs::rename(root.path() / "train" / "cat", root.path() / "train" / "zebra");
+  fs::rename(root.path() / "test" / "cat", root.path() / "test" / "zebra");
+  CHECK(load_data(c).identity != before.identity);  // the same counts, other class names
+  CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
+  fs::rename(root.path() / "train" / "zebra", root.path() / "train" / "cat");
+  fs::rename(root.path() / "test" / "zebra", root.path() / "test" / "cat");
+  CHECK(train(resumed).epochs.size() == 2);  // the same folder again: resumed to the end
+}

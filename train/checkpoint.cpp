@@ -72,6 +72,7 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
       {"world_size", std::to_string(st.world_size)},
       {"loss_scale", round_trip_double(st.loss_scale)},
       {"loss_scale_good_steps", std::to_string(st.loss_scale_good_steps)},
+      {"data", st.data_identity},
   };
   write_safetensors(path, tensors, meta);
 }
@@ -103,6 +104,7 @@ TrainState checkpoint_state(const SafetensorsFile& f) {
     st.loss_scale = meta_double(f, "loss_scale");
     st.loss_scale_good_steps = meta_int(f, "loss_scale_good_steps");
   }
+  if (const std::string* data = f.find_metadata("data")) st.data_identity = *data;
   ACTLAB_CHECK(st.epoch >= 0 && st.step_in_epoch >= 0 && st.global_step >= 0 && st.seen >= 0,
                "checkpoint loop position is negative");
   return st;

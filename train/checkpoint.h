@@ -34,6 +34,7 @@ struct TrainState {
   // The loss scaler's state (layers/optim/loss_scale.h; 1 and 0 in checkpoints from before loss scaling).
   double loss_scale = 1;
   int64_t loss_scale_good_steps = 0;
+  std::string data_identity;  // DataSplits::identity of the run's data ("" in checkpoints from before it)
 };
 
 // Saves model + optimizer + state atomically (write_safetensors).

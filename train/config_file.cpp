@@ -88,7 +88,7 @@ const std::vector<Field>& fields() {
                    "scripts/get-cifar.sh fills, ~/.cache/actlab/cifar or $ACTLAB_CIFAR_DIR)")),
         ACTLAB_INT("image-size", image_size, "folder data set: resize/crop images to this size"),
         ACTLAB_INT("image-channels", image_channels, "folder data set: 1 (grey) or 3 (RGB)"),
-        ACTLAB_FLT("test-fraction", test_fraction, "folder data set without train/ and test/: held-out share per class"),
+        ACTLAB_FLT("test-fraction", test_fraction, "folder data set without train/ and test/: held-out share per class (one fixed draw, the same for every --seed)"),
         ACTLAB_BOOL("stream", stream,
                     "folder data set: keep only the file list in memory and decode images as batches need them "
                     "(--data-workers threads, 2 batches ahead) instead of all up front, for folders too large to "
@@ -150,8 +150,8 @@ const std::vector<Field>& fields() {
          [](TrainConfig& c, const std::string& v) { c.augment = !to_bool("no-augment", v); },
          [](const TrainConfig& c) { return flag(!c.augment); }},
         ACTLAB_INT("steps-per-epoch", steps_per_epoch, "stop each epoch after N steps (0: full epochs)"),
-        ACTLAB_INT("train-limit", train_limit, "use only the first N training images (0: all)"),
-        ACTLAB_INT("test-limit", test_limit, "evaluate on the first N test images (0: all)"),
+        ACTLAB_INT("train-limit", train_limit, "use only N training images, the first N (a folder data set: N spread evenly over its class-sorted list, every class keeping its share) (0: all)"),
+        ACTLAB_INT("test-limit", test_limit, "evaluate on N test images, chosen as --train-limit chooses (0: all)"),
         path_field(ACTLAB_STR("log", log_file, "per-epoch log file (.csv or .jsonl)")),
         path_field(ACTLAB_STR("memory-report", memory_report,
                               "per-layer saved-tensor table of the first step (.csv or .json)")),

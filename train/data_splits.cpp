@@ -1,6 +1,6 @@
 // load_data (train/data_splits.h): the train/test splits a TrainConfig names, with their normalization
-// and augmentation, optionally cut to the first N samples. Tested through tests/test_train.cpp and
-// the data suites (tests/test_data*.cpp).
+// and augmentation, optionally cut to N samples (the first N; a folder's spread over its classes).
+// Tested through tests/test_train.cpp and the data suites (tests/test_data*.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -10,29 +10,37 @@
 #include "actlab/data/idx.h"
 #include "actlab/data/image_folder.h"
 #include "actlab/data/image_stream.h"
+#include "actlab/io/checksum.h"
 #include "actlab/train/data_splits.h"
 
 namespace actlab {
 namespace {
 
-// A view of the first `limit` samples of another data set.
+// A view of `limit` samples of another data set: its first ones, or with `spread` ones evenly spaced over it
+// (sample i is base sample ⌊i·n/limit⌋). An image folder lists its files class by class, so its first N
+// would be one class; spread keeps every class's share. The IDX and CIFAR files are in no class order, and
+// their first N is what --train-limit has always meant there.
 class SubsetDataset final : public Dataset {
  public:
-  SubsetDataset(std::shared_ptr<Dataset> base, int64_t limit) : base_(std::move(base)), limit_(limit) {}
-  int64_t size() const override { return std::min(limit_, base_->size()); }
+  SubsetDataset(std::shared_ptr<Dataset> base, int64_t limit, bool spread)
+      : base_(std::move(base)), limit_(std::min(limit, base_->size())), spread_(spread) {}
+  int64_t size() const override { return limit_; }
   ImageSpec spec() const override { return base_->spec(); }
   std::string name() const override { return base_->name(); }
-  int64_t read(int64_t index, uint8_t* pixels) const override {
-    ACTLAB_CHECK(index >= 0 && index < size(), "sample ", index, " out of range [0,", size(), ")");
-    return base_->read(index, pixels);
-  }
+  int64_t read(int64_t index, uint8_t* pixels) const override { return base_->read(base_index(index), pixels); }
   int64_t read_sample(int64_t index, uint64_t seed, int64_t epoch, uint8_t* pixels) const override {
-    ACTLAB_CHECK(index >= 0 && index < size(), "sample ", index, " out of range [0,", size(), ")");
-    return base_->read_sample(index, seed, epoch, pixels);
+    return base_->read_sample(base_index(index), seed, epoch, pixels);
+  }
+  int64_t base_index(int64_t index) const {
+    ACTLAB_CHECK(index >= 0 && index < limit_, "sample ", index, " out of range [0,", limit_, ")");
+    if (!spread_) return index;
+    // In 128 bits: index·n overflows int64 only past 3·10^9 samples each way, but costs nothing to rule out.
+    return static_cast<int64_t>(static_cast<__int128>(index) * base_->size() / limit_);
   }
  private:
   std::shared_ptr<Dataset> base_;
   int64_t limit_;
+  bool spread_;
 };
 
 // --dataset synthetic: Fashion-MNIST's shape (a stand-in for it), generated.
@@ -52,28 +60,35 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
   o.channels = c.image_channels;
   o.size = c.image_size;
   o.test_fraction = c.test_fraction;
-  o.split_seed = c.seed;
+  // Not --seed: runs of several seeds (a grid's) must be scored on one test set. The split is fixed.
+  o.split_seed = 0;
   std::pair<std::vector<float>, std::vector<float>> stats;
   std::vector<std::string> warnings;
-  size_t classes = 0;
+  std::vector<std::string> class_names;
   if (c.stream) {
     StreamingImageFolderSplits f = open_streaming_image_folder(
         c.data_dir, o, c.augment ? std::make_shared<const ResizedCropConfig>() : nullptr);
     warnings = std::move(f.warnings);
-    classes = f.class_names.size();
+    class_names = f.class_names;
     stats = sampled_channel_mean_std(*f.train, kStreamStatsSamples);  // read(): centre crops
     d.train = f.train;
     d.test = f.test;
   } else {
     ImageFolderData f = load_image_folder(c.data_dir, o);
     warnings = std::move(f.warnings);
-    classes = f.class_names.size();
+    class_names = f.class_names;
     stats = channel_mean_std(f.train);
     d.train = std::make_shared<InMemoryImageDataset>(f.train);
     d.test = std::make_shared<InMemoryImageDataset>(f.test);
   }
   for (const auto& w : warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
-  d.note = "image folder " + c.data_dir + " (" + std::to_string(classes) + " classes" +
+  std::string names;
+  for (const auto& name : class_names) names += name + '\n';
+  char hash[40];
+  std::snprintf(hash, sizeof hash, "class names %016llx",
+                static_cast<unsigned long long>(fnv1a64(names.data(), names.size())));
+  d.identity = hash;
+  d.note = "image folder " + c.data_dir + " (" + std::to_string(class_names.size()) + " classes" +
            (c.stream ? ", streamed by " + std::to_string(data_workers(c)) +
                            (data_workers(c) == 1 ? " data worker" : " data workers")
                      : "") +
@@ -160,8 +175,11 @@ DataSplits load_data(const TrainConfig& c) {
     if (c.dataset == "synthetic") d.train_transforms.crop_padding = 0;
   }
   ACTLAB_CHECK(d.test->size() > 0, "the test split of ", d.note, " is empty");
-  if (c.train_limit > 0) d.train = std::make_shared<SubsetDataset>(d.train, c.train_limit);
-  if (c.test_limit > 0) d.test = std::make_shared<SubsetDataset>(d.test, c.test_limit);
+  d.identity = std::to_string(d.train->size()) + " training and " + std::to_string(d.test->size()) + " test images, " +
+               std::to_string(d.train->spec().num_classes) + " classes" + (d.identity.empty() ? "" : ", " + d.identity);
+  const bool spread = c.dataset == "folder";
+  if (c.train_limit > 0) d.train = std::make_shared<SubsetDataset>(d.train, c.train_limit, spread);
+  if (c.test_limit > 0) d.test = std::make_shared<SubsetDataset>(d.test, c.test_limit, spread);
   return d;
 }
 

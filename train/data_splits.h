@@ -20,6 +20,10 @@ struct DataSplits {
   std::string family;                 // normalization / augmentation family ("cifar10", ...)
   TransformConfig train_transforms;   // the family's standard training augmentation + normalization
   TransformConfig test_transforms;    // normalization only
+  // What a resumed run must find again (train/trainer.cpp): the splits' sizes before --train-limit and
+  // --test-limit, the classes and, for a folder, a hash of the class names, so that a folder that gained
+  // files or renamed a class (shifting every label after it) is not resumed as if it were the same.
+  std::string identity;
 };
 DataSplits load_data(const TrainConfig& config);
 // The spec of load_data's splits when it is known without reading any data (CIFAR-10/100, synthetic), so

@@ -411,6 +411,11 @@ void Run::restore() {
   // Evaluating the weights does not depend on how many ranks trained them.
   check_resume_compatible(c_, config_from_json(st.config_json), c_.resume, c_.eval_only ? st.world_size : dist_.world(),
                           st.world_size);
+  // The same flags can name other data (files added to a folder, a class renamed, another --data-dir):
+  // its labels and the epoch's order would change under the resumed weights.
+  ACTLAB_CHECK(st.data_identity.empty() || st.data_identity == data_.identity, "cannot resume from '", c_.resume,
+               "': it was trained on data of ", st.data_identity, "; ", data_.note, " now has ", data_.identity,
+               " (the data must be the same)");
   restore_checkpoint(file, *model_, opt_.get());
   ACTLAB_CHECK(st.step_in_epoch <= steps_per_epoch_, "checkpoint '", c_.resume, "' stopped at step ",
                st.step_in_epoch, " of an epoch of ", steps_per_epoch_, " steps");
@@ -451,6 +456,7 @@ TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {
   st.world_size = dist_.world();
   st.loss_scale = scaler_->scale();
   st.loss_scale_good_steps = scaler_->good_steps();
+  st.data_identity = data_.identity;
   return st;
 }
 
