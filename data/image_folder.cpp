@@ -220,24 +220,34 @@ void split_class(std::vector<std::string> paths, int64_t label, const ImageFolde
 
 }  // namespace
 
+namespace {
+// torchvision's center_crop offset: round((resized - size) / 2) with Python's round, half to even.
+int64_t centred_offset(int64_t resized, int64_t size) {
+  const int64_t d = resized - size, half = d / 2;
+  return d % 2 == 0 || half % 2 == 0 ? half : half + 1;
+}
+}  // namespace
+
 void resize_to_square(uint8_t* out, const uint8_t* src, int64_t height, int64_t width,
-                      int64_t channels, int64_t size, ResizeMode mode) {
+                      int64_t channels, int64_t size, ResizeMode mode, int64_t shorter) {
   ACTLAB_CHECK(height >= 1 && width >= 1 && channels >= 1 && size >= 1, "resize of a ", width, "x",
                height, "x", channels, " image to ", size, "x", size, ": sizes must be >= 1");
+  if (shorter == 0) shorter = size;
+  ACTLAB_CHECK(shorter >= size, "resize of the shorter side to ", shorter, " is below the ", size, " crop");
   int64_t resized_h = height, resized_w = width;
   if (mode == ResizeMode::CropOnly) {
     ACTLAB_CHECK(height >= size && width >= size, "centre crop of ", size, "x", size,
                  " from a smaller ", width, "x", height, " image");
-  } else if (height <= width) {
-    resized_h = size;
-    resized_w = std::max<int64_t>(size, std::llround(static_cast<double>(width) * size / height));
+  } else if (height <= width) {  // torchvision: new_long = int(new_short * long / short)
+    resized_h = shorter;
+    resized_w = std::max<int64_t>(shorter, static_cast<int64_t>(static_cast<double>(shorter) * width / height));
   } else {
-    resized_w = size;
-    resized_h = std::max<int64_t>(size, std::llround(static_cast<double>(height) * size / width));
+    resized_w = shorter;
+    resized_h = std::max<int64_t>(shorter, static_cast<int64_t>(static_cast<double>(shorter) * height / width));
   }
   resample(out, src, width, channels, size,
-           make_taps(0, height, resized_h, (resized_h - size) / 2, size, mode),
-           make_taps(0, width, resized_w, (resized_w - size) / 2, size, mode));
+           make_taps(0, height, resized_h, centred_offset(resized_h, size), size, mode),
+           make_taps(0, width, resized_w, centred_offset(resized_w, size), size, mode));
 }
 
 void resize_box_to_square(uint8_t* out, const uint8_t* src, int64_t height, int64_t width,
@@ -282,7 +292,7 @@ void decode_to_square(uint8_t* out, const std::string& path, const ImageFolderOp
                path, ": image is ", image.width, "x", image.height, ", smaller than the ",
                options.size, "x", options.size, " centre crop (choose a resizing mode)");
   resize_to_square(out, image.pixels.get(), image.height, image.width, options.channels,
-                   options.size, options.resize);
+                   options.size, options.resize, options.resize_shorter);
 }
 
 ImageFolderList list_image_folder(const std::string& root, const ImageFolderOptions& options) {

@@ -16,9 +16,10 @@
 namespace actlab {
 
 // How an image of any size becomes size x size:
-//   Bilinear / Area: scale so that the shorter side is `size` (per-axis scale = resized/original
-//     length, resized longer side rounded to nearest), then cut the centred size x size window
-//     (top = floor((resized_h - size) / 2), likewise left). Both use pixel centres at (i + 0.5):
+//   Bilinear / Area: scale so that the shorter side is `size` (or ImageFolderOptions::resize_shorter;
+//     per-axis scale = resized/original length, the resized longer side truncated, as torchvision's
+//     Resize computes it), then cut the centred size x size window (top = (resized_h - size) / 2
+//     rounded half to even, as torchvision's center_crop, likewise left). Both use pixel centres at (i + 0.5):
 //     Bilinear interpolates the 2x2 nearest source pixels (PyTorch align_corners=False, no
 //     antialiasing: aliases when shrinking a lot); Area averages every source pixel the output
 //     pixel's footprint covers, weighted by the covered fraction (the right choice for shrinking;
@@ -36,6 +37,9 @@ struct ImageFolderOptions {
   // so every class keeps a training image. Must be in [0, 1).
   double test_fraction = 0.2;
   uint64_t split_seed = 0;
+  // Bilinear / Area: the shorter side before the centred size x size crop; 0: size (the whole shorter
+  // side). torchvision's ImageNet evaluation, Resize(256) + CenterCrop(224), is size·256/224.
+  int64_t resize_shorter = 0;
 };
 
 struct ImageFolderData {
@@ -94,7 +98,7 @@ void decode_to_square(uint8_t* out, const std::string& path, const ImageFolderOp
 // out: (C, size, size) u8; src: (H, W, C) u8 interleaved as stb_image returns it (never aliases
 // out). Throws Error for CropOnly when H or W < size.
 void resize_to_square(uint8_t* out, const uint8_t* src, int64_t height, int64_t width,
-                      int64_t channels, int64_t size, ResizeMode mode);
+                      int64_t channels, int64_t size, ResizeMode mode, int64_t shorter = 0);
 
 // Resamples the window `box` of one decoded image to size x size (RandomResizedCrop's second half):
 // per axis scale = size / box length, pixel centres at (i + 0.5), taps clamped to the box, as

@@ -52,14 +52,16 @@ int64_t StreamingImageFolder::read_sample(int64_t index, uint64_t seed, int64_t 
 
 StreamingImageFolderSplits open_streaming_image_folder(
     const std::string& root, const ImageFolderOptions& options,
-    std::shared_ptr<const ResizedCropConfig> train_crop) {
+    std::shared_ptr<const ResizedCropConfig> train_crop, int64_t test_resize_shorter) {
   ImageFolderList list = list_image_folder(root, options);
+  ImageFolderOptions test_options = options;
+  if (test_resize_shorter > 0) test_options.resize_shorter = test_resize_shorter;
   const int64_t num_classes = static_cast<int64_t>(list.class_names.size());
   StreamingImageFolderSplits splits;
   splits.train = std::make_shared<StreamingImageFolder>(list.name + "/train", std::move(list.train),
                                                         num_classes, options, std::move(train_crop));
   splits.test = std::make_shared<StreamingImageFolder>(list.name + "/test", std::move(list.test),
-                                                       num_classes, options);
+                                                       num_classes, test_options);
   splits.class_names = std::move(list.class_names);
   splits.warnings = std::move(list.warnings);
   return splits;

@@ -56,10 +56,11 @@ struct StreamingImageFolderSplits {
 };
 
 // list_image_folder's splits as streaming data sets named "<root folder name>/train" and "/test".
-// Nothing is decoded here, so a corrupt file is found when it is read.
+// Nothing is decoded here, so a corrupt file is found when it is read. test_resize_shorter: the test
+// split's shorter side before its centre crop (ImageFolderOptions::resize_shorter; 0: options' own).
 StreamingImageFolderSplits open_streaming_image_folder(
     const std::string& root, const ImageFolderOptions& options,
-    std::shared_ptr<const ResizedCropConfig> train_crop = nullptr);
+    std::shared_ptr<const ResizedCropConfig> train_crop = nullptr, int64_t test_resize_shorter = 0);
 
 // Normalization constants of a data set too large to decode whole: channel_mean_std over
 // min(max_samples, size) images at evenly spaced indices (i * size / count), read with read() on

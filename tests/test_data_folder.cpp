@@ -195,6 +195,27 @@ TEST_CASE("data: image folder resize and crop on hand-worked images") {
       CHECK(out == Bytes{50, 150, 50, 150});
     }
   }
+  SUBCASE("torchvision's geometry: the longer side truncated, the crop offset rounded half to even") {
+    // 3 x 4 -> shorter side 2: int(2 * 4 / 3) = 2 columns (rounding would give 3), sampled at
+    // x' = (x + 0.5) * 4/2 - 0.5 = 0.5, 2.5 of the row [0, 60, 120, 180]: 30 and 150.
+    const Bytes src = {0, 60, 120, 180, 0, 60, 120, 180, 0, 60, 120, 180};
+    Bytes out(4);
+    resize_to_square(out.data(), src.data(), 3, 4, 1, 2, ResizeMode::Bilinear);
+    CHECK(out == Bytes{30, 150, 30, 150});
+    // Centre crop 1 of 4 columns: round(3 / 2) = 2 (half to even), as torchvision's CenterCrop.
+    Bytes one(1);
+    resize_to_square(one.data(), src.data(), 1, 4, 1, 1, ResizeMode::CropOnly);
+    CHECK(one[0] == 120);
+    // The shorter side resized past the crop first (Resize(256) + CenterCrop(224) in small): 2 x 4 with
+    // shorter side 3 -> 3 x 6, crop 2 x 2 at offset round(1/2) = 0 rows and round(4/2) = 2 columns.
+    const Bytes ramp = {0, 40, 80, 120, 0, 40, 80, 120};
+    Bytes crop(4);
+    resize_to_square(crop.data(), ramp.data(), 2, 4, 1, 2, ResizeMode::Bilinear, 3);
+    // columns 2, 3 of 6 sample x' = (x + 0.5) * 4/6 - 0.5 = 1.1667, 1.8333: 46.67 -> 47, 73.33 -> 73
+    CHECK(crop == Bytes{47, 73, 47, 73});
+    CHECK(has(folder_error([&] { resize_to_square(crop.data(), ramp.data(), 2, 4, 1, 2, ResizeMode::Bilinear, 1); }),
+              "below the 2 crop"));
+  }
   SUBCASE("crop-only needs a large enough image") {
     Bytes out(9);
     const Bytes src(4, 0);

@@ -347,6 +347,18 @@ TEST_CASE("data: stream through actlab-train's configuration: splits, transforms
   CHECK(has(d.note, "streamed"));
   CHECK(d.train_transforms.crop_padding == 0);  // the crop is the data set's RandomResizedCrop
   CHECK(d.train_transforms.horizontal_flip);
+  {  // test images: torchvision's ImageNet evaluation, the shorter side to 8·256/224 = 9, then the 8 x 8 centre
+    const auto& test = dynamic_cast<const StreamingImageFolder&>(*d.test);
+    ImageFolderOptions o = options(8);
+    o.resize_shorter = 9;
+    Bytes want(static_cast<size_t>(3 * 8 * 8)), got(want.size());
+    decode_to_square(want.data(), test.file(0).path, o);
+    test.read(0, got.data());
+    CHECK(got == want);
+    o.resize_shorter = 0;
+    decode_to_square(want.data(), test.file(0).path, o);
+    CHECK(got != want);
+  }
   CHECK(d.train_transforms.mean.size() == 3);
   CHECK(data_workers(c) >= 1);
   c.data_workers = 1;

@@ -92,8 +92,9 @@ const std::vector<Field>& fields() {
         ACTLAB_BOOL("stream", stream,
                     "folder data set: keep only the file list in memory and decode images as batches need them "
                     "(--data-workers threads, 2 batches ahead) instead of all up front, for folders too large to "
-                    "hold decoded; training crops are then RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) + flip, "
-                    "normalization from 512 sampled images"),
+                    "hold decoded; training crops are then RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) + flip and "
+                    "test images Resize(size*256/224) + CenterCrop(size), torchvision's ImageNet recipe (with "
+                    "--no-augment both are the plain centre crop), normalization from 512 sampled images"),
         ACTLAB_INT("data-workers", data_workers,
                    "threads that read and transform each batch; 0: 1, or with --stream half the CPU threads "
                    "(1 to 8); the batches are the same for any number"),

@@ -66,8 +66,12 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
   std::vector<std::string> warnings;
   std::vector<std::string> class_names;
   if (c.stream) {
+    // torchvision's ImageNet recipe: training reads RandomResizedCrop boxes, and evaluation is Resize(256) +
+    // CenterCrop(224) at this size (the shorter side to size·256/224, then the centred crop). Without
+    // augmentation both splits are the plain centre crop, as in memory.
     StreamingImageFolderSplits f = open_streaming_image_folder(
-        c.data_dir, o, c.augment ? std::make_shared<const ResizedCropConfig>() : nullptr);
+        c.data_dir, o, c.augment ? std::make_shared<const ResizedCropConfig>() : nullptr,
+        c.augment ? c.image_size * 256 / 224 : 0);
     warnings = std::move(f.warnings);
     class_names = f.class_names;
     stats = sampled_channel_mean_std(*f.train, kStreamStatsSamples);  // read(): centre crops
