@@ -18,7 +18,8 @@ constexpr int64_t kMaxImagePixels = int64_t{1} << 26;  // 67 megapixels, e.g. 81
 
 // "" when the bytes may go to stb_image, else why not (one sentence, no path): the signature is
 // not PNG, JPEG or BMP (the formats the image-folder loader documents); a JPEG Huffman table
-// declares more than 256 codes; a PNG chunk declares more bytes than the file has left; the header
+// declares more than 256 codes; a PNG chunk declares more bytes than the file has left, or its CRC-32
+// does not match its bytes; the header
 // declares more than kMaxImagePixels pixels.
 std::string image_bytes_problem(const uint8_t* data, size_t size);
 

@@ -1,6 +1,6 @@
 // The pre-decode image checks (data/image_bytes.h): real PNG/JPEG/BMP files pass; other formats,
 // a JPEG Huffman table with more than 256 codes (heap overflow in Debian's stb_image 2.27, found by
-// fuzzing), a PNG chunk longer than the file and a header declaring a huge image are refused
+// fuzzing), a PNG chunk longer than the file or with a wrong CRC and a header declaring a huge image are refused
 // before stb_image sees them.
 #include <doctest/doctest.h>
 
@@ -8,6 +8,8 @@
 
 #include <string>
 #include <vector>
+
+#include <zlib.h>
 
 #include "actlab/data/image_bytes.h"
 
@@ -68,7 +70,7 @@ TEST_CASE("image bytes: a JPEG Huffman table of more than 256 codes is refused, 
   CHECK(contains(problem(later), "declares 272 codes"));
 }
 
-// Signature + IHDR chunk of an 8-bit RGB PNG (stb does not check CRCs; zeros stand in).
+// Signature + IHDR chunk of an 8-bit RGB PNG, its CRC-32 computed as a PNG writer does.
 Bytes png_header(uint32_t width, uint32_t height) {
   Bytes png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
   be32(png, 13);
@@ -76,7 +78,7 @@ Bytes png_header(uint32_t width, uint32_t height) {
   be32(png, width);
   be32(png, height);
   png.insert(png.end(), {8, 2, 0, 0, 0});
-  be32(png, 0);
+  be32(png, static_cast<uint32_t>(crc32(0L, png.data() + 12, 17)));
   return png;
 }
 
@@ -90,4 +92,20 @@ TEST_CASE("image bytes: a PNG declaring 10000 x 10000 pixels or a chunk longer t
   for (const char c : std::string("IDAT")) idat.push_back(static_cast<uint8_t>(c));
   idat.insert(idat.end(), 20, 0x5a);
   CHECK(problem(idat) == "corrupt PNG: a chunk declares 1380204884 bytes, the file has 20 left");
+}
+
+TEST_CASE("image bytes: a PNG whose chunk CRC does not match its bytes is refused (stb would decode it)") {
+  Bytes png;
+  const uint8_t pixels[4 * 4 * 3] = {10, 20, 30};
+  stbi_write_png_to_func(append, &png, 4, 4, 3, pixels, 4 * 3);
+  REQUIRE(problem(png).empty());
+  // The first byte of IDAT's data: the header, then IDAT's length and type.
+  size_t idat = 8;
+  while (std::string(png.begin() + static_cast<long>(idat) + 4, png.begin() + static_cast<long>(idat) + 8) != "IDAT")
+    idat += 12 + (uint32_t{png[idat]} << 24 | uint32_t{png[idat + 1]} << 16 | uint32_t{png[idat + 2]} << 8 | png[idat + 3]);
+  png[idat + 8] ^= 0x01;
+  CHECK(problem(png) == "corrupt PNG: the CRC of its IDAT chunk does not match its bytes");
+  png[idat + 8] ^= 0x01;
+  png[png.size() - 1] ^= 0x80;  // IEND's own CRC
+  CHECK(problem(png) == "corrupt PNG: the CRC of its IEND chunk does not match its bytes");
 }
