@@ -456,3 +456,41 @@ TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, a
   fs::rename(root.path() / "test" / "zebra", root.path() / "test" / "cat");
   CHECK(train(resumed).epochs.size() == 2);  // the same folder again: resumed to the end
 }
+
+TEST_CASE("data: a streamed file that cannot be read mid-epoch leaves the state so far saved, and --resume goes on") {
+  // 1024 training images: the normalization pass reads every second one (512 evenly spaced), so a corrupt
+  // file at an odd index is first met by a training batch.
+  TempDir root;
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 512; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "img%04d.png", i);
+      write_png(root.path() / "train" / (k == 0 ? "a" : "b") / name, Hwc{3, 3, 1, Bytes(9, static_cast<uint8_t>(i % 200))});
+    }
+  for (int k = 0; k < 2; ++k) write_png(root.path() / "test" / (k == 0 ? "a" : "b") / "t.png", Hwc{3, 3, 1, Bytes(9, 7)});
+  const fs::path bad = root.path() / "train" / "a" / "img0001.png";  // index 1
+  write_text(bad, "not a png");
+  TempDir runs;
+  TrainConfig c;
+  c.dataset = "folder";
+  c.data_dir = root.str();
+  c.stream = true;
+  c.image_channels = 1;
+  c.image_size = 3;
+  c.model = "mlp";
+  c.batch_size = 64;
+  c.threads = 1;
+  c.data_workers = 1;
+  c.quiet = true;
+  c.save_dir = (runs.path() / "ckpt").string();
+  const std::string e = error_of([&] { train(c); });
+  CHECK(has(e, "img0001.png"));
+  CHECK(has(e, "is in " + c.save_dir + "/last.safetensors (--resume it once the data reads again)"));
+  REQUIRE(fs::exists(runs.path() / "ckpt" / "last.safetensors"));
+  write_png(bad, Hwc{3, 3, 1, Bytes(9, 1)});
+  TrainConfig resumed = c;
+  resumed.save_dir.clear();
+  resumed.resume = (runs.path() / "ckpt" / "last.safetensors").string();
+  const TrainSummary s = train(resumed);
+  CHECK(s.steps == 16);  // the epoch's 1024 / 64 steps in all, counting those before the failure
+}

@@ -806,7 +806,23 @@ bool Run::run_epoch(int64_t epoch) {
       stop(epoch, step);
       return false;
     }
-    if (!train_loader_->next(batch)) break;
+    bool more = false;
+    try {
+      more = train_loader_->next(batch);
+    } catch (const Error& e) {
+      // A file that cannot be read mid-epoch (a streamed folder decodes as it goes) costs the epoch's progress
+      // only if nothing is saved: keep the state the steps so far reached, as a stop does. One process only:
+      // with ranks, the others find this one gone (docs/distributed.md) and a collective save would wait.
+      if (c_.save_dir.empty() || dist_.on()) throw;
+      stop(epoch, step);
+      std::string what = e.what(), where;  // the reader's message, then its " [file:line]" last
+      const size_t at = what.rfind(" [");
+      if (at != std::string::npos && what.back() == ']') where = what.substr(at), what.resize(at);
+      throw Error(detail::concat(what, "; the state after ", step, step == 1 ? " step" : " steps", " of epoch ",
+                                 epoch + 1, " is in ", summary_.stop_checkpoint,
+                                 " (--resume it once the data reads again)", where));
+    }
+    if (!more) break;
     if (memory_check_) memory_check_->start_step();
     const bool applied = train_step(batch, epoch, step, row);
     if (memory_check_ && applied)  // a skipped step allocates no momentum: not a baseline
