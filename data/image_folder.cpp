@@ -308,8 +308,12 @@ ImageFolderList list_image_folder(const std::string& root, const ImageFolderOpti
   std::vector<std::string>& warnings = list.warnings;
   std::vector<std::string>& classes = list.class_names;
   if (fs::is_directory(root_path / "train", ec)) {
-    const fs::path train_dir = root_path / "train", test_dir = root_path / "test";
-    ACTLAB_CHECK(fs::is_directory(test_dir, ec), root, ": has train/ but no test/ folder (the ",
+    // ImageNet's own layout names the held-out folder val/.
+    const fs::path train_dir = root_path / "train";
+    const fs::path test_dir = fs::is_directory(root_path / "test", ec) || !fs::is_directory(root_path / "val", ec)
+                                  ? root_path / "test"
+                                  : root_path / "val";
+    ACTLAB_CHECK(fs::is_directory(test_dir, ec), root, ": has train/ but no test/ (or val/) folder (the ",
                  "split layout needs both; without train/ the class folders are split by ",
                  "test_fraction)");
     classes = list_class_folders(train_dir, warnings);
@@ -329,6 +333,8 @@ ImageFolderList list_image_folder(const std::string& root, const ImageFolderOpti
       split_class(list_images(root_path / classes[k], warnings), static_cast<int64_t>(k), options,
                   list.train, list.test);
   }
+  ACTLAB_CHECK(classes.size() >= 2, root, ": ", classes.size(), " class folder", classes.size() == 1 ? " (" + classes[0] + ")" : "s",
+               "; a classifier needs at least 2");
   const fs::path normal = fs::absolute(root_path).lexically_normal();
   list.name = (normal.has_filename() ? normal : normal.parent_path()).filename().string();
   return list;

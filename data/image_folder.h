@@ -65,8 +65,9 @@ struct ImageFolderList {
 };
 
 // Layouts (detected by whether root/train is a directory):
-//   split:  root/train/<class>/<image>, root/test/<class>/<image>; every test class must exist in
-//           train (the label set is train's); a train class may be absent from test.
+//   split:  root/train/<class>/<image>, root/test/<class>/<image> (root/val/ when there is no test/,
+//           ImageNet's layout); every test class must exist in train (the label set is train's); a
+//           train class may be absent from test. Either layout needs at least 2 classes.
 //   single: root/<class>/<image>, split per class by options.test_fraction / split_seed.
 // Images are the files directly inside each class folder whose extension is .png/.jpg/.jpeg/.bmp
 // (any case); names starting with '.' are skipped everywhere. Within a split, samples are ordered

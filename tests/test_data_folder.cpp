@@ -304,8 +304,17 @@ TEST_CASE("data: image folder bad trees are errors naming the culprit") {
     TempDir flat;
     write_png(flat / "loose.png", img);
     CHECK(has(folder_error([&] { load_image_folder(flat.str(), opts); }), "no class folders"));
-    fs::remove_all(root / "test");
-    CHECK(has(folder_error([&] { load_image_folder(root.str(), opts); }), "no test/ folder"));
+    // ImageNet's layout: val/ stands for test/ when there is no test/.
+    const size_t test_images = load_image_folder(root.str(), opts).test.size();
+    fs::rename(root / "test", root / "val");
+    CHECK(load_image_folder(root.str(), opts).test.size() == test_images);
+    fs::remove_all(root / "val");
+    CHECK(has(folder_error([&] { load_image_folder(root.str(), opts); }), "no test/ (or val/) folder"));
+    // One class is no classifier.
+    TempDir one;
+    write_png(one / "cat/1.png", img);
+    write_png(one / "cat/2.png", img);
+    CHECK(has(folder_error([&] { load_image_folder(one.str(), opts); }), "1 class folder (cat); a classifier needs at least 2"));
     CHECK(has(folder_error([&] { load_image_folder((root / "missing").string(), opts); }),
               "not a directory"));
   }

@@ -88,7 +88,7 @@ const std::vector<Field>& fields() {
                    "scripts/get-cifar.sh fills, ~/.cache/actlab/cifar or $ACTLAB_CIFAR_DIR)")),
         ACTLAB_INT("image-size", image_size, "folder data set: resize/crop images to this size"),
         ACTLAB_INT("image-channels", image_channels, "folder data set: 1 (grey) or 3 (RGB)"),
-        ACTLAB_FLT("test-fraction", test_fraction, "folder data set without train/ and test/: held-out share per class (one fixed draw, the same for every --seed)"),
+        ACTLAB_FLT("test-fraction", test_fraction, "folder data set without train/ and test/ (or val/): held-out share per class, in (0, 1) (one fixed draw, the same for every --seed)"),
         ACTLAB_BOOL("stream", stream,
                     "folder data set: keep only the file list in memory and decode images as batches need them "
                     "(--data-workers threads, 2 batches ahead) instead of all up front, for folders too large to "

@@ -220,7 +220,8 @@ void validate(const TrainConfig& c) {
   check_dataset_name(c.dataset);
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
-  ACTLAB_CHECK(c.test_fraction >= 0 && c.test_fraction < 1, "--test-fraction must be in [0, 1), got ", c.test_fraction);
+  // 0 would leave the test split empty, and every run evaluates on it.
+  ACTLAB_CHECK(c.test_fraction > 0 && c.test_fraction < 1, "--test-fraction must be in (0, 1), got ", c.test_fraction);
   ACTLAB_CHECK(!c.stream || c.dataset == "folder", "--stream needs --dataset folder (the other data sets are read ",
                "into memory whole), got --dataset ", c.dataset);
   ACTLAB_CHECK(c.data_workers >= 0 && c.data_workers <= 256, "--data-workers must be in [0, 256] (0: auto), got ",
