@@ -109,6 +109,8 @@ class ActivationCachePolicy {
     return expected_bytes(shape);
   }
   virtual bool is_exact() const { return false; }
+  // Whether unpack gives back every value bit for bit (exact; swap, which only moves the bytes away).
+  virtual bool is_lossless() const { return is_exact(); }
   // Whether backward should measure the gradient sensitivity of this save (Node::observe_sensitivity),
   // and where it is reported. info is that of the pack's first consumer; a shared pack's consumers all
   // report to it (their sensitivities add up, as the gradient errors they cause do).

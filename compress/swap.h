@@ -75,6 +75,7 @@ class SwapPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
+  bool is_lossless() const override { return true; }
   // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes, StepResult::offloaded_bytes).
   size_t expected_bytes(const Shape& shape) const override;
 

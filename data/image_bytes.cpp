@@ -70,11 +70,13 @@ std::string png_problem(const uint8_t* d, size_t n) {
       return "corrupt PNG: a chunk declares " + std::to_string(length) + " bytes, the file has " +
              std::to_string(left) + " left";
     const std::string type(reinterpret_cast<const char*>(d + i + 4), 4);
+#ifndef ACTLAB_FUZZING  // libFuzzer's mutations would almost never get past a CRC to stb's decoder
     if (length + 4 <= left) {  // a CRC-less last chunk is stb's to refuse
       const uint32_t crc = static_cast<uint32_t>(::crc32_z(0L, d + i + 4, static_cast<size_t>(4 + length)));
       if (crc != big_endian32(d + i + 8 + length))
         return "corrupt PNG: the CRC of its " + type + " chunk does not match its bytes";
     }
+#endif
     if (type == "IEND") break;
     i += 8 + static_cast<size_t>(length) + 4;
   }

@@ -1,7 +1,8 @@
 // Fuzz target: image decoding through the image-folder loader (data/image_folder.h): stb_image's
 // PNG/JPEG/BMP/... decoders, then the resize/crop to a square and the data set checks.
 // Input: byte 0 = options (bit 0: RGB, bits 1-2: resize mode), byte 1 = output size (1..64), then
-// the image file, saved as root/cat/img.<png|jpg|bmp> (extension from bits 3-4 of byte 0; stb
+// the image file, saved as root/cat/img.<png|jpg|bmp> and root/dog/img.<...> (a folder needs two classes;
+// extension from bits 3-4 of byte 0; stb
 // sniffs the format from the bytes either way). In the ACTLAB_FUZZ build stb_image is compiled in,
 // instrumented (fuzz/stb_image_impl.cpp), so libFuzzer sees its branches.
 // Seeds: fuzz/corpus/image_folder (fuzz/make_seeds.cpp). Replayed by the fuzz_replay_image_folder test.
@@ -32,10 +33,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char* const kExtensions[] = {"png", "jpg", "bmp", "jpeg"};
   const Scratch& s = Scratch::get();
   s.clear();
-  s.write(std::string("root/cat/img.") + kExtensions[(data[0] >> 3) & 3], data + 2, size - 2);
+  for (const char* cls : {"cat", "dog"})
+    s.write(std::string("root/") + cls + "/img." + kExtensions[(data[0] >> 3) & 3], data + 2, size - 2);
   try {
     const actlab::ImageFolderData d = actlab::load_image_folder((s.dir() / "root").string(), o);
-    if (d.train.size() != 1 || d.test.size() != 0 || d.train.spec().height != o.size ||
+    if (d.train.size() != 2 || d.test.size() != 0 || d.train.spec().height != o.size ||
         d.train.spec().channels != o.channels)
       __builtin_trap();
   } catch (const actlab::Error& e) {

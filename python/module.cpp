@@ -102,8 +102,9 @@ PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed,
   // exact keeps the tensor itself: a copy, so that later writes to the array cannot reach it.
   const Tensor x = p.policy->is_exact() ? tensor_from(a) : tensor_over(a);
   p.packed = p.policy->pack(x, p.info, {seed, stream});
-  // exact, and a lossy policy's copy of a shape it does not code, return the values themselves, signs included.
-  if (keep_sign && !p.policy->is_exact() && dynamic_cast<const PackedPassthrough*>(p.packed.get()) == nullptr) {
+  // A lossless policy (exact, swap), and a lossy one's copy of a shape it does not code, give the values
+  // back themselves, signs included.
+  if (keep_sign && !p.policy->is_lossless() && dynamic_cast<const PackedPassthrough*>(p.packed.get()) == nullptr) {
     p.sign = Tensor::empty({cpu::mask_words(x.numel())}, DType::I32);
     cpu::relu_mask_from_output(reinterpret_cast<uint32_t*>(p.sign.data<int32_t>()), x.data<float>(), x.numel());
   }

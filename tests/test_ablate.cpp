@@ -869,7 +869,7 @@ void write_radar_inputs(const testing::TempDir& dir) {
 TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and drawn") {
   testing::TempDir dir("ablate_radar");
   write_radar_inputs(dir);
-  RadarInputs in{dir.file("results.csv"), dir.file("mem.csv"), dir.file("bench.csv"), ""};
+  RadarInputs in{dir.file("results.csv"), dir.file("mem.csv"), dir.file("bench.csv"), "", ""};
   const RadarData d = read_radar_data(in);
   CHECK(d.model == "resnet20");
   CHECK(d.memory_batch == 128);  // the first batch listed; the batch-256 row is not mixed in
@@ -916,7 +916,7 @@ TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and d
 TEST_CASE("radar: a missing or foreign input is one error line naming the file") {
   testing::TempDir dir("ablate_radar_bad");
   write_radar_inputs(dir);
-  RadarInputs in{dir.file("results.csv"), dir.file("nothere.csv"), dir.file("bench.csv"), ""};
+  RadarInputs in{dir.file("results.csv"), dir.file("nothere.csv"), dir.file("bench.csv"), "", ""};
   std::string e = error_of([&] { read_radar_data(in); });
   CHECK(e.find("--memory file '" + dir.file("nothere.csv") + "' cannot be read: No such file or directory") !=
         std::string::npos);

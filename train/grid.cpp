@@ -166,7 +166,9 @@ void Grid::add(const Cell& cell, const std::string& table, const std::string& la
       return;
     }
     // Another run whose policy spells the same directory name: the later one's name takes a hash of its
-    // policy, the same on every rerun of the grid (cells are added in the same order), so it still resumes.
+    // policy, the same on every rerun of the same grid (cells are added in the same order), so it resumes.
+    // A rerun without the earlier policy names the later one plainly: check_cell_commands then refuses the
+    // directory that holds the earlier one's run, rather than mixing the two.
     added.id_suffix = fmt("-h%08llx", static_cast<unsigned long long>(
                                           fnv1a64(cell.policy.data(), cell.policy.size()) & 0xffffffffull));
   }
@@ -553,9 +555,20 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   int exit_code = 0;
   int failed = 0;  // cells that failed in this run, and the first of them, for the closing error line
   std::string first_failed;
+  // The reports name the command that trained the grid: every run that trains writes it to OUT/command.txt
+  // before its first cell (so a grid that stops part-way keeps it), and a --report-only run rewrites the
+  // reports under that command, saying it rewrote them.
+  const fs::path command_file = fs::path(o.out_dir) / "command.txt";
+  std::string command = o.command_line;
+  if (o.report_only && fs::exists(command_file)) {
+    std::string trained = read_text(command_file);
+    while (!trained.empty() && (trained.back() == '\n' || trained.back() == '\r')) trained.pop_back();
+    command = trained + "`; reports rewritten by `" + o.command_line;
+  }
   if (!o.report_only) {
     ACTLAB_CHECK(::access(o.train_bin.c_str(), X_OK) == 0, "actlab-train binary '", o.train_bin,
                  "' is not executable; pass --train-bin PATH");
+    write_text_atomic(command_file.string(), o.command_line + "\n");
     Eta eta;
     double remaining = 0;
     for (size_t i = 0; i < grid.cells.size(); ++i)
@@ -582,17 +595,6 @@ int run_grid(const Grid& grid, const RunOptions& o) {
     }
   } else {
     for (const CellResult& r : before) exit_code = finished(r.status) ? exit_code : 1;
-  }
-  // The reports name the command that trained the grid: a --report-only run rewrites them under the one
-  // it finds in OUT/command.txt (written by every run that trains), and says it rewrote them.
-  const fs::path command_file = fs::path(o.out_dir) / "command.txt";
-  std::string command = o.command_line;
-  if (!o.report_only) {
-    write_text_atomic(command_file.string(), o.command_line + "\n");
-  } else if (fs::exists(command_file)) {
-    std::string trained = read_text(command_file);
-    while (!trained.empty() && (trained.back() == '\n' || trained.back() == '\r')) trained.pop_back();
-    command = trained + "`; reports rewritten by `" + o.command_line;
   }
   std::string names;
   for (const std::string& name : write_reports(grid, o.out_dir, command)) names += (names.empty() ? "" : ", ") + name;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +88,10 @@ Grid make_grid(const GridOptions& options);
 // "division:Q=4,B=12" → "division:B=12,Q=4", "checkpoint" → "checkpoint:segments=auto+exact"), so that
 // cells, results.csv and the other tools' CSVs name a policy alike. Throws Error for a bad string.
 std::string canonical_policy(const std::string& spec);
+// The mean over the seeds both hold of a[seed] − b[seed] (NaN when they share none): a method against
+// Normal where both ran, for the tables' Δ vs Normal and the radar. Checkpoint and SWAP run one seed and
+// equal Normal's run there; against Normal's mean over other seeds too they would show a gap of seeds.
+double mean_difference_at_shared_seeds(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b);
 // Error naming scripts/get-cifar.sh when a cell needs CIFAR-10/100 that is not where the child will
 // look (data_dir, else $ACTLAB_CIFAR_DIR or ./data).
 void check_data_present(const Grid& grid);

@@ -309,22 +309,20 @@ std::string exact_gradient_proof(const Results& r, const TableGroup& g) {
          "runs must end where Normal's ends at the same seed:\n\n" + proof;
 }
 
-// Δ vs Normal over the seeds both ran: the mean of (method − Normal) at equal seeds. With the same seeds that
-// is the difference of the means; a method run on fewer seeds (Checkpoint and SWAP run one) is compared
-// with Normal's runs at those seeds, not with Normal's mean over seeds it did not run.
+// A row's final accuracies by seed, its finished runs only.
+std::map<int64_t, double> accuracy_by_seed(const Results& r, const std::vector<size_t>& idx) {
+  std::map<int64_t, double> out;
+  for (size_t i : idx)
+    if (r.cells[i].status == CellStatus::Done && std::isfinite(r.cells[i].final_test_acc))
+      out[r.grid.cells[i].seed] = r.cells[i].final_test_acc;
+  return out;
+}
+
+// Δ vs Normal at equal seeds (mean_difference_at_shared_seeds): with the same seeds, the difference of the means.
 std::string delta_vs_normal(const Results& r, const TableGroup& g, const std::vector<size_t>& idx) {
   const auto normal = g.cells.find("Normal");
   if (normal == g.cells.end()) return "—";
-  double sum = 0;
-  int n = 0;
-  for (size_t i : idx)
-    for (size_t j : normal->second) {
-      const CellResult &a = r.cells[i], &e = r.cells[j];
-      if (r.grid.cells[j].seed == r.grid.cells[i].seed && a.status == CellStatus::Done &&
-          e.status == CellStatus::Done && std::isfinite(a.final_test_acc) && std::isfinite(e.final_test_acc))
-        sum += a.final_test_acc - e.final_test_acc, ++n;
-    }
-  return n > 0 ? fmt("%+.2f", sum / n) : "—";
+  return delta_text(mean_difference_at_shared_seeds(accuracy_by_seed(r, idx), accuracy_by_seed(r, normal->second)), 0);
 }
 
 // Fig. 6: one row per method, accuracy mean ± std over seeds, its distance from Normal, and the
@@ -502,6 +500,14 @@ plot::BarChart fig6_chart(const Results& r) {
 }
 
 }  // namespace
+
+double mean_difference_at_shared_seeds(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& [seed, v] : a)
+    if (const auto it = b.find(seed); it != b.end()) sum += v - it->second, ++n;
+  return n > 0 ? sum / n : CellResult::kNaN;
+}
 
 std::vector<std::string> write_reports(const Grid& grid, const std::string& out_dir, const std::string& command_line) {
   const fs::path out(out_dir);

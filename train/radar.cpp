@@ -172,16 +172,16 @@ RadarData read_radar_data(const RadarInputs& in) {
     const auto& mine = acc[policy];
     p.accuracy = mean(mine);
     p.seeds = static_cast<int>(mine.size());
-    // Fewer seeds than Normal: compare where both ran (Checkpoint and SWAP run one seed and equal Normal's
-    // run there bit for bit; their seed-0 accuracy against Normal's 3-seed mean would show a gap that is
-    // only the seeds').
-    if (normal != acc.end() && policy != "exact" && mine.size() < normal->second.size()) {
-      double diff = 0;
-      int both = 0;
-      for (const auto& [seed, v] : mine)
-        if (normal->second.count(seed)) diff += v - normal->second.at(seed), ++both;
-      if (both > 0) {
-        p.accuracy = mean(normal->second) + diff / both;
+    // Other seeds than Normal's: Normal's mean plus the difference where both ran (a one-seed Checkpoint
+    // or SWAP run then sits on Normal's accuracy, as its run equals Normal's there).
+    const auto same_seeds = [](const std::map<int64_t, double>& a, const std::map<int64_t, double>& b) {
+      return a.size() == b.size() &&
+             std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) { return x.first == y.first; });
+    };
+    if (normal != acc.end() && policy != "exact" && !same_seeds(mine, normal->second)) {
+      const double diff = mean_difference_at_shared_seeds(mine, normal->second);
+      if (std::isfinite(diff)) {
+        p.accuracy = mean(normal->second) + diff;
         p.paired_with_normal = true;
       }
     }

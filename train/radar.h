@@ -22,8 +22,9 @@ struct RadarInputs {
 // Normal sits at 1 on both and larger is better on every axis.
 struct RadarPoint {
   std::string method, policy;   // paper_method_name(policy), canonical_policy(...)
-  // Test accuracy %: the mean over the done seeds; for a method run on fewer seeds than Normal, Normal's
-  // mean plus the method's mean difference from Normal on the seeds both ran (paired_with_normal).
+  // Test accuracy %: the mean over the done seeds; for a method run on other seeds than Normal (fewer),
+  // Normal's mean plus the method's mean difference from Normal on the seeds both ran (paired_with_normal;
+  // mean_difference_at_shared_seeds in train/grid.h).
   double accuracy = 0;
   int seeds = 0;
   bool paired_with_normal = false;

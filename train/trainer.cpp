@@ -413,8 +413,9 @@ void Run::restore() {
   check_resume_compatible(c_, config_from_json(st.config_json), c_.resume, c_.eval_only ? st.world_size : dist_.world(),
                           st.world_size);
   // The same flags can name other data (files added to a folder, a class renamed, another --data-dir):
-  // its labels and the epoch's order would change under the resumed weights.
-  ACTLAB_CHECK(st.data_identity.empty() || st.data_identity == data_.identity, "cannot resume from '", c_.resume,
+  // its labels and the epoch's order would change under the resumed weights. Evaluating the weights on
+  // other data (--eval-only) is a use of its own.
+  ACTLAB_CHECK(c_.eval_only || st.data_identity.empty() || st.data_identity == data_.identity, "cannot resume from '", c_.resume,
                "': it was trained on data of ", st.data_identity, "; ", data_.note, " now has ", data_.identity,
                " (the data must be the same)");
   restore_checkpoint(file, *model_, opt_.get());
@@ -810,6 +811,8 @@ bool Run::run_epoch(int64_t epoch) {
     bool more = false;
     try {
       more = train_loader_->next(batch);
+    } catch (const OutOfMemory&) {
+      throw;  // exit 3 and its own hint; a batch that does not fit is not a data error
     } catch (const Error& e) {
       // A file that cannot be read mid-epoch (a streamed folder decodes as it goes) costs the epoch's progress
       // only if nothing is saved: keep the state the steps so far reached, as a stop does. One process only:

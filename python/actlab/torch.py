@@ -9,7 +9,8 @@ activation-cache policies, by torch.autograd.graph.saved_tensors_hooks.
 
 What is packed: every float32 CPU tensor of two or more dimensions that autograd saves, except what
 actlab's own networks keep as it is:
-- parameters, trainable or frozen, and views of them (nn.Linear saves weight.t());
+- parameters, trainable or frozen, leaf tensors that require a gradient (weights held as plain tensors),
+  and views of either (nn.Linear saves weight.t());
 - per-row statistics, tensors whose last dimension is 1 (LayerNorm's mean and rstd);
 - tensors that are not float32 or not on the CPU.
 
@@ -51,16 +52,21 @@ class SavedStats:
 
 
 class _Packed:
-    __slots__ = ("packed",)
+    __slots__ = ("packed", "__weakref__")
 
     def __init__(self, packed):
         self.packed = packed
 
 
+def _is_weight(t):
+    # A parameter (trainable or frozen), or a leaf that requires a gradient (weights held as plain tensors).
+    return t is not None and (isinstance(t, torch.nn.Parameter) or (t.requires_grad and t.grad_fn is None))
+
+
 def _kept_as_is(t):
     if t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() < 2 or t.shape[-1] == 1:
         return True
-    return isinstance(t, torch.nn.Parameter) or isinstance(t._base, torch.nn.Parameter)
+    return _is_weight(t) or _is_weight(t._base)
 
 
 def _is_relu_output(t):
@@ -70,7 +76,9 @@ def _is_relu_output(t):
 @contextlib.contextmanager
 def saved_tensors(policy="division:B=8,Q=2", seed=None):
     stats = SavedStats(seed=next(_block_seeds) if seed is None else seed)
-    packs = {}  # (data_ptr, shape, strides, version) -> (weak reference to the tensor, _Packed)
+    # (data_ptr, shape, strides, version) -> weak references to the tensor and its _Packed: weak, so that a
+    # backward run inside the block frees each pack as autograd lets it go.
+    packs = {}
 
     def pack_hook(t):
         if _kept_as_is(t):
@@ -78,15 +86,16 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
             return t
         key = (t.data_ptr(), tuple(t.shape), t.stride(), t._version)
         earlier = packs.get(key)
-        if earlier is not None and earlier[0]() is not None:  # alive, so its storage was not reused
+        shared = earlier[1]() if earlier is not None and earlier[0]() is not None else None
+        if shared is not None:  # the tensor is alive, so its storage was not reused
             stats.shared += 1
-            return earlier[1]
+            return shared
         stats.packs += 1
         saved = _Packed(_actlab.pack(t.detach().contiguous().numpy(), policy, stats.seed, stats.packs,
                                      keep_sign=_is_relu_output(t)))
         stats.raw_bytes += t.numel() * 4
         stats.packed_bytes += saved.packed.nbytes
-        packs[key] = (weakref.ref(t), saved)
+        packs[key] = (weakref.ref(t), weakref.ref(saved))
         return saved
 
     def unpack_hook(saved):

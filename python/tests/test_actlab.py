@@ -336,7 +336,13 @@ def the_adapter_keeps_weights_statistics_and_relu_signs_and_packs_a_shared_save_
     frozen.weight.requires_grad_(False)
     a = torch.randn(4, 10, 24, generator=g)
     with at.saved_tensors(policy="division:B=8,Q=2") as st:
-        frozen(lin(norm(a.clone().requires_grad_(True))))
+        frozen(lin(norm(a)))  # a data batch (a leaf that needs no gradient) is packed like any activation
+    # A weight held as a plain tensor (functional code) is a leaf that requires a gradient: kept too.
+    w_plain = torch.randn(24, 24, generator=g, requires_grad=True)
+    with at.saved_tensors(policy="division:B=8,Q=2") as plain:
+        # tanh saves its output, which linear saves again as its input (one pack), and linear saves w.
+        torch.nn.functional.linear(torch.tanh(a[0].clone().requires_grad_(True)), w_plain)
+    assert (plain.packs, plain.shared, plain.kept_as_is) == (1, 1, 1), plain
     # Packed: LayerNorm's input and lin's (the frozen layer needs no input: it has no weight gradient).
     # Kept: LayerNorm's weight, bias, mean and rstd, and both weights' transposes.
     assert (st.packs, st.kept_as_is) == (2, 6), st
