@@ -75,44 +75,13 @@ def fashion_batch(n):
 
 
 # --------------------------------------------------------------------------------------------- model
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.pad = cout - cin if stride != 1 or cin != cout else 0
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        sc = x
-        if self.pad:  # option A: subsample, zero-pad the channels on both sides
-            sc = F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
-        return F.relu(out + sc)
+# The PyTorch ResNet-20 with actlab's names and the numpy-only safetensors writer are the Python suite's.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
+from test_actlab import resnet20, write_safetensors  # noqa: E402
 
 
-class ResNet20(nn.Module):
-    """CIFAR ResNet-20 (option A shortcuts) with actlab's parameter names."""
-
-    def __init__(self, in_ch=1, classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_ch, 16, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(16)
-        cin = 16
-        for li, (cout, stride) in enumerate([(16, 1), (32, 2), (64, 2)], 1):
-            blocks = []
-            for i in range(3):
-                blocks.append(Block(cin, cout, stride if i == 0 else 1))
-                cin = cout
-            setattr(self, "layer%d" % li, nn.Sequential(*blocks))
-        self.fc = nn.Linear(64, classes)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer3(self.layer2(self.layer1(x)))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+def ResNet20():
+    return resnet20(torch, 1, 10)
 
 
 def make_initial_model(seed):
@@ -128,21 +97,6 @@ def make_initial_model(seed):
                 m.running_mean.uniform_(-0.2, 0.2)
                 m.running_var.uniform_(0.5, 1.5)
     return net
-
-
-def write_safetensors(path, tensors):
-    """A plain safetensors writer (numpy only, not actlab's): F32 and I64 tensors."""
-    header, blobs, offset = {}, [], 0
-    for name, value in tensors.items():
-        a = np.ascontiguousarray(value.detach().cpu().numpy())
-        dtype = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64"}[a.dtype]
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        blobs.append(a.tobytes())
-        offset += a.nbytes
-    raw = json.dumps(header).encode()
-    raw += b" " * ((8 - len(raw) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 # ------------------------------------------------------------------------------------------ the runs

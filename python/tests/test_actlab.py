@@ -237,6 +237,7 @@ def torch_or_skip():
 
 
 def resnet20(torch, in_ch=1, classes=10):
+    """CIFAR ResNet-20 (option A shortcuts) with actlab's parameter names (conv1, bn1, layer1.0.conv1, ..., fc)."""
     nn = torch.nn
 
     class Block(nn.Module):
@@ -256,13 +257,26 @@ def resnet20(torch, in_ch=1, classes=10):
                 sc = nn.functional.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
             return torch.relu(out + sc)
 
-    layers, cin = [], 16
-    for cout, stride in [(16, 1), (32, 2), (64, 2)]:
-        for i in range(3):
-            layers.append(Block(cin, cout, stride if i == 0 else 1))
-            cin = cout
-    return nn.Sequential(nn.Conv2d(in_ch, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), *layers,
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes))
+    class ResNet20(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(in_ch, 16, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(16)
+            cin = 16
+            for li, (cout, stride) in enumerate([(16, 1), (32, 2), (64, 2)], 1):
+                blocks = []
+                for i in range(3):
+                    blocks.append(Block(cin, cout, stride if i == 0 else 1))
+                    cin = cout
+                setattr(self, "layer%d" % li, nn.Sequential(*blocks))
+            self.fc = nn.Linear(64, classes)
+
+        def forward(self, x):
+            x = torch.relu(self.bn1(self.conv1(x)))
+            x = self.layer3(self.layer2(self.layer1(x)))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    return ResNet20()
 
 
 @case
@@ -375,13 +389,15 @@ def the_adapter_keeps_weights_statistics_and_relu_signs_and_packs_a_shared_save_
 
 # ---------------------------------------------------------------- the models against torchvision's
 def write_safetensors(path, tensors):
-    """A plain safetensors writer (numpy only: not actlab's), F32 tensors."""
+    """A plain safetensors writer (numpy only: not actlab's): int64 tensors as I64, the rest as F32."""
     import json
     import struct
     header, blobs, offset = {}, [], 0
     for name, value in tensors.items():
-        a = np.ascontiguousarray(value.detach().cpu().numpy().astype(np.float32))
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        a = value.detach().cpu().numpy()
+        a = np.ascontiguousarray(a if a.dtype == np.int64 else a.astype(np.float32))
+        dtype = "I64" if a.dtype == np.int64 else "F32"
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
         blobs.append(a.tobytes())
         offset += a.nbytes
     raw = json.dumps(header).encode()
