@@ -377,6 +377,7 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   CHECK(rule_ids.size() == 4);
   CHECK(rules.cells[0].id_suffix.empty());
   CHECK(rules.cells.back().id_suffix.rfind("-h", 0) == 0);
+  CHECK(rules.cells.back().id_suffix.size() == 10);  // "-h" and 8 hex digits of the policy's FNV-1a
   CHECK(make_grid(o).cells.back().id() == rules.cells.back().id());
   o.seeds = GridOptions().seeds;
   // A POLICY@PRECISION entry is its own cell, named and passed on; the grid's precision covers the rest.

@@ -169,8 +169,10 @@ void Grid::add(const Cell& cell, const std::string& table, const std::string& la
     // policy, the same on every rerun of the same grid (cells are added in the same order), so it resumes.
     // A rerun without the earlier policy names the later one plainly: check_cell_commands then refuses the
     // directory that holds the earlier one's run, rather than mixing the two.
-    added.id_suffix = fmt("-h%08llx", static_cast<unsigned long long>(
-                                          fnv1a64(cell.policy.data(), cell.policy.size()) & 0xffffffffull));
+    char suffix[16];
+    std::snprintf(suffix, sizeof suffix, "-h%08llx",
+                  static_cast<unsigned long long>(fnv1a64(cell.policy.data(), cell.policy.size()) & 0xffffffffull));
+    added.id_suffix = suffix;
   }
   cells.push_back(added);
   cells.back().tables = {{table, label}};
