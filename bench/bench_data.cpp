@@ -2,14 +2,18 @@
 // over full epochs of Fashion-MNIST train at batch 128, with and without augmentation. Falls back to
 // a synthetic 60000x1x28x28 set (saying so) when the Debian package is absent. Then the streamed
 // image folder's decode rate (img/s, 1 and 2 workers) on a generated tree of ImageNet-sized JPEGs,
-// with RandomResizedCrop to 224 (training) and resize + centre crop (evaluation).
+// with RandomResizedCrop to 224 (training) and resize + centre crop (evaluation). Last, what the byte
+// checks every streamed read runs first (data/image_bytes.h: a PNG's chunk CRCs) cost beside the decode.
 // Usage: bench_data [--epochs 3] [--jpegs 256] (--help). Results: bench/RESULTS_data.md.
+#include <stb_image.h>
 #include <stb_image_write.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,6 +25,7 @@
 #include "actlab/core/philox.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/data/idx.h"
+#include "actlab/data/image_bytes.h"
 #include "actlab/data/image_stream.h"
 #include "actlab/train/cli.h"
 
@@ -55,11 +60,13 @@ double loader_images_per_s(const actlab::Dataset& ds, const actlab::TransformCon
   return rates[rates.size() / 2];
 }
 
-// A tree of `n` JPEGs in 10 class folders, 500 x 375 (ImageNet's most common size), quality 90: smooth
-// colour gradients plus Philox noise, so each file is about the size of an ImageNet photo's.
-void write_jpeg_tree(const std::filesystem::path& root, int n) {
+// A tree of `n` images in 10 class folders, 500 x 375 (ImageNet's most common size): smooth colour
+// gradients plus Philox noise, so a quality-90 JPEG is about the size of an ImageNet photo's. `ext` is
+// "jpg" or "png".
+std::vector<std::string> write_image_tree(const std::filesystem::path& root, int n, const std::string& ext) {
   const int w = 500, h = 375;
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
+  std::vector<std::string> files;
   for (int i = 0; i < n; ++i) {
     for (int y = 0; y < h; ++y)
       for (int x = 0; x < w; ++x)
@@ -70,9 +77,52 @@ void write_jpeg_tree(const std::filesystem::path& root, int n) {
         }
     const std::filesystem::path dir = root / ("class" + std::to_string(i % 10));
     std::filesystem::create_directories(dir);
-    const std::string file = (dir / ("img" + std::to_string(i) + ".jpg")).string();
-    if (stbi_write_jpg(file.c_str(), w, h, 3, px.data(), 90) == 0)
-      throw std::runtime_error("cannot write " + file);
+    const std::string file = (dir / ("img" + std::to_string(i) + "." + ext)).string();
+    const int ok = ext == "png" ? stbi_write_png(file.c_str(), w, h, 3, px.data(), w * 3)
+                                : stbi_write_jpg(file.c_str(), w, h, 3, px.data(), 90);
+    if (ok == 0) throw std::runtime_error("cannot write " + file);
+    files.push_back(file);
+  }
+  return files;
+}
+
+// Per image, in memory (no file reads): the byte checks a streamed read runs before stb (for a PNG, one
+// CRC-32 pass over every chunk) against stb's decode of the same bytes. Median ms over `epochs` passes.
+void byte_check_table(int epochs, int images) {
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("actlab_bench_check_" + std::to_string(::getpid()));
+  std::printf("\nbyte checks before the decode: %d images 500x375 per format, in memory\n", images);
+  std::printf("\n| format | KiB per file | check, ms/image | decode, ms/image | check / decode |\n|---|---|---|---|---|\n");
+  for (const std::string ext : {"png", "jpg"}) {
+    std::vector<std::vector<uint8_t>> bytes;
+    size_t total = 0;
+    for (const std::string& f : write_image_tree(root, images, ext)) {
+      std::ifstream in(f, std::ios::binary);
+      bytes.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      total += bytes.back().size();
+    }
+    std::vector<double> check, decode;
+    for (int e = 0; e < epochs; ++e) {
+      Clock::time_point t0 = Clock::now();
+      for (const auto& b : bytes)
+        if (!actlab::image_bytes_problem(b.data(), b.size()).empty())
+          throw std::runtime_error("a generated " + ext + " failed its byte check");
+      check.push_back(seconds_since(t0) * 1e3 / images);
+      t0 = Clock::now();
+      for (const auto& b : bytes) {
+        int w = 0, h = 0, c = 0;
+        stbi_uc* px = stbi_load_from_memory(b.data(), static_cast<int>(b.size()), &w, &h, &c, 3);
+        if (px == nullptr) throw std::runtime_error("stb could not decode a generated " + ext);
+        stbi_image_free(px);
+      }
+      decode.push_back(seconds_since(t0) * 1e3 / images);
+    }
+    std::sort(check.begin(), check.end());
+    std::sort(decode.begin(), decode.end());
+    const double c = check[check.size() / 2], d = decode[decode.size() / 2];
+    std::printf("| %s | %.0f | %.3f | %.3f | %.1f %% |\n", ext.c_str(), static_cast<double>(total) / images / 1024.0, c,
+                d, 100.0 * c / d);
+    std::filesystem::remove_all(root);
   }
 }
 
@@ -80,7 +130,7 @@ void write_jpeg_tree(const std::filesystem::path& root, int n) {
 void stream_decode_table(int epochs, int jpegs) {
   const std::filesystem::path root = std::filesystem::temp_directory_path() /
                                      ("actlab_bench_stream_" + std::to_string(::getpid()));
-  write_jpeg_tree(root, jpegs);
+  write_image_tree(root, jpegs, "jpg");
   uintmax_t bytes = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(root))
     if (e.is_regular_file()) bytes += e.file_size();
@@ -147,6 +197,7 @@ int main(int argc, char** argv) {
     std::printf("| crop pad 4 + flip + normalize | 128 | 1 | %.0f |\n",
                 loader_images_per_s(*ds, augmented, epochs));
     stream_decode_table(epochs, jpegs);
+    byte_check_table(epochs, std::min(jpegs, 64));
     return 0;
   } catch (const std::exception& e) {
     return actlab::report_error("bench_data", e);
