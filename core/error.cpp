@@ -12,10 +12,10 @@ std::string location(const char* file, int line) {
 }
 }  // namespace
 
-void throw_error(const char* file, int line, const std::string& msg) { throw Error(msg + location(file, line)); }
+void throw_error(const char* file, int line, const std::string& msg) { throw Error(msg, location(file, line)); }
 
 void throw_out_of_memory(const char* file, int line, const std::string& msg) {
-  throw OutOfMemory(msg + "; out of memory: try a smaller batch or a compressing --policy such as division:B=8,Q=2" +
+  throw OutOfMemory(msg + "; out of memory: try a smaller batch or a compressing --policy such as division:B=8,Q=2",
                     location(file, line));
 }
 

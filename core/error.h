@@ -8,10 +8,18 @@
 
 namespace actlab {
 
-// A user-facing error: the message names the problem and the offending values.
+// A user-facing error: the message names the problem and the offending values; `where` is the " [file:line]"
+// the check macros append. what() is the two together. They are kept apart so that a handler can add to the
+// message and still end the line with the place that found the problem (train/trainer.cpp's read error).
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& message, const std::string& where = "")
+      : std::runtime_error(message + where), message_size_(message.size()) {}
+  std::string message() const { return std::string(what(), message_size_); }
+  std::string where() const { return std::string(what() + message_size_); }
+
+ private:
+  size_t message_size_;
 };
 
 // Thrown when memory runs out (core/error.h so that library-call checks can throw it too): the first line
@@ -19,7 +27,7 @@ class Error : public std::runtime_error {
 // print the first line as the error and exit 3.
 class OutOfMemory : public Error {
  public:
-  explicit OutOfMemory(const std::string& what) : Error(what) {}
+  explicit OutOfMemory(const std::string& message, const std::string& where = "") : Error(message, where) {}
 };
 
 namespace detail {

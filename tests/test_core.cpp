@@ -157,6 +157,28 @@ TEST_CASE("device strings parse and bad ones are refused") {
   CHECK_THROWS_AS(Device::parse("cuda:x"), Error);
 }
 
+TEST_CASE("an error keeps its message and the place that found it apart, what() is the two together") {
+  try {
+    ACTLAB_CHECK(1 + 1 == 3, "two is ", 2);
+    FAIL("the check did not throw");
+  } catch (const Error& e) {
+    CHECK(e.message() == "two is 2");
+    CHECK(e.where().rfind(" [test_core.cpp:", 0) == 0);
+    CHECK(e.where().back() == ']');
+    CHECK(std::string(e.what()) == e.message() + e.where());
+  }
+  try {
+    detail::throw_out_of_memory(__FILE__, 7, "a 3 GiB buffer");
+    FAIL("nothing thrown");
+  } catch (const OutOfMemory& e) {
+    CHECK(e.message().rfind("a 3 GiB buffer; out of memory: ", 0) == 0);
+    CHECK(e.where() == " [test_core.cpp:7]");
+  }
+  const Error plain("no place");
+  CHECK(plain.message() == "no place");
+  CHECK(plain.where().empty());
+}
+
 TEST_CASE("borrowed storage: not counted, not freed, its owner released with it, copied when retagged") {
   auto owner_alive = std::make_shared<int>(0);
   std::weak_ptr<int> watch = owner_alive;

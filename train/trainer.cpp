@@ -415,7 +415,7 @@ void Run::restore() {
   // The same flags can name other data (files added to a folder, a class renamed, another --data-dir):
   // its labels and the epoch's order would change under the resumed weights. Evaluating the weights on
   // other data (--eval-only) is a use of its own.
-  ACTLAB_CHECK(c_.eval_only || st.data_identity.empty() || st.data_identity == data_.identity, "cannot resume from '", c_.resume,
+  ACTLAB_CHECK(c_.eval_only || st.data_identity.empty() || same_data_identity(st.data_identity, data_.identity), "cannot resume from '", c_.resume,
                "': it was trained on data of ", st.data_identity, "; ", data_.note, " now has ", data_.identity,
                " (the data must be the same)");
   restore_checkpoint(file, *model_, opt_.get());
@@ -819,12 +819,10 @@ bool Run::run_epoch(int64_t epoch) {
       // with ranks, the others find this one gone (docs/distributed.md) and a collective save would wait.
       if (c_.save_dir.empty() || dist_.on()) throw;
       stop(epoch, step);
-      std::string what = e.what(), where;  // the reader's message, then its " [file:line]" last
-      const size_t at = what.rfind(" [");
-      if (at != std::string::npos && what.back() == ']') where = what.substr(at), what.resize(at);
-      throw Error(detail::concat(what, "; the state after ", step, step == 1 ? " step" : " steps", " of epoch ",
-                                 epoch + 1, " is in ", summary_.stop_checkpoint,
-                                 " (--resume it once the data reads again)", where));
+      throw Error(detail::concat(e.message(), "; the state after ", step, step == 1 ? " step" : " steps",
+                                 " of epoch ", epoch + 1, " is in ", summary_.stop_checkpoint,
+                                 " (--resume it once the data reads again)"),
+                  e.where());
     }
     if (!more) break;
     if (memory_check_) memory_check_->start_step();
