@@ -20,6 +20,7 @@
 #include "actlab/core/error.h"
 #include "actlab/core/philox.h"
 #include "actlab/data/image_bytes.h"
+#include "actlab/io/checksum.h"
 
 namespace actlab {
 namespace {
@@ -337,6 +338,16 @@ ImageFolderList list_image_folder(const std::string& root, const ImageFolderOpti
                "; a classifier needs at least 2");
   const fs::path normal = fs::absolute(root_path).lexically_normal();
   list.name = (normal.has_filename() ? normal : normal.parent_path()).filename().string();
+  uint64_t h = fnv1a64(nullptr, 0);
+  for (const std::vector<ImageFile>* split : {&list.train, &list.test}) {
+    for (const ImageFile& f : *split) {
+      const std::string line = fs::path(f.path).lexically_relative(root_path).generic_string() + '\t' +
+                               std::to_string(f.label) + '\n';
+      h = fnv1a64(line.data(), line.size(), h);
+    }
+    h = fnv1a64("|", 1, h);  // a file moved from train/ to test/ changes the hash
+  }
+  list.fingerprint = h;
   return list;
 }
 
@@ -345,7 +356,7 @@ ImageFolderData load_image_folder(const std::string& root, const ImageFolderOpti
   const int64_t num_classes = static_cast<int64_t>(list.class_names.size());
   return ImageFolderData{decode_all(list.name + "/train", list.train, num_classes, options),
                          decode_all(list.name + "/test", list.test, num_classes, options),
-                         std::move(list.class_names), std::move(list.warnings)};
+                         std::move(list.class_names), std::move(list.warnings), list.fingerprint};
 }
 
 std::pair<std::vector<float>, std::vector<float>> channel_mean_std(

@@ -49,6 +49,7 @@ struct ImageFolderData {
   // One line per folder in which entries were skipped (other extensions, subfolders, dot files):
   // "<folder>: ignored 2 entries that are not .png/.jpg/.jpeg/.bmp files (e.g. notes.txt)".
   std::vector<std::string> warnings;
+  uint64_t fingerprint = 0;  // ImageFolderList::fingerprint
 };
 
 struct ImageFile {
@@ -62,6 +63,9 @@ struct ImageFolderList {
   std::vector<std::string> class_names;  // as ImageFolderData::class_names
   std::vector<std::string> warnings;     // as ImageFolderData::warnings
   std::string name;                      // the root folder's own name, also for "root/" or "."
+  // FNV-1a over both splits' files in order (each one's path under the root and its label): what a
+  // checkpoint remembers to recognise the tree (train/data_splits.h). Names only: no file is opened.
+  uint64_t fingerprint = 0;
 };
 
 // Layouts (detected by whether root/train is a directory):

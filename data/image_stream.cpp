@@ -64,6 +64,7 @@ StreamingImageFolderSplits open_streaming_image_folder(
                                                        num_classes, test_options);
   splits.class_names = std::move(list.class_names);
   splits.warnings = std::move(list.warnings);
+  splits.fingerprint = list.fingerprint;
   return splits;
 }
 

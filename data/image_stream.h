@@ -53,6 +53,7 @@ struct StreamingImageFolderSplits {
   std::shared_ptr<StreamingImageFolder> test;   // centre crop; may be empty
   std::vector<std::string> class_names;
   std::vector<std::string> warnings;
+  uint64_t fingerprint = 0;  // ImageFolderList::fingerprint
 };
 
 // list_image_folder's splits as streaming data sets named "<root folder name>/train" and "/test".

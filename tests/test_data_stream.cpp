@@ -454,7 +454,20 @@ TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, a
   CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
   fs::rename(root.path() / "train" / "zebra", root.path() / "train" / "cat");
   fs::rename(root.path() / "test" / "zebra", root.path() / "test" / "cat");
+  // The same counts and class names, one image moved from emu to cat: its label changed.
+  fs::rename(root.path() / "train" / "emu" / "img0.png", root.path() / "train" / "cat" / "moved.png");
+  CHECK(load_data(c).identity != before.identity);
+  CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
+  fs::rename(root.path() / "train" / "cat" / "moved.png", root.path() / "train" / "emu" / "img0.png");
+  CHECK(load_data(c).identity == before.identity);
   CHECK(train(resumed).epochs.size() == 2);  // the same folder again: resumed to the end
+
+  // A checkpoint from before the files' hash was part of the identity is compared on what it stored.
+  const size_t files = before.identity.rfind(", files ");
+  REQUIRE(files != std::string::npos);
+  CHECK(same_data_identity(before.identity.substr(0, files), before.identity));
+  CHECK(!same_data_identity(before.identity.substr(0, files - 1), before.identity));
+  CHECK(!same_data_identity(before.identity.substr(0, files) + ", files 0000000000000000", before.identity));
 }
 
 TEST_CASE("data: a streamed file that cannot be read mid-epoch leaves the state so far saved, and --resume goes on") {
@@ -485,7 +498,8 @@ TEST_CASE("data: a streamed file that cannot be read mid-epoch leaves the state 
   c.save_dir = (runs.path() / "ckpt").string();
   const std::string e = error_of([&] { train(c); });
   CHECK(has(e, "img0001.png"));
-  CHECK(has(e, "is in " + c.save_dir + "/last.safetensors (--resume it once the data reads again)"));
+  CHECK(has(e, "is in " + c.save_dir + "/last.safetensors (--resume it once the data reads again) ["));
+  CHECK(e.back() == ']');  // the reader's [file:line] still ends the line
   REQUIRE(fs::exists(runs.path() / "ckpt" / "last.safetensors"));
   write_png(bad, Hwc{3, 3, 1, Bytes(9, 1)});
   TrainConfig resumed = c;

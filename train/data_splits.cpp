@@ -51,6 +51,9 @@ constexpr ImageSpec kSyntheticSpec{1, 28, 28, 10};
 // is at most std / sqrt(512), under 5 % of a std.
 constexpr int64_t kStreamStatsSamples = 512;
 
+// How a folder's identity names its files' hash (ImageFolderList::fingerprint); same_data_identity reads it.
+constexpr const char* kFilesPart = ", files ";
+
 // The image-folder and IDX readers need stb_image and zlib, which the minimal GPU-check build
 // (ACTLAB_GPU_CHECK, docs/cuda.md) leaves out: there those data sets are one clear error.
 #ifndef ACTLAB_MINIMAL_BUILD
@@ -65,6 +68,7 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
   std::pair<std::vector<float>, std::vector<float>> stats;
   std::vector<std::string> warnings;
   std::vector<std::string> class_names;
+  uint64_t files = 0;
   if (c.stream) {
     // torchvision's ImageNet recipe: training reads RandomResizedCrop boxes, and evaluation is Resize(256) +
     // CenterCrop(224) at this size (the shorter side to size·256/224, then the centred crop). Without
@@ -74,6 +78,7 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
         c.augment ? c.image_size * 256 / 224 : 0);
     warnings = std::move(f.warnings);
     class_names = f.class_names;
+    files = f.fingerprint;
     stats = sampled_channel_mean_std(*f.train, kStreamStatsSamples);  // read(): centre crops
     d.train = f.train;
     d.test = f.test;
@@ -81,6 +86,7 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
     ImageFolderData f = load_image_folder(c.data_dir, o);
     warnings = std::move(f.warnings);
     class_names = f.class_names;
+    files = f.fingerprint;
     stats = channel_mean_std(f.train);
     d.train = std::make_shared<InMemoryImageDataset>(f.train);
     d.test = std::make_shared<InMemoryImageDataset>(f.test);
@@ -88,9 +94,10 @@ void load_folder_splits(const TrainConfig& c, DataSplits& d) {
   for (const auto& w : warnings) std::fprintf(stderr, "actlab-train: warning: %s\n", w.c_str());
   std::string names;
   for (const auto& name : class_names) names += name + '\n';
-  char hash[40];
-  std::snprintf(hash, sizeof hash, "class names %016llx",
-                static_cast<unsigned long long>(fnv1a64(names.data(), names.size())));
+  char hash[64];
+  std::snprintf(hash, sizeof hash, "class names %016llx%s%016llx",
+                static_cast<unsigned long long>(fnv1a64(names.data(), names.size())), kFilesPart,
+                static_cast<unsigned long long>(files));
   d.identity = hash;
   d.note = "image folder " + c.data_dir + " (" + std::to_string(class_names.size()) + " classes" +
            (c.stream ? ", streamed by " + std::to_string(data_workers(c)) +
@@ -128,6 +135,14 @@ void load_idx_splits(const TrainConfig& c, DataSplits&) {
 #endif
 
 }  // namespace
+
+bool same_data_identity(const std::string& stored, const std::string& now) {
+  if (stored == now) return true;
+  // Checkpoints written before the files' hash was part of a folder's identity: compare what they have.
+  const size_t files = now.rfind(kFilesPart);
+  return stored.find(kFilesPart) == std::string::npos && files != std::string::npos &&
+         stored == now.substr(0, files);
+}
 
 int data_workers(const TrainConfig& c) {
   if (c.data_workers > 0) return static_cast<int>(c.data_workers);
