@@ -158,13 +158,13 @@ int main(int argc, char** argv) {
           std::snprintf(row, sizeof row, "| %s | %lld | %s | %s | %.2f | %.3f%s | %.2f | %.1f / %.1f MiB | %s | %s |",
                         model.c_str(), static_cast<long long>(batch), md_cell(method).c_str(), md_cell(entry.label()).c_str(), gib(r.total_bytes),
                         gib(r.activation_bytes),
-                        rate > 0 && policy != "exact" ? (" (" + std::to_string(rate).substr(0, 5) + "x)").c_str() : "",
+                        rate > 0 && policy != "exact" ? (" (" + md_number(rate) + "x)").c_str() : "",
                         gib(r.peak_bytes), r.saved_packed_bytes / 1048576.0, r.saved_expected_bytes / 1048576.0,
-                        r.recomputed_segments > 0 ? std::to_string(r.recompute_seconds).substr(0, 5).c_str() : "-",
-                        r.offloaded_bytes > 0 ? std::to_string(gib(r.offloaded_bytes)).substr(0, 5).c_str() : "-");
+                        r.recomputed_segments > 0 ? md_number(r.recompute_seconds).c_str() : "-",
+                        r.offloaded_bytes > 0 ? md_number(gib(r.offloaded_bytes)).c_str() : "-");
           std::string line = row;
           if (mixed) {
-            std::snprintf(row, sizeof row, " %s |", rate_fp32 > 0 ? (std::to_string(rate_fp32).substr(0, 5) + "x").c_str() : "-");
+            std::snprintf(row, sizeof row, " %s |", rate_fp32 > 0 ? (md_number(rate_fp32) + "x").c_str() : "-");
             line += row;
           }
           if (paper_cells) {

@@ -3,6 +3,8 @@
 // `quant:Q=2|layer1.*=division:B=8,Q=2` carries '|', which GitHub-flavoured Markdown reads as a column
 // break even inside a code span unless it is written `\|`. Tested in tests/test_json.cpp.
 #pragma once
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace actlab {
@@ -15,6 +17,17 @@ inline std::string md_cell(const std::string& text) {
     if (ch == '|') s += '\\';
     s += ch;
   }
+  return s;
+}
+
+// A positive figure in about `digits` significant digits, rounded, in fixed notation: 10.5689 → "10.57",
+// 8.29992 → "8.300", 0.12345 → "0.123", 1234.6 → "1235" (at least a whole number). Tables print ratios
+// and seconds with it so that their columns read alike and the last digit is rounded, not cut off.
+inline std::string md_number(double v, int digits = 4) {
+  int decimals = digits - 1;
+  for (double a = std::fabs(v); a >= 9.9995 && decimals > 0; a /= 10) --decimals;
+  char s[64];
+  std::snprintf(s, sizeof s, "%.*f", decimals, v);
   return s;
 }
 

@@ -109,3 +109,14 @@ TEST_CASE("markdown: a cell's '|' is escaped, so a mixed policy string stays one
   CHECK(md_cell("|a||") == "\\|a\\|\\|");
   CHECK(md_cell("") == "");
 }
+
+TEST_CASE("markdown: a figure is rounded to four significant digits, not cut off") {
+  CHECK(md_number(10.5689) == "10.57");  // cut to five characters it read 10.56
+  CHECK(md_number(8.29992) == "8.300");
+  CHECK(md_number(55.6149) == "55.61");
+  CHECK(md_number(9.99971) == "10.00");
+  CHECK(md_number(99.996) == "100.0");
+  CHECK(md_number(1234.6) == "1235");
+  CHECK(md_number(0.12345) == "0.123");
+  CHECK(md_number(2.5, 2) == "2.5");
+}
