@@ -267,15 +267,17 @@ void write_grad_error(const std::string& dir, const GradErrorReport& report) {
   plot::write_svg(dir + "/grad_error.svg", plot::line_chart_svg(chart));
 }
 
+// `policy` is the entry as grad_error.csv names it (so the two files join on it), `codec` what packed the map.
 void write_reconstruction(const std::string& dir, const std::vector<LayerSpectrum>& rows,
-                          const std::vector<std::string>& policies) {
+                          const std::vector<std::string>& policies, const std::vector<std::string>& codecs) {
   std::ostringstream csv;
-  csv << "layer,input_shape,policy,relative_error,bits_per_element,packed_bytes,numel\n";
+  csv << "layer,input_shape,policy,relative_error,bits_per_element,packed_bytes,numel,codec\n";
   for (const auto& r : rows)
     for (size_t p = 0; p < policies.size(); ++p) {
       const Reconstruction& x = r.reconstruction[p];
       csv << r.path << "," << dims(r.shape) << "," << csv_field(policies[p]) << "," << fmt(x.relative_error, "%.6g")
-          << "," << fmt(x.bits_per_element, "%.6g") << "," << x.packed_bytes << "," << x.numel << "\n";
+          << "," << fmt(x.bits_per_element, "%.6g") << "," << x.packed_bytes << "," << x.numel << ","
+          << csv_field(codecs[p]) << "\n";
     }
   write_text_atomic(dir + "/reconstruction.csv", csv.str());
 }
@@ -289,7 +291,7 @@ struct Report {
   int64_t block = 8;
   std::vector<std::string> policies, fig_layers;
   // The codec each entry's spectra and reconstructions use (policies[p] less its --policy-rule rules and
-  // checkpointing, which reach only the gradient errors): their CSV and table are labelled by it.
+  // checkpointing, which reach only the gradient errors): their CSV names it beside the entry.
   std::vector<std::string> codecs;
   std::vector<LayerSpectrum> spectra;
   GradErrorReport grads;
@@ -356,7 +358,9 @@ std::string markdown_tables(const Report& r) {
     md << " Each entry's codec alone: per-module rules (--policy-rule) and checkpointing reach only the gradient "
        << "errors above.";
   md << "\n\n| layer |";
-  for (const auto& p : r.codecs) md << " " << md_cell(p) << " |";
+  for (size_t p = 0; p < r.policies.size(); ++p)
+    md << " " << md_cell(r.policies[p]) << (r.codecs[p] == r.policies[p] ? "" : " (codec " + md_cell(r.codecs[p]) + ")")
+       << " |";
   md << "\n|---|";
   for (size_t p = 0; p < r.policies.size(); ++p) md << "---|";
   md << "\n";
@@ -494,7 +498,7 @@ void write_outputs(const Settings& st, const Report& r, const Batch& batch,
               render_grid(fig3a_grid(find_map(maps, l).input, batch.images, shown, st.channels, r.ratio, r.block)));
   write_lambda(st.out, r.spectra, r.ratio);
   write_grad_error(st.out, r.grads);
-  write_reconstruction(st.out, r.spectra, r.codecs);
+  write_reconstruction(st.out, r.spectra, r.policies, r.codecs);
   write_readme(st.out, r);
 }
 

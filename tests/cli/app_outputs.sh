@@ -120,5 +120,18 @@ else
   fail "[inspect applies --policy-rule and --draws] $(head -3 "$work/i/grad_error.csv" 2>&1)"
 fi
 
+# A checkpointed entry's reconstructions are its codec's: reconstruction.csv names the entry as grad_error.csv
+# does (so the two join on it) and the codec beside it.
+cases=$((cases + 1))
+entry='"checkpoint:segments=auto+division:B=8,Q=2"'
+if "$build/actlab-inspect" --model resnet20 --out "$work/ic" --threads 1 --batch-size 4 \
+     --policies 'checkpoint+division:B=8,Q=2' >/dev/null 2>&1 &&
+   grep -q "^conv1,4x1x28x28,$entry,[0-9.e-]*,[0-9.e-]*,[0-9]*,3136,\"division:B=8,Q=2\"\$" "$work/ic/reconstruction.csv" &&
+   grep -q "^conv1,Conv2d,16x1x3x3,[0-9.e-]*,$entry," "$work/ic/grad_error.csv"; then
+  echo "ok   [inspect labels a checkpointed entry's reconstructions by the entry and its codec]"
+else
+  fail "[inspect labels a checkpointed entry's reconstructions by the entry and its codec] $(head -2 "$work/ic/reconstruction.csv" 2>&1)"
+fi
+
 echo "$cases cases, $failures failed"
 [ "$failures" -eq 0 ]
