@@ -118,7 +118,9 @@ int main(int argc, char** argv) {
     csv << "model,batch,policy,method,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
            "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s,recompute_s,offloaded_gib,paper_total_gb,"
            "paper_activation_gb,precision,activation_rate_vs_fp32_exact\n";
-    md << "| model | batch | method | policy | total GiB | activation GiB (rate vs exact) | peak GiB | "
+    // The peak includes per-thread workspaces (docs/measures.md), so its column says at how many threads.
+    md << "| model | batch | method | policy | total GiB | activation GiB (rate vs exact) | peak GiB ("
+       << threads << (threads == 1 ? " thread" : " threads") << ") | "
           "policy-kept inputs: measured / closed form | recompute s | offloaded GiB |"
        << (mixed ? " rate vs fp32 exact |" : "") << (paper_cells ? " paper total GB | paper activation GB (rate) |" : "")
        << "\n"
