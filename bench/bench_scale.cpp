@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     // Per-GPU step times. ResNet-50: the paper's RTX 3090 (24 GB) logs under AMP; Normal runs out of
     // memory at 512, DIVISION does not. Swin-T: ResNet-50's times scaled by the measured per-image ratio,
     // DIVISION's overhead taken as ResNet-50's at the same batch; Normal's largest batch is 128 on 24 GB
-    // (its measured 13.8 GiB at 128 doubles to 27.5 GiB at 256), DIVISION fits 512 (1.9 GiB at 128).
+    // (its measured 13.8 GiB at 128 doubles to 27.5 GiB at 256), DIVISION fits 512 (2.1 GiB at 128).
     const std::vector<Setting> r50 = {{"Normal", 256, paper_step_s("Normal", 256) / speedup},
                                       {"DIVISION", 256, paper_step_s("DIVISION", 256) / speedup},
                                       {"DIVISION", 512, paper_step_s("DIVISION", 512) / speedup}};
