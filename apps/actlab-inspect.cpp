@@ -107,7 +107,8 @@ Setup load_setup(const FlagParser& flags, uint64_t seed) {
   s.data = load_data(s.config);
   const ImageSpec spec = s.data.test->spec();
   seed_init(seed);
-  s.model = make_model({s.config.model, spec.channels, spec.num_classes, spec.height});
+  s.model = make_model(
+      {s.config.model, spec.channels, spec.num_classes, spec.height, static_cast<float>(s.config.drop_path)});
   if (s.trained) restore_checkpoint(file, *s.model, nullptr);
   return s;
 }

@@ -24,7 +24,7 @@ class Module {
   std::vector<std::pair<std::string, Variable>> named_parameters() const;
   std::vector<Variable> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;  // depth first, self first ("")
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;  // depth first, self first ("", as a null pointer)
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   int64_t parameter_count() const;
 

@@ -24,6 +24,7 @@ struct ModelEntry {
   // smallest usable input (min_image_size).
   const char* halvings;
   std::function<std::shared_ptr<Module>(const ModelSpec&)> build;
+  bool has_drop_path = false;  // build reads ModelSpec::drop_path
 };
 
 const std::vector<ModelEntry>& model_table() {
@@ -79,8 +80,11 @@ const std::vector<ModelEntry>& model_table() {
       {"vit_tiny_cifar", "ViT-Tiny for small images (patch 4, width 192, depth 12, 3 heads, drop-path 0.1; timm names; 5.36M params at 32x32)",
        32, "",
        [](const ModelSpec& s) {
-         return std::make_shared<VisionTransformer>(vit_tiny_cifar_config(s.image_size, s.in_channels, s.num_classes));
-       }},
+         VitConfig c = vit_tiny_cifar_config(s.image_size, s.in_channels, s.num_classes);
+         if (s.drop_path >= 0) c.drop_path = s.drop_path;
+         return std::make_shared<VisionTransformer>(c);
+       },
+       true},
       {"densenet121_imagenet", "torchvision DenseNet-121 (7x7 stem + max-pool, growth 32, 224x224; 7.98M params)", 224,
        "ccfff",
        [](const ModelSpec& s) {
@@ -88,7 +92,12 @@ const std::vector<ModelEntry>& model_table() {
        }},
       {"swin_t", "torchvision Swin-T (patch 4, window 7, widths 96-768, depths 2-2-6-2, drop-path 0.2; 224x224; 28.29M params)",
        224, "",
-       [](const ModelSpec& s) { return make_swin(swin_t_config(s.image_size, s.in_channels, s.num_classes)); }},
+       [](const ModelSpec& s) {
+         SwinConfig c = swin_t_config(s.image_size, s.in_channels, s.num_classes);
+         if (s.drop_path >= 0) c.drop_path = s.drop_path;
+         return make_swin(c);
+       },
+       true},
       {"mlp", "MLP: flatten, 2 hidden layers of 512 with ReLU, Linear to classes", 0, "",
        [](const ModelSpec& s) {
          return std::make_shared<Mlp>(s.in_channels * s.image_size * s.image_size, std::vector<int64_t>{512, 512},
@@ -130,11 +139,16 @@ int64_t min_image_size(const std::string& name) {
 
 int64_t native_image_size(const std::string& name) { return find_model(name).native_size; }
 
+bool model_has_drop_path(const std::string& name) { return find_model(name).has_drop_path; }
+
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   const ModelEntry& m = find_model(spec.name);
   ACTLAB_CHECK(spec.in_channels > 0 && spec.num_classes > 1 && spec.image_size > 0, "bad model spec for '",
                spec.name, "': ", spec.in_channels, " channels, ", spec.num_classes, " classes, image ",
                spec.image_size);
+  ACTLAB_CHECK(spec.drop_path < 0 || m.has_drop_path, "model '", spec.name, "' has no drop path (stochastic depth)",
+               " to set; vit_tiny_cifar and swin_t have");
+  ACTLAB_CHECK(spec.drop_path < 1, "drop path must be below 1, got ", spec.drop_path);
   const int64_t min_size = min_image_size(spec.name);
   ACTLAB_CHECK(spec.image_size >= min_size, "model '", spec.name, "' halves the image ", std::strlen(m.halvings),
                " times, so a ", spec.image_size, "x", spec.image_size,

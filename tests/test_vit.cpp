@@ -159,3 +159,29 @@ TEST_CASE("swin: a small Swin (shifted windows with their mask, patch merging) p
   c.image_size = 20;  // a 10x10 map: patch merging cannot halve it into windows of 4
   CHECK_THROWS_AS(make_swin(c), Error);
 }
+
+TEST_CASE("models: --drop-path sets the deepest block's rate of vit_tiny_cifar and swin_t, and other models refuse it") {
+  // The rates of a model's DropPath modules, in order; the deepest is the last.
+  auto rates = [](const std::string& name, int64_t size, float drop_path) {
+    std::vector<std::string> out;
+    const std::shared_ptr<Module> model = make_model({name, 1, 10, size, drop_path});
+    for (const auto& [path, m] : model->named_modules())
+      if (m && m->kind() == "DropPath") out.push_back(m->describe());  // the model itself comes first, as null
+    return out;
+  };
+  for (const auto& [name, size, own] : {std::tuple<std::string, int64_t, std::string>{"vit_tiny_cifar", 28, "0.1"},
+                                        {"swin_t", 224, "0.2"}}) {
+    CAPTURE(name);
+    const std::vector<std::string> model_own = rates(name, size, -1.f), off = rates(name, size, 0.f),
+                                   high = rates(name, size, 0.3f);
+    REQUIRE(model_own.size() >= 4);
+    CHECK(model_own.front() == "DropPath(0)");  // the first block keeps every sample
+    CHECK(model_own.back() == "DropPath(" + own + ")");
+    CHECK(high.back() == "DropPath(0.3)");
+    CHECK(off == std::vector<std::string>(off.size(), "DropPath(0)"));
+  }
+  CHECK(model_has_drop_path("vit_tiny_cifar"));
+  CHECK(!model_has_drop_path("resnet20"));
+  CHECK_THROWS_WITH_AS(make_model({"resnet20", 1, 10, 28, 0.f}), doctest::Contains("has no drop path"), Error);
+  CHECK_THROWS_WITH_AS(make_model({"vit_tiny_cifar", 1, 10, 28, 1.f}), doctest::Contains("below 1"), Error);
+}

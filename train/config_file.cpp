@@ -117,6 +117,9 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("step-epochs", step_epochs, "step schedule: epochs between decays"),
         ACTLAB_INT("warmup-epochs", warmup_epochs, "linear learning-rate warm-up epochs"),
         ACTLAB_FLT("label-smoothing", label_smoothing, "label smoothing of the cross-entropy"),
+        ACTLAB_FLT("drop-path", drop_path,
+                   "stochastic depth of vit_tiny_cifar and swin_t: the deepest block's rate, spread over the blocks "
+                   "as timm/torchvision do; 0 turns it off; -1: the model's own (0.1 and 0.2)"),
         {"seed", "int", "random seed (init, shuffling, augmentation, stochastic rounding)",
          [](TrainConfig& c, const std::string& v) {
            const int64_t s = to_int("seed", v);

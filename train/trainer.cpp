@@ -187,6 +187,8 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.adam_eps > 0 && std::isfinite(c.adam_eps), "--adam-eps must be > 0, got ", c.adam_eps);
   ACTLAB_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "label smoothing must be in [0, 1), got ",
                c.label_smoothing);
+  ACTLAB_CHECK(c.drop_path == -1 || (c.drop_path >= 0 && c.drop_path < 1),
+               "--drop-path must be in [0, 1), or -1 for the model's own rate; got ", c.drop_path);
   ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be in [1, 1024], got ", c.threads);
   Device::parse(c.device);  // the form only; whether the device exists is checked when the run starts
   parse_precision(c.precision);  // likewise: whether this machine can run it is checked at the start
@@ -217,6 +219,8 @@ void validate(const TrainConfig& c) {
   bool known_model = false;
   for (const auto& m : model_names()) known_model = known_model || m.first == c.model;
   if (!known_model) make_model({c.model, 1, 10, 28});  // throws the list of models
+  ACTLAB_CHECK(c.drop_path < 0 || model_has_drop_path(c.model), "--drop-path: model '", c.model,
+               "' has no drop path (stochastic depth); vit_tiny_cifar and swin_t have");
   check_dataset_name(c.dataset);
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
@@ -379,7 +383,7 @@ void Run::setup() {
     train_loader_->shard(dist_.rank(), dist_.world());
     test_loader_->shard(dist_.rank(), dist_.world());
   }
-  model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height});
+  model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height, static_cast<float>(c_.drop_path)});
   model_->to(device_);  // before the optimizer and the snapshot: momentum and copies live beside the weights
   opt_ = make_optimizer(c_, model_->parameters());
   policies_ = std::make_unique<PolicySet>(parse_policy_set(c_.policy));
@@ -839,7 +843,8 @@ bool Run::run_epoch(int64_t epoch) {
 TrainSummary Run::go() {
   if (c_.summary_only) {  // the layer table needs the input's shape, not the data: CIFAR need not be fetched yet
     if (const std::optional<ImageSpec> spec = known_data_spec(c_)) {
-      const auto model = make_model({c_.model, spec->channels, spec->num_classes, spec->height});
+      const auto model =
+          make_model({c_.model, spec->channels, spec->num_classes, spec->height, static_cast<float>(c_.drop_path)});
       if (dist_.lead()) std::printf("%s", model_summary(*model, {spec->channels, spec->height, spec->width}).c_str());
       return summary_;
     }

@@ -97,6 +97,8 @@ check "unknown optimizer"       "unknown optimizer 'adam' \\(sgd or adamw\\)" --
 check "nesterov with adamw"     "nesterov is SGD's, not adamw's" --optimizer adamw --nesterov
 check "adam beta2 of 1"         "adam-beta2 must be in \\[0, 1\\), got 1" --optimizer adamw --adam-beta2 1
 check "adam eps of 0"           "adam-eps must be > 0"             --optimizer adamw --adam-eps 0
+check "drop path of 1"          "drop-path must be in \\[0, 1\\), or -1" --model vit_tiny_cifar --drop-path 1
+check "drop path on a CNN"      "drop-path: model 'resnet20' has no drop path" --model resnet20 --drop-path 0.1
 
 # ---- config files
 printf '# test config\nmodel = resnet20\nfrobnicate = 1\n' > "$work/unknown.conf"
