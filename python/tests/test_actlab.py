@@ -500,11 +500,32 @@ def densenet121_is_torchvisions_densenet121_with_a_cifar_stem():
     assert_same_logits(net, torchvision_state_dict(net), "densenet121", maps((2, 3, 32, 32), 8), 10)
 
 
+def torchvision_vit_to_timm(name):
+    """A torchvision VisionTransformer state-dict name -> actlab's (timm's): conv_proj -> patch_embed.proj,
+    class_token -> cls_token, encoder.pos_embedding -> pos_embed, encoder.layers.encoder_layer_i -> blocks.i with
+    ln_1/ln_2 -> norm1/norm2, self_attention.in_proj_* -> attn.qkv.*, self_attention.out_proj -> attn.proj,
+    mlp.0/3 -> mlp.fc1/fc2, encoder.ln -> norm, heads.head -> head. (scripts/torch-vit-step-parity.py uses it.)"""
+    names = {"conv_proj.weight": "patch_embed.proj.weight", "conv_proj.bias": "patch_embed.proj.bias",
+             "class_token": "cls_token", "encoder.pos_embedding": "pos_embed", "encoder.ln.weight": "norm.weight",
+             "encoder.ln.bias": "norm.bias", "heads.head.weight": "head.weight", "heads.head.bias": "head.bias"}
+    if name in names:
+        return names[name]
+    parts = {"ln_1": "norm1", "ln_2": "norm2", "self_attention.in_proj_weight": "attn.qkv.weight",
+             "self_attention.in_proj_bias": "attn.qkv.bias", "self_attention.out_proj": "attn.proj",
+             "mlp.0": "mlp.fc1", "mlp.3": "mlp.fc2"}
+    prefix = "encoder.layers.encoder_layer_"
+    assert name.startswith(prefix), name
+    block, rest = name[len(prefix):].split(".", 1)
+    for a, b in parts.items():
+        if rest.startswith(a):
+            rest = b + rest[len(a):]
+            break
+    return "blocks.%s.%s" % (block, rest)
+
+
 @case
 def vit_tiny_cifar_computes_torchvisions_vision_transformer():
-    # torchvision's VisionTransformer of the same configuration, its names mapped to timm's (actlab's):
-    # conv_proj → patch_embed.proj, in_proj → attn.qkv, out_proj → attn.proj, ln_1/ln_2 → norm1/norm2,
-    # mlp.0/3 → mlp.fc1/fc2, encoder.ln → norm, heads.head → head.
+    # torchvision's VisionTransformer of the same configuration, its names mapped to timm's (actlab's).
     if not torchvision_or_skip():
         return
     import torch
@@ -512,23 +533,7 @@ def vit_tiny_cifar_computes_torchvisions_vision_transformer():
     torch.manual_seed(1)
     net = torchvision.models.VisionTransformer(image_size=32, patch_size=4, num_layers=12, num_heads=3,
                                                hidden_dim=192, mlp_dim=768, num_classes=10).eval()
-    names = {"conv_proj.weight": "patch_embed.proj.weight", "conv_proj.bias": "patch_embed.proj.bias",
-             "class_token": "cls_token", "encoder.pos_embedding": "pos_embed", "encoder.ln.weight": "norm.weight",
-             "encoder.ln.bias": "norm.bias", "heads.head.weight": "head.weight", "heads.head.bias": "head.bias"}
-    parts = {"ln_1": "norm1", "ln_2": "norm2", "self_attention.in_proj_weight": "attn.qkv.weight",
-             "self_attention.in_proj_bias": "attn.qkv.bias", "self_attention.out_proj": "attn.proj",
-             "mlp.0": "mlp.fc1", "mlp.3": "mlp.fc2"}
-    weights = {}
-    for k, v in net.state_dict().items():
-        if k in names:
-            weights[names[k]] = v
-            continue
-        block, rest = k[len("encoder.layers.encoder_layer_"):].split(".", 1)
-        for a, b in parts.items():
-            if rest.startswith(a):
-                rest = b + rest[len(a):]
-                break
-        weights["blocks.%s.%s" % (block, rest)] = v
+    weights = {torchvision_vit_to_timm(k): v for k, v in net.state_dict().items()}
     assert_same_logits(net, weights, "vit_tiny_cifar", maps((3, 3, 32, 32), 6), 10)
 
 
