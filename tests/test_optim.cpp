@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "actlab/layers/optim/adamw.h"
 #include "actlab/layers/optim/schedule.h"
@@ -102,6 +103,34 @@ TEST_CASE("AdamW follows torch.optim.AdamW: decoupled decay, bias correction, a 
   CHECK_THROWS_AS(AdamW({}, {1e-3f, 1.f, 0.999f, 1e-8f, 0.f}), Error);
   CHECK_THROWS_AS(AdamW({}, {1e-3f, 0.9f, -0.1f, 1e-8f, 0.f}), Error);
   CHECK_THROWS_AS(AdamW({}, {1e-3f, 0.9f, 0.999f, 0.f, 0.f}), Error);
+}
+
+TEST_CASE("set_decays: an excluded parameter takes no weight decay in SGD and AdamW, the others the full decay") {
+  // With a zero gradient the only change is the decay: w·(1 − lr·wd) (AdamW), w − lr·wd·w (SGD, no momentum).
+  for (const bool adamw : {false, true}) {
+    CAPTURE(adamw);
+    Variable decayed(Tensor::from_vector({2.f}, {1}), true), kept(Tensor::from_vector({2.f}, {1}), true);
+    std::unique_ptr<Optimizer> opt;
+    if (adamw) opt = std::make_unique<AdamW>(std::vector<Variable>{decayed, kept}, AdamwOptions{0.1f, 0.9f, 0.999f, 1e-8f, 0.5f});
+    else opt = std::make_unique<Sgd>(std::vector<Variable>{decayed, kept}, SgdOptions{0.1f, 0.f, 0.f, 0.5f, false});
+    opt->set_decays({true, false});
+    for (Variable* v : {&decayed, &kept}) {
+      v->impl()->grad = Tensor::from_vector({0.f}, {1});
+      v->impl()->grad_stale = false;
+    }
+    opt->step();
+    CHECK(decayed.data().to_vector()[0] == doctest::Approx(2.f * (1.f - 0.1f * 0.5f)));
+    CHECK(kept.data().to_vector()[0] == 2.f);
+    CHECK_THROWS_AS(opt->set_decays({true}), Error);
+  }
+  // The recipe's set on a transformer's names: weights decay; biases, norms and the embeddings do not.
+  auto p = [](std::vector<int64_t> shape) { return Variable(Tensor::zeros(shape), true); };
+  const std::vector<std::pair<std::string, Variable>> named = {
+      {"cls_token", p({1, 1, 4})}, {"pos_embed", p({1, 5, 4})}, {"patch_embed.proj.weight", p({4, 1, 2, 2})},
+      {"patch_embed.proj.bias", p({4})}, {"blocks.0.norm1.weight", p({4})}, {"blocks.0.attn.qkv.weight", p({12, 4})},
+      {"features.1.0.attn.relative_position_bias_table", p({169, 3})}, {"head.weight", p({10, 4})}};
+  CHECK(decays_but_norms_biases_embeddings(named) ==
+        std::vector<bool>{false, false, true, false, false, true, false, true});
 }
 
 TEST_CASE("schedules: cosine reaches zero, warm-up is linear, step decays") {

@@ -22,6 +22,7 @@ struct TrainConfig {
   double weight_decay = 5e-4;             // SGD: added to the gradient; AdamW: decoupled
   bool nesterov = false;                  // SGD
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;  // AdamW
+  bool no_decay_norm_bias = false;        // decays_but_norms_biases_embeddings (layers/optim/optimizer.h)
   std::string schedule = "cosine";        // cosine | step | constant
   int64_t warmup_epochs = 0;
   int64_t step_epochs = 30;               // step schedule: decay every N epochs by 0.1

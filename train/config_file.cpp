@@ -113,6 +113,10 @@ const std::vector<Field>& fields() {
         ACTLAB_FLT("adam-beta1", adam_beta1, "AdamW: decay of the first moment"),
         ACTLAB_FLT("adam-beta2", adam_beta2, "AdamW: decay of the second moment"),
         ACTLAB_FLT("adam-eps", adam_eps, "AdamW: added to the second moment's root"),
+        ACTLAB_BOOL("no-decay-norm-bias", no_decay_norm_bias,
+                    "no weight decay on biases, normalization weights and the transformers' embeddings (cls_token, "
+                    "pos_embed, relative position tables), as timm's and torchvision's ViT/Swin recipes; off: every "
+                    "parameter decays"),
         ACTLAB_STR("schedule", schedule, "learning-rate schedule: cosine, step (x0.1 every --step-epochs), constant"),
         ACTLAB_INT("step-epochs", step_epochs, "step schedule: epochs between decays"),
         ACTLAB_INT("warmup-epochs", warmup_epochs, "linear learning-rate warm-up epochs"),

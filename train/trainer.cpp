@@ -133,7 +133,7 @@ static std::string optimizer_text(const TrainConfig& c) {
     std::snprintf(buf, sizeof buf, "betas %g, %g, eps %g", c.adam_beta1, c.adam_beta2, c.adam_eps);
   else
     std::snprintf(buf, sizeof buf, "momentum %g%s", c.momentum, c.nesterov ? " (Nesterov)" : "");
-  return buf;
+  return std::string(buf) + (c.no_decay_norm_bias ? ", no decay on biases, norms and embeddings" : "");
 }
 
 namespace {
@@ -386,6 +386,7 @@ void Run::setup() {
   model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height, static_cast<float>(c_.drop_path)});
   model_->to(device_);  // before the optimizer and the snapshot: momentum and copies live beside the weights
   opt_ = make_optimizer(c_, model_->parameters());
+  if (c_.no_decay_norm_bias) opt_->set_decays(decays_but_norms_biases_embeddings(model_->named_parameters()));
   policies_ = std::make_unique<PolicySet>(parse_policy_set(c_.policy));
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
   make_checkpoint_plan(*model_, policies_->checkpoint());  // a request this model cannot take fails now

@@ -25,8 +25,8 @@ void AdamW::step() {
     if (!g.defined()) continue;
     ensure_state(m_, i, true);
     ensure_state(v_, i, true);
-    ops::adamw_update_(p.data(), m_[i], v_[i], g, opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay,
-                       ++updates_[i]);
+    ops::adamw_update_(p.data(), m_[i], v_[i], g, opt_.lr, opt_.beta1, opt_.beta2, opt_.eps,
+                       decay_of(i, opt_.weight_decay), ++updates_[i]);
   }
   ++steps_;
 }

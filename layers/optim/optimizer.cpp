@@ -27,6 +27,24 @@ void Optimizer::set_counters(const std::string& text) {
   ACTLAB_CHECK(text.empty(), "optimizer '", kind(), "' keeps no counters, but the checkpoint has '", text, "'");
 }
 
+void Optimizer::set_decays(std::vector<bool> decays) {
+  ACTLAB_CHECK(decays.size() == params_.size(), "set_decays: ", decays.size(), " flags for ", params_.size(),
+               " parameters");
+  decays_ = std::move(decays);
+}
+
+std::vector<bool> decays_but_norms_biases_embeddings(const std::vector<std::pair<std::string, Variable>>& named) {
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  std::vector<bool> out;
+  for (const auto& [name, p] : named) {
+    const bool embedding = name == "cls_token" || name == "pos_embed" || ends_with(name, "relative_position_bias_table");
+    out.push_back(!(p.data().dim() <= 1 || ends_with(name, "bias") || embedding));
+  }
+  return out;
+}
+
 void Optimizer::zero_grad() {
   for (auto& p : params_) p.zero_grad();
 }

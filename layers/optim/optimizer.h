@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actlab/autograd/variable.h"
@@ -40,6 +41,9 @@ class Optimizer {
   virtual void set_counters(const std::string& text);
 
   void zero_grad();
+  // Which parameters take the weight decay, one flag per parameter (default: all). A parameter whose flag
+  // is false is updated with weight decay 0, as a PyTorch parameter group with weight_decay 0 is.
+  void set_decays(std::vector<bool> decays);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
   size_t size() const { return params_.size(); }
@@ -48,8 +52,17 @@ class Optimizer {
   // The state buffer of parameter i, made on its first use (zeros when `zeroed`, else left for the
   // update to write whole); returns whether it was made now.
   bool ensure_state(std::vector<Tensor>& buffers, size_t i, bool zeroed);
+  // The weight decay parameter i takes: `weight_decay`, or 0 where set_decays excluded it.
+  float decay_of(size_t i, float weight_decay) const { return decays_.empty() || decays_[i] ? weight_decay : 0.f; }
   std::vector<Variable> params_;
+  std::vector<bool> decays_;
   int64_t steps_ = 0;
 };
+
+// The no-decay set of timm's and torchvision's transformer recipes (--no-decay-norm-bias): false for
+// biases and every other parameter of at most one dimension (normalization weights), and for the token
+// embeddings a transformer learns (cls_token, pos_embed, Swin's relative_position_bias_table); true for
+// the rest (convolution and linear weights). `named` in the optimizer's parameter order.
+std::vector<bool> decays_but_norms_biases_embeddings(const std::vector<std::pair<std::string, Variable>>& named);
 
 }  // namespace actlab

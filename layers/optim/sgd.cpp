@@ -21,8 +21,8 @@ void Sgd::step() {
     if (!g.defined()) continue;
     // The first step writes the whole buffer (buf = g), so it is not zeroed.
     const bool first = opt_.momentum != 0.f && ensure_state(buffers_, i, false);
-    ops::sgd_update_(p.data(), buffers_[i], g, opt_.lr, opt_.momentum, opt_.dampening, opt_.weight_decay,
-                     opt_.nesterov, first);
+    ops::sgd_update_(p.data(), buffers_[i], g, opt_.lr, opt_.momentum, opt_.dampening,
+                     decay_of(i, opt_.weight_decay), opt_.nesterov, first);
   }
   ++steps_;
 }
