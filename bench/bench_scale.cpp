@@ -21,6 +21,7 @@
 #include "actlab/core/tensor.h"
 #include "actlab/dist/communicator.h"
 #include "actlab/dist/scale_model.h"
+#include "actlab/io/markdown.h"
 #include "actlab/models/registry.h"
 #include "actlab/models/summary.h"
 #include "actlab/train/cli.h"
@@ -255,7 +256,7 @@ int main(int argc, char** argv) {
                                        {"DIVISION", 512, paper_step_s("DIVISION", 512) / swin_ratio / speedup}};
     std::printf("per-GPU step times: the paper's RTX 3090 (AMP) for ResNet-50%s; Swin-T's per image %.3f× as fast "
                 "(--swin-ratio)\n",
-                speedup == 1 ? "" : (" divided by " + std::to_string(speedup).substr(0, 4) + " (--gpu-speedup)").c_str(),
+                speedup == 1 ? "" : (" divided by " + md_number(speedup, 3) + " (--gpu-speedup)").c_str(),
                 swin_ratio);
     const std::vector<ParamCost> r50_params = param_costs("resnet50_imagenet", 3, 1000, 224);
     const std::vector<ParamCost> swin_params = param_costs("swin_t", 3, 1000, 224);

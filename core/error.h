@@ -44,7 +44,7 @@ std::string concat(const Args&... args) {
 
 }  // namespace actlab
 
-// ACTLAB_CHECK(cond, "x has ", n, " dims") throws actlab::Error("file:line: x has 3 dims").
+// ACTLAB_CHECK(cond, "x has ", n, " dims") throws actlab::Error("x has 3 dims", " [file.cpp:line]").
 #define ACTLAB_CHECK(cond, ...)                                                        \
   do {                                                                                 \
     if (!(cond)) ::actlab::detail::throw_error(__FILE__, __LINE__,                     \

@@ -178,7 +178,7 @@ InMemoryImageDataset decode_all(const std::string& name, const std::vector<Image
                                        MemTag::Data, DType::U8);
   Tensor labels = Tensor::empty_tagged({n}, MemTag::Data, DType::I64);
   uint8_t* dst = images.data<uint8_t>();
-  std::vector<std::string> errors(files.size());
+  std::vector<std::pair<std::string, std::string>> errors(files.size());  // message, " [file:line]"
   // Dynamic schedule: decode time varies with file size and format. Errors are collected, not
   // thrown, because an exception may not leave an OpenMP loop.
 #pragma omp parallel for schedule(dynamic, 4)
@@ -186,21 +186,21 @@ InMemoryImageDataset decode_all(const std::string& name, const std::vector<Image
     try {
       decode_to_square(dst + i * image_bytes, files[i].path, options);
     } catch (const Error& e) {
-      errors[i] = e.what();
+      errors[i] = {e.message(), e.where()};
     } catch (const std::exception& e) {
-      errors[i] = files[i].path + ": " + e.what();
+      errors[i] = {files[i].path + ": " + e.what(), ""};
     }
   }
   int64_t failed = 0;
-  const std::string* first = nullptr;
-  for (const std::string& e : errors) {
-    if (e.empty()) continue;
+  const std::pair<std::string, std::string>* first = nullptr;
+  for (const auto& e : errors) {
+    if (e.first.empty()) continue;
     if (failed++ == 0) first = &e;
   }
-  // The first message already carries its own location; the count goes after it.
+  // The count goes with the first message, before the place that found it.
   if (failed > 0)
-    throw Error(*first +
-                (failed > 1 ? " (and " + std::to_string(failed - 1) + " more files failed)" : ""));
+    throw Error(first->first + (failed > 1 ? " (and " + std::to_string(failed - 1) + " more files failed)" : ""),
+                first->second);
   for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = files[i].label;
   return InMemoryImageDataset(name, std::move(images), std::move(labels), num_classes);
 }
@@ -341,8 +341,9 @@ ImageFolderList list_image_folder(const std::string& root, const ImageFolderOpti
   uint64_t h = fnv1a64(nullptr, 0);
   for (const std::vector<ImageFile>* split : {&list.train, &list.test}) {
     for (const ImageFile& f : *split) {
-      const std::string line = fs::path(f.path).lexically_relative(root_path).generic_string() + '\t' +
-                               std::to_string(f.label) + '\n';
+      // Length first: no file name, tabs and newlines included, can make two lists hash alike.
+      const std::string name = fs::path(f.path).lexically_relative(root_path).generic_string();
+      const std::string line = std::to_string(name.size()) + ':' + name + ':' + std::to_string(f.label) + ';';
       h = fnv1a64(line.data(), line.size(), h);
     }
     h = fnv1a64("|", 1, h);  // a file moved from train/ to test/ changes the hash

@@ -20,12 +20,14 @@ inline std::string md_cell(const std::string& text) {
   return s;
 }
 
-// A positive figure in about `digits` significant digits, rounded, in fixed notation: 10.5689 → "10.57",
-// 8.29992 → "8.300", 0.12345 → "0.123", 1234.6 → "1235" (at least a whole number). Tables print ratios
-// and seconds with it so that their columns read alike and the last digit is rounded, not cut off.
+// A figure rounded, in fixed notation, to `digits` significant digits from 1 up (10.5689 → "10.57",
+// 8.29992 → "8.300", 1234.6 → "1235": at least a whole number) and to digits − 1 decimals below 1
+// (0.12345 → "0.123"). Tables print ratios and seconds with it so that their columns read alike and the
+// last digit is rounded, not cut off.
 inline std::string md_number(double v, int digits = 4) {
   int decimals = digits - 1;
-  for (double a = std::fabs(v); a >= 9.9995 && decimals > 0; a /= 10) --decimals;
+  // A value that rounds up to the next power of ten at this many decimals has one more whole digit.
+  for (double a = std::fabs(v); decimals > 0 && a >= 10 - 0.5 * std::pow(10.0, -decimals); a /= 10) --decimals;
   char s[64];
   std::snprintf(s, sizeof s, "%.*f", decimals, v);
   return s;

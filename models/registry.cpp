@@ -141,13 +141,23 @@ int64_t native_image_size(const std::string& name) { return find_model(name).nat
 
 bool model_has_drop_path(const std::string& name) { return find_model(name).has_drop_path; }
 
+std::string models_with_drop_path() {
+  std::vector<std::string> names;
+  for (const ModelEntry& m : model_table())
+    if (m.has_drop_path) names.push_back(m.name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
+
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   const ModelEntry& m = find_model(spec.name);
   ACTLAB_CHECK(spec.in_channels > 0 && spec.num_classes > 1 && spec.image_size > 0, "bad model spec for '",
                spec.name, "': ", spec.in_channels, " channels, ", spec.num_classes, " classes, image ",
                spec.image_size);
   ACTLAB_CHECK(spec.drop_path < 0 || m.has_drop_path, "model '", spec.name, "' has no drop path (stochastic depth)",
-               " to set; vit_tiny_cifar and swin_t have");
+               " to set; ", models_with_drop_path(), " have");
   ACTLAB_CHECK(spec.drop_path < 1, "drop path must be below 1, got ", spec.drop_path);
   const int64_t min_size = min_image_size(spec.name);
   ACTLAB_CHECK(spec.image_size >= min_size, "model '", spec.name, "' halves the image ", std::strlen(m.halvings),

@@ -14,9 +14,9 @@ struct ModelSpec {
   int64_t in_channels = 3;
   int64_t num_classes = 10;
   int64_t image_size = 32;  // square inputs of image_size²; the MLP's input width depends on it
-  // Stochastic depth of the models that have it (vit_tiny_cifar, swin_t): the deepest block's rate, each
-  // model's own rule spreading it over the blocks. Negative: the model's default (0.1 and 0.2). A rate of
-  // 0 or more for a model without drop path is an error.
+  // Stochastic depth of the models that have it (models_with_drop_path()): the deepest block's rate, each
+  // model's own rule spreading it over the blocks. Negative (actlab-train's -1): the model's default (0.1
+  // and 0.2). A rate of 0 or more for a model without drop path is an error, and so is one of 1 or more.
   float drop_path = -1.f;
 };
 
@@ -24,8 +24,10 @@ struct ModelSpec {
 // cannot take (channels/classes < 1, or an image so small that a stride-2 layer would see a 1×1 map —
 // see min_image_size()).
 std::shared_ptr<Module> make_model(const ModelSpec& spec);
-// Whether the named model (one of model_names()) takes ModelSpec::drop_path.
+// Whether the named model (one of model_names()) takes ModelSpec::drop_path, and which models do, as
+// "vit_tiny_cifar and swin_t" for messages.
 bool model_has_drop_path(const std::string& name);
+std::string models_with_drop_path();
 // Names accepted by make_model, with a one-line description each.
 std::vector<std::pair<std::string, std::string>> model_names();
 // The smallest image size the named model accepts: every stride-2 layer must see at least 2×2, so a

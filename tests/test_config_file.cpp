@@ -93,6 +93,16 @@ TEST_CASE("config: the effective configuration round-trips through text and JSON
   CHECK(config_entries(from_text) == config_entries(c));
   CHECK(config_entries(from_json) == config_entries(c));
   CHECK(from_json.lr == c.lr);  // bit-exact number text
+  // A transformer's own keys, which validate() alone would check against the default model.
+  TrainConfig vit;
+  vit.model = "vit_tiny_cifar";
+  vit.drop_path = 0.05;
+  vit.no_decay_norm_bias = true;
+  ConfFile vf(config_to_text(vit));
+  TrainConfig vit_read;
+  apply_config_file(vit_read, vf.path);
+  CHECK(config_entries(vit_read) == config_entries(vit));
+  CHECK(vit_read.drop_path == 0.05);
   CHECK_THROWS_AS(config_from_json("{\"epochs\": 3}"), Error);  // values are strings
   CHECK_THROWS_AS(config_from_json("{\"frobnicate\": \"3\"}"), Error);
 }

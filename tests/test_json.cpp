@@ -119,4 +119,6 @@ TEST_CASE("markdown: a figure is rounded to four significant digits, not cut off
   CHECK(md_number(1234.6) == "1235");
   CHECK(md_number(0.12345) == "0.123");
   CHECK(md_number(2.5, 2) == "2.5");
+  CHECK(md_number(9.97, 2) == "10");
+  CHECK(md_number(9.94, 2) == "9.9");
 }

@@ -128,9 +128,10 @@ TEST_CASE("set_decays: an excluded parameter takes no weight decay in SGD and Ad
   const std::vector<std::pair<std::string, Variable>> named = {
       {"cls_token", p({1, 1, 4})}, {"pos_embed", p({1, 5, 4})}, {"patch_embed.proj.weight", p({4, 1, 2, 2})},
       {"patch_embed.proj.bias", p({4})}, {"blocks.0.norm1.weight", p({4})}, {"blocks.0.attn.qkv.weight", p({12, 4})},
-      {"features.1.0.attn.relative_position_bias_table", p({169, 3})}, {"head.weight", p({10, 4})}};
+      {"features.1.0.attn.relative_position_bias_table", p({169, 3})}, {"head.weight", p({10, 4})},
+      {"encoder.pos_embed", p({1, 5, 4})}, {"blocks.0.mlp.fc1.weight", p({8, 4})}};
   CHECK(decays_but_norms_biases_embeddings(named) ==
-        std::vector<bool>{false, false, true, false, false, true, false, true});
+        std::vector<bool>{false, false, true, false, false, true, false, true, false, true});
 }
 
 TEST_CASE("schedules: cosine reaches zero, warm-up is linear, step decays") {

@@ -230,6 +230,7 @@ void check_value_alone(const std::string& key, const std::string& value) {
   set_config_value(d, key, value);
   if (key == "warmup-epochs") d.epochs = d.warmup_epochs + 1;
   if (key == "nesterov") d.momentum = 0.9;
+  if (key == "drop-path") d.model = "vit_tiny_cifar";  // whether the file's model has one is checked with it
   validate(d);
 }
 

@@ -220,7 +220,7 @@ void validate(const TrainConfig& c) {
   for (const auto& m : model_names()) known_model = known_model || m.first == c.model;
   if (!known_model) make_model({c.model, 1, 10, 28});  // throws the list of models
   ACTLAB_CHECK(c.drop_path < 0 || model_has_drop_path(c.model), "--drop-path: model '", c.model,
-               "' has no drop path (stochastic depth); vit_tiny_cifar and swin_t have");
+               "' has no drop path (stochastic depth); ", models_with_drop_path(), " have");
   check_dataset_name(c.dataset);
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
@@ -1020,11 +1020,11 @@ TrainSummary train(const TrainConfig& c) {
   } catch (const OutOfMemory& e) {
     dist.fail_job();
     if (!dist.on()) throw;
-    throw OutOfMemory(dist.who() + e.what());  // still exit 3, and the rank it happened on
+    throw OutOfMemory(dist.who() + e.message(), e.where());  // still exit 3, and the rank it happened on
   } catch (const Error& e) {
     dist.fail_job();
     if (!dist.on()) throw;
-    throw Error(dist.who() + e.what());
+    throw Error(dist.who() + e.message(), e.where());
   }
 }
 

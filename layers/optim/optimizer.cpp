@@ -39,7 +39,8 @@ std::vector<bool> decays_but_norms_biases_embeddings(const std::vector<std::pair
   };
   std::vector<bool> out;
   for (const auto& [name, p] : named) {
-    const bool embedding = name == "cls_token" || name == "pos_embed" || ends_with(name, "relative_position_bias_table");
+    const bool embedding = name == "cls_token" || ends_with(name, ".cls_token") || name == "pos_embed" ||
+                           ends_with(name, ".pos_embed") || ends_with(name, "relative_position_bias_table");
     out.push_back(!(p.data().dim() <= 1 || ends_with(name, "bias") || embedding));
   }
   return out;

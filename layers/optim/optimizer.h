@@ -61,8 +61,9 @@ class Optimizer {
 
 // The no-decay set of timm's and torchvision's transformer recipes (--no-decay-norm-bias): false for
 // biases and every other parameter of at most one dimension (normalization weights), and for the token
-// embeddings a transformer learns (cls_token, pos_embed, Swin's relative_position_bias_table); true for
-// the rest (convolution and linear weights). `named` in the optimizer's parameter order.
+// embeddings a transformer learns (cls_token, pos_embed, Swin's relative_position_bias_table, also under a
+// prefix such as "encoder.pos_embed"); true for the rest (convolution and linear weights). `named` in the
+// optimizer's parameter order. The embeddings' names are timm's and torchvision's, which actlab's models use.
 std::vector<bool> decays_but_norms_biases_embeddings(const std::vector<std::pair<std::string, Variable>>& named);
 
 }  // namespace actlab
