@@ -36,9 +36,11 @@ Run:  OMP_NUM_THREADS=2 PYTHONPATH=build/python /usr/bin/python3 scripts/torch-s
 Exit status 1 if any tensor fails.
 """
 import argparse
+import atexit
 import gzip
 import json
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -151,14 +153,22 @@ def rel_err(a, ref):
     return err / scale if scale > 0 else err
 
 
-def compare(title, names, got, t32, t64, factor, floor):
+def rel_l2(a, ref):
+    """||a - ref|| / ||ref|| over the whole tensor (||a - ref|| where ref is all zero)."""
+    a, ref = np.asarray(a, np.float64), np.asarray(ref, np.float64)
+    err, scale = float(np.linalg.norm(a - ref)), float(np.linalg.norm(ref))
+    return err / scale if scale > 0 else err
+
+
+def compare(title, names, got, t32, t64, factor, floor, err=rel_err):
     """Per tensor: actlab's error and PyTorch fp32's error, both against the fp64 reference, and
-    actlab vs PyTorch fp32. A tensor passes when actlab's error <= factor * PyTorch fp32's + floor:
-    actlab rounds no worse than PyTorch does (a wrong op gives an error far above either)."""
+    actlab vs PyTorch fp32 (err: rel_err, the largest element's; rel_l2, the whole tensor's). A tensor
+    passes when actlab's error <= factor * PyTorch fp32's + floor: actlab rounds no worse than PyTorch
+    does (a wrong op gives an error far above either)."""
     rows, bad = [], []
     for k in names:
         assert got[k].shape == t64[k].shape, (k, got[k].shape, t64[k].shape)
-        ea, et, d = rel_err(got[k], t64[k]), rel_err(t32[k], t64[k]), rel_err(got[k], t32[k])
+        ea, et, d = err(got[k], t64[k]), err(t32[k], t64[k]), err(got[k], t32[k])
         rows.append((ea, et, d, k))
         if ea > factor * et + floor:
             bad.append(k)
@@ -183,39 +193,61 @@ SCENARIOS = {
 FACTOR, FLOOR = 3.0, 1e-6
 
 
-def main():
+def parse_args(scenarios, mutations, extra=None):
+    """The options both parity scripts take (scripts/torch-vit-step-parity.py imports this); extra(ap) adds more."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=64, help="training images = batch size")
     ap.add_argument("--seed", type=int, default=0, help="initial weights")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--scenarios", default=",".join(scenarios))
     ap.add_argument("--keep", default="", help="directory to keep the safetensors files in")
-    ap.add_argument("--mutate", default="", choices=["", "bn_eps", "bn_momentum", "wd", "momentum", "smoothing"],
+    ap.add_argument("--mutate", default="", choices=mutations,
                     help="change the PyTorch side on purpose (the check must then fail)")
+    if extra:
+        extra(ap)
     args = ap.parse_args()
+    unknown = [s for s in args.scenarios.split(",") if s not in scenarios]
+    if unknown:
+        ap.error("unknown scenario %s; the scenarios are %s" % (", ".join(unknown), ", ".join(scenarios)))
     torch.set_num_threads(args.threads)
-    x, y = fashion_batch(args.n)
+    return args
+
+
+def initial_weights(args, make_initial_model, file_names=lambda sd: sd):
+    """The run's directory (removed at exit unless --keep), the initial PyTorch state dict and its safetensors
+    file (under actlab's names)."""
     tmp = args.keep or tempfile.mkdtemp(prefix="parity_")
+    if not args.keep:
+        atexit.register(shutil.rmtree, tmp, True)
     os.makedirs(tmp, exist_ok=True)
     init = make_initial_model(args.seed)
     init_sd = {k: v.clone() for k, v in init.state_dict().items()}
     init_path = os.path.join(tmp, "init.safetensors")
-    write_safetensors(init_path, init_sd)
-    failures = []
+    write_safetensors(init_path, file_names(init_sd))
+    return tmp, init_sd, init_path
 
-    # 1. The forward pass in eval mode, initial weights.
+
+def eval_logits_fail(make_net, init_sd, x, model, init_path, classes):
+    """actlab.forward's logits of the initial weights against PyTorch's in eval mode (fp32 and fp64); prints
+    the errors and returns whether actlab's fails the criterion."""
     logits = {}
     for dtype in (torch.float32, torch.float64):
-        net = ResNet20().to(dtype)
+        net = make_net().to(dtype)
         net.load_state_dict(init_sd)
         with torch.no_grad():
             logits[dtype] = net.eval()(torch.from_numpy(x).to(dtype)).double().numpy()
-    got = actlab.forward("resnet20", x, weights=init_path, classes=10)
+    got = actlab.forward(model, x, weights=init_path, classes=classes)
+    e_a, e_t = rel_err(got, logits[torch.float64]), rel_err(logits[torch.float32], logits[torch.float64])
     print("eval logits (N=%d): vs fp64: actlab %.3g, torch fp32 %.3g; actlab vs torch fp32 %.3g"
-          % (args.n, rel_err(got, logits[torch.float64]), rel_err(logits[torch.float32], logits[torch.float64]),
-             rel_err(got, logits[torch.float32])))
-    if rel_err(got, logits[torch.float64]) > FACTOR * rel_err(logits[torch.float32], logits[torch.float64]) + FLOOR:
-        failures.append("eval logits")
+          % (len(x), e_a, e_t, rel_err(got, logits[torch.float32])))
+    return e_a > FACTOR * e_t + FLOOR
+
+
+def main():
+    args = parse_args(SCENARIOS, ["", "bn_eps", "bn_momentum", "wd", "momentum", "smoothing"])
+    x, y = fashion_batch(args.n)
+    tmp, init_sd, init_path = initial_weights(args, make_initial_model)
+    failures = ["eval logits"] if eval_logits_fail(ResNet20, init_sd, x, "resnet20", init_path, 10) else []
 
     # 2. Training steps.
     for name in args.scenarios.split(","):
