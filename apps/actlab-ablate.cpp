@@ -36,20 +36,21 @@ void declare_flags(FlagParser& f) {
         "Table 1(c) in ~35 min on 2 cores; Table 1(b): ViT-Tiny on Fashion-MNIST, 1 epoch, lr 0.01; paper: ResNet-18 "
         "CIFAR-10, 100 epochs, batch 256 (Table 10); Table 1(b): Swin-T on an ImageNet folder (--data-dir), batch 128, "
         "lr 0.01");
-  f.add("table", "string", "1c", "paper table(s), comma-separated: 1b (vision transformers: Normal, Checkpoint, Mesa, DIVISION), 1c, 2b, 3, "
-        "fig3, fig6 (every method's accuracy), all");
+  f.add("table", "string", "1c", "paper table(s), comma-separated: 1b (vision transformers: Normal, Checkpoint, Mesa, DIVISION), 1c, "
+        "2a (MobileNet-V2: Normal, DIVISION), 2b, 3, fig3, fig6 (every method's accuracy), all");
   f.add("policies", "string", "",
         "custom grid of these policies instead of a table, ';'-separated (policies contain commas): "
         "'exact;division:B=8,Q=2'",
         true);
-  f.add("models", "string", "", "comma-separated models (default: the preset's; Table 3: resnet18,mobilenet_v2; Table 1(b): vit_tiny_cifar, "
-        "paper preset swin_t)");
+  f.add("models", "string", "", "comma-separated models (default: the preset's; Table 3: resnet18,mobilenet_v2; Table 2(a): "
+        "mobilenet_v2; Table 1(b): vit_tiny_cifar, paper preset swin_t)");
   f.add("model", "string", "", "same as --models");
-  f.add("datasets", "string", "", "comma-separated data sets (default: the preset's; Table 3: cifar10,cifar100)");
+  f.add("datasets", "string", "", "comma-separated data sets (default: the preset's; Tables 2(a) and 3: cifar10,cifar100)");
   f.add("dataset", "string", "", "same as --datasets");
   f.add("seeds", "string", "",
         "comma-separated seeds for every row; tables show mean ± std over them (default: 0; Fig. 6: 0,1,2 for "
-        "Normal, BLPA, AC-GC, ActNN and DIVISION, 0 for Checkpoint and SWAP; Table 1(b): 0,1,2, 0 for Checkpoint)");
+        "Normal, BLPA, AC-GC, ActNN and DIVISION, 0 for Checkpoint and SWAP; Table 1(b): 0,1,2, 0 for Checkpoint; "
+        "Table 2(a): 0,1,2)");
   f.add("epochs", "int", "", "epochs per cell (default: the preset's)");
   f.add("batch-size", "int", "", "mini-batch size (default: the preset's)");
   f.add("lr", "float", "",
@@ -89,7 +90,7 @@ GridOptions grid_options(const FlagParser& f) {
   GridOptions o;
   o.preset = f.get("preset");
   o.tables = split_list(f.get("table"), ',');
-  ACTLAB_CHECK(!o.tables.empty(), "--table is empty; use 1b, 1c, 2b, 3, fig3, fig6 or all");
+  ACTLAB_CHECK(!o.tables.empty(), "--table is empty; use ", paper_tables_text());
   for (const auto& p : f.get_all("policies"))
     for (const auto& item : split_list(p, ';')) o.policies.push_back(item);
   ACTLAB_CHECK(!f.given("policies") || !o.policies.empty(),
@@ -180,7 +181,7 @@ std::string default_train_bin() {
 
 int main(int argc, char** argv) {
   FlagParser flags("actlab-ablate",
-                   "Run the DIVISION paper's ablation grids (Table 1(b), 1(c), 2(b), 3, Fig. 3, Fig. 6) with actlab-train and write\n"
+                   "Run the DIVISION paper's ablation grids (Table 1(b), 1(c), 2(a), 2(b), 3, Fig. 3, Fig. 6) with actlab-train and write\n"
                    "OUT/results.csv, OUT/tables.md, OUT/acc_per_epoch.svg and OUT/activation_memory.svg. Each cell\n"
                    "runs in OUT/cells/<id>/; finished cells are skipped and interrupted ones resumed, so re-running\n"
                    "the same command continues the grid. Ctrl-C checkpoints the running cell and stops.\n"

@@ -26,6 +26,7 @@
 #include "actlab/core/error.h"
 #include "tests/error_of.h"
 #include "temp_dir.h"
+#include "actlab/train/cli.h"
 #include "actlab/train/grid.h"
 #include "actlab/train/logging.h"
 #include "actlab/train/paper_reference.h"
@@ -317,14 +318,37 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   std::set<std::string> ids;
   for (const Cell& c : all.cells) ids.insert(c.id());
   CHECK(ids.size() == all.cells.size());
-  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3, fig6's baselines, then 1b's four ViT rows
+  // 1c, 2b's new B/Q pairs, fig3's HFC-ACT, Table 3 (2(a)'s cells among its own), fig6's baselines, then 1b's
+  // four ViT rows
   CHECK(all.cells.size() == 2 * (5 + 8 + 1 + 20 + 5 + 4));
   CHECK(all.cells.back().model == "vit_tiny_cifar");  // the long transformer cells run last
   const Cell& exact = all.cells[0];
   CHECK(exact.tables.size() == 4);  // Normal in 1c, 2b, fig3 and fig6
-  int table3 = 0;
-  for (const Cell& c : all.cells) table3 += c.tables[0].first == "3" && c.model == "mobilenet_v2" && c.dataset == "cifar100";
+  int table3 = 0, table2a = 0;
+  auto in_table = [](const Cell& c, const std::string& t) {
+    return std::any_of(c.tables.begin(), c.tables.end(), [&](const auto& x) { return x.first == t; });
+  };
+  for (const Cell& c : all.cells) {
+    table3 += in_table(c, "3") && c.model == "mobilenet_v2" && c.dataset == "cifar100";
+    table2a += in_table(c, "2a");
+    if (in_table(c, "2a")) CHECK(in_table(c, "3"));  // Normal and B=8, Q=2 of Table 3, run once
+  }
   CHECK(table3 == 2 * 5);
+  CHECK(table2a == 2 * 2 * 2);  // seeds × data sets × {Normal, DIVISION}
+  o = GridOptions();
+  o.tables = {"2a"};  // on its own: MobileNet-V2 on both CIFAR sets, three seeds per row
+  const Grid t2a = make_grid(o);
+  REQUIRE(t2a.cells.size() == 3 * 2 * 2);
+  std::set<std::string> labels, data;
+  std::set<int64_t> seeds;
+  for (const Cell& c : t2a.cells) {
+    CHECK(c.model == "mobilenet_v2");
+    CHECK((c.policy == "exact" || c.policy == "division:B=8,Q=2"));
+    data.insert(c.dataset), seeds.insert(c.seed), labels.insert(c.tables[0].second);
+  }
+  CHECK(data == std::set<std::string>{"cifar10", "cifar100"});
+  CHECK(seeds == std::set<int64_t>{0, 1, 2});
+  CHECK(labels == std::set<std::string>{"Normal", "DIVISION"});
   o = GridOptions();
   o.preset = "paper";
   const Grid paper = make_grid(o);
@@ -428,6 +452,7 @@ TEST_CASE("ablate: presets build the paper's tables with shared cells run once")
   o.tables = {"2c"};
   o.policies.clear();
   CHECK(error_of([&] { make_grid(o); }).find("unknown table '2c'") != std::string::npos);
+  CHECK(error_of([&] { make_grid(o); }).find("use 1b, 1c, 2a, 2b, 3, fig3, fig6 or all") != std::string::npos);
   o.tables = {"1c"};
   o.models = {"resnet7"};
   CHECK(error_of([&] { make_grid(o); }).find("unknown model 'resnet7'") != std::string::npos);
@@ -964,6 +989,27 @@ TEST_CASE("ablate: a tiny Table 1(b) grid reports accuracy, memory, compression 
   CHECK(compression > 1.0);
   CHECK(compression < 4.0);
   CHECK(tables.find("not in the reference this project works from") != std::string::npos);
+}
+
+TEST_CASE("ablate: a tiny Table 2(a) grid puts DIVISION beside Normal with its accuracy difference") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_2a_run");
+  const std::string tables = run_tiny_table(dir, "2a", {{"exact", "Normal"}, {"division:B=8,Q=2", "DIVISION"}});
+  INFO(tables);
+  CHECK(tables.find("## Table 2(a): depthwise and pointwise convolutions") != std::string::npos);
+  CHECK(tables.find("| Method | Policy | Test acc. (%) | Δ vs Normal | Seeds |") != std::string::npos);
+  const size_t row = tables.find("| DIVISION | `division:B=8,Q=2` | ");
+  REQUIRE(row != std::string::npos);
+  // Its Δ is the signed difference of the two accuracies in the row above and this one.
+  const auto cells = split_list(tables.substr(row, tables.find('\n', row) - row), '|');
+  const size_t normal = tables.find("| Normal | `exact` | ");
+  REQUIRE(normal != std::string::npos);
+  const auto normal_cells = split_list(tables.substr(normal, tables.find('\n', normal) - normal), '|');
+  REQUIRE(cells.size() >= 4);
+  REQUIRE(normal_cells.size() >= 3);
+  // (each printed to 2 decimals from unrounded means, so they may differ by one in the last digit)
+  CHECK(std::fabs(std::stod(cells[3]) - (std::stod(cells[2]) - std::stod(normal_cells[2]))) <= 0.0101);
+  CHECK(tables.find("Table 2(a), MobileNet-V2 on CIFAR-10 and CIFAR-100") != std::string::npos);
 }
 
 TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP against Normal") {

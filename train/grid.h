@@ -57,7 +57,7 @@ const std::vector<std::string>& grid_managed_flags();
 
 struct Grid {
   std::string preset;               // "cpu", "paper" (or "custom" for tests)
-  std::vector<std::string> tables;  // selected tables in report order: "1c", "2b", "3", "fig3", "fig6", "1b", "custom"
+  std::vector<std::string> tables;  // selected tables in report order (paper_tables()'s), or "custom"
   std::vector<Cell> cells;          // unique ids, in run order
   // Adds `cell` under (table, label); a cell with the same id already present only gains the label.
   void add(const Cell& cell, const std::string& table, const std::string& label);
@@ -66,7 +66,7 @@ struct Grid {
 // What the command line asks for. Unset optionals keep the preset's value.
 struct GridOptions {
   std::string preset = "cpu";                 // cpu | paper
-  std::vector<std::string> tables = {"1c"};   // 1b | 1c | 2b | 3 | fig3 | fig6 | all (ignored with policies)
+  std::vector<std::string> tables = {"1c"};   // paper_tables() names or "all" (ignored with policies)
   std::vector<std::string> policies;          // non-empty: a custom grid of these policies
   std::vector<std::string> models, datasets;  // override the tables' model/data set (custom: the grid axes)
   // Every row runs these seeds; empty: each row's default (seed 0; in Fig. 6 seeds 0-2 for Normal, BLPA, AC-GC,
@@ -80,6 +80,12 @@ struct GridOptions {
   std::string data_dir;
   std::vector<std::string> extra_args;
 };
+
+// The paper's tables and figures a grid can train, in the order "all" runs and reports them: 1c, 2a, 2b, 3,
+// fig3, fig6, then 1b (its transformer cells are the longest, so a grid stopped early has the CNN tables).
+const std::vector<std::string>& paper_tables();
+// "1b, 1c, 2a, 2b, 3, fig3, fig6 or all": the names --table accepts, for help texts and errors.
+std::string paper_tables_text();
 
 // Builds the grid of a preset/table selection or a custom policy list. Throws Error (one line) for an
 // unknown preset, table, model or policy string, an empty list, or a seed < 0.

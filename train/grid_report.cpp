@@ -351,7 +351,9 @@ std::string table_fig6(const Results& r, const TableGroup& g) {
 
 // Table 1(b): the paper's three columns (accuracy, activation memory, throughput) for each method on a
 // vision transformer, with the distance from Normal and the measured compression.
-std::string table_1b(const Results& r, const TableGroup& g) {
+// Tables 1(b) and 2(a): one row per method with its accuracy against Normal's at the seeds both ran, its
+// memory and speed; `what` names the paper's setting, whose figures the reference does not hold.
+std::string methods_vs_normal_table(const Results& r, const TableGroup& g, const std::string& what) {
   const std::vector<std::string> head = {"Method", "Policy", "Test acc. (%)", "Δ vs Normal", "Seeds",
                                          "Activation memory", "Compression", "img/s"};
   std::string s = md_row(head) + md_rule(head.size());
@@ -361,7 +363,7 @@ std::string table_1b(const Results& r, const TableGroup& g) {
                  label == "Normal" ? "" : delta_vs_normal(r, g, idx), std::to_string(idx.size()),
                  mib_text(r, idx), stat_text(r, idx, m_comp, "%.2f", "×"), stat_text(r, idx, m_rate, "%.1f")});
   }
-  s += "\nThe paper's Table 1(b) figures (Swin-T on ImageNet) are not in the reference this project works from, "
+  s += "\nThe paper's figures (" + what + ") are not in the reference this project works from, "
        "so there is no paper column. img/s is each run's median training throughput: a figure to compare "
        "only when nothing else shared the cores (bench_train's paired runs are the speed measurement).\n";
   return s + exact_gradient_proof(r, g);
@@ -394,6 +396,7 @@ std::string recipe_text(const Cell& c) {
 const char* table_title(const std::string& t) {
   if (t == "1b") return "Table 1(b): vision transformers — accuracy, activation memory, throughput";
   if (t == "1c") return "Table 1(c): ablation of the LFC and HFC components";
+  if (t == "2a") return "Table 2(a): depthwise and pointwise convolutions (MobileNet-V2), Normal and DIVISION";
   if (t == "2b") return "Table 2(b): block size B and HFC bit width Q (DIVISION)";
   if (t == "3") return "Table 3: networks and data sets";
   if (t == "fig3") return "Fig. 3(b)/(c): backward from LFC only or HFC only";
@@ -424,9 +427,14 @@ std::string tables_markdown(const Results& r, const std::string& command_line) {
       s += "\n" + table_3(r, groups);
       continue;
     }
-    for (const auto& g : groups)
-      s += "\n**" + g.name + "**\n\n" +
-           (t == "2b" ? table_2b(r, g) : t == "fig6" ? table_fig6(r, g) : t == "1b" ? table_1b(r, g) : metrics_table(r, g));
+    for (const auto& g : groups) {
+      s += "\n**" + g.name + "**\n\n";
+      if (t == "2b") s += table_2b(r, g);
+      else if (t == "fig6") s += table_fig6(r, g);
+      else if (t == "1b") s += methods_vs_normal_table(r, g, "Table 1(b), Swin-T on ImageNet");
+      else if (t == "2a") s += methods_vs_normal_table(r, g, "Table 2(a), MobileNet-V2 on CIFAR-10 and CIFAR-100");
+      else s += metrics_table(r, g);
+    }
   }
   return s;
 }
