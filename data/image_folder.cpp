@@ -15,6 +15,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "actlab/core/error.h"
@@ -338,12 +340,19 @@ ImageFolderList list_image_folder(const std::string& root, const ImageFolderOpti
                "; a classifier needs at least 2");
   const fs::path normal = fs::absolute(root_path).lexically_normal();
   list.name = (normal.has_filename() ? normal : normal.parent_path()).filename().string();
+  // Every listed path is root_path / ...: its name under the root is what follows this prefix (the root and
+  // one separator, however the root was spelled). Cutting it costs nothing; fs::path's lexically_relative,
+  // which gives the same names, took 0.38 s of a 1.2-1.6 s listing of 320,000 files.
+  std::string prefix = (root_path / "x").string();
+  prefix.pop_back();
   uint64_t h = fnv1a64(nullptr, 0);
   for (const std::vector<ImageFile>* split : {&list.train, &list.test}) {
     for (const ImageFile& f : *split) {
+      ACTLAB_CHECK(f.path.compare(0, prefix.size(), prefix) == 0, f.path, ": listed outside ", prefix);
+      const std::string_view name = std::string_view(f.path).substr(prefix.size());
       // Length first: no file name, tabs and newlines included, can make two lists hash alike.
-      const std::string name = fs::path(f.path).lexically_relative(root_path).generic_string();
-      const std::string line = std::to_string(name.size()) + ':' + name + ':' + std::to_string(f.label) + ';';
+      const std::string line =
+          std::to_string(name.size()) + ':' + std::string(name) + ':' + std::to_string(f.label) + ';';
       h = fnv1a64(line.data(), line.size(), h);
     }
     h = fnv1a64("|", 1, h);  // a file moved from train/ to test/ changes the hash

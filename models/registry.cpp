@@ -151,14 +151,19 @@ std::string models_with_drop_path() {
   return out;
 }
 
+void check_drop_path(const std::string& model, double rate, const std::string& what) {
+  ACTLAB_CHECK(rate == -1 || (rate >= 0 && rate < 1), what, " must be in [0, 1), or -1 for the model's own rate; got ",
+               rate);
+  ACTLAB_CHECK(rate == -1 || model_has_drop_path(model), what, ": model '", model,
+               "' has no drop path (stochastic depth); ", models_with_drop_path(), " have");
+}
+
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   const ModelEntry& m = find_model(spec.name);
   ACTLAB_CHECK(spec.in_channels > 0 && spec.num_classes > 1 && spec.image_size > 0, "bad model spec for '",
                spec.name, "': ", spec.in_channels, " channels, ", spec.num_classes, " classes, image ",
                spec.image_size);
-  ACTLAB_CHECK(spec.drop_path < 0 || m.has_drop_path, "model '", spec.name, "' has no drop path (stochastic depth)",
-               " to set; ", models_with_drop_path(), " have");
-  ACTLAB_CHECK(spec.drop_path < 1, "drop path must be below 1, got ", spec.drop_path);
+  check_drop_path(spec.name, spec.drop_path);
   const int64_t min_size = min_image_size(spec.name);
   ACTLAB_CHECK(spec.image_size >= min_size, "model '", spec.name, "' halves the image ", std::strlen(m.halvings),
                " times, so a ", spec.image_size, "x", spec.image_size,

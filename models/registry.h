@@ -15,8 +15,8 @@ struct ModelSpec {
   int64_t num_classes = 10;
   int64_t image_size = 32;  // square inputs of image_size²; the MLP's input width depends on it
   // Stochastic depth of the models that have it (models_with_drop_path()): the deepest block's rate, each
-  // model's own rule spreading it over the blocks. Negative (actlab-train's -1): the model's default (0.1
-  // and 0.2). A rate of 0 or more for a model without drop path is an error, and so is one of 1 or more.
+  // model's own rule spreading it over the blocks. -1: the model's default (0.1 and 0.2). What else is
+  // accepted is check_drop_path's rule.
   float drop_path = -1.f;
 };
 
@@ -28,6 +28,10 @@ std::shared_ptr<Module> make_model(const ModelSpec& spec);
 // "vit_tiny_cifar and swin_t" for messages.
 bool model_has_drop_path(const std::string& name);
 std::string models_with_drop_path();
+// The one rule for a drop-path rate (ModelSpec::drop_path, actlab-train's --drop-path): -1 for the model's
+// own, else in [0, 1) and only for a model that has drop path. Throws Error naming what is wrong, with the
+// rate called `what` (actlab-train: its flag).
+void check_drop_path(const std::string& model, double rate, const std::string& what = "drop path");
 // Names accepted by make_model, with a one-line description each.
 std::vector<std::pair<std::string, std::string>> model_names();
 // The smallest image size the named model accepts: every stride-2 layer must see at least 2×2, so a

@@ -460,6 +460,11 @@ TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, a
   CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
   fs::rename(root.path() / "train" / "cat" / "moved.png", root.path() / "train" / "emu" / "img0.png");
   CHECK(load_data(c).identity == before.identity);
+  for (const char* tail : {"/", "/./", "//"}) {  // the same folder however its root is spelled
+    TrainConfig spelled = c;
+    spelled.data_dir += tail;
+    CHECK(load_data(spelled).identity == before.identity);
+  }
   CHECK(train(resumed).epochs.size() == 2);  // the same folder again: resumed to the end
 
   // A checkpoint from before the files' hash was part of the identity is compared on what it stored.

@@ -183,5 +183,7 @@ TEST_CASE("models: --drop-path sets the deepest block's rate of vit_tiny_cifar a
   CHECK(model_has_drop_path("vit_tiny_cifar"));
   CHECK(!model_has_drop_path("resnet20"));
   CHECK_THROWS_WITH_AS(make_model({"resnet20", 1, 10, 28, 0.f}), doctest::Contains("has no drop path"), Error);
-  CHECK_THROWS_WITH_AS(make_model({"vit_tiny_cifar", 1, 10, 28, 1.f}), doctest::Contains("below 1"), Error);
+  for (const float bad : {1.f, -0.5f, NAN})  // -1 alone means the model's own rate
+    CHECK_THROWS_WITH_AS(make_model({"vit_tiny_cifar", 1, 10, 28, bad}), doctest::Contains("must be in [0, 1), or -1"),
+                         Error);
 }

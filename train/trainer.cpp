@@ -115,15 +115,19 @@ static LossScaleOptions loss_scale_options(const TrainConfig& c) {
   return parse_loss_scale(parse_precision(c.precision) == Precision::F16 ? "dynamic" : "none");
 }
 
-// The run's optimizer (--optimizer), at the initial learning rate; the schedule sets it every step.
-static std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, std::vector<Variable> params) {
+// The run's optimizer (--optimizer) over the model's parameters, at the initial learning rate (the schedule
+// sets it every step), with --no-decay-norm-bias's exclusions from the weight decay.
+static std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const Module& model) {
   const float lr = static_cast<float>(c.lr), wd = static_cast<float>(c.weight_decay);
+  std::unique_ptr<Optimizer> opt;
   if (c.optimizer == kAdamwName)
-    return std::make_unique<AdamW>(std::move(params),
-                                   AdamwOptions{lr, static_cast<float>(c.adam_beta1), static_cast<float>(c.adam_beta2),
-                                                static_cast<float>(c.adam_eps), wd});
-  return std::make_unique<Sgd>(std::move(params),
-                               SgdOptions{lr, static_cast<float>(c.momentum), 0.f, wd, c.nesterov});
+    opt = std::make_unique<AdamW>(model.parameters(),
+                                  AdamwOptions{lr, static_cast<float>(c.adam_beta1), static_cast<float>(c.adam_beta2),
+                                               static_cast<float>(c.adam_eps), wd});
+  else
+    opt = std::make_unique<Sgd>(model.parameters(), SgdOptions{lr, static_cast<float>(c.momentum), 0.f, wd, c.nesterov});
+  if (c.no_decay_norm_bias) opt->set_decays(decays_but_norms_biases_embeddings(model.named_parameters()));
+  return opt;
 }
 
 // The optimizer's own settings for the run's first line: "momentum 0.9" or "betas 0.9, 0.999, eps 1e-08".
@@ -187,8 +191,6 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.adam_eps > 0 && std::isfinite(c.adam_eps), "--adam-eps must be > 0, got ", c.adam_eps);
   ACTLAB_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "label smoothing must be in [0, 1), got ",
                c.label_smoothing);
-  ACTLAB_CHECK(c.drop_path == -1 || (c.drop_path >= 0 && c.drop_path < 1),
-               "--drop-path must be in [0, 1), or -1 for the model's own rate; got ", c.drop_path);
   ACTLAB_CHECK(c.threads >= 1 && c.threads <= 1024, "threads must be in [1, 1024], got ", c.threads);
   Device::parse(c.device);  // the form only; whether the device exists is checked when the run starts
   parse_precision(c.precision);  // likewise: whether this machine can run it is checked at the start
@@ -219,8 +221,7 @@ void validate(const TrainConfig& c) {
   bool known_model = false;
   for (const auto& m : model_names()) known_model = known_model || m.first == c.model;
   if (!known_model) make_model({c.model, 1, 10, 28});  // throws the list of models
-  ACTLAB_CHECK(c.drop_path < 0 || model_has_drop_path(c.model), "--drop-path: model '", c.model,
-               "' has no drop path (stochastic depth); ", models_with_drop_path(), " have");
+  check_drop_path(c.model, c.drop_path, "--drop-path");
   check_dataset_name(c.dataset);
   ACTLAB_CHECK(c.image_size >= 1 && (c.image_channels == 1 || c.image_channels == 3),
                "--image-size must be >= 1 and --image-channels 1 or 3");
@@ -385,8 +386,7 @@ void Run::setup() {
   }
   model_ = make_model({c_.model, spec.channels, spec.num_classes, spec.height, static_cast<float>(c_.drop_path)});
   model_->to(device_);  // before the optimizer and the snapshot: momentum and copies live beside the weights
-  opt_ = make_optimizer(c_, model_->parameters());
-  if (c_.no_decay_norm_bias) opt_->set_decays(decays_but_norms_biases_embeddings(model_->named_parameters()));
+  opt_ = make_optimizer(c_, *model_);
   policies_ = std::make_unique<PolicySet>(parse_policy_set(c_.policy));
   for (const auto& r : c_.policy_rules) policies_->add_rule(r);
   make_checkpoint_plan(*model_, policies_->checkpoint());  // a request this model cannot take fails now
