@@ -1,6 +1,7 @@
 # The CUDA backend's part of the build (owned here so the top-level CMakeLists.txt stays short).
 # actlab_cuda_sources(VAR): appends every CUDA translation unit of the library to VAR.
-# actlab_cuda_link(TARGET): links cudart, cuBLAS and (when found) cuDNN and sets the feature macros.
+# actlab_cuda_link(TARGET): links cudart and (when found) cuDNN, names the cuBLAS file core/cuda/cublas.cpp
+# opens at run time, and sets the feature macros.
 # What the backend contains and how it is tested: docs/cuda.md.
 
 function(actlab_cuda_sources out_var)
@@ -10,7 +11,11 @@ endfunction()
 
 function(actlab_cuda_link target)
   target_compile_definitions(${target} PUBLIC ACTLAB_WITH_CUDA=1)
-  target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas)
+  # cuBLAS is not linked: linked, its static initialisers cost every process 0.5-1 s at start-up, GPU or
+  # not (core/cuda/cublas.h). It is opened when the first CUDA context is made; this is the file to try
+  # when its soname is not on the loader's path.
+  target_link_libraries(${target} PUBLIC CUDA::cudart ${CMAKE_DL_LIBS})
+  target_compile_definitions(${target} PRIVATE ACTLAB_CUBLAS_LIBRARY="$<TARGET_FILE:CUDA::cublas>")
   find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
   find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
   # A GPU host with only PyTorch's pip cuDNN passes both paths (scripts/gpu-check.sh): the library is then

@@ -343,6 +343,24 @@ TEST_CASE("cuda fill: every element of an odd-sized array is written") {
   CHECK(memory_stats(Device::cuda(0)).total.current == live);
 }
 
+TEST_CASE("cuda cublas: opened on first use, every function of the table found") {
+  // Runs without a GPU: the library opens and resolves whether or not a device exists (the start-up
+  // side, that nothing opens it before, is tests/cli/startup_libraries.sh).
+  const cuda::Cublas& api = cuda::cublas();
+  CHECK(cuda::cublas_opened());
+  CHECK(&api == &cuda::cublas());  // opened once
+  for (const void* fn : {(const void*)api.create, (const void*)api.destroy, (const void*)api.set_stream,
+                         (const void*)api.get_stream, (const void*)api.set_workspace, (const void*)api.set_math_mode,
+                         (const void*)api.sgemm, (const void*)api.sgemm_strided_batched,
+                         (const void*)api.gemm_strided_batched_ex, (const void*)api.status_name,
+                         (const void*)api.status_string})
+    CHECK(fn != nullptr);
+  const std::string text = cuda::cublas_status_text(CUBLAS_STATUS_NOT_INITIALIZED);  // name (cuBLAS's words)
+  CHECK(text.rfind("CUBLAS_STATUS_NOT_INITIALIZED (", 0) == 0);
+  CHECK(text.size() > std::strlen("CUBLAS_STATUS_NOT_INITIALIZED ()"));
+  CHECK(text.back() == ')');
+}
+
 TEST_CASE("cuda context: handles are bound to the stream - the workspace grows and is tagged") {
   if (!gpu_or_skip("the cuda:0 context")) return;
   cuda::CudaContext& ctx = cuda::cuda_context(0);
@@ -350,7 +368,7 @@ TEST_CASE("cuda context: handles are bound to the stream - the workspace grows a
   CHECK(ctx.stream() == cuda::current_stream(0));
   CHECK(ctx.stream() != nullptr);  // never the legacy default stream
   cudaStream_t bound = nullptr;
-  ACTLAB_CUBLAS_CHECK(cublasGetStream(ctx.cublas(), &bound));
+  ACTLAB_CUBLAS_CHECK(cuda::cublas().get_stream(ctx.cublas(), &bound));
   CHECK(bound == ctx.stream());
 #if defined(ACTLAB_WITH_CUDNN)
   bound = nullptr;

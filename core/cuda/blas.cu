@@ -6,6 +6,7 @@
 #include "actlab/core/cuda/blas.h"
 #include "actlab/core/cuda/check.h"
 #include "actlab/core/cuda/conv.h"
+#include "actlab/core/cuda/cublas.h"
 #include "actlab/core/cuda/kernels.h"
 #include "actlab/core/cuda/launch.h"
 #include "actlab/core/cuda/lowp.h"
@@ -27,7 +28,7 @@ int blas_int(int64_t v, const char* what) {
 cublasHandle_t blas(CudaContext& ctx) {
   cublasHandle_t h = ctx.blas();
   const cublasMath_t mode = math_options().allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  ACTLAB_CUBLAS_CHECK(cublasSetMathMode(h, mode));
+  ACTLAB_CUBLAS_CHECK(cublas().set_math_mode(h, mode));
   return h;
 }
 
@@ -41,18 +42,19 @@ void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, c
           int ldc, int64_t stride_c, int batch, bool strided, Precision p, CudaContext& ctx) {
   if (p == Precision::F32) {
     if (!strided) {
-      ACTLAB_CUBLAS_CHECK(cublasSgemm(blas(ctx), op_a, op_b, m, n, k, &kOne, a, lda, b, ldb, &kZero, c, ldc));
+      ACTLAB_CUBLAS_CHECK(cublas().sgemm(blas(ctx), op_a, op_b, m, n, k, &kOne, a, lda, b, ldb, &kZero, c, ldc));
     } else {
-      ACTLAB_CUBLAS_CHECK(cublasSgemmStridedBatched(blas(ctx), op_a, op_b, m, n, k, &kOne, a, lda, stride_a, b, ldb,
-                                                    stride_b, &kZero, c, ldc, stride_c, batch));
+      ACTLAB_CUBLAS_CHECK(cublas().sgemm_strided_batched(blas(ctx), op_a, op_b, m, n, k, &kOne, a, lda, stride_a, b,
+                                                         ldb, stride_b, &kZero, c, ldc, stride_c, batch));
     }
     return;
   }
   const LowCopy a16(a, a_elems, p, ctx.device(), ctx.stream()), b16(b, b_elems, p, ctx.device(), ctx.stream());
   const cudaDataType_t t = blas_type(p);
-  ACTLAB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas(ctx), op_a, op_b, m, n, k, &kOne, a16.data(), t, lda, stride_a,
-                                                 b16.data(), t, ldb, stride_b, &kZero, c, CUDA_R_32F, ldc, stride_c,
-                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  ACTLAB_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(blas(ctx), op_a, op_b, m, n, k, &kOne, a16.data(), t, lda,
+                                                           stride_a, b16.data(), t, ldb, stride_b, &kZero, c, CUDA_R_32F,
+                                                           ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                                           CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 // Included only by code built with the CUDA backend (core/cuda/, the dispatch point in core/ops.cpp).
 // Tested in tests/test_cuda.cpp ("cuda check macros"), which runs without a GPU.
 #pragma once
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #if defined(ACTLAB_WITH_CUDNN)
 #include <cudnn.h>
@@ -14,6 +13,7 @@
 
 #include <string>
 
+#include "actlab/core/cuda/cublas.h"
 #include "actlab/core/error.h"
 
 namespace actlab::cuda::detail {
@@ -33,8 +33,7 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  const std::string msg = std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" +
-                          cublasGetStatusString(status) + ") in `" + call + "`";
+  const std::string msg = "cuBLAS error " + cublas_status_text(status) + " in `" + call + "`";
   if (status == CUBLAS_STATUS_ALLOC_FAILED) ::actlab::detail::throw_out_of_memory(file, line, msg);
   ::actlab::detail::throw_error(file, line, msg);
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "actlab/core/cuda/check.h"
+#include "actlab/core/cuda/cublas.h"
 #include "actlab/core/cuda/runtime.h"
 
 namespace actlab::cuda {
@@ -25,7 +26,7 @@ void CudaContext::StreamDeleter::operator()(std::remove_pointer_t<cudaStream_t>*
   (void)cudaStreamDestroy(s);
 }
 void CudaContext::CublasDeleter::operator()(std::remove_pointer_t<cublasHandle_t>* h) const {
-  (void)cublasDestroy(h);
+  (void)cuda::cublas().destroy(h);
 }
 #if defined(ACTLAB_WITH_CUDNN)
 void CudaContext::CudnnDeleter::operator()(std::remove_pointer_t<cudnnHandle_t>* h) const {
@@ -45,9 +46,9 @@ CudaContext::CudaContext(int device) : device_(device) {
   copy_stream_.reset(copies);
 
   cublasHandle_t blas = nullptr;
-  ACTLAB_CUBLAS_CHECK(cublasCreate(&blas));
+  ACTLAB_CUBLAS_CHECK(cuda::cublas().create(&blas));
   cublas_.reset(blas);
-  ACTLAB_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  ACTLAB_CUBLAS_CHECK(cuda::cublas().set_stream(blas, stream));
 
 #if defined(ACTLAB_WITH_CUDNN)
   cudnnHandle_t dnn = nullptr;
@@ -78,7 +79,7 @@ cublasHandle_t CudaContext::blas() {
     // Not in the constructor: allocating on this device needs this context (the allocator asks for the
     // stream), which is still being built there.
     blas_workspace_ = Buffer(kBlasWorkspaceBytes, MemTag::Workspace, Device::cuda(device_));
-    ACTLAB_CUBLAS_CHECK(cublasSetWorkspace(cublas_.get(), blas_workspace_.data(), blas_workspace_.size()));
+    ACTLAB_CUBLAS_CHECK(cuda::cublas().set_workspace(cublas_.get(), blas_workspace_.data(), blas_workspace_.size()));
   }
   return cublas_.get();
 }
