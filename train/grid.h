@@ -101,9 +101,9 @@ double mean_difference_at_shared_seeds(const std::map<int64_t, double>& a, const
 // Error naming scripts/get-cifar.sh when a cell needs CIFAR-10/100 that is not where the child will
 // look (data_dir, else $ACTLAB_CIFAR_DIR or ./data).
 void check_data_present(const Grid& grid);
-// Rough wall-clock seconds of one cell on this machine: multiply-accumulates of the model on the data
-// set's image size × images per epoch, scaled by the measured ResNet-20 / Fashion-MNIST rate on the
-// 2-core development machine (57 s per exact epoch) and a per-policy factor (division 1.33×).
+// Rough wall-clock seconds of one cell on this machine: images per epoch × the model's cost per image
+// on the data set's image size (its multiply-accumulates and the elements its layers write, weighted as
+// measured on the 2-core development machine) × a per-policy factor (division 1.33×).
 double estimate_cell_seconds(const Cell& cell);
 
 // ---- running

@@ -304,17 +304,32 @@ DataInfo data_info(const Cell& c) {
   return {1, 28, 10, 60000, 10000};  // (fashion-)mnist
 }
 
-// Multiply-accumulates per image, from one batch-1 forward of the model (cached per shape).
-double model_macs(const std::string& model, const DataInfo& d) {
-  static std::map<std::string, double> cache;
+// What one image costs the model: multiply-accumulates and the elements its layers write, from one
+// batch-1 forward (cached per shape).
+struct ModelCost {
+  double macs = 0, outputs = 0;
+};
+ModelCost model_cost(const std::string& model, const DataInfo& d) {
+  static std::map<std::string, ModelCost> cache;
   const std::string key = model + "/" + std::to_string(d.channels) + "/" + std::to_string(d.size) + "/" +
                           std::to_string(d.classes);
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto net = make_model(ModelSpec{model, d.channels, d.classes, d.size});
-  const double macs = static_cast<double>(summarize_model(*net, {d.channels, d.size, d.size}).total_macs);
-  return cache[key] = macs;
+  const ModelSummaryTable table = summarize_model(*net, {d.channels, d.size, d.size});
+  ModelCost cost;
+  cost.macs = static_cast<double>(table.total_macs);
+  for (const ModuleSummary& row : table.rows)
+    if (!row.output.empty()) cost.outputs += static_cast<double>(shape_numel(row.output) * row.calls);
+  return cache[key] = cost;
 }
+
+// Milliseconds of one training image (batch 128, 2 threads) on the 2-core development machine: a term
+// per multiply-accumulate and one per element the layers write. MACs alone missed by 2-3x both ways:
+// MobileNetV2's depthwise layers and 6x-expanded maps move far more data per MAC than ResNet-18's
+// convolutions. Fitted to bench_train's exact steps on 1x28x28 inputs (2026-12-05, AMD EPYC Zen 5):
+// ResNet-20 1021 img/s, MobileNetV2 172, ResNet-18 174, ViT-Tiny 158; each within 15 % of the fit.
+double train_ms_per_image(const ModelCost& c) { return 10.13e-9 * c.macs + 1.443e-6 * c.outputs; }
 
 double policy_factor(const std::string& policy) {
   const std::string k = policy_kind(policy);
@@ -331,12 +346,9 @@ double estimate_cell_seconds(const Cell& c) {
   int64_t train = c.train_limit > 0 ? std::min(c.train_limit, d.train) : d.train;
   if (c.steps_per_epoch > 0) train = std::min(train, c.steps_per_epoch * c.batch_size);
   const int64_t test = c.test_limit > 0 ? std::min(c.test_limit, d.test) : d.test;
-  // An exact ResNet-20 epoch of Fashion-MNIST (60000 + 10000 test images, a test image ~1/3 of a
-  // training image) took 57 s on the 2-core development machine.
-  static const double macs_per_s =
-      (60000.0 + 10000.0 / 3) * model_macs("resnet20", {1, 28, 10, 60000, 10000}) / 57.0;
-  const double per_epoch = (static_cast<double>(train) + static_cast<double>(test) / 3) * model_macs(c.model, d) /
-                           macs_per_s * policy_factor(c.policy);
+  // A test image (forward only) costs about a third of a training one.
+  const double per_epoch = (static_cast<double>(train) + static_cast<double>(test) / 3) *
+                           train_ms_per_image(model_cost(c.model, d)) / 1000 * policy_factor(c.policy);
   const double thread_scale = 2.0 / static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(c.threads, 64)));
   return 3.0 + static_cast<double>(c.epochs) * per_epoch * thread_scale;  // + start-up and data loading
 }
