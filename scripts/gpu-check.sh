@@ -109,7 +109,7 @@ fi
 # ---- 1. configure and build (or take the carried binaries when they start here)
 if [ -n "${PREBUILT:-}" ] && [ -x "$PREBUILT/actlab_tests" ] && [ -x "$PREBUILT/bench_cuda" ] \
    && [ -x "$PREBUILT/actlab-train" ] \
-   && timeout 60 "$PREBUILT/actlab_tests" -tc='cuda: device present' > "$OUT/prebuilt.log" 2>&1; then
+   && timeout 60 "$PREBUILT/actlab_tests" -tc='cuda: device present,cuda cublas*' > "$OUT/prebuilt.log" 2>&1; then
   BUILD=$PREBUILT
   log "using the carried binaries in $PREBUILT"
 else

@@ -112,6 +112,24 @@ TEST_CASE("data: image folder train/test layout decodes PNGs exactly, classes so
   CHECK(folder_live_bytes() == before);
 }
 
+TEST_CASE("data: an image folder's fingerprint is pinned, for every spelling of its root") {
+  // Checkpoints store it (train/data_splits.h) and refuse to resume on another value, so a change to how
+  // it is computed would turn every saved folder run away. The value is what the first version (paths
+  // made relative with fs::path::lexically_relative) gave for this tree; only names and labels count.
+  TempDir dir;
+  const fs::path root = dir.path() / "root";
+  for (const char* f : {"train/cat/a.png", "train/dog/b.png", "train/dog/c.jpg", "test/cat/d.png", "test/dog/e.png"}) {
+    fs::create_directories((root / f).parent_path());
+    write_text(root / f, "");  // listing opens no file
+  }
+  for (const std::string& spelling : {root.string(), root.string() + "/", root.string() + "//", root.string() + "/./"}) {
+    CAPTURE(spelling);
+    CHECK(list_image_folder(spelling, {}).fingerprint == 0x22ba2abd73beec39ull);
+  }
+  write_text(root / "train/cat/f.png", "");  // one more file: another value
+  CHECK(list_image_folder(root.string(), {}).fingerprint != 0x22ba2abd73beec39ull);
+}
+
 TEST_CASE("data: image folder grey and RGB conversion, JPEG") {
   TempDir root;
   Hwc grey = pattern_image(5, 5, 1, 1);

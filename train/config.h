@@ -27,7 +27,7 @@ struct TrainConfig {
   int64_t warmup_epochs = 0;
   int64_t step_epochs = 30;               // step schedule: decay every N epochs by 0.1
   double label_smoothing = 0.0;
-  double drop_path = -1;                  // ModelSpec::drop_path: < 0 is the model's own rate
+  double drop_path = -1;                  // ModelSpec::drop_path: -1 is the model's own rate (check_drop_path)
   uint64_t seed = 0;
   int64_t threads = 2;
   std::string device = "cpu";             // cpu | cuda | cuda:N (model, batches, activations and updates there)

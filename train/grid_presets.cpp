@@ -170,7 +170,7 @@ void check_options(const GridOptions& o) {
 }  // namespace
 
 const std::vector<std::string>& paper_tables() {
-  static const std::vector<std::string> tables = {"1c", "2a", "2b", "3", "fig3", "fig6", "1b"};
+  static const std::vector<std::string> tables = {"1c", "2b", "3", "fig3", "fig6", "2a", "1b"};
   return tables;
 }
 

@@ -349,8 +349,6 @@ std::string table_fig6(const Results& r, const TableGroup& g) {
   return s + exact_gradient_proof(r, g);
 }
 
-// Table 1(b): the paper's three columns (accuracy, activation memory, throughput) for each method on a
-// vision transformer, with the distance from Normal and the measured compression.
 // Tables 1(b) and 2(a): one row per method with its accuracy against Normal's at the seeds both ran, its
 // memory and speed; `what` names the paper's setting, whose figures the reference does not hold.
 std::string methods_vs_normal_table(const Results& r, const TableGroup& g, const std::string& what) {

@@ -3,7 +3,6 @@
 
 #include <dlfcn.h>
 
-#include <atomic>
 #include <string>
 
 #include "actlab/core/error.h"
@@ -13,10 +12,12 @@
 #define ACTLAB_CUBLAS_SYMBOL(fn) ACTLAB_CUBLAS_STRINGIFY(fn)
 #define ACTLAB_CUBLAS_STRINGIFY(fn) #fn
 
+// The one pointer type written by hand (cublas.h) must be the exported function's: this cast compiles
+// only if some declaration of cublasGemmStridedBatchedEx has exactly that type.
+static_assert(sizeof(static_cast<decltype(actlab::cuda::Cublas::gemm_strided_batched_ex)>(&cublasGemmStridedBatchedEx)) > 0);
+
 namespace actlab::cuda {
 namespace {
-
-std::atomic<bool> g_opened{false};
 
 void* open_library() {
   const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
@@ -53,9 +54,7 @@ Cublas open_cublas() {
   ACTLAB_CUBLAS_RESOLVE(status_name, cublasGetStatusName);
   ACTLAB_CUBLAS_RESOLVE(status_string, cublasGetStatusString);
 #undef ACTLAB_CUBLAS_RESOLVE
-  // Never closed: handles and kernels may live until the process ends.
-  g_opened = true;
-  return api;
+  return api;  // the library is never closed: handles and kernels may live until the process ends
 }
 
 }  // namespace
@@ -64,8 +63,6 @@ const Cublas& cublas() {
   static const Cublas api = open_cublas();  // a throw leaves it unset: the next call tries again
   return api;
 }
-
-bool cublas_opened() { return g_opened; }
 
 std::string cublas_status_text(cublasStatus_t status) {
   try {

@@ -36,9 +36,6 @@ struct Cublas {
 // neither opens or a function is missing.
 const Cublas& cublas();
 
-// Whether this process has opened cuBLAS through cublas() yet.
-bool cublas_opened();
-
 // "CUBLAS_STATUS_ALLOC_FAILED (resource allocation failed)" for an error message; "status 3" when the
 // library cannot be opened to name it.
 std::string cublas_status_text(cublasStatus_t status);
