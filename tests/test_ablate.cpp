@@ -1019,6 +1019,22 @@ TEST_CASE("ablate: a tiny Table 2(a) grid puts DIVISION beside Normal with its a
   CHECK(tables.find("Table 2(a), MobileNet-V2 on CIFAR-10 and CIFAR-100") != std::string::npos);
 }
 
+TEST_CASE("ablate: Table 2(a)'s two data sets share one note on the missing paper figures") {
+  GridOptions o;
+  o.tables = {"2a"};
+  const Grid g = make_grid(o);
+  testing::TempDir dir("ablate_2a_note");
+  write_reports(g, dir.path().string(), "actlab-ablate --table 2a");  // no cell run: every row "not run"
+  const std::string tables = read_all(dir.file("tables.md"));
+  INFO(tables);
+  CHECK(count_of(tables, "**MobileNetV2 · CIFAR-10**") == 1);
+  CHECK(count_of(tables, "**MobileNetV2 · CIFAR-100**") == 1);
+  CHECK(count_of(tables, "| Method | Policy | Test acc. (%) | Δ vs Normal |") == 2);
+  CHECK(count_of(tables, "are not in the reference this project works from") == 1);
+  // ... and under the table, after both groups.
+  CHECK(tables.find("are not in the reference") > tables.find("**MobileNetV2 · CIFAR-100**"));
+}
+
 TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP against Normal") {
   REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
   testing::TempDir dir("ablate_fig6");
