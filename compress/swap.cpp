@@ -48,15 +48,30 @@ std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const
     leaving_.push_back(s);
     leaving_bytes_ += static_cast<int64_t>(x.nbytes());
   }
-  const uint64_t step = ctx.stream >> 24;  // PackContext: (step << 24) | pack number
-  if (step != order_step_) {
+  // A new step starts a new order, and so does a pack after every earlier one was freed: a caller that
+  // numbers no steps (actlab.pack from Python, its PyTorch adapter) would otherwise add an entry per pack
+  // forever, each holding its state's memory through the weak reference, and a prefetch near the start of a
+  // step would walk all of them. A freed entry is never prefetched again, so dropping them changes nothing.
+  if (ctx.step != order_step_ || all_freed()) {
     order_.clear();
-    order_step_ = step;
+    order_step_ = ctx.step;
   }
   s->index = order_.size();
   order_.push_back(s);
   traffic_.bytes_out += static_cast<int64_t>(x.nbytes());
   return std::make_unique<PackedSwap>(std::move(s));
+}
+
+bool SwapPolicy::all_freed() const {
+  // From the newest: while forward packs, the newest entry is alive and this returns at once.
+  for (size_t k = order_.size(); k-- > 0;)
+    if (!order_[k].expired()) return false;
+  return true;
+}
+
+size_t SwapPolicy::ordered_saves() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return order_.size();
 }
 
 Tensor SwapPolicy::bring_back(const SwapState& s) {

@@ -86,9 +86,13 @@ class SwapPolicy final : public ActivationCachePolicy {
     int64_t bytes_out = 0, bytes_back = 0, prefetched = 0, fetched_on_demand = 0, out_waits = 0;
   };
   Traffic traffic() const;
+  // Entries of the prefetch order: the packs of the current step, or, for callers that number no steps,
+  // those since the last pack that found every earlier one freed.
+  size_t ordered_saves() const;
 
  private:
   void copy_thread();
+  bool all_freed() const;  // every entry of order_ expired (mutex_ held)
   void prefetch_before(size_t index) const;
   static Tensor bring_back(const SwapState& s);
   // GPU: queues the copy of s.host into a fresh device tensor (s.back, s.in). s.mutex held.
@@ -104,7 +108,7 @@ class SwapPolicy final : public ActivationCachePolicy {
   mutable std::condition_variable wake_;
   // Packs in the order forward made them (weak: a pack freed by backward or a cleared tape drops out).
   mutable std::vector<std::weak_ptr<SwapState>> order_;
-  mutable uint64_t order_step_ = ~uint64_t{0};             // the pack step order_ belongs to
+  mutable uint64_t order_step_ = ~uint64_t{0};             // the pack step order_ belongs to (PackContext::step)
   mutable std::deque<std::shared_ptr<SwapState>> queue_;  // waiting for the copy thread
   mutable std::deque<std::shared_ptr<SwapState>> leaving_;  // GPU saves whose copy out may still run
   mutable int64_t leaving_bytes_ = 0;                        // their device bytes

@@ -93,11 +93,15 @@ std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) 
   return it->second;
 }
 
-PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed, uint64_t stream, bool keep_sign) {
+PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed, uint64_t stream, bool keep_sign,
+             int min_bits) {
+  ACTLAB_CHECK(min_bits == 0 || min_bits == 1 || min_bits == 2 || min_bits == 4 || min_bits == 8,
+               "pack: min_bits must be 0 (the policy's own width), 1, 2, 4 or 8, got ", min_bits);
   const FloatArray a = float32_array(array, "pack");
   PyPacked p;
   p.policy = policy_of(policy);
   p.info = {"python", "input", true, ""};
+  p.info.min_bits = min_bits;
   MemTagScope tag(MemTag::ActivationPacked);  // exact's copy is what it keeps: tagged like every pack
   // exact keeps the tensor itself: a copy, so that later writes to the array cannot reach it.
   const Tensor x = p.policy->is_exact() ? tensor_from(a) : tensor_over(a);
@@ -263,12 +267,14 @@ PYBIND11_MODULE(_actlab, m) {
                " bytes>";
       });
   m.def("pack", &pack, py::arg("array"), py::arg("policy") = "division:B=8,Q=2", py::arg("seed") = 0,
-        py::arg("stream") = 0, py::arg("keep_sign") = false,
+        py::arg("stream") = 0, py::arg("keep_sign") = false, py::arg("min_bits") = 0,
         "Packs a float32 array (N, C, H, W) or any shape with the policy (other dtypes are a TypeError): "
         "stochastic rounding draws from Philox(seed, stream), so the same arguments give the same bytes as "
         "actlab's C++ and CUDA codecs. keep_sign: also keep a 1-bit mask of x > 0 (counted in nbytes), and "
-        "unpack gives 0 where it was clear and a positive value where it was set (what a ReLU output's "
-        "backward reads).");
+        "unpack gives 0 where it was clear (NaN stays NaN) and a positive value where it was set (what a ReLU "
+        "output's backward reads). min_bits: the fewest code bits a Q-bit policy may use for this array "
+        "(actlab's softmax probabilities take 8, since their backward's error counts relative to each "
+        "probability); 0 leaves the policy's own width.");
   m.def("unpack", &unpack, py::arg("packed"),
         "The float32 array the policy reconstructs, a new array each call (it owns actlab's buffer: no further copy).");
   m.def(
@@ -287,7 +293,7 @@ PYBIND11_MODULE(_actlab, m) {
         py::arg("classes") = 10, py::arg("seed") = 0,
         "One training step's memory on random data, as actlab-memtable measures it (docs/measures.md).");
   m.def(
-      "memory_stats", [] { return memory_stats().table(); }, "The allocator's table (bytes by tag) on the CPU.");
+      "memory_stats", [] { return memory_stats().table(); }, "The allocator's table (MiB by tag) on the CPU.");
   m.def("read_state_dict", &read_state_dict, py::arg("path"),
         "A safetensors state dict (actlab-train --export-weights writes one) as {name: numpy array}, every size "
         "and offset checked; torch.from_numpy of each value gives PyTorch's state dict.");

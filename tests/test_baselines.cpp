@@ -298,3 +298,26 @@ TEST_CASE("swap: bit-identical gradients, no device bytes kept for the offered s
   CHECK(error_of([] { parse_policy("swap:P=x"); }).find("bad policy") != std::string::npos);
   CHECK(error_of([] { parse_policy("swap:Q=2"); }).find("unknown parameter") != std::string::npos);
 }
+
+TEST_CASE("swap: a caller that numbers no steps (the Python adapter) keeps one step's order, not every pack's") {
+  const SwapPolicy policy(2);
+  const SaveInfo info{"python", "input", true, ""};
+  const Tensor x = Tensor::full({2, 3, 4, 4}, 1.5f);
+  for (int round = 0; round < 5; ++round) {
+    CAPTURE(round);
+    std::vector<std::unique_ptr<Packed>> packs;
+    for (uint64_t k = 0; k < 6; ++k) packs.push_back(policy.pack(x, info, {0, k}));  // step 0 every time
+    CHECK(policy.ordered_saves() == 6);  // this round's packs only: the earlier rounds' were all freed
+    for (size_t k = packs.size(); k-- > 0;) {  // backward: the newest first, each prefetching older ones
+      CHECK(bit_identical(policy.unpack(*packs[k], info), x));
+      packs[k].reset();
+    }
+  }
+  // While an earlier pack is alive, the order keeps it (it may still be prefetched).
+  const auto kept = policy.pack(x, info, {0, 0});
+  const auto next = policy.pack(x, info, {0, 1});
+  CHECK(policy.ordered_saves() == 2);
+  const SwapPolicy::Traffic t = policy.traffic();
+  CHECK(t.bytes_back == 5 * 6 * static_cast<int64_t>(x.nbytes()));
+  CHECK(t.prefetched > 0);
+}

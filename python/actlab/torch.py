@@ -11,8 +11,19 @@ What is packed: every float32 CPU tensor of two or more dimensions that autograd
 actlab's own networks keep as it is:
 - parameters, trainable or frozen, leaf tensors that require a gradient (weights held as plain tensors),
   and views of either (nn.Linear saves weight.t());
-- per-row statistics, tensors whose last dimension is 1 (LayerNorm's mean and rstd);
-- tensors that are not float32 or not on the CPU.
+- a normalization's statistics: tensors whose last dimension is 1 (LayerNorm's mean and rstd) and the
+  outputs after the first of a norm node (GroupNorm's (N, G) mean and rstd);
+- log-probabilities, the outputs of log_softmax (what cross_entropy saves): actlab's own loss keeps its
+  probabilities exact;
+- tensors that are not float32, not on the CPU, or not strided (sparse, MKL-DNN).
+A softmax output (and a product's save of it) is packed with codes of at least 8 bits (actlab.pack's
+min_bits), as actlab's attention keeps its probabilities: softmax's backward scales each gradient by the
+probability itself, so a 2-bit code of a small probability is off by about its own size.
+
+Saves are checked as PyTorch checks them: PyTorch skips its in-place modification check under saved-tensor
+hooks, so the unpack makes it instead, and a saved tensor changed in place after it was saved (while still
+alive) raises the RuntimeError PyTorch would have raised, rather than giving a gradient of other values.
+A channels_last tensor comes back channels_last, so the op's backward takes the path it takes without hooks.
 
 A ReLU output keeps its sign exactly (actlab.pack's keep_sign: a 1-bit mask beside the code; the decoded
 values are 0 where the output was and positive where it was not). ReLU's backward passes gradient where its saved output is > 0,
@@ -52,10 +63,30 @@ class SavedStats:
 
 
 class _Packed:
-    __slots__ = ("packed", "__weakref__")
+    __slots__ = ("packed", "source", "version", "memory_format", "__weakref__")
 
-    def __init__(self, packed):
+    def __init__(self, packed, source, memory_format):
         self.packed = packed
+        self.source = weakref.ref(source)  # for the in-place check; a weak reference keeps nothing alive
+        self.version = source._version
+        self.memory_format = memory_format
+
+
+class _Kept:
+    """A save kept as it is, with the version it had, for the in-place check."""
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, t):
+        self.tensor = t
+        self.version = t._version if t.layout == torch.strided else None
+
+
+def _check_version(t, saved_version):
+    if t is not None and saved_version is not None and t._version != saved_version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an inplace operation: "
+            "[%s %s] is at version %d; expected version %d instead (actlab.torch makes the check PyTorch skips "
+            "under saved-tensor hooks)" % (t.type(), list(t.shape), t._version, saved_version))
 
 
 def _is_weight(t):
@@ -63,18 +94,45 @@ def _is_weight(t):
     return t is not None and (isinstance(t, torch.nn.Parameter) or (t.requires_grad and t.grad_fn is None))
 
 
+def _node(t):
+    return type(t.grad_fn).__name__ if t.grad_fn is not None else ""
+
+
 def _kept_as_is(t):
-    if t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() < 2 or t.shape[-1] == 1:
+    if (t.layout != torch.strided or t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() < 2
+            or t.shape[-1] == 1):
         return True
-    return _is_weight(t) or _is_weight(t._base)
+    if _is_weight(t) or _is_weight(t._base):
+        return True
+    node = _node(t)
+    # A norm node's outputs after the first are its statistics (native_group_norm: y, mean, rstd).
+    return (t.output_nr > 0 and "Norm" in node) or node.startswith("LogSoftmaxBackward")
 
 
 def _is_relu_output(t):
-    return t.grad_fn is not None and type(t.grad_fn).__name__.startswith("ReluBackward")
+    return _node(t).startswith("ReluBackward")
+
+
+def _min_bits(t):
+    return 8 if _node(t).startswith("SoftmaxBackward") else 0  # autograd/functions.h: kProbabilityBits
+
+
+def _memory_format(t):
+    # The layout to hand back: channels_last when the tensor has it (and is not also plainly contiguous).
+    if t.is_contiguous():
+        return None
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+        return torch.channels_last_3d
+    return None
 
 
 @contextlib.contextmanager
 def saved_tensors(policy="division:B=8,Q=2", seed=None):
+    if seed is not None and not (isinstance(seed, int) and 0 <= seed < 2 ** 64):
+        raise ValueError("saved_tensors: seed must be an integer in [0, 2**64), got %r" % (seed,))
+    _actlab.expected_bytes(policy, [1, 1, 8, 8])  # a bad policy string fails here, not at the first save
     stats = SavedStats(seed=next(_block_seeds) if seed is None else seed)
     # (data_ptr, shape, strides, version) -> weak references to the tensor and its _Packed: weak, so that a
     # backward run inside the block frees each pack as autograd lets it go.
@@ -83,7 +141,7 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
     def pack_hook(t):
         if _kept_as_is(t):
             stats.kept_as_is += 1
-            return t
+            return _Kept(t)
         key = (t.data_ptr(), tuple(t.shape), t.stride(), t._version)
         earlier = packs.get(key)
         shared = earlier[1]() if earlier is not None and earlier[0]() is not None else None
@@ -92,14 +150,20 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
             return shared
         stats.packs += 1
         saved = _Packed(_actlab.pack(t.detach().contiguous().numpy(), policy, stats.seed, stats.packs,
-                                     keep_sign=_is_relu_output(t)))
+                                     keep_sign=_is_relu_output(t), min_bits=_min_bits(t)),
+                        t, _memory_format(t))
         stats.raw_bytes += t.numel() * 4
         stats.packed_bytes += saved.packed.nbytes
         packs[key] = (weakref.ref(t), weakref.ref(saved))
         return saved
 
     def unpack_hook(saved):
-        return torch.from_numpy(_actlab.unpack(saved.packed)) if isinstance(saved, _Packed) else saved
+        if isinstance(saved, _Kept):
+            _check_version(saved.tensor, saved.version)
+            return saved.tensor
+        _check_version(saved.source(), saved.version)
+        t = torch.from_numpy(_actlab.unpack(saved.packed))
+        return t if saved.memory_format is None else t.contiguous(memory_format=saved.memory_format)
 
     with torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook):
         yield stats

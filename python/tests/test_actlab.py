@@ -387,6 +387,89 @@ def the_adapter_keeps_weights_statistics_and_relu_signs_and_packs_a_shared_save_
     assert a3.seed == 7
 
 
+@case
+def the_adapter_keeps_norm_statistics_and_log_probabilities_and_codes_probabilities_at_8_bits():
+    if not torch_or_skip():
+        return
+    import torch
+    import torch.nn.functional as F
+    import actlab.torch as at
+    g = torch.Generator().manual_seed(2)
+    # GroupNorm saves its (N, G) mean and rstd: kept as they are, so with groups ~1000x apart in scale the
+    # input gradient is still close to exact (coded at 2 bits, they made it 98x the exact one's norm away).
+    scale = torch.logspace(-1.5, 1.5, 16).repeat_interleave(2).view(1, 32, 1, 1)
+    x = (torch.randn(4, 32, 16, 16, generator=g) * scale).requires_grad_(True)
+    up = torch.randn(4, 32, 16, 16, generator=g)
+    gn = torch.nn.GroupNorm(16, 32)
+    gn(x * 1.0).backward(up)
+    exact = x.grad.clone()
+    x.grad = None
+    with at.saved_tensors("division:B=8,Q=2") as st:
+        y = gn(x * 1.0)
+    y.backward(up)
+    assert st.packs == 1 and st.kept_as_is == 4, st  # the input packed; weight, bias, mean, rstd kept
+    assert float((x.grad - exact).norm() / exact.norm()) < 0.5
+    # cross_entropy saves log_softmax's output: kept, as actlab's own loss keeps its probabilities, so the
+    # logits' gradient is PyTorch's bit for bit even with 1000 classes.
+    z = (torch.randn(64, 1000, generator=g) * 3).requires_grad_(True)
+    labels = torch.randint(0, 1000, (64,), generator=g)
+    F.cross_entropy(z * 1.0, labels).backward()
+    exact = z.grad.clone()
+    z.grad = None
+    with at.saved_tensors("division:B=8,Q=2") as st:
+        loss = F.cross_entropy(z * 1.0, labels)
+    loss.backward()
+    assert torch.equal(z.grad, exact) and st.packs == 0, st
+    # A softmax's output is coded with 8-bit codes (quant:Q=2's pack of it is the 8-bit closed form).
+    s = torch.randn(8, 3, 16, 16, generator=g).requires_grad_(True)
+    with at.saved_tensors("quant:Q=2") as st:
+        p = torch.softmax(s * 1.0, -1)
+    assert st.packs == 1 and st.packed_bytes == actlab.expected_bytes("quant:Q=8", [8, 3, 16, 16]), st
+    q = actlab.pack(maps((8, 3, 16, 16)), "quant:Q=2", min_bits=8)
+    assert q.nbytes == actlab.expected_bytes("quant:Q=8", [8, 3, 16, 16])
+    expect_error(lambda: actlab.pack(maps((2, 2)), "quant:Q=2", min_bits=3), actlab.Error, "min_bits")
+
+
+@case
+def the_adapter_checks_in_place_changes_keeps_layouts_and_refuses_bad_arguments_at_once():
+    if not torch_or_skip():
+        return
+    import torch
+    import actlab.torch as at
+    g = torch.Generator().manual_seed(3)
+    # PyTorch skips its version check under saved-tensor hooks: the adapter makes it, for a save kept as it
+    # is (a 1-D tensor) and for a packed one whose tensor is still alive.
+    for shape, policy in (((5,), "exact"), ((4, 8), "division:B=8,Q=2")):
+        a = torch.randn(*shape, generator=g, requires_grad=True)
+        b = a * 2
+        with at.saved_tensors(policy):
+            c = b * b
+        b.add_(1.0)
+        expect_error(lambda: c.sum().backward(), RuntimeError, "modified by an inplace operation")
+    # Sparse and MKL-DNN tensors are kept as they are (their storage has no data pointer to pack).
+    sp = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2], [1, 0, 3]]), torch.tensor([1.0, 2.0, 3.0]), (3, 4))
+    w = torch.randn(4, 5, generator=g, requires_grad=True)
+    with at.saved_tensors("division:B=8,Q=2") as st:
+        out = torch.sparse.mm(sp, w * 1.0)
+    out.sum().backward()
+    assert torch.equal(w.grad, torch.sparse.mm(sp.t(), torch.ones(3, 5))) and st.kept_as_is >= 1, st
+    # A channels_last save comes back channels_last: batch norm's backward then takes its own path and the
+    # exact policy's gradients are PyTorch's bit for bit.
+    bn = torch.nn.BatchNorm2d(8)
+    x = torch.randn(4, 8, 6, 6, generator=g).to(memory_format=torch.channels_last).requires_grad_(True)
+    up = torch.randn(4, 8, 6, 6, generator=g).to(memory_format=torch.channels_last)
+    bn(x * 1.0).backward(up)
+    plain = x.grad.clone()
+    x.grad = None
+    with at.saved_tensors("exact"):
+        y = bn(x * 1.0)
+    y.backward(up)
+    assert torch.equal(x.grad, plain)
+    # A bad policy or seed fails when the block starts, not at its first save.
+    expect_error(lambda: at.saved_tensors("divison:B=8").__enter__(), actlab.Error, "divison")
+    expect_error(lambda: at.saved_tensors(seed=-1).__enter__(), ValueError, "seed")
+
+
 # ---------------------------------------------------------------- the models against torchvision's
 def write_safetensors(path, tensors):
     """A plain safetensors writer (numpy only: not actlab's): int64 tensors as I64, the rest as F32."""
