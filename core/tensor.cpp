@@ -37,6 +37,10 @@ void for_each_offset(const Shape& shape, const Shape& strides, int64_t offset, F
 }  // namespace
 
 int64_t shape_numel(const Shape& s) {
+  // A shape with a zero extent holds nothing, whatever the others are (and whatever their order: the
+  // product of the extents before the zero must not be refused as an overflow).
+  for (int64_t v : s)
+    if (v == 0) return 0;
   int64_t n = 1;
   // A size from a flag (a batch, an image size, a data set's length) can make the product wrap, and a
   // wrapped count allocates a small buffer that kernels then write past: refuse it here, for every caller.

@@ -85,6 +85,16 @@ TEST_CASE("tensor views share storage and index correctly") {
   CHECK(t.at({0, 0, 0}) != 7.f);
 }
 
+TEST_CASE("a shape's element count: zero with any zero extent, and refused past a 64-bit count") {
+  CHECK(shape_numel({}) == 1);
+  CHECK(shape_numel({2, 3, 4}) == 24);
+  // The zero decides, wherever it stands: the extents before it may not be refused as an overflow.
+  CHECK(shape_numel({int64_t{1} << 40, 0, 3}) == 0);
+  CHECK(shape_numel({3, int64_t{1} << 62, 0, 2}) == 0);
+  CHECK_THROWS_WITH_AS(shape_numel({int64_t{1} << 40, int64_t{1} << 40}), doctest::Contains("more elements than a 64-bit count"),
+                       Error);
+}
+
 TEST_CASE("randn has the requested moments and is reproducible") {
   PhiloxStream a(3), b(3);
   Tensor x = Tensor::randn({100000}, a, 1.5f, 2.0f);

@@ -116,6 +116,9 @@ def hostile_inputs_are_clear_errors_not_crashes_or_casts():
     for use in (lambda: actlab.unpack(empty), lambda: empty.nbytes, lambda: repr(empty)):
         expect_error(use, TypeError, "holds nothing")
     expect_error(lambda: actlab.expected_bytes("quant:Q=2", [-1, 4, 16, 16]), RuntimeError, "dimensions must be >= 0")
+    # 2^62 elements are 2^64 bytes of float32: refused, not wrapped to 0; a zero extent anywhere is 0 elements.
+    expect_error(lambda: actlab.expected_bytes("exact", [2 ** 31, 2 ** 31]), RuntimeError, "more bytes than")
+    assert actlab.expected_bytes("exact", [3, 2 ** 62, 0, 2]) == actlab.expected_bytes("exact", [2 ** 40, 0, 3, 3]) == 0
     expect_error(lambda: actlab.forward("resnet20", np.zeros((1, 3, 32, 16), np.float32)), RuntimeError, "must be square")
 
 
