@@ -80,9 +80,15 @@ void declare_flags(FlagParser& f) {
   f.add("throughput", "string", "", "--radar: bench_train --csv output (img/s per method)");
 }
 
+// A list flag given with nothing in it (a script's empty variable) is an error, not the preset's default.
 std::vector<std::string> list_flag(const FlagParser& f, const std::string& plural, const std::string& singular) {
-  std::vector<std::string> out = split_list(f.get(plural), ',');
-  for (const auto& v : split_list(f.get(singular), ',')) out.push_back(v);
+  std::vector<std::string> out;
+  for (const std::string& name : {plural, singular}) {
+    const std::vector<std::string> items = split_list(f.get(name), ',');
+    ACTLAB_CHECK(!f.given(name) || !items.empty(), "--", name, " names no ", singular,
+                 "; give one or more, separated by ',' (or leave it out for the preset's)");
+    out.insert(out.end(), items.begin(), items.end());
+  }
   return out;
 }
 
@@ -102,6 +108,8 @@ GridOptions grid_options(const FlagParser& f) {
   o.models = list_flag(f, "models", "model");
   o.datasets = list_flag(f, "datasets", "dataset");
   o.seeds.clear();
+  ACTLAB_CHECK(!f.given("seeds") || !split_list(f.get("seeds"), ',').empty(),
+               "--seeds names no seed; give one or more, separated by ',' (or leave it out for seed 0)");
   for (const auto& s : split_list(f.get("seeds"), ',')) {
     int64_t v = 0;
     ACTLAB_CHECK(parse_int(s, &v) && v >= 0, "--seeds needs non-negative integers below 2^63, got '", s, "'");

@@ -92,7 +92,13 @@ int main(int argc, char** argv) {
     const int64_t channels = positive(flags.get("channels"), "--channels");
     std::vector<int64_t> batches;
     for (const auto& b : split_list(pick("batches", t1a ? "64" : "128"), ',')) batches.push_back(positive(b, "batch size"));
-    for (const auto& m : models) min_image_size(m);  // an unknown name fails now, listing the known ones
+    // An unknown name fails now, listing the known ones, and so does an image size a model cannot take
+    // (the size checks of its constructor), not after minutes of the other models' cells.
+    for (const auto& m : models) {
+      const int64_t least = min_image_size(m);
+      ACTLAB_CHECK(image_size >= least, "--image-size ", image_size, " is too small for ", m, " (at least ", least, ")");
+      make_model({m, channels, classes, image_size});
+    }
     ACTLAB_CHECK(!models.empty() && !policies.empty() && !batches.empty(), "empty grid");
     const Precision precision = parse_precision(flags.get("precision"));
     std::vector<RunEntry> entries;
@@ -112,6 +118,7 @@ int main(int argc, char** argv) {
     check_writable(flags.get("out"), true, "--out file");
     check_writable(flags.get("csv"), true, "--csv file");
     check_writable(flags.get("by-kind"), true, "--by-kind file");
+    check_distinct_outputs({{flags.get("out"), "--out"}, {flags.get("csv"), "--csv"}, {flags.get("by-kind"), "--by-kind"}});
 
     std::ostringstream md, csv, kinds;
     kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";

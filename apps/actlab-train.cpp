@@ -41,6 +41,7 @@ TrainConfig effective_config(const FlagParser& flags) {
     }
   }
   c.resume = resume;
+  c.config_path = flags.get("config");
   c.summary_only = flags.given("summary") && flags.get_bool("summary");
   return c;
 }

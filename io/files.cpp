@@ -23,6 +23,9 @@ struct FdCloser {
   }
 };
 
+// The name write_file_atomic writes through before renaming (check_writable checks that it fits).
+std::string temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
 }  // namespace
 
 void write_all(int fd, const void* data, size_t n, const std::string& path) {
@@ -59,7 +62,7 @@ void write_file_atomic(const std::string& path_in, const std::function<void(int,
     ACTLAB_CHECK(S_ISREG(st.st_mode), "cannot write '", path_in, "': it exists and is not a regular file",
                  path != path_in ? " (the link points to '" + path + "')" : std::string());
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = temp_path(path);
   try {
     FdCloser fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
     ACTLAB_CHECK(fd.fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
@@ -104,6 +107,27 @@ void check_writable(const std::string& path, bool overwrite, const char* what) {
   ACTLAB_CHECK(fs::is_directory(dir), what, " '", path, "': directory '", dir.string(), "' does not exist");
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", path, "': directory '", dir.string(),
                "' is not writable");
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  const std::string tmp_name = fs::path(temp_path(path)).filename().string();
+  ACTLAB_CHECK(name_max <= 0 || static_cast<long>(tmp_name.size()) <= name_max, what, " '", path,
+               "': the name is too long (it is written through '", tmp_name, "', ", tmp_name.size(),
+               " characters; this file system allows ", name_max, ")");
+}
+
+std::string resolved_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
+
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].first.empty()) continue;
+    const std::string a = resolved_path(outputs[i].first);
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      ACTLAB_CHECK(outputs[j].first.empty() || resolved_path(outputs[j].first) != a, outputs[i].second, " and ",
+                   outputs[j].second, " name the same file '", outputs[i].first, "'");
+  }
 }
 
 std::vector<std::string> remove_stale_temp_files(const std::string& dir) {

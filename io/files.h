@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace actlab {
@@ -23,7 +24,15 @@ void write_all(int fd, const void* data, size_t n, const std::string& path);
 // Throws Error (naming `what` and `path`) unless `path` could be created: its directory exists and is
 // writable, it does not exist yet unless `overwrite`, and it is not a directory. An empty path (no
 // output asked for) passes. Apps call it before long work, so a bad output path fails at once.
+// Also checks that the temporary file's name (`<name>.tmp.<pid>`) fits the file system's name limit:
+// a name that does not would fail only when the file is written, after the work.
 void check_writable(const std::string& path, bool overwrite, const char* what);
+// The path with `.`, `..` and symbolic links resolved as far as it exists (the path as given where it
+// cannot be), so that two spellings of one file compare equal.
+std::string resolved_path(const std::string& path);
+// Throws Error naming both options when two of `outputs` ({path, option name}; empty paths skipped) name
+// one file: the second write would destroy the first without a word.
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);
 // Creates `dir` and its parents if needed and checks that it is a writable directory; Error names `what`,
 // the directory and the reason ("cannot create output directory '/proc/x': No such file or directory").
 void make_output_dir(const std::string& dir, const char* what);

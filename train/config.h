@@ -62,6 +62,7 @@ struct TrainConfig {
   bool quiet = false;
   std::string save_dir;                   // last.safetensors every epoch, best.safetensors on a new best
   std::string resume;                     // checkpoint to continue from (model, data set and its identity, batch, seed must match)
+  std::string config_path;                // the --config file this configuration was read from (an input: no output may name it)
   bool eval_only = false;                 // with resume or init_weights: evaluate those weights, no training
   // A plain state dict (train/checkpoint.h) to start a new run from: weights of another program or an
   // export of actlab's, checked name by name. Not with resume.

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "actlab/core/allocator.h"
@@ -16,6 +17,19 @@
 
 namespace actlab {
 
+namespace {
+constexpr const char* kCsvHeader =
+    "epoch,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,peak_mib,activation_mib,wall_s";
+}  // namespace
+
+bool is_epoch_log(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::string first;
+  if (!std::getline(in, first)) return true;  // empty
+  return first == kCsvHeader || first.rfind("{\"epoch\":", 0) == 0;
+}
+
 EpochLogger::EpochLogger(const std::string& path, bool append) : path_(path) {
   if (path.empty()) return;
   const std::string ext = path.size() >= 5 ? path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.')) : "";
@@ -24,7 +38,7 @@ EpochLogger::EpochLogger(const std::string& path, bool append) : path_(path) {
   ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path, "': ", std::strerror(errno));
   std::fseek(file_, 0, SEEK_END);
   if (!json_ && std::ftell(file_) == 0) {
-    std::fprintf(file_, "epoch,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,peak_mib,activation_mib,wall_s\n");
+    std::fprintf(file_, "%s\n", kCsvHeader);
     std::fflush(file_);
   }
 }
@@ -135,7 +149,7 @@ void print_summary(const TrainSummary& s, const TrainConfig& c) {
   std::printf("summary: %s, %s, policy %s: test accuracy %.2f%% after %lld epoch%s (%lld step%s), "
               "median %s, peak memory %s, activation memory %s, wall %.1f s\n",
               c.model.c_str(), s.data_note.c_str(), s.policy.c_str(), s.final_test_acc,
-              static_cast<long long>(s.epochs.size()), s.epochs.size() == 1 ? "" : "s", static_cast<long long>(s.steps),
+              static_cast<long long>(s.epochs_done()), s.epochs_done() == 1 ? "" : "s", static_cast<long long>(s.steps),
               s.steps == 1 ? "" : "s", rate_text(s.median_img_per_s).c_str(),
               format_bytes(s.peak_bytes).c_str(), format_bytes(s.activation_bytes).c_str(), s.wall_s);
   if (Device::parse(c.device).is_cuda())  // the caching allocator holds more than is live: say how much the run took from the device
@@ -212,7 +226,7 @@ std::string summary_to_json(const TrainSummary& s, const TrainConfig& c) {
       .field("data", s.data_note)
       .field("interrupted", s.interrupted)
       .field("diverged", s.diverged)
-      .field("epochs_done", static_cast<int64_t>(s.epochs.size()))
+      .field("epochs_done", s.epochs_done())
       .field("steps", s.steps)
       .field("final_test_acc", s.final_test_acc)
       .field("final_test_loss", s.final_test_loss)

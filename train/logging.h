@@ -14,6 +14,10 @@
 
 namespace actlab {
 
+// Whether `path` holds an epoch log (EpochLogger's): empty, or its first line is the CSV header or a JSON
+// row with an "epoch" field first. What a resumed run may append to without --overwrite.
+bool is_epoch_log(const std::string& path);
+
 class EpochLogger {
  public:
   // path empty: no log. ".jsonl"/".json" → JSON lines, anything else → CSV. append (a resumed run):

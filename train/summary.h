@@ -19,6 +19,8 @@ struct EpochRow {
 
 struct TrainSummary {
   std::vector<EpochRow> epochs;
+  int64_t epochs_before = 0;  // epochs a resumed run's checkpoint had done: epochs_done() counts them too
+  int64_t epochs_done() const { return epochs_before + static_cast<int64_t>(epochs.size()); }
   double final_test_acc = 0;
   double median_img_per_s = 0;
   int64_t peak_bytes = 0;

@@ -155,23 +155,16 @@ void check_distinct_files(const TrainConfig& c) {
     outputs.push_back({(std::filesystem::path(c.save_dir) / "last.safetensors").string(), "--save-dir's last.safetensors"});
     outputs.push_back({(std::filesystem::path(c.save_dir) / "best.safetensors").string(), "--save-dir's best.safetensors"});
   }
-  const std::vector<std::pair<std::string, std::string>> inputs = {{c.resume, "--resume"},
-                                                                   {c.init_weights, "--init-weights"}};
-  const auto resolved = [](const std::string& path) {
-    std::error_code ec;
-    const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
-    return ec ? path : p.string();
-  };
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].first.empty()) continue;
-    const std::string a = resolved(outputs[i].first);
-    for (size_t j = i + 1; j < outputs.size(); ++j)
-      ACTLAB_CHECK(outputs[j].first.empty() || resolved(outputs[j].first) != a, outputs[i].second, " and ",
-                   outputs[j].second, " name the same file '", outputs[i].first, "'");
+  check_distinct_outputs(outputs);
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {c.resume, "--resume"}, {c.init_weights, "--init-weights"}, {c.config_path, "--config"}};
+  for (const auto& [output, what] : outputs) {
+    if (output.empty()) continue;
+    const std::string a = resolved_path(output);
     for (const auto& [path, name] : inputs) {
-      const bool own_checkpoint = name == "--resume" && outputs[i].second.rfind("--save-dir", 0) == 0;
-      ACTLAB_CHECK(path.empty() || own_checkpoint || resolved(path) != a, outputs[i].second, " names the file ",
-                   name, " reads ('", path, "'): it would be overwritten");
+      const bool own_checkpoint = name == "--resume" && what.rfind("--save-dir", 0) == 0;
+      ACTLAB_CHECK(path.empty() || own_checkpoint || resolved_path(path) != a, what, " names the file ", name,
+                   " reads ('", path, "'): it would be overwritten");
     }
   }
 }
@@ -233,13 +226,19 @@ void validate(const TrainConfig& c) {
                c.data_workers);
   PolicySet set = parse_policy_set(c.policy);
   for (const auto& r : c.policy_rules) set.add_rule(r);
-  check_writable(c.log_file, c.overwrite || !c.resume.empty(), "log file");  // a resumed run appends
+  check_distinct_files(c);  // first: an output on a file the run reads says so, whatever else is wrong with it
+  // A resumed run appends to its log and rewrites the log's side file: allowed where the log is an epoch
+  // log already (a file of other content is refused as for a new run).
+  const bool own_log = !c.resume.empty() && !c.log_file.empty() && is_epoch_log(c.log_file);
+  ACTLAB_CHECK(c.resume.empty() || c.overwrite || c.log_file.empty() || !std::filesystem::exists(c.log_file) || own_log,
+               "log file '", c.log_file, "' exists and is not an epoch log (a resumed run appends to its own); "
+               "pass --overwrite to replace it or choose another name");
+  check_writable(c.log_file, c.overwrite || own_log, "log file");
   if (!c.log_file.empty())  // written beside the log at start, rewritten by a resumed run
-    check_writable(c.log_file + ".config.txt", c.overwrite || !c.resume.empty(), "log's configuration file");
+    check_writable(c.log_file + ".config.txt", c.overwrite || own_log, "log's configuration file");
   check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
   check_writable(c.summary_json, true, "summary file");  // rewritten at the end of every (resumed) run
   check_writable(c.export_weights, true, "--export-weights file");  // before training, not after
-  check_distinct_files(c);
 }
 
 // ---------------------------------------------------------------- stop requests
@@ -429,6 +428,7 @@ void Run::restore() {
   ACTLAB_CHECK(c_.eval_only || st.epoch < c_.epochs, "checkpoint '", c_.resume, "' has already completed ", st.epoch,
                " of ", c_.epochs, " epochs; raise --epochs to train further");
   first_epoch_ = st.epoch;
+  summary_.epochs_before = st.epoch;
   resume_step_ = st.step_in_epoch;
   global_step_ = st.global_step;
   // The stored sums are the whole job's (gather_epoch_sums before the save): rank 0 carries them on.
@@ -939,8 +939,14 @@ void prepare_save_dir(const TrainConfig& c, bool lead) {
     for (const auto& stale : remove_stale_temp_files(c.save_dir))
       std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";
-  ACTLAB_CHECK(!c.resume.empty() || c.overwrite || !fs::exists(last), "'", last.string(),
-               "' already exists; pass --resume ", last.string(), " to continue that run, or --overwrite");
+  if (c.overwrite || !fs::exists(last)) return;
+  ACTLAB_CHECK(!c.resume.empty(), "'", last.string(), "' already exists; pass --resume ", last.string(),
+               " to continue that run, or --overwrite");
+  // A resumed run replaces its own checkpoints; a --save-dir holding another run's is refused as above.
+  const std::string from = resolved_path(c.resume);
+  ACTLAB_CHECK(from == resolved_path(last.string()) || from == resolved_path((fs::path(c.save_dir) / "best.safetensors").string()),
+               "'", last.string(), "' already exists and is not the checkpoint being resumed ('", c.resume,
+               "'); pass --overwrite to replace it, or a --save-dir of its own");
 }
 
 }  // namespace

@@ -61,6 +61,16 @@ check "inspect --policy-rule malformed" "bad --policy-rule 'nope': expected MODU
   actlab-inspect --model mlp --out "$work/i" --policy-rule nope
 check "memtable unknown model, late in the list" "unknown model 'resnet7'" \
   actlab-memtable --models mlp,resnet7 --batches 2 --image-size 8 --channels 1 --policies exact
+check "memtable --out and --csv on one file" "--out and --csv name the same file" \
+  actlab-memtable "${tiny_mem[@]}" --out "$work/same.txt" --csv "$work/./same.txt"
+check "memtable image too small for a later model" "--image-size 2 is too small for resnet20" \
+  actlab-memtable --models mlp,resnet20 --batches 2 --image-size 2 --channels 1 --policies exact
+check "memtable image size a later ViT cannot take" "image size 6 is not a multiple of the patch size 4" \
+  actlab-memtable --models mlp,vit_tiny_cifar --batches 2 --image-size 6 --channels 1 --policies exact
+check "ablate --models empty"         "--models names no model" \
+  actlab-ablate --dry-run --policies exact --models '' --out "$work/abx"
+check "ablate --seeds empty"          "--seeds names no seed" \
+  actlab-ablate --dry-run --policies exact --models mlp --seeds '' --out "$work/abx"
 check "memtable batch past int64"     "bad batch size '99999999999999999999'" \
   actlab-memtable --models mlp --batches 99999999999999999999 --image-size 8 --channels 1 --policies exact
 late=1 check "memtable elements past int64" "has more elements than a 64-bit count holds" \

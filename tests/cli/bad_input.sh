@@ -225,6 +225,22 @@ check "export over --init-weights" "export-weights names the file --init-weights
   "${tiny[@]}" --init-weights "$ckpt/last.safetensors" --export-weights "$ckpt/last.safetensors" --eval-only
 check "log's side file exists"  "configuration file .*side.csv.config.txt' already exists" \
   --dataset synthetic --log "$work/side.csv"
+# The --config file is an input: no output may replace it.
+printf 'dataset = synthetic\nsynthetic-size = 64\nbatch-size = 32\nmodel = mlp\nthreads = 1\n' > "$work/run.conf"
+protected+=("$work/run.conf")
+sums_before=$(md5sum "${protected[@]}")
+check "summary over --config"   "summary-json names the file --config reads" --config "$work/run.conf" --summary-json "$work/run.conf"
+check "export over --config"    "export-weights names the file --config reads" --config "$work/run.conf" --export-weights "$work/run.conf"
+# A resume replaces its own checkpoints and appends to its own log, nobody else's.
+"$bin" "${tiny[@]}" --save-dir "$work/other" --seed 2 --quiet || { echo "FAIL: could not create the second run"; exit 1; }
+protected+=("$work/other/last.safetensors")
+sums_before=$(md5sum "${protected[@]}")
+check "resume into another run's save dir" "other/last.safetensors' already exists and is not the checkpoint being resumed" \
+  --resume "$ckpt/last.safetensors" --save-dir "$work/other" --epochs 3
+check "resume appending to a file that is no log" "log file .*existing.csv' exists and is not an epoch log" \
+  --resume "$ckpt/last.safetensors" --epochs 3 --log "$log"
+# A name whose temporary file (<name>.tmp.<pid>) would pass the file system's limit fails before training.
+check "output name too long"    "the name is too long" "${tiny[@]}" --export-weights "$work/$(printf 'c%.0s' $(seq 248))"
 if [ "$(id -u)" -ne 0 ]; then  # root may write anywhere: the mode bits would not stop it
   mkdir -p "$work/readonly" && chmod 555 "$work/readonly"
   check "read-only save dir"    "not writable"                     "${tiny[@]}" --save-dir "$work/readonly/run"

@@ -43,7 +43,9 @@ for sig in INT TERM; do
   [ "$rc" -eq "$want" ] || fail "SIG$sig run exited $rc, expected $want"
   grep -Eq "interrupted at epoch [0-9]+ step [0-9]+; resume with: actlab-train --resume $work/$sig/last.safetensors" \
     "$work/$sig.err" || fail "SIG$sig: no resume hint; stderr: $(cat "$work/$sig.err")"
-  "$bin" --resume "$work/$sig/last.safetensors" --quiet || fail "resume after SIG$sig failed"
+  "$bin" --resume "$work/$sig/last.safetensors" --quiet --summary-json "$work/$sig.json" || fail "resume after SIG$sig failed"
+  # The summary counts the run's epochs, those done before the interruption included.
+  grep -q '"epochs_done": 3' "$work/$sig.json" || fail "SIG$sig: the resumed run's summary does not count 3 epochs: $(grep epochs_done "$work/$sig.json")"
   data_of "$work/$sig/last.safetensors" | cmp -s - "$work/full.data" || fail "SIG$sig + resume differs from the uninterrupted run"
   [ "$(epoch_of "$work/$sig/last.safetensors")" = 3 ] || fail "SIG$sig: the resumed run did not finish epoch 3"
 done
