@@ -91,6 +91,8 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   auto entry = std::make_shared<PackedEntry>();
   entry->policy = policy;
   entry->info = info;
+  entry->source = t.storage();
+  entry->source_version = t.storage()->version();
   const PackContext ctx{t_state.seed, (t_state.step << 24) | (t_state.packs_this_step++ & 0xFFFFFF), t_state.step};
   const auto start = Clock::now();
   if (policy->is_exact()) {
@@ -121,8 +123,18 @@ void SavedTensor::observe_gradient_sensitivity(const GradientSensitivity& s) con
   if (entry_ != nullptr) entry_->policy->observe_gradient_sensitivity(entry_->info, s);
 }
 
-Tensor SavedTensor::unpack() const {
+const PackedEntry& SavedTensor::checked_entry() const {
   ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
+  if (const std::shared_ptr<Storage> source = entry_->source.lock())
+    ACTLAB_CHECK(source->version() == entry_->source_version, "a tensor saved for backward by ", info_.op,
+                 info_.module_path.empty() ? std::string() : " (" + info_.module_path + ")",
+                 " was modified in place after it was saved (version ", source->version(), ", saved at ",
+                 entry_->source_version, "): backward would compute its gradients from other values");
+  return *entry_;
+}
+
+Tensor SavedTensor::unpack() const {
+  checked_entry();
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack(*entry_->packed, info_);
   if (!entry_->policy->is_exact() && recorded_)
@@ -131,12 +143,12 @@ Tensor SavedTensor::unpack() const {
 }
 
 Tensor SavedTensor::unpack_bf16() const {
-  ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
+  checked_entry();
   return entry_->policy->unpack_bf16(*entry_->packed, info_);
 }
 
 Tensor SavedTensor::unpack_blocked(int channel_block) const {
-  ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
+  checked_entry();
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack_blocked(*entry_->packed, info_, channel_block);
   if (t.defined() && recorded_)
@@ -179,7 +191,7 @@ class TimedChannelReader final : public ChannelReader {
 }  // namespace
 
 std::unique_ptr<ChannelReader> SavedTensor::channel_reader() const {
-  ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
+  checked_entry();
   std::unique_ptr<ChannelReader> reader = entry_->policy->channel_reader(*entry_->packed, info_);
   if (!reader || !recorded_) return reader;
   return std::make_unique<TimedChannelReader>(std::move(reader), info_);

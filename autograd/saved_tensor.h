@@ -13,6 +13,11 @@ struct PackedEntry {
   std::unique_ptr<Packed> packed;
   const ActivationCachePolicy* policy = nullptr;  // owned by the PolicySet in force (outlives the step)
   SaveInfo info;  // of the first consumer (module path, op)
+  // The saved tensor's storage and its version at the save: an unpack while it lives at another version
+  // (an in-place write between forward and backward) is an Error, not a gradient of other values. Weak, so
+  // that a lossy pack does not keep the tensor it replaced alive.
+  std::weak_ptr<Storage> source;
+  uint64_t source_version = 0;
 };
 
 class SavedTensor {
@@ -35,6 +40,8 @@ class SavedTensor {
   void observe_gradient_sensitivity(const GradientSensitivity& s) const;
   bool defined() const { return entry_ != nullptr; }
  private:
+  // The entry, after checking that its source was not written in place since the save.
+  const PackedEntry& checked_entry() const;
   std::shared_ptr<PackedEntry> entry_;
   SaveInfo info_;
   // In CacheStats. A checkpoint's recomputed saves are not: the report and the memory table describe

@@ -41,6 +41,33 @@ TEST_CASE("a tensor used twice accumulates both gradients") {
   for (size_t i = 0; i < once.size(); ++i) CHECK(twice[i] == doctest::Approx(2 * once[i]));
 }
 
+TEST_CASE("a saved tensor written in place before backward is an error, not a gradient of other values") {
+  for (const bool write_weight : {false, true}) {
+    CAPTURE(write_weight);
+    Variable w = param({3, 4}, 5);
+    PhiloxStream rng(6);
+    Tensor x = Tensor::randn({2, 4}, rng);
+    Variable out = linear(Variable(x), w, Variable());  // saves x (for w's gradient) and w (for x's)
+    if (write_weight) w.data().mul_(3.f);
+    else x.mul_(2.f);
+    CHECK_THROWS_WITH_AS(backward(out, Tensor::full({2, 3}, 1.f)), doctest::Contains("modified in place after it was saved"),
+                         Error);
+    Tape::current().clear();
+  }
+  // A pack that copied the tensor is checked too while the tensor lives; one it outlived is not.
+  Variable w = param({3, 4}, 7);
+  PhiloxStream rng(8);
+  Tensor x = Tensor::randn({2, 4}, rng);
+  {
+    const PolicySet set(parse_policy("quant:Q=8"));
+    ActivationCacheScope scope(set);
+    Variable out = linear(Variable(x), w, Variable());
+    x.fill_(1.f);
+    CHECK_THROWS_WITH_AS(backward(out, Tensor::full({2, 3}, 1.f)), doctest::Contains("modified in place"), Error);
+    Tape::current().clear();
+  }
+}
+
 TEST_CASE("gradients accumulate across backward calls until zero_grad") {
   Variable x = param({4}, 4);
   backward(relu(add(x, x)), Tensor::full({4}, 1.f));
