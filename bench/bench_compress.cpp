@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
     const int64_t batch = flags.get_int("batch");
     const int reps = static_cast<int>(flags.get_int("reps")), threads = static_cast<int>(flags.get_int("threads"));
     ACTLAB_CHECK(batch >= 1 && reps >= 1 && threads >= 1, "--batch, --reps and --threads must be >= 1");
+    ACTLAB_CHECK(!split_list(policies, ';').empty(), "--policies is empty; give e.g. 'division:B=8,Q=2;quant:Q=2'");
     ACTLAB_CHECK(flags.get("clock") == "wall" || flags.get("clock") == "cpu", "--clock: wall or cpu, got '",
                  flags.get("clock"), "'");
     g_cpu_clock = flags.get("clock") == "cpu";

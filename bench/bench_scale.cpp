@@ -240,7 +240,9 @@ int main(int argc, char** argv) {
     std::vector<int64_t> ranks, globals;
     for (const auto& r : split_list(flags.get("ranks"), ',')) ranks.push_back(std::stoll(r));
     for (const auto& g : split_list(flags.get("global-batches"), ',')) globals.push_back(std::stoll(g));
+    ACTLAB_CHECK(!ranks.empty() && !globals.empty(), "--ranks and --global-batches each need one or more counts");
     for (int64_t n : ranks) ACTLAB_CHECK(n >= 1, "--ranks must be >= 1, got ", n);
+    for (int64_t g : globals) ACTLAB_CHECK(g >= 1, "--global-batches must be >= 1, got ", g);
     const std::vector<Link> links = parse_links(flags.get("links"));
     const double swin_ratio = flags.get_float("swin-ratio"), speedup = flags.get_float("gpu-speedup");
     ACTLAB_CHECK(swin_ratio > 0 && speedup > 0, "--swin-ratio and --gpu-speedup must be > 0");

@@ -44,6 +44,10 @@ PolicySet::PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy
 
 void PolicySet::add_rule(const std::string& pattern, std::shared_ptr<const ActivationCachePolicy> policy) {
   ACTLAB_CHECK(!pattern.empty(), "empty module pattern in a policy rule");
+  ACTLAB_CHECK(policy != nullptr, "policy rule '", pattern, "' has no policy");
+  // describe() joins the rules with '|' and '=': a pattern holding either would not read back.
+  ACTLAB_CHECK(pattern.find_first_of("|=") == std::string::npos, "module pattern '", pattern,
+               "' holds '|' or '=', which separate the rules of a policy string");
   rules_.push_back({pattern, pattern.find('/') != std::string::npos, std::move(policy)});
 }
 

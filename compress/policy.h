@@ -3,6 +3,7 @@
 // and CacheStats (per module path: raw, packed and closed-form bytes, pack/unpack time).
 // Tested in tests/test_policies.cpp.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -223,14 +224,14 @@ class CacheStats {
                    int64_t bytes_packed, int64_t bytes_expected, double seconds);
   void record_unpack(const SaveInfo& info, double seconds);
   void reset();
-  void set_enabled(bool on) { enabled_ = on; }
-  bool enabled() const { return enabled_; }
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   std::vector<CacheEntryStats> entries() const;  // in first-seen order
   int64_t total_raw() const;
   int64_t total_packed() const;
   int64_t total_expected() const;
  private:
-  bool enabled_ = true;
+  std::atomic<bool> enabled_{true};  // read by packs on any thread, outside the mutex
   std::vector<CacheEntryStats> entries_;
   std::map<std::string, size_t> index_;  // module_path + "/" + op + "/" + role -> entries_ slot
 };

@@ -65,7 +65,7 @@ std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const
 bool SwapPolicy::all_freed() const {
   // From the newest: while forward packs, the newest entry is alive and this returns at once.
   for (size_t k = order_.size(); k-- > 0;)
-    if (!order_[k].expired()) return false;
+    if (const std::shared_ptr<SwapState> s = order_[k].lock(); s && !s->released.load()) return false;
   return true;
 }
 

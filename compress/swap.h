@@ -27,6 +27,7 @@
 // Whether the copies really hide behind the kernels is measured on a GPU
 // (scripts/gpu-check.sh: bench_cuda's swap rows).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -54,11 +55,15 @@ struct SwapState {
   // into `back`, which the unpack orders the compute stream behind.
   CopyFence out, in;
   Tensor leaving;
+  // The pack that owns this state was destroyed (backward is done with it). The copy thread may hold the
+  // state a moment longer, so a freed pack is told by this flag, not by its weak reference expiring.
+  std::atomic<bool> released{false};
 };
 
 class PackedSwap final : public Packed {
  public:
   explicit PackedSwap(std::shared_ptr<SwapState> s) : state_(std::move(s)) {}
+  ~PackedSwap() override { state_->released.store(true); }
   size_t nbytes() const override { return 0; }  // nothing stays on the device
   const Shape& shape() const override { return state_->host.shape(); }
   const std::shared_ptr<SwapState>& state() const { return state_; }
@@ -92,7 +97,7 @@ class SwapPolicy final : public ActivationCachePolicy {
 
  private:
   void copy_thread();
-  bool all_freed() const;  // every entry of order_ expired (mutex_ held)
+  bool all_freed() const;  // every entry of order_ released by its pack (mutex_ held)
   void prefetch_before(size_t index) const;
   static Tensor bring_back(const SwapState& s);
   // GPU: queues the copy of s.host into a fresh device tensor (s.back, s.in). s.mutex held.

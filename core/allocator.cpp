@@ -328,6 +328,7 @@ void empty_cache(Device device) {
 }
 
 void set_memory_limit(Device device, int64_t bytes) {
+  ACTLAB_CHECK(bytes >= 0, "memory limit must be >= 0 bytes (0: none), got ", bytes);
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.state(device).limit = bytes;

@@ -243,6 +243,8 @@ Tensor Tensor::view(const Shape& shape) const {
       ACTLAB_CHECK(infer < 0, "view: more than one -1 in ", shape_str(shape));
       infer = static_cast<int64_t>(i);
     } else {
+      // Two negative extents multiply to a positive count: each must be checked on its own.
+      ACTLAB_CHECK(s[i] >= 0, "view: negative size ", s[i], " in ", shape_str(shape), " (only -1, inferred, may be)");
       known *= s[i];
     }
   }

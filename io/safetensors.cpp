@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <set>
 
 #include "actlab/core/error.h"
 #include "actlab/io/checksum.h"
@@ -73,14 +74,22 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   NamedTensors cpu;
   cpu.reserve(tensors.size());
   uint64_t checksum = fnv1a64(nullptr, 0), data_bytes = 0;
+  // What read_safetensors refuses is refused here too, before anything is written: a file this writes
+  // must read back.
+  std::set<std::string> names;
   for (const auto& t : tensors) {
     ACTLAB_CHECK(t.second.defined(), "checkpoint tensor '", t.first, "' is undefined");
     ACTLAB_CHECK(t.first != "__metadata__" && !t.first.empty(), "bad checkpoint tensor name '", t.first, "'");
+    ACTLAB_CHECK(names.insert(t.first).second, "checkpoint tensor name '", t.first, "' given twice");
     Tensor x = t.second.to(Device::cpu()).contiguous();
     checksum = fnv1a64(x.raw_data(), x.nbytes(), checksum);
     data_bytes += x.nbytes();
     cpu.emplace_back(t.first, std::move(x));
   }
+  std::set<std::string> keys;
+  for (const auto& [key, value] : metadata)
+    ACTLAB_CHECK(key != "checksum" && key != "data_bytes" && keys.insert(key).second, "checkpoint metadata key '", key,
+                 key == "checksum" || key == "data_bytes" ? "' is the writer's own" : "' given twice");
   Metadata meta = metadata;
   meta.emplace_back("checksum", hex64(checksum));
   meta.emplace_back("data_bytes", std::to_string(data_bytes));

@@ -91,7 +91,9 @@ class ObserverScope {
   ForwardObserver* previous_;
 };
 
-// The random stream parameters are initialised from (seed it once per run for reproducibility).
+// The random stream parameters are initialised from (seed it once per run for reproducibility). One per
+// process, not per thread: build models on one thread at a time (two threads building at once race on it,
+// and neither model's weights are then reproducible).
 PhiloxStream& init_rng();
 void seed_init(uint64_t seed);
 // N(0, std²) truncated to ±2σ by redrawing, from init_rng() (timm's trunc_normal_, used by the transformer

@@ -21,8 +21,9 @@ struct ModelSpec {
 };
 
 // Builds the named model. Throws, listing every name, for an unknown name; throws for a spec the model
-// cannot take (channels/classes < 1, or an image so small that a stride-2 layer would see a 1×1 map —
-// see min_image_size()).
+// cannot take (channels < 1, classes < 2, or an image so small that a stride-2 layer would see a 1×1 map —
+// see min_image_size()). Its weights are drawn from the process-wide init_rng() (layers/module.h): call it
+// from one thread at a time.
 std::shared_ptr<Module> make_model(const ModelSpec& spec);
 // Whether the named model (one of model_names()) takes ModelSpec::drop_path, and which models do, as
 // "vit_tiny_cifar and swin_t" for messages.

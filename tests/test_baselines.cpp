@@ -146,6 +146,9 @@ TEST_CASE("checkpoint forms: parse_policy_set reads segments, auto, +POLICY and 
     CHECK(error_of([&] { parse_policy_set(bad); }).find("bad policy") != std::string::npos);
   }
   CHECK(error_of([&] { rules.add_rule("layer1.*=checkpoint:segments=2"); }).find("bare word") != std::string::npos);
+  // A rule with no policy, or a pattern holding the policy string's own separators, is refused at once.
+  CHECK(error_of([&] { rules.add_rule("x", nullptr); }).find("has no policy") != std::string::npos);
+  CHECK(error_of([&] { rules.add_rule("a|b", parse_policy("exact")); }).find("holds '|' or '='") != std::string::npos);
 }
 
 TEST_CASE("checkpoint plans: blocks of the zoo, segments of consecutive blocks, the last left plain") {

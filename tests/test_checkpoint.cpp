@@ -202,6 +202,20 @@ TEST_CASE("checkpoint: corrupt, truncated, garbage and foreign files are refused
         std::string::npos);
 }
 
+TEST_CASE("safetensors: what the reader refuses the writer refuses, before writing") {
+  TempDir dir("st_refused");
+  const std::string path = dir.file("x.safetensors");
+  CHECK_THROWS_WITH_AS(write_safetensors(path, {{"a", Tensor::zeros({1})}, {"a", Tensor::zeros({2})}}, {}),
+                       doctest::Contains("'a' given twice"), Error);
+  CHECK_THROWS_WITH_AS(write_safetensors(path, {{"a", Tensor::zeros({1})}}, {{"checksum", "0000"}}),
+                       doctest::Contains("'checksum' is the writer's own"), Error);
+  CHECK_THROWS_WITH_AS(write_safetensors(path, {{"a", Tensor::zeros({1})}}, {{"k", "1"}, {"k", "2"}}),
+                       doctest::Contains("'k' given twice"), Error);
+  CHECK_FALSE(std::filesystem::exists(path));
+  write_safetensors(path, {{"a", Tensor::zeros({1})}, {"b", Tensor::zeros({2})}}, {{"k", "1"}});
+  CHECK(read_safetensors(path).tensors.size() == 2);
+}
+
 TEST_CASE("checkpoint: a failed write leaves the previous file untouched and no temp file") {
   TempDir dir("atomic");
   seed_init(0);

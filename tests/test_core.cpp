@@ -95,6 +95,13 @@ TEST_CASE("a shape's element count: zero with any zero extent, and refused past 
                        Error);
 }
 
+TEST_CASE("view refuses a negative size other than the one inferred -1") {
+  const Tensor t = Tensor::zeros({2, 3});
+  CHECK(t.view({3, -1}).shape() == Shape{3, 2});
+  CHECK_THROWS_WITH_AS(t.view({-2, -3}), doctest::Contains("negative size -2"), Error);
+  CHECK_THROWS_WITH_AS(t.view({-1, -6}), doctest::Contains("negative size -6"), Error);
+}
+
 TEST_CASE("randn has the requested moments and is reproducible") {
   PhiloxStream a(3), b(3);
   Tensor x = Tensor::randn({100000}, a, 1.5f, 2.0f);
@@ -141,6 +148,7 @@ TEST_CASE("the allocator accounts every byte by tag, peak and limit") {
   set_memory_limit(Device::cpu(), 0);
   CHECK(memory_stats().oom_count == base.oom_count + 1);
   CHECK(memory_stats().total.current == base.total.current);
+  CHECK_THROWS_WITH_AS(set_memory_limit(Device::cpu(), -5), doctest::Contains("memory limit must be >= 0"), Error);
 }
 
 TEST_CASE("retag moves bytes between tags - Buffer frees on scope exit") {

@@ -52,6 +52,17 @@ struct AdamwRef {
   }
 };
 
+TEST_CASE("an optimizer refuses an undefined parameter and one listed twice") {
+  const Variable w(Tensor::zeros({2}), true);
+  CHECK_THROWS_WITH_AS(Sgd({w, Variable()}, SgdOptions{}), doctest::Contains("parameter 1 is an undefined Variable"), Error);
+  CHECK_THROWS_WITH_AS(AdamW({w, w}, AdamwOptions{}), doctest::Contains("parameter 1 is listed twice"), Error);
+  // A schedule's rate is checked as the constructor's is.
+  Sgd sgd({w}, SgdOptions{});
+  CHECK_THROWS_WITH_AS(sgd.set_lr(-1.f), doctest::Contains("learning rate must be >= 0"), Error);
+  AdamW adamw({w}, AdamwOptions{});
+  CHECK_THROWS_WITH_AS(adamw.set_lr(NAN), doctest::Contains("learning rate must be >= 0"), Error);
+}
+
 TEST_CASE("AdamW follows torch.optim.AdamW: decoupled decay, bias correction, a count per parameter") {
   const float lr = 0.01f, b1 = 0.8f, b2 = 0.95f, eps = 1e-6f, wd = 0.1f;
   Variable w(Tensor::from_vector({1.f, -2.f, 0.5f, 3e-4f}, {4}), true);

@@ -61,6 +61,15 @@ TEST_CASE("run_step: a full step updates the weights and reports loss, accuracy 
   CHECK(Tape::current().size() == 0);
 }
 
+TEST_CASE("run_step: a step that throws leaves nothing on the tape") {
+  Fixture f;
+  const PolicySet exact;
+  Tensor bad = f.y.clone();
+  bad.data<int64_t>()[0] = 99;  // a label past the 10 classes: cross_entropy throws after the forward
+  CHECK_THROWS_AS(run_step(*f.model, f.opt.get(), exact, f.x, bad), Error);
+  CHECK(Tape::current().size() == 0);
+}
+
 TEST_CASE("run_step: after_forward false ends the step before backward, before_update false skips the update") {
   Fixture f;
   const PolicySet exact;

@@ -78,7 +78,12 @@ RunEntry parse_run_entry(const std::string& entry, Precision fallback);
 
 // Runs one step of `model` on (images, labels), both on the model's device, with `policies` in force:
 // forward and cross-entropy under MemTag::Activation, then zero_grad, backward and opt->step() (opt may
-// be nullptr: no update). Stochastic rounding and dropout draw from the streams the caller set.
+// be nullptr: no update). Stochastic rounding and dropout draw from the streams the caller set. A step that
+// throws leaves nothing on the thread's tape.
+// Threads: steps of separate models may run on separate threads at once (the tape, the policy scope and
+// the pack streams are per thread) and compute what they compute alone, but the memory figures are not
+// theirs: activation_bytes reads the process-wide allocator statistics and record_saves the process-wide
+// CacheStats, which another thread's step changes (and resets) under it. Measure one step at a time.
 StepResult run_step(Module& model, Optimizer* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
                     const StepOptions& options = {});
 

@@ -444,6 +444,15 @@ void Run::restore() {
                 static_cast<long long>(st.epoch),
                 st.step_in_epoch > 0 ? (" + " + std::to_string(st.step_in_epoch) + " steps").c_str() : "",
                 static_cast<long long>(st.global_step), std::max(0.0, st.best_acc));
+  // The checkpoint stores --save-dir as given, so a relative one is taken from this run's directory: when
+  // that is not where the resumed save-dir checkpoint lies, say where the checkpoints now go (even --quiet).
+  namespace fs = std::filesystem;
+  const std::string name = fs::path(c_.resume).filename().string();
+  if (!c_.save_dir.empty() && !c_.eval_only && (name == "last.safetensors" || name == "best.safetensors") &&
+      resolved_path(c_.save_dir) != resolved_path(fs::path(c_.resume).has_parent_path() ? fs::path(c_.resume).parent_path().string() : "."))
+    std::fprintf(stderr, "actlab-train: note: checkpoints go to '%s' (--save-dir '%s', from this directory), not beside "
+                 "'%s'; pass --save-dir to choose\n", resolved_path(c_.save_dir).c_str(), c_.save_dir.c_str(),
+                 c_.resume.c_str());
 }
 
 TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {

@@ -6,6 +6,7 @@
 #pragma once
 #include <vector>
 
+#include "actlab/core/error.h"
 #include "actlab/layers/optim/optimizer.h"
 
 namespace actlab {
@@ -23,7 +24,10 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Variable> params, const AdamwOptions& opt);
   const char* kind() const override { return kAdamwName; }
   void step() override;
-  void set_lr(float lr) override { opt_.lr = lr; }
+  void set_lr(float lr) override {
+    ACTLAB_CHECK(lr >= 0.f, "AdamW: learning rate must be >= 0, got ", lr);  // as the constructor checks it
+    opt_.lr = lr;
+  }
   float lr() const override { return opt_.lr; }
   // "exp_avg" and "exp_avg_sq", PyTorch's names for the two moments.
   std::vector<OptimStateSlot> state_slots() override { return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}}; }

@@ -1,9 +1,20 @@
 // Optimizer's shared parts: zero_grad and the state buffers made on a parameter's first update.
 #include "actlab/layers/optim/optimizer.h"
 
+#include <set>
+
 #include "actlab/core/error.h"
 
 namespace actlab {
+
+Optimizer::Optimizer(std::vector<Variable> params) : params_(std::move(params)) {
+  std::set<const VariableImpl*> seen;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ACTLAB_CHECK(params_[i].defined(), "optimizer parameter ", i, " is an undefined Variable");
+    ACTLAB_CHECK(seen.insert(params_[i].impl().get()).second, "optimizer parameter ", i,
+                 " is listed twice: each step would update it twice");
+  }
+}
 
 const std::vector<std::string>& optimizer_names() {
   static const std::vector<std::string> names = {kSgdName, kAdamwName};

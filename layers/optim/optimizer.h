@@ -22,7 +22,8 @@ struct OptimStateSlot {
 
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Variable> params) : params_(std::move(params)) {}
+  // Every parameter defined and listed once (a second listing would take every step twice).
+  explicit Optimizer(std::vector<Variable> params);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;

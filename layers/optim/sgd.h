@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "actlab/core/error.h"
 #include "actlab/layers/optim/optimizer.h"
 
 namespace actlab {
@@ -21,7 +22,10 @@ class Sgd : public Optimizer {
   Sgd(std::vector<Variable> params, const SgdOptions& opt);
   const char* kind() const override { return kSgdName; }
   void step() override;
-  void set_lr(float lr) override { opt_.lr = lr; }
+  void set_lr(float lr) override {
+    ACTLAB_CHECK(lr >= 0.f, "SGD: learning rate must be >= 0, got ", lr);  // as the constructor checks it
+    opt_.lr = lr;
+  }
   float lr() const override { return opt_.lr; }
   // One slot, "momentum" (none when momentum is 0: nothing to keep).
   std::vector<OptimStateSlot> state_slots() override;

@@ -71,6 +71,12 @@ check "ablate --models empty"         "--models names no model" \
   actlab-ablate --dry-run --policies exact --models '' --out "$work/abx"
 check "ablate --seeds empty"          "--seeds names no seed" \
   actlab-ablate --dry-run --policies exact --models mlp --seeds '' --out "$work/abx"
+check "bench_compress empty policy list" "--policies is empty" \
+  bench_compress --policies ''
+check "bench_scale no rank counts"    "--ranks and --global-batches each need one or more counts" \
+  bench_scale --ranks ''
+check "bench_scale global batch 0"    "--global-batches must be >= 1, got 0" \
+  bench_scale --global-batches 0
 check "memtable batch past int64"     "bad batch size '99999999999999999999'" \
   actlab-memtable --models mlp --batches 99999999999999999999 --image-size 8 --channels 1 --policies exact
 late=1 check "memtable elements past int64" "has more elements than a 64-bit count holds" \
