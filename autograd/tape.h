@@ -3,6 +3,7 @@
 // backward, so saved memory falls layer by layer.
 // Tested in tests/test_autograd.cpp.
 #pragma once
+#include <exception>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -60,13 +61,28 @@ class TapeScope {
 void backward(const Variable& root, const Tensor& grad = Tensor());
 
 // Clears the current tape when it goes out of scope, so a pass that throws midway leaves no saved
-// tensors behind (backward clears the tape itself on success; clearing an empty tape is a no-op).
+// tensors behind. Every clear, of an empty tape too, ends a pack step (end_pack_step): where the success
+// path clears the tape itself (backward does), use TapeClearOnError, or the step advances twice.
 class TapeClearGuard {
  public:
   TapeClearGuard() = default;
   ~TapeClearGuard() { Tape::current().clear(); }
   TapeClearGuard(const TapeClearGuard&) = delete;
   TapeClearGuard& operator=(const TapeClearGuard&) = delete;
+};
+
+// Clears the current tape only when the scope is left by an exception (run_step: a step that throws
+// leaves no saves behind, and a step that succeeds ends one pack step, in its backward).
+class TapeClearOnError {
+ public:
+  TapeClearOnError() = default;
+  ~TapeClearOnError() {
+    if (std::uncaught_exceptions() > exceptions_) Tape::current().clear();
+  }
+  TapeClearOnError(const TapeClearOnError&) = delete;
+  TapeClearOnError& operator=(const TapeClearOnError&) = delete;
+ private:
+  int exceptions_ = std::uncaught_exceptions();
 };
 
 // Creates node N (constructed from args) for an op with these inputs, wires the edges and records it

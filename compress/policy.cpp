@@ -59,6 +59,8 @@ void PolicySet::add_rule(const std::string& rule) {
   if (policy == "checkpoint") {
     ACTLAB_CHECK(pattern.find('/') == std::string::npos, "bad --policy-rule '", rule,
                  "': checkpointing takes modules, not saves (drop the '/...' part)");
+    ACTLAB_CHECK(pattern.find('|') == std::string::npos, "module pattern '", pattern,
+                 "' holds '|', which separates the rules of a policy string");
     checkpoint_.modules.push_back(pattern);
     return;
   }

@@ -95,7 +95,7 @@ void make_output_dir(const std::string& dir, const char* what) {
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", dir, "' is not writable");
 }
 
-void check_writable(const std::string& path, bool overwrite, const char* what) {
+void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
   const fs::path p(path);
@@ -107,6 +107,7 @@ void check_writable(const std::string& path, bool overwrite, const char* what) {
   ACTLAB_CHECK(fs::is_directory(dir), what, " '", path, "': directory '", dir.string(), "' does not exist");
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", path, "': directory '", dir.string(),
                "' is not writable");
+  if (!atomic) return;
   const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
   const std::string tmp_name = fs::path(temp_path(path)).filename().string();
   ACTLAB_CHECK(name_max <= 0 || static_cast<long>(tmp_name.size()) <= name_max, what, " '", path,

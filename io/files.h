@@ -24,9 +24,10 @@ void write_all(int fd, const void* data, size_t n, const std::string& path);
 // Throws Error (naming `what` and `path`) unless `path` could be created: its directory exists and is
 // writable, it does not exist yet unless `overwrite`, and it is not a directory. An empty path (no
 // output asked for) passes. Apps call it before long work, so a bad output path fails at once.
-// Also checks that the temporary file's name (`<name>.tmp.<pid>`) fits the file system's name limit:
-// a name that does not would fail only when the file is written, after the work.
-void check_writable(const std::string& path, bool overwrite, const char* what);
+// For a file written by write_file_atomic (`atomic`), also checks that the temporary file's name
+// (`<name>.tmp.<pid>`) fits the file system's name limit: a name that does not would fail only when the
+// file is written, after the work.
+void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic = true);
 // The path with `.`, `..` and symbolic links resolved as far as it exists (the path as given where it
 // cannot be), so that two spellings of one file compare equal.
 std::string resolved_path(const std::string& path);

@@ -281,8 +281,8 @@ PYBIND11_MODULE(_actlab, m) {
       "expected_bytes",
       [](const std::string& policy, const std::vector<int64_t>& shape) {
         for (int64_t d : shape) ACTLAB_CHECK(d >= 0, "expected_bytes: shape dimensions must be >= 0, got ", d);
-        // The closed forms count 4 bytes per element in a 64-bit size: a shape past that would wrap them.
-        ACTLAB_CHECK(shape_numel(Shape(shape.begin(), shape.end())) <= INT64_MAX / 8, "expected_bytes: a float32 tensor of shape ",
+        // The closed forms count up to 4 bytes per element in a 64-bit size: a shape past that would wrap them.
+        ACTLAB_CHECK(shape_numel(Shape(shape.begin(), shape.end())) <= INT64_MAX / 4, "expected_bytes: a float32 tensor of shape ",
                      shape_str(Shape(shape.begin(), shape.end())), " has more bytes than a 64-bit count holds");
         return parse_policy(policy)->expected_bytes(Shape(shape.begin(), shape.end()));
       },

@@ -54,7 +54,7 @@ TEST_CASE("a saved tensor written in place before backward is an error, not a gr
                          Error);
     Tape::current().clear();
   }
-  // A pack that copied the tensor is checked too while the tensor lives; one it outlived is not.
+  // A pack that copied the tensor is checked too while the tensor lives.
   Variable w = param({3, 4}, 7);
   PhiloxStream rng(8);
   Tensor x = Tensor::randn({2, 4}, rng);

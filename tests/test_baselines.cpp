@@ -149,6 +149,7 @@ TEST_CASE("checkpoint forms: parse_policy_set reads segments, auto, +POLICY and 
   // A rule with no policy, or a pattern holding the policy string's own separators, is refused at once.
   CHECK(error_of([&] { rules.add_rule("x", nullptr); }).find("has no policy") != std::string::npos);
   CHECK(error_of([&] { rules.add_rule("a|b", parse_policy("exact")); }).find("holds '|' or '='") != std::string::npos);
+  CHECK(error_of([&] { rules.add_rule("a|b=checkpoint"); }).find("holds '|'") != std::string::npos);
 }
 
 TEST_CASE("checkpoint plans: blocks of the zoo, segments of consecutive blocks, the last left plain") {

@@ -68,6 +68,11 @@ TEST_CASE("run_step: a step that throws leaves nothing on the tape") {
   bad.data<int64_t>()[0] = 99;  // a label past the 10 classes: cross_entropy throws after the forward
   CHECK_THROWS_AS(run_step(*f.model, f.opt.get(), exact, f.x, bad), Error);
   CHECK(Tape::current().size() == 0);
+  // A step that succeeds ends exactly one pack step (its stochastic rounding and acgc's measuring
+  // interval count steps by it).
+  const uint64_t before = pack_step();
+  run_step(*f.model, f.opt.get(), exact, f.x, f.y);
+  CHECK(pack_step() == before + 1);
 }
 
 TEST_CASE("run_step: after_forward false ends the step before backward, before_update false skips the update") {

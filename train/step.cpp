@@ -39,7 +39,7 @@ StepResult run_step(Module& model, Optimizer* opt, const PolicySet& policies, co
       if (active) cache.set_enabled(on);
     }
   } restore{cache, was_recording, o.record_saves};
-  TapeClearGuard clear_on_error;  // a step that throws (bad labels, out of memory) leaves no saves on the tape
+  TapeClearOnError clear_on_error;  // a step that throws (bad labels, out of memory) leaves no saves on the tape
 
   const MemoryStats before = memory_stats(device);
   const int64_t before_offloaded = memory_stats()[MemTag::Offloaded].current;

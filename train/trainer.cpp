@@ -163,7 +163,9 @@ void check_distinct_files(const TrainConfig& c) {
     const std::string a = resolved_path(output);
     for (const auto& [path, name] : inputs) {
       const bool own_checkpoint = name == "--resume" && what.rfind("--save-dir", 0) == 0;
-      ACTLAB_CHECK(path.empty() || own_checkpoint || resolved_path(path) != a, what, " names the file ", name,
+      // A rerun from a log's side file (a config file itself) rewrites it with the same configuration.
+      const bool own_side_file = name == "--config" && what == "the log's configuration file";
+      ACTLAB_CHECK(path.empty() || own_checkpoint || own_side_file || resolved_path(path) != a, what, " names the file ", name,
                    " reads ('", path, "'): it would be overwritten");
     }
   }
@@ -233,7 +235,7 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.resume.empty() || c.overwrite || c.log_file.empty() || !std::filesystem::exists(c.log_file) || own_log,
                "log file '", c.log_file, "' exists and is not an epoch log (a resumed run appends to its own); "
                "pass --overwrite to replace it or choose another name");
-  check_writable(c.log_file, c.overwrite || own_log, "log file");
+  check_writable(c.log_file, c.overwrite || own_log, "log file", /*atomic=*/false);  // appended to in place
   if (!c.log_file.empty())  // written beside the log at start, rewritten by a resumed run
     check_writable(c.log_file + ".config.txt", c.overwrite || own_log, "log's configuration file");
   check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
@@ -428,7 +430,7 @@ void Run::restore() {
   ACTLAB_CHECK(c_.eval_only || st.epoch < c_.epochs, "checkpoint '", c_.resume, "' has already completed ", st.epoch,
                " of ", c_.epochs, " epochs; raise --epochs to train further");
   first_epoch_ = st.epoch;
-  summary_.epochs_before = st.epoch;
+  if (!c_.eval_only) summary_.epochs_before = st.epoch;  // an evaluation trains no epochs
   resume_step_ = st.step_in_epoch;
   global_step_ = st.global_step;
   // The stored sums are the whole job's (gather_epoch_sums before the save): rank 0 carries them on.
@@ -448,11 +450,10 @@ void Run::restore() {
   // that is not where the resumed save-dir checkpoint lies, say where the checkpoints now go (even --quiet).
   namespace fs = std::filesystem;
   const std::string name = fs::path(c_.resume).filename().string();
-  if (!c_.save_dir.empty() && !c_.eval_only && (name == "last.safetensors" || name == "best.safetensors") &&
+  if (dist_.lead() && !c_.save_dir.empty() && !c_.eval_only && (name == "last.safetensors" || name == "best.safetensors") &&
       resolved_path(c_.save_dir) != resolved_path(fs::path(c_.resume).has_parent_path() ? fs::path(c_.resume).parent_path().string() : "."))
-    std::fprintf(stderr, "actlab-train: note: checkpoints go to '%s' (--save-dir '%s', from this directory), not beside "
-                 "'%s'; pass --save-dir to choose\n", resolved_path(c_.save_dir).c_str(), c_.save_dir.c_str(),
-                 c_.resume.c_str());
+    std::fprintf(stderr, "actlab-train: note: checkpoints go to '%s' (--save-dir '%s', taken from this directory), "
+                 "not beside '%s'\n", resolved_path(c_.save_dir).c_str(), c_.save_dir.c_str(), c_.resume.c_str());
 }
 
 TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {

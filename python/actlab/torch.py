@@ -41,6 +41,7 @@ same order is reproducible. Pass seed=step to choose it yourself.
 import contextlib
 import dataclasses
 import itertools
+import operator
 import weakref
 
 import torch
@@ -94,6 +95,10 @@ def _is_weight(t):
     return t is not None and (isinstance(t, torch.nn.Parameter) or (t.requires_grad and t.grad_fn is None))
 
 
+_NORM_NODES = ("NativeGroupNormBackward", "NativeLayerNormBackward", "NativeBatchNormBackward",
+               "CudnnBatchNormBackward", "MiopenBatchNormBackward")
+
+
 def _node(t):
     return type(t.grad_fn).__name__ if t.grad_fn is not None else ""
 
@@ -106,7 +111,7 @@ def _kept_as_is(t):
         return True
     node = _node(t)
     # A norm node's outputs after the first are its statistics (native_group_norm: y, mean, rstd).
-    return (t.output_nr > 0 and "Norm" in node) or node.startswith("LogSoftmaxBackward")
+    return (t.output_nr > 0 and node.startswith(_NORM_NODES)) or node.startswith("LogSoftmaxBackward")
 
 
 def _is_relu_output(t):
@@ -130,8 +135,14 @@ def _memory_format(t):
 
 @contextlib.contextmanager
 def saved_tensors(policy="division:B=8,Q=2", seed=None):
-    if seed is not None and not (isinstance(seed, int) and 0 <= seed < 2 ** 64):
-        raise ValueError("saved_tensors: seed must be an integer in [0, 2**64), got %r" % (seed,))
+    if seed is not None:
+        try:
+            value = operator.index(seed)  # an int, or a NumPy integer
+        except TypeError:
+            value = -1
+        if not 0 <= value < 2 ** 64:
+            raise ValueError("saved_tensors: seed must be an integer in [0, 2**64), got %r" % (seed,))
+        seed = value
     _actlab.expected_bytes(policy, [1, 1, 8, 8])  # a bad policy string fails here, not at the first save
     stats = SavedStats(seed=next(_block_seeds) if seed is None else seed)
     # (data_ptr, shape, strides, version) -> weak references to the tensor and its _Packed: weak, so that a

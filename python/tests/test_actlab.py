@@ -468,6 +468,21 @@ def the_adapter_checks_in_place_changes_keeps_layouts_and_refuses_bad_arguments_
         y = bn(x * 1.0)
     y.backward(up)
     assert torch.equal(x.grad, plain)
+    # A BatchNorm used twice in one block (two crops, a GAN's real and fake batches) trains as without hooks:
+    # the running statistics it saves are updated by the second call, which PyTorch does not count as a
+    # change of the first call's saves.
+    bn2 = torch.nn.BatchNorm2d(8)
+    a, b = torch.randn(4, 8, 6, 6, generator=g), torch.randn(4, 8, 6, 6, generator=g)
+    w2 = torch.ones(1, 8, 1, 1, requires_grad=True)
+    with at.saved_tensors("division:B=8,Q=2"):
+        two = (bn2(a * w2) + bn2(b * w2)).sum()
+    two.backward()
+    assert w2.grad is not None and bool(torch.isfinite(w2.grad).all())
+    # A NumPy integer is a seed like an int.
+    import numpy
+    with at.saved_tensors(seed=numpy.int64(5)) as st5:
+        pass
+    assert st5.seed == 5
     # A bad policy or seed fails when the block starts, not at its first save.
     expect_error(lambda: at.saved_tensors("divison:B=8").__enter__(), actlab.Error, "divison")
     expect_error(lambda: at.saved_tensors(seed=-1).__enter__(), ValueError, "seed")

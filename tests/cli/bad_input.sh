@@ -240,7 +240,7 @@ check "resume into another run's save dir" "other/last.safetensors' already exis
 check "resume appending to a file that is no log" "log file .*existing.csv' exists and is not an epoch log" \
   --resume "$ckpt/last.safetensors" --epochs 3 --log "$log"
 # A name whose temporary file (<name>.tmp.<pid>) would pass the file system's limit fails before training.
-check "output name too long"    "the name is too long" "${tiny[@]}" --export-weights "$work/$(printf 'c%.0s' $(seq 248))"
+check "output name too long"    "the name is too long" "${tiny[@]}" --export-weights "$work/$(printf 'c%.0s' $(seq 252))"
 if [ "$(id -u)" -ne 0 ]; then  # root may write anywhere: the mode bits would not stop it
   mkdir -p "$work/readonly" && chmod 555 "$work/readonly"
   check "read-only save dir"    "not writable"                     "${tiny[@]}" --save-dir "$work/readonly/run"
