@@ -80,13 +80,15 @@ void declare_flags(FlagParser& f) {
   f.add("throughput", "string", "", "--radar: bench_train --csv output (img/s per method)");
 }
 
-// A list flag given with nothing in it (a script's empty variable) is an error, not the preset's default.
-std::vector<std::string> list_flag(const FlagParser& f, const std::string& plural, const std::string& singular) {
+// The items of list flags `names` (a plural and its singular, or one name), split at ','. A list flag given
+// with nothing in it (a script's empty variable) is an error, not the default (`otherwise`) it stands for.
+std::vector<std::string> list_flag(const FlagParser& f, std::initializer_list<const char*> names, const char* item,
+                                   const char* otherwise = "the preset's") {
   std::vector<std::string> out;
-  for (const std::string& name : {plural, singular}) {
+  for (const char* name : names) {
     const std::vector<std::string> items = split_list(f.get(name), ',');
-    ACTLAB_CHECK(!f.given(name) || !items.empty(), "--", name, " names no ", singular,
-                 "; give one or more, separated by ',' (or leave it out for the preset's)");
+    ACTLAB_CHECK(!f.given(name) || !items.empty(), "--", name, " names no ", item,
+                 "; give one or more, separated by ',' (or leave it out for ", otherwise, ")");
     out.insert(out.end(), items.begin(), items.end());
   }
   return out;
@@ -105,12 +107,10 @@ GridOptions grid_options(const FlagParser& f) {
                "--policies makes a custom grid; it cannot be combined with --table");
   for (const auto& p : o.policies)  // a typo fails now, not after hours of other cells
     canonical_policy(parse_run_entry(p, Precision::F32).policy);
-  o.models = list_flag(f, "models", "model");
-  o.datasets = list_flag(f, "datasets", "dataset");
+  o.models = list_flag(f, {"models", "model"}, "model");
+  o.datasets = list_flag(f, {"datasets", "dataset"}, "dataset");
   o.seeds.clear();
-  ACTLAB_CHECK(!f.given("seeds") || !split_list(f.get("seeds"), ',').empty(),
-               "--seeds names no seed; give one or more, separated by ',' (or leave it out for seed 0)");
-  for (const auto& s : split_list(f.get("seeds"), ',')) {
+  for (const auto& s : list_flag(f, {"seeds"}, "seed", "seed 0")) {
     int64_t v = 0;
     ACTLAB_CHECK(parse_int(s, &v) && v >= 0, "--seeds needs non-negative integers below 2^63, got '", s, "'");
     o.seeds.push_back(v);
@@ -155,10 +155,10 @@ int draw_radar(const FlagParser& f) {
   in.results_csv = f.get("results");
   in.memory_csv = f.get("memory");
   in.throughput_csv = f.get("throughput");
-  const std::vector<std::string> models = list_flag(f, "models", "model");
+  const std::vector<std::string> models = list_flag(f, {"models", "model"}, "model");
   ACTLAB_CHECK(models.size() <= 1, "--radar draws one model, got ", models.size(), " in --model");
   if (!models.empty()) in.model = models[0];
-  const std::vector<std::string> datasets = list_flag(f, "datasets", "dataset");
+  const std::vector<std::string> datasets = list_flag(f, {"datasets", "dataset"}, "dataset");
   ACTLAB_CHECK(datasets.size() <= 1, "--radar draws one data set, got ", datasets.size(), " in --dataset");
   if (!datasets.empty()) in.dataset = datasets[0];
   const std::string out = f.get("out").empty()

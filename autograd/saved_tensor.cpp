@@ -123,18 +123,17 @@ void SavedTensor::observe_gradient_sensitivity(const GradientSensitivity& s) con
   if (entry_ != nullptr) entry_->policy->observe_gradient_sensitivity(entry_->info, s);
 }
 
-const PackedEntry& SavedTensor::checked_entry() const {
+void SavedTensor::check_unchanged() const {
   ACTLAB_CHECK(entry_ != nullptr, "unpacking an empty SavedTensor");
   if (const std::shared_ptr<Storage> source = entry_->source.lock())
     ACTLAB_CHECK(source->version() == entry_->source_version, "a tensor saved for backward by ", info_.op,
                  info_.module_path.empty() ? std::string() : " (" + info_.module_path + ")",
                  " was modified in place after it was saved (version ", source->version(), ", saved at ",
                  entry_->source_version, "): backward would compute its gradients from other values");
-  return *entry_;
 }
 
 Tensor SavedTensor::unpack() const {
-  checked_entry();
+  check_unchanged();
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack(*entry_->packed, info_);
   if (!entry_->policy->is_exact() && recorded_)
@@ -143,12 +142,12 @@ Tensor SavedTensor::unpack() const {
 }
 
 Tensor SavedTensor::unpack_bf16() const {
-  checked_entry();
+  check_unchanged();
   return entry_->policy->unpack_bf16(*entry_->packed, info_);
 }
 
 Tensor SavedTensor::unpack_blocked(int channel_block) const {
-  checked_entry();
+  check_unchanged();
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack_blocked(*entry_->packed, info_, channel_block);
   if (t.defined() && recorded_)
@@ -191,7 +190,7 @@ class TimedChannelReader final : public ChannelReader {
 }  // namespace
 
 std::unique_ptr<ChannelReader> SavedTensor::channel_reader() const {
-  checked_entry();
+  check_unchanged();
   std::unique_ptr<ChannelReader> reader = entry_->policy->channel_reader(*entry_->packed, info_);
   if (!reader || !recorded_) return reader;
   return std::make_unique<TimedChannelReader>(std::move(reader), info_);

@@ -40,8 +40,8 @@ class SavedTensor {
   void observe_gradient_sensitivity(const GradientSensitivity& s) const;
   bool defined() const { return entry_ != nullptr; }
  private:
-  // The entry, after checking that its source was not written in place since the save.
-  const PackedEntry& checked_entry() const;
+  // Checks that there is an entry and that its source was not written in place since the save.
+  void check_unchanged() const;
   std::shared_ptr<PackedEntry> entry_;
   SaveInfo info_;
   // In CacheStats. A checkpoint's recomputed saves are not: the report and the memory table describe

@@ -10,6 +10,14 @@ namespace actlab {
 namespace {
 thread_local const PolicySet* t_policy_set = nullptr;
 std::mutex g_stats_mutex;
+
+// describe() joins the rules, checkpointed modules included, with '|' and '=': a pattern holding either
+// would not read back.
+void check_rule_pattern(const std::string& pattern) {
+  ACTLAB_CHECK(!pattern.empty(), "empty module pattern in a policy rule");
+  ACTLAB_CHECK(pattern.find_first_of("|=") == std::string::npos, "module pattern '", pattern,
+               "' holds '|' or '=', which separate the rules of a policy string");
+}
 }  // namespace
 
 bool glob_match(const std::string& pattern, const std::string& text) {
@@ -43,11 +51,8 @@ PolicySet::PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy
 }
 
 void PolicySet::add_rule(const std::string& pattern, std::shared_ptr<const ActivationCachePolicy> policy) {
-  ACTLAB_CHECK(!pattern.empty(), "empty module pattern in a policy rule");
+  check_rule_pattern(pattern);
   ACTLAB_CHECK(policy != nullptr, "policy rule '", pattern, "' has no policy");
-  // describe() joins the rules with '|' and '=': a pattern holding either would not read back.
-  ACTLAB_CHECK(pattern.find_first_of("|=") == std::string::npos, "module pattern '", pattern,
-               "' holds '|' or '=', which separate the rules of a policy string");
   rules_.push_back({pattern, pattern.find('/') != std::string::npos, std::move(policy)});
 }
 
@@ -59,8 +64,7 @@ void PolicySet::add_rule(const std::string& rule) {
   if (policy == "checkpoint") {
     ACTLAB_CHECK(pattern.find('/') == std::string::npos, "bad --policy-rule '", rule,
                  "': checkpointing takes modules, not saves (drop the '/...' part)");
-    ACTLAB_CHECK(pattern.find('|') == std::string::npos, "module pattern '", pattern,
-                 "' holds '|', which separates the rules of a policy string");
+    check_rule_pattern(pattern);
     checkpoint_.modules.push_back(pattern);
     return;
   }

@@ -61,6 +61,9 @@ TEST_CASE("an optimizer refuses an undefined parameter and one listed twice") {
   CHECK_THROWS_WITH_AS(sgd.set_lr(-1.f), doctest::Contains("learning rate must be >= 0"), Error);
   AdamW adamw({w}, AdamwOptions{});
   CHECK_THROWS_WITH_AS(adamw.set_lr(NAN), doctest::Contains("learning rate must be >= 0"), Error);
+  CHECK_THROWS_WITH_AS(adamw.set_lr(INFINITY), doctest::Contains("AdamW: learning rate must be >= 0 and finite"), Error);
+  CHECK_THROWS_WITH_AS(Sgd({w}, SgdOptions{INFINITY}), doctest::Contains("SGD: learning rate"), Error);
+  CHECK(adamw.lr() == AdamwOptions{}.lr);  // a refused rate changes nothing
 }
 
 TEST_CASE("AdamW follows torch.optim.AdamW: decoupled decay, bias correction, a count per parameter") {

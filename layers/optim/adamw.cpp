@@ -11,7 +11,7 @@ namespace actlab {
 
 AdamW::AdamW(std::vector<Variable> params, const AdamwOptions& opt)
     : Optimizer(std::move(params)), m_(params_.size()), v_(params_.size()), updates_(params_.size(), 0), opt_(opt) {
-  ACTLAB_CHECK(opt.lr >= 0.f, "AdamW: learning rate must be >= 0, got ", opt.lr);
+  check_lr("AdamW", opt.lr);
   ACTLAB_CHECK(opt.beta1 >= 0.f && opt.beta1 < 1.f, "AdamW: beta1 must be in [0, 1), got ", opt.beta1);
   ACTLAB_CHECK(opt.beta2 >= 0.f && opt.beta2 < 1.f, "AdamW: beta2 must be in [0, 1), got ", opt.beta2);
   ACTLAB_CHECK(opt.eps > 0.f && std::isfinite(opt.eps), "AdamW: eps must be > 0, got ", opt.eps);

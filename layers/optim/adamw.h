@@ -25,7 +25,7 @@ class AdamW : public Optimizer {
   const char* kind() const override { return kAdamwName; }
   void step() override;
   void set_lr(float lr) override {
-    ACTLAB_CHECK(lr >= 0.f, "AdamW: learning rate must be >= 0, got ", lr);  // as the constructor checks it
+    check_lr("AdamW", lr);
     opt_.lr = lr;
   }
   float lr() const override { return opt_.lr; }

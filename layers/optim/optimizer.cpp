@@ -1,6 +1,7 @@
 // Optimizer's shared parts: zero_grad and the state buffers made on a parameter's first update.
 #include "actlab/layers/optim/optimizer.h"
 
+#include <cmath>
 #include <set>
 
 #include "actlab/core/error.h"
@@ -14,6 +15,10 @@ Optimizer::Optimizer(std::vector<Variable> params) : params_(std::move(params)) 
     ACTLAB_CHECK(seen.insert(params_[i].impl().get()).second, "optimizer parameter ", i,
                  " is listed twice: each step would update it twice");
   }
+}
+
+void Optimizer::check_lr(const char* who, float lr) {
+  ACTLAB_CHECK(lr >= 0.f && std::isfinite(lr), who, ": learning rate must be >= 0 and finite, got ", lr);
 }
 
 const std::vector<std::string>& optimizer_names() {

@@ -53,6 +53,9 @@ class Optimizer {
   // The state buffer of parameter i, made on its first use (zeros when `zeroed`, else left for the
   // update to write whole); returns whether it was made now.
   bool ensure_state(std::vector<Tensor>& buffers, size_t i, bool zeroed);
+  // Refuses a negative or non-finite learning rate, for the constructors and set_lr alike; `who` names the
+  // optimizer in the message ("SGD", "AdamW").
+  static void check_lr(const char* who, float lr);
   // The weight decay parameter i takes: `weight_decay`, or 0 where set_decays excluded it.
   float decay_of(size_t i, float weight_decay) const { return decays_.empty() || decays_[i] ? weight_decay : 0.f; }
   std::vector<Variable> params_;

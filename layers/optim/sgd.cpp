@@ -7,7 +7,7 @@ namespace actlab {
 
 Sgd::Sgd(std::vector<Variable> params, const SgdOptions& opt)
     : Optimizer(std::move(params)), buffers_(params_.size()), opt_(opt) {
-  ACTLAB_CHECK(opt.lr >= 0.f, "SGD: learning rate must be >= 0, got ", opt.lr);
+  check_lr("SGD", opt.lr);
   ACTLAB_CHECK(opt.momentum >= 0.f, "SGD: momentum must be >= 0, got ", opt.momentum);
   ACTLAB_CHECK(opt.weight_decay >= 0.f, "SGD: weight decay must be >= 0, got ", opt.weight_decay);
   ACTLAB_CHECK(!opt.nesterov || (opt.momentum > 0.f && opt.dampening == 0.f),

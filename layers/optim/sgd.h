@@ -23,7 +23,7 @@ class Sgd : public Optimizer {
   const char* kind() const override { return kSgdName; }
   void step() override;
   void set_lr(float lr) override {
-    ACTLAB_CHECK(lr >= 0.f, "SGD: learning rate must be >= 0, got ", lr);  // as the constructor checks it
+    check_lr("SGD", lr);
     opt_.lr = lr;
   }
   float lr() const override { return opt_.lr; }
