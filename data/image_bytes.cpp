@@ -83,6 +83,41 @@ std::string png_problem(const uint8_t* d, size_t n) {
   return "";
 }
 
+uint32_t little_endian32(const uint8_t* p) {
+  return uint32_t{p[3]} << 24 | uint32_t{p[2]} << 16 | uint32_t{p[1]} << 8 | p[0];
+}
+
+// stb decodes a BMP whose pixel rows stop early as if the missing rows were black, and does not mind a
+// header-only file (a 64-byte file declaring 4000x4000 came back as 48 MB of zeros, found by a probe): an
+// uncompressed BMP must hold every row its header declares. Compressed (RLE, JPEG/PNG-in-BMP) ones have no
+// fixed size and are left to stb.
+std::string bmp_problem(const uint8_t* d, size_t n) {
+  if (n < 26) return "truncated BMP: " + std::to_string(n) + " bytes, shorter than its headers";
+  const uint64_t offset = little_endian32(d + 10), header = little_endian32(d + 14);
+  int64_t width = 0, height = 0;
+  uint32_t bpp = 0, compression = 0;
+  if (header == 12) {  // BITMAPCOREHEADER: 16-bit sizes, no compression
+    width = d[18] | d[19] << 8;
+    height = d[20] | d[21] << 8;
+    bpp = d[24] | (n > 25 ? d[25] << 8 : 0);
+  } else {
+    if (n < 34) return "truncated BMP: " + std::to_string(n) + " bytes, shorter than its headers";
+    width = static_cast<int32_t>(little_endian32(d + 18));
+    height = static_cast<int32_t>(little_endian32(d + 22));  // negative: rows stored top-down
+    bpp = d[28] | d[29] << 8;
+    compression = little_endian32(d + 30);
+  }
+  // BI_RGB and the bit-field layouts store plain rows; anything else (RLE, embedded JPEG/PNG) is stb's.
+  if (compression != 0 && compression != 3 && compression != 6) return "";
+  if (width <= 0 || height == 0 || bpp == 0 || bpp > 32) return "";  // stb refuses these itself
+  const uint64_t row = (static_cast<uint64_t>(width) * bpp + 31) / 32 * 4;
+  const uint64_t need = offset + row * static_cast<uint64_t>(height < 0 ? -height : height);
+  if (need > n)
+    return "truncated BMP: its " + std::to_string(width) + "x" + std::to_string(height < 0 ? -height : height) +
+           " pixels need " + std::to_string(need) + " bytes, the file has " + std::to_string(n);
+  return "";
+}
+
 }  // namespace
 
 std::string image_bytes_problem(const uint8_t* data, size_t size) {
@@ -90,7 +125,7 @@ std::string image_bytes_problem(const uint8_t* data, size_t size) {
   const bool jpeg = starts_with(data, size, "\xff\xd8\xff", 3);
   const bool bmp = starts_with(data, size, "BM", 2);
   if (!png && !jpeg && !bmp) return "not a PNG, JPEG or BMP file (checked by its first bytes, not its name)";
-  const std::string p = jpeg ? JpegScan(data, size).problem() : png ? png_problem(data, size) : "";
+  const std::string p = jpeg ? JpegScan(data, size).problem() : png ? png_problem(data, size) : bmp_problem(data, size);
   if (!p.empty()) return p;
   if (size > static_cast<size_t>(INT_MAX)) return "file larger than 2 GiB";
   int width = 0, height = 0, channels = 0;

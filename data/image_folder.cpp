@@ -389,7 +389,9 @@ std::pair<std::vector<float>, std::vector<float>> channel_mean_std(
     const double m = static_cast<double>(sum) / count;
     const double var = std::max(0.0, static_cast<double>(sum_sq) / count - m * m);
     mean[c] = static_cast<float>(m / 255.0);
-    stdev[c] = static_cast<float>(std::sqrt(var) / 255.0);
+    // A channel with one value throughout (a folder of pure-colour smoke-test images) normalizes to 0 with
+    // any divisor; 1 keeps other values of it (a test image's) at their [0, 1] scale.
+    stdev[c] = var > 0 ? static_cast<float>(std::sqrt(var) / 255.0) : 1.f;
   }
   return {mean, stdev};
 }

@@ -114,7 +114,7 @@ void resize_box_to_square(uint8_t* out, const uint8_t* src, int64_t height, int6
 
 // Per-channel mean and standard deviation of a data set's pixels scaled to [0,1] (population std
 // over all N*H*W values of a channel): normalization constants for data sets outside the table in
-// data/transforms.h. Returns {mean[0..C), std[0..C)}.
+// data/transforms.h. Returns {mean[0..C), std[0..C)}; a channel that never varies gets std 1.
 std::pair<std::vector<float>, std::vector<float>> channel_mean_std(
     const InMemoryImageDataset& data);
 

@@ -396,6 +396,7 @@ TEST_CASE("resume: incompatible configurations are refused - eval-only reports t
   TempDir dir("compat");
   TrainConfig c = tiny_run("exact", dir.path.string());
   c.epochs = 1;
+  c.export_weights = dir.file("weights.safetensors");
   const TrainSummary s = train(c);
   TrainConfig other = c;
   other.resume = dir.file("last.safetensors");
@@ -409,6 +410,13 @@ TEST_CASE("resume: incompatible configurations are refused - eval-only reports t
   const TrainSummary ev = train(other);
   CHECK(ev.final_test_acc == s.final_test_acc);
   CHECK(ev.final_test_loss == s.final_test_loss);
+  // An evaluation trains on nothing: a batch larger than the training split is no error (it was: "drop_last").
+  TrainConfig weights = c;
+  weights.save_dir = weights.export_weights = "";
+  weights.eval_only = true;
+  weights.init_weights = c.export_weights;
+  weights.batch_size = 4 * c.synthetic_size;
+  CHECK(train(weights).final_test_acc == s.final_test_acc);
   // A fresh run into a save dir that holds a checkpoint must not clobber it.
   CHECK(error_of([&] { train(c); }).find("already exists") != std::string::npos);
 }

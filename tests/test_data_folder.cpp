@@ -20,6 +20,7 @@
 #include "image_files.h"
 #include "temp_dir.h"
 #include "actlab/data/image_folder.h"
+#include "actlab/data/transforms.h"
 
 using namespace actlab;
 namespace fs = std::filesystem;
@@ -348,7 +349,9 @@ TEST_CASE("data: image folder bad trees are errors naming the culprit") {
 }
 
 TEST_CASE("data: image folder channel statistics") {
-  // Channel 0: half the pixels 0, half 255 -> mean 0.5, std 0.5. Channel 1: all 51 -> 0.2, 0.
+  // Channel 0: half the pixels 0, half 255 -> mean 0.5, std 0.5. Channel 1: all 51 -> mean 0.2 and std 1,
+  // not 0, which the transforms refuse (a folder of pure-colour images was refused for a normalization the
+  // user never set).
   Tensor images = Tensor::empty_tagged({2, 2, 2, 2}, MemTag::Data, DType::U8);
   uint8_t* p = images.data<uint8_t>();
   for (int n = 0; n < 2; ++n)
@@ -362,5 +365,9 @@ TEST_CASE("data: image folder channel statistics") {
   CHECK(mean[0] == doctest::Approx(0.5));
   CHECK(stdev[0] == doctest::Approx(0.5));
   CHECK(mean[1] == doctest::Approx(0.2));
-  CHECK(stdev[1] == doctest::Approx(0.0));
+  CHECK(stdev[1] == 1.f);
+  TransformConfig t;
+  t.mean = mean;
+  t.std = stdev;
+  CHECK_NOTHROW(validate_transforms(t, 2));
 }

@@ -1,5 +1,5 @@
 // The pre-decode image checks (data/image_bytes.h): real PNG/JPEG/BMP files pass; other formats,
-// a JPEG Huffman table with more than 256 codes (heap overflow in Debian's stb_image 2.27, found by
+// a BMP cut short of its rows, a JPEG Huffman table with more than 256 codes (heap overflow in Debian's stb_image 2.27, found by
 // fuzzing), a PNG chunk longer than the file or with a wrong CRC and a header declaring a huge image are refused
 // before stb_image sees them.
 #include <doctest/doctest.h>
@@ -45,6 +45,32 @@ TEST_CASE("image bytes: PNG, JPEG and BMP from a real encoder pass, other format
   const std::string gif = "GIF89a\x01\x00\x01\x00";
   CHECK(contains(problem(Bytes(gif.begin(), gif.end())), "not a PNG, JPEG or BMP file"));
   CHECK(contains(problem(Bytes()), "not a PNG, JPEG or BMP file"));
+}
+
+TEST_CASE("image bytes: a BMP shorter than its declared rows is refused, a whole one passes") {
+  // stb decodes the missing rows of a cut BMP as black, and a header-only file as an image of zeros.
+  const int w = 9, h = 6;
+  std::vector<uint8_t> rgb(w * h * 3, 100);
+  Bytes bmp;
+  REQUIRE(stbi_write_bmp_to_func(append, &bmp, w, h, 3, rgb.data()));
+  const size_t row = (w * 24 + 31) / 32 * 4;  // 28 bytes: rows are padded to 4
+  REQUIRE(bmp.size() >= 54 + row * h);         // the headers, then every row
+  CHECK(problem(bmp) == "");
+  for (const size_t cut : {bmp.size() - 1, size_t{54} + row * 2, size_t{54}, size_t{30}, size_t{20}}) {
+    CAPTURE(cut);
+    CHECK(contains(problem(Bytes(bmp.begin(), bmp.begin() + static_cast<long>(cut))), "truncated BMP"));
+  }
+  CHECK(contains(problem(Bytes(bmp.begin(), bmp.end() - 1)), "9x6 pixels need"));
+  // A top-down BMP (negative height) needs as many rows.
+  Bytes top_down = bmp;
+  const uint32_t minus_h = static_cast<uint32_t>(-h);
+  for (int k = 0; k < 4; ++k) top_down[22 + k] = static_cast<uint8_t>(minus_h >> (8 * k));
+  CHECK(problem(top_down) == "");
+  CHECK(contains(problem(Bytes(top_down.begin(), top_down.end() - 5)), "truncated BMP"));
+  // Extra bytes after the rows are harmless, as stb reads them.
+  Bytes longer = bmp;
+  longer.insert(longer.end(), 7, 0);
+  CHECK(problem(longer) == "");
 }
 
 TEST_CASE("image bytes: a JPEG Huffman table of more than 256 codes is refused, wherever it sits") {

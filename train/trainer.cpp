@@ -374,10 +374,15 @@ class Run {
 void Run::setup() {
   data_ = load_data(c_);
   const ImageSpec spec = data_.train->spec();
-  ACTLAB_CHECK(data_.test->spec().channels == spec.channels && data_.test->spec().height == spec.height,
-               "train and test splits have different image shapes");
+  const ImageSpec test_spec = data_.test->spec();
+  ACTLAB_CHECK(test_spec.channels == spec.channels && test_spec.height == spec.height && test_spec.width == spec.width,
+               "train and test splits have different image shapes: ", spec.channels, "x", spec.height, "x", spec.width,
+               " and ", test_spec.channels, "x", test_spec.height, "x", test_spec.width);
   const int workers = data_workers(c_);
-  train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, true, data_.train_transforms,
+  // Only a training run needs whole batches: an evaluation or a --summary takes a train split smaller than
+  // one batch.
+  const bool trains = !c_.eval_only && !c_.summary_only;
+  train_loader_ = std::make_unique<DataLoader>(*data_.train, c_.batch_size, true, c_.seed, trains, data_.train_transforms,
                                                kPrefetchBatches, workers);
   test_loader_ = std::make_unique<DataLoader>(*data_.test, std::min<int64_t>(c_.batch_size, 256), false, c_.seed, false,
                                               data_.test_transforms, kPrefetchBatches, workers);

@@ -146,6 +146,9 @@ idx_case "wrong magic"    "t10k-labels-idx1-ubyte: bad magic 0x00000803.*images 
 idx_case "label range"    "train-labels-idx1-ubyte: label 12 at index 2.*out of range \[0, 10\)" \
   sh -c "printf '\\014' | dd of=train-labels-idx1-ubyte bs=1 seek=10 conv=notrunc 2>/dev/null"
 idx_case "count mismatch" "8 images but .* 4 labels|count" sh -c "printf '\\000\\000\\010\\001\\000\\000\\000\\004\\001\\002\\003\\004' > train-labels-idx1-ubyte"
+# test images 28x30: the width alone differs (a convolutional net evaluated on them without a word)
+idx_case "test width"     "different image shapes: 1x28x28 and 1x28x30" \
+  sh -c "{ printf '\\000\\000\\010\\003\\000\\000\\000\\010\\000\\000\\000\\034\\000\\000\\000\\036'; head -c \$((8 * 840)) /dev/zero; } > t10k-images-idx3-ubyte"
 idx_case "corrupt gzip"   "corrupt gzip|gzip"                     sh -c 'gzip -c train-images-idx3-ubyte | head -c 60 > train-images-idx3-ubyte.gz && rm train-images-idx3-ubyte'
 
 # ---- CIFAR-10 binary: one record per file, then one defect per copy
