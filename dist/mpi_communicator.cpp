@@ -253,7 +253,8 @@ std::string MpiCommunicator::complete(MPI_Request& request, const std::string& w
     if (done) return "";
     if (std::chrono::duration<double>(now - start).count() > timeout_s_)
       return who() + ": " + what + " did not complete within " + std::to_string(static_cast<long long>(timeout_s_)) +
-             " s (--dist-timeout): a rank on another machine died or hung";
+             " s (--dist-timeout): another rank hung (it is alive but not taking part), or died on another "
+                 "machine (one that died on this machine would be named)";
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

@@ -33,6 +33,12 @@ class DistRun {
   // "rank 1 of 2: " when distributed, "" otherwise: the prefix of this rank's error lines.
   std::string who() const;
 
+  // Refuses, on every rank at once, a job whose ranks were launched with different configurations (an
+  // MPMD command line, a script's per-rank variable): they would train on overlapping shards, at different
+  // rates, or stop at different steps and leave the others waiting in a collective. Compares every option
+  // but those that place a rank (--device, --threads) and rank 0's outputs (the other ranks drop them).
+  // Collective; a no-op when not distributed.
+  void check_same_config(const TrainConfig& config) const;
   // The ranks on which `flag` is true, in order (empty: none). Collective: every rank calls it.
   std::vector<int> ranks_with(bool flag) const;
   // Every rank's `value`, by rank (just {value} when not distributed). Collective.

@@ -1032,6 +1032,7 @@ TrainSummary train(const TrainConfig& c) {
     rank_config.log_file = rank_config.memory_report = rank_config.summary_json = rank_config.export_weights = "";
   }
   try {
+    dist.check_same_config(c);  // before any rank writes or trains
     if (!c.eval_only && !c.summary_only) prepare_save_dir(rank_config, dist.lead());
     Run run(rank_config, dist, device);
     return run.go();

@@ -6,6 +6,7 @@
 # by a signal, and it may do so before it has forwarded the survivor's last line (docs/distributed.md,
 # "Faults"), so the survivor's line is read where the rank wrote it, and the job's output must name
 # rank 1 as well (mpirun's own notice).
+# Then ranks launched with different options (MPMD) must be refused by both, each saying what differs.
 # Without mpirun or an MPI build: a visible skip (a failure under CI, where scripts/setup.sh installs both).
 #   tests/cli/dist_fault.sh PATH/TO/actlab-train HAVE_MPI(ON|OFF)
 set -u
@@ -56,5 +57,21 @@ epoch_before=$(epoch_of "$work/ck/last.safetensors")
   fail "resume after the kill failed: $(tail -3 "$work/resume.out")"
 [ "$(epoch_of "$work/ck/last.safetensors")" = "$epochs" ] ||
   fail "the resumed run (from epoch $epoch_before) did not finish epoch $epochs"
+# Ranks launched with different options (an MPMD command line) are refused by every rank before training,
+# each naming its side, instead of training on overlapping shards at different rates or waiting in a
+# collective the other rank never starts. A rank's placement (--threads) and rank 0's outputs may differ.
+small=(--distributed --model mlp --dataset synthetic --synthetic-size 64 --batch-size 8 --steps-per-epoch 2
+       --epochs 1 --test-limit 16 --no-augment --dist-timeout 60 --quiet)
+mpmd=(mpirun --allow-run-as-root --oversubscribe -np 1 "$bin" "${small[@]}" --threads 1)
+"${mpmd[@]}" --lr 0.05 : -np 1 "$bin" "${small[@]}" --threads 1 --lr 0.5 > "$work/mpmd.out" 2>&1
+status=$?
+[ "$status" -ne 0 ] || fail "ranks launched with different --lr trained (exit 0)"
+grep -q "rank 1 of 2: launched with --lr '0.5' where rank 0 has '0.05'" "$work/mpmd.out" ||
+  fail "rank 1 does not name the option it differs in: $(tail -4 "$work/mpmd.out")"
+grep -q "rank 0 of 2: rank 1 was launched with other options than rank 0" "$work/mpmd.out" ||
+  fail "rank 0 does not name rank 1: $(tail -4 "$work/mpmd.out")"
+"${mpmd[@]}" --log "$work/mpmd.csv" : -np 1 "$bin" "${small[@]}" --threads 2 > "$work/mpmd-ok.out" 2>&1 ||
+  fail "ranks differing only in --threads and rank 0's --log were refused: $(tail -3 "$work/mpmd-ok.out")"
+[ -s "$work/mpmd.csv" ] || fail "rank 0's --log was not written"
 echo "dist fault checks: $failures failed"
 [ "$failures" -eq 0 ]
