@@ -9,6 +9,8 @@
 #include <fstream>
 #include <set>
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "actlab/autograd/functions.h"
@@ -191,6 +193,77 @@ TEST_CASE("csv_field / csv_fields: fields with commas and quotes survive a round
   CHECK(csv_field("x,y") == "\"x,y\"");
   CHECK(csv_fields(line) == fields);
   CHECK(csv_fields(line + "\r") == fields);  // a CRLF file
+}
+
+namespace {
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+EpochRow row_of_epoch(int64_t epoch) {
+  EpochRow r;
+  r.epoch = epoch;
+  r.train_loss = 1.0 / static_cast<double>(epoch);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("epoch log: a resumed run's log is cut back to its checkpoint, a row that fails is cut off") {
+  testing::TempDir dir("logtrim");
+  for (const std::string name : {"run.csv", "run.jsonl"}) {
+    CAPTURE(name);
+    const std::string log = dir.file(name);
+    {
+      EpochLogger logger(log);
+      for (int64_t e = 1; e <= 4; ++e) logger.write(row_of_epoch(e));
+    }
+    const std::string four = read_all(log);
+    {
+      EpochLogger logger(dir.file("two." + name.substr(name.find('.') + 1)));
+      logger.write(row_of_epoch(1));
+      logger.write(row_of_epoch(2));
+    }
+    const std::string two = read_all(dir.file("two." + name.substr(name.find('.') + 1)));  // header, epochs 1-2
+    REQUIRE(four.compare(0, two.size(), two) == 0);
+    // A kill or a full disk left half a row behind; the resume is from epoch 2's checkpoint (best, older
+    // than last): the half row and epochs 3 and 4 go, and the resumed run's epoch 3 follows epoch 2.
+    { std::ofstream(log, std::ios::app) << "5,0.1,0.0"; }
+    { EpochLogger logger(log, true, 2); logger.write(row_of_epoch(3)); }
+    CHECK(read_all(log).compare(0, two.size(), two) == 0);
+    const std::string after = read_all(log).substr(two.size());
+    CHECK(after.find('\n') == after.size() - 1);  // one row, ending in its newline
+    CHECK(after.rfind(name == "run.csv" ? "3," : "{\"epoch\":3,", 0) == 0);
+    // Nothing past the checkpoint: the log is left as it is.
+    const std::string before = read_all(log);
+    { EpochLogger logger(log, true, 3); }
+    CHECK(read_all(log) == before);
+  }
+
+  // A row the disk takes only part of (a file-size limit, as a nearly full disk) is cut off again.
+  const std::string log = dir.file("limited.csv");
+  EpochLogger logger(log);
+  logger.write(row_of_epoch(1));
+  const std::string one = read_all(log);
+  struct rlimit saved {};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  REQUIRE(sigaction(SIGXFSZ, &ignore, &old) == 0);
+  struct rlimit limited = saved;
+  limited.rlim_cur = static_cast<rlim_t>(one.size() + 10);  // room for 10 bytes of the next row
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  std::string error;
+  try {
+    logger.write(row_of_epoch(2));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  sigaction(SIGXFSZ, &old, nullptr);
+  CHECK(error.find("writing log file") != std::string::npos);
+  CHECK(read_all(log) == one);
+  logger.write(row_of_epoch(2));  // with room again, the next row follows the last whole one
+  CHECK(read_all(log).rfind("2,", one.size()) == one.size());
 }
 
 TEST_CASE("JSON logs: a NaN loss is written as null and module names are escaped, so every line parses") {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "actlab/core/allocator.h"
@@ -30,10 +31,51 @@ bool is_epoch_log(const std::string& path) {
   return first == kCsvHeader || first.rfind("{\"epoch\":", 0) == 0;
 }
 
-EpochLogger::EpochLogger(const std::string& path, bool append) : path_(path) {
+namespace {
+// The epoch of a log row (CSV "E,..." or JSON {"epoch":E,...}); -1 for the CSV header or anything else.
+int64_t row_epoch(const std::string& line) {
+  const size_t start = line.rfind("{\"epoch\":", 0) == 0 ? 9 : 0;
+  int64_t e = 0;
+  size_t i = start;
+  for (; i < line.size() && line[i] >= '0' && line[i] <= '9' && i < start + 18; ++i) e = e * 10 + (line[i] - '0');
+  return i > start && i < line.size() && line[i] == ',' ? e : -1;
+}
+
+// Cuts a resumed run's log back to what its checkpoint holds (see EpochLogger's constructor).
+void trim_resumed_log(const std::string& path, int64_t epochs_done) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;  // a new log: the open below says what is wrong
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  const bool partial = keep < text.size();
+  int64_t dropped = 0;
+  for (size_t at = 0; at < keep;) {
+    const size_t end = text.find('\n', at);
+    if (row_epoch(text.substr(at, end - at)) > epochs_done) {
+      for (size_t r = at; r < keep; r = text.find('\n', r) + 1) ++dropped;
+      keep = at;
+      break;
+    }
+    at = end + 1;
+  }
+  if (keep == text.size()) return;
+  ACTLAB_CHECK(::truncate(path.c_str(), static_cast<off_t>(keep)) == 0, "cannot cut log file '", path,
+               "' back to its checkpoint's epoch: ", std::strerror(errno));
+  std::string what;
+  if (dropped > 0)
+    what = " removed " + std::to_string(dropped) + (dropped == 1 ? " row" : " rows") +
+           " of later epochs, which this run writes again";
+  if (partial) what += std::string(dropped > 0 ? ";" : "") + " removed a last line cut short";
+  std::fprintf(stderr, "actlab-train: note: log '%s' cut back to epoch %lld, where the checkpoint is:%s\n", path.c_str(),
+               static_cast<long long>(epochs_done), what.c_str());
+}
+}  // namespace
+
+EpochLogger::EpochLogger(const std::string& path, bool append, int64_t epochs_done) : path_(path) {
   if (path.empty()) return;
   const std::string ext = path.size() >= 5 ? path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.')) : "";
   json_ = ext == ".jsonl" || ext == ".json";
+  if (append) trim_resumed_log(path, epochs_done);
   file_ = std::fopen(path.c_str(), append ? "a" : "w");
   ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path, "': ", std::strerror(errno));
   std::fseek(file_, 0, SEEK_END);
@@ -50,19 +92,30 @@ EpochLogger::~EpochLogger() {
 void EpochLogger::write(const EpochRow& r) {
   if (!file_) return;
   const double mib = 1024.0 * 1024.0;
+  std::string line;
   if (json_) {
     JsonWriter w;
     w.begin_object().field("epoch", r.epoch).field("lr", r.lr).field("train_loss", r.train_loss)
         .field("train_acc", r.train_acc).field("test_loss", r.test_loss).field("test_acc", r.test_acc)
         .field("img_per_s", r.img_per_s).field("peak_mib", r.peak_bytes / mib)
         .field("activation_mib", r.activation_bytes / mib).field("wall_s", r.wall_s).end_object();
-    std::fprintf(file_, "%s\n", w.str().c_str());
+    line = w.str() + "\n";
   } else {
-    std::fprintf(file_, "%lld,%.6g,%.6f,%.4f,%.6f,%.4f,%.2f,%.3f,%.3f,%.3f\n", static_cast<long long>(r.epoch), r.lr,
-                 r.train_loss, r.train_acc, r.test_loss, r.test_acc, r.img_per_s, r.peak_bytes / mib,
-                 r.activation_bytes / mib, r.wall_s);
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%lld,%.6g,%.6f,%.4f,%.6f,%.4f,%.2f,%.3f,%.3f,%.3f\n", static_cast<long long>(r.epoch),
+                  r.lr, r.train_loss, r.train_acc, r.test_loss, r.test_acc, r.img_per_s, r.peak_bytes / mib,
+                  r.activation_bytes / mib, r.wall_s);
+    line = buf;
   }
-  ACTLAB_CHECK(std::fflush(file_) == 0, "writing log file '", path_, "' failed: ", std::strerror(errno));
+  const long before = std::ftell(file_);
+  const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  if (written) return;
+  const int error = errno;
+  // A full disk may have taken part of the row: cut it off, so the log ends with its last whole row.
+  std::clearerr(file_);
+  if (before >= 0 && ::ftruncate(::fileno(file_), static_cast<off_t>(before)) == 0)
+    std::fseek(file_, before, SEEK_SET);
+  ACTLAB_FAIL("writing log file '", path_, "' failed: ", std::strerror(error));
 }
 
 Progress::Progress(bool quiet, int64_t every) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO) == 1), every_(every) {}

@@ -21,11 +21,16 @@ bool is_epoch_log(const std::string& path);
 class EpochLogger {
  public:
   // path empty: no log. ".jsonl"/".json" → JSON lines, anything else → CSV. append (a resumed run):
-  // keep the rows already there and add to them (the CSV header only when the file is empty).
-  explicit EpochLogger(const std::string& path, bool append = false);
+  // keep the rows already there and add to them (the CSV header only when the file is empty). A resumed
+  // run's log is first cut back to what its checkpoint holds: a last line without its newline (a write
+  // that failed part way, a kill) and the rows of epochs after `epochs_done` (a resume from an older
+  // checkpoint, which writes those epochs again) are removed, with a note on stderr.
+  explicit EpochLogger(const std::string& path, bool append = false, int64_t epochs_done = 0);
   ~EpochLogger();
   EpochLogger(const EpochLogger&) = delete;
   EpochLogger& operator=(const EpochLogger&) = delete;
+  // Appends one row. A row that cannot be written whole is cut off again (the file ends with the last
+  // whole row) and the write throws Error.
   void write(const EpochRow& row);
  private:
   std::FILE* file_ = nullptr;

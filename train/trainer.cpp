@@ -896,7 +896,7 @@ TrainSummary Run::go() {
     CacheStats::global().set_enabled(false);
     first_step_done_ = true;
   }
-  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty());
+  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty(), first_epoch_);
   if (!c_.log_file.empty()) {  // after the log opened: a log that cannot be written leaves no side file
     const std::string path = c_.log_file + ".config.txt";
     write_text_atomic(path, "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
