@@ -778,12 +778,14 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   summary_.epochs.push_back(row);
   const bool best = ev.acc > best_acc_;
   if (best) best_acc_ = ev.acc;
-  if (!c_.save_dir.empty()) {  // before the log row: a logged epoch always has its checkpoint
+  // The row before the checkpoint: a kill between the two leaves a row whose epoch the last checkpoint
+  // lacks, which a resume cuts off and writes again (EpochLogger), where the other order lost the row.
+  logger_->write(row);
+  if (!c_.save_dir.empty()) {
     const TrainState st = state(epoch + 1, 0);
     save("last.safetensors", st);
     if (best) save("best.safetensors", st);
   }
-  logger_->write(row);
   progress_->epoch_done(row, c_.epochs);
 }
 
