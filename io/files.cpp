@@ -131,21 +131,27 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
   }
 }
 
-std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
+std::vector<std::string> remove_stale_temp_files(const std::vector<std::string>& outputs) {
   namespace fs = std::filesystem;
   std::vector<std::string> removed;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    std::string digits;
-    for (const char* prefix : {"last.safetensors.tmp.", "best.safetensors.tmp."})
-      if (name.rfind(prefix, 0) == 0) digits = name.substr(std::strlen(prefix));
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    struct stat st {};
-    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(digits));
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still be running
-    if (fs::remove(entry.path(), ec)) removed.push_back(entry.path().string());
+  for (const std::string& output : outputs) {
+    if (output.empty()) continue;
+    const fs::path path(output);
+    const std::string prefix = path.filename().string() + ".tmp.";
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      const std::string digits = name.substr(prefix.size());
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      struct stat st {};
+      if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
+      const pid_t pid = static_cast<pid_t>(std::stol(digits));
+      if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still be running
+      std::error_code rm;
+      if (fs::remove(entry.path(), rm)) removed.push_back(entry.path().string());
+    }
   }
   return removed;
 }

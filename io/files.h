@@ -37,11 +37,12 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
 // Creates `dir` and its parents if needed and checks that it is a writable directory; Error names `what`,
 // the directory and the reason ("cannot create output directory '/proc/x': No such file or directory").
 void make_output_dir(const std::string& dir, const char* what);
-// Removes the checkpoint temp files (`last.safetensors.tmp.<pid>`, `best.safetensors.tmp.<pid>`) in `dir`
-// left by a writer that was killed mid-write (SIGKILL, power loss: no chance to unlink): regular files of
-// this user whose process no longer exists. Anything else, a live writer's file included, is kept.
-// Returns the paths removed. The checkpoints beside them were never touched (the rename did not happen).
-// NOTE: "no longer exists" is judged in this PID namespace; do not share a --save-dir across containers.
-std::vector<std::string> remove_stale_temp_files(const std::string& dir);
+// Removes the temp files (`NAME.tmp.<pid>`, beside NAME) of `outputs`, files this program writes atomically
+// (checkpoints, exported weights, summaries), left by a writer that was killed mid-write (SIGKILL, power
+// loss: no chance to unlink): regular files of this user whose process no longer exists. Anything else, a
+// live writer's file included, is kept. Returns the paths removed. The outputs themselves were never
+// touched (the rename did not happen). Empty paths are skipped.
+// NOTE: "no longer exists" is judged in this PID namespace; do not share an output folder across containers.
+std::vector<std::string> remove_stale_temp_files(const std::vector<std::string>& outputs);
 
 }  // namespace actlab

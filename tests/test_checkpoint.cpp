@@ -263,7 +263,8 @@ TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's
        std::vector<std::string>{"last.safetensors.tmp." + dead, "best.safetensors.tmp." + dead,
                                 "last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp." + dead, ".tmp.1"})
     std::ofstream(dir.file(name)) << "x";
-  const std::vector<std::string> removed = remove_stale_temp_files(dir.path.string());
+  const std::vector<std::string> removed =
+      remove_stale_temp_files({dir.file("last.safetensors"), dir.file("best.safetensors"), ""});
   CHECK(removed.size() == 2);
   CHECK(!fs::exists(dir.file("last.safetensors.tmp." + dead)));
   CHECK(!fs::exists(dir.file("best.safetensors.tmp." + dead)));
@@ -271,7 +272,11 @@ TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's
   for (const std::string& kept :
        std::vector<std::string>{"last.safetensors.tmp." + alive, "last.safetensors", "notes.tmp." + dead, ".tmp.1"})
     CHECK_MESSAGE(fs::exists(dir.file(kept)), kept);
-  CHECK(remove_stale_temp_files(dir.file("no-such-dir")).empty());
+  CHECK(remove_stale_temp_files({dir.file("no-such-dir/last.safetensors")}).empty());
+  // Any output written atomically, wherever it is: an exported weights file's temp (a probe's kill left 2.6 MB).
+  std::ofstream(dir.file("w.safetensors.tmp." + dead)) << "x";
+  CHECK(remove_stale_temp_files({dir.file("w.safetensors")}).size() == 1);
+  CHECK(!fs::exists(dir.file("w.safetensors.tmp." + dead)));
 }
 
 TEST_CASE("checkpoint: AdamW moments and counts round-trip, and a checkpoint of the other optimizer is refused") {

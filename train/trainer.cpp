@@ -952,9 +952,6 @@ void prepare_save_dir(const TrainConfig& c, bool lead) {
   if (c.save_dir.empty()) return;
   namespace fs = std::filesystem;
   make_output_dir(c.save_dir, "save directory");
-  if (lead)  // the rank that writes there; the others only check
-    for (const auto& stale : remove_stale_temp_files(c.save_dir))
-      std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";
   if (c.overwrite || !fs::exists(last)) return;
   ACTLAB_CHECK(!c.resume.empty(), "'", last.string(), "' already exists; pass --resume ", last.string(),
@@ -1036,6 +1033,15 @@ TrainSummary train(const TrainConfig& c) {
   try {
     dist.check_same_config(c);  // before any rank writes or trains
     if (!c.eval_only && !c.summary_only) prepare_save_dir(rank_config, dist.lead());
+    if (dist.lead()) {  // the rank that writes the outputs: what a killed run of them left half-written
+      const auto in_save_dir = [&](const char* name) {
+        return c.save_dir.empty() ? std::string() : (std::filesystem::path(c.save_dir) / name).string();
+      };
+      for (const auto& stale : remove_stale_temp_files(
+               {in_save_dir("last.safetensors"), in_save_dir("best.safetensors"), c.export_weights, c.summary_json,
+                c.log_file.empty() ? std::string() : c.log_file + ".config.txt", c.memory_report}))
+        std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
+    }
     Run run(rank_config, dist, device);
     return run.go();
   } catch (const DistError&) {  // names its rank already
