@@ -237,6 +237,15 @@ bool has_raw_allocator(DeviceType type) {
   return r.backends[static_cast<int>(type)] != nullptr;
 }
 
+namespace {
+// What to try when an allocation of `tag` does not fit: the data set is held whole (its size is the image
+// size and the number of images, not the batch's); everything else grows with the batch.
+const char* out_of_memory_advice(MemTag tag) {
+  return tag == MemTag::Data ? "try a smaller --image-size or --train-limit, or --stream for an image folder"
+                             : "try a smaller batch or a compressing --policy such as division:B=8,Q=2";
+}
+}  // namespace
+
 void* tracked_allocate(Device device, size_t bytes, MemTag tag) {
   if (bytes == 0) return nullptr;
   auto& r = registry();
@@ -254,8 +263,7 @@ void* tracked_allocate(Device device, size_t bytes, MemTag tag) {
       const std::string table = s.stats.table();
       throw OutOfMemory("out of memory on " + device.str() + ": asked for " + std::to_string(bytes) +
                         " bytes (" + mem_tag_name(tag) + ") over the limit of " + std::to_string(s.limit) +
-                        " bytes; try a smaller batch or a compressing --policy such as division:B=8,Q=2\n" +
-                        table);
+                        " bytes; " + out_of_memory_advice(tag) + "\n" + table);
     }
   }
   void* ptr = (offload != nullptr ? offload : backend)->raw_allocate(bytes, device.index);
@@ -266,8 +274,7 @@ void* tracked_allocate(Device device, size_t bytes, MemTag tag) {
     s.stats.oom_count += 1;
     throw OutOfMemory("out of memory on " + device.str() + ": could not allocate " + std::to_string(bytes) +
                       " bytes (" + mem_tag_name(tag) +
-                      "); try a smaller batch or a compressing --policy such as division:B=8,Q=2\n" +
-                      s.stats.table());
+                      "); " + out_of_memory_advice(tag) + "\n" + s.stats.table());
   }
   bump(s.stats.total, static_cast<int64_t>(bytes));
   bump(s.stats.by_tag[static_cast<int>(tag)], static_cast<int64_t>(bytes));

@@ -88,8 +88,10 @@ class IdxFile {
         const int r = gzread(gz_.get(), dst + done, static_cast<unsigned>(want));
         int errnum = Z_OK;
         const char* msg = gzerror(gz_.get(), &errnum);
-        ACTLAB_CHECK(r >= 0 && errnum == Z_OK, path_, ": corrupt gzip stream after ",
-                     consumed_ + done, " decompressed bytes: ", msg ? msg : "unknown zlib error");
+        // zlib reports a bad CRC or length only at the end of the read that decompressed the member, so
+        // the damage lies somewhere past the bytes already returned, not at that offset.
+        ACTLAB_CHECK(r >= 0 && errnum == Z_OK, path_, ": corrupt gzip stream (found reading past decompressed byte ",
+                     consumed_ + done, "): ", msg ? msg : "unknown zlib error");
         got = static_cast<size_t>(r);
       } else {
         raw_.read(reinterpret_cast<char*>(dst + done), static_cast<std::streamsize>(want));

@@ -87,7 +87,11 @@ std::vector<std::string> list_images(const fs::path& folder, std::vector<std::st
       folder,
       [](const fs::directory_entry& e) {
         std::error_code ec;
-        return e.is_regular_file(ec) && has_image_extension(e.path());
+        const bool image_name = has_image_extension(e.path());
+        // An image's name on a link to nothing is a missing image, not "an entry that is not an image".
+        ACTLAB_CHECK(!image_name || !e.is_symlink(ec) || e.exists(ec), e.path().string(),
+                     ": broken symbolic link (its target does not exist)");
+        return e.is_regular_file(ec) && image_name;
       },
       ".png/.jpg/.jpeg/.bmp files", warnings);
   ACTLAB_CHECK(!names.empty(), folder.string(),

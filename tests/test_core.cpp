@@ -145,8 +145,17 @@ TEST_CASE("the allocator accounts every byte by tag, peak and limit") {
     CHECK(msg.find("activation_packed") != std::string::npos);  // the stats table
     CHECK(msg.find("division") != std::string::npos);           // the hint
   }
+  try {  // the data set is held whole: its hint is about its size, not the batch
+    Tensor images = Tensor::empty_tagged({4000}, MemTag::Data, DType::U8);
+    FAIL("allocation over the limit did not throw");
+  } catch (const OutOfMemory& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("(data)") != std::string::npos);
+    CHECK(msg.find("--image-size") != std::string::npos);
+    CHECK(msg.find("smaller batch") == std::string::npos);
+  }
   set_memory_limit(Device::cpu(), 0);
-  CHECK(memory_stats().oom_count == base.oom_count + 1);
+  CHECK(memory_stats().oom_count == base.oom_count + 2);
   CHECK(memory_stats().total.current == base.total.current);
   CHECK_THROWS_WITH_AS(set_memory_limit(Device::cpu(), -5), doctest::Contains("memory limit must be >= 0"), Error);
 }

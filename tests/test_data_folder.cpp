@@ -308,6 +308,11 @@ TEST_CASE("data: image folder bad trees are errors naming the culprit") {
     CHECK(has(msg, (root / "train/dog/broken.png").string()));
     CHECK(has(msg, "cannot decode image (not a PNG, JPEG or BMP file"));  // refused before stb runs
   }
+  SUBCASE("an image's name on a broken link") {
+    fs::create_symlink("gone.png", root / "train/dog/2.png");
+    const std::string msg = folder_error([&] { load_image_folder(root.str(), opts); });
+    CHECK(has(msg, (root / "train/dog/2.png").string() + ": broken symbolic link"));
+  }
   SUBCASE("empty class folder") {
     fs::create_directories(root / "train/emu");
     write_text(root / "train/emu/readme.md", "no images here");
