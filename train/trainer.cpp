@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -451,6 +453,30 @@ void Run::restore() {
                 static_cast<long long>(st.epoch),
                 st.step_in_epoch > 0 ? (" + " + std::to_string(st.step_in_epoch) + " steps").c_str() : "",
                 static_cast<long long>(st.global_step), std::max(0.0, st.best_acc));
+  // Options a resume may change at will (its length, its outputs, its placement) pass in silence; any other
+  // change (another --policy, --lr, schedule) is allowed, as a deliberate change of recipe, but named, so
+  // a resume that meant to continue the same run and did not is seen (on stderr, even --quiet).
+  if (dist_.lead() && !c_.eval_only) {
+    static const std::set<std::string> free_to_change = {
+        "epochs", "threads", "device", "quiet", "print-every", "log", "memory-report", "summary-json",
+        "export-weights", "overwrite", "save-dir", "data-dir", "data-workers", "check-memory", "dist-timeout"};
+    const auto as_map = [](const TrainConfig& c) {  // a repeated key (policy-rule): its values joined
+      std::map<std::string, std::string> m;
+      for (const auto& [key, value] : config_entries(c)) m[key] += (m.count(key) ? " " : "") + value;
+      return m;
+    };
+    const auto saved = as_map(config_from_json(st.config_json));
+    std::string changed;
+    for (const auto& [key, value] : as_map(c_)) {
+      const auto was = saved.find(key);
+      const std::string before = was == saved.end() ? "" : was->second;
+      if (value != before && !free_to_change.count(key))
+        changed += (changed.empty() ? "" : ", ") + ("--" + key + " '" + value + "' (was '" + before + "')");
+    }
+    if (!changed.empty())
+      std::fprintf(stderr, "actlab-train: note: resuming with options the checkpoint's run did not have: %s\n",
+                   changed.c_str());
+  }
   // The checkpoint stores --save-dir as given, so a relative one is taken from this run's directory: when
   // that is not where the resumed save-dir checkpoint lies, say where the checkpoints now go (even --quiet).
   namespace fs = std::filesystem;

@@ -67,5 +67,17 @@ ACTLAB_STOP_AFTER_STEPS=9 "$bin" "${streamed[@]}" --save-dir "$work/stream-stopp
 data_of "$work/stream-stopped/last.safetensors" | cmp -s - <(data_of "$work/stream-full/last.safetensors") ||
   fail "streamed run stopped at step 9 + resume differs from the uninterrupted streamed run"
 
+# A resume that changes the recipe (another --lr or policy rule) runs, and says what changed; one that only
+# raises --epochs says nothing.
+tiny=(--model mlp --dataset synthetic --synthetic-size 64 --batch-size 16 --steps-per-epoch 2 --threads 1 --quiet)
+"$bin" "${tiny[@]}" --epochs 1 --save-dir "$work/recipe" || fail "the recipe run failed"
+"$bin" "${tiny[@]}" --epochs 2 --resume "$work/recipe/last.safetensors" --lr 0.2 --policy-rule fc1=exact \
+  2> "$work/recipe.err" || fail "a resume with another --lr failed: $(cat "$work/recipe.err")"
+grep -q "note: resuming with options the checkpoint's run did not have: --lr '0.2' (was '0.1'), --policy-rule 'fc1=exact' (was '')" \
+  "$work/recipe.err" || fail "a resume with another --lr does not say so: $(cat "$work/recipe.err")"
+"$bin" "${tiny[@]}" --epochs 3 --resume "$work/recipe/last.safetensors" --lr 0.2 --policy-rule fc1=exact \
+  2> "$work/recipe2.err" || fail "the second resume failed"
+[ ! -s "$work/recipe2.err" ] || fail "a resume with the checkpoint's own options printed: $(cat "$work/recipe2.err")"
+
 echo "resume checks: $failures failed"
 [ "$failures" -eq 0 ]
