@@ -98,15 +98,28 @@ class SwinTransformer final : public Module {
     for (int64_t d : c.depths) total += d;
     int64_t dim = c.embed_dim, side = c.image_size / c.patch;
     const int64_t halvings = static_cast<int64_t>(c.depths.size()) - 1;
-    ACTLAB_CHECK(side % (int64_t{1} << halvings) == 0, "swin: a ", c.image_size, "x", c.image_size, " image is a ", side,
-                 "x", side, " map after the patch embedding, which ", halvings,
-                 " patch mergings cannot halve evenly; use an image size that is a multiple of ",
-                 c.patch << halvings, " (224 as designed)");
+    // Every stage's map must be a multiple of the window (or fit inside one), and even before each patch
+    // merging. Checked as one rule, so a refusal can name sizes that pass (a multiple of the mergings'
+    // 32 alone does not: 32 gives stage 1 an 8x8 map under a 7x7 window).
+    const auto fits = [&](int64_t image) {
+      int64_t m = image / c.patch;
+      for (int64_t s = 0; s <= halvings; ++s, m /= 2)
+        if (m < 1 || (m % c.window != 0 && c.window < m) || (s < halvings && m % 2 != 0)) return false;
+      return true;
+    };
+    if (!fits(c.image_size)) {
+      std::string maps, sizes;
+      for (int64_t s = 0, m = side; s <= halvings; ++s, m /= 2) maps += (s ? ", " : "") + std::to_string(m);
+      for (int64_t image = c.patch, found = 0; image <= 4096 && found < 3; image += c.patch)
+        if (fits(image)) sizes += (found++ ? ", " : "") + std::to_string(image);
+      ACTLAB_FAIL("swin: a ", c.image_size, "x", c.image_size, " image gives its ", halvings + 1, " stages maps of ", maps,
+                  " tokens a side; each must be a multiple of the window ", c.window, " (or at most ", c.window,
+                  ") and even before a patch merging. Image sizes that fit: ", sizes.empty() ? "none" : sizes,
+                  ", ... (224 as designed)");
+    }
     for (size_t s = 0; s < c.depths.size(); ++s) {
       // torchvision: no shift where the window covers the whole map.
       const int64_t window = c.window, shift = c.window >= side ? 0 : c.window / 2;
-      ACTLAB_CHECK(side % window == 0 || window >= side, "swin: stage ", s + 1, " sees a ", side, "x", side,
-                   " map, not a multiple of the window ", window, " (use an image size such as 224)");
       auto stage = std::make_shared<Sequential>();
       for (int64_t b = 0; b < c.depths[s]; ++b, ++k) {
         const float rate = total > 1 ? c.drop_path * static_cast<float>(k) / static_cast<float>(total - 1) : 0.f;

@@ -10,6 +10,7 @@
 #include "actlab/models/registry.h"
 #include "actlab/models/swin.h"
 #include "actlab/models/vit.h"
+#include "error_of.h"
 #include "gradcheck.h"
 
 using namespace actlab;
@@ -140,6 +141,17 @@ TEST_CASE("vit: DIVISION's weight-gradient error stays bounded down to the patch
   CHECK(r.layers[r.layers.size() - 2].kind == "LayerNorm");
   CHECK(r.layers[r.layers.size() - 2].relative_error[2] == 0.0);
   CHECK(r.norm_mean_relative_error()[2] > 0.0);
+}
+
+TEST_CASE("swin: an image size that no stage's window fits is refused naming sizes that fit") {
+  // 32 is a multiple of the mergings' 4·2³ but gives stage 1 an 8x8 map under a 7x7 window: the old advice
+  // ("a multiple of 32") led to a second refusal.
+  for (const int64_t size : {28, 32, 64, 112}) {
+    CAPTURE(size);
+    const std::string msg = testing::error_of([&] { make_model({"swin_t", 3, 10, size}); });
+    CHECK(msg.find("Image sizes that fit: 224, 448, 672") != std::string::npos);
+  }
+  CHECK(make_model({"swin_t", 3, 10, 224}) != nullptr);  // the first size named builds
 }
 
 TEST_CASE("swin: a small Swin (shifted windows with their mask, patch merging) passes a gradient check") {
