@@ -537,6 +537,19 @@ TEST_CASE("ablate: a tiny grid runs through actlab-train, writes the reports, an
         std::string::npos);
 }
 
+TEST_CASE("ablate: results.csv's B and Q are the run's policy's, not its rules'") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  testing::TempDir dir("ablate_rules");
+  const Grid grid = tiny_grid({"division:B=4,Q=4|fc1=quant:Q=2"});
+  const RunOptions o = run_options(dir);
+  REQUIRE(run_quiet(grid, o, dir) == 0);
+  size_t columns = 0;
+  auto rows = read_results(fs::path(o.out_dir) / "results.csv", &columns);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["B"] == "4");
+  CHECK(rows[0]["Q"] == "4");  // was "4|fc1=quant:Q=2"
+}
+
 TEST_CASE("ablate: a cell with a checkpoint but no summary.json is resumed from it") {
   REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
   const int64_t live = memory_stats().total.current;

@@ -33,7 +33,8 @@ using namespace grid_detail;
 // ------------------------------------------------------------------ policy and data set names
 namespace grid_detail {
 
-std::string policy_kind(const std::string& policy) { return policy.substr(0, policy.find(':')); }
+// The kind of a cell's policy string ("division" of "division:B=8|fc=exact").
+std::string policy_kind(const std::string& policy) { return policy.substr(0, policy.find_first_of(":|")); }
 
 std::string display_dataset(const std::string& d) {
   static const std::map<std::string, std::string> names = {
@@ -48,7 +49,9 @@ std::string display_dataset(const std::string& d) {
 namespace {
 
 // "division:B=8,Q=2" → value of key "B" ("8"), or `fallback` when the policy does not name it.
-std::string policy_param(const std::string& policy, const std::string& key, const std::string& fallback) {
+std::string policy_param(const std::string& policy_string, const std::string& key, const std::string& fallback) {
+  // The run's own policy, before any '|' rules (whose parameters are not the cell's B and Q).
+  const std::string policy = policy_string.substr(0, policy_string.find('|'));
   const size_t colon = policy.find(':');
   if (colon != std::string::npos)
     for (const auto& kv : split_list(policy.substr(colon + 1), ','))
@@ -218,7 +221,7 @@ std::string table_2b(const Results& r, const TableGroup& g) {
   std::vector<std::string> bs, qs;
   for (const auto& label : g.labels) {
     const std::string& p = r.grid.cells[g.cells.at(label)[0]].policy;
-    if (policy_kind(p) != "division") continue;
+    if (policy_kind(p) != "division" || p.find('|') != std::string::npos) continue;  // the plain B x Q grid
     if (std::find(bs.begin(), bs.end(), policy_b(p)) == bs.end()) bs.push_back(policy_b(p));
     if (std::find(qs.begin(), qs.end(), policy_q(p)) == qs.end()) qs.push_back(policy_q(p));
   }
@@ -276,6 +279,7 @@ double mean_of(const Results& r, const std::vector<size_t>& idx, Metric metric) 
 bool same_gradients_as_exact(const std::string& policy) {
   const std::string k = policy_kind(policy);
   const std::string tail = "+exact";
+  if (policy.find('|') != std::string::npos) return false;  // a rule may code some saves
   return k == "swap" ||
          (k == "checkpoint" && policy.size() > tail.size() && policy.compare(policy.size() - tail.size(), tail.size(), tail) == 0);
 }
