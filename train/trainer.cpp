@@ -100,7 +100,14 @@ EvalResult evaluate(Module& model, DataLoader& loader, const std::string& datase
   correct = static_cast<int64_t>(sums[1]);
   seen = static_cast<int64_t>(sums[2]);
   ACTLAB_CHECK(seen > 0, "the ", dataset, " test split produced no batches");
-  return {loss_sum / static_cast<double>(seen), 100.0 * static_cast<double>(correct) / static_cast<double>(seen)};
+  const EvalResult r{loss_sum / static_cast<double>(seen), 100.0 * static_cast<double>(correct) / static_cast<double>(seen)};
+  // The --on-nonfinite guard watches training; weights whose training loss stays finite can still give
+  // the test images non-finite logits (batch statistics of a tiny run), and the accuracy then means little.
+  if (!std::isfinite(r.loss) && dist.lead())
+    std::fprintf(stderr, "actlab-train: warning: the test loss on %s is %s: the model gives non-finite outputs on "
+                 "test images, so its test accuracy (%.2f%%) means little\n", dataset.c_str(),
+                 std::isnan(r.loss) ? "NaN" : "infinite", r.acc);
+  return r;
 }
 
 }  // namespace

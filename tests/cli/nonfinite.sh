@@ -6,6 +6,7 @@
 #    saw one; a NaN injected into a gradient names the layer;
 #  - skip-step: one bad step is skipped and counted, the run finishes; ten in a row stop it;
 #  - a diverging learning rate (1e6) trips the same check without any hook;
+# a finite training loss with a NaN test loss is named in a warning;
 # and the other run guard, --check-memory: a DIVISION run ends with its one verdict line; and on a
 # terminal (script(1) gives the run a pty) the error starts a line of its own, after the live '\r' line.
 #   tests/cli/nonfinite.sh PATH/TO/actlab-train
@@ -79,6 +80,13 @@ if command -v script >/dev/null 2>&1; then
 else
   fail "script(1) (bsdutils, an Essential Debian package) is missing: the terminal check cannot run"
 fi
+
+# A run whose training loss stays finite but whose test loss is not (ImageNet MobileNetV2 on 2-image batches
+# at lr 0.1: the next epoch's training loss is NaN) finishes its epoch, and says the test accuracy means little.
+"$bin" --model mobilenet_v2_imagenet --dataset synthetic --synthetic-size 8 --batch-size 2 --steps-per-epoch 2 \
+  --test-limit 2 --epochs 1 --threads 1 --quiet 2> "$work/testnan.err" || fail "the NaN-test-loss run failed: $(cat "$work/testnan.err")"
+[ "$(grep -c "warning: the test loss on synthetic is NaN: the model gives non-finite outputs" "$work/testnan.err")" = 1 ] ||
+  fail "a NaN test loss is not named: $(cat "$work/testnan.err")"
 
 echo "non-finite checks: $failures failed"
 [ "$failures" -eq 0 ]
