@@ -302,6 +302,9 @@ namespace {
 
 std::atomic<pid_t> g_child{0};
 volatile std::sig_atomic_t g_stop = 0;
+// OUT/.lock's descriptor while a grid runs (-1 otherwise): each child inherits it, so the directory stays
+// locked while a child that outlived the grid (a SIGKILL of actlab-ablate) is still checkpointing.
+std::atomic<int> g_lock_fd{-1};
 static_assert(std::atomic<pid_t>::is_always_lock_free, "the signal handler reads g_child");
 
 // Record the first signal and pass every signal on to the child: it checkpoints on the first and
@@ -326,8 +329,13 @@ int run_child(const std::vector<std::string>& argv, const std::string& log_path)
   const pid_t pid = ::fork();
   if (pid == 0) {  // only async-signal-safe calls from here to exec
     ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the grid killed hard: do not leave a training run behind
+    // The grid killed hard: do not leave a training run behind. SIGHUP, which actlab-train takes as a stop
+    // request however often it comes: the kernel sends this signal once per exiting thread of the grid
+    // process, and a second SIGTERM would kill the run before its checkpoint.
+    ::prctl(PR_SET_PDEATHSIG, SIGHUP);
     if (::getppid() != parent) ::_exit(127);
+    const int lock_fd = g_lock_fd.load();
+    if (lock_fd >= 0) ::fcntl(lock_fd, F_SETFD, 0);  // kept across exec (see g_lock_fd)
     if (null_fd >= 0) ::dup2(null_fd, 0);
     ::dup2(log_fd, 1);
     ::dup2(log_fd, 2);
@@ -466,12 +474,15 @@ CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta
     return CellStatus::Done;
   }
   // Stopped through the grid (even before its first checkpoint), or by a signal sent to the child.
-  if (g_stop != 0 || (r.status == CellStatus::Interrupted && (rc == 128 + SIGINT || rc == 128 + SIGTERM))) {
+  if (g_stop != 0 ||
+      (r.status == CellStatus::Interrupted && (rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP))) {
     std::printf("interrupted after %s; the next run resumes it", format_duration(secs).c_str());
     return CellStatus::Interrupted;
   }
-  const std::string why = "exit " + std::to_string(rc) + ": " +
-                          (rc == 0 ? std::string("no finished summary.json") : last_line(dir / "log.txt"));
+  const std::string status = rc > 128 && rc < 128 + NSIG
+                                 ? "killed by signal " + std::to_string(rc - 128) + " (" + strsignal(rc - 128) + ")"
+                                 : "exit " + std::to_string(rc);
+  const std::string why = status + ": " + (rc == 0 ? std::string("no finished summary.json") : last_line(dir / "log.txt"));
   write_text_atomic((dir / "failed.txt").string(), why + "\n");
   std::printf("FAILED (%s)", why.c_str());
   return CellStatus::Failed;
@@ -506,6 +517,11 @@ void install_grid_signal_handlers() {
   sa.sa_flags = SA_RESTART;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction hup {};  // a closed terminal stops the grid as SIGTERM does; nohup's ignore stays
+  if (::sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) ::sigaction(SIGHUP, &sa, nullptr);
+  // A reader of the grid's output that died first (`| tee` in a killed process group) must not end the
+  // grid before it has written its reports: writes to it fail with EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
 }
 
 namespace {
@@ -520,11 +536,13 @@ class OutputDirLock {
     ACTLAB_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd_);
-      ACTLAB_FAIL("another actlab-ablate is using '", out.string(), "' (it holds ", path,
-                  "); wait for it to end, or choose another --out");
+      ACTLAB_FAIL("another actlab-ablate is using '", out.string(), "' (it or a training run it started holds ",
+                  path, "); wait for it to end, or choose another --out");
     }
+    g_lock_fd.store(fd_);
   }
   ~OutputDirLock() {
+    g_lock_fd.store(-1);
     if (fd_ >= 0) ::close(fd_);
   }
   OutputDirLock(const OutputDirLock&) = delete;

@@ -151,8 +151,9 @@ std::vector<std::string> write_reports(const Grid& grid, const std::string& out_
 // and tables.md show it.
 std::string shell_command_line(const std::vector<std::string>& argv);
 
-// SIGINT/SIGTERM handlers for the grid process: the signal is forwarded to the running child (which
-// checkpoints and exits) and the grid stops after it. Apps call this once before run_grid.
+// SIGINT/SIGTERM/SIGHUP handlers for the grid process: the signal is forwarded to the running child (which
+// checkpoints and exits) and the grid stops after it; SIGPIPE is ignored, so a dead reader of the output
+// does not stop the reports being written. Apps call this once before run_grid.
 void install_grid_signal_handlers();
 
 }  // namespace actlab

@@ -265,6 +265,12 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESETHAND | SA_RESTART;  // a second signal takes the default action
   ACTLAB_CHECK(sigaction(SIGINT, &sa, nullptr) == 0 && sigaction(SIGTERM, &sa, nullptr) == 0,
                "installing SIGINT/SIGTERM handlers failed");
+  struct sigaction hup {};
+  ACTLAB_CHECK(sigaction(SIGHUP, nullptr, &hup) == 0, "reading the SIGHUP disposition failed");
+  if (hup.sa_handler != SIG_IGN) {
+    sa.sa_flags = SA_RESTART;  // repeated: see stop.h
+    ACTLAB_CHECK(sigaction(SIGHUP, &sa, nullptr) == 0, "installing the SIGHUP handler failed");
+  }
 }
 int stop_signal() { return static_cast<int>(g_stop_signal); }
 void request_stop(int signal) { g_stop_signal = signal; }
