@@ -16,6 +16,7 @@
 #include "actlab/train/grid.h"
 #include "actlab/train/logging.h"
 #include "actlab/train/paper_reference.h"
+#include "actlab/train/step.h"
 
 namespace actlab {
 namespace {
@@ -38,6 +39,7 @@ CsvTable read_csv(const std::string& path, const std::string& what) {
   CsvTable t{path, what, {}};
   std::string line;
   ACTLAB_CHECK(static_cast<bool>(std::getline(in, line)), what, " file '", path, "' is empty");
+  if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark (a spreadsheet's save)
   const std::vector<std::string> header = csv_fields(line);
   for (int64_t n = 2; std::getline(in, line); ++n) {
     if (line.empty() || line == "\r") continue;
@@ -63,7 +65,14 @@ double number(const CsvTable& t, const std::map<std::string, std::string>& row, 
   return v;
 }
 
-// Per canonical policy, the mean of `column` over the rows of `model` at the first batch listed for it.
+// Fig. 1 compares the methods at fp32: a row of another precision (a "POLICY@bf16" entry, or a precision
+// column that says so: docs/precision.md) is another axis, left out.
+bool fp32_row(const std::map<std::string, std::string>& row) {
+  if (row.count("precision") && !row.at("precision").empty() && row.at("precision") != "fp32") return false;
+  return parse_run_entry(row.at("policy"), Precision::F32).precision == Precision::F32;
+}
+
+// Per canonical policy, the mean of `column` over the fp32 rows of `model` at the first batch listed for it.
 std::map<std::string, double> per_policy(const CsvTable& t, const std::string& model, const std::string& column,
                                          int64_t* batch) {
   std::map<std::string, std::pair<double, int>> sums;
@@ -71,11 +80,11 @@ std::map<std::string, double> per_policy(const CsvTable& t, const std::string& m
   std::set<std::string> models;
   for (const auto& row : t.rows) {
     models.insert(row.at("model"));
-    if (row.at("model") != model) continue;
+    if (row.at("model") != model || !fp32_row(row)) continue;
     const int64_t b = static_cast<int64_t>(number(t, row, "batch", true));
     if (*batch < 0) *batch = b;
     if (b != *batch) continue;
-    auto& s = sums[canonical_policy(row.at("policy"))];
+    auto& s = sums[canonical_policy(parse_run_entry(row.at("policy"), Precision::F32).policy)];
     s.first += number(t, row, column, true);
     s.second += 1;
   }
@@ -125,8 +134,7 @@ RadarData read_radar_data(const RadarInputs& in) {
     if (any_fig6 && !listed_in_fig6(row.at("table"))) continue;
     if (!in.model.empty() && row.at("model") != in.model) continue;
     if (!in.dataset.empty() && row.at("dataset") != in.dataset) continue;
-    // Fig. 1 compares the methods at fp32 (bf16 cells, docs/precision.md, are another axis).
-    if (row.count("precision") && !row.at("precision").empty() && row.at("precision") != "fp32") continue;
+    if (!fp32_row(row)) continue;
     (row.at("status") == "done" ? rows : unfinished).push_back(&row);
     if (row.at("status") == "done") groups.insert(row.at("model") + " on " + row.at("dataset"));
   }
