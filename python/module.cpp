@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include <unistd.h>
+
 #include "actlab/compress/policies.h"
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
@@ -86,8 +88,19 @@ Tensor tensor_over(const FloatArray& a) {
 // One parsed policy per policy string, shared by every pack() that names it (under the GIL): parsing per
 // call gave each pack its own policy object, which for swap is a copy thread per saved tensor and no
 // prefetch across saves. Policies are safe to share: the trainer shares one across a whole run.
+// A forked child (multiprocessing's default on Linux) inherits the cache but none of its policies' threads
+// (swap's copy thread): its first swap unpack waited forever for a copy no thread would make. A child
+// parses its own; the parent's objects are left alone, as their destructors would join threads that do
+// not exist in this process.
 std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) {
-  static std::map<std::string, std::shared_ptr<const ActivationCachePolicy>> cache;
+  using Cache = std::map<std::string, std::shared_ptr<const ActivationCachePolicy>>;
+  static Cache cache;
+  static pid_t owner = ::getpid();
+  if (owner != ::getpid()) {
+    (void)new Cache(std::move(cache));  // never destroyed, on purpose
+    cache.clear();
+    owner = ::getpid();
+  }
   auto it = cache.find(spec);
   if (it == cache.end()) it = cache.emplace(spec, parse_policy(spec)).first;
   return it->second;

@@ -16,6 +16,8 @@ actlab's own networks keep as it is:
 - log-probabilities, the outputs of log_softmax (what cross_entropy saves): actlab's own loss keeps its
   probabilities exact;
 - tensors that are not float32, not on the CPU, or not strided (sparse, MKL-DNN).
+A broadcast view (stride 0 along a dimension: x.expand(...), an SE block's gate) is packed or kept at the
+size of the tensor it repeats, as PyTorch keeps it, and expanded again at unpack.
 A softmax output (and a product's save of it) is packed with codes of at least 8 bits (actlab.pack's
 min_bits), as actlab's attention keeps its probabilities: softmax's backward scales each gradient by the
 probability itself, so a 2-bit code of a small probability is off by about its own size.
@@ -64,22 +66,31 @@ class SavedStats:
 
 
 class _Packed:
-    __slots__ = ("packed", "source", "version", "memory_format", "__weakref__")
+    __slots__ = ("packed", "source", "version", "memory_format", "shape", "__weakref__")
 
-    def __init__(self, packed, source, memory_format):
+    def __init__(self, packed, source, memory_format, shape=None):
         self.packed = packed
         self.source = weakref.ref(source)  # for the in-place check; a weak reference keeps nothing alive
         self.version = source._version
         self.memory_format = memory_format
+        self.shape = shape  # a broadcast save's shape, to expand the decoded source back to (or None)
 
 
 class _Kept:
-    """A save kept as it is, with the version it had, for the in-place check."""
-    __slots__ = ("tensor", "version")
+    """A save kept as it is, with the version it had, for the in-place check. Held detached: a save of an
+    op's own output comes with its grad_fn, and holding that here would close a cycle through autograd's
+    C++ nodes (tensor -> node -> saved variable -> this -> tensor) that Python's collector cannot break, so
+    a graph dropped without a backward (a skipped step, an evaluation with grad on, retain_graph=True) was
+    never freed. `shape`: the broadcast shape to expand back to (see _broadcast_source), or None."""
+    __slots__ = ("tensor", "version", "shape")
 
-    def __init__(self, t):
-        self.tensor = t
-        self.version = t._version if t.layout == torch.strided else None
+    def __init__(self, t, shape=None, version_of=None):
+        self.tensor = t.detach()
+        self.version = (version_of if version_of is not None else t)._version if t.layout == torch.strided else None
+        self.shape = shape
+
+    def get(self):
+        return self.tensor if self.shape is None else self.tensor.expand(self.shape)
 
 
 def _check_version(t, saved_version):
@@ -112,6 +123,18 @@ def _kept_as_is(t):
     node = _node(t)
     # A norm node's outputs after the first are its statistics (native_group_norm: y, mean, rstd).
     return (t.output_nr > 0 and node.startswith(_NORM_NODES)) or node.startswith("LogSoftmaxBackward")
+
+
+def _broadcast_source(t):
+    """A broadcast view (stride 0 along a dimension of size > 1: an x.expand(...), an SE block's gate) as
+    the tensor it repeats, with the shape to expand back to; (t, None) for any other tensor. PyTorch keeps
+    such a save at its source's size, so the adapter packs or keeps the source, not the repeated values."""
+    if t.layout != torch.strided:
+        return t, None
+    repeated = [d for d in range(t.dim()) if t.stride(d) == 0 and t.shape[d] > 1]
+    if not repeated:
+        return t, None
+    return t.detach()[tuple(slice(0, 1) if d in repeated else slice(None) for d in range(t.dim()))], t.shape
 
 
 def _is_relu_output(t):
@@ -150,9 +173,11 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
     packs = {}
 
     def pack_hook(t):
-        if _kept_as_is(t):
+        source, shape = _broadcast_source(t)
+        # A broadcast source too small to code (a last dimension of 1, an SE gate's (N, C, 1, 1)) is kept.
+        if _kept_as_is(t) or (shape is not None and (source.dim() < 2 or source.shape[-1] == 1)):
             stats.kept_as_is += 1
-            return _Kept(t)
+            return _Kept(source, shape, version_of=t)
         key = (t.data_ptr(), tuple(t.shape), t.stride(), t._version)
         earlier = packs.get(key)
         shared = earlier[1]() if earlier is not None and earlier[0]() is not None else None
@@ -160,10 +185,10 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
             stats.shared += 1
             return shared
         stats.packs += 1
-        saved = _Packed(_actlab.pack(t.detach().contiguous().numpy(), policy, stats.seed, stats.packs,
+        saved = _Packed(_actlab.pack(source.detach().contiguous().numpy(), policy, stats.seed, stats.packs,
                                      keep_sign=_is_relu_output(t), min_bits=_min_bits(t)),
-                        t, _memory_format(t))
-        stats.raw_bytes += t.numel() * 4
+                        t, _memory_format(t) if shape is None else None, shape)
+        stats.raw_bytes += source.numel() * 4
         stats.packed_bytes += saved.packed.nbytes
         packs[key] = (weakref.ref(t), weakref.ref(saved))
         return saved
@@ -171,9 +196,11 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
     def unpack_hook(saved):
         if isinstance(saved, _Kept):
             _check_version(saved.tensor, saved.version)
-            return saved.tensor
+            return saved.get()
         _check_version(saved.source(), saved.version)
         t = torch.from_numpy(_actlab.unpack(saved.packed))
+        if saved.shape is not None:
+            return t.expand(saved.shape)
         return t if saved.memory_format is None else t.contiguous(memory_format=saved.memory_format)
 
     with torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook):

@@ -488,6 +488,78 @@ def the_adapter_checks_in_place_changes_keeps_layouts_and_refuses_bad_arguments_
     expect_error(lambda: at.saved_tensors(seed=-1).__enter__(), ValueError, "seed")
 
 
+def _swap_step_in_a_child(queue):
+    import torch
+    import actlab.torch as at
+    w = torch.randn(16, 16, requires_grad=True)
+    with at.saved_tensors("swap:P=2"):
+        h = torch.randn(8, 16)
+        for _ in range(4):
+            h = torch.tanh(h @ w)
+    h.sum().backward()
+    queue.put(float(w.grad.abs().sum()))
+
+
+@case
+def the_adapter_frees_graphs_dropped_without_backward_keeps_broadcasts_small_and_swaps_in_forked_children():
+    if not torch_or_skip():
+        return
+    import gc
+    import multiprocessing
+    import weakref
+    import torch
+    import torch.nn.functional as F
+    import actlab.torch as at
+    g = torch.Generator().manual_seed(4)
+    # A kept save of an op's own output (log_softmax's) held with its grad_fn made a cycle through autograd's
+    # C++ nodes: a graph dropped without a backward (a skipped step, retain_graph=True) was never freed.
+    lin, head = torch.nn.Linear(16, 16), torch.nn.Linear(16, 1)
+    x, y = torch.randn(8, 16, generator=g), torch.randint(0, 16, (8,), generator=g)
+    for policy, backward in (("division:B=8,Q=2", False), ("exact", True)):
+        with at.saved_tensors(policy):
+            score = torch.tanh(head(x))  # (8, 1): kept as it is, tanh's own output
+            loss = F.cross_entropy(lin(x), y) + score.sum()
+        if backward:
+            loss.backward(retain_graph=True)
+        alive = weakref.ref(score)
+        del score, loss
+        gc.collect()
+        assert alive() is None, "the graph of a %s block outlived its last reference" % policy
+    # A broadcast save (an SE gate's expand) is kept or packed at its source's size, as PyTorch keeps it, and
+    # gives PyTorch's gradients under exact.
+    xs = torch.randn(4, 8, 6, 6, generator=g, requires_grad=True)
+    s = torch.randn(4, 8, 1, 1, generator=g, requires_grad=True)
+    (xs * 1.0 * torch.sigmoid(s * 1.0).expand_as(xs)).sum().backward()
+    plain = (xs.grad.clone(), s.grad.clone())
+    xs.grad = s.grad = None
+    with at.saved_tensors("exact") as st:
+        gate = torch.sigmoid(s * 1.0).expand_as(xs)
+        out = xs * 1.0 * gate
+    out.sum().backward()
+    assert torch.equal(xs.grad, plain[0]) and torch.equal(s.grad, plain[1])
+    assert st.raw_bytes == 4 * 8 * 6 * 6 * 4, st  # xs * 1.0 only: the gate is kept at its (4, 8, 1, 1)
+    wide = torch.randn(4, 1, 16, generator=g, requires_grad=True)
+    other = torch.randn(4, 32, 16, generator=g, requires_grad=True)
+    with at.saved_tensors("division:B=8,Q=2") as st:
+        out = (other * 1.0 * (wide * 1.0).expand(4, 32, 16)).sum()
+    out.backward()
+    assert st.packs == 2 and st.raw_bytes == (4 * 32 * 16 + 4 * 16) * 4, st  # the broadcast at its (4, 1, 16)
+    assert wide.grad.shape == wide.shape and bool(torch.isfinite(wide.grad).all())
+    # SWAP in a forked child after the parent used the same policy string: the parent's copy thread does not
+    # exist in the child (its first unpack waited for it forever).
+    _swap_step_in_a_child(multiprocessing.Queue())
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_swap_step_in_a_child, args=(queue,))
+    child.start()
+    child.join(60)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung, "a forked child hung in a swap backward"
+    assert child.exitcode == 0 and queue.get(timeout=5) > 0
+
+
 # ---------------------------------------------------------------- the models against torchvision's
 def write_safetensors(path, tensors):
     """A plain safetensors writer (numpy only: not actlab's): int64 tensors as I64, the rest as F32."""
