@@ -207,6 +207,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
   ACTLAB_CHECK(x.dim() >= 2 && w.dim() == 2 && x.size(-1) == w.size(1), "linear: input ", x.str(),
                " vs weight ", w.str(), ": features ", x.dim() >= 2 ? x.size(-1) : -1, " != ", w.size(-1));
   const int64_t N = leading_rows(x), D = x.size(-1), M = w.size(0);
+  // An empty feature axis has no product to compute (the GEMM's leading dimensions would be 0).
+  ACTLAB_CHECK(D > 0 && M > 0, "linear: input ", x.str(), " and weight ", w.str(), " have ",
+               D == 0 ? "no input features" : "no output features", "; both must be >= 1");
   if (b.defined()) {
     require_f32_contig("linear", "bias", b);
     ACTLAB_CHECK(b.numel() == M, "linear: bias ", b.str(), " for ", M, " outputs");

@@ -207,9 +207,9 @@ Tensor Tensor::rand(const Shape& shape, PhiloxStream& rng, float lo, float hi) {
 // ---------------------------------------------------------------- properties
 int64_t Tensor::size(int64_t d) const {
   const int64_t nd = dim();
-  if (d < 0) d += nd;
-  ACTLAB_CHECK(d >= 0 && d < nd, "dim ", d, " out of range for ", str());
-  return shape_[d];
+  const int64_t i = d < 0 ? d + nd : d;
+  ACTLAB_CHECK(i >= 0 && i < nd, "dim ", d, " out of range for ", str(), " (", nd, " dims: ", -nd, " .. ", nd - 1, ")");
+  return shape_[i];
 }
 
 Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }

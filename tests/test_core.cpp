@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "actlab/core/bf16.h"
+#include "actlab/core/ops.h"
 #include "actlab/core/philox.h"
 #include "actlab/core/tensor.h"
 
@@ -100,6 +101,18 @@ TEST_CASE("view refuses a negative size other than the one inferred -1") {
   CHECK(t.view({3, -1}).shape() == Shape{3, 2});
   CHECK_THROWS_WITH_AS(t.view({-2, -3}), doctest::Contains("negative size -2"), Error);
   CHECK_THROWS_WITH_AS(t.view({-1, -6}), doctest::Contains("negative size -6"), Error);
+}
+
+TEST_CASE("an out-of-range dim and an empty linear are refused naming what was asked") {
+  const Tensor t = Tensor::zeros({2, 3});
+  CHECK(t.size(-2) == 2);
+  CHECK_THROWS_WITH_AS(t.size(-3), doctest::Contains("dim -3 out of range"), Error);  // said "dim -1"
+  CHECK_THROWS_WITH_AS(t.size(2), doctest::Contains("2 dims: -2 .. 1"), Error);
+  // No features in or out: the GEMM's leading dimensions would be 0 ("gemm: lda 0 < 0" before).
+  CHECK_THROWS_WITH_AS(ops::linear_forward(Tensor::zeros({4, 0}), Tensor::zeros({5, 0}), Tensor()),
+                       doctest::Contains("no input features"), Error);
+  CHECK_THROWS_WITH_AS(ops::linear_forward(Tensor::zeros({4, 3}), Tensor::zeros({0, 3}), Tensor()),
+                       doctest::Contains("no output features"), Error);
 }
 
 TEST_CASE("randn has the requested moments and is reproducible") {
