@@ -350,6 +350,11 @@ void fill_host(Tensor& t, float value) {
   char* base = static_cast<char*>(t.storage()->data());
   const size_t es = dtype_size(t.dtype());
   const DType dtype = t.dtype();
+  // A float converts to an integer type only inside its range (anything else is undefined behaviour).
+  const double lo = dtype == DType::U8 ? 0.0 : dtype == DType::I32 ? -2147483648.0 : -9223372036854775808.0;
+  const double hi = dtype == DType::U8 ? 256.0 : dtype == DType::I32 ? 2147483648.0 : 9223372036854775808.0;
+  ACTLAB_CHECK(dtype == DType::F32 || (value >= lo && value < hi), "fill_: ", value, " does not fit ",
+               dtype_name(dtype), " (it must lie in [", lo, ", ", hi, "))");
   for_each_offset(t.shape(), t.strides(), t.offset(), [&](int64_t, int64_t off) {
     char* dst = base + off * static_cast<int64_t>(es);
     switch (dtype) {

@@ -113,6 +113,13 @@ TEST_CASE("an out-of-range dim and an empty linear are refused naming what was a
                        doctest::Contains("no input features"), Error);
   CHECK_THROWS_WITH_AS(ops::linear_forward(Tensor::zeros({4, 3}), Tensor::zeros({0, 3}), Tensor()),
                        doctest::Contains("no output features"), Error);
+  // A float outside an integer type's range has no conversion (undefined behaviour): refused.
+  Tensor bytes = Tensor::zeros({3}, DType::U8);
+  CHECK(bytes.fill_(255.f).data<uint8_t>()[2] == 255);
+  CHECK_THROWS_WITH_AS(bytes.fill_(300.f), doctest::Contains("fill_: 300 does not fit u8"), Error);
+  CHECK_THROWS_WITH_AS(bytes.fill_(NAN), doctest::Contains("does not fit"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::zeros({2}, DType::I32).fill_(3e9f), doctest::Contains("does not fit"), Error);
+  CHECK(bytes.data<uint8_t>()[0] == 255);  // nothing written
 }
 
 TEST_CASE("randn has the requested moments and is reproducible") {
