@@ -52,21 +52,30 @@ download() {  # url dest; prints the tool's error message on failure
   fi
 }
 
-# fetch NAME ARCHIVE MD5 SUBFOLDER FILES...: ensures DIR/SUBFOLDER holds FILES.
+# whole FOLDER FILE:BYTES...: every FILE is in FOLDER at its full size (an unpack cut short leaves a file
+# that exists but ends early, which the reader refuses, or, cut on a record boundary, silently shrinks).
+whole() {
+  local folder="$1" f
+  shift
+  for f in "$@"; do
+    [ -f "$folder/${f%%:*}" ] && [ "$(stat -c %s "$folder/${f%%:*}")" = "${f##*:}" ] || return 1
+  done
+}
+
+# fetch NAME ARCHIVE MD5 SUBFOLDER FILE:BYTES...: ensures DIR/SUBFOLDER holds the files, whole.
 fetch() {
   local name="$1" archive="$2" md5="$3" sub="$4"
   shift 4
-  local folder missing
+  local folder
   for folder in "$dir/$sub" "$dir"; do  # the two places data/cifar.cpp looks
-    missing=0
-    for f in "$@"; do [ -f "$folder/$f" ] || missing=1; done
-    if [ $missing -eq 0 ]; then
+    if whole "$folder" "$@"; then
       echo "get-cifar: $name already in $folder"
       return 0
     fi
   done
   mkdir -p "$dir" || die "cannot create $dir"
-  local where="put $archive (md5 $md5, from $base_url/$archive) in $dir and rerun, or unpack it there so that $dir/$sub/ holds $*"
+  [ -w "$dir" ] || die "cannot write to $dir (choose another directory: scripts/get-cifar.sh $which DIR)"
+  local where="put $archive (md5 $md5, from $base_url/$archive) in $dir and rerun, or unpack it there so that $dir/$sub/ holds its files"
   local downloaded=0 err got
   if [ ! -f "$dir/$archive" ]; then
     echo "get-cifar: downloading $base_url/$archive"
@@ -82,22 +91,27 @@ fetch() {
     [ $downloaded -eq 1 ] && rm -f "$dir/$archive"  # a bad download is useless; a file you put there stays
     die "$dir/$archive has md5 $got, expected $md5: not the official archive (cut short?); replace it and rerun"
   fi
-  tar -xzf "$dir/$archive" -C "$dir" || die "cannot unpack $dir/$archive into $dir"
-  for f in "$@"; do
-    [ -f "$dir/$sub/$f" ] || die "$dir/$archive unpacked, but $dir/$sub/$f is missing"
-  done
+  # Unpacked beside the final folder, then moved in: an unpack cut short leaves only the temporary folder
+  # (removed by the next run), never a half-written data set where the reader looks.
+  local tmp="$dir/.unpack.$sub"
+  rm -rf "$tmp" && mkdir -p "$tmp" || die "cannot create $tmp"
+  tar -xzf "$dir/$archive" -C "$tmp" || die "cannot unpack $dir/$archive into $tmp"
+  whole "$tmp/$sub" "$@" || die "$dir/$archive unpacked, but $tmp/$sub does not hold its files whole"
+  rm -rf "$dir/$sub" && mv "$tmp/$sub" "$dir/$sub" && rm -rf "$tmp" || die "cannot move $tmp/$sub to $dir/$sub"
   echo "get-cifar: $name ready in $dir/$sub (archive kept as $dir/$archive)"
 }
 
 cifar10() {
+  # 10000 records of 1 label + 3072 pixel bytes per file
   fetch CIFAR-10 cifar-10-binary.tar.gz c32a1d4ab5d03f1284b67883e8d87530 cifar-10-batches-bin \
-    data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin \
-    test_batch.bin
+    data_batch_1.bin:30730000 data_batch_2.bin:30730000 data_batch_3.bin:30730000 data_batch_4.bin:30730000 \
+    data_batch_5.bin:30730000 test_batch.bin:30730000
 }
 
 cifar100() {
+  # 50000 and 10000 records of 2 labels + 3072 pixel bytes
   fetch CIFAR-100 cifar-100-binary.tar.gz 03b5dce01913d631647c71ecec9e9cb8 cifar-100-binary \
-    train.bin test.bin
+    train.bin:153700000 test.bin:30740000
 }
 
 case "$which" in
