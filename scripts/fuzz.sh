@@ -22,6 +22,10 @@ case " idx cifar image_folder safetensors policy config " in
   *" $target "*) ;;
   *) echo "fuzz.sh: unknown target '$target'" >&2; exit 2 ;;
 esac
+# libFuzzer reads -max_total_time up to its first non-digit and takes 0 as "forever": '5m' ran 5 seconds.
+case "$seconds" in
+  "" | *[!0-9]* | 0) echo "fuzz.sh: SECONDS must be a whole number of seconds >= 1, got '$seconds'" >&2; exit 2 ;;
+esac
 bash scripts/setup.sh --fuzz-packages
 build="${ACTLAB_FUZZ_BUILD_DIR:-build-fuzz}"
 mkdir -p "$build"

@@ -23,6 +23,13 @@
 # Needs in the tree: CMakeLists.txt with ACTLAB_GPU_CHECK (or build-cuda/cmake.patch to apply) and a
 # doctest copy: $DOCTEST_DIR/doctest/doctest.h, default build-cuda/gpu-deps/doctest/doctest.h (318 KB).
 set -uo pipefail
+# No arguments (settings come from the environment): --help prints the comment above; anything else is a
+# mistake, refused before minutes of building.
+case "${1-}" in
+  "") ;;
+  -h | --help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+  *) echo "$(basename "$0"): takes no arguments (got '$1'); see --help" >&2; exit 2 ;;
+esac
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}

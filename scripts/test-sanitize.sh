@@ -14,6 +14,13 @@
 #   cli_tool_flags: --help and an unknown option of every program, argument parsing only; this build makes
 #   only the programs the other tests run.
 set -euo pipefail
+# No arguments (settings come from the environment): --help prints the comment above; anything else is a
+# mistake, refused before minutes of building.
+case "${1-}" in
+  "") ;;
+  -h | --help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+  *) echo "$(basename "$0"): takes no arguments (got '$1'); see --help" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 build_dir="${ACTLAB_ASAN_BUILD_DIR:-build-asan}"
 # -g1: line tables only, which is all an ASan or UBSan report prints (file:line per frame); full -g made
