@@ -92,23 +92,12 @@ int main(int argc, char** argv) {
     const int64_t channels = positive(flags.get("channels"), "--channels");
     std::vector<int64_t> batches;
     for (const auto& b : split_list(pick("batches", t1a ? "64" : "128"), ',')) batches.push_back(positive(b, "batch size"));
-    // An unknown name fails now, listing the known ones, and so does an image size a model cannot take
-    // (the size checks of its constructor), not after minutes of the other models' cells.
-    for (const auto& m : models) {
-      const int64_t least = min_image_size(m);
-      ACTLAB_CHECK(image_size >= least, "--image-size ", image_size, " is too small for ", m, " (at least ", least, ")");
-      make_model({m, channels, classes, image_size});
-    }
+    check_models(models, channels, classes, image_size);
     ACTLAB_CHECK(!models.empty() && !policies.empty() && !batches.empty(), "empty grid");
-    const Precision precision = parse_precision(flags.get("precision"));
-    std::vector<RunEntry> entries;
+    const std::vector<RunEntry> entries =
+        parse_run_entries(policies, parse_precision(flags.get("precision")), Device::cpu());
     bool mixed = false;  // some entry is not fp32: a column of rates against the fp32 exact run too
-    for (const auto& p : policies) {
-      entries.push_back(parse_run_entry(p, precision));
-      parse_policy_set(entries.back().policy);  // a typo fails now, not after minutes of other cells
-      check_precision_supported(entries.back().precision, Device::cpu());
-      mixed = mixed || entries.back().precision != Precision::F32;
-    }
+    for (const auto& e : entries) mixed = mixed || e.precision != Precision::F32;
     // The paper's Table 1(a) cells exist for ImageNet inputs only.
     const bool paper_cells = image_size == 224 && classes == 1000 && channels == 3;
     const int64_t threads = flags.get_int("threads");

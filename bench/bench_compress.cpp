@@ -117,9 +117,10 @@ Row measure(const ActivationCachePolicy& policy, const SavedShape& saved, int re
     row.unpack_kernel_gbs = row.unpack_api_gbs;
   }
   // The two layouts a backward asks for: 16-channel blocks (a convolution's backward-weights input) and one
-  // channel at a time into a per-thread buffer that stays in cache (batch-norm backward).
+  // channel at a time into a per-thread buffer that stays in cache (batch-norm backward). Both decode one
+  // code range per plane; a policy with ranges of R rows (R=1) has neither path, as in training.
   if (const auto* planes = dynamic_cast<const PackedPlanes*>(packed.get());
-      planes && !planes->residual() && shape[1] % cpu::kChannelBlock == 0) {
+      planes && !planes->residual() && shape[1] % cpu::kChannelBlock == 0 && planes->geometry().ranges_per_plane() == 1) {
     row.blocked_gbs = f32_bytes / best_seconds(reps, [&] {
       cpu::plane_unpack_blocked(dst.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(),
                                 planes->geometry(), shape[1]);
@@ -195,9 +196,11 @@ int main(int argc, char** argv) {
     md << "| policy | shape | pack GB/s | unpack GB/s (kernel) | unpack GB/s (API) | blocked unpack GB/s | "
           "channel reads GB/s | memcpy GB/s | bits/elem | closed form | rate | closed-form rate |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    // Every policy parsed before the first is measured: a typo late in the list fails now.
+    std::vector<std::shared_ptr<const ActivationCachePolicy>> parsed;
+    for (const std::string& spec : split_list(policies, ';')) parsed.push_back(parse_policy(spec));
     std::fputs(md.str().c_str(), stdout);  // the rows below are printed as they are measured
-    for (const std::string& spec : split_list(policies, ';')) {
-      const auto policy = parse_policy(spec);
+    for (const auto& policy : parsed) {
       for (const SavedShape& shape : shapes) {
         const Row r = measure(*policy, shape, reps);
         char line[512];

@@ -58,6 +58,17 @@ struct Link {
   RingLink ring;
 };
 
+// The whole numbers of a ',' list flag; Error naming the flag and the item that is not one ("8x", "abc").
+std::vector<int64_t> int_list(const FlagParser& flags, const std::string& name) {
+  std::vector<int64_t> out;
+  for (const auto& item : split_list(flags.get(name), ',')) {
+    int64_t v = 0;
+    ACTLAB_CHECK(parse_int(item, &v), "--", name, ": '", item, "' is not a whole number");
+    out.push_back(v);
+  }
+  return out;
+}
+
 // "name=GB/s@µs;..." -> links.
 std::vector<Link> parse_links(const std::string& spec) {
   std::vector<Link> out;
@@ -65,8 +76,10 @@ std::vector<Link> parse_links(const std::string& spec) {
     const size_t eq = item.find('='), at = item.find('@');
     ACTLAB_CHECK(eq != std::string::npos && at != std::string::npos && at > eq,
                  "--links: each link is NAME=GB/s@latency-µs, got '", item, "'");
-    const double gbs = std::stod(item.substr(eq + 1, at - eq - 1)), us = std::stod(item.substr(at + 1));
-    ACTLAB_CHECK(gbs > 0 && us >= 0, "--links: bandwidth must be > 0 and latency >= 0 in '", item, "'");
+    double gbs = 0, us = 0;
+    ACTLAB_CHECK(parse_float(item.substr(eq + 1, at - eq - 1), &gbs) && parse_float(item.substr(at + 1), &us) &&
+                     gbs > 0 && us >= 0,
+                 "--links: bandwidth must be a number > 0 and latency a number >= 0 in '", item, "'");
     out.push_back({item.substr(0, eq), RingLink{gbs * 1e9, us * 1e-6}});
   }
   ACTLAB_CHECK(!out.empty(), "--links is empty");
@@ -210,7 +223,8 @@ int main(int argc, char** argv) {
   flags.add("links", "string", "25GbE=3.125@25;100Gb-IB=12.5@5;400Gb=50@3",
             "ring links, ';'-separated NAME=GB/s@latency-µs (per GPU, per ring step)");
   flags.add("swin-ratio", "float", "0.51",
-            "Swin-T's per-image step time over ResNet-50's at 224² (measured on this project's CPU: docs/scale-out.md)");
+            "Swin-T's throughput over ResNet-50's at 224² (0.51: Swin-T's per-image step takes 1/0.51 of "
+            "ResNet-50's, measured on this project's CPU: docs/scale-out.md)");
   flags.add("global-batches", "string", "4096,32768", "comma-separated global batches of the fixed-global-batch table");
   flags.add("gpu-speedup", "float", "1",
             "divide every per-GPU step time by this: a GPU that many times the paper's RTX 3090 (the codec's "
@@ -230,16 +244,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (flags.get_bool("measure-link")) {
-      std::vector<int64_t> sizes;
-      for (const auto& k : split_list(flags.get("sizes-kib"), ',')) sizes.push_back(std::stoll(k));
+      const std::vector<int64_t> sizes = int_list(flags, "sizes-kib");
       ACTLAB_CHECK(sizes.size() >= 3 && std::is_sorted(sizes.begin(), sizes.end()) && sizes.front() >= 1,
                    "--sizes-kib: at least three sizes >= 1, smallest first");
       return measure_link(flags.get_int("reps"), sizes);
     }
     if (flags.get_bool("check")) return check(flags);
-    std::vector<int64_t> ranks, globals;
-    for (const auto& r : split_list(flags.get("ranks"), ',')) ranks.push_back(std::stoll(r));
-    for (const auto& g : split_list(flags.get("global-batches"), ',')) globals.push_back(std::stoll(g));
+    const std::vector<int64_t> ranks = int_list(flags, "ranks"), globals = int_list(flags, "global-batches");
     ACTLAB_CHECK(!ranks.empty() && !globals.empty(), "--ranks and --global-batches each need one or more counts");
     for (int64_t n : ranks) ACTLAB_CHECK(n >= 1, "--ranks must be >= 1, got ", n);
     for (int64_t g : globals) ACTLAB_CHECK(g >= 1, "--global-batches must be >= 1, got ", g);

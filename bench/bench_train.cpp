@@ -99,13 +99,20 @@ int main(int argc, char** argv) {
     ACTLAB_CHECK(!split_list(flags.get("policies"), ';').empty(), "--policies is empty; give e.g. 'exact;division:B=8,Q=2'");
     omp_set_num_threads(static_cast<int>(threads));
     const Precision precision = parse_precision(flags.get("precision"));
-    std::printf("%-12s %-22s %6s %10s %10s %10s %14s %9s %9s\n", "model", "policy", "batch", "img/s", "best", "steps",
-                "activation", "wall ms", "cpu ms");
     std::vector<std::string> runs;  // the policy list, --rounds times
     for (int64_t round = 0; round < rounds; ++round)
       for (const auto& policy : split_list(flags.get("policies"), ';')) runs.push_back(policy);
     const StepTiming timing = StepTiming::from_flags(flags);
     check_writable(flags.get("csv"), true, "--csv file");  // now, not after minutes of timing
+    // So is a model or a policy entry late in its list that cannot run.
+    const std::vector<std::string> models = split_list(flags.get("models"), ',');
+    check_models(models, C, 10, S);
+    parse_run_entries(split_list(flags.get("policies"), ';'), precision, Device::cpu());
+    ACTLAB_CHECK(!flags.given("rounds") || !flags.get_bool("interleave"),
+                 "--rounds repeats the policy list of a run without --interleave; --interleave pairs every step "
+                 "(give --steps for more pairs)");
+    std::printf("%-12s %-22s %6s %10s %10s %10s %14s %9s %9s\n", "model", "policy", "batch", "img/s", "best", "steps",
+                "activation", "wall ms", "cpu ms");
     std::ostringstream csv;
     // With --interleave, paired_* are the entry's step over the first entry's, median and quartiles of the
     // adjacent pairs (the figure the docs compare; empty for the first entry and without --interleave).
@@ -129,7 +136,7 @@ int main(int argc, char** argv) {
       csv << "\n";
     };
     CacheStats::global().set_enabled(false);
-    for (const auto& name : split_list(flags.get("models"), ',')) {
+    for (const auto& name : models) {
       if (!flags.get_bool("interleave")) {
         for (const auto& policy : runs) {
           const RunEntry entry = parse_run_entry(policy, precision);
@@ -169,8 +176,7 @@ int main(int argc, char** argv) {
       for (size_t k = 1; k < steps.size(); ++k) {
         std::vector<double> ratio;
         for (size_t i = 0; i < wall[k].size(); ++i) ratio.push_back(wall[k][i] / wall[0][i]);
-        std::sort(ratio.begin(), ratio.end());
-        paired[k] = {policies[0], median(ratio), ratio[ratio.size() / 4], ratio[(3 * ratio.size()) / 4]};
+        paired[k] = {policies[0], median(ratio), quantile(ratio, 0.25), quantile(ratio, 0.75)};
       }
       for (size_t k = 0; k < steps.size(); ++k)
         report(name, policies[k], wall[k], cpu[k], steps[k]->activation_bytes, k == 0 ? nullptr : &paired[k]);

@@ -9,17 +9,24 @@
 #include <cstdio>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actlab/train/cli.h"
 
 namespace actlab::bench {
 
-inline double median(std::vector<double> v) {
+// The q-quantile of v (0 <= q <= 1) by linear interpolation between order statistics (position q·(n−1):
+// NumPy's and R's default), so the quartiles of 4 ratios are not simply their extremes; 0 for no values.
+inline double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  const double at = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(at), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
+
+inline double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
 
 inline double process_cpu_seconds() {
   timespec ts{};

@@ -158,6 +158,15 @@ void check_drop_path(const std::string& model, double rate, const std::string& w
                "' has no drop path (stochastic depth); ", models_with_drop_path(), " have");
 }
 
+void check_models(const std::vector<std::string>& names, int64_t in_channels, int64_t num_classes, int64_t image_size) {
+  for (const auto& name : names) {
+    find_model(name);  // an unknown name: the list of known ones
+    const int64_t least = min_image_size(name);
+    ACTLAB_CHECK(image_size >= least, "image size ", image_size, " is too small for ", name, " (at least ", least, ")");
+    make_model({name, in_channels, num_classes, image_size});
+  }
+}
+
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   const ModelEntry& m = find_model(spec.name);
   ACTLAB_CHECK(spec.in_channels > 0 && spec.num_classes > 1 && spec.image_size > 0, "bad model spec for '",

@@ -25,6 +25,10 @@ struct ModelSpec {
 // see min_image_size()). Its weights are drawn from the process-wide init_rng() (layers/module.h): call it
 // from one thread at a time.
 std::shared_ptr<Module> make_model(const ModelSpec& spec);
+// Builds each named model once (channels, classes, image size as given), so that an unknown name, or an
+// image size one of the models cannot take, fails before a benchmark's or a table's long work on the
+// others. Draws weights from init_rng(), as make_model does.
+void check_models(const std::vector<std::string>& names, int64_t in_channels, int64_t num_classes, int64_t image_size);
 // Whether the named model (one of model_names()) takes ModelSpec::drop_path, and which models do, as
 // "vit_tiny_cifar and swin_t" for messages.
 bool model_has_drop_path(const std::string& name);

@@ -22,6 +22,16 @@ RunEntry parse_run_entry(const std::string& entry, Precision fallback) {
   return {entry.substr(0, at), parse_precision(entry.substr(at + 1))};
 }
 
+std::vector<RunEntry> parse_run_entries(const std::vector<std::string>& entries, Precision fallback, Device device) {
+  std::vector<RunEntry> out;
+  for (const auto& e : entries) {
+    out.push_back(parse_run_entry(e, fallback));
+    parse_policy_set(out.back().policy);
+    check_precision_supported(out.back().precision, device);
+  }
+  return out;
+}
+
 StepResult run_step(Module& model, Optimizer* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,
                     const StepOptions& o) {
   StepResult r;

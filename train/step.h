@@ -75,6 +75,10 @@ struct RunEntry {
 };
 // Throws Error for an unknown precision (the policy string is parsed where it is used).
 RunEntry parse_run_entry(const std::string& entry, Precision fallback);
+// Every entry of a benchmark's or a table's list, parsed and checked up front (its policy set, its precision
+// on `device`), so that a typo late in the list fails before the measurements of the earlier ones, not
+// after them. Throws Error naming the entry.
+std::vector<RunEntry> parse_run_entries(const std::vector<std::string>& entries, Precision fallback, Device device);
 
 // Runs one step of `model` on (images, labels), both on the model's device, with `policies` in force:
 // forward and cross-entropy under MemTag::Activation, then zero_grad, backward and opt->step() (opt may

@@ -63,7 +63,7 @@ check "memtable unknown model, late in the list" "unknown model 'resnet7'" \
   actlab-memtable --models mlp,resnet7 --batches 2 --image-size 8 --channels 1 --policies exact
 check "memtable --out and --csv on one file" "--out and --csv name the same file" \
   actlab-memtable "${tiny_mem[@]}" --out "$work/same.txt" --csv "$work/./same.txt"
-check "memtable image too small for a later model" "--image-size 2 is too small for resnet20" \
+check "memtable image too small for a later model" "image size 2 is too small for resnet20 \\(at least" \
   actlab-memtable --models mlp,resnet20 --batches 2 --image-size 2 --channels 1 --policies exact
 check "memtable image size a later ViT cannot take" "image size 6 is not a multiple of the patch size 4" \
   actlab-memtable --models mlp,vit_tiny_cifar --batches 2 --image-size 6 --channels 1 --policies exact
@@ -75,6 +75,10 @@ check "bench_compress empty policy list" "--policies is empty" \
   bench_compress --policies ''
 check "bench_scale no rank counts"    "--ranks and --global-batches each need one or more counts" \
   bench_scale --ranks ''
+check "bench_scale rank count not a number" "--ranks: '8x' is not a whole number" \
+  bench_scale --ranks 8,8x
+check "bench_scale link bandwidth not a number" "--links: bandwidth must be a number > 0" \
+  bench_scale --links 'a=x@1'
 check "bench_scale global batch 0"    "--global-batches must be >= 1, got 0" \
   bench_scale --global-batches 0
 check "memtable batch past int64"     "bad batch size '99999999999999999999'" \
@@ -88,6 +92,22 @@ check "bench_train empty policy list" "--policies is empty" \
 late=1 check "bench_train rule matching nothing" "the policy rule for 'conv9' matched no save of mlp" \
   bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0 \
   --policies 'division:B=8,Q=2|conv9=exact'
+# A typo late in a list fails before the earlier entries are measured (their rows, and --csv/--out, were lost).
+check "bench_train bad policy late in the list" "bad policy 'divison:B=8'" \
+  bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0 \
+  --policies 'exact;divison:B=8' --csv "$work/late.csv"
+check "bench_train bad model late in the list" "unknown model 'resnet2'" \
+  bench_train --models mlp,resnet2 --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0
+check "bench_train --rounds with --interleave" "--rounds repeats the policy list of a run without --interleave" \
+  bench_train --models mlp --batch 2 --image-size 8 --channels 1 --interleave --rounds 2
+check "bench_compress bad policy late in the list" "bad policy 'divison'" \
+  bench_compress --batch 1 --reps 1 --threads 1 --policies 'quant:Q=2;divison' --out "$work/late.md"
+if "$build/bench_compress" --batch 1 --reps 1 --threads 1 --policies 'division:B=8,Q=2,R=1' --out "$work/r1.md" \
+    > "$work/r1.out" 2>&1 && grep -q "division:B=8,Q=2,R=1 | (1,64,32,32)" "$work/r1.md"; then
+  echo "ok   [bench_compress measures a policy with a range per row]"
+else
+  fail "[bench_compress measures a policy with a range per row] $(tail -2 "$work/r1.out")"
+fi
 check "ablate --policies with no policy" "--policies names no policy" \
   actlab-ablate --policies ';' --models mlp --out "$work/abl-empty"
 check "ablate --train-arg on a managed flag" "--train-arg --epochs=2: the grid sets --epochs" \
