@@ -110,10 +110,11 @@ std::string bmp_problem(const uint8_t* d, size_t n) {
   // BI_RGB and the bit-field layouts store plain rows; anything else (RLE, embedded JPEG/PNG) is stb's.
   if (compression != 0 && compression != 3 && compression != 6) return "";
   if (width <= 0 || height == 0 || bpp == 0 || bpp > 32) return "";  // stb refuses these itself
-  const uint64_t row = (static_cast<uint64_t>(width) * bpp + 31) / 32 * 4;
-  const uint64_t need = offset + row * static_cast<uint64_t>(height < 0 ? -height : height);
+  // Rows are padded to 4 bytes, but the last row's padding holds no pixel: stb decodes a file without it.
+  const uint64_t row = (static_cast<uint64_t>(width) * bpp + 31) / 32 * 4, rows = height < 0 ? -height : height;
+  const uint64_t need = offset + row * (rows - 1) + (static_cast<uint64_t>(width) * bpp + 7) / 8;
   if (need > n)
-    return "truncated BMP: its " + std::to_string(width) + "x" + std::to_string(height < 0 ? -height : height) +
+    return "truncated BMP: its " + std::to_string(width) + "x" + std::to_string(rows) +
            " pixels need " + std::to_string(need) + " bytes, the file has " + std::to_string(n);
   return "";
 }
