@@ -333,6 +333,14 @@ int run_child(const std::vector<std::string>& argv, const std::string& log_path)
     // request however often it comes: the kernel sends this signal once per exiting thread of the grid
     // process, and a second SIGTERM would kill the run before its checkpoint.
     ::prctl(PR_SET_PDEATHSIG, SIGHUP);
+    // A grid under nohup ignores SIGHUP, and an ignored signal stays ignored across exec: the child would
+    // then train on to the end of its cell after the grid was killed. It is in its own process group, so no
+    // terminal's hang-up reaches it, only the parent-death signal.
+    // SIGPIPE back to its default too: the grid ignores it for itself.
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    ::sigaction(SIGHUP, &default_action, nullptr);
+    ::sigaction(SIGPIPE, &default_action, nullptr);
     if (::getppid() != parent) ::_exit(127);
     const int lock_fd = g_lock_fd.load();
     if (lock_fd >= 0) ::fcntl(lock_fd, F_SETFD, 0);  // kept across exec (see g_lock_fd)
