@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "actlab/core/error.h"
@@ -237,6 +238,30 @@ void check_value_alone(const std::string& key, const std::string& value) {
 }  // namespace
 
 bool is_config_key(const std::string& key) { return find_field(key) != nullptr; }
+
+bool is_placement_or_output_key(const std::string& key) {
+  static const std::set<std::string> keys = {
+      "device", "threads", "data-workers", "data-dir", "dist-timeout", "memory-limit",                    // placement
+      "quiet", "print-every", "log", "memory-report", "summary-json", "export-weights", "overwrite", "check-memory"};
+  return keys.count(key) > 0;
+}
+
+std::string config_differences(const TrainConfig& a, const TrainConfig& b, const std::set<std::string>& also_free) {
+  const auto as_map = [](const TrainConfig& c) {
+    std::map<std::string, std::string> m;
+    for (const auto& [key, value] : config_entries(c)) m[key] += (m.count(key) ? " " : "") + value;
+    return m;
+  };
+  const auto ma = as_map(a), mb = as_map(b);
+  std::string out;
+  for (const auto& [key, value] : ma) {
+    const auto other = mb.find(key);
+    const std::string before = other == mb.end() ? "" : other->second;
+    if (value != before && !is_placement_or_output_key(key) && !also_free.count(key))
+      out += (out.empty() ? "" : ", ") + ("--" + key + " '" + value + "' (was '" + before + "')");
+  }
+  return out;
+}
 
 void add_config_flags(FlagParser& flags) {
   const TrainConfig defaults;

@@ -24,6 +24,15 @@ void add_config_flags(FlagParser& flags);
 
 // Every key with its effective value, in table order; policy-rule appears once per rule.
 std::vector<std::pair<std::string, std::string>> config_entries(const TrainConfig& c);
+// Where two runs' configurations are compared (the ranks of one job, a resume against its checkpoint), the
+// options that only place a process (--device, --threads, --data-workers, --data-dir, --dist-timeout,
+// --memory-limit) or say how it reports (--log, --quiet, --summary-json, ...) may differ; the others say
+// what is trained.
+bool is_placement_or_output_key(const std::string& key);
+// The entries of `a` and `b` that differ, key by key (a repeated key, policy-rule, as its values joined),
+// leaving out is_placement_or_output_key and `also_free`: "--lr '0.5' (was '0.1')" per difference, `a`'s
+// value first, "" when none differs.
+std::string config_differences(const TrainConfig& a, const TrainConfig& b, const std::set<std::string>& also_free = {});
 // The same as config-file text ("key = value" lines), loadable with apply_config_file.
 std::string config_to_text(const TrainConfig& c);
 // The same as a flat JSON object of strings (policy-rule: an array of strings).

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <set>
 
 #include "actlab/core/cuda/runtime.h"
 #include "actlab/dist/sync_batch_norm.h"
@@ -30,44 +29,32 @@ std::string DistRun::who() const {
 
 void DistRun::check_same_config(const TrainConfig& config) const {
   if (!on() || world_ == 1) return;
-  static const std::set<std::string> per_rank = {"device", "threads", "quiet", "print-every", "log",
-                                                 "memory-report", "summary-json", "export-weights"};
-  // "key\0value\0" per compared entry: rank 0's list travels as a length, then its bytes.
-  std::vector<std::pair<std::string, std::string>> mine;
-  std::string bytes;
-  for (auto& e : config_entries(config)) {
-    if (per_rank.count(e.first)) continue;
-    bytes += e.first + '\0' + e.second + '\0';
-    mine.push_back(std::move(e));
-  }
-  uint64_t length = bytes.size();
+  // Rank 0's configuration, as its JSON (a length, then the bytes), with what the table does not hold: whether
+  // the run resumes, evaluates or only prints its layers (each takes other collectives).
+  const auto mode = [](const TrainConfig& c) {
+    return std::string(c.resume.empty() ? "" : "resume ") + (c.eval_only ? "eval-only " : "") +
+           (c.summary_only ? "summary " : "");
+  };
+  std::string lead = mode(config) + "\n" + config_to_json(config);
+  uint64_t length = lead.size();
   comm_->broadcast(&length, sizeof length, 0);
-  std::string lead(static_cast<size_t>(length), '\0');
-  if (rank_ == 0) lead = bytes;
+  lead.resize(static_cast<size_t>(length));
   comm_->broadcast(lead.data(), lead.size(), 0);
-  std::vector<std::pair<std::string, std::string>> theirs;
-  for (size_t at = 0; at < lead.size();) {
-    const size_t key_end = lead.find('\0', at), value_end = lead.find('\0', key_end + 1);
-    theirs.emplace_back(lead.substr(at, key_end - at), lead.substr(key_end + 1, value_end - key_end - 1));
-    at = value_end + 1;
-  }
-  std::string difference;  // the first option this rank has otherwise than rank 0
-  for (size_t i = 0; i < std::max(mine.size(), theirs.size()) && difference.empty(); ++i) {
-    if (i < mine.size() && i < theirs.size() && mine[i] == theirs[i]) continue;
-    difference = i < mine.size() && i < theirs.size() && mine[i].first == theirs[i].first
-                     ? "--" + mine[i].first + " '" + mine[i].second + "' where rank 0 has '" + theirs[i].second + "'"
-                     : "a list of options that differs from rank 0's (another actlab-train version?)";
-  }
+  const size_t newline = lead.find('\n');
+  std::string difference = config_differences(config, config_from_json(lead.substr(newline + 1)));
+  if (mode(config) != lead.substr(0, newline))
+    difference += std::string(difference.empty() ? "" : ", ") + "--resume/--eval-only/--summary '" + mode(config) +
+                  "' (was '" + lead.substr(0, newline) + "')";
   const std::vector<int> differ = ranks_with(!difference.empty());
   if (differ.empty()) return;
   std::string list;
   for (const int r : differ) list += (list.empty() ? "" : ", ") + std::to_string(r);
-  const char* rule = "every rank of a --distributed job must be launched with the same options (all but --device "
-                     "and --threads, and rank 0's outputs)";
+  const char* rule = "every rank of a --distributed job must be launched with the same options (all but where it "
+                     "runs and what rank 0 writes: --device, --threads, --data-workers, --data-dir, --log, ...)";
   if (difference.empty())
     ACTLAB_FAIL(differ.size() > 1 ? "ranks " : "rank ", list, differ.size() > 1 ? " were" : " was",
-                " launched with other options than rank 0 (each names its first difference); ", rule);
-  ACTLAB_FAIL("launched with ", difference, "; ", rule);
+                " launched with other options than rank 0 (each names its differences); ", rule);
+  ACTLAB_FAIL("launched with other options than rank 0: ", difference, " (rank 0's in '(was ...)'); ", rule);
 }
 
 std::vector<int> DistRun::ranks_with(bool flag) const {

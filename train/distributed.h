@@ -36,8 +36,8 @@ class DistRun {
   // Refuses, on every rank at once, a job whose ranks were launched with different configurations (an
   // MPMD command line, a script's per-rank variable): they would train on overlapping shards, at different
   // rates, or stop at different steps and leave the others waiting in a collective. Compares every option
-  // but those that place a rank (--device, --threads) and rank 0's outputs (the other ranks drop them).
-  // Collective; a no-op when not distributed.
+  // but those that place a rank and rank 0's outputs (is_placement_or_output_key), and whether the run
+  // resumes, evaluates or prints its summary. Collective; a no-op when not distributed.
   void check_same_config(const TrainConfig& config) const;
   // The ranks on which `flag` is true, in order (empty: none). Collective: every rank calls it.
   std::vector<int> ranks_with(bool flag) const;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <csignal>
 #include <cmath>
 #include <limits>
@@ -470,22 +471,10 @@ void Run::restore() {
   // change (another --policy, --lr, schedule) is allowed, as a deliberate change of recipe, but named, so
   // a resume that meant to continue the same run and did not is seen (on stderr, even --quiet).
   if (dist_.lead() && !c_.eval_only) {
-    static const std::set<std::string> free_to_change = {
-        "epochs", "threads", "device", "quiet", "print-every", "log", "memory-report", "summary-json",
-        "export-weights", "overwrite", "save-dir", "data-dir", "data-workers", "check-memory", "dist-timeout"};
-    const auto as_map = [](const TrainConfig& c) {  // a repeated key (policy-rule): its values joined
-      std::map<std::string, std::string> m;
-      for (const auto& [key, value] : config_entries(c)) m[key] += (m.count(key) ? " " : "") + value;
-      return m;
-    };
-    const auto saved = as_map(config_from_json(st.config_json));
-    std::string changed;
-    for (const auto& [key, value] : as_map(c_)) {
-      const auto was = saved.find(key);
-      const std::string before = was == saved.end() ? "" : was->second;
-      if (value != before && !free_to_change.count(key))
-        changed += (changed.empty() ? "" : ", ") + ("--" + key + " '" + value + "' (was '" + before + "')");
-    }
+    // Besides placement and outputs, a resume may raise --epochs, save elsewhere, and no longer names the
+    // weights the first run started from.
+    const std::string changed =
+        config_differences(c_, config_from_json(st.config_json), {"epochs", "save-dir", "init-weights"});
     if (!changed.empty())
       std::fprintf(stderr, "actlab-train: note: resuming with options the checkpoint's run did not have: %s\n",
                    changed.c_str());
@@ -818,13 +807,20 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   const bool best = ev.acc > best_acc_;
   if (best) best_acc_ = ev.acc;
   // The row before the checkpoint: a kill between the two leaves a row whose epoch the last checkpoint
-  // lacks, which a resume cuts off and writes again (EpochLogger), where the other order lost the row.
-  logger_->write(row);
+  // lacks, which a resume cuts off and writes again (EpochLogger), where the other order lost the row. A row
+  // that cannot be written (a full disk under the log) still lets the epoch's checkpoint be saved first.
+  std::exception_ptr row_error;
+  try {
+    logger_->write(row);
+  } catch (const Error&) {
+    row_error = std::current_exception();
+  }
   if (!c_.save_dir.empty()) {
     const TrainState st = state(epoch + 1, 0);
     save("last.safetensors", st);
     if (best) save("best.safetensors", st);
   }
+  if (row_error) std::rethrow_exception(row_error);
   progress_->epoch_done(row, c_.epochs);
 }
 
@@ -913,6 +909,16 @@ TrainSummary Run::go() {
     return summary_;
   }
   if (!c_.resume.empty()) restore();
+  if (dist_.on() && !c_.resume.empty()) {
+    // Each rank reads its own --resume file (one per machine's save directory): they must hold one step.
+    const std::vector<double> steps = dist_.gather(static_cast<double>(global_step_));
+    std::string listed;
+    for (size_t r = 0; r < steps.size(); ++r)
+      listed += (r ? ", " : "") + ("rank " + std::to_string(r) + " at " + std::to_string(static_cast<int64_t>(steps[r])));
+    ACTLAB_CHECK(std::all_of(steps.begin(), steps.end(), [&](double v) { return v == steps[0]; }),
+                 "the ranks' --resume checkpoints are at different global steps (", listed,
+                 "); give every rank a copy of the same checkpoint");
+  }
   if (!c_.init_weights.empty()) {
     import_state_dict(read_safetensors(c_.init_weights), *model_, "--init-weights '" + c_.init_weights + "'");
     buffers_->save();  // the snapshot the non-finite guard restores from holds the imported statistics

@@ -66,10 +66,15 @@ mpmd=(mpirun --allow-run-as-root --oversubscribe -np 1 "$bin" "${small[@]}" --th
 "${mpmd[@]}" --lr 0.05 : -np 1 "$bin" "${small[@]}" --threads 1 --lr 0.5 > "$work/mpmd.out" 2>&1
 status=$?
 [ "$status" -ne 0 ] || fail "ranks launched with different --lr trained (exit 0)"
-grep -q "rank 1 of 2: launched with --lr '0.5' where rank 0 has '0.05'" "$work/mpmd.out" ||
+grep -q "rank 1 of 2: launched with other options than rank 0: --lr '0.5' (was '0.05')" "$work/mpmd.out" ||
   fail "rank 1 does not name the option it differs in: $(tail -4 "$work/mpmd.out")"
 grep -q "rank 0 of 2: rank 1 was launched with other options than rank 0" "$work/mpmd.out" ||
   fail "rank 0 does not name rank 1: $(tail -4 "$work/mpmd.out")"
+# A repeated option given on one rank only (a policy rule) is named as such, not as a shifted list.
+"${mpmd[@]}" : -np 1 "$bin" "${small[@]}" --threads 1 --policy-rule fc1=exact > "$work/mpmd-rule.out" 2>&1
+[ $? -ne 0 ] || fail "ranks launched with different policy rules trained (exit 0)"
+grep -q "rank 1 of 2: launched with other options than rank 0: --policy-rule 'fc1=exact' (was '')" "$work/mpmd-rule.out" ||
+  fail "rank 1 does not name its policy rule: $(tail -4 "$work/mpmd-rule.out")"
 "${mpmd[@]}" --log "$work/mpmd.csv" : -np 1 "$bin" "${small[@]}" --threads 2 > "$work/mpmd-ok.out" 2>&1 ||
   fail "ranks differing only in --threads and rank 0's --log were refused: $(tail -3 "$work/mpmd-ok.out")"
 [ -s "$work/mpmd.csv" ] || fail "rank 0's --log was not written"
