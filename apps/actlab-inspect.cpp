@@ -221,7 +221,27 @@ ImageGrid fig3a_grid(const Tensor& map, const Tensor& images, int64_t n_images, 
 
 double positive_or_gap(double v) { return v > 0 && std::isfinite(v) ? v : std::nan(""); }
 
-void write_lambda(const std::string& dir, const std::vector<LayerSpectrum>& rows, double ratio) {
+// Every file inspect writes into --out, named once: the writers below take their paths from here, and the
+// run checks them all before its long work (a name blocked by a directory failed only at the end).
+struct OutputFiles {
+  std::string dir;
+  std::string path(const std::string& name) const { return dir + "/" + name; }
+  std::string fig3a(const std::string& layer) const { return path("fig3a_" + layer + ".png"); }
+  std::string lambda_csv() const { return path("fig4_lambda.csv"); }
+  std::string lambda_svg() const { return path("fig4_lambda.svg"); }
+  std::string grad_csv() const { return path("grad_error.csv"); }
+  std::string grad_svg() const { return path("grad_error.svg"); }
+  std::string reconstruction_csv() const { return path("reconstruction.csv"); }
+  std::string readme() const { return path("README.md"); }
+  std::vector<std::string> all(const std::vector<std::string>& fig_layers) const {
+    std::vector<std::string> files = {fig3a("input"), lambda_csv(), lambda_svg(), grad_csv(), grad_svg(),
+                                      reconstruction_csv(), readme()};
+    for (const auto& l : fig_layers) files.push_back(fig3a(l));
+    return files;
+  }
+};
+
+void write_lambda(const OutputFiles& out, const std::vector<LayerSpectrum>& rows, double ratio) {
   std::ostringstream csv;
   csv << "layer,input_shape,kept_block,lambda_low,lambda_high,high_over_low\n";
   plot::LineChart chart;
@@ -240,11 +260,11 @@ void write_lambda(const std::string& dir, const std::vector<LayerSpectrum>& rows
     chart.series[0].y.push_back(positive_or_gap(r.energy.lambda_low));
     chart.series[1].y.push_back(positive_or_gap(r.energy.lambda_high));
   }
-  write_text_atomic(dir + "/fig4_lambda.csv", csv.str());
-  plot::write_svg(dir + "/fig4_lambda.svg", plot::line_chart_svg(chart));
+  write_text_atomic(out.lambda_csv(), csv.str());
+  plot::write_svg(out.lambda_svg(), plot::line_chart_svg(chart));
 }
 
-void write_grad_error(const std::string& dir, const GradErrorReport& report) {
+void write_grad_error(const OutputFiles& out, const GradErrorReport& report) {
   std::ostringstream csv;
   csv << "layer,kind,weight_shape,grad_norm,policy,relative_error,draws,mean_of_draws_error\n";
   plot::LineChart chart;
@@ -264,12 +284,12 @@ void write_grad_error(const std::string& dir, const GradErrorReport& report) {
       chart.series[p].y.push_back(positive_or_gap(layer.relative_error[p]));
     }
   }
-  write_text_atomic(dir + "/grad_error.csv", csv.str());
-  plot::write_svg(dir + "/grad_error.svg", plot::line_chart_svg(chart));
+  write_text_atomic(out.grad_csv(), csv.str());
+  plot::write_svg(out.grad_svg(), plot::line_chart_svg(chart));
 }
 
 // `policy` is the entry as grad_error.csv names it (so the two files join on it), `codec` what packed the map.
-void write_reconstruction(const std::string& dir, const std::vector<LayerSpectrum>& rows,
+void write_reconstruction(const OutputFiles& out, const std::vector<LayerSpectrum>& rows,
                           const std::vector<std::string>& policies, const std::vector<std::string>& codecs) {
   std::ostringstream csv;
   csv << "layer,input_shape,policy,relative_error,bits_per_element,packed_bytes,numel,codec\n";
@@ -280,7 +300,7 @@ void write_reconstruction(const std::string& dir, const std::vector<LayerSpectru
           << "," << fmt(x.bits_per_element, "%.6g") << "," << x.packed_bytes << "," << x.numel << ","
           << csv_field(codecs[p]) << "\n";
     }
-  write_text_atomic(dir + "/reconstruction.csv", csv.str());
+  write_text_atomic(out.reconstruction_csv(), csv.str());
 }
 
 struct Report {
@@ -373,7 +393,7 @@ std::string markdown_tables(const Report& r) {
   return md.str();
 }
 
-void write_readme(const std::string& dir, const Report& r) {
+void write_readme(const OutputFiles& out, const Report& r) {
   std::ostringstream md;
   md << "# actlab-inspect report\n\nMade by:\n\n```\n" << r.command << "\n```\n\n"
      << "- Model: " << r.model_note << "\n- Data: " << r.batch << " test images of " << r.data_note << "\n"
@@ -393,7 +413,7 @@ void write_readme(const std::string& dir, const Report& r) {
     md << "No conv layer after the stem takes a 2-D map here (a transformer's blocks see (B, T, D) token maps, an "
           "MLP flat vectors), so only `fig3a_input.png` is drawn; the token maps' spectra are in Fig. 4 below.\n";
   md << "\nFiles: `fig4_lambda.csv`/`.svg`, `grad_error.csv`/`.svg`, `reconstruction.csv`.\n\n" << markdown_tables(r);
-  write_text_atomic(dir + "/README.md", md.str());
+  write_text_atomic(out.readme(), md.str());
 }
 
 void print_summary(const Report& r) {
@@ -491,16 +511,16 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
 void write_outputs(const Settings& st, const Report& r, const Batch& batch,
                    const std::vector<const CapturedInput*>& maps) {
   fs::create_directories(st.out);
+  const OutputFiles out{st.out};
   const int64_t shown = std::min(st.images, r.batch);
-  write_png(st.out + "/fig3a_input.png",
-            render_grid(fig3a_grid(batch.images, Tensor(), shown, st.channels, r.ratio, r.block)));
+  write_png(out.fig3a("input"), render_grid(fig3a_grid(batch.images, Tensor(), shown, st.channels, r.ratio, r.block)));
   for (const auto& l : r.fig_layers)
-    write_png(st.out + "/fig3a_" + l + ".png",
+    write_png(out.fig3a(l),
               render_grid(fig3a_grid(find_map(maps, l).input, batch.images, shown, st.channels, r.ratio, r.block)));
-  write_lambda(st.out, r.spectra, r.ratio);
-  write_grad_error(st.out, r.grads);
-  write_reconstruction(st.out, r.spectra, r.policies, r.codecs);
-  write_readme(st.out, r);
+  write_lambda(out, r.spectra, r.ratio);
+  write_grad_error(out, r.grads);
+  write_reconstruction(out, r.spectra, r.policies, r.codecs);
+  write_readme(out, r);
 }
 
 int inspect(const FlagParser& flags, int argc, char** argv) {
@@ -527,6 +547,7 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   const std::vector<const CapturedInput*> maps = unique_maps(inputs);
   r.fig_layers = flags.given("layers") ? split_list(flags.get("layers"), ',') : default_fig_layers(maps);
   for (const auto& l : r.fig_layers) find_map(maps, l);  // unknown names fail before the long work
+  for (const auto& f : OutputFiles{st.out}.all(r.fig_layers)) check_writable(f, true, "output file");
   r.spectra = layer_spectra(inputs, st.policies, {r.ratio, r.seed, st.train_bn});
   std::printf("[2/4] spectra and reconstruction of %zu conv inputs and token maps (%.1f s)\n", r.spectra.size(),
               seconds_since(t));

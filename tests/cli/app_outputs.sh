@@ -59,6 +59,9 @@ check "inspect --draws 0"             "--draws must be in \\[1, 10000\\], got 0"
   actlab-inspect --model mlp --out "$work/i" --draws 0
 check "inspect --policy-rule malformed" "bad --policy-rule 'nope': expected MODULE_PATTERN=POLICY" \
   actlab-inspect --model mlp --out "$work/i" --policy-rule nope
+mkdir -p "$work/iblock/grad_error.csv"  # one output's name taken by a directory: fails before the work
+check "inspect output name is a directory" "output file '$work/iblock/grad_error.csv' is a directory" \
+  actlab-inspect --model mlp --out "$work/iblock"
 check "memtable unknown model, late in the list" "unknown model 'resnet7'" \
   actlab-memtable --models mlp,resnet7 --batches 2 --image-size 8 --channels 1 --policies exact
 check "memtable --out and --csv on one file" "--out and --csv name the same file" \
