@@ -376,11 +376,22 @@ TEST_CASE("resume: stopped after epoch 1 or mid-epoch 2, resumed in fresh object
       REQUIRE(s1.interrupted);
       CHECK(s1.stop_epoch == 2);
       CHECK(s1.stop_step == stop_after - steps_per_epoch);
+      // The stopped epoch's wall time so far travels in the checkpoint, and its row after the resume counts it:
+      // set to 1000 s here, so a row that counted only this process's part could not pass.
+      SafetensorsFile stopped = read_safetensors(part.file("last.safetensors"));
+      CHECK((s1.stop_step == 0 ? checkpoint_state(stopped).epoch_wall_s == 0 : checkpoint_state(stopped).epoch_wall_s > 0));
+      Metadata meta;
+      for (const auto& [key, value] : stopped.metadata)
+        if (key != "checksum" && key != "data_bytes") meta.emplace_back(key, key == "epoch_wall_s" && s1.stop_step > 0 ? "1000" : value);
+      write_safetensors(part.file("last.safetensors"), stopped.tensors, meta);
+      const double before = s1.stop_step > 0 ? 1000 : 0;
       TrainConfig second = base;  // a fresh model, optimizer, loaders and schedule
       second.save_dir = part.path.string();
       second.resume = part.file("last.safetensors");
       const TrainSummary s2 = train(second);
       REQUIRE(!s2.interrupted);
+      REQUIRE(!s2.epochs.empty());
+      CHECK(s2.epochs.front().wall_s >= before);
       CHECK(s2.steps == 3 * steps_per_epoch);
       const SafetensorsFile a = read_safetensors(full.file("last.safetensors"));
       const SafetensorsFile b = read_safetensors(part.file("last.safetensors"));

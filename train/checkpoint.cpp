@@ -73,6 +73,7 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
       {"loss_scale", round_trip_double(st.loss_scale)},
       {"loss_scale_good_steps", std::to_string(st.loss_scale_good_steps)},
       {"data", st.data_identity},
+      {"epoch_wall_s", round_trip_double(st.epoch_wall_s)},
   };
   write_safetensors(path, tensors, meta);
 }
@@ -105,7 +106,8 @@ TrainState checkpoint_state(const SafetensorsFile& f) {
     st.loss_scale_good_steps = meta_int(f, "loss_scale_good_steps");
   }
   if (const std::string* data = f.find_metadata("data")) st.data_identity = *data;
-  ACTLAB_CHECK(st.epoch >= 0 && st.step_in_epoch >= 0 && st.global_step >= 0 && st.seen >= 0,
+  if (f.find_metadata("epoch_wall_s") != nullptr) st.epoch_wall_s = meta_double(f, "epoch_wall_s");
+  ACTLAB_CHECK(st.epoch >= 0 && st.step_in_epoch >= 0 && st.global_step >= 0 && st.seen >= 0 && st.epoch_wall_s >= 0,
                "checkpoint loop position is negative");
   return st;
 }

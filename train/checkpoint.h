@@ -35,6 +35,9 @@ struct TrainState {
   double loss_scale = 1;
   int64_t loss_scale_good_steps = 0;
   std::string data_identity;  // DataSplits::identity of the run's data ("" in checkpoints from before it)
+  // Wall seconds the unfinished epoch had run (step_in_epoch > 0; 0 otherwise and in checkpoints from before
+  // it), so that a resumed epoch's logged wall time counts the part before the stop.
+  double epoch_wall_s = 0;
 };
 
 // Saves model + optimizer + state atomically (write_safetensors).

@@ -381,6 +381,8 @@ class Run {
   std::vector<double> all_rates_, rates_;
   int64_t global_step_ = 0;
   int64_t first_epoch_ = 0, resume_step_ = 0;  // where this process starts (resume)
+  double epoch_wall_before_ = 0;                // the resumed epoch's wall seconds before its stop
+  Clock::time_point epoch_start_ = Clock::now();  // the running epoch's, as its logged wall time counts
   double loss_sum_ = 0;                         // running sums of the current epoch
   int64_t correct_ = 0, seen_ = 0;
   double best_acc_ = -1;
@@ -453,6 +455,7 @@ void Run::restore() {
   first_epoch_ = st.epoch;
   if (!c_.eval_only) summary_.epochs_before = st.epoch;  // an evaluation trains no epochs
   resume_step_ = st.step_in_epoch;
+  epoch_wall_before_ = st.step_in_epoch > 0 ? st.epoch_wall_s : 0;
   global_step_ = st.global_step;
   // The stored sums are the whole job's (gather_epoch_sums before the save): rank 0 carries them on.
   loss_sum_ = dist_.lead() ? st.loss_sum : 0;
@@ -507,6 +510,7 @@ TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {
   st.loss_scale = scaler_->scale();
   st.loss_scale_good_steps = scaler_->good_steps();
   st.data_identity = data_.identity;
+  st.epoch_wall_s = step_in_epoch > 0 ? seconds_since(epoch_start_) : 0;
   return st;
 }
 
@@ -837,9 +841,12 @@ void Run::stop(int64_t epoch, int64_t step) {
 }
 
 bool Run::run_epoch(int64_t epoch) {
-  const auto start = Clock::now();
   model_->train();
   const bool resumed_mid_epoch = epoch == first_epoch_ && resume_step_ > 0;
+  // A resumed epoch's clock starts where the stopped one's was: its row's wall time is the whole epoch's.
+  epoch_start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(resumed_mid_epoch ? epoch_wall_before_ : 0.0));
+  const auto start = epoch_start_;
   // Resumed mid-epoch: the batches already used are skipped unread (a streamed folder would decode
   // them), and the ones that follow are the same, being functions of (seed, epoch, sample).
   ACTLAB_CHECK(!resumed_mid_epoch || resume_step_ <= train_loader_->num_batches(), "resume: the checkpoint is at step ",
