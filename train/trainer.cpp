@@ -7,13 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
-#include <csignal>
 #include <cmath>
-#include <limits>
-#include <map>
-#include <set>
+#include <csignal>
 #include <cstdio>
+#include <exception>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 
