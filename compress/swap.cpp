@@ -80,6 +80,15 @@ Tensor SwapPolicy::bring_back(const SwapState& s) {
   return t;
 }
 
+SwapState::~SwapState() {
+  if (back.defined() && !in.empty()) {
+    try {
+      in.order_compute();
+    } catch (...) {  // a destructor must not throw; a failing device fails its next call anyway
+    }
+  }
+}
+
 void SwapPolicy::queue_back(SwapState& s) {
   Tensor t = Tensor::empty_tagged(s.host.shape(), MemTag::Activation, s.host.dtype(), s.device);
   // Behind the copy out on the same copy stream, so the host bytes are complete when it reads them.

@@ -58,6 +58,9 @@ struct SwapState {
   // The pack that owns this state was destroyed (backward is done with it). The copy thread may hold the
   // state a moment longer, so a freed pack is told by this flag, not by its weak reference expiring.
   std::atomic<bool> released{false};
+  // A prefetched copy back that no unpack took (a step that threw after the prefetch): the compute stream
+  // waits for it before `back`'s block can be reused there, or the copy would write into another tensor.
+  ~SwapState();
 };
 
 class PackedSwap final : public Packed {

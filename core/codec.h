@@ -112,8 +112,10 @@ ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, f
   const float levels = static_cast<float>(quant_levels(bits));
   uint16_t step = bf16_round_up(range / levels);
   step = bf16_to_float(step) * levels < range ? static_cast<uint16_t>(step + 1) : step;
-  // A NaN anywhere in the range (a positive NaN sorts above +inf, so only `hi` sees it) keeps its NaN step:
-  // every decoded value of the plane is then NaN and the NaN reaches backward, whatever its sign bit.
+  // A NaN anywhere in the range keeps its NaN step: a positive NaN (a GPU's canonical one) sorts above +inf,
+  // so `hi` sees it; a negative one (x86's default NaN, from inf - inf) sorts below -inf, so `lo` does and the
+  // min is NaN. Either way every decoded value of the plane is NaN and the NaN reaches backward; the bytes
+  // differ between the two (tests/test_cuda_codec.cpp compares which values are NaN).
   step_bits = bf16_to_float(step) > 0.f || range != range ? step : float_to_bf16(1.f);
 }
 

@@ -59,7 +59,10 @@ class NcclCommunicator : public Communicator {
     if (control_->rank() == 0) ACTLAB_NCCL_CHECK(ncclGetUniqueId(&id));
     control_->broadcast(&id, sizeof id, 0);
     ACTLAB_NCCL_CHECK(ncclCommInitRank(&comm_, control_->world_size(), id, control_->rank()));
-    ACTLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // A throwing constructor runs no destructor: the communicator made above is released here.
+    const cudaError_t created = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    if (created != cudaSuccess) ncclCommDestroy(comm_);
+    ACTLAB_CUDA_CHECK(created);
   }
   ~NcclCommunicator() override {
     cuda::DeviceGuard guard(device_);
@@ -105,7 +108,8 @@ class NcclCommunicator : public Communicator {
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) ACTLAB_CUDA_CHECK(q);
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      const ncclResult_t queried = ncclCommGetAsyncError(comm_, &async);
+      if (queried != ncclSuccess) async = queried;  // the query itself failed: the communicator is unusable
       const std::string who = "rank " + std::to_string(rank()) + " of " + std::to_string(world_size());
       if (async != ncclSuccess && async != ncclInProgress) {
         failed_ = true;

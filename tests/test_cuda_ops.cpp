@@ -448,7 +448,9 @@ TEST_CASE("cuda ops: LayerNorm and softmax rows of every width: staged in shared
   // The row kernels stage up to 48 KiB of a row's inputs per warp: 96 columns stage 8 rows a block; 7000
   // stage one row a block forward but not backward (two inputs); 13000 stage nothing. Against the CPU's spec
   // loops, whose sums the kernels share (core/token_math.h).
-  for (const int64_t d : {int64_t(96), int64_t(7000), int64_t(13000)}) {
+  // 768 and 1536: a stage of exactly the old 48 KiB limit (12288 / (d·inputs) whole), which with the kernels'
+  // static statistics did not launch.
+  for (const int64_t d : {int64_t(96), int64_t(768), int64_t(1536), int64_t(7000), int64_t(13000)}) {
     CAPTURE(d);
     const int64_t rows = 11;
     const Tensor x = uniform({rows, d}, 51, -4.f, 4.f), dy = uniform({rows, d}, 52), g = uniform({d}, 53),

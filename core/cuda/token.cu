@@ -27,7 +27,10 @@ __global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x,
 // RowStage says how many rows a block takes and whether they fit in shared memory; a row too wide to
 // stage (over kStageBytes for one warp) is read from global memory by lane 0, in the same order.
 constexpr int kRowWarps = 8;
-constexpr int64_t kStageBytes = 48 * 1024;  // the static shared-memory limit, without an opt-in
+// Static plus dynamic shared memory must stay within 48 KiB without an opt-in, and the row kernels hold
+// their statistics (up to 64 bytes) statically: at exactly 48 KiB of stage a LayerNorm backward of d = 768
+// (ViT-B) failed to launch (found by reading; these kernels had never run).
+constexpr int64_t kStageBytes = 48 * 1024 - 256;
 
 struct RowStage {
   int warps;     // rows (warps) per block
@@ -221,14 +224,16 @@ __global__ void strided_rows_kernel(T* dst, const T* src, cpu::StridedCopy c, In
   }
 }
 
-// Every element index and every offset of the copy below 2^31 (offsets are sums of (shape − 1)·stride).
+// Every element index and every offset of the copy below 2^31 (offsets are sums of (shape − 1)·stride),
+// with room for the grid-stride loops' last step: i + grid_threads() must not wrap either (a numel just under
+// 2^31 overflowed the counter into negative indices).
 bool fits_int32(const cpu::StridedCopy& c, int64_t numel) {
   int64_t dst_max = 0, src_max = 0;
   for (int k = 0; k < c.ndim; ++k) {
     dst_max += (c.shape[k] - 1) * c.dst_strides[k];
     src_max += (c.shape[k] - 1) * c.src_strides[k];
   }
-  constexpr int64_t kLimit = int64_t(1) << 31;
+  constexpr int64_t kLimit = (int64_t(1) << 31) - kMaxGridBlocks * kBlockThreads;
   return numel < kLimit && dst_max < kLimit && src_max < kLimit;
 }
 
