@@ -48,7 +48,8 @@ TrainConfig effective_config(const FlagParser& flags) {
 
 // Test hooks (documented in docs/reliability.md, used by tests/cli/nonfinite.sh): inject a NaN at
 // ACTLAB_INJECT_NAN_STEP (1-based global step) for ACTLAB_INJECT_NAN_COUNT steps into the input
-// batch or, with ACTLAB_INJECT_NAN_INTO=grad, into a gradient; ACTLAB_STOP_AFTER_STEPS.
+// batch or, with ACTLAB_INJECT_NAN_INTO=grad, into a gradient (=eval: the first test batch after epoch
+// ACTLAB_INJECT_NAN_STEP); ACTLAB_STOP_AFTER_STEPS.
 void apply_test_hooks(TrainConfig& c) {
   auto env_int = [](const char* name, int64_t fallback) {
     const char* v = std::getenv(name);

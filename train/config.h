@@ -90,7 +90,8 @@ struct TrainConfig {
   // Test hooks, not configuration keys (actlab-train sets them from the environment variables
   // ACTLAB_INJECT_NAN_STEP, ACTLAB_INJECT_NAN_COUNT, ACTLAB_INJECT_NAN_INTO): make the input batch
   // ("input") or the last parameter's gradient ("grad") hold a NaN at the 1-based global steps
-  // [inject_nan_step, inject_nan_step + inject_nan_count); 0: never.
+  // [inject_nan_step, inject_nan_step + inject_nan_count), or ("eval") the first test batch of the
+  // evaluations after those 1-based epochs; 0: never.
   int64_t inject_nan_step = 0;
   int64_t inject_nan_count = 1;
   std::string inject_nan_into = "input";

@@ -75,14 +75,25 @@ Batch on_device(const Batch& host, Device device) {
 
 // With --distributed every rank evaluates its shard of the test split and the sums are added up, so
 // every rank gets the whole split's figures and none waits for another.
-EvalResult evaluate(Module& model, DataLoader& loader, const std::string& dataset, Device device, const DistRun& dist) {
+// Test hook (TrainConfig::inject_nan_*): one NaN in `t`, written through a host copy so it works on
+// any device.
+void poison(Tensor t) {
+  Tensor host = t.to(Device::cpu());
+  host.data<float>()[0] = std::nanf("");
+  t.copy_(host);
+}
+
+// poison_first: the test hook's NaN in the first test batch (TrainConfig::inject_nan_into "eval").
+EvalResult evaluate(Module& model, DataLoader& loader, const std::string& dataset, Device device, const DistRun& dist,
+                    bool poison_first = false) {
   NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
   Batch host_batch;
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
-  while (loader.next(host_batch)) {
+  for (bool first = true; loader.next(host_batch); first = false) {
+    if (first && poison_first) poison(host_batch.images);
     const Batch batch = on_device(host_batch, device);
     MemTagScope tag(MemTag::Activation);
     const Variable logits = model(Variable(batch.images));
@@ -217,8 +228,8 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.on_nonfinite == "stop" || c.on_nonfinite == "skip-step", "--on-nonfinite must be stop or skip-step, got '",
                c.on_nonfinite, "'");
   ACTLAB_CHECK(c.inject_nan_step >= 0 && c.inject_nan_count >= 1 &&
-                   (c.inject_nan_into == "input" || c.inject_nan_into == "grad"),
-               "NaN injection hook: step >= 0, count >= 1, into input or grad; got step ", c.inject_nan_step, " count ",
+                   (c.inject_nan_into == "input" || c.inject_nan_into == "grad" || c.inject_nan_into == "eval"),
+               "NaN injection hook: step >= 0, count >= 1, into input, grad or eval; got step ", c.inject_nan_step, " count ",
                c.inject_nan_count, " into '", c.inject_nan_into, "'");
   LrSchedule::parse_kind(c.schedule);
   bool known_model = false;
@@ -562,14 +573,6 @@ void Run::print_header() const {
   std::fflush(stdout);
 }
 
-// Test hook (TrainConfig::inject_nan_*): one NaN in `t`, written through a host copy so it works on
-// any device.
-void poison(Tensor t) {
-  Tensor host = t.to(Device::cpu());
-  host.data<float>()[0] = std::nanf("");
-  t.copy_(host);
-}
-
 bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, EpochRow& row) {
   TapeClearGuard clear_tape;  // an exception mid-step (out of memory) must not leave saved tensors behind
   const float lr = sched_.lr_at(global_step_);
@@ -798,7 +801,9 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   const MemoryStats stats = memory_stats(device_);
   row.peak_bytes = memory_check_ ? memory_check_->epoch_peak() : stats.total.peak;
   summary_.reserved_peak_bytes = std::max(summary_.reserved_peak_bytes, stats.reserved_peak);
-  const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_, dist_);
+  const bool poison_eval = c_.inject_nan_into == "eval" && c_.inject_nan_step > 0 && epoch + 1 >= c_.inject_nan_step &&
+                           epoch + 1 < c_.inject_nan_step + c_.inject_nan_count;
+  const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_, dist_, poison_eval);
   row.test_loss = ev.loss;
   row.test_acc = ev.acc;
   row.wall_s = seconds_since(start);
