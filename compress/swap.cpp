@@ -80,6 +80,17 @@ Tensor SwapPolicy::bring_back(const SwapState& s) {
   return t;
 }
 
+PackedSwap::~PackedSwap() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->released.store(true);
+  // A host save not on its way back is no longer read by anyone (the copy thread skips released states); a
+  // GPU one may still be read or written by an asynchronous copy, and goes with the state.
+  if (state_->device.is_cpu() && state_->where != SwapState::Where::Coming) {
+    state_->host = Tensor();
+    state_->back = Tensor();
+  }
+}
+
 SwapState::~SwapState() {
   if (back.defined() && !in.empty()) {
     try {
@@ -156,6 +167,7 @@ void SwapPolicy::prefetch_before(size_t index) const {
     std::shared_ptr<SwapState> s = order_[k].lock();
     if (!s) continue;  // freed already
     std::lock_guard<std::mutex> state_lock(s->mutex);
+    if (s->released.load()) continue;  // its pack is gone (and a host save's bytes with it)
     ++queued;
     if (s->where != SwapState::Where::Away) continue;
     if (s->device.is_cpu()) {
