@@ -239,10 +239,19 @@ bool has_raw_allocator(DeviceType type) {
 
 namespace {
 // What to try when an allocation of `tag` does not fit: the data set is held whole (its size is the image
-// size and the number of images, not the batch's); everything else grows with the batch.
+// size and the number of images, not the batch's); weights, their gradients and the optimizer's state are
+// the model's size; SWAP's host copies are the saves'; the rest grows with the batch.
 const char* out_of_memory_advice(MemTag tag) {
-  return tag == MemTag::Data ? "try a smaller --image-size or --train-limit, or --stream for an image folder"
-                             : "try a smaller batch or a compressing --policy such as division:B=8,Q=2";
+  switch (tag) {
+    case MemTag::Data: return "try a smaller --image-size or --train-limit, or --stream for an image folder";
+    case MemTag::Param:
+    case MemTag::Grad:
+    case MemTag::OptimState:
+      return "the model's weights, gradients and optimizer state do not depend on the batch: try a larger "
+             "--memory-limit or a smaller model";
+    case MemTag::Offloaded: return "these are swap's host copies of the saves: try a smaller batch or a larger limit";
+    default: return "try a smaller batch or a compressing --policy such as division:B=8,Q=2";
+  }
 }
 }  // namespace
 

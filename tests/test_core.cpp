@@ -174,8 +174,14 @@ TEST_CASE("the allocator accounts every byte by tag, peak and limit") {
     CHECK(msg.find("--image-size") != std::string::npos);
     CHECK(msg.find("smaller batch") == std::string::npos);
   }
+  try {  // the model's own bytes: a smaller batch cannot help
+    Tensor weights = Tensor::empty_tagged({4000}, MemTag::OptimState);
+    FAIL("allocation over the limit did not throw");
+  } catch (const OutOfMemory& e) {
+    CHECK(std::string(e.what()).find("do not depend on the batch") != std::string::npos);
+  }
   set_memory_limit(Device::cpu(), 0);
-  CHECK(memory_stats().oom_count == base.oom_count + 2);
+  CHECK(memory_stats().oom_count == base.oom_count + 3);
   CHECK(memory_stats().total.current == base.total.current);
   CHECK_THROWS_WITH_AS(set_memory_limit(Device::cpu(), -5), doctest::Contains("memory limit must be >= 0"), Error);
 }

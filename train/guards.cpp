@@ -121,6 +121,7 @@ int64_t MemoryCheck::baseline_bytes() const {
 }
 
 std::string MemoryCheck::verdict() const {
+  if (steps_ == 0) return "memory check: no step ran (stopped before the first), nothing checked";
   return "memory check: live bytes back to " + format_bytes(baseline_bytes()) + " after every step, peak stable (" +
          std::to_string(steps_) + " steps; data-loader bytes" + (device_.is_cuda() ? " and library workspaces" : "") +
          " not checked)";
