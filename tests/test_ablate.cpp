@@ -654,6 +654,32 @@ TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
   CHECK(rows[0]["status"] == "failed");
 }
 
+TEST_CASE("ablate: an exit code of 128+n is not called a death by signal n; a real one is") {
+  testing::TempDir dir("ablate_exit_vs_signal");
+  // Stand-ins for actlab-train: one exits 137 itself, one is killed by SIGKILL. Both say a last line first.
+  const auto stand_in = [&](const std::string& name, const std::string& ending) {
+    const std::string path = dir.file(name);
+    std::ofstream(path) << "#!/bin/sh\necho 'last words'\n" << ending << "\n";
+    fs::permissions(path, fs::perms::owner_all);
+    return path;
+  };
+  const Grid grid = tiny_grid({"exact"});
+  const std::pair<std::string, std::string> cases[] = {
+      {stand_in("exits_137.sh", "exit 137"), "FAILED (exit 137: last words)"},
+      {stand_in("killed.sh", "kill -KILL $$"), "FAILED (killed by signal 9 (Killed): last words)"},
+  };
+  for (const auto& [bin, expected] : cases) {
+    CAPTURE(bin);
+    RunOptions o = run_options(dir);
+    o.out_dir = dir.file("out_" + fs::path(bin).stem().string());
+    o.train_bin = bin;
+    CHECK(run_quiet(grid, o, dir) == 1);
+    const std::string progress = read_all(dir.file("progress.txt"));
+    INFO(progress);
+    CHECK(progress.find(expected) != std::string::npos);
+  }
+}
+
 TEST_CASE("ablate: a cell that diverges is a result: memory kept, accuracy '*diverged*', the grid succeeds") {
   REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
   testing::TempDir dir("ablate_diverge");

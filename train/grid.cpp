@@ -316,9 +316,18 @@ extern "C" void on_grid_signal(int sig) {
   if (child > 0) ::kill(child, sig);
 }
 
-// Runs argv[0] with stdout+stderr appended to `log_path`; returns the exit status as the shell
-// reports it (128+n when killed by signal n), 127 when it could not be started.
-int run_child(const std::vector<std::string>& argv, const std::string& log_path) {
+// How a child ended: its exit code, or the signal that killed it. Kept apart because a plain exit code
+// of 128+n (actlab-train's own 130 after a checkpointed Ctrl-C) is not a death by signal n.
+struct ChildExit {
+  int code = 0;    // the exit code; 127 when it could not be started
+  int signal = 0;  // the signal that killed it, 0 when it exited
+};
+
+// The signals actlab-train takes as a request to checkpoint and stop (its exit code is then 128 + the signal).
+bool is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
+
+// Runs argv[0] with stdout+stderr appended to `log_path`.
+ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path) {
   std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -362,7 +371,8 @@ int run_child(const std::vector<std::string>& argv, const std::string& log_path)
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   g_child.store(0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (WIFSIGNALED(status)) return {0, WTERMSIG(status)};
+  return {WEXITSTATUS(status), 0};
 }
 
 // The child's arguments with the output paths, the thread count, the device and the resume flags
@@ -468,14 +478,15 @@ CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta
   if (mode != "fresh") std::printf("(%s) ", mode.c_str());
   std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
-  const int rc = run_child(argv, (dir / "log.txt").string());
+  const ChildExit child = run_child(argv, (dir / "log.txt").string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const CellResult r = read_cell(dir.string());
   if (r.status == CellStatus::Diverged) {  // the child's exit status is 2 then: it ended with an error line
     std::printf("diverged after %s (%s)", format_duration(secs).c_str(), r.message.c_str());
     return CellStatus::Diverged;
   }
-  if (rc == 0 && r.status == CellStatus::Done) {
+  const bool clean_exit = child.signal == 0 && child.code == 0;
+  if (clean_exit && r.status == CellStatus::Done) {
     eta->estimated_done += estimate_cell_seconds(c);
     eta->measured_done += secs;
     std::printf("%s, test acc %.1f%%", format_duration(secs).c_str(), r.final_test_acc);
@@ -483,14 +494,15 @@ CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta
   }
   // Stopped through the grid (even before its first checkpoint), or by a signal sent to the child.
   if (g_stop != 0 ||
-      (r.status == CellStatus::Interrupted && (rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP))) {
+      (r.status == CellStatus::Interrupted && (is_stop_signal(child.signal) || is_stop_signal(child.code - 128)))) {
     std::printf("interrupted after %s; the next run resumes it", format_duration(secs).c_str());
     return CellStatus::Interrupted;
   }
-  const std::string status = rc > 128 && rc < 128 + NSIG
-                                 ? "killed by signal " + std::to_string(rc - 128) + " (" + strsignal(rc - 128) + ")"
-                                 : "exit " + std::to_string(rc);
-  const std::string why = status + ": " + (rc == 0 ? std::string("no finished summary.json") : last_line(dir / "log.txt"));
+  const std::string status = child.signal != 0 ? "killed by signal " + std::to_string(child.signal) + " (" +
+                                                     strsignal(child.signal) + ")"
+                                               : "exit " + std::to_string(child.code);
+  const std::string why =
+      status + ": " + (clean_exit ? std::string("no finished summary.json") : last_line(dir / "log.txt"));
   write_text_atomic((dir / "failed.txt").string(), why + "\n");
   std::printf("FAILED (%s)", why.c_str());
   return CellStatus::Failed;
