@@ -30,10 +30,9 @@ std::string DistRun::who() const {
 void DistRun::check_same_config(const TrainConfig& config) const {
   if (!on() || world_ == 1) return;
   // Rank 0's configuration, as its JSON (a length, then the bytes), with what the table does not hold: whether
-  // the run resumes, evaluates or only prints its layers (each takes other collectives).
+  // the run resumes or only prints its layers (each takes other collectives). --eval-only is in the table.
   const auto mode = [](const TrainConfig& c) {
-    return std::string(c.resume.empty() ? "" : "resume ") + (c.eval_only ? "eval-only " : "") +
-           (c.summary_only ? "summary " : "");
+    return std::string(c.resume.empty() ? "" : "resume ") + (c.summary_only ? "summary " : "");
   };
   std::string lead = mode(config) + "\n" + config_to_json(config);
   uint64_t length = lead.size();
@@ -43,7 +42,7 @@ void DistRun::check_same_config(const TrainConfig& config) const {
   const size_t newline = lead.find('\n');
   std::string difference = config_differences(config, config_from_json(lead.substr(newline + 1)));
   if (mode(config) != lead.substr(0, newline))
-    difference += std::string(difference.empty() ? "" : ", ") + "--resume/--eval-only/--summary '" + mode(config) +
+    difference += std::string(difference.empty() ? "" : ", ") + "--resume/--summary '" + mode(config) +
                   "' (was '" + lead.substr(0, newline) + "')";
   const std::vector<int> differ = ranks_with(!difference.empty());
   if (differ.empty()) return;
