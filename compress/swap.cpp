@@ -30,7 +30,9 @@ std::string SwapPolicy::name() const {
 
 size_t SwapPolicy::expected_bytes(const Shape&) const { return 0; }
 
-std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& x, const SaveInfo&, const PackContext& ctx) const {
+std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& view, const SaveInfo&, const PackContext& ctx) const {
+  // The copy below moves raw bytes: a strided view (a transpose, a slice) would come back scrambled.
+  const Tensor x = view.contiguous();
   auto s = std::make_shared<SwapState>();
   s->device = x.device();
   s->host = Tensor::empty_tagged(x.shape(), MemTag::Offloaded, x.dtype(), Device::cpu());

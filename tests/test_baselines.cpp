@@ -303,6 +303,20 @@ TEST_CASE("swap: bit-identical gradients, no device bytes kept for the offered s
   CHECK(error_of([] { parse_policy("swap:Q=2"); }).find("unknown parameter") != std::string::npos);
 }
 
+TEST_CASE("swap: a strided view (transpose, slice) comes back with its own values, as under exact") {
+  // The policy API takes any tensor for a lossless policy (compress/policy.h); swap copies bytes, so it must
+  // read a view through its strides. Library callers hand it views; the tape makes lossy saves contiguous.
+  const SwapPolicy policy(2);
+  const SaveInfo info{"linear", "input", true, "fc"};
+  const Tensor x = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+  for (const Tensor& view : {x.permute({1, 0}), x.slice(1, 1, 3)}) {
+    CAPTURE(view.str());
+    REQUIRE_FALSE(view.is_contiguous());
+    const auto packed = policy.pack(view, info, {0, 0});
+    CHECK(bit_identical(policy.unpack(*packed, info), view.contiguous()));
+  }
+}
+
 TEST_CASE("swap: a caller that numbers no steps (the Python adapter) keeps one step's order, not every pack's") {
   const SwapPolicy policy(2);
   const SaveInfo info{"python", "input", true, ""};
