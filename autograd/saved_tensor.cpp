@@ -77,13 +77,19 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   }
   PackKey key{t.storage()->id(), t.offset(), t.storage()->version(), t.shape(), t.strides(), policy};
   const bool is_param = t.storage()->tag() == MemTag::Param;
-  auto it = t_state.pack_once.find(key);
-  if (it != t_state.pack_once.end()) {
+  // Pack once: a second consumer of the same tensor shares the first pack, if that pack took the same
+  // policy, or if it kept the tensor exact: an exact keep serves any policy at no cost, where packing again
+  // would hold a second, lossy copy (a rule '*/softmax/*=exact' left attn·v's operand to pack the same
+  // probabilities again). The share is recorded with zero bytes so per-layer reports list it without
+  // counting the memory twice.
+  PackKey exact_key = key;
+  exact_key.policy = &exact_policy();
+  for (const PackKey* k : {&key, &exact_key}) {
+    auto it = t_state.pack_once.find(*k);
+    if (it == t_state.pack_once.end()) continue;
     if (auto shared = it->second.lock()) {
-      // Pack once: a second consumer of the same tensor shares the first pack. It is recorded with
-      // zero bytes so per-layer reports list it without counting the memory twice.
       if (!is_param && recorded_)
-        CacheStats::global().record_pack(info, policy->name() + " (shared)", t.shape(), 0, 0, 0, 0.0);
+        stats_row_ = CacheStats::global().record_pack(info, shared->policy->name() + " (shared)", t.shape(), 0, 0, 0, 0.0);
       entry_ = std::move(shared);
       return;
     }
@@ -106,7 +112,7 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   const int64_t raw = static_cast<int64_t>(t.nbytes());
   // Parameters kept by reference cost nothing extra; they stay out of the activation accounting.
   if (!is_param && recorded_)
-    CacheStats::global().record_pack(info, policy->name(), t.shape(), raw,
+    stats_row_ = CacheStats::global().record_pack(info, policy->name(), t.shape(), raw,
                                      static_cast<int64_t>(entry->packed->nbytes()),
                                      t.dtype() == DType::F32 ? static_cast<int64_t>(policy->layer_expected_bytes(t.shape(), info))
                                                              : raw,
@@ -136,8 +142,8 @@ Tensor SavedTensor::unpack() const {
   check_unchanged();
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack(*entry_->packed, info_);
-  if (!entry_->policy->is_exact() && recorded_)
-    CacheStats::global().record_unpack(info_, std::chrono::duration<double>(Clock::now() - start).count());
+  if (!entry_->policy->is_exact())
+    CacheStats::global().record_unpack(stats_row_, std::chrono::duration<double>(Clock::now() - start).count());
   return t;
 }
 
@@ -150,8 +156,8 @@ Tensor SavedTensor::unpack_blocked(int channel_block) const {
   check_unchanged();
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack_blocked(*entry_->packed, info_, channel_block);
-  if (t.defined() && recorded_)
-    CacheStats::global().record_unpack(info_, std::chrono::duration<double>(Clock::now() - start).count());
+  if (t.defined())
+    CacheStats::global().record_unpack(stats_row_, std::chrono::duration<double>(Clock::now() - start).count());
   return t;
 }
 
@@ -162,12 +168,12 @@ namespace {
 // happened or an exception is unwinding (then there is no unpack to report).
 class TimedChannelReader final : public ChannelReader {
  public:
-  TimedChannelReader(std::unique_ptr<ChannelReader> inner, SaveInfo info)
-      : inner_(std::move(inner)), info_(std::move(info)), exceptions_(std::uncaught_exceptions()) {}
+  TimedChannelReader(std::unique_ptr<ChannelReader> inner, std::string row)
+      : inner_(std::move(inner)), row_(std::move(row)), exceptions_(std::uncaught_exceptions()) {}
   ~TimedChannelReader() override {
     if (team_.load() == 0 || std::uncaught_exceptions() > exceptions_) return;
     try {
-      CacheStats::global().record_unpack(info_, static_cast<double>(nanoseconds_.load()) * 1e-9 / team_.load());
+      CacheStats::global().record_unpack(row_, static_cast<double>(nanoseconds_.load()) * 1e-9 / team_.load());
     } catch (...) {  // statistics are not worth terminating for (a destructor must not throw)
     }
   }
@@ -182,7 +188,7 @@ class TimedChannelReader final : public ChannelReader {
   const Shape& shape() const override { return inner_->shape(); }
  private:
   std::unique_ptr<ChannelReader> inner_;
-  SaveInfo info_;
+  std::string row_;  // its save's CacheStats row
   int exceptions_;
   mutable std::atomic<int64_t> nanoseconds_{0};
   mutable std::atomic<int> team_{0};
@@ -192,8 +198,8 @@ class TimedChannelReader final : public ChannelReader {
 std::unique_ptr<ChannelReader> SavedTensor::channel_reader() const {
   check_unchanged();
   std::unique_ptr<ChannelReader> reader = entry_->policy->channel_reader(*entry_->packed, info_);
-  if (!reader || !recorded_) return reader;
-  return std::make_unique<TimedChannelReader>(std::move(reader), info_);
+  if (!reader || stats_row_.empty()) return reader;
+  return std::make_unique<TimedChannelReader>(std::move(reader), stats_row_);
 }
 
 }  // namespace actlab

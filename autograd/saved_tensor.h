@@ -47,6 +47,8 @@ class SavedTensor {
   // In CacheStats. A checkpoint's recomputed saves are not: the report and the memory table describe
   // what forward keeps until backward, and the recompute's cost is counted as its own (RecomputeStats).
   bool recorded_ = true;
+  std::string stats_row_;  // the CacheStats row this save was recorded in, which its unpacks are timed in
+
 };
 
 // Seed for stochastic rounding of this run (element i of pack number p in step s draws

@@ -193,11 +193,12 @@ CacheStats& CacheStats::global() {
   return *stats;
 }
 
-void CacheStats::record_pack(const SaveInfo& info, const std::string& policy, const Shape& shape,
-                             int64_t bytes_raw, int64_t bytes_packed, int64_t bytes_expected, double seconds) {
-  if (!enabled_) return;
+std::string CacheStats::record_pack(const SaveInfo& info, const std::string& policy, const Shape& shape,
+                                    int64_t bytes_raw, int64_t bytes_packed, int64_t bytes_expected, double seconds) {
+  if (!enabled_) return "";
   std::lock_guard<std::mutex> lock(g_stats_mutex);
-  const std::string key = save_path(info);
+  std::string key = save_path(info) + "|" + policy + "|";
+  for (const int64_t d : shape) key += std::to_string(d) + ",";
   auto it = index_.find(key);
   if (it == index_.end()) {
     it = index_.emplace(key, entries_.size()).first;
@@ -205,22 +206,23 @@ void CacheStats::record_pack(const SaveInfo& info, const std::string& policy, co
     e.module_path = info.module_path;
     e.op = info.op + (info.role.empty() ? "" : "." + info.role);
     e.lossy = info.lossy_ok;
+    e.policy = policy;
+    e.shape = shape;
     entries_.push_back(e);
   }
   CacheEntryStats& e = entries_[it->second];
-  e.policy = policy;
-  e.shape = shape;
   e.packs += 1;
   e.bytes_raw += bytes_raw;
   e.bytes_packed += bytes_packed;
   e.bytes_expected += bytes_expected;
   e.pack_seconds += seconds;
+  return key;
 }
 
-void CacheStats::record_unpack(const SaveInfo& info, double seconds) {
-  if (!enabled_) return;
+void CacheStats::record_unpack(const std::string& row, double seconds) {
+  if (!enabled_ || row.empty()) return;
   std::lock_guard<std::mutex> lock(g_stats_mutex);
-  auto it = index_.find(save_path(info));
+  auto it = index_.find(row);  // gone after a reset(): the unpack belongs to a step no longer reported
   if (it != index_.end()) entries_[it->second].unpack_seconds += seconds;
 }
 

@@ -220,9 +220,12 @@ struct CacheEntryStats {
 class CacheStats {
  public:
   static CacheStats& global();
-  void record_pack(const SaveInfo& info, const std::string& policy, const Shape& shape, int64_t bytes_raw,
-                   int64_t bytes_packed, int64_t bytes_expected, double seconds);
-  void record_unpack(const SaveInfo& info, double seconds);
+  // Adds a pack to its row and returns the row's key for record_unpack ("" while disabled). A row is one save
+  // path with one policy and shape: a module that saves twice under one path (attention's two products:
+  // matmul/lhs is q and the probabilities) gets a row per save, each with its own shape and bytes.
+  std::string record_pack(const SaveInfo& info, const std::string& policy, const Shape& shape, int64_t bytes_raw,
+                          int64_t bytes_packed, int64_t bytes_expected, double seconds);
+  void record_unpack(const std::string& row, double seconds);
   void reset();
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
@@ -233,7 +236,7 @@ class CacheStats {
  private:
   std::atomic<bool> enabled_{true};  // read by packs on any thread, outside the mutex
   std::vector<CacheEntryStats> entries_;
-  std::map<std::string, size_t> index_;  // module_path + "/" + op + "/" + role -> entries_ slot
+  std::map<std::string, size_t> index_;  // row key (save path, policy, shape) -> entries_ slot
 };
 
 }  // namespace actlab

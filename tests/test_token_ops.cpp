@@ -290,18 +290,20 @@ TEST_CASE("attention keeps its softmax output once: the softmax and the followin
   }
   const int64_t held = memory_stats().total.current - before - static_cast<int64_t>(out.data().nbytes());
   int64_t reported = 0, softmax_bytes = 0;
-  bool attn_shared = false;
+  bool q_row = false, attn_shared = false;
   for (const auto& e : CacheStats::global().entries()) {
     reported += e.bytes_packed;
     if (e.op == "softmax.output") softmax_bytes += e.bytes_packed;
-    // Both matmuls' first operands (q, then the softmax output) land in one entry of this module: q's
-    // pack, plus the shared softmax pack listed with zero bytes, as it is held once.
-    attn_shared = attn_shared || (e.op == "matmul.lhs" && e.packs == 2 &&
-                                  e.policy == "division:B=8,Q=2 (shared)" &&
-                                  e.bytes_packed == static_cast<int64_t>(division.default_policy().expected_bytes(
-                                                        Shape{2, 3, 16, 8})));
+    // Both matmuls' first operands (q, then the softmax output) share one save path and get a row each: q's
+    // pack, and the shared softmax pack listed with zero bytes, as it is held once.
+    q_row = q_row || (e.op == "matmul.lhs" && e.packs == 1 && e.policy == "division:B=8,Q=2" &&
+                      e.shape == Shape{2, 3, 16, 8} &&
+                      e.bytes_packed == static_cast<int64_t>(division.default_policy().expected_bytes(e.shape)));
+    attn_shared = attn_shared || (e.op == "matmul.lhs" && e.packs == 1 && e.policy == "division:B=8,Q=2 (shared)" &&
+                                  e.shape == Shape{2, 3, 16, 16} && e.bytes_packed == 0);
   }
   CHECK(softmax_bytes > 0);
+  CHECK(q_row);
   CHECK(attn_shared);
   CHECK(held == reported);
   backward(out, Tensor::full(out.shape(), 1.f));
