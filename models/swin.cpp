@@ -175,7 +175,12 @@ ShiftedWindowAttention::ShiftedWindowAttention(int64_t dim, int64_t heads, int64
   qkv_ = register_module("qkv", std::make_shared<Linear>(dim, 3 * dim, true, LinearInit::TruncNormal));
   proj_ = register_module("proj", std::make_shared<Linear>(dim, dim, true, LinearInit::TruncNormal));
   // Row of (query i, key j): (Δrow + w − 1)·(2w − 1) + (Δcol + w − 1), positions row-major in the window.
-  position_index_ = Tensor::empty({n * n}, DType::I64);
+  // Tagged as model state: gather_rows saves it for backward, and a save of model state costs no activation
+  // memory (SavedTensor leaves Param storage out of the report, as the allocator's activation figure does).
+  {
+    MemTagScope tag(MemTag::Param);
+    position_index_ = Tensor::empty({n * n}, DType::I64);
+  }
   int64_t* idx = position_index_.data<int64_t>();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j)
@@ -208,13 +213,15 @@ Variable ShiftedWindowAttention::forward(const Variable& tokens) {
   const int64_t bw = windows.size(0);
   const Variable qkv = permute(reshape((*qkv_)(windows), {bw, n, 3, heads_, d}), {2, 0, 3, 1, 4});
   const std::vector<Variable> parts = split(qkv, 0, {1, 1, 1});
-  const Variable q = scale(reshape(parts[0], {bw, heads_, n, d}), 1.f / std::sqrt(static_cast<float>(d)));
+  // q, k and v stay views of one copy, and the scale goes on the product: a scaled copy of q would leave
+  // exact keeping k and v's views of that copy, and with them its q third for nothing.
+  const Variable q = reshape(parts[0], {bw, heads_, n, d});
   const Variable k = reshape(parts[1], {bw, heads_, n, d});
   const Variable v = reshape(parts[2], {bw, heads_, n, d});
   const Tensor index = position_index_.to(x_in.data().device());
   const Variable bias =
       reshape(permute(reshape(gather_rows(bias_table_, index), {n, n, heads_}), {2, 0, 1}), {1, heads_, n, n});
-  Variable logits = add_rows(matmul(q, k, false, true), bias);
+  Variable logits = add_rows(scale(matmul(q, k, false, true), 1.f / std::sqrt(static_cast<float>(d))), bias);
   if (shift_ > 0) {
     const Variable mask(shift_mask(H, W, x_in.data().device()));
     logits = reshape(add_rows(reshape(logits, {B, bw / B, heads_, n, n}), mask), {bw, heads_, n, n});

@@ -81,12 +81,10 @@ TEST_CASE("vit: one training step under DIVISION holds nothing outside the polic
                        (e.op == "softmax.output" && e.shape == Shape{4, 2, 5, 5} &&
                         e.bytes_packed == static_cast<int64_t>(parse_policy("division:B=2,Q=8")->expected_bytes(e.shape)) * e.packs &&
                         e.bytes_expected == e.bytes_packed);
-    // The attention's two products record their lhs under one save path: q (4, 2, 5, 4) at Q = 2, then the
-    // probabilities as a shared pack of zero bytes.
-    probabilities_shared =
-        probabilities_shared ||
-        (e.op == "matmul.lhs" && e.shape == Shape{4, 2, 5, 5} && e.policy.find("(shared)") != std::string::npos &&
-         e.bytes_packed == static_cast<int64_t>(division.default_policy().expected_bytes({4, 2, 5, 4})) * e.packs / 2);
+    // The attention's two products save their lhs under one save path, in a row each: q (4, 2, 5, 4) at Q = 2
+    // (token_layout's kind of check), then the probabilities as a shared pack of zero bytes.
+    probabilities_shared = probabilities_shared || (e.op == "matmul.lhs" && e.shape == Shape{4, 2, 5, 5} &&
+                                                    e.policy == "division:B=2,Q=2 (shared)" && e.bytes_packed == 0);
   }
   CHECK(token_layout);
   CHECK(attention_planes);
@@ -95,6 +93,64 @@ TEST_CASE("vit: one training step under DIVISION holds nothing outside the polic
   CHECK(held == reported);
   backward(out, Tensor::full(out.shape(), 1.f));
   CHECK(memory_stats()[MemTag::ActivationPacked].current == packed_before);  // backward freed every pack
+}
+
+TEST_CASE("transformers keep exactly the bytes the report lists, one row per save, under exact and lossy rules") {
+  // The allocator's count of what a forward holds against the sum of the report's rows: a view kept by exact
+  // holds its whole storage (a scaled copy of q once left Swin's exact keeping the q third of the qkv copy
+  // through k and v's views), a save of model state holds nothing new (Swin's position index), and a shared
+  // pack is listed once with its bytes (the softmax output that attn·v reads, under any rule for it).
+  SwinConfig sc;
+  sc.image_size = 16;
+  sc.patch = 2;
+  sc.in_channels = 2;
+  sc.num_classes = 3;
+  sc.embed_dim = 4;
+  sc.depths = {2, 2};
+  sc.heads = {1, 2};
+  sc.window = 4;
+  sc.drop_path = 0.f;
+  VitConfig vc = small_vit();
+  vc.image_size = 16;
+  seed_init(8);
+  // With the attention modules each model has: ViT's 2 blocks; Swin's 2 stages of 2 blocks.
+  const std::tuple<std::string, std::shared_ptr<Module>, int> models[] = {
+      {"vit", std::make_shared<VisionTransformer>(vc), 2}, {"swin", make_swin(sc), 4}};
+  for (const auto& [name, model, attention_modules] : models) {
+    model->train();
+    for (const std::string rules : {"exact", "division:B=2,Q=2", "division:B=2,Q=2|*/softmax/*=exact"}) {
+      CAPTURE(name);
+      CAPTURE(rules);
+      const PolicySet policies = parse_policy_set(rules);
+      CacheStats::global().reset();
+      CacheStats::global().set_enabled(true);
+      const Variable x(param({2, 2, 16, 16}, 103).data());
+      const int64_t before = memory_stats().total.current;
+      Variable out;
+      {
+        ActivationCacheScope scope(policies);
+        MemTagScope tag(MemTag::Activation);
+        out = (*model)(x);
+      }
+      const int64_t held = memory_stats().total.current - before - static_cast<int64_t>(out.data().nbytes());
+      int64_t reported = 0, probability_rows = 0;
+      for (const auto& e : CacheStats::global().entries()) {
+        reported += e.bytes_packed;
+        // The probabilities as attn·v's operand: always the softmax's own pack, shared (zero bytes here).
+        if (e.op == "matmul.lhs" && e.shape.size() == 4 && e.shape[2] == e.shape[3]) {
+          ++probability_rows;
+          CHECK(e.policy.find("(shared)") != std::string::npos);
+          CHECK(e.bytes_packed == 0);
+        }
+      }
+      CHECK(probability_rows == attention_modules);  // (B·windows, heads, n, n), n = 17 or 16 tokens, d = 4
+      // The input was allocated before the forward: under exact the report counts its keep by reference, which
+      // the allocator counted before `before`; a lossy policy packs it, a new allocation both count.
+      const int64_t input_by_reference = rules == "exact" ? static_cast<int64_t>(x.data().nbytes()) : 0;
+      CHECK(held + input_by_reference == reported);
+      backward(out, Tensor::full(out.shape(), 1.f));
+    }
+  }
 }
 
 TEST_CASE("vit: sizes it cannot take are refused with the reason") {
