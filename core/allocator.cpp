@@ -250,6 +250,13 @@ const char* out_of_memory_advice(MemTag tag) {
       return "the model's weights, gradients and optimizer state do not depend on the batch: try a larger "
              "--memory-limit or a smaller model";
     case MemTag::Offloaded: return "these are swap's host copies of the saves: try a smaller batch or a larger limit";
+    // A kernel's or the codec's scratch: a compressing policy would not shrink it (the codec's grows with
+    // the largest plane it packs), and a library caller has no --policy to change.
+    case MemTag::Workspace:
+      return "this is scratch space for one operation, which grows with the tensor (the codec's with its largest "
+             "plane): try smaller inputs or a larger limit";
+    case MemTag::ActivationPacked:
+      return "these are the policy's packed saves: try a smaller batch or a policy that keeps fewer bits";
     default: return "try a smaller batch or a compressing --policy such as division:B=8,Q=2";
   }
 }

@@ -180,8 +180,17 @@ TEST_CASE("the allocator accounts every byte by tag, peak and limit") {
   } catch (const OutOfMemory& e) {
     CHECK(std::string(e.what()).find("do not depend on the batch") != std::string::npos);
   }
+  try {  // an operation's scratch: a compressing policy cannot shrink it (the codec already is one)
+    Buffer scratch(4000);
+    FAIL("allocation over the limit did not throw");
+  } catch (const OutOfMemory& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("(workspace)") != std::string::npos);
+    CHECK(msg.find("scratch space") != std::string::npos);
+    CHECK(msg.find("--policy") == std::string::npos);
+  }
   set_memory_limit(Device::cpu(), 0);
-  CHECK(memory_stats().oom_count == base.oom_count + 3);
+  CHECK(memory_stats().oom_count == base.oom_count + 4);
   CHECK(memory_stats().total.current == base.total.current);
   CHECK_THROWS_WITH_AS(set_memory_limit(Device::cpu(), -5), doctest::Contains("memory limit must be >= 0"), Error);
 }
