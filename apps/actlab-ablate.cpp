@@ -44,9 +44,9 @@ void declare_flags(FlagParser& f) {
         true);
   f.add("models", "string", "", "comma-separated models (default: the preset's; Table 3: resnet18,mobilenet_v2; Table 2(a): "
         "mobilenet_v2; Table 1(b): vit_tiny_cifar, paper preset swin_t)");
-  f.add("model", "string", "", "same as --models");
+  f.add("model", "string", "", "same as --models (give one spelling, not both)");
   f.add("datasets", "string", "", "comma-separated data sets (default: the preset's; Tables 2(a) and 3: cifar10,cifar100)");
-  f.add("dataset", "string", "", "same as --datasets");
+  f.add("dataset", "string", "", "same as --datasets (give one spelling, not both)");
   f.add("seeds", "string", "",
         "comma-separated seeds for every row; tables show mean ± std over them (default: 0; Fig. 6: 0,1,2 for "
         "Normal, BLPA, AC-GC, ActNN and DIVISION, 0 for Checkpoint and SWAP; Table 1(b): 0,1,2, 0 for Checkpoint; "
@@ -82,8 +82,16 @@ void declare_flags(FlagParser& f) {
 
 // The items of list flags `names` (a plural and its singular, or one name), split at ','. A list flag given
 // with nothing in it (a script's empty variable) is an error, not the default (`otherwise`) it stands for.
+// The two spellings of one list are refused together: merging them would run a list no one wrote, while a
+// flag given twice keeps its last value.
 std::vector<std::string> list_flag(const FlagParser& f, std::initializer_list<const char*> names, const char* item,
                                    const char* otherwise = "the preset's") {
+  const char* given = nullptr;
+  for (const char* name : names) {
+    if (!f.given(name)) continue;
+    ACTLAB_CHECK(!given, "--", given, " and --", name, " are two spellings of one list; give one of them");
+    given = name;
+  }
   std::vector<std::string> out;
   for (const char* name : names) {
     const std::vector<std::string> items = split_list(f.get(name), ',');

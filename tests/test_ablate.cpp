@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,11 +99,29 @@ std::vector<std::map<std::string, std::string>> read_results(const fs::path& pat
   return rows;
 }
 
-std::string train_bin() {
+// A program the build makes next to actlab_tests.
+std::string app_bin(const std::string& name) {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   REQUIRE(n > 0);
-  return (fs::path(std::string(buf, static_cast<size_t>(n))).parent_path() / "actlab-train").string();
+  return (fs::path(std::string(buf, static_cast<size_t>(n))).parent_path() / name).string();
+}
+std::string train_bin() { return app_bin("actlab-train"); }
+
+struct CommandOutput {
+  int rc = -1;
+  std::string text;  // stdout and stderr together
+};
+CommandOutput run_command(const std::string& command) {
+  CommandOutput o;
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  const int status = ::pclose(p);
+  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
 }
 
 // The grid's progress lines go to a file for the test to read (and stay out of the test output).
@@ -623,6 +642,24 @@ TEST_CASE("ablate: one grid per directory, a dry run writes nothing, --report-on
   const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
   CHECK(tables.find("- command: `" + o.command_line + "`; reports rewritten by `" + report.command_line + "`") !=
         std::string::npos);
+}
+
+TEST_CASE("ablate: --model with --models (or --dataset with --datasets) is refused, not merged") {
+  REQUIRE_MESSAGE(fs::exists(app_bin("actlab-ablate")), "build the actlab-ablate target next to actlab_tests");
+  testing::TempDir dir("ablate_two_spellings");
+  const std::string dry = app_bin("actlab-ablate") + " --dry-run --out " + dir.file("out");
+  const std::pair<const char*, const char*> cases[] = {
+      {" --model resnet20 --models resnet18", "--models and --model"},
+      {" --dataset fashion-mnist --datasets mnist", "--datasets and --dataset"},
+      {" --radar --results r.csv --model resnet20 --models resnet18", "--models and --model"}};
+  for (const auto& [args, flags] : cases) {
+    const CommandOutput o = run_command(dry + args);
+    INFO(args, ": ", o.text);
+    CHECK(o.rc == 2);
+    CHECK(o.text.find("actlab-ablate: error: " + std::string(flags) + " are two spellings of one list; give one of them") == 0);
+    CHECK(count_of(o.text, "\n") == 1);
+  }
+  CHECK(run_command(dry + " --model resnet20 --dataset mnist").rc == 0);  // either spelling alone plans its grid
 }
 
 TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
