@@ -662,6 +662,49 @@ TEST_CASE("ablate: --model with --models (or --dataset with --datasets) is refus
   CHECK(run_command(dry + " --model resnet20 --dataset mnist").rc == 0);  // either spelling alone plans its grid
 }
 
+TEST_CASE("ablate: a table lists its rows in its own order, whatever other tables ran with it") {
+  testing::TempDir dir("ablate_row_order");
+  int grids = 0;
+  // The rows (first column) of the tables.md section titled `title` of the grid of `tables`. Nothing is
+  // run: the reports list every cell as not run.
+  const auto section_rows = [&](const std::vector<std::string>& tables, const std::string& title) {
+    GridOptions o;
+    o.tables = tables;
+    const std::string out = dir.file("out" + std::to_string(grids++));
+    write_reports(make_grid(o), out, "actlab-ablate (test)");
+    const std::string md = read_all(fs::path(out) / "tables.md");
+    const size_t from = md.find("\n## " + title);
+    REQUIRE(from != std::string::npos);
+    std::istringstream section(md.substr(from + 1, md.find("\n## ", from + 1) - from));
+    std::vector<std::string> rows;
+    for (std::string line; std::getline(section, line);)
+      if (line.rfind("| ", 0) == 0 && line.rfind("| ---", 0) != 0) rows.push_back(line.substr(2, line.find(" |") - 2));
+    return rows;
+  };
+  const std::vector<std::string> fig6 = section_rows({"fig6"}, "Fig. 6");
+  CHECK(fig6 == std::vector<std::string>{"Method", "Normal", "Checkpoint", "SWAP", "BLPA", "AC-GC", "ActNN", "DIVISION"});
+  // Table 1(c) adds Normal and DIVISION first; Fig. 6 shares them and still lists them at its own places.
+  CHECK(section_rows({"1c", "fig6"}, "Fig. 6") == fig6);
+  CHECK(section_rows({"1c", "fig6"}, "Table 1(c)") == section_rows({"1c"}, "Table 1(c)"));
+  const std::vector<std::string> table3 = section_rows({"3"}, "Table 3");
+  REQUIRE(table3.size() > 2);
+  CHECK(table3[1] == "ResNet-18 · CIFAR-10");
+  CHECK(section_rows({"2a", "3"}, "Table 3") == table3);  // Table 2(a)'s MobileNetV2 cells come first there
+  // Fig. 6's bars: its methods in the same order.
+  GridOptions both;
+  both.tables = {"1c", "fig6"};
+  write_reports(make_grid(both), dir.file("svg"), "actlab-ablate (test)");
+  const std::string svg = read_all(fs::path(dir.file("svg")) / "fig6_accuracy.svg");
+  size_t last = 0;
+  for (size_t k = 1; k < fig6.size(); ++k) {
+    const size_t at = svg.find(">" + fig6[k] + "<");
+    INFO(fig6[k]);
+    REQUIRE(at != std::string::npos);
+    CHECK(at > last);
+    last = at;
+  }
+}
+
 TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
   REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
   testing::TempDir dir("ablate_fail");

@@ -5,6 +5,7 @@
 // grid_report.cpp. Tested in tests/test_ablate.cpp.
 #include "actlab/train/grid.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -157,12 +158,17 @@ std::vector<std::string> Cell::train_args() const {
 }
 
 void Grid::add(const Cell& cell, const std::string& table, const std::string& label) {
+  std::vector<size_t>& listed = table_cells[table];
+  const auto list = [&](size_t i) {
+    if (std::find(listed.begin(), listed.end(), i) == listed.end()) listed.push_back(i);
+  };
   Cell added = cell;
   for (Cell& c : cells) {
     if (c.id() != added.id()) continue;
     if (c.model == cell.model && c.dataset == cell.dataset && c.policy == cell.policy &&
         c.precision == cell.precision && c.optimizer == cell.optimizer && c.seed == cell.seed) {
       c.tables.emplace_back(table, label);
+      list(static_cast<size_t>(&c - cells.data()));
       return;
     }
     // Another run whose policy spells the same directory name: the later one's name takes a hash of its
@@ -176,6 +182,7 @@ void Grid::add(const Cell& cell, const std::string& table, const std::string& la
   }
   cells.push_back(added);
   cells.back().tables = {{table, label}};
+  list(cells.size() - 1);
 }
 
 // ------------------------------------------------------------------ reading a cell directory

@@ -59,6 +59,10 @@ struct Grid {
   std::string preset;               // "cpu", "paper" (or "custom" for tests)
   std::vector<std::string> tables;  // selected tables in report order (paper_tables()'s), or "custom"
   std::vector<Cell> cells;          // unique ids, in run order
+  // Per table, its cells (indices into `cells`) in the order the table added them: the table's own row
+  // and model order, which the reports list it in. The run order cannot serve: a cell shared with a
+  // table added earlier (the exact run) runs at that table's place.
+  std::map<std::string, std::vector<size_t>> table_cells;
   // Adds `cell` under (table, label); a cell with the same id already present only gains the label.
   void add(const Cell& cell, const std::string& table, const std::string& label);
 };

@@ -168,7 +168,8 @@ std::string mib_text(const Results& r, const std::vector<size_t>& idx) {
                    " MiB");
 }
 
-// A table's cells grouped by model·data set (in order), then by row label (seeds merged).
+// A table's cells grouped by model·data set, then by row label (seeds merged), both in the order the table
+// added its cells (Grid::table_cells), whatever other tables ran with it.
 struct TableGroup {
   std::string name;
   std::vector<std::string> labels;
@@ -176,7 +177,9 @@ struct TableGroup {
 };
 std::vector<TableGroup> table_groups(const Grid& g, const std::string& table) {
   std::vector<TableGroup> groups;
-  for (size_t i = 0; i < g.cells.size(); ++i)
+  const auto listed = g.table_cells.find(table);
+  if (listed == g.table_cells.end()) return groups;
+  for (size_t i : listed->second)
     for (const auto& [t, label] : g.cells[i].tables) {
       if (t != table) continue;
       const std::string name = group_name(g.cells[i]);
