@@ -509,10 +509,11 @@ TEST_CASE("ablate: a tiny grid runs through actlab-train, writes the reports, an
   CHECK(read_all(cell / "command.txt").find("--policy division:B=8,Q=2") != std::string::npos);
   size_t columns = 0;
   auto rows = read_results(out / "results.csv", &columns);
-  CHECK(columns == 24);  // ... status, cell, message, precision
+  CHECK(columns == 25);  // ... status, cell, message, precision, batch
   REQUIRE(rows.size() == 2);
   CHECK(rows[0]["policy"] == "exact");
   CHECK(rows[0]["precision"] == "fp32");
+  CHECK(rows[0]["batch"] == "32");  // the radar takes memory and throughput rows at it
   CHECK(rows[1]["policy"] == "division:B=8,Q=2");
   CHECK(rows[1]["B"] == "8");
   CHECK(rows[1]["Q"] == "2");
@@ -994,15 +995,15 @@ void write_radar_inputs(const testing::TempDir& dir) {
   // results.csv with a UTF-8 byte-order mark, as a spreadsheet saves it; an "@bf16" entry in the other two
   // (actlab-memtable and bench_train take "exact@bf16" in their lists): left out, Fig. 1 is fp32.
   write_file(dir.file("results.csv"),
-             "\xEF\xBB\xBFtable,model,dataset,policy,seed,final_test_acc,status,cell\n"
-             "1c;fig6,resnet20,fashion-mnist,exact,0,92.0,done,a\n"
-             "fig6,resnet20,fashion-mnist,exact,1,93.0,done,b\n"
-             "fig6,resnet20,fashion-mnist,checkpoint:segments=auto+exact,0,92.0,done,c\n"
-             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,d\n"
-             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",1,,failed,e\n"
-             "fig6,resnet20,fashion-mnist,swap:P=2,0,92.0,done,f\n"
-             "1c,resnet20,fashion-mnist,lfc:B=8,0,75.0,done,g\n"
-             "fig6,resnet20,fashion-mnist,blpa:Q=4,0,,diverged,h\n");
+             "\xEF\xBB\xBFtable,model,dataset,policy,seed,final_test_acc,status,cell,batch\n"
+             "1c;fig6,resnet20,fashion-mnist,exact,0,92.0,done,a,128\n"
+             "fig6,resnet20,fashion-mnist,exact,1,93.0,done,b,128\n"
+             "fig6,resnet20,fashion-mnist,checkpoint:segments=auto+exact,0,92.0,done,c,128\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,d,128\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",1,,failed,e,128\n"
+             "fig6,resnet20,fashion-mnist,swap:P=2,0,92.0,done,f,128\n"
+             "1c,resnet20,fashion-mnist,lfc:B=8,0,75.0,done,g,128\n"
+             "fig6,resnet20,fashion-mnist,blpa:Q=4,0,,diverged,h,128\n");
   write_file(dir.file("mem.csv"),
              "model,batch,policy,method,total_gib,activation_gib\n"
              "resnet20,128,exact,Normal,1,0.2\n"
@@ -1028,7 +1029,7 @@ TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and d
   RadarInputs in{dir.file("results.csv"), dir.file("mem.csv"), dir.file("bench.csv"), "", ""};
   const RadarData d = read_radar_data(in);
   CHECK(d.model == "resnet20");
-  CHECK(d.memory_batch == 128);  // the first batch listed; the batch-256 row is not mixed in
+  CHECK(d.batch == 128);  // the grid's; the batch-256 row is not mixed in
   REQUIRE(d.points.size() == 3);
   CHECK(d.points[0].method == "Normal");
   CHECK(d.points[0].accuracy == doctest::Approx(92.5));  // two seeds
@@ -1094,6 +1095,61 @@ TEST_CASE("radar: a missing or foreign input is one error line naming the file")
               .find("--throughput file '" + dir.file("bench.csv") + "': column 'img_per_s' holds '" + v +
                     "', not a finite number > 0") != std::string::npos);
   }
+}
+
+TEST_CASE("radar: memory and throughput are taken at the grid's batch; a file without it is refused") {
+  testing::TempDir dir("ablate_radar_batch");
+  write_file(dir.file("results.csv"),
+             "table,model,dataset,policy,seed,final_test_acc,status,batch\n"
+             "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,128\n");
+  // A memtable run with --batches 2,128 lists batch 2 first.
+  write_file(dir.file("mem.csv"),
+             "model,batch,policy,method,total_gib,activation_gib\n"
+             "resnet20,2,exact,Normal,1,0.01\n"
+             "resnet20,2,\"division:B=8,Q=2\",DIVISION,1,0.002\n"
+             "resnet20,128,exact,Normal,1,0.64\n"
+             "resnet20,128,\"division:B=8,Q=2\",DIVISION,1,0.04\n");
+  write_file(dir.file("bench.csv"),
+             "model,policy,batch,img_per_s\n"
+             "resnet20,exact,64,400\n"
+             "resnet20,\"division:B=8,Q=2\",64,100\n"
+             "resnet20,exact,128,100\n"
+             "resnet20,\"division:B=8,Q=2\",128,80\n");
+  RadarInputs in{dir.file("results.csv"), dir.file("mem.csv"), dir.file("bench.csv"), "", ""};
+  const RadarData d = read_radar_data(in);
+  CHECK(d.batch == 128);
+  REQUIRE(d.points.size() == 2);
+  CHECK(d.points[1].memory_saving == doctest::Approx(16));     // 0.64 / 0.04, not batch 2's 5
+  CHECK(d.points[1].throughput_ratio == doctest::Approx(0.8));  // 80 / 100, not batch 64's 0.25
+  CHECK(radar_chart(d).axes[1].label.find("batch 128") != std::string::npos);
+
+  // A throughput run at another batch only: one line naming the file, the grid's batch and the file's.
+  write_file(dir.file("bench64.csv"), "model,policy,batch,img_per_s\nresnet20,exact,64,400\nresnet20,exact,32,500\n");
+  in.throughput_csv = dir.file("bench64.csv");
+  std::string e = error_of([&] { read_radar_data(in); });
+  CHECK(e.find("--throughput file '" + dir.file("bench64.csv") + "' has no rows for resnet20 at batch 128, the grid's "
+               "batch (it has batch 32, 64); measure it at batch 128") == 0);
+  CHECK(e.find('\n') == std::string::npos);
+  in.throughput_csv = dir.file("bench.csv");
+  write_file(dir.file("mem2.csv"), "model,batch,policy,activation_gib\nresnet20,2,exact,0.01\n");
+  in.memory_csv = dir.file("mem2.csv");
+  CHECK(error_of([&] { read_radar_data(in); }).find("--memory file '" + dir.file("mem2.csv") +
+                                                    "' has no rows for resnet20 at batch 128") == 0);
+  in.memory_csv = dir.file("mem.csv");
+
+  // results.csv from before it named the batch cannot say which rows to take.
+  write_file(dir.file("old.csv"), "table,model,dataset,policy,seed,final_test_acc,status\n"
+                                  "fig6,resnet20,fashion-mnist,exact,0,92.0,done\n");
+  in.results_csv = dir.file("old.csv");
+  CHECK(error_of([&] { read_radar_data(in); }).find("has no column 'batch'") != std::string::npos);
+  // Runs of one model at two batches are two settings, not one radar.
+  write_file(dir.file("two.csv"), "table,model,dataset,policy,seed,final_test_acc,status,batch\n"
+                                  "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128\n"
+                                  "fig6,resnet20,fashion-mnist,exact,1,92.0,done,64\n");
+  in.results_csv = dir.file("two.csv");
+  CHECK(error_of([&] { read_radar_data(in); }).find("at batches 64, 128; the radar compares the methods at one batch") !=
+        std::string::npos);
 }
 
 TEST_CASE("ablate: a tiny Table 1(b) grid reports accuracy, memory, compression and throughput per method") {

@@ -72,29 +72,34 @@ bool fp32_row(const std::map<std::string, std::string>& row) {
   return parse_run_entry(row.at("policy"), Precision::F32).precision == Precision::F32;
 }
 
-// Per canonical policy, the mean of `column` over the fp32 rows of `model` at the first batch listed for it.
-std::map<std::string, double> per_policy(const CsvTable& t, const std::string& model, const std::string& column,
-                                         int64_t* batch) {
+// Per canonical policy, the mean of `column` over the fp32 rows of `model` at the grid's `batch`: activation
+// memory grows with the batch and img/s changes with it, so a row of another batch is another measurement.
+std::map<std::string, double> per_policy(const CsvTable& t, const std::string& model, int64_t batch,
+                                         const std::string& column) {
   std::map<std::string, std::pair<double, int>> sums;
-  *batch = -1;
   std::set<std::string> models;
+  std::set<int64_t> batches;
   for (const auto& row : t.rows) {
     models.insert(row.at("model"));
     if (row.at("model") != model || !fp32_row(row)) continue;
     const int64_t b = static_cast<int64_t>(number(t, row, "batch", true));
-    if (*batch < 0) *batch = b;
-    if (b != *batch) continue;
+    batches.insert(b);
+    if (b != batch) continue;
     auto& s = sums[canonical_policy(parse_run_entry(row.at("policy"), Precision::F32).policy)];
     s.first += number(t, row, column, true);
     s.second += 1;
   }
   std::string listed;
   for (const auto& m : models) listed += (listed.empty() ? "" : ", ") + m;
-  ACTLAB_CHECK(*batch >= 0, t.what, " file '", t.path, "' has no rows for model ", model, " (it has: ", listed, ")");
+  ACTLAB_CHECK(!batches.empty(), t.what, " file '", t.path, "' has no rows for model ", model, " (it has: ", listed, ")");
+  std::string listed_batches;
+  for (int64_t b : batches) listed_batches += (listed_batches.empty() ? "" : ", ") + std::to_string(b);
+  ACTLAB_CHECK(batches.count(batch), t.what, " file '", t.path, "' has no rows for ", model, " at batch ", batch,
+               ", the grid's batch (it has batch ", listed_batches, "); measure it at batch ", batch);
   std::map<std::string, double> out;
   for (const auto& [policy, s] : sums) out[policy] = s.first / s.second;
   ACTLAB_CHECK(out.count("exact"), t.what, " file '", t.path, "' has no Normal (exact) row for ", model, " at batch ",
-               *batch, "; the radar measures every method against it");
+               batch, "; the radar measures every method against it");
   return out;
 }
 
@@ -121,6 +126,9 @@ std::pair<double, double> radar_range(double lo0, double hi0) {
 RadarData read_radar_data(const RadarInputs& in) {
   const CsvTable results = read_csv(in.results_csv, "--results");
   results.require({"table", "model", "dataset", "policy", "final_test_acc", "status"}, "actlab-ablate results.csv");
+  ACTLAB_CHECK(results.rows[0].count("batch"), "--results file '", results.path, "' has no column 'batch', which "
+               "picks the memory and throughput rows (an older actlab-ablate's; rewrite it with actlab-ablate "
+               "--report-only --out DIR)");
   const CsvTable memory = read_csv(in.memory_csv, "--memory");
   memory.require({"model", "batch", "policy", "activation_gib"}, "actlab-memtable --csv");
   const CsvTable speed = read_csv(in.throughput_csv, "--throughput");
@@ -149,8 +157,15 @@ RadarData read_radar_data(const RadarInputs& in) {
   RadarData d;
   d.model = rows[0]->at("model");
   d.dataset = rows[0]->at("dataset");
-  const auto act = per_policy(memory, d.model, "activation_gib", &d.memory_batch);
-  const auto rate = per_policy(speed, d.model, "img_per_s", &d.throughput_batch);
+  std::set<int64_t> batches;
+  for (const auto* row : rows) batches.insert(static_cast<int64_t>(number(results, *row, "batch", true)));
+  std::string listed_batches;
+  for (int64_t b : batches) listed_batches += (listed_batches.empty() ? "" : ", ") + std::to_string(b);
+  ACTLAB_CHECK(batches.size() == 1, "--results file '", in.results_csv, "' holds runs of ", d.model, " on ", d.dataset,
+               " at batches ", listed_batches, "; the radar compares the methods at one batch");
+  d.batch = *batches.begin();
+  const auto act = per_policy(memory, d.model, d.batch, "activation_gib");
+  const auto rate = per_policy(speed, d.model, d.batch, "img_per_s");
   std::vector<std::string> order;
   std::map<std::string, std::map<int64_t, double>> acc;  // policy -> seed -> accuracy
   for (const auto* row : rows) {
@@ -228,9 +243,9 @@ plot::RadarChart radar_chart(const RadarData& d) {
   plot::RadarChart c;
   c.title = "Fig. 1: accuracy, memory and throughput per method (" + d.model + ", " + d.dataset + ")";
   c.axes = {{"test accuracy (%)", acc.first, acc.second, false},
-            {"activation memory saving (× Normal, batch " + std::to_string(d.memory_batch) + ", log)", mem_lo,
+            {"activation memory saving (× Normal, batch " + std::to_string(d.batch) + ", log)", mem_lo,
              mem_lo * std::pow(per_ring, 4), true},
-            {"throughput (× Normal, batch " + std::to_string(d.throughput_batch) + ")", speed.first, speed.second, false}};
+            {"throughput (× Normal, batch " + std::to_string(d.batch) + ")", speed.first, speed.second, false}};
   for (const RadarPoint& p : d.points) c.series.push_back({p.method, {p.accuracy, p.memory_saving, p.throughput_ratio}});
   return c;
 }

@@ -1,7 +1,8 @@
 // The DIVISION paper's Fig. 1 radar — test accuracy, activation-memory saving and training throughput
 // per method — joined from three CSVs by canonical policy string (train/grid.h): the ablation grid's
 // results.csv (accuracy: mean over finished seeds), actlab-memtable --csv (activation_gib) and
-// bench_train --csv (img_per_s). actlab-ablate --radar draws it. Tested in tests/test_ablate.cpp.
+// bench_train --csv (img_per_s), the last two at the grid's batch. actlab-ablate --radar draws it.
+// Tested in tests/test_ablate.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,18 +35,19 @@ struct RadarPoint {
 
 struct RadarData {
   std::string model, dataset;
-  int64_t memory_batch = 0, throughput_batch = 0;  // the batch each file's rows were taken at
-  std::vector<RadarPoint> points;                  // in results.csv's order
-  std::vector<std::string> skipped;                // "SWAP (swap:P=2): not in 'mem.csv'", one per method left out
-                                                   // (also a method with runs in results.csv but none done)
+  int64_t batch = 0;                 // the grid's, which the memory and throughput rows were taken at
+  std::vector<RadarPoint> points;    // in results.csv's order
+  std::vector<std::string> skipped;  // "SWAP (swap:P=2): not in 'mem.csv'", one per method left out
+                                     // (also a method with runs in results.csv but none done)
 };
 
 // Reads and joins the three files. results.csv rows: status "done", and those of Fig. 6 when any row
 // is listed there (else every row). The memory and throughput files: rows of the same model at the
-// first batch that file lists for it. A method missing from a file is left out (RadarData::skipped).
-// Throws Error (one line naming the file) for an unreadable file, a missing column, no rows for the
-// model, no Normal (exact) row to compare with, or several models (data sets) without RadarInputs::model
-// (RadarInputs::dataset).
+// batch of those results.csv rows (their input shape is not in the files: measure them at the grid's).
+// A method missing from a file is left out (RadarData::skipped). Throws Error (one line naming the file)
+// for an unreadable file, a missing column, no rows for the model or none at the grid's batch, runs at
+// several batches, no Normal (exact) row to compare with, or several models (data sets) without
+// RadarInputs::model (RadarInputs::dataset).
 RadarData read_radar_data(const RadarInputs& inputs);
 
 // The chart: one polygon per method; axes test accuracy (%) from below the worst method to a round
