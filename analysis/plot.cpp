@@ -24,6 +24,7 @@ constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 const char* colour(size_t i) { return kPalette[i % kPaletteSize]; }
 
 constexpr double kCharWidth = 6.6;  // average glyph advance of 11-12 px sans-serif, for layout only
+constexpr double kNoteCharWidth = 5.5;  // the same at the legend notes' 10 px
 
 std::string num(double v) {  // coordinate
   char buf[32];
@@ -148,14 +149,18 @@ struct Frame {
   double y(double frac) const { return top + (1.0 - frac) * plot_h; }
 };
 
-// Legend width from the longest name; bottom margin from the x tick labels (rotated when crowded).
+// Legend width from the longest name or note (notes: empty, or one per legend entry); bottom margin from
+// the x tick labels (rotated when crowded).
 Frame make_frame(const std::vector<std::string>& legend, const std::vector<std::string>& x_labels, double slots,
-                 bool* rotate) {
+                 bool* rotate, const std::vector<std::string>& notes = {}) {
   Frame f;
-  size_t longest_name = 0, longest_tick = 0;
+  size_t longest_name = 0, longest_tick = 0, longest_note = 0;
   for (const auto& s : legend) longest_name = std::max(longest_name, std::min<size_t>(s.size(), 32));
   for (const auto& s : x_labels) longest_tick = std::max(longest_tick, std::min<size_t>(s.size(), 28));
-  const double legend_w = legend.empty() ? 20 : 44 + kCharWidth * static_cast<double>(longest_name);
+  for (const auto& s : notes) longest_note = std::max(longest_note, s.size());
+  const double legend_w = legend.empty() ? 20
+                                         : 44 + std::max(kCharWidth * static_cast<double>(longest_name),
+                                                         kNoteCharWidth * static_cast<double>(longest_note));
   f.plot_w = f.width - f.left - legend_w;
   const double slot_px = f.plot_w / std::max(1.0, slots);
   *rotate = kCharWidth * static_cast<double>(longest_tick) + 6 > slot_px;
@@ -211,11 +216,13 @@ void x_tick_text(std::ostringstream& o, const Frame& f, double px, const std::st
     o << "<text x=\"" << num(px) << "\" y=\"" << num(y) << "\" text-anchor=\"middle\">" << shown << "</text>\n";
 }
 
-void draw_legend(std::ostringstream& o, const Frame& f, const std::vector<std::string>& names, bool bars) {
+// notes: empty, or one per name; a non-empty note is a second, smaller line under its entry.
+void draw_legend(std::ostringstream& o, const Frame& f, const std::vector<std::string>& names, bool bars,
+                 const std::vector<std::string>& notes = {}) {
   const double x = f.left + f.plot_w + 16;
   o << "<g class=\"legend\">\n";
-  for (size_t i = 0; i < names.size(); ++i) {
-    const double y = f.top + 8 + 20.0 * static_cast<double>(i);
+  double y = f.top + 8;
+  for (size_t i = 0; i < names.size(); ++i, y += 20) {
     if (bars)
       o << "<rect x=\"" << num(x) << "\" y=\"" << num(y - 6) << "\" width=\"18\" height=\"12\" fill=\"" << colour(i)
         << "\"/>\n";
@@ -224,6 +231,11 @@ void draw_legend(std::ostringstream& o, const Frame& f, const std::vector<std::s
         << "\" stroke=\"" << colour(i) << "\" stroke-width=\"2.5\"/>\n";
     o << "<text x=\"" << num(x + 24) << "\" y=\"" << num(y + 4) << "\">" << xml_escape(truncate_label(names[i], 32))
       << "</text>\n";
+    if (i < notes.size() && !notes[i].empty()) {
+      y += 14;
+      o << "<text class=\"legend-note\" x=\"" << num(x + 24) << "\" y=\"" << num(y + 4)
+        << "\" font-size=\"10\" fill=\"#666666\">" << xml_escape(notes[i]) << "</text>\n";
+    }
   }
   o << "</g>\n";
 }
@@ -300,12 +312,26 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
 
 std::string line_chart_svg(const LineChart& chart) {
   std::vector<double> all_x, all_y;
-  std::vector<std::string> names;
-  for (const Series& s : chart.series) {
+  std::vector<std::string> names, notes;
+  std::vector<Series> drawn = chart.series;  // on a log axis, with every 0 made a gap (plot.h)
+  for (Series& s : drawn) {
     ACTLAB_CHECK(s.x.size() == s.y.size(), "line chart '", chart.title, "': series '", s.name, "' has ", s.x.size(),
                  " x values but ", s.y.size(), " y values");
     for (double v : s.x) ACTLAB_CHECK(std::isfinite(v), "line chart '", chart.title, "': series '", s.name,
                                       "' has a non-finite x value ", v);
+    bool zero = false, positive = false;
+    if (chart.log_y)
+      for (double& v : s.y) {
+        ACTLAB_CHECK(!(v < 0), "line chart '", chart.title, "': series '", s.name, "': log axis needs values >= 0, got ",
+                     v);
+        positive = positive || v > 0;
+        if (v == 0) {
+          zero = true;
+          v = std::nan("");
+        }
+      }
+    // Without the note, a series of zeros (exact's error) would look like a series the chart forgot.
+    notes.push_back(zero && !positive ? "(0 everywhere: not drawn on the log axis)" : "");
     all_x.insert(all_x.end(), s.x.begin(), s.x.end());
     all_y.insert(all_y.end(), s.y.begin(), s.y.end());
     names.push_back(s.name);
@@ -322,7 +348,7 @@ std::string line_chart_svg(const LineChart& chart) {
   bool rotate = false;
   const std::vector<std::string> x_labels = categorical ? chart.x_tick_labels : xa.labels;
   const double slots = categorical ? static_cast<double>(x_labels.size()) : static_cast<double>(xa.ticks.size());
-  const Frame f = make_frame(names, x_labels, slots, &rotate);
+  const Frame f = make_frame(names, x_labels, slots, &rotate, notes);
   std::ostringstream o;
   open_svg(o, f, chart.title);
   draw_y_axis(o, f, ya, chart.y_label);
@@ -339,8 +365,8 @@ std::string line_chart_svg(const LineChart& chart) {
   const double label_y = f.height - 12;
   o << "<text x=\"" << num(f.left + f.plot_w / 2) << "\" y=\"" << num(label_y) << "\" text-anchor=\"middle\">"
     << xml_escape(chart.x_label) << "</text>\n";
-  for (size_t si = 0; si < chart.series.size(); ++si) draw_series(o, f, xa, ya, chart.series[si], colour(si));
-  draw_legend(o, f, names, false);
+  for (size_t si = 0; si < drawn.size(); ++si) draw_series(o, f, xa, ya, drawn[si], colour(si));
+  draw_legend(o, f, names, false, notes);
   return close_svg(o);
 }
 

@@ -15,7 +15,10 @@ struct Series {
   std::vector<double> x, y;
 };
 
-// log_y: logarithmic y axis (decades); every finite y must then be > 0 (Error otherwise).
+// log_y: logarithmic y axis (decades); every finite y must then be >= 0 (Error otherwise). A 0 has no
+// place on a log axis: it is a gap, and a series with no y > 0 but some y = 0 (an exact policy's error,
+// a band that holds nothing) keeps its legend entry with a second line "(0 everywhere: not drawn on the
+// log axis)", so that its missing line is not taken for a missing series.
 // x_tick_labels: when non-empty, x is categorical: tick i sits at x = i and shows label i (e.g. layer
 // names); long labels are rotated.
 struct LineChart {
@@ -70,7 +73,8 @@ struct RadarChart {
 constexpr double kRadarCentreX = 300, kRadarCentreY = 275, kRadarRadius = 185;
 
 // Self-contained SVG text (<svg ...>...</svg> with an XML declaration). Throws Error on inconsistent
-// input (x/y size mismatch, values/series_names mismatch, non-positive values on a log axis).
+// input (x/y size mismatch, values/series_names mismatch, a negative value on a log line axis, a value <= 0
+// on a log bar axis).
 // An empty chart (no series / no groups) renders axes and the title only.
 std::string line_chart_svg(const LineChart& chart);
 std::string bar_chart_svg(const BarChart& chart);

@@ -219,7 +219,9 @@ ImageGrid fig3a_grid(const Tensor& map, const Tensor& images, int64_t n_images, 
   return g;
 }
 
-double positive_or_gap(double v) { return v > 0 && std::isfinite(v) ? v : std::nan(""); }
+// A value for a log-axis chart: a 0 is passed on, so that the plot writer can say a series is 0 everywhere
+// (exact's error, λᴴ at --ratio 1) rather than draw nothing without a word; only what has no value is a gap.
+double finite_or_gap(double v) { return std::isfinite(v) ? v : std::nan(""); }
 
 // Every file inspect writes into --out, named once: the writers below take their paths from here, and the
 // run checks them all before its long work (a name blocked by a directory failed only at the end).
@@ -257,8 +259,8 @@ void write_lambda(const OutputFiles& out, const std::vector<LayerSpectrum>& rows
         << fmt(r.energy.high_over_low(), "%.6g") << "\n";
     chart.x_tick_labels.push_back(r.path);
     for (int s = 0; s < 2; ++s) chart.series[s].x.push_back(static_cast<double>(i));
-    chart.series[0].y.push_back(positive_or_gap(r.energy.lambda_low));
-    chart.series[1].y.push_back(positive_or_gap(r.energy.lambda_high));
+    chart.series[0].y.push_back(finite_or_gap(r.energy.lambda_low));
+    chart.series[1].y.push_back(finite_or_gap(r.energy.lambda_high));
   }
   write_text_atomic(out.lambda_csv(), csv.str());
   plot::write_svg(out.lambda_svg(), plot::line_chart_svg(chart));
@@ -281,7 +283,7 @@ void write_grad_error(const OutputFiles& out, const GradErrorReport& report) {
           << "," << csv_field(report.policies[p]) << "," << fmt(layer.relative_error[p], "%.6g") << "," << report.draws
           << "," << fmt(layer.mean_error[p], "%.6g") << "\n";
       chart.series[p].x.push_back(static_cast<double>(l));
-      chart.series[p].y.push_back(positive_or_gap(layer.relative_error[p]));
+      chart.series[p].y.push_back(finite_or_gap(layer.relative_error[p]));
     }
   }
   write_text_atomic(out.grad_csv(), csv.str());

@@ -247,6 +247,29 @@ TEST_CASE("plot: line chart is well-formed SVG with one path per series, gaps an
   CHECK(count_of(lsvg, "rotate(-40") == 20);
 }
 
+TEST_CASE("plot: on a log axis a 0 is a gap, and a series that is 0 everywhere says so in its legend") {
+  // An exact policy's gradient error beside a lossy one's, per layer: exact's zeros have no place on the
+  // log axis, and a legend entry with nothing drawn would read as a series the chart forgot.
+  plot::LineChart chart{"Error per layer", "layer", "rel. error", true,
+                        {{"division", {0, 1, 2}, {0.1, 0, 0.3}}, {"exact", {0, 1, 2}, {0, 0, 0}}},
+                        {"conv1", "conv2", "fc"}};
+  const std::string svg = plot::line_chart_svg(chart);
+  std::string why;
+  CHECK_MESSAGE(xml_balanced(svg, &why), why);
+  CHECK(count_of(svg, "class=\"series\"") == 2);
+  const size_t first = svg.find("class=\"series\""), second = svg.find("class=\"series\"", first + 1);
+  const std::string d0 = svg.substr(first, second - first);
+  CHECK(count_of(d0, "<circle") == 2);     // the 0 inside the series is a gap: two isolated points
+  CHECK(svg.find("d=\"M0 0\"", second) != std::string::npos);  // nothing of exact is drawn
+  CHECK(count_of(svg, "(0 everywhere: not drawn on the log axis)") == 1);
+  CHECK(svg.find("class=\"legend-note\"") > svg.find(">exact</text>"));  // under exact's entry, not division's
+  // On a linear axis a 0 is a value like any other: drawn, no note.
+  chart.log_y = false;
+  const std::string linear = plot::line_chart_svg(chart);
+  CHECK(linear.find("not drawn") == std::string::npos);
+  CHECK(linear.find("d=\"M0 0\"") == std::string::npos);
+}
+
 TEST_CASE("plot: bar chart draws one bar per group and series, NaN leaves a gap") {
   plot::BarChart chart{"Activation memory", "MiB", false, {"ResNet-20", "ResNet-18"},
                        {{"exact", {40, 400}}, {"division:B=8,Q=2", {4, NAN}}, {"quant:Q=2", {5, 50}}}};
@@ -278,10 +301,8 @@ TEST_CASE("plot: text is escaped, bad input is refused with a clear error") {
   std::string why;
   CHECK_MESSAGE(xml_balanced(svg, &why), why);
   chart.log_y = true;
-  chart.series[0].y = {1, 0};
-  CHECK(error_of([&] { plot::line_chart_svg(chart); }).find("log axis needs values > 0, got 0") != std::string::npos);
   chart.series[0].y = {1, -2};
-  CHECK(error_of([&] { plot::line_chart_svg(chart); }).find("got -2") != std::string::npos);
+  CHECK(error_of([&] { plot::line_chart_svg(chart); }).find("log axis needs values >= 0, got -2") != std::string::npos);
   plot::BarChart bars{"b", "y", true, {"s"}, {{"g", {0}}}};
   CHECK(error_of([&] { plot::bar_chart_svg(bars); }).find("log axis needs values > 0") != std::string::npos);
   chart.log_y = false;
