@@ -219,6 +219,19 @@ ImageGrid fig3a_grid(const Tensor& map, const Tensor& images, int64_t n_images, 
   return g;
 }
 
+// What Fig. 4 measured, so that its title, axis labels and README text name it: the (sample, channel)
+// planes of conv inputs, the (sample, feature) sequences of token maps along the tokens (analysis/
+// spectrum.h), or both (a ViT: its patch-embedding conv, then its blocks' token maps).
+struct SpectrumKinds {
+  bool planes = false, tokens = false;
+  explicit SpectrumKinds(const std::vector<LayerSpectrum>& rows) {
+    for (const auto& r : rows) (r.token_axis ? tokens : planes) = true;
+  }
+  std::string noun() const {  // "each <noun>"
+    return planes && tokens ? "conv input and token map" : tokens ? "token map" : "conv input";
+  }
+};
+
 // A value for a log-axis chart: a 0 is passed on, so that the plot writer can say a series is 0 everywhere
 // (exact's error, λᴴ at --ratio 1) rather than draw nothing without a word; only what has no value is a gap.
 double finite_or_gap(double v) { return std::isfinite(v) ? v : std::nan(""); }
@@ -247,9 +260,12 @@ void write_lambda(const OutputFiles& out, const std::vector<LayerSpectrum>& rows
   std::ostringstream csv;
   csv << "layer,input_shape,kept_block,lambda_low,lambda_high,high_over_low\n";
   plot::LineChart chart;
-  chart.title = "Fig. 4: low/high-frequency energy of each conv input (DCT cut-off r = " + fmt(ratio, "%g") + ")";
-  chart.x_label = "layer (conv input, call order)";
-  chart.y_label = "mean per-plane Frobenius norm";
+  const SpectrumKinds kinds(rows);
+  chart.title = "Fig. 4: low/high-frequency energy of each " + kinds.noun() + " (DCT cut-off r = " + fmt(ratio, "%g") + ")";
+  chart.x_label = "layer (" + kinds.noun() + ", call order)";
+  chart.y_label = kinds.planes && kinds.tokens ? "mean Frobenius norm per plane (conv) or feature (tokens)"
+                  : kinds.tokens               ? "mean per-feature Frobenius norm (DCT along the tokens)"
+                                               : "mean per-plane Frobenius norm";
   chart.log_y = true;
   chart.series = {{"lambda_L = |DCT(H) * M|_F", {}, {}}, {"lambda_H = |DCT(H) * (1 - M)|_F", {}, {}}};
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -323,10 +339,18 @@ struct Report {
 std::string markdown_tables(const Report& r) {
   std::ostringstream md;
   int64_t low_wins = 0;
-  md << "## Fig. 4: λᴸ and λᴴ of each conv input\n\n"
-     << "λᴸ = ‖DCT(H) ⊙ M‖_F, λᴴ = ‖DCT(H) ⊙ (1 − M)‖_F per (sample, channel) plane, averaged over the batch. "
-     << "M keeps frequencies u < r·H, v < r·W (the kept block is listed; at least the DC term).\n\n"
-     << "| layer | input | kept | λᴸ | λᴴ | λᴴ/λᴸ |\n|---|---|---|---|---|---|\n";
+  const SpectrumKinds kinds(r.spectra);
+  md << "## Fig. 4: λᴸ and λᴴ of each " << kinds.noun() << "\n\n";
+  if (kinds.planes)
+    md << (kinds.tokens ? "- Conv inputs (N, C, H, W): " : "")
+       << "λᴸ = ‖DCT(H) ⊙ M‖_F, λᴴ = ‖DCT(H) ⊙ (1 − M)‖_F per (sample, channel) plane, averaged over the batch. "
+       << "M keeps frequencies u < r·H, v < r·W (the kept block is listed; at least the DC term).\n";
+  if (kinds.tokens)
+    md << (kinds.planes ? "- Token maps (B, T, D): " : "")
+       << "λᴸ = ‖DCT(h) ⊙ M‖_F, λᴴ = ‖DCT(h) ⊙ (1 − M)‖_F of the 1-D DCT along the tokens, per (sample, feature) "
+       << "sequence h of T values, averaged over the batch. M keeps frequencies u < r·T (the kept block is listed "
+       << "as T′×1; at least the DC term).\n";
+  md << "\n| layer | input | kept | λᴸ | λᴴ | λᴴ/λᴸ |\n|---|---|---|---|---|---|\n";
   for (const auto& s : r.spectra) {
     low_wins += s.energy.lambda_low > s.energy.lambda_high;
     md << "| " << s.path << " | " << dims(s.shape) << " | " << s.energy.kept_rows << "×" << s.energy.kept_cols << " | "
@@ -374,7 +398,7 @@ std::string markdown_tables(const Report& r) {
          << (expected > 0 ? fmt(mean[p] / expected, "%.2f") : std::string("—")) << " |\n";
     }
   }
-  md << "\n\n## Reconstruction of each conv input: relative error / bits per element\n\n"
+  md << "\n\n## Reconstruction of each " << kinds.noun() << ": relative error / bits per element\n\n"
      << "‖x̂ − x‖_F / ‖x‖_F of pack → unpack (lfc: and hfc: keep one component on purpose, so their error is the "
      << "other component's share); bits = 8 · packed bytes / elements (exact: 32).";
   if (r.codecs != r.policies)

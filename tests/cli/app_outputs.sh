@@ -172,5 +172,18 @@ else
   fail "[inspect labels a checkpointed entry's reconstructions by the entry and its codec] $(head -2 "$work/ic/reconstruction.csv" 2>&1)"
 fi
 
+# A ViT has one conv (the patch embedding) and then (B, T, D) token maps, measured along the tokens: Fig. 4's
+# README text and figure name both, not the conv formula alone.
+cases=$((cases + 1))
+if "$build/actlab-inspect" --model vit_tiny_cifar --dataset synthetic --out "$work/iv" --threads 1 --batch-size 2 \
+     --policies 'division:B=8,Q=2' >/dev/null 2>&1 &&
+   grep -q '^## Fig. 4: λᴸ and λᴴ of each conv input and token map$' "$work/iv/README.md" &&
+   grep -q '^- Token maps (B, T, D): .*1-D DCT along the tokens, per (sample, feature)' "$work/iv/README.md" &&
+   grep -q '<title>Fig. 4: low/high-frequency energy of each conv input and token map' "$work/iv/fig4_lambda.svg"; then
+  echo "ok   [inspect describes a ViT's token maps in Fig. 4]"
+else
+  fail "[inspect describes a ViT's token maps in Fig. 4] $(grep -A3 '^## Fig. 4' "$work/iv/README.md" 2>&1)"
+fi
+
 echo "$cases cases, $failures failed"
 [ "$failures" -eq 0 ]
