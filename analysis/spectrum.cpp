@@ -1,5 +1,5 @@
-// Fig. 4 quantities: capturing conv inputs with a forward observer, band energies of their DCT, and
-// policy round trips; plus ModelStateGuard.
+// Fig. 4 quantities: capturing conv (and Linear) inputs with a forward observer, band energies of their
+// DCT, and policy round trips; plus ModelStateGuard.
 #include "actlab/analysis/spectrum.h"
 
 #include <cmath>
@@ -171,17 +171,18 @@ std::vector<LayerSpectrum> layer_spectra(const std::vector<CapturedInput>& input
   std::vector<LayerSpectrum> out;
   for (size_t l = 0; l < inputs.size(); ++l) {
     const CapturedInput& in = inputs[l];
-    if (in.input.dim() != 4 && in.input.dim() != 3) continue;
+    if (in.input.dim() < 2 || in.input.dim() > 4) continue;
     LayerSpectrum row;
     row.path = in.path;
     row.shape = in.input.shape();
     row.token_axis = in.input.dim() == 3;
+    row.has_spectrum = in.input.dim() != 2;  // an (N, D) vector's features are in no order a frequency runs along
     if (row.token_axis) {
       // (B, T, D) → (B, D, T, 1): every feature's sequence over the tokens is one T×1 plane, so the 2-D DCT
       // is the 1-D DCT along the tokens — the axis the token-map policies pool along.
       const Shape& s = in.input.shape();
       row.energy = band_energy(in.input.permute({0, 2, 1}).contiguous().reshape({s[0], s[2], s[1], 1}), options.ratio);
-    } else {
+    } else if (row.has_spectrum) {
       row.energy = band_energy(in.input, options.ratio);
     }
     const SaveInfo info{in.kind == "Linear" ? "linear" : "conv2d", "input", true, in.path};

@@ -85,6 +85,9 @@ struct LayerSpectrum {
   std::string path;
   Shape shape;
   bool token_axis = false;  // a (B, T, D) token map: λ of the 1-D DCT along the tokens, per feature
+  // false for a Linear layer's (N, D) input: its features have no order to transform along, so it has no
+  // λ (energy stays empty); the policies code it all the same, so its reconstruction is measured.
+  bool has_spectrum = true;
   BandEnergy energy;
   std::vector<Reconstruction> reconstruction;  // one per policy, in the order given
 };
@@ -93,7 +96,8 @@ struct SpectrumOptions {
   uint64_t seed = 0;       // stochastic rounding: layer l packs with PackContext{seed, l}
   bool train_mode = true;  // see capture_layer_inputs
 };
-// One row per captured input of rank 4 (spatial maps) or 3 (token maps, along the tokens); others are skipped.
+// One row per captured input of rank 4 (spatial maps) or 3 (token maps, along the tokens), and one without a
+// spectrum per input of rank 2 ((N, D) vectors: reconstruction only); others are skipped.
 std::vector<LayerSpectrum> layer_spectra(const std::vector<CapturedInput>& inputs,
                                          const std::vector<std::shared_ptr<const ActivationCachePolicy>>& policies,
                                          const SpectrumOptions& options);

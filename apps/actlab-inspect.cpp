@@ -1,7 +1,7 @@
 // actlab-inspect: the teaching tool. For a trained checkpoint (or a fresh model) and one batch of real
 // test images it draws the DIVISION paper's Fig. 3(a) (DCT and DIVISION LFC/HFC of activation maps,
-// PNG), measures Fig. 4's λᴸ/λᴴ per conv input, each policy's reconstruction error and bits per element,
-// and Theorem 3.1's per-layer weight-gradient error, and writes CSV, SVG and a README.md into --out.
+// PNG), measures Fig. 4's λᴸ/λᴴ per conv input and token map, each policy's reconstruction error and bits
+// per element, and Theorem 3.1's per-layer weight-gradient error, and writes CSV, SVG and a README.md into --out.
 // The measurements live in analysis/ (tested in tests/test_inspect.cpp); this file is flags and files.
 #include <omp.h>
 
@@ -279,6 +279,11 @@ void write_lambda(const OutputFiles& out, const std::vector<LayerSpectrum>& rows
     chart.series[1].y.push_back(finite_or_gap(r.energy.lambda_high));
   }
   write_text_atomic(out.lambda_csv(), csv.str());
+  if (rows.empty()) {
+    // No data, no figure (the README says so); one left in --out by an earlier run would contradict it.
+    fs::remove(out.lambda_svg());
+    return;
+  }
   plot::write_svg(out.lambda_svg(), plot::line_chart_svg(chart));
 }
 
@@ -332,7 +337,8 @@ struct Report {
   // The codec each entry's spectra and reconstructions use (policies[p] less its --policy-rule rules and
   // checkpointing, which reach only the gradient errors): their CSV names it beside the entry.
   std::vector<std::string> codecs;
-  std::vector<LayerSpectrum> spectra;
+  std::vector<LayerSpectrum> inputs;   // every measured Conv2d/Linear input: the reconstructions
+  std::vector<LayerSpectrum> spectra;  // those with a spectrum (has_spectrum): Fig. 4
   GradErrorReport grads;
 };
 
@@ -340,7 +346,12 @@ std::string markdown_tables(const Report& r) {
   std::ostringstream md;
   int64_t low_wins = 0;
   const SpectrumKinds kinds(r.spectra);
-  md << "## Fig. 4: λᴸ and λᴴ of each " << kinds.noun() << "\n\n";
+  if (r.spectra.empty())  // an MLP: every input is an (N, D) vector, with no axis to transform along
+    md << "## Fig. 4: λᴸ and λᴴ\n\nNo layer here takes a 2-D map or a token map (the spectra are of conv inputs "
+       << "and token maps; a Linear layer's (N, D) input has no axis to transform along), so there is no λᴸ/λᴴ to "
+       << "compare: `fig4_lambda.svg` was not written and `fig4_lambda.csv` has its header only.\n\n";
+  else
+    md << "## Fig. 4: λᴸ and λᴴ of each " << kinds.noun() << "\n\n";
   if (kinds.planes)
     md << (kinds.tokens ? "- Conv inputs (N, C, H, W): " : "")
        << "λᴸ = ‖DCT(H) ⊙ M‖_F, λᴴ = ‖DCT(H) ⊙ (1 − M)‖_F per (sample, channel) plane, averaged over the batch. "
@@ -350,16 +361,14 @@ std::string markdown_tables(const Report& r) {
        << "λᴸ = ‖DCT(h) ⊙ M‖_F, λᴴ = ‖DCT(h) ⊙ (1 − M)‖_F of the 1-D DCT along the tokens, per (sample, feature) "
        << "sequence h of T values, averaged over the batch. M keeps frequencies u < r·T (the kept block is listed "
        << "as T′×1; at least the DC term).\n";
-  md << "\n| layer | input | kept | λᴸ | λᴴ | λᴴ/λᴸ |\n|---|---|---|---|---|---|\n";
+  if (!r.spectra.empty()) md << "\n| layer | input | kept | λᴸ | λᴴ | λᴴ/λᴸ |\n|---|---|---|---|---|---|\n";
   for (const auto& s : r.spectra) {
     low_wins += s.energy.lambda_low > s.energy.lambda_high;
     md << "| " << s.path << " | " << dims(s.shape) << " | " << s.energy.kept_rows << "×" << s.energy.kept_cols << " | "
        << fmt(s.energy.lambda_low) << " | " << fmt(s.energy.lambda_high) << " | " << fmt(s.energy.high_over_low(), "%.3f")
        << " |\n";
   }
-  if (r.spectra.empty())  // an MLP: no conv input has a 2-D plane to transform
-    md << "\nNo layer here takes a 2-D map (the spectra are of conv inputs), so there is no λᴸ/λᴴ to compare.\n\n";
-  else
+  if (!r.spectra.empty())
     md << "\nλᴸ > λᴴ (the paper's observation) in " << low_wins << " of " << r.spectra.size() << " layers.\n\n";
   md << "## Theorem 3.1: weight-gradient error ‖∇̂W − ∇W‖_F / ‖∇W‖_F\n\n"
      << "Same batch, same parameters, same forward; only the activations backward reads differ. "
@@ -398,9 +407,10 @@ std::string markdown_tables(const Report& r) {
          << (expected > 0 ? fmt(mean[p] / expected, "%.2f") : std::string("—")) << " |\n";
     }
   }
-  md << "\n\n## Reconstruction of each " << kinds.noun() << ": relative error / bits per element\n\n"
-     << "‖x̂ − x‖_F / ‖x‖_F of pack → unpack (lfc: and hfc: keep one component on purpose, so their error is the "
-     << "other component's share); bits = 8 · packed bytes / elements (exact: 32).";
+  md << "\n\n## Reconstruction of each layer input: relative error / bits per element\n\n"
+     << "The input each Conv2d and Linear layer keeps for its backward (conv maps, token maps and (N, D) vectors "
+     << "alike): ‖x̂ − x‖_F / ‖x‖_F of pack → unpack (lfc: and hfc: keep one component on purpose, so their error "
+     << "is the other component's share); bits = 8 · packed bytes / elements (exact: 32).";
   if (r.codecs != r.policies)
     md << " Each entry's codec alone: per-module rules (--policy-rule) and checkpointing reach only the gradient "
        << "errors above.";
@@ -411,7 +421,7 @@ std::string markdown_tables(const Report& r) {
   md << "\n|---|";
   for (size_t p = 0; p < r.policies.size(); ++p) md << "---|";
   md << "\n";
-  for (const auto& s : r.spectra) {
+  for (const auto& s : r.inputs) {
     md << "| " << s.path << " |";
     for (const auto& x : s.reconstruction) md << " " << fmt(x.relative_error, "%.3g") << " / " << fmt(x.bits_per_element, "%.3g") << " |";
     md << "\n";
@@ -437,8 +447,10 @@ void write_readme(const OutputFiles& out, const Report& r) {
   for (const auto& l : r.fig_layers) md << "- [`fig3a_" << l << ".png`](fig3a_" << l << ".png)\n";
   if (r.fig_layers.empty())
     md << "No conv layer after the stem takes a 2-D map here (a transformer's blocks see (B, T, D) token maps, an "
-          "MLP flat vectors), so only `fig3a_input.png` is drawn; the token maps' spectra are in Fig. 4 below.\n";
-  md << "\nFiles: `fig4_lambda.csv`/`.svg`, `grad_error.csv`/`.svg`, `reconstruction.csv`.\n\n" << markdown_tables(r);
+          "MLP flat vectors), so only `fig3a_input.png` is drawn"
+       << (SpectrumKinds(r.spectra).tokens ? "; the token maps' spectra are in Fig. 4 below.\n" : ".\n");
+  md << "\nFiles: `fig4_lambda.csv`" << (r.spectra.empty() ? "" : "/`.svg`")
+     << ", `grad_error.csv`/`.svg`, `reconstruction.csv`.\n\n" << markdown_tables(r);
   write_text_atomic(out.readme(), md.str());
 }
 
@@ -545,7 +557,7 @@ void write_outputs(const Settings& st, const Report& r, const Batch& batch,
               render_grid(fig3a_grid(find_map(maps, l).input, batch.images, shown, st.channels, r.ratio, r.block)));
   write_lambda(out, r.spectra, r.ratio);
   write_grad_error(out, r.grads);
-  write_reconstruction(out, r.spectra, r.policies, r.codecs);
+  write_reconstruction(out, r.inputs, r.policies, r.codecs);
   write_readme(out, r);
 }
 
@@ -568,15 +580,18 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   std::printf("[1/4] data and model ready: batch %s (%.1f s)\n", dims(batch.images.shape()).c_str(), seconds_since(t));
 
   t = Clock::now();
-  // Linear inputs too: a transformer's (B, T, D) token maps get their spectra along the tokens.
+  // Linear inputs too: a transformer's (B, T, D) token maps get their spectra along the tokens, and every
+  // Linear input (an MLP's or a head's (N, D) vectors included) its reconstruction.
   const std::vector<CapturedInput> inputs = capture_layer_inputs(*s.model, batch.images, st.train_bn, true);
   const std::vector<const CapturedInput*> maps = unique_maps(inputs);
   r.fig_layers = flags.given("layers") ? split_list(flags.get("layers"), ',') : default_fig_layers(maps);
   for (const auto& l : r.fig_layers) find_map(maps, l);  // unknown names fail before the long work
   for (const auto& f : OutputFiles{st.out}.all(r.fig_layers)) check_writable(f, true, "output file");
-  r.spectra = layer_spectra(inputs, st.policies, {r.ratio, r.seed, st.train_bn});
-  std::printf("[2/4] spectra and reconstruction of %zu conv inputs and token maps (%.1f s)\n", r.spectra.size(),
-              seconds_since(t));
+  r.inputs = layer_spectra(inputs, st.policies, {r.ratio, r.seed, st.train_bn});
+  for (const auto& row : r.inputs)
+    if (row.has_spectrum) r.spectra.push_back(row);
+  std::printf("[2/4] spectra of %zu conv inputs and token maps, reconstructions of %zu layer inputs (%.1f s)\n",
+              r.spectra.size(), r.inputs.size(), seconds_since(t));
 
   t = Clock::now();
   GradErrorOptions go;

@@ -434,7 +434,7 @@ TEST_CASE("image_grid: PNG bytes decode to the rendered pixels, write_png is ato
   CHECK_THROWS_AS(write_png(dir.file("missing/grid.png"), img), Error);
 }
 
-TEST_CASE("spectrum: a (B, T, D) token map is measured along the tokens, one plane per feature") {
+TEST_CASE("spectrum: a (B, T, D) token map is measured along the tokens, one plane per feature; (N, D) gets no λ") {
   // Feature j of sample b is constant over the tokens (all energy at frequency 0: λᴴ = 0) in the first map,
   // and alternates sign token to token (the energy at the top frequencies) in the second.
   Tensor smooth = Tensor::empty({2, 16, 3}), rough = Tensor::empty({2, 16, 3});
@@ -447,8 +447,19 @@ TEST_CASE("spectrum: a (B, T, D) token map is measured along the tokens, one pla
   const std::vector<CapturedInput> inputs = {{"blocks.0.mlp.fc1", "Linear", smooth}, {"blocks.0.mlp.fc2", "Linear", rough},
                                              {"head", "Linear", Tensor::zeros({2, 3})}};
   const auto rows = layer_spectra(inputs, {parse_policy("division:B=8,Q=2")}, {0.25, 0, true});
-  REQUIRE(rows.size() == 2);  // the (N, D) input of the head has no axis to measure along
+  REQUIRE(rows.size() == 3);
   CHECK(rows[0].token_axis);
+  CHECK(rows[0].has_spectrum);
+  // The (N, D) input of the head has no axis to measure along, so no λ; the policy codes it all the same,
+  // so its reconstruction is measured.
+  CHECK(rows[2].path == "head");
+  CHECK(!rows[2].has_spectrum);
+  CHECK(rows[2].energy.planes == 0);
+  REQUIRE(rows[2].reconstruction.size() == 1);
+  CHECK(rows[2].reconstruction[0].numel == 6);
+  CHECK(rows[2].reconstruction[0].packed_bytes ==
+        static_cast<int64_t>(parse_policy("division:B=8,Q=2")->expected_bytes({2, 3})));
+  CHECK(rows[2].reconstruction[0].relative_error == 0.0);  // zeros come back as zeros
   CHECK(rows[0].energy.planes == 6);  // B·D sequences
   CHECK(rows[0].energy.lambda_high == doctest::Approx(0.0).epsilon(1e-6));
   CHECK(rows[0].energy.lambda_low > 1.0);

@@ -185,5 +185,19 @@ else
   fail "[inspect describes a ViT's token maps in Fig. 4] $(grep -A3 '^## Fig. 4' "$work/iv/README.md" 2>&1)"
 fi
 
+# An MLP has no 2-D map and no token map: no Fig. 4 figure (one an earlier run left is removed), and the README
+# says it was not written; its Linear inputs are coded all the same, so reconstruction.csv has their rows.
+cases=$((cases + 1))
+mkdir -p "$work/im" && echo stale >"$work/im/fig4_lambda.svg"
+if "$build/actlab-inspect" --model mlp --out "$work/im" --threads 1 --batch-size 4 --policies 'division:B=8,Q=2' \
+     >/dev/null 2>&1 &&
+   [ ! -e "$work/im/fig4_lambda.svg" ] &&
+   grep -q '`fig4_lambda.svg` was not written' "$work/im/README.md" &&
+   grep -q '^fc1,4x784,"division:B=8,Q=2",[0-9.e-]*,[0-9.e-]*,[0-9]*,3136,"division:B=8,Q=2"$' "$work/im/reconstruction.csv"; then
+  echo "ok   [inspect writes no empty Fig. 4 for an MLP and measures its Linear inputs' reconstruction]"
+else
+  fail "[inspect writes no empty Fig. 4 for an MLP and measures its Linear inputs' reconstruction] $(ls "$work/im" 2>&1; cat "$work/im/reconstruction.csv" 2>&1)"
+fi
+
 echo "$cases cases, $failures failed"
 [ "$failures" -eq 0 ]
