@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -146,9 +147,27 @@ HeaderEntry parse_entry(const std::string& name, const JsonValue& v, const std::
   return e;
 }
 
+// The error for a directory given as a checkpoint (a save directory, most often): the .safetensors files
+// it holds, so the fix is one copy away.
+std::string directory_error(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".safetensors") files.push_back((fs::path(path) / it->path().filename()).string());
+  std::sort(files.begin(), files.end());
+  std::string message = "checkpoint '" + path + "' is a directory; give the .safetensors file in it";
+  if (files.empty()) return message + " (it holds none)";
+  message += ", e.g. " + files[0];
+  for (size_t i = 1; i < std::min<size_t>(files.size(), 3); ++i) message += " or " + files[i];
+  return message;
+}
+
 }  // namespace
 
 SafetensorsFile read_safetensors(const std::string& path) {
+  std::error_code ec;
+  ACTLAB_CHECK(!std::filesystem::is_directory(path, ec), directory_error(path));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   ACTLAB_CHECK(f != nullptr, "cannot open checkpoint '", path, "': ", std::strerror(errno));
   struct stat st {};

@@ -29,7 +29,8 @@ struct SafetensorsFile {
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata);
 // Reads and checks a file: header length vs file size, header JSON, every dtype/shape/offset (in
 // bounds, exactly numel·size bytes, no overlap, no gap), total size, and the checksum ("corrupt
-// checkpoint"). Throws Error naming the file and the first problem.
+// checkpoint"). Throws Error naming the file and the first problem; for a directory (a save directory
+// given for its checkpoint), the .safetensors files in it.
 SafetensorsFile read_safetensors(const std::string& path);
 
 }  // namespace actlab

@@ -179,6 +179,15 @@ TEST_CASE("checkpoint: corrupt, truncated, garbage and foreign files are refused
   write_bytes(dir.file("huge.safetensors"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10));
   CHECK(error_of([&] { read_safetensors(dir.file("huge.safetensors")); }).find("header length") != std::string::npos);
 
+  // A directory (a save directory given for its checkpoint) is named as one, with the files to give instead.
+  const std::string expected = "checkpoint '" + dir.path.string() +
+                               "' is a directory; give the .safetensors file in it, e.g. " + dir.file("flip.safetensors") + " or " + dir.file("garbage.safetensors") + " or " +
+                               dir.file("good.safetensors");  // the first three, sorted
+  CHECK(error_of([&] { read_safetensors(dir.path.string()); }).find(expected) != std::string::npos);
+  TempDir empty("empty");
+  CHECK(error_of([&] { read_safetensors(empty.path.string()); })
+            .find("is a directory; give the .safetensors file in it (it holds none)") != std::string::npos);
+
   // Overlapping offsets (a hand-made file): the second tensor starts inside the first.
   const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";

@@ -122,6 +122,9 @@ check "ablate seed past int64"        "--seeds needs non-negative integers below
   actlab-ablate --policies exact --models mlp --seeds 99999999999999999999 --dry-run
 check "inspect unknown data set"      "unknown data set 'imagenet'" \
   actlab-inspect --model mlp --dataset imagenet --out "$work/i"
+mkdir -p "$work/runs" && : >"$work/runs/last.safetensors"
+check "inspect --checkpoint a directory" "checkpoint '$work/runs' is a directory; give the .safetensors file in it, e.g. $work/runs/last.safetensors" \
+  actlab-inspect --checkpoint "$work/runs" --out "$work/i"
 late=1 check "inspect rule matching nothing" "policy rule for 'nosuch' matched no save of mlp" \
   actlab-inspect --model mlp --out "$work/i2" --threads 1 --policies 'quant:Q=2' --policy-rule nosuch=exact
 [ -e "$work/i" ] && fail "[inspect bad flags] created --out '$work/i' before failing"
