@@ -2,10 +2,12 @@
 // in the shape of the DIVISION paper's Table 1(a), measured by the tracking allocator.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <sstream>
 
+#include <limits>
 #include <map>
 
 #include "actlab/compress/policy.h"
@@ -36,6 +38,13 @@ std::vector<std::string> split_policies(const std::string& s) {
   return out;
 }
 double gib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
+// A ratio's CSV cell: empty when it is undefined (NaN), as a missing paper figure's is.
+std::string csv_ratio(double v) {
+  if (std::isnan(v)) return "";
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,31 +134,42 @@ int main(int argc, char** argv) {
     std::printf("%s", md.str().c_str());
     for (const auto& model : models) {
       for (int64_t batch : batches) {
-        std::map<Precision, int64_t> exact_act;  // the "exact" entry's activation bytes, per precision
         const PaperMemory* paper_normal = paper_cells ? paper_table_1a("Normal", model, batch) : nullptr;
-        for (const RunEntry& entry : entries) {
-          const std::string& policy = entry.policy;
+        const auto measure = [&](const RunEntry& entry) {
           StepMemoryConfig c;
           c.model = model;
           c.batch = batch;
           c.in_channels = channels;
           c.image_size = image_size;
           c.num_classes = classes;
-          c.policy = policy;
+          c.policy = entry.policy;
           c.precision = entry.precision;
           c.seed = static_cast<uint64_t>(flags.get_int("seed"));
           std::fprintf(stderr, "measuring %s b%lld %s ...\n", model.c_str(), static_cast<long long>(batch),
                        entry.label().c_str());
-          const StepMemoryResult r = measure_step_memory(c);
-          if (policy == "exact") exact_act[entry.precision] = r.activation_bytes;
+          return measure_step_memory(c);
+        };
+        // The "exact" entries first, per precision: every row's rate divides by them, and each row is printed
+        // as soon as it is measured, so a reference measured later would leave the rows before it without a
+        // rate. Measuring it first keeps the rows streaming in the list's order.
+        std::map<Precision, StepMemoryResult> exact;
+        for (const RunEntry& entry : entries)
+          if (entry.policy == "exact" && !exact.count(entry.precision)) exact.emplace(entry.precision, measure(entry));
+        for (const RunEntry& entry : entries) {
+          const std::string& policy = entry.policy;
+          const StepMemoryResult r = policy == "exact" ? exact.at(entry.precision) : measure(entry);
+          // An undefined ratio is NaN, written as an empty cell (as a missing paper figure is), never a 0
+          // that reads as measured: a rate with no exact entry at that precision, a kept / closed form of
+          // a policy that keeps nothing on the device (swap: 0 / 0).
+          const double undefined = std::numeric_limits<double>::quiet_NaN();
           const auto rate_against = [&](Precision p) {
-            const auto it = exact_act.find(p);
-            return it != exact_act.end() ? static_cast<double>(it->second) / r.activation_bytes : 0.0;
+            const auto it = exact.find(p);
+            return it != exact.end() ? static_cast<double>(it->second.activation_bytes) / r.activation_bytes : undefined;
           };
           const double rate = rate_against(entry.precision), rate_fp32 = rate_against(Precision::F32);
           const double vs_closed = r.saved_expected_bytes > 0
                                        ? static_cast<double>(r.saved_packed_bytes) / r.saved_expected_bytes
-                                       : 0.0;
+                                       : undefined;
           const std::string method = paper_method_name(policy);
           const PaperMemory* paper = paper_cells ? paper_table_1a(method, model, batch) : nullptr;
           char row[768];
@@ -184,13 +204,13 @@ int main(int argc, char** argv) {
           std::printf("%s\n", line.c_str());
           std::fflush(stdout);
           csv << model << "," << batch << "," << csv_field(entry.label()) << "," << csv_field(method) << ","
-              << gib(r.total_bytes) << "," << gib(r.activation_bytes) << "," << rate << ","
+              << gib(r.total_bytes) << "," << gib(r.activation_bytes) << "," << csv_ratio(rate) << ","
               << r.saved_raw_bytes / 1048576.0 << "," << r.saved_packed_bytes / 1048576.0 << ","
-              << r.saved_expected_bytes / 1048576.0 << "," << vs_closed << "," << gib(r.peak_bytes) << ","
+              << r.saved_expected_bytes / 1048576.0 << "," << csv_ratio(vs_closed) << "," << gib(r.peak_bytes) << ","
               << r.step_seconds << "," << r.recompute_seconds << "," << gib(r.offloaded_bytes) << ","
               << (paper && paper->total_gb >= 0 ? std::to_string(paper->total_gb) : "") << ","
               << (paper && paper->activation_gb >= 0 ? std::to_string(paper->activation_gb) : "") << ","
-              << precision_name(entry.precision) << "," << rate_fp32 << "," << threads << "\n";
+              << precision_name(entry.precision) << "," << csv_ratio(rate_fp32) << "," << threads << "\n";
           for (const SaveKindBytes& k : r.by_kind)
             kinds << model << "," << batch << "," << csv_field(entry.label()) << "," << csv_field(k.op) << ","
                   << (k.lossy ? "true" : "false") << "," << k.raw / 1048576.0 << "," << k.packed / 1048576.0 << ","

@@ -150,6 +150,26 @@ else
   fail "[memtable prints its header and escapes '|' in a cell] $out"
 fi
 
+# The rates against exact do not depend on where exact stands in the list: with it last, the rows before it
+# still get theirs, in the table and the CSV, equal to the exact-first run's. SWAP keeps nothing on the
+# "device" (0 kept / 0 closed form): its ratio cell is empty, as every undefined cell is, not a 0.
+cases=$((cases + 1))
+field() { awk -F, -v p="$2" -v c="$3" '$3 == p { print $c }' "$1"; }  # CSV FILE POLICY COLUMN
+if out=$("$build/actlab-memtable" --models mlp --batches 2 --image-size 8 --channels 1 --threads 1 \
+           --policies 'quant:Q=2;swap;exact' --csv "$work/last.csv" 2>/dev/null) &&
+   "$build/actlab-memtable" --models mlp --batches 2 --image-size 8 --channels 1 --threads 1 \
+     --policies 'exact;quant:Q=2;swap' --csv "$work/first.csv" >/dev/null 2>&1 &&
+   printf '%s\n' "$out" | grep -q '| quant:Q=2 | [0-9.]* | [0-9.]* ([0-9.]*x) |' &&
+   [ -n "$(field "$work/last.csv" quant:Q=2 7)" ] &&
+   [ "$(field "$work/last.csv" quant:Q=2 7)" = "$(field "$work/first.csv" quant:Q=2 7)" ] &&
+   [ "$(field "$work/last.csv" quant:Q=2 19)" = "$(field "$work/first.csv" quant:Q=2 19)" ] &&
+   [ "$(field "$work/last.csv" swap 9)" = 0 ] && [ "$(field "$work/last.csv" swap 10)" = 0 ] &&
+   [ -z "$(field "$work/last.csv" swap 11)" ] && [ "$(field "$work/last.csv" quant:Q=2 11)" = 1 ]; then
+  echo "ok   [memtable rates do not depend on the order of the list; an undefined ratio is an empty cell]"
+else
+  fail "[memtable rates do not depend on the order of the list; an undefined ratio is an empty cell] $out $(cat "$work/last.csv" 2>&1)"
+fi
+
 # inspect's --policy-rule reaches the gradient errors: '*=exact' overrides every module, so each policy's
 # error is 0; --draws shows in the CSV. The reconstructions are the codec's alone, and the report says so.
 cases=$((cases + 1))
