@@ -155,6 +155,29 @@ TEST_CASE("--summary-json writes the run's summary as one JSON object that match
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("the summary's memory figures are one step's: under acgc the saves are a part of the activation memory") {
+  // AC-GC packs at 8 bits in its first step and at the widths it chose after: a summary that took the saves
+  // from the first step and the activation memory from the last reported more kept than the whole step held.
+  TrainConfig c;
+  c.dataset = "synthetic";
+  c.synthetic_size = 32;  // one step: the 8-bit one
+  c.batch_size = 32;
+  c.test_limit = 32;
+  c.threads = 1;
+  c.policy = "acgc:E=0,I=100";
+  c.quiet = true;
+  const TrainSummary one = train(c);
+  c.synthetic_size = 128;  // four steps: the last three at the chosen widths
+  const TrainSummary four = train(c);
+  REQUIRE(four.steps == 4);
+  CHECK(four.saved_packed_bytes < one.saved_packed_bytes);  // the last step's saves, not the first's
+  CHECK(four.saved_packed_bytes <= four.activation_bytes);
+  CHECK(four.saved_packed_bytes == four.saved_expected_bytes);
+  // Everything else a step keeps (masks, statistics, the batch) is the same size in both runs: the whole
+  // step fell by exactly what the saves fell, which holds only when both figures are of one step.
+  CHECK(one.activation_bytes - four.activation_bytes == one.saved_packed_bytes - four.saved_packed_bytes);
+}
+
 TEST_CASE("--memory-limit: sizes parse, and exact storage runs out of memory under a cap that division fits") {
   CHECK(parse_byte_size("1500000", "x") == 1500000);
   CHECK(parse_byte_size("512KiB", "x") == 512 * 1024);

@@ -281,14 +281,6 @@ CellResult read_cell(const std::string& cell_dir) {
     }
   }
   if (!r.test_acc_per_epoch.empty()) r.final_test_acc = r.test_acc_per_epoch.back().second;
-  // A resumed run counts the saved tensors of its first step only: take them from memory.csv, which
-  // the first process wrote at its first step (op "<op>.input" rows are the lossy saves).
-  if (r.saved_raw_bytes == 0 && fs::exists(dir / "memory.csv"))
-    for (auto& row : read_csv(dir / "memory.csv"))
-      if (row["op"].find(".input") != std::string::npos) {
-        r.saved_raw_bytes += std::atoll(row["bytes_raw"].c_str());
-        r.saved_packed_bytes += std::atoll(row["bytes_packed"].c_str());
-      }
   if (fs::exists(dir / "failed.txt")) {
     r.status = CellStatus::Failed;
     r.message = last_line(dir / "failed.txt");

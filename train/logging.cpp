@@ -187,13 +187,12 @@ void print_first_step_report(const TrainSummary& s, const StepResult& first, con
   if (first.offloaded_bytes > 0)
     std::printf("swap: %s of saves kept in host memory after forward (moved out and back: twice that per step)\n",
                 format_bytes(first.offloaded_bytes).c_str());
-  if (s.saved_raw_bytes > 0 && s.saved_packed_bytes > 0) {
+  const SavedBytes& saved = first.saved;  // this step's, as the activation memory above
+  if (saved.raw > 0 && saved.packed > 0) {
     std::printf("policy %s on conv/linear/batchnorm inputs: %s raw -> %s kept, %.2fx measured, %.2fx closed form\n",
-                s.policy.c_str(), format_bytes(s.saved_raw_bytes).c_str(), format_bytes(s.saved_packed_bytes).c_str(),
-                static_cast<double>(s.saved_raw_bytes) / static_cast<double>(s.saved_packed_bytes),
-                s.saved_expected_bytes > 0
-                    ? static_cast<double>(s.saved_raw_bytes) / static_cast<double>(s.saved_expected_bytes)
-                    : 0.0);
+                s.policy.c_str(), format_bytes(saved.raw).c_str(), format_bytes(saved.packed).c_str(),
+                static_cast<double>(saved.raw) / static_cast<double>(saved.packed),
+                saved.expected > 0 ? static_cast<double>(saved.raw) / static_cast<double>(saved.expected) : 0.0);
   }
   std::fflush(stdout);
 }

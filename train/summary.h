@@ -25,8 +25,9 @@ struct TrainSummary {
   double median_img_per_s = 0;
   int64_t peak_bytes = 0;
   int64_t reserved_peak_bytes = 0;  // bytes held from the system at most (live + cached blocks; >= peak)
+  // The memory of one step, the last good one (docs/measures.md): the saves are a part of its activation memory.
   int64_t activation_bytes = 0;     // allocator bytes after forward+loss minus before, minus logits/loss
-  int64_t saved_raw_bytes = 0;      // f32 bytes offered to the policy in one step (lossy saves)
+  int64_t saved_raw_bytes = 0;      // f32 bytes offered to the policy (lossy saves)
   int64_t saved_packed_bytes = 0;   // what the policy kept of them
   int64_t saved_expected_bytes = 0; // the closed form for the same tensors
   int64_t steps = 0;

@@ -588,7 +588,7 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   const Batch batch = on_device(host_batch, device_);
   StepOptions so;
   so.label_smoothing = static_cast<float>(c_.label_smoothing);
-  so.record_saves = !first_step_done_;  // the first step's saves are the memory report
+  so.record_saves = true;  // the summary's saves are the same step's as its activation memory (below)
   // The loss is read every step anyway; only a non-finite one pays for the diagnostic forward. With
   // --distributed every rank takes the same decision: one rank's NaN stops or skips the step on all.
   std::vector<int> bad_loss_ranks;
@@ -651,7 +651,13 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   loss_sum_ += static_cast<double>(loss_value) * static_cast<double>(n);
   seen_ += n;
   row.activation_bytes = act;
+  // Every memory figure of the summary is the last good step's: the steady state (AC-GC packs at 8 bits
+  // until its first measurement and at its chosen widths after), and one step, so that the policy's
+  // saves are a part of the whole step's activation memory.
   summary_.activation_bytes = act;
+  summary_.saved_raw_bytes = r.saved.raw;
+  summary_.saved_packed_bytes = r.saved.packed;
+  summary_.saved_expected_bytes = r.saved.expected;
   const double dt = seconds_since(last_);
   last_ = Clock::now();
   if (global_step_ > 0) rates_.push_back(static_cast<double>(n) / dt);
@@ -663,17 +669,12 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   return !overflow_skipped;
 }
 
-// The per-pack statistics now hold exactly one forward (a skipped step's were reset): report them
-// and stop collecting.
+// The first good step's memory report: its per-pack statistics (a skipped step's were reset).
 void Run::after_first_step(const StepResult& r) {
   first_step_done_ = true;
   // Each rank's policy packs its own activations: the measure per rank, and what the job holds.
   const std::vector<double> act = dist_.gather(static_cast<double>(r.activation_bytes));
   if (dist_.on() && !c_.quiet) std::printf("distributed: activation memory %s\n", per_rank_bytes(act).c_str());
-  summary_.saved_raw_bytes = r.saved.raw;
-  summary_.saved_packed_bytes = r.saved.packed;
-  summary_.saved_expected_bytes = r.saved.expected;
-  CacheStats::global().set_enabled(false);
   // A whole step has looked up every save's policy (a checkpointed segment's in its recompute): a rule
   // that took none is a pattern that names nothing here, and training on would ignore it silently.
   policies_->check_rules_matched(c_.model);
@@ -789,7 +790,6 @@ bool Run::stop_requested() const {
 }
 
 void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
-  CacheStats::global().set_enabled(true);
   ACTLAB_CHECK(seen_ > 0 || summary_.skipped_steps > 0, "epoch ", epoch + 1, " had no training batches");
   gather_epoch_sums();
   report_overlap(epoch);
@@ -949,10 +949,7 @@ TrainSummary Run::go() {
     if (!c_.summary_json.empty()) write_summary_json(c_.summary_json, summary_, c_);
     return summary_;
   }
-  if (global_step_ > 0) {  // resumed: the first-step report was printed by the first process
-    CacheStats::global().set_enabled(false);
-    first_step_done_ = true;
-  }
+  if (global_step_ > 0) first_step_done_ = true;  // resumed: the first-step report was printed by the first process
   logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty(), first_epoch_);
   if (!c_.log_file.empty()) {  // after the log opened: a log that cannot be written leaves no side file
     const std::string path = c_.log_file + ".config.txt";
@@ -1026,15 +1023,14 @@ TrainSummary train(const TrainConfig& c) {
                "--eval-only needs --resume CHECKPOINT or --init-weights FILE");
   ACTLAB_CHECK(c.resume.empty() || c.init_weights.empty(),
                "--init-weights starts a new run and --resume continues one: give one of them");
-  // The run sets the OpenMP thread count and turns the per-pack statistics off after its first step;
-  // whatever way it ends (done, stopped, an error), put both back as they were.
+  // The run sets the OpenMP thread count and the memory limit; whatever way it ends (done, stopped, an
+  // error), put both back as they were.
   struct Restore {
     int threads = omp_get_max_threads();
     Device device;
     int64_t limit = memory_limit(device);
     ~Restore() {
       omp_set_num_threads(threads);
-      CacheStats::global().set_enabled(true);
       set_memory_limit(device, limit);
     }
   } restore{omp_get_max_threads(), Device::parse(c.device)};
