@@ -756,7 +756,7 @@ TEST_CASE("ablate: a failing cell is recorded as failed and the grid goes on") {
   CHECK(rows[0]["status"] == "failed");
 }
 
-TEST_CASE("ablate: an exit code of 128+n is not called a death by signal n; a real one is") {
+TEST_CASE("ablate: an exit code of 128+n is not called a death by signal n, a real one is") {
   testing::TempDir dir("ablate_exit_vs_signal");
   // Stand-ins for actlab-train: one exits 137 itself, one is killed by SIGKILL. Both say a last line first.
   const auto stand_in = [&](const std::string& name, const std::string& ending) {
@@ -1118,7 +1118,7 @@ TEST_CASE("radar: a missing or foreign input is one error line naming the file")
   }
 }
 
-TEST_CASE("radar: memory and throughput are taken at the grid's batch; a file without it is refused") {
+TEST_CASE("radar: memory and throughput are taken at the grid's batch, a file without it is refused") {
   testing::TempDir dir("ablate_radar_batch");
   write_file(dir.file("results.csv"),
              "table,model,dataset,policy,seed,final_test_acc,status,batch\n"

@@ -434,7 +434,7 @@ TEST_CASE("image_grid: PNG bytes decode to the rendered pixels, write_png is ato
   CHECK_THROWS_AS(write_png(dir.file("missing/grid.png"), img), Error);
 }
 
-TEST_CASE("spectrum: a (B, T, D) token map is measured along the tokens, one plane per feature; (N, D) gets no λ") {
+TEST_CASE("spectrum: a (B, T, D) token map is measured along the tokens, one plane per feature, and (N, D) gets no λ") {
   // Feature j of sample b is constant over the tokens (all energy at frequency 0: λᴴ = 0) in the first map,
   // and alternates sign token to token (the energy at the top frequencies) in the second.
   Tensor smooth = Tensor::empty({2, 16, 3}), rough = Tensor::empty({2, 16, 3});
