@@ -52,6 +52,13 @@ const F16Policy& f16_policy() {
   static const F16Policy* p = new F16Policy();
   return *p;
 }
+// What an exact keep of a lossy save is at the compute precision: the tensor itself in fp32, the
+// low-precision copy under bf16 or fp16 (core/precision.h).
+const ActivationCachePolicy& exact_keep_policy() {
+  if (compute_precision() == Precision::BF16) return bf16_policy();
+  if (compute_precision() == Precision::F16) return f16_policy();
+  return exact_policy();
+}
 
 }  // namespace
 
@@ -67,24 +74,24 @@ void end_pack_step() {
 SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), recorded_(!recomputing()) {
   ACTLAB_CHECK(t.defined(), "saving an undefined tensor in ", info.op, " (", info.module_path, ")");
   const ActivationCachePolicy* policy = &exact_policy();
-  if (info.lossy_ok && t.dtype() == DType::F32) {
+  const bool lossy = info.lossy_ok && t.dtype() == DType::F32;
+  if (lossy) {
     const ActivationCachePolicy& chosen = current_policy_set().for_save(info);
-    if (!chosen.is_exact()) policy = &chosen;
-    // Under bf16 or fp16 the exact keep of a lossy save is the low-precision copy (core/precision.h); saves
-    // that must stay exact (masks, statistics: lossy_ok false) are untouched.
-    else if (compute_precision() == Precision::BF16) policy = &bf16_policy();
-    else if (compute_precision() == Precision::F16) policy = &f16_policy();
+    // An exact lossy save is the precision's exact keep; saves that must stay exact (masks, statistics:
+    // lossy_ok false) are untouched.
+    policy = chosen.is_exact() ? &exact_keep_policy() : &chosen;
   }
   PackKey key{t.storage()->id(), t.offset(), t.storage()->version(), t.shape(), t.strides(), policy};
   const bool is_param = t.storage()->tag() == MemTag::Param;
   // Pack once: a second consumer of the same tensor shares the first pack, if that pack took the same
-  // policy, or if it kept the tensor exact: an exact keep serves any policy at no cost, where packing again
-  // would hold a second, lossy copy (a rule '*/softmax/*=exact' left attn·v's operand to pack the same
-  // probabilities again). The share is recorded with zero bytes so per-layer reports list it without
-  // counting the memory twice.
-  PackKey exact_key = key;
-  exact_key.policy = &exact_policy();
-  for (const PackKey* k : {&key, &exact_key}) {
+  // policy, or if it kept the tensor exact (at the compute precision, or in f32): an exact keep serves any
+  // policy at no cost, where packing again would hold a second, lossy copy (a rule '*/softmax/*=exact' left
+  // attn·v's operand to pack the same probabilities again). The share is recorded with zero bytes so
+  // per-layer reports list it without counting the memory twice.
+  PackKey precision_key = key, f32_key = key;
+  precision_key.policy = lossy ? &exact_keep_policy() : policy;
+  f32_key.policy = &exact_policy();
+  for (const PackKey* k : {&key, &precision_key, &f32_key}) {
     auto it = t_state.pack_once.find(*k);
     if (it == t_state.pack_once.end()) continue;
     if (auto shared = it->second.lock()) {

@@ -5,14 +5,17 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "actlab/autograd/functions.h"
+#include "actlab/autograd/saved_tensor.h"
 #include "actlab/autograd/tape.h"
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
 #include "actlab/core/cpu/gemm.h"
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/ops.h"
+#include "actlab/core/precision.h"
 #include "actlab/core/token_math.h"
 #include "gradcheck.h"
 
@@ -310,6 +313,39 @@ TEST_CASE("attention keeps its softmax output once: the softmax and the followin
   CHECK(q.grad().defined());
   CHECK(k.grad().defined());
   CHECK(v.grad().defined());
+}
+
+TEST_CASE("a save of a tensor already kept exact shares that keep, at every compute precision") {
+  // '*/softmax/*=exact' keeps the probabilities exact; attn·v's save of them, under the default lossy policy,
+  // must share that keep (f32, or the bf16/fp16 copy that is exact at those precisions), not pack a copy.
+  const PolicySet rules = parse_policy_set("division:B=8,Q=2|*/softmax/*=exact");
+  const SaveInfo softmax_out{"softmax", "output", true, "blocks.0.attn", kProbabilityBits};
+  const SaveInfo product_lhs{"matmul", "lhs", true, "blocks.0.attn"};
+  for (const Precision precision : {Precision::F32, Precision::BF16, Precision::F16}) {
+    const std::string name = precision_name(precision);
+    CAPTURE(name);
+    PrecisionScope at(precision);
+    ActivationCacheScope scope(rules);
+    CacheStats::global().reset();
+    CacheStats::global().set_enabled(true);
+    Tensor probabilities;
+    {
+      MemTagScope tag(MemTag::Activation);
+      probabilities = param({2, 3, 16, 16}, 95).data();
+    }
+    const SavedTensor kept(probabilities, softmax_out), read_again(probabilities, product_lhs);
+    const auto entries = CacheStats::global().entries();
+    REQUIRE(entries.size() == 2);
+    CHECK(entries[0].op == "softmax.output");
+    CHECK(entries[0].bytes_packed == (precision == Precision::F32 ? 4 : 2) * probabilities.numel());
+    CHECK(entries[1].op == "matmul.lhs");
+    CHECK(entries[1].policy == entries[0].policy + " (shared)");
+    CHECK(entries[1].bytes_packed == 0);
+    const Tensor a = read_again.unpack(), b = kept.unpack();
+    REQUIRE(a.shape() == b.shape());
+    CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+    end_pack_step();
+  }
 }
 
 TEST_CASE("slice with a step, roll and gather_rows: values by hand and gradcheck") {
