@@ -218,7 +218,13 @@ Variable ShiftedWindowAttention::forward(const Variable& tokens) {
   const Variable q = reshape(parts[0], {bw, heads_, n, d});
   const Variable k = reshape(parts[1], {bw, heads_, n, d});
   const Variable v = reshape(parts[2], {bw, heads_, n, d});
-  const Tensor index = position_index_.to(x_in.data().device());
+  // Moved to the input's device once and kept there as model state (Param): a copy made here each forward
+  // would be an activation, and gather_rows keeps it for backward.
+  if (position_index_.device() != x_in.data().device()) {
+    MemTagScope tag(MemTag::Param);
+    position_index_ = position_index_.to(x_in.data().device());
+  }
+  const Tensor& index = position_index_;
   const Variable bias =
       reshape(permute(reshape(gather_rows(bias_table_, index), {n, n, heads_}), {2, 0, 1}), {1, heads_, n, n});
   Variable logits = add_rows(scale(matmul(q, k, false, true), 1.f / std::sqrt(static_cast<float>(d))), bias);
