@@ -1,6 +1,6 @@
 // The activation-cache policy: how a tensor that backward needs is kept between forward and backward.
 // Owns SaveInfo, Packed, ActivationCachePolicy, the policy set in force (default + per-module rules)
-// and CacheStats (per module path: raw, packed and closed-form bytes, pack/unpack time).
+// and CacheStats (per save: raw, packed and closed-form bytes, pack/unpack time).
 // Tested in tests/test_policies.cpp.
 #pragma once
 #include <atomic>
@@ -203,7 +203,7 @@ class ActivationCacheScope {
 };
 const PolicySet& current_policy_set();
 
-// Per module path accounting of what went through a policy.
+// Accounting of what went through a policy, a row per save path, policy and shape (CacheStats::record_pack).
 struct CacheEntryStats {
   std::string module_path;
   std::string op;

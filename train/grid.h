@@ -128,7 +128,7 @@ struct CellResult {
   std::vector<std::pair<int64_t, double>> test_acc_per_epoch;  // (1-based epoch, test accuracy %)
 };
 
-// Reads OUT/cells/<id>/ (summary.json, epochs.csv, memory.csv, failed.txt). Never throws for a
+// Reads OUT/cells/<id>/ (summary.json, epochs.csv, failed.txt). Never throws for a
 // missing or half-written cell: that is NotRun / Interrupted.
 CellResult read_cell(const std::string& cell_dir);
 

@@ -669,7 +669,7 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
   return !overflow_skipped;
 }
 
-// The first good step's memory report: its per-pack statistics (a skipped step's were reset).
+// The first good step's memory report: its per-pack statistics (run_step records each step afresh).
 void Run::after_first_step(const StepResult& r) {
   first_step_done_ = true;
   // Each rank's policy packs its own activations: the measure per rank, and what the job holds.
@@ -705,7 +705,6 @@ void Run::discard_update() {
 // then skip the step, or save the last good state and fail with one line saying where it happened.
 void Run::nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step) {
   discard_update();
-  if (!first_step_done_) CacheStats::global().reset();  // the first-step report describes one good step
   const std::string at = "at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step + 1) +
                          " (global step " + std::to_string(global_step_ + 1) + "), " + where;
   ++nonfinite_in_a_row_;
