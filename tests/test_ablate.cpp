@@ -26,6 +26,7 @@
 #include "actlab/core/allocator.h"
 #include "actlab/core/error.h"
 #include "tests/error_of.h"
+#include "tests/run_command.h"
 #include "temp_dir.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/grid.h"
@@ -35,7 +36,10 @@
 #include "actlab/train/trainer.h"
 
 using namespace actlab;
+using actlab::testing::app_bin;
+using actlab::testing::CommandOutput;
 using actlab::testing::error_of;
+using actlab::testing::run_command;
 namespace fs = std::filesystem;
 
 namespace {
@@ -99,30 +103,7 @@ std::vector<std::map<std::string, std::string>> read_results(const fs::path& pat
   return rows;
 }
 
-// A program the build makes next to actlab_tests.
-std::string app_bin(const std::string& name) {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  REQUIRE(n > 0);
-  return (fs::path(std::string(buf, static_cast<size_t>(n))).parent_path() / name).string();
-}
 std::string train_bin() { return app_bin("actlab-train"); }
-
-struct CommandOutput {
-  int rc = -1;
-  std::string text;  // stdout and stderr together
-};
-CommandOutput run_command(const std::string& command) {
-  CommandOutput o;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int status = ::pclose(p);
-  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
-}
 
 // The grid's progress lines go to a file for the test to read (and stay out of the test output).
 class StdoutToFile {

@@ -26,6 +26,7 @@
 #include "actlab/data/transforms.h"
 #include "actlab/train/data_splits.h"
 #include "actlab/train/trainer.h"
+#include "tests/run_command.h"
 
 using namespace actlab;
 namespace fs = std::filesystem;
@@ -415,15 +416,10 @@ struct EnvScope {
 
 // scripts/get-cifar.sh ARGS, its output (stdout and stderr) and exit status.
 std::pair<std::string, int> get_cifar(const std::string& args) {
-  const std::string cmd = std::string("bash ") + ACTLAB_SOURCE_DIR + "/scripts/get-cifar.sh " + args + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int status = ::pclose(p);
-  if (!out.empty() && out.back() == '\n') out.pop_back();
-  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+  testing::CommandOutput o =
+      testing::run_command(std::string("bash ") + ACTLAB_SOURCE_DIR + "/scripts/get-cifar.sh " + args);
+  if (!o.text.empty() && o.text.back() == '\n') o.text.pop_back();
+  return {o.text, o.rc};
 }
 
 std::string script_default_dir() {

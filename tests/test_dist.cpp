@@ -35,6 +35,7 @@
 #include "tests/error_of.h"
 #include "tests/prerequisite.h"
 #include "tests/reducer_step.h"
+#include "tests/run_command.h"
 #include "tests/temp_dir.h"
 
 using namespace actlab;
@@ -67,30 +68,9 @@ class EchoCommunicator : public LocalCommunicator {
   int world_;
 };
 
-struct Output {
-  int rc = -1;
-  std::string text;
-};
-
-// Runs a shell command, stdout and stderr together.
-Output run(const std::string& command) {
-  Output o;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int status = ::pclose(p);
-  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
-}
-
-std::string train_bin() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  REQUIRE(n > 0);
-  return (fs::path(std::string(buf, static_cast<size_t>(n))).parent_path() / "actlab-train").string();
-}
+using Output = testing::CommandOutput;
+Output run(const std::string& command) { return testing::run_command(command); }
+std::string train_bin() { return testing::app_bin("actlab-train"); }
 
 bool have_mpirun() {
   const bool ok = mpi_built() && run("command -v mpirun").rc == 0;

@@ -31,6 +31,20 @@ VitConfig small_vit(float drop_path = 0.f) {
   c.drop_path = drop_path;
   return c;
 }
+// Stage 1: an 8x8 map in 2x2 windows of 4x4, the second block shifted by 2; stage 2: one 4x4 window.
+SwinConfig small_swin(int64_t in_channels) {
+  SwinConfig c;
+  c.image_size = 16;
+  c.patch = 2;
+  c.in_channels = in_channels;
+  c.num_classes = 3;
+  c.embed_dim = 4;
+  c.depths = {2, 2};
+  c.heads = {1, 2};
+  c.window = 4;
+  c.drop_path = 0.f;
+  return c;
+}
 }  // namespace
 
 TEST_CASE("vit: a whole small ViT passes a gradient check with respect to its input") {
@@ -100,16 +114,7 @@ TEST_CASE("transformers keep exactly the bytes the report lists, one row per sav
   // holds its whole storage (a scaled copy of q once left Swin's exact keeping the q third of the qkv copy
   // through k and v's views), a save of model state holds nothing new (Swin's position index), and a shared
   // pack is listed once with its bytes (the softmax output that attn·v reads, under any rule for it).
-  SwinConfig sc;
-  sc.image_size = 16;
-  sc.patch = 2;
-  sc.in_channels = 2;
-  sc.num_classes = 3;
-  sc.embed_dim = 4;
-  sc.depths = {2, 2};
-  sc.heads = {1, 2};
-  sc.window = 4;
-  sc.drop_path = 0.f;
+  const SwinConfig sc = small_swin(2);
   VitConfig vc = small_vit();
   vc.image_size = 16;
   seed_init(8);
@@ -212,16 +217,7 @@ TEST_CASE("swin: an image size that no stage's window fits is refused naming siz
 
 TEST_CASE("swin: a small Swin (shifted windows with their mask, patch merging) passes a gradient check") {
   seed_init(7);
-  SwinConfig c;
-  c.image_size = 16;
-  c.patch = 2;
-  c.in_channels = 1;
-  c.num_classes = 3;
-  c.embed_dim = 4;
-  c.depths = {2, 2};
-  c.heads = {1, 2};
-  c.window = 4;  // stage 1: 8x8 map, 2x2 windows, the second block shifted by 2; stage 2: one 4x4 window
-  c.drop_path = 0.f;
+  SwinConfig c = small_swin(1);
   auto model = make_swin(c);
   gradcheck([&](std::vector<Variable>& v) { return (*model)(v[0]); }, {param({2, 1, 16, 16}, 130)}, 1e-2, 3e-2);
   c.image_size = 20;  // a 10x10 map: patch merging cannot halve it into windows of 4
