@@ -3,6 +3,7 @@
 // any thread count. Used for init, dropout, shuffling and stochastic rounding.
 // Tested in tests/test_core.cpp (known-answer vector, uniformity).
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "actlab/core/hostdevice.h"
@@ -45,6 +46,19 @@ ACTLAB_HD uint32_t philox_bits(uint64_t seed, uint64_t stream, uint64_t index) {
 // Uniform in [0, 1) with 24 random bits: exactly representable, identical on CPU and GPU.
 ACTLAB_HD float philox_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return static_cast<float>(philox_bits(seed, stream, index) >> 8) * (1.0f / 16777216.0f);
+}
+
+// Box-Muller on the uniforms of draws index and index + 1 (u1 clamped to 1e-7, the rest in double): the two
+// standard normals r·cos θ and r·sin θ of that pair. Tensor::randn fills a tensor with them pair by pair;
+// a single redraw (trunc_normal_init's) takes the first of a fresh pair. Host only.
+inline void philox_normal_pair(uint64_t seed, uint64_t stream, uint64_t index, double& first, double& second) {
+  float u1 = philox_uniform(seed, stream, index);
+  const float u2 = philox_uniform(seed, stream, index + 1);
+  if (u1 < 1e-7f) u1 = 1e-7f;
+  const double r = std::sqrt(-2.0 * std::log(static_cast<double>(u1)));
+  const double theta = 2.0 * M_PI * static_cast<double>(u2);
+  first = r * std::cos(theta);
+  second = r * std::sin(theta);
 }
 
 // A random stream handle: (seed, stream) plus a running offset for sequential draws on the host.

@@ -183,13 +183,10 @@ Tensor Tensor::randn(const Shape& shape, PhiloxStream& rng, float mean, float st
   // Box-Muller on pairs of draws; each pair depends only on its index, so any loop order agrees.
 #pragma omp parallel for if (n > 65536)
   for (int64_t i = 0; i < n; i += 2) {
-    float u1 = philox_uniform(rng.seed(), rng.stream(), first + i);
-    const float u2 = philox_uniform(rng.seed(), rng.stream(), first + i + 1);
-    if (u1 < 1e-7f) u1 = 1e-7f;
-    const double r = std::sqrt(-2.0 * std::log(static_cast<double>(u1)));
-    const double theta = 2.0 * M_PI * static_cast<double>(u2);
-    p[i] = mean + std * static_cast<float>(r * std::cos(theta));
-    if (i + 1 < n) p[i + 1] = mean + std * static_cast<float>(r * std::sin(theta));
+    double z0, z1;
+    philox_normal_pair(rng.seed(), rng.stream(), first + i, z0, z1);
+    p[i] = mean + std * static_cast<float>(z0);
+    if (i + 1 < n) p[i + 1] = mean + std * static_cast<float>(z1);
   }
   return t;
 }
