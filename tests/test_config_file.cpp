@@ -147,3 +147,18 @@ TEST_CASE("option table: actlab-train's flags are the config keys, with TrainCon
   CHECK(flags.get_float("weight-decay") == 1e-3);
   CHECK(flags.help().find("--memory-limit") != std::string::npos);
 }
+
+TEST_CASE("config differences: a key only one side has counts, whichever side has it") {
+  // A rank without rules compares its configuration with rank 0's: rank 0's rule must be named, not
+  // just a rule the comparing side has (the comparison used to walk the first side's keys alone).
+  TrainConfig plain, ruled;
+  ruled.policy_rules = {"blocks.0.attn=exact"};
+  CHECK(config_differences(plain, plain).empty());
+  CHECK(config_differences(ruled, plain) == "--policy-rule 'blocks.0.attn=exact' (was '')");
+  CHECK(config_differences(plain, ruled) == "--policy-rule '' (was 'blocks.0.attn=exact')");
+  TrainConfig other_lr = plain;
+  other_lr.lr = 0.5;
+  CHECK(config_differences(other_lr, plain).find("--lr '0.5'") == 0);
+  other_lr.threads = plain.threads + 1;  // placement: free to differ
+  CHECK(config_differences(other_lr, plain).find("threads") == std::string::npos);
+}

@@ -253,10 +253,18 @@ std::string config_differences(const TrainConfig& a, const TrainConfig& b, const
     return m;
   };
   const auto ma = as_map(a), mb = as_map(b);
+  // Both sides' keys: a repeated key (--policy-rule) that only b has is listed by neither map's
+  // defaults, and walking a's keys alone let a rank with no rules accept rank 0's.
+  std::set<std::string> keys;
+  for (const auto& entry : ma) keys.insert(entry.first);
+  for (const auto& entry : mb) keys.insert(entry.first);
+  const auto value_of = [](const std::map<std::string, std::string>& m, const std::string& key) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string() : it->second;
+  };
   std::string out;
-  for (const auto& [key, value] : ma) {
-    const auto other = mb.find(key);
-    const std::string before = other == mb.end() ? "" : other->second;
+  for (const std::string& key : keys) {
+    const std::string value = value_of(ma, key), before = value_of(mb, key);
     if (value != before && !is_placement_or_output_key(key) && !also_free.count(key))
       out += (out.empty() ? "" : ", ") + ("--" + key + " '" + value + "' (was '" + before + "')");
   }

@@ -75,6 +75,11 @@ grep -q "rank 0 of 2: rank 1 was launched with other options than rank 0" "$work
 [ $? -ne 0 ] || fail "ranks launched with different policy rules trained (exit 0)"
 grep -q "rank 1 of 2: launched with other options than rank 0: --policy-rule 'fc1=exact' (was '')" "$work/mpmd-rule.out" ||
   fail "rank 1 does not name its policy rule: $(tail -4 "$work/mpmd-rule.out")"
+# The same rule on rank 0 only: rank 1 has no rule of its own to compare, and must still see rank 0's.
+"${mpmd[@]}" --policy-rule fc1=exact : -np 1 "$bin" "${small[@]}" --threads 1 > "$work/mpmd-rule0.out" 2>&1
+[ $? -ne 0 ] || fail "a policy rule on rank 0 alone trained (exit 0)"
+grep -q "rank 1 of 2: launched with other options than rank 0: --policy-rule '' (was 'fc1=exact')" "$work/mpmd-rule0.out" ||
+  fail "rank 1 does not name rank 0's policy rule: $(tail -4 "$work/mpmd-rule0.out")"
 "${mpmd[@]}" --log "$work/mpmd.csv" : -np 1 "$bin" "${small[@]}" --threads 2 > "$work/mpmd-ok.out" 2>&1 ||
   fail "ranks differing only in --threads and rank 0's --log were refused: $(tail -3 "$work/mpmd-ok.out")"
 [ -s "$work/mpmd.csv" ] || fail "rank 0's --log was not written"
