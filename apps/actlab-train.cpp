@@ -22,23 +22,32 @@ using namespace actlab;
 namespace {
 
 // Precedence: built-in defaults < the --resume checkpoint's stored configuration < --config FILE <
-// flags given on the command line.
+// flags given on the command line. An evaluation (--resume with --eval-only) takes its output keys
+// (is_output_key) from its own config file and flags only: inherited, they rewrote the training run's
+// --summary-json and --export-weights with an evaluation's figures, and its --quiet hid the result.
 TrainConfig effective_config(const FlagParser& flags) {
-  TrainConfig c;
-  const std::string resume = flags.get("resume");
-  if (!resume.empty()) c = config_from_json(checkpoint_state(read_safetensors(resume)).config_json);
   std::set<std::string> given;
   for (const auto& o : flags.effective())
     if (flags.given(o.first)) given.insert(o.first);
-  if (!flags.get("config").empty()) apply_config_file(c, flags.get("config"), given);
-  for (const auto& key : given) {
-    if (!is_config_key(key)) continue;  // config, resume, summary
-    if (key == "policy-rule") {
-      c.policy_rules.clear();
-      for (const auto& r : flags.get_all(key)) set_config_value(c, key, r);
-    } else {
-      set_config_value(c, key, flags.get(key));
+  const auto merge = [&](TrainConfig c) {
+    if (!flags.get("config").empty()) apply_config_file(c, flags.get("config"), given);
+    for (const auto& key : given) {
+      if (!is_config_key(key)) continue;  // config, resume, summary
+      if (key == "policy-rule") {
+        c.policy_rules.clear();
+        for (const auto& r : flags.get_all(key)) set_config_value(c, key, r);
+      } else {
+        set_config_value(c, key, flags.get(key));
+      }
     }
+    return c;
+  };
+  const std::string resume = flags.get("resume");
+  TrainConfig c = merge(resume.empty() ? TrainConfig() : config_from_json(checkpoint_state(read_safetensors(resume)).config_json));
+  if (!resume.empty() && c.eval_only) {
+    const TrainConfig own = merge(TrainConfig());
+    for (const auto& [key, value] : config_entries(own))
+      if (is_output_key(key)) set_config_value(c, key, value);
   }
   c.resume = resume;
   c.config_path = flags.get("config");

@@ -239,11 +239,16 @@ void check_value_alone(const std::string& key, const std::string& value) {
 
 bool is_config_key(const std::string& key) { return find_field(key) != nullptr; }
 
-bool is_placement_or_output_key(const std::string& key) {
-  static const std::set<std::string> keys = {
-      "device", "threads", "data-workers", "data-dir", "dist-timeout", "memory-limit",                    // placement
-      "quiet", "print-every", "log", "memory-report", "summary-json", "export-weights", "overwrite", "check-memory"};
+bool is_output_key(const std::string& key) {
+  static const std::set<std::string> keys = {"quiet",          "print-every", "log",       "memory-report",
+                                             "summary-json",   "export-weights", "overwrite", "check-memory"};
   return keys.count(key) > 0;
+}
+
+bool is_placement_or_output_key(const std::string& key) {
+  static const std::set<std::string> placement = {"device",       "threads",      "data-workers",
+                                                  "data-dir",     "dist-timeout", "memory-limit"};
+  return placement.count(key) > 0 || is_output_key(key);
 }
 
 std::string config_differences(const TrainConfig& a, const TrainConfig& b, const std::set<std::string>& also_free) {

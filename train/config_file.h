@@ -29,6 +29,10 @@ std::vector<std::pair<std::string, std::string>> config_entries(const TrainConfi
 // --memory-limit) or say how it reports (--log, --quiet, --summary-json, ...) may differ; the others say
 // what is trained.
 bool is_placement_or_output_key(const std::string& key);
+// The reporting half of those: where a run writes and how much it prints (--log, --memory-report,
+// --summary-json, --export-weights, --overwrite, --quiet, --print-every, --check-memory). An evaluation of
+// a checkpoint takes these from its own command line, not from the run that saved it.
+bool is_output_key(const std::string& key);
 // The entries of `a` and `b` that differ, key by key (a repeated key, policy-rule, as its values joined),
 // leaving out is_placement_or_output_key and `also_free`: "--lr '0.5' (was '0.1')" per difference, `a`'s
 // value first, "" when none differs.

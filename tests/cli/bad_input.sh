@@ -260,5 +260,19 @@ check "disk full: checkpoint"   "last.safetensors.*File too large" "${tiny[@]}" 
 runner=("$bin")
 check "non-finite loss"         "non-finite loss"                  --dataset synthetic --synthetic-size 64 --batch-size 32 --lr 1e30 --model resnet20
 
+# An evaluation of a checkpoint writes only what its own command line names: the training run's summary and
+# exported weights stay as they were, and the result is printed even though that run was --quiet.
+cases=$((cases + 1))
+"$bin" "${tiny[@]}" --save-dir "$work/evaluated" --summary-json "$work/evaluated.json" \
+  --export-weights "$work/evaluated.safetensors" --quiet || { echo "FAIL: could not create the evaluated run"; exit 1; }
+evaluated_sums=$(md5sum "$work/evaluated.json" "$work/evaluated.safetensors")
+eval_out=$("$bin" --resume "$work/evaluated/last.safetensors" --eval-only 2>&1)
+eval_rc=$?
+if [ "$eval_rc" -ne 0 ] || ! echo "$eval_out" | grep -q "^eval .*test loss"; then
+  echo "FAIL: eval-only of a quiet run: exit $eval_rc, printed: $eval_out"; failures=$((failures + 1))
+elif [ "$(md5sum "$work/evaluated.json" "$work/evaluated.safetensors")" != "$evaluated_sums" ]; then
+  echo "FAIL: eval-only rewrote the training run's --summary-json or --export-weights"; failures=$((failures + 1))
+fi
+
 echo "$cases cases, $failures failed"
 [ "$failures" -eq 0 ]
