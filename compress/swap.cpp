@@ -2,6 +2,9 @@
 // on the CPU through a copy thread, on a GPU through the copy stream (core/cuda/transfer.h).
 #include "actlab/compress/swap.h"
 
+#include "actlab/core/ops.h"
+#include "actlab/core/precision.h"
+
 namespace actlab {
 
 SwapPolicy::SwapPolicy(int ahead, int64_t in_flight_mib)
@@ -30,11 +33,21 @@ std::string SwapPolicy::name() const {
 
 size_t SwapPolicy::expected_bytes(const Shape&) const { return 0; }
 
+namespace {
+// What leaves the device: the precision's exact keep (swap.h), always contiguous, since the copy moves raw
+// bytes and a strided view (a transpose, a slice) would come back scrambled.
+Tensor offloaded_form(const Tensor& view) {
+  if (view.dtype() == DType::F32 && compute_precision() == Precision::BF16) return ops::to_bf16(view);
+  if (view.dtype() == DType::F32 && compute_precision() == Precision::F16) return ops::to_f16(view);
+  return view.contiguous();
+}
+}  // namespace
+
 std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& view, const SaveInfo&, const PackContext& ctx) const {
-  // The copy below moves raw bytes: a strided view (a transpose, a slice) would come back scrambled.
-  const Tensor x = view.contiguous();
+  const Tensor x = offloaded_form(view);
   auto s = std::make_shared<SwapState>();
   s->device = x.device();
+  s->dtype = x.dtype();
   s->host = Tensor::empty_tagged(x.shape(), MemTag::Offloaded, x.dtype(), Device::cpu());
   if (x.device().is_cpu()) {
     copy_bytes(s->host.raw_data(), Device::cpu(), x.raw_data(), x.device(), x.nbytes());
@@ -129,6 +142,19 @@ bool SwapPolicy::retire_leaving(int64_t bound) const {
 }
 
 Tensor SwapPolicy::unpack(const Packed& p, const SaveInfo&) const {
+  const Tensor t = fetch(p);
+  if (t.dtype() == DType::BF16) return ops::from_bf16(t);
+  if (t.dtype() == DType::F16) return ops::from_f16(t);
+  return t;
+}
+
+// A consumer that computes in bf16 takes the copy as it came back, as it takes exact@bf16's.
+Tensor SwapPolicy::unpack_bf16(const Packed& p, const SaveInfo&) const {
+  const SwapState& s = *packed_as<PackedSwap>(p, name()).state();
+  return s.dtype == DType::BF16 ? fetch(p) : Tensor();
+}
+
+Tensor SwapPolicy::fetch(const Packed& p) const {
   SwapState& s = *packed_as<PackedSwap>(p, name()).state();
   Tensor t;
   bool prefetched = false;

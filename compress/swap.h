@@ -4,6 +4,9 @@
 //
 // What moves: every tensor a policy is offered (conv, linear, batch-norm, LayerNorm, GELU, softmax and
 // matmul inputs), kept exactly; masks, indices and statistics stay where they are, as under every policy.
+// In what form: the precision's exact keep. Under --precision bf16 (fp16) the save is rounded to a 16-bit
+// copy before it leaves, as exact keeps it, so SWAP moves half the bytes and backward reads the values
+// exact@bf16 reads (its gradients are exact@bf16's, bit for bit); unpack widens it back to f32.
 // Where it goes: host memory under MemTag::Offloaded. On a CPU run the host *is* the device, so the copy
 // goes to a pool tagged apart: the accounting (device bytes vs host bytes) and the correctness of the
 // round trip are what a CPU run tests, and the copy costs a memcpy each way.
@@ -46,6 +49,7 @@ struct SwapState {
   enum class Where { Away, Coming, Back };
   Tensor host;     // MemTag::Offloaded, on the host
   Device device;   // where the save lived and goes back to
+  DType dtype = DType::F32;  // of the form that left (f32, or the 16-bit copy under bf16/fp16)
   std::mutex mutex;
   std::condition_variable arrived;
   Where where = Where::Away;
@@ -84,9 +88,11 @@ class SwapPolicy final : public ActivationCachePolicy {
   ~SwapPolicy() override;
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
+  Tensor unpack_bf16(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
   bool is_lossless() const override { return true; }
-  // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes, StepResult::offloaded_bytes).
+  // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes, 2·numel under bf16/fp16;
+  // StepResult::offloaded_bytes).
   size_t expected_bytes(const Shape& shape) const override;
 
   // What moved since the policy was made: bytes out to the host, bytes back, and how many unpacks found
@@ -105,6 +111,8 @@ class SwapPolicy final : public ActivationCachePolicy {
   bool all_freed() const;  // every entry of order_ released by its pack (mutex_ held)
   void prefetch_before(size_t index) const;
   static Tensor bring_back(const SwapState& s);
+  // The save back on its device in the form it left in (f32, or the 16-bit copy): unpack's work.
+  Tensor fetch(const Packed& p) const;
   // GPU: queues the copy of s.host into a fresh device tensor (s.back, s.in). s.mutex held.
   static void queue_back(SwapState& s);
   // GPU: drops the device tensors whose copy out is done, and waits for the oldest ones while more than

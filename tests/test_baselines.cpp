@@ -21,6 +21,7 @@
 #include "actlab/models/registry.h"
 #include "actlab/train/step.h"
 #include "error_of.h"
+#include "prerequisite.h"
 
 using namespace actlab;
 using actlab::testing::error_of;
@@ -301,6 +302,19 @@ TEST_CASE("swap: bit-identical gradients, no device bytes kept for the offered s
   CHECK(error_of([] { parse_policy("swap:F=-1"); }).find("positive integer") != std::string::npos);
   CHECK(error_of([] { parse_policy("swap:P=x"); }).find("bad policy") != std::string::npos);
   CHECK(error_of([] { parse_policy("swap:Q=2"); }).find("unknown parameter") != std::string::npos);
+}
+
+TEST_CASE("swap under bf16: the 16-bit copy leaves, half the bytes, and the gradients are exact@bf16's") {
+  if (!actlab::testing::have_bf16_kernels()) return;
+  PrecisionScope bf16(Precision::BF16);
+  const Run plain = one_step("resnet20", "exact");
+  auto policy = std::make_shared<SwapPolicy>(2);
+  const PolicySet set(policy);
+  const Run swapped = one_step("resnet20", "", 16, {}, &set);
+  check_identical(swapped, plain);  // it offloaded f32 copies and ended 56 of 116 gradients elsewhere
+  CHECK(swapped.step.offloaded_bytes * 2 == swapped.step.saved.raw);
+  CHECK(policy->traffic().bytes_out * 2 == swapped.step.saved.raw);
+  CHECK(policy->traffic().bytes_back == policy->traffic().bytes_out);
 }
 
 TEST_CASE("swap: a strided view (transpose, slice) comes back with its own values, as under exact") {
