@@ -26,6 +26,7 @@
 #include "actlab/core/allocator.h"
 #include "actlab/core/error.h"
 #include "tests/error_of.h"
+#include "tests/prerequisite.h"
 #include "tests/run_command.h"
 #include "temp_dir.h"
 #include "actlab/train/cli.h"
@@ -1237,4 +1238,53 @@ TEST_CASE("ablate: a tiny Fig. 6 grid writes the paper's layout and checks SWAP 
   CHECK(tables.find("identical to Normal's") != std::string::npos);
   CHECK(tables.find("The paper reports no accuracy for") != std::string::npos);
   CHECK(count_of(read_all(fs::path(run_options(dir).out_dir) / "fig6_accuracy.svg"), "class=\"bar\"") == 3);
+}
+
+TEST_CASE("ablate: two spellings of one run in one table are one entry of its row") {
+  Grid g;
+  g.preset = "test";
+  g.tables = {"custom"};
+  g.add(tiny_cell("exact"), "custom", "exact");
+  g.add(tiny_cell("exact"), "custom", "exact");  // `exact;exact@fp32`: the same cell, the same row
+  g.add(tiny_cell("exact"), "fig6", "Normal");   // another table's row still lists it
+  REQUIRE(g.cells.size() == 1);
+  CHECK(g.cells[0].tables ==
+        std::vector<std::pair<std::string, std::string>>{{"custom", "exact"}, {"fig6", "Normal"}});
+  CHECK(g.table_cells.at("custom") == std::vector<size_t>{0});
+}
+
+TEST_CASE("ablate: a bf16 grid compares with its own exact@bf16: SWAP ends where Normal does, compression is measured") {
+  REQUIRE_MESSAGE(fs::exists(train_bin()), "build the actlab-train target next to actlab_tests");
+  if (!actlab::testing::have_bf16_kernels()) return;
+  testing::TempDir dir("ablate_bf16");
+  Grid grid;
+  grid.preset = "test";
+  grid.tables = {"fig6", "1b"};
+  for (const auto& [policy, label] : std::vector<std::pair<std::string, std::string>>{
+           {"exact", "Normal"}, {"swap:P=2", "SWAP"}, {"checkpoint", "Checkpoint"}, {"division:B=8,Q=2", "DIVISION"}}) {
+    Cell c = tiny_cell(canonical_policy(policy));  // as the presets write it: checkpoint:segments=auto+exact
+    c.model = "resnet20";
+    c.precision = "bf16";
+    grid.add(c, "fig6", label);
+    if (label == "Normal" || label == "DIVISION") grid.add(c, "1b", label);
+  }
+  const RunOptions o = run_options(dir);
+  const int rc = run_quiet(grid, o, dir);
+  INFO(read_all(dir.file("progress.txt")));
+  REQUIRE(rc == 0);
+  const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
+  INFO(tables);
+  CHECK(tables.find("| SWAP | `swap:P=2@bf16` |") != std::string::npos);  // the rows say which precision ran
+  CHECK(tables.find("| Checkpoint | `checkpoint") != std::string::npos);
+  // SWAP offloads exact@bf16's copies: bit for bit Normal's run. Checkpoint recomputes from a bf16 copy of
+  // its segment input, so it is not held to that (it used to be reported as differing).
+  CHECK(tables.find("- SWAP, seed 0: train loss") != std::string::npos);
+  CHECK(tables.find("identical to Normal's") != std::string::npos);
+  CHECK(tables.find("**differs**") == std::string::npos);
+  CHECK(tables.find("- Checkpoint, seed 0") == std::string::npos);
+  // Compression against the grid's own exact@bf16 run (it was "—" for want of an fp32 exact cell).
+  const size_t division = tables.find("| DIVISION | `division:B=8,Q=2@bf16` |", tables.find("## Table 1(b)"));
+  REQUIRE(division != std::string::npos);
+  const std::string row = tables.substr(division, tables.find('\n', division) - division);
+  CHECK(row.find("× |") != std::string::npos);
 }

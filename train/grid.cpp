@@ -167,7 +167,10 @@ void Grid::add(const Cell& cell, const std::string& table, const std::string& la
     if (c.id() != added.id()) continue;
     if (c.model == cell.model && c.dataset == cell.dataset && c.policy == cell.policy &&
         c.precision == cell.precision && c.optimizer == cell.optimizer && c.seed == cell.seed) {
-      c.tables.emplace_back(table, label);
+      // Two spellings of one run in one table (`exact;exact@fp32`, or `exact@bf16` in a bf16 grid) are one
+      // row entry: listed twice, the row read its one seed as a mean over two.
+      const std::pair<std::string, std::string> entry(table, label);
+      if (std::find(c.tables.begin(), c.tables.end(), entry) == c.tables.end()) c.tables.push_back(entry);
       list(static_cast<size_t>(&c - cells.data()));
       return;
     }

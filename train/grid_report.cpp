@@ -84,14 +84,15 @@ std::string group_name(const Cell& c) { return display_model(c.model) + " \u00b7
 struct Results {
   const Grid& grid;
   std::vector<CellResult> cells;
-  // Exact activation bytes of the same model + data set + batch (same seed preferred) / this cell's:
-  // the measured compression; NaN without a finished exact cell.
+  // Exact activation bytes of the same model + data set + batch + precision (same seed preferred) / this
+  // cell's: the measured compression against the comparable run (a bf16 grid's own exact@bf16, as
+  // actlab-memtable's first rate); NaN without a finished exact cell.
   double compression(size_t i) const {
     const Cell& c = grid.cells[i];
     double exact = CellResult::kNaN;
     for (size_t j = 0; j < grid.cells.size(); ++j) {
       const Cell& e = grid.cells[j];
-      if (e.policy != "exact" || e.precision != "fp32" || e.model != c.model || e.dataset != c.dataset || e.batch_size != c.batch_size ||
+      if (e.policy != "exact" || e.precision != c.precision || e.model != c.model || e.dataset != c.dataset || e.batch_size != c.batch_size ||
           cells[j].activation_bytes <= 0)
         continue;
       if (std::isnan(exact) || e.seed == c.seed) exact = static_cast<double>(cells[j].activation_bytes);
@@ -278,13 +279,16 @@ double mean_of(const Results& r, const std::vector<size_t>& idx, Metric metric) 
   return n > 0 ? sum / n : CellResult::kNaN;
 }
 
-// Checkpointing with exact saves and SWAP change where backward's inputs live, never their values.
-bool same_gradients_as_exact(const std::string& policy) {
+// Checkpointing with exact saves and SWAP change where backward's inputs live, never their values: SWAP at
+// every precision (it offloads the precision's exact keep), checkpointing at fp32 only (under bf16 it
+// recomputes a segment from its input's bf16 copy: docs/policies.md).
+bool same_gradients_as_exact(const Cell& c) {
+  const std::string& policy = c.policy;
   const std::string k = policy_kind(policy);
   const std::string tail = "+exact";
   if (policy.find('|') != std::string::npos) return false;  // a rule may code some saves
-  return k == "swap" ||
-         (k == "checkpoint" && policy.size() > tail.size() && policy.compare(policy.size() - tail.size(), tail.size(), tail) == 0);
+  return k == "swap" || (k == "checkpoint" && c.precision == "fp32" && policy.size() > tail.size() &&
+                         policy.compare(policy.size() - tail.size(), tail.size(), tail) == 0);
 }
 
 // "+0.12": a − b, or "—" when either is missing.
@@ -298,11 +302,12 @@ std::string exact_gradient_proof(const Results& r, const TableGroup& g) {
   std::string proof;
   for (const auto& label : g.labels) {
     const auto& idx = g.cells.at(label);
-    if (!same_gradients_as_exact(r.grid.cells[idx[0]].policy)) continue;
+    if (!same_gradients_as_exact(r.grid.cells[idx[0]])) continue;
     for (size_t i : idx)
       for (size_t j : normal_it->second) {
         const CellResult &a = r.cells[i], &e = r.cells[j];
-        if (r.grid.cells[j].seed != r.grid.cells[i].seed || a.status != CellStatus::Done || e.status != CellStatus::Done)
+        if (r.grid.cells[j].seed != r.grid.cells[i].seed || r.grid.cells[j].precision != r.grid.cells[i].precision ||
+            a.status != CellStatus::Done || e.status != CellStatus::Done)
           continue;
         const bool same = a.train_loss == e.train_loss && a.final_test_acc == e.final_test_acc;
         proof += "- " + label + ", seed " + std::to_string(r.grid.cells[i].seed) + ": train loss " +
@@ -344,7 +349,7 @@ std::string table_fig6(const Results& r, const TableGroup& g) {
   for (const auto& label : g.labels) {
     const auto& idx = g.cells.at(label);
     const double paper = paper_accuracy(label, first.model, first.dataset);
-    s += md_row({label, "`" + r.grid.cells[idx[0]].policy + "`", stat_text(r, idx, m_final, "%.2f"),
+    s += md_row({label, "`" + r.grid.cells[idx[0]].run_label() + "`", stat_text(r, idx, m_final, "%.2f"),
                  label == "Normal" ? "" : delta_vs_normal(r, g, idx), std::to_string(idx.size()),
                  std::isfinite(paper) ? fmt("%.2f", paper) : "—",
                  label == "Normal" ? "" : delta_text(paper, paper_normal)});
@@ -364,7 +369,7 @@ std::string methods_vs_normal_table(const Results& r, const TableGroup& g) {
   std::string s = md_row(head) + md_rule(head.size());
   for (const auto& label : g.labels) {
     const auto& idx = g.cells.at(label);
-    s += md_row({label, "`" + r.grid.cells[idx[0]].policy + "`", stat_text(r, idx, m_final, "%.2f"),
+    s += md_row({label, "`" + r.grid.cells[idx[0]].run_label() + "`", stat_text(r, idx, m_final, "%.2f"),
                  label == "Normal" ? "" : delta_vs_normal(r, g, idx), std::to_string(idx.size()),
                  mib_text(r, idx), stat_text(r, idx, m_comp, "%.2f", "×"), stat_text(r, idx, m_rate, "%.1f")});
   }
@@ -428,7 +433,7 @@ std::string tables_markdown(const Results& r, const std::string& command_line) {
        std::to_string(failed) + " failed" + (diverged > 0 ? ", " + std::to_string(diverged) + " diverged (stopped on non-finite values: a result, its memory measured)" : "") + "\n";
   s += "- test accuracy: top-1 % after the last epoch (mean ± std over seeds when there are several); "
        "activation memory: allocator bytes held for backward after forward+loss, one step (docs/measures.md); "
-       "compression: exact activation memory / this one (same model and data); saved raw/packed: the "
+       "compression: exact activation memory / this one (same model, data and precision); saved raw/packed: the "
        "policy's own ratio over the tensors it compressed\n";
   for (const auto& t : r.grid.tables) {
     s += std::string("\n## ") + table_title(t) + "\n";
