@@ -612,6 +612,9 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& xhat, const Tensor& ga
   require_f32_contig("layer_norm_backward", "grad", dy);
   require_f32_contig("layer_norm_backward", "normalized input", xhat);
   ACTLAB_CHECK(dy.shape() == xhat.shape(), "layer_norm_backward: grad ", dy.str(), " for an input ", xhat.str());
+  // As the forward: an empty input would leave the CUDA kernel's dgamma/dbeta unwritten (it returns early)
+  // where the CPU loop writes zeros, and a last dimension of 0 would divide by zero here.
+  ACTLAB_CHECK(xhat.dim() >= 1 && xhat.numel() > 0, "layer_norm_backward: input ", xhat.str());
   const int64_t d = xhat.size(xhat.dim() - 1), rows = xhat.numel() / d;
   ACTLAB_CHECK(rstd.numel() == rows && gamma.numel() == d, "layer_norm_backward: statistics for ", rstd.numel(),
                " rows, the input has ", rows);

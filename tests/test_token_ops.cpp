@@ -436,6 +436,18 @@ TEST_CASE("LayerNorm backward and column sums: the chunked loops give the spec l
   }
 }
 
+TEST_CASE("LayerNorm backward refuses an empty input, as the forward does") {
+  const Tensor g = Tensor::full({4}, 1.f), rstd = Tensor::full({0}, 1.f);
+  Tensor dgamma, dbeta;
+  const Tensor empty = Tensor::zeros({0, 4});
+  CHECK_THROWS_WITH_AS(ops::layernorm_backward(empty, empty, g, rstd, &dgamma, &dbeta),
+                       doctest::Contains("layer_norm_backward: input"), Error);
+  const Tensor no_features = Tensor::zeros({3, 0});
+  CHECK_THROWS_WITH_AS(ops::layernorm_backward(no_features, no_features, Tensor::full({0}, 1.f), Tensor::full({3}, 1.f), &dgamma,
+                                               &dbeta),
+                       doctest::Contains("layer_norm_backward: input"), Error);
+}
+
 TEST_CASE("softmax and LayerNorm forward: the oneDNN fast paths equal the spec loops to f32 rounding") {
   PhiloxStream rng(140);
   const int64_t rows = 300, d = 50;
