@@ -152,7 +152,10 @@ void DataLoader::shard(int64_t rank, int64_t world) {
   ACTLAB_CHECK(world >= 1 && rank >= 0 && rank < world, "shard ", rank, " of ", world, ": need 0 <= rank < world");
   const int64_t n = static_cast<int64_t>(shard_order(std::vector<int64_t>(static_cast<size_t>(dataset_.size())), rank,
                                                       world, !drop_last_).size());
-  ACTLAB_CHECK(n >= 1 && (!drop_last_ || batch_size_ <= n), "data set '", dataset_.name(), "' (", dataset_.size(),
+  // Without drop_last (evaluation) a rank may be left with nothing, a test split smaller than the number of
+  // ranks: its sums are zeros and the ranks together still see every example once. A training shard must
+  // hold a whole batch, or the ranks would not step together.
+  ACTLAB_CHECK(!drop_last_ || batch_size_ <= n, "data set '", dataset_.name(), "' (", dataset_.size(),
                " examples) split over ", world, " ranks leaves ", n, " per rank, fewer than the batch size ",
                batch_size_);
   stop_worker();

@@ -87,7 +87,8 @@ class DataLoader {
   // Data-parallel training: from the next start_epoch on, this loader yields only shard `rank` of
   // `world` of each epoch's order (shard_order; the tail kept without drop_last, so that evaluation
   // sees every sample once), so its batches are rank's part of every global batch. Every rank must
-  // use the same seed. Throws when a shard would be smaller than a batch with drop_last.
+  // use the same seed. Throws when a shard would be smaller than a batch with drop_last; without it a shard
+  // may be empty (a rank past the last example of a small test split yields no batch).
   void shard(int64_t rank, int64_t world);
 
  private:

@@ -169,6 +169,18 @@ TEST_CASE("dist: a sharded loader's batch k on every rank together is batch k of
   CHECK_FALSE(rank0.next(a));
   CHECK_THROWS_WITH_AS(DataLoader(data, 40, true, 5, true).shard(0, 2), doctest::Contains("fewer than the batch size"),
                        Error);
+  // Evaluation keeps the tail: a split of 3 over 4 ranks leaves rank 3 nothing, and it yields no batch
+  // instead of refusing the job.
+  InMemoryImageDataset three = make_synthetic_dataset(3, 1, 4, 4, 10, 3);
+  int64_t seen = 0;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    DataLoader eval(three, 2, false, 5, false);
+    eval.shard(rank, 4);
+    CHECK(eval.num_batches() == (rank < 3 ? 1 : 0));
+    eval.start_epoch(0);
+    for (Batch b; eval.next(b);) seen += b.labels.size(0);
+  }
+  CHECK(seen == 3);
 }
 
 TEST_CASE("dist: buckets take parameters last to first, close at the cap, and hold every parameter once") {
