@@ -26,6 +26,7 @@
 #include "actlab/compress/exact.h"
 #include "actlab/compress/policies.h"
 #include "actlab/models/registry.h"
+#include "actlab/models/swin.h"
 #include "actlab/models/vit.h"
 #include "tests/test_cuda_util.h"
 
@@ -40,7 +41,7 @@ const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {3, 5, 7, 7}, {2, 4, 9, 13},
 const char* kPolicies[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
                            "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
                            "pergroup:G=12,Q=1", "actnn:G=256,Q=2", "actnn:G=8,Q=4", "division:B=8,Q=2,R=1",
-                           "quant:Q=2,R=3", "hfc:B=4,Q=4,R=2"};
+                           "quant:Q=2,R=3", "hfc:B=4,Q=4,R=2", "division:B=8,Q=8"};  // Q=8: the softmax codes
 
 // Every byte a pack holds until backward, whatever its kind.
 const Tensor& pack_bytes(const Packed& p) {
@@ -279,6 +280,30 @@ TEST_CASE("cuda codec: a small ViT step on cuda:0 tracks the CPU step (token ops
       seed_init(5);
       return std::shared_ptr<Module>(std::make_shared<VisionTransformer>(config));
     }, uniform({4, 3, 32, 32}, 11), policy);
+  }
+}
+
+TEST_CASE("cuda codec: a small Swin step on cuda:0 tracks the CPU step (shifted windows, mask, device position index)") {
+  if (!gpu_or_skip("a Swin training step on cuda:0")) return;
+  // Two stages (a patch merging between them), windows of 4 shifted by 2, and the relative-position index
+  // that Module::to moves to the device with the weights: written after the last GPU session, so its first
+  // run there is this case's.
+  SwinConfig config;
+  config.image_size = 16;
+  config.patch = 2;
+  config.in_channels = 3;
+  config.num_classes = 10;
+  config.embed_dim = 8;
+  config.depths = {2, 2};
+  config.heads = {1, 2};
+  config.window = 4;
+  config.drop_path = 0.f;
+  for (const char* policy : {"exact", "division:B=8,Q=2"}) {
+    INFO("policy " << policy);
+    check_step_tracks_cpu([&] {
+      seed_init(5);
+      return make_swin(config);
+    }, uniform({4, 3, 16, 16}, 11), policy);
   }
 }
 
