@@ -207,7 +207,9 @@ TEST_CASE("cpu conv: backward weight on a channel-blocked input equals the NCHW 
   struct Case { ConvShape s; bool blocked; };
   const Case cases[] = {{shape(2, 16, 8, 8, 32, 3, 3, 2, 1, 1), true},   {shape(4, 64, 8, 8, 64, 3, 3, 1, 1, 1), true},
                         {shape(2, 32, 7, 7, 64, 1, 1, 2, 0, 1), true},   {shape(2, 3, 8, 8, 16, 3, 3, 1, 1, 1), false},
-                        {shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1), false},  {shape(2, 32, 8, 8, 32, 1, 1, 1, 0, 1), false}};
+                        {shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1), false},  {shape(2, 32, 8, 8, 32, 1, 1, 1, 0, 1), false},
+                        {shape(4, 32, 8, 8, 32, 3, 3, 1, 1, 32), true},  {shape(4, 144, 16, 16, 144, 3, 3, 2, 1, 144), true},
+                        {shape(2, 24, 8, 8, 24, 3, 3, 1, 1, 24), false}, {shape(2, 32, 8, 8, 64, 3, 3, 1, 1, 2), true}};
   uint32_t seed = 500;
   for (const Case& c : cases)
     for (bool with_bias : {false, true}) {
@@ -230,7 +232,7 @@ TEST_CASE("cpu conv: backward weight on a channel-blocked input equals the NCHW 
       for (int64_t n = 0; n < s.N; ++n)
         for (int64_t ch = 0; ch < s.C; ++ch)
           for (int64_t e = 0; e < HW; ++e) xb[((n * (s.C / 16) + ch / 16) * HW + e) * 16 + ch % 16] = x[(n * s.C + ch) * HW + e];
-      const size_t wsize = static_cast<size_t>(s.K * s.C * s.R * s.S);
+      const size_t wsize = static_cast<size_t>(s.K * (s.C / s.groups) * s.R * s.S);
       std::vector<float> dw(wsize), dw_blocked(wsize, -7.f), db(s.K), db_blocked(s.K, -7.f);
       actlab::cpu::conv2d_backward_weight(dw.data(), with_bias ? db.data() : nullptr, dy.data(), x.data(), s);
       actlab::cpu::conv2d_backward_weight_blocked_input(dw_blocked.data(), with_bias ? db_blocked.data() : nullptr,
