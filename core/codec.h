@@ -105,7 +105,8 @@ ACTLAB_HD float float_from_order_key(int32_t key) {
 // step = (hi - min)/levels rounded up, bumped by one bf16 ulp if levels·step (exact in f32: 8+8 bits)
 // still falls short of the f32 range. A constant range gets step 1 (every code is then 0); a NaN range
 // (a NaN among the values) a NaN step.
-// Guarantee: for every v in [lo, hi], 0 <= fl(fl(v - min)/step) <= levels.
+// Guarantee: for every v in [lo, hi], 0 <= fl(fl(v - min)/step) <= levels, and step >= 2^-126, so
+// quant_scale(step) is finite.
 ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, float hi, int bits) {
   min_bits = bf16_round_down(lo);
   const float range = hi - bf16_to_float(min_bits);
@@ -117,6 +118,10 @@ ACTLAB_HD void quant_params(uint16_t& min_bits, uint16_t& step_bits, float lo, f
   // min is NaN. Either way every decoded value of the plane is NaN and the NaN reaches backward; the bytes
   // differ between the two (tests/test_cuda_codec.cpp compares which values are NaN).
   step_bits = bf16_to_float(step) > 0.f || range != range ? step : float_to_bf16(1.f);
+  // A step below the smallest normal float (a range under about 2^-118 at Q = 8) is raised to it: its
+  // reciprocal, the quantizer's scale, would overflow to inf and send every value to the top code, up to
+  // 2^Q − 1 steps off. The step only grows, so levels·step still covers the range.
+  step_bits = bf16_to_float(step_bits) < 0x1p-126f ? static_cast<uint16_t>(0x0080) : step_bits;
 }
 
 // The stochastic-rounding uniform of element `index`: 8 random bits, one byte of a 32-bit Philox word, so

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "actlab/core/codec.h"
@@ -130,6 +131,44 @@ TEST_CASE("codec: quant_params covers the range with the stored bf16 min and ste
         CHECK(t >= 0.f);
         CHECK(t <= static_cast<float>(levels));
       }
+    }
+  }
+}
+
+TEST_CASE("codec: a range too small for a normal step is coded within a step (the step is floored at 2^-126)") {
+  // Denormal activations: a bf16 step of 9.2e-41 has no finite reciprocal, and every value used to take the
+  // top code (3e-41 decoded as 2.34e-38 at Q = 8, 255 steps off).
+  for (int bits : {1, 2, 4, 8}) {
+    CAPTURE(bits);
+    uint16_t min_bits, step_bits;
+    quant_params(min_bits, step_bits, 0.f, 3e-41f, bits);
+    CHECK(bf16_to_float(step_bits) == 0x1p-126f);
+    CHECK(std::isfinite(quant_scale(bf16_to_float(step_bits))));
+    const float step = bf16_to_float(step_bits);
+    // Through the kernels, each SIMD level: planes of 0..3e-41 and of up to 1e-38 (a plane of 64 values
+    // and one of 4), and the group codec.
+    std::vector<float> x = random_values(64, 90 + bits, 0.f, 1e-38f);
+    for (float v : {0.f, 1e-41f, 2e-41f, 3e-41f}) x.push_back(v);
+    for (const cpu::CodecSimd level : simd_levels()) {
+      const cpu::CodecSimd before = cpu::set_codec_simd(level);
+      for (const auto& [offset, h, w] : {std::tuple<int64_t, int64_t, int64_t>{0, 8, 8}, {64, 2, 2}}) {
+        const PlaneGeometry g = make_plane_geometry(1, h, w, 1, bits);
+        std::vector<uint16_t> mins(1), steps(1);
+        std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes_per_plane()));
+        std::vector<float> out(static_cast<size_t>(h * w));
+        cpu::plane_pack(nullptr, codes.data(), mins.data(), steps.data(), nullptr, x.data() + offset, g, false, 3, 4);
+        cpu::plane_unpack(out.data(), nullptr, codes.data(), mins.data(), steps.data(), g);
+        for (int64_t i = 0; i < h * w; ++i) CHECK(std::fabs(out[i] - x[offset + i]) < std::max(step, bf16_to_float(steps[0])));
+      }
+      GroupGeometry gg;
+      gg.samples = 1, gg.sample_elems = 68, gg.group_size = 4, gg.bits = bits;
+      std::vector<uint16_t> mins(gg.groups()), steps(gg.groups());
+      std::vector<uint8_t> codes(gg.groups() * gg.code_bytes_per_group());
+      std::vector<float> out(68);
+      cpu::group_pack(codes.data(), mins.data(), steps.data(), x.data(), gg, 3, 4);
+      cpu::group_unpack(out.data(), codes.data(), mins.data(), steps.data(), gg);
+      for (int64_t i = 0; i < 68; ++i) CHECK(std::fabs(out[i] - x[i]) < std::max(step, bf16_to_float(steps[i / 4])));
+      cpu::set_codec_simd(before);
     }
   }
 }
