@@ -43,15 +43,26 @@ suite=bookworm
 
 skip() { echo "fresh machine: SKIPPED $*"; exit 77; }
 fail() { echo "fresh machine: FAILED $*"; exit 1; }
+# The mount points at or below DIR, deepest first, one per line. /proc/self/mounts writes a space in a
+# path as \040 (decoded here), so a cache directory with a space in its name is matched too: missing a
+# bind mount of /dev there would let the `rm -rf` below reach the host's device nodes.
+mounts_under() {  # mounts_under DIR
+  local m
+  awk '{print $2}' /proc/self/mounts | while IFS= read -r m; do
+    m=$(printf '%b' "$m")
+    case "$m" in "$1" | "$1"/*) printf '%s\n' "$m" ;; esac
+  done | sort -r
+}
 
 # ---------------------------------------------------------------- inside the namespaces
 if [ -n "$inner" ]; then
   work="$inner" root="$inner/root"
   cleanup() {
     local m
-    # Deepest mount first; the namespace would drop them anyway, this keeps `rm` off a mounted /dev.
-    for m in $(awk -v r="$root" '$2 ~ "^"r {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
-    if [ "$keep" -eq 0 ]; then rm -rf "$work"; else echo "fresh-machine-test: kept $root"; fi
+    # Deepest mount first; the namespace would drop them anyway, this keeps `rm` off a mounted /dev, and
+    # --one-file-system keeps it off one that did not unmount.
+    while IFS= read -r m; do umount -l "$m" 2>/dev/null || true; done < <(mounts_under "$root")
+    if [ "$keep" -eq 0 ]; then rm -rf --one-file-system "$work"; else echo "fresh-machine-test: kept $root"; fi
   }
   trap cleanup EXIT
   trap 'exit 130' INT
@@ -142,8 +153,8 @@ for old in "$cache"/run.*; do
   [ -d "$old" ] || continue
   pid=$(cat "$old/pid" 2>/dev/null || echo 0)
   if [ "$pid" -gt 0 ] && kill -0 "$pid" 2>/dev/null; then continue; fi
-  grep -q " $old/" /proc/self/mounts && continue  # still mounted somewhere: leave it alone
-  rm -rf "$old"
+  [ -n "$(mounts_under "$old")" ] && continue  # still mounted somewhere: leave it alone
+  rm -rf --one-file-system "$old"
 done
 
 arch=$(dpkg --print-architecture)
