@@ -12,11 +12,15 @@
 # scripts/setup.sh --fuzz-packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1-}" = "--help" ] || [ "${1-}" = "-h" ]; then
+  sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"
+  exit 0
+fi
 if [ $# -lt 2 ]; then
   echo "usage: scripts/fuzz.sh TARGET SECONDS [libFuzzer flags]  (TARGET: idx cifar image_folder safetensors policy config)" >&2
   exit 2
 fi
-target="$1" seconds="$2"
+target="$1" seconds="$2" given="$2"
 shift 2
 case " idx cifar image_folder safetensors policy config " in
   *" $target "*) ;;
@@ -24,7 +28,11 @@ case " idx cifar image_folder safetensors policy config " in
 esac
 # libFuzzer reads -max_total_time up to its first non-digit and takes 0 as "forever": '5m' ran 5 seconds.
 case "$seconds" in
-  "" | *[!0-9]* | 0) echo "fuzz.sh: SECONDS must be a whole number of seconds >= 1, got '$seconds'" >&2; exit 2 ;;
+  "" | *[!0-9]* | 0 | *[!0]*) ;;
+  *) seconds=0 ;;  # 00, 000, ...: forever to libFuzzer, as 0 is
+esac
+case "$seconds" in
+  "" | *[!0-9]* | 0) echo "fuzz.sh: SECONDS must be a whole number of seconds >= 1, got '$given'" >&2; exit 2 ;;
 esac
 bash scripts/setup.sh --fuzz-packages
 build="${ACTLAB_FUZZ_BUILD_DIR:-build-fuzz}"

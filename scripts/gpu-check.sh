@@ -35,10 +35,17 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
 BUILD=${BUILD:-/tmp/actlab-gpu-check-build}
 JOBS=${JOBS:-$(nproc)}
+STEPS=",${STEPS:-tests,bench,vit,fig7,train,torch},"
+# A misspelt step would run nothing and report success: every name is checked first.
+for step in ${STEPS//,/ }; do
+  case "$step" in
+    tests | bench | vit | fig7 | train | torch | ncu | prof) ;;
+    *) echo "$(basename "$0"): unknown step '$step' in STEPS (tests,bench,vit,fig7,train,torch,ncu,prof)" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$OUT"
 START=$(date +%s)
 STATUS=0
-STEPS=",${STEPS:-tests,bench,vit,fig7,train,torch},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 # A wanted step whose program is missing (a failed build) is a failure, not a silent skip.
 have() { [ -x "$BUILD/$1" ] || { fail "no $BUILD/$1 for a wanted step"; return 1; }; }

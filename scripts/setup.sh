@@ -11,6 +11,7 @@
 # Debian (third_party/README.md says why each is there); scripts/fresh-machine-test.sh proves it is
 # complete on a bare Debian 12 root file system.
 set -euo pipefail
+caller="$PWD"  # --train's ARGS name files relative to where setup.sh was called from
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config zlib1g-dev libdnnl-dev libstb-dev doctest-dev
@@ -34,12 +35,22 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+usage_error() {
+  echo "setup: error: $1 (--train [ARGS], --packages-only, --fuzz-packages, --python [--train [ARGS]]; see --help)" >&2
+  exit 2
+}
+# Every argument is checked before anything is installed: only --train passes the rest on (to actlab-train).
+case "${1:-}" in
+  -h | --help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+  --packages-only | --fuzz-packages) [ $# -eq 1 ] || usage_error "$1 takes no further arguments (got '$2')" ;;
+  --python) [ $# -eq 1 ] || [ "$2" = "--train" ] || usage_error "--python takes only --train [ARGS] after it (got '$2')" ;;
+  "" | --train) ;;
+  *) usage_error "unknown argument '$1'" ;;
+esac
 case "${1:-}" in
   --packages-only) install_missing "${packages[@]}"; exit 0 ;;
   --fuzz-packages) install_missing "${packages[@]}" "${fuzz_packages[@]}"; exit 0 ;;
   --python) install_missing "${python_packages[@]}"; shift ;;
-  "" | --train) ;;
-  *) echo "setup: error: unknown argument '$1' (--train [ARGS], --packages-only, --fuzz-packages, --python)" >&2; exit 2 ;;
 esac
 install_missing "${packages[@]}"
 
@@ -49,5 +60,7 @@ cmake --build "$build_dir"
 
 if [ "${1:-}" = "--train" ]; then
   shift
-  exec "$build_dir/actlab-train" "$@"
+  bin="$(cd "$build_dir" && pwd)/actlab-train"
+  cd "$caller"
+  exec "$bin" "$@"
 fi
