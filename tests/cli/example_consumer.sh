@@ -15,10 +15,13 @@ if ! cmake --install "$build" --prefix "$prefix" > "$work/install.log" 2>&1; the
 fi
 [ -f "$prefix/include/actlab/train/step.h" ] || fail "no actlab/train/step.h under $prefix/include"
 [ -f "$prefix/lib/cmake/actlab/actlabConfig.cmake" ] || fail "no actlabConfig.cmake"
-# The Python package, where the build has the module: importable from the prefix alone.
+# The Python package, where the build has the module: importable from the prefix alone, with the dynamic
+# loader's cache ignored, so the module's own search path must find the CUDA and MPI libraries it links.
 if [ -d "$build/python/actlab" ]; then
   site=$(ls -d "$prefix"/lib/python3*/site-packages 2>/dev/null | head -n 1)
-  if [ -z "$site" ] || ! (cd "$work" && PYTHONPATH="$site" /usr/bin/python3 -c \
+  loader=$(ldd /usr/bin/python3 | awk '/ld-linux/ {print $1}')
+  [ -x "$loader" ] && loader=("$loader" --inhibit-cache) || loader=()
+  if [ -z "$site" ] || ! (cd "$work" && PYTHONPATH="$site" "${loader[@]}" /usr/bin/python3 -c \
        "import actlab, numpy; p = actlab.pack(numpy.ones((2, 3, 8, 8), numpy.float32), 'quant:Q=2'); assert p.nbytes > 0"); then
     fail "the installed Python package does not import from $prefix"
   else
