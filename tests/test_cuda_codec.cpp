@@ -28,6 +28,7 @@
 #include "actlab/models/registry.h"
 #include "actlab/models/swin.h"
 #include "actlab/models/vit.h"
+#include "tests/small_models.h"
 #include "tests/test_cuda_util.h"
 
 using namespace actlab;
@@ -288,16 +289,8 @@ TEST_CASE("cuda codec: a small Swin step on cuda:0 tracks the CPU step (shifted 
   // Two stages (a patch merging between them), windows of 4 shifted by 2, and the relative-position index
   // that Module::to moves to the device with the weights: written after the last GPU session, so its first
   // run there is this case's.
-  SwinConfig config;
-  config.image_size = 16;
-  config.patch = 2;
-  config.in_channels = 3;
-  config.num_classes = 10;
-  config.embed_dim = 8;
-  config.depths = {2, 2};
-  config.heads = {1, 2};
-  config.window = 4;
-  config.drop_path = 0.f;
+  SwinConfig config = testing::small_swin(3);
+  config.num_classes = 10;  // the step's labels go up to 9
   for (const char* policy : {"exact", "division:B=8,Q=2"}) {
     INFO("policy " << policy);
     check_step_tracks_cpu([&] {

@@ -12,40 +12,14 @@
 #include "actlab/models/vit.h"
 #include "error_of.h"
 #include "gradcheck.h"
+#include "small_models.h"
 
 using namespace actlab;
 using actlab::testing::gradcheck;
 using actlab::testing::param;
 
-namespace {
-VitConfig small_vit(float drop_path = 0.f) {
-  VitConfig c;
-  c.image_size = 8;
-  c.patch = 4;
-  c.in_channels = 2;
-  c.num_classes = 3;
-  c.dim = 8;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_ratio = 2;
-  c.drop_path = drop_path;
-  return c;
-}
-// Stage 1: an 8x8 map in 2x2 windows of 4x4, the second block shifted by 2; stage 2: one 4x4 window.
-SwinConfig small_swin(int64_t in_channels) {
-  SwinConfig c;
-  c.image_size = 16;
-  c.patch = 2;
-  c.in_channels = in_channels;
-  c.num_classes = 3;
-  c.embed_dim = 4;
-  c.depths = {2, 2};
-  c.heads = {1, 2};
-  c.window = 4;
-  c.drop_path = 0.f;
-  return c;
-}
-}  // namespace
+using actlab::testing::small_swin;
+using actlab::testing::small_vit;
 
 TEST_CASE("vit: a whole small ViT passes a gradient check with respect to its input") {
   seed_init(5);
