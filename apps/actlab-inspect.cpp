@@ -20,6 +20,7 @@
 #include "actlab/analysis/plot.h"
 #include "actlab/analysis/spectrum.h"
 #include "actlab/core/allocator.h"
+#include "actlab/core/precision.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/models/registry.h"
 #include "actlab/io/files.h"
@@ -327,6 +328,7 @@ void write_reconstruction(const OutputFiles& out, const std::vector<LayerSpectru
 
 struct Report {
   std::string command, model_note, data_note, bn_mode;
+  std::string precision = "fp32";  // of the gradient errors
   bool trained = false;
   int64_t batch = 0;
   uint64_t seed = 0;
@@ -433,6 +435,8 @@ void write_readme(const OutputFiles& out, const Report& r) {
   md << "# actlab-inspect report\n\nMade by:\n\n```\n" << r.command << "\n```\n\n"
      << "- Model: " << r.model_note << "\n- Data: " << r.batch << " test images of " << r.data_note << "\n"
      << "- BatchNorm: " << r.bn_mode << "; stochastic-rounding seed " << r.seed << "\n"
+     << "- Gradient errors computed in " << r.precision
+     << (r.precision == "fp32" ? "" : " (exact keeps bf16 copies; each policy against exact at this precision)") << "\n"
      << "- DCT low-pass cut-off r = W/N = " << fmt(r.ratio, "%g") << "; DIVISION block B = " << r.block << "\n\n";
   if (!r.trained)
     md << "> **Untrained weights.** Spectra and gradient errors of trained networks differ; train a checkpoint "
@@ -496,6 +500,9 @@ void declare_flags(FlagParser& flags) {
   flags.add("channels", "int", "2", "channels per image drawn in Fig. 3(a) (the most active ones)");
   flags.add("eval-bn", "bool", "", "BatchNorm with running statistics (default: batch statistics, as in training)");
   flags.add("seed", "int", "0", "seed of a fresh model's initialisation and of stochastic rounding");
+  flags.add("precision", "string", "",
+            "compute precision of the gradient errors: fp32 or bf16 (default: the checkpoint's, else fp32); under bf16 "
+            "exact keeps bf16 copies and each policy is measured against exact at bf16 (docs/precision.md)");
   flags.add("draws", "int", "1",
             "stochastic-rounding draws per policy (seeds seed, seed+1, ...): the error of their mean gradient "
             "falls as 1/sqrt(draws) for an unbiased policy, a bias stays");
@@ -540,6 +547,11 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
       flags.given("policy-rule") ? flags.get_all("policy-rule") : std::vector<std::string>{};
   st.policy_sets = parse_policies(flags.get("policies"), rules, &st.policies, &r->policies);
   for (const auto& codec : st.policies) r->codecs.push_back(codec->name());
+  // Checked before the slow work; without the flag the checkpoint's precision is taken once it is read.
+  if (flags.given("precision")) {
+    r->precision = flags.get("precision");
+    check_precision_supported(parse_precision(r->precision), Device::cpu());
+  }
   st.train_bn = !(flags.given("eval-bn") && flags.get_bool("eval-bn"));
   r->bn_mode = st.train_bn ? "batch statistics (training mode; running statistics untouched)" : "running statistics";
   return st;
@@ -566,6 +578,10 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   set_pack_seed(r.seed);
   auto t = Clock::now();
   const Setup s = load_setup(flags, r.seed);  // a bad model, data set or checkpoint fails before --out exists
+  if (!flags.given("precision") && s.trained) {
+    r.precision = s.config.precision;
+    check_precision_supported(parse_precision(r.precision), Device::cpu());
+  }
   make_output_dir(st.out, "output directory");  // before the minutes of work, not after
   r.model_note = s.model_note;
   r.trained = s.trained;
@@ -597,10 +613,14 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   go.seed = r.seed;
   go.train_mode = st.train_bn;
   go.draws = static_cast<int>(st.draws);
-  r.grads = gradient_errors(*s.model, batch.images, batch.labels, st.policy_sets, go);
+  {
+    PrecisionScope precision(parse_precision(r.precision));
+    r.grads = gradient_errors(*s.model, batch.images, batch.labels, st.policy_sets, go);
+  }
   for (const PolicySet& set : st.policy_sets) set.check_rules_matched(s.config.model);  // --policy-rule typos
-  std::printf("[3/4] weight gradients: exact + %zu policies × %lld draws over %zu layers (%.1f s)\n",
-              st.policies.size(), static_cast<long long>(st.draws), r.grads.layers.size(), seconds_since(t));
+  std::printf("[3/4] weight gradients (%s): exact + %zu policies × %lld draws over %zu layers (%.1f s)\n",
+              r.precision.c_str(), st.policies.size(), static_cast<long long>(st.draws), r.grads.layers.size(),
+              seconds_since(t));
 
   t = Clock::now();
   write_outputs(st, r, batch, maps);

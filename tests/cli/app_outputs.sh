@@ -59,6 +59,8 @@ check "inspect --draws 0"             "--draws must be in \\[1, 10000\\], got 0"
   actlab-inspect --model mlp --out "$work/i" --draws 0
 check "inspect --policy-rule malformed" "bad --policy-rule 'nope': expected MODULE_PATTERN=POLICY" \
   actlab-inspect --model mlp --out "$work/i" --policy-rule nope
+check "inspect --precision fp16 on a CPU" "--precision fp16 needs a GPU" \
+  actlab-inspect --model mlp --out "$work/i" --precision fp16
 mkdir -p "$work/iblock/grad_error.csv"  # one output's name taken by a directory: fails before the work
 check "inspect output name is a directory" "output file '$work/iblock/grad_error.csv' is a directory" \
   actlab-inspect --model mlp --out "$work/iblock"
@@ -180,6 +182,20 @@ if "$build/actlab-inspect" --model mlp --out "$work/i" --threads 1 --draws 2 --p
   echo "ok   [inspect applies --policy-rule and --draws]"
 else
   fail "[inspect applies --policy-rule and --draws] $(head -3 "$work/i/grad_error.csv" 2>&1)"
+fi
+
+# --precision bf16: the gradient errors run under bf16 (exact keeps bf16 copies, so the bf16 entry's error is
+# 0) and the report says so. A CPU without bf16 kernels refuses it in one line instead.
+cases=$((cases + 1))
+bf16_out=$("$build/actlab-inspect" --model mlp --out "$work/ib" --threads 1 --precision bf16 --policies 'bf16;quant:Q=2' 2>&1)
+if [ $? -ne 0 ]; then
+  echo "$bf16_out" | grep -q "bf16" && echo "ok   [inspect --precision bf16 refused on this CPU: $bf16_out]" ||
+    fail "[inspect --precision bf16] $bf16_out"
+elif grep -q "^- Gradient errors computed in bf16" "$work/ib/README.md" &&
+     grep -q '^fc1,Linear,512x784,[0-9.e-]*,bf16,0,1,0$' "$work/ib/grad_error.csv"; then
+  echo "ok   [inspect --precision bf16 measures against exact at bf16]"
+else
+  fail "[inspect --precision bf16 measures against exact at bf16] $(head -3 "$work/ib/grad_error.csv" 2>&1)"
 fi
 
 # A checkpointed entry's reconstructions are its codec's: reconstruction.csv names the entry as grad_error.csv
