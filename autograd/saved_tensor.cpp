@@ -11,7 +11,6 @@
 
 #include "actlab/autograd/checkpoint.h"
 #include "actlab/compress/exact.h"
-#include "actlab/core/precision.h"
 
 namespace actlab {
 namespace {
@@ -40,25 +39,6 @@ struct PackState {
 };
 thread_local PackState t_state;
 
-const ExactPolicy& exact_policy() {
-  static const ExactPolicy* p = new ExactPolicy();
-  return *p;
-}
-const Bf16Policy& bf16_policy() {
-  static const Bf16Policy* p = new Bf16Policy();
-  return *p;
-}
-const F16Policy& f16_policy() {
-  static const F16Policy* p = new F16Policy();
-  return *p;
-}
-// What an exact keep of a lossy save is at the compute precision: the tensor itself in fp32, the
-// low-precision copy under bf16 or fp16 (core/precision.h).
-const ActivationCachePolicy& exact_keep_policy() {
-  if (compute_precision() == Precision::BF16) return bf16_policy();
-  if (compute_precision() == Precision::F16) return f16_policy();
-  return exact_policy();
-}
 
 }  // namespace
 
@@ -156,7 +136,12 @@ Tensor SavedTensor::unpack() const {
 
 Tensor SavedTensor::unpack_bf16() const {
   check_unchanged();
-  return entry_->policy->unpack_bf16(*entry_->packed, info_);
+  // Timed like unpack_blocked: for most policies a view of their own copy, for SWAP the fetch back.
+  const auto start = Clock::now();
+  Tensor t = entry_->policy->unpack_bf16(*entry_->packed, info_);
+  if (t.defined())
+    CacheStats::global().record_unpack(stats_row_, std::chrono::duration<double>(Clock::now() - start).count());
+  return t;
 }
 
 Tensor SavedTensor::unpack_blocked(int channel_block) const {

@@ -29,7 +29,8 @@ class SavedTensor {
   Tensor unpack() const;
   // The policy's unpack_blocked (undefined when it has none for this pack); timed as an unpack.
   Tensor unpack_blocked(int channel_block) const;
-  // The policy's unpack_bf16 (undefined when it keeps no bf16 tensor); not timed: it copies nothing.
+  // The policy's unpack_bf16 (undefined when it keeps no bf16 tensor); timed as an unpack when it returns one
+  // (a view of the policy's own copy for bf16, SWAP's fetch back from the host).
   Tensor unpack_bf16() const;
   // The policy's channel_reader (nullptr when it has none for this pack). Its reads are timed and
   // recorded as one unpack when the reader is destroyed; the reader must not outlive this SavedTensor.

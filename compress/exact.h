@@ -102,4 +102,13 @@ class F16Policy final : public ActivationCachePolicy {
   size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
 };
 
+// The shared instances of the three keeps, and the precision's exact keep: what an exact save is kept as at
+// the compute precision (core/precision.h) — the tensor itself at fp32, its 16-bit copy under bf16 or fp16.
+// SavedTensor keeps exact saves through it, and SWAP offloads what it keeps (compress/swap.h), so the two
+// cannot drift apart.
+const ExactPolicy& exact_policy();
+const Bf16Policy& bf16_policy();
+const F16Policy& f16_policy();
+const ActivationCachePolicy& exact_keep_policy();
+
 }  // namespace actlab

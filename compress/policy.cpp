@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "actlab/compress/exact.h"
+#include "actlab/core/precision.h"
 
 namespace actlab {
 namespace {
@@ -251,6 +252,24 @@ int64_t CacheStats::total_expected() const {
   int64_t s = 0;
   for (const auto& e : entries()) s += e.bytes_expected;
   return s;
+}
+
+const ExactPolicy& exact_policy() {
+  static const ExactPolicy* p = new ExactPolicy();
+  return *p;
+}
+const Bf16Policy& bf16_policy() {
+  static const Bf16Policy* p = new Bf16Policy();
+  return *p;
+}
+const F16Policy& f16_policy() {
+  static const F16Policy* p = new F16Policy();
+  return *p;
+}
+const ActivationCachePolicy& exact_keep_policy() {
+  if (compute_precision() == Precision::BF16) return bf16_policy();
+  if (compute_precision() == Precision::F16) return f16_policy();
+  return exact_policy();
 }
 
 }  // namespace actlab

@@ -2,8 +2,8 @@
 // on the CPU through a copy thread, on a GPU through the copy stream (core/cuda/transfer.h).
 #include "actlab/compress/swap.h"
 
+#include "actlab/compress/exact.h"
 #include "actlab/core/ops.h"
-#include "actlab/core/precision.h"
 
 namespace actlab {
 
@@ -34,17 +34,18 @@ std::string SwapPolicy::name() const {
 size_t SwapPolicy::expected_bytes(const Shape&) const { return 0; }
 
 namespace {
-// What leaves the device: the precision's exact keep (swap.h), always contiguous, since the copy moves raw
-// bytes and a strided view (a transpose, a slice) would come back scrambled.
-Tensor offloaded_form(const Tensor& view) {
-  if (view.dtype() == DType::F32 && compute_precision() == Precision::BF16) return ops::to_bf16(view);
-  if (view.dtype() == DType::F32 && compute_precision() == Precision::F16) return ops::to_f16(view);
-  return view.contiguous();
+// What leaves the device: what the precision's exact keep keeps (compress/exact.h), always contiguous,
+// since the copy moves raw bytes and a strided view (a transpose, a slice) would come back scrambled.
+Tensor offloaded_form(const Tensor& view, const SaveInfo& info, const PackContext& ctx) {
+  const ActivationCachePolicy& keep = exact_keep_policy();
+  const Tensor x = view.contiguous();
+  if (&keep == &exact_policy() || x.dtype() != DType::F32) return x;
+  return packed_as<PackedHalf>(*keep.pack(x, info, ctx), keep.name()).half();
 }
 }  // namespace
 
-std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& view, const SaveInfo&, const PackContext& ctx) const {
-  const Tensor x = offloaded_form(view);
+std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& view, const SaveInfo& info, const PackContext& ctx) const {
+  const Tensor x = offloaded_form(view, info, ctx);
   auto s = std::make_shared<SwapState>();
   s->device = x.device();
   s->dtype = x.dtype();
