@@ -824,6 +824,14 @@ TEST_CASE("ablate: Fig. 6 runs every method, three seeds for the close rows and 
   for (size_t i = 0; i < 7; ++i) CHECK(g.cells[i].seed == 0);
   CHECK(g.cells[0].tables[0].second == "Normal");
   CHECK(g.cells[1].id() == "resnet20-fashion-mnist-checkpoint_segmentsauto-exact-s0");
+  // Under bf16 checkpointing recomputes from a rounded segment input, so its gradients are no longer
+  // Normal's: it runs Normal's three seeds. SWAP (the precision's exact keep, offloaded) stays at one.
+  GridOptions b = o;
+  b.precision = "bf16";
+  std::map<std::string, std::set<int64_t>> bf16_seeds;
+  for (const Cell& c : make_grid(b).cells) bf16_seeds[c.tables[0].second].insert(c.seed);
+  CHECK(bf16_seeds["Checkpoint"] == three);
+  CHECK(bf16_seeds["SWAP"] == one);
   // --seeds given: every row runs exactly those.
   o.seeds = {4};
   CHECK(make_grid(o).cells.size() == 7);

@@ -84,19 +84,25 @@ std::string group_name(const Cell& c) { return display_model(c.model) + " \u00b7
 struct Results {
   const Grid& grid;
   std::vector<CellResult> cells;
-  // Exact activation bytes of the same model + data set + batch + precision (same seed preferred) / this
-  // cell's: the measured compression against the comparable run (a bf16 grid's own exact@bf16, as
-  // actlab-memtable's first rate); NaN without a finished exact cell.
+  // Exact activation bytes of the same model + data set + batch (same seed preferred) / this cell's: the
+  // measured compression. The reference is the fp32 exact cell, so a grid that runs both precisions shows
+  // what bf16 saves too (exact@bf16 at 2×); a grid with no fp32 exact cell (a bf16-only grid) takes the
+  // exact cell of the cell's own precision. NaN without either.
   double compression(size_t i) const {
     const Cell& c = grid.cells[i];
-    double exact = CellResult::kNaN;
-    for (size_t j = 0; j < grid.cells.size(); ++j) {
-      const Cell& e = grid.cells[j];
-      if (e.policy != "exact" || e.precision != c.precision || e.model != c.model || e.dataset != c.dataset || e.batch_size != c.batch_size ||
-          cells[j].activation_bytes <= 0)
-        continue;
-      if (std::isnan(exact) || e.seed == c.seed) exact = static_cast<double>(cells[j].activation_bytes);
-    }
+    const auto exact_bytes = [&](const std::string& precision) {
+      double exact = CellResult::kNaN;
+      for (size_t j = 0; j < grid.cells.size(); ++j) {
+        const Cell& e = grid.cells[j];
+        if (e.policy != "exact" || e.precision != precision || e.model != c.model || e.dataset != c.dataset ||
+            e.batch_size != c.batch_size || cells[j].activation_bytes <= 0)
+          continue;
+        if (std::isnan(exact) || e.seed == c.seed) exact = static_cast<double>(cells[j].activation_bytes);
+      }
+      return exact;
+    };
+    double exact = exact_bytes("fp32");
+    if (std::isnan(exact)) exact = exact_bytes(c.precision);
     return cells[i].activation_bytes > 0 ? exact / static_cast<double>(cells[i].activation_bytes) : CellResult::kNaN;
   }
 };
@@ -433,7 +439,8 @@ std::string tables_markdown(const Results& r, const std::string& command_line) {
        std::to_string(failed) + " failed" + (diverged > 0 ? ", " + std::to_string(diverged) + " diverged (stopped on non-finite values: a result, its memory measured)" : "") + "\n";
   s += "- test accuracy: top-1 % after the last epoch (mean ± std over seeds when there are several); "
        "activation memory: allocator bytes held for backward after forward+loss, one step (docs/measures.md); "
-       "compression: exact activation memory / this one (same model, data and precision); saved raw/packed: the "
+       "compression: exact activation memory / this one (same model and data; fp32 exact, or in a grid without "
+       "one the exact run at this one's precision); saved raw/packed: the "
        "policy's own ratio over the tensors it compressed\n";
   for (const auto& t : r.grid.tables) {
     s += std::string("\n## ") + table_title(t) + "\n";
