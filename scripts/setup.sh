@@ -2,7 +2,9 @@
 # Installs what actlab needs on Debian 12 (as root, or through sudo), then configures and builds it.
 #   scripts/setup.sh                   install packages + build (Release, ./build)
 #   scripts/setup.sh --train [ARGS]    ... then train ResNet-20 on Fashion-MNIST for one epoch (the Quick
-#                                      start); ARGS go to actlab-train
+#                                      start); ARGS go to actlab-train, which runs in the directory setup.sh
+#                                      was called from (relative paths, and MNIST's default data/mnist, are
+#                                      looked up there)
 #   scripts/setup.sh --packages-only   install the packages, build nothing
 #   scripts/setup.sh --fuzz-packages   install the packages and the fuzzing toolchain (scripts/fuzz.sh)
 #   scripts/setup.sh --python [ARGS]   also install what the Python module needs (pybind11, Python's

@@ -24,6 +24,14 @@ helps() {  # helps script: --help prints something and exits 0
   out=$(bash "$src/scripts/$1" --help 2>&1) || { fail "$1 --help exited non-zero"; return; }
   [ -n "$out" ] || fail "$1 --help printed nothing"
 }
+# Should a refusal ever regress, the script must fail here at once, not install packages or start a build:
+# the tools it would reach first are stubs that fail.
+mkdir -p "$work/stubs"
+for tool in apt-get sudo dpkg-query cmake ninja nvcc debootstrap unshare; do
+  printf '#!/bin/sh\necho "script_flags: %s was reached: a refusal came too late" >&2\nexit 97\n' "$tool" > "$work/stubs/$tool"
+  chmod +x "$work/stubs/$tool"
+done
+export PATH="$work/stubs:$PATH"
 for s in setup.sh test.sh test-sanitize.sh fresh-machine-test.sh gpu-check.sh fuzz.sh; do helps "$s"; done
 refused "setup.sh unknown"           "unknown argument '--bogus'"     bash "$src/scripts/setup.sh" --bogus
 refused "setup.sh --python extra"    "--python takes only --train"    bash "$src/scripts/setup.sh" --python --bogus
