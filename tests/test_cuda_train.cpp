@@ -115,6 +115,19 @@ TEST_CASE("cuda train: swap:P=2 on the GPU gives exact's losses bit for bit") {
   CHECK(swapped.epochs[0].train_loss == exact.epochs[0].train_loss);
   CHECK(swapped.final_test_loss == exact.final_test_loss);
   CHECK(swapped.saved_packed_bytes == 0);
+  // Under bf16 and fp16 SWAP offloads the precision's 16-bit exact keep (compress/swap.h): exact's losses at
+  // that precision, bit for bit. Written after the last GPU session: its first run there is this one.
+  for (const char* precision : {"bf16", "fp16"}) {
+    INFO("precision " << precision);
+    c.precision = precision;
+    c.policy = "exact";
+    const TrainSummary low = train(c);
+    c.policy = "swap:P=2";
+    const TrainSummary low_swapped = train(c);
+    REQUIRE(low_swapped.epochs.size() == low.epochs.size());
+    CHECK(low_swapped.epochs[0].train_loss == low.epochs[0].train_loss);
+    CHECK(low_swapped.final_test_loss == low.final_test_loss);
+  }
 }
 
 TEST_CASE("cuda train: --precision bf16 and fp16 on the GPU train like fp32 (fp16 under dynamic loss scaling)") {
