@@ -140,7 +140,7 @@ std::vector<Row> table_rows(const std::string& table) {
 // segment input: docs/policies.md), so at another precision it runs Normal's three, like the lossy rows.
 std::vector<int64_t> row_seeds(const GridOptions& o, const Row& row) {
   if (!o.seeds.empty()) return o.seeds;
-  const bool checkpoint_off_fp32 = row.policy == "checkpoint" && precision_name(parse_precision(o.precision)) != "fp32";
+  const bool checkpoint_off_fp32 = row.policy == "checkpoint" && parse_precision(o.precision) != Precision::F32;
   std::vector<int64_t> seeds;
   for (int64_t s = 0; s < (checkpoint_off_fp32 ? 3 : row.default_seeds); ++s) seeds.push_back(s);
   return seeds;
