@@ -135,14 +135,15 @@ std::vector<Row> table_rows(const std::string& table) {
   return rows;
 }
 
-// The seeds a row runs: the command line's, else the row's own default. Checkpoint's one seed rests on its
-// gradients being Normal's bit for bit, which holds at fp32 only (under bf16 it recomputes from a rounded
-// segment input: docs/policies.md), so at another precision it runs Normal's three, like the lossy rows.
+// The seeds a row runs: the command line's, else the row's own default. A row on one seed because its
+// gradients are Normal's bit for bit (same_gradients_as_exact at fp32) runs Normal's three at a precision
+// where they are not (Checkpoint under bf16), like the lossy rows.
 std::vector<int64_t> row_seeds(const GridOptions& o, const Row& row) {
   if (!o.seeds.empty()) return o.seeds;
-  const bool checkpoint_off_fp32 = row.policy == "checkpoint" && parse_precision(o.precision) != Precision::F32;
+  const std::string policy = canonical_policy(row.policy), precision = precision_name(parse_precision(o.precision));
+  const bool lost = same_gradients_as_exact(policy, "fp32") && !same_gradients_as_exact(policy, precision);
   std::vector<int64_t> seeds;
-  for (int64_t s = 0; s < (checkpoint_off_fp32 ? 3 : row.default_seeds); ++s) seeds.push_back(s);
+  for (int64_t s = 0; s < (lost ? 3 : row.default_seeds); ++s) seeds.push_back(s);
   return seeds;
 }
 

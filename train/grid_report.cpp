@@ -285,17 +285,18 @@ double mean_of(const Results& r, const std::vector<size_t>& idx, Metric metric) 
   return n > 0 ? sum / n : CellResult::kNaN;
 }
 
-// Checkpointing with exact saves and SWAP change where backward's inputs live, never their values: SWAP at
-// every precision (it offloads the precision's exact keep), checkpointing at fp32 only (under bf16 it
-// recomputes a segment from its input's bf16 copy: docs/policies.md).
-bool same_gradients_as_exact(const Cell& c) {
-  const std::string& policy = c.policy;
+}  // namespace
+
+// Checkpointing with exact saves and SWAP change where backward's inputs live, never their values.
+bool grid_detail::same_gradients_as_exact(const std::string& policy, const std::string& precision) {
   const std::string k = policy_kind(policy);
   const std::string tail = "+exact";
   if (policy.find('|') != std::string::npos) return false;  // a rule may code some saves
-  return k == "swap" || (k == "checkpoint" && c.precision == "fp32" && policy.size() > tail.size() &&
+  return k == "swap" || (k == "checkpoint" && precision == "fp32" && policy.size() > tail.size() &&
                          policy.compare(policy.size() - tail.size(), tail.size(), tail) == 0);
 }
+
+namespace {
 
 // "+0.12": a − b, or "—" when either is missing.
 std::string delta_text(double a, double b) { return std::isfinite(a) && std::isfinite(b) ? fmt("%+.2f", a - b) : "—"; }
@@ -308,7 +309,7 @@ std::string exact_gradient_proof(const Results& r, const TableGroup& g) {
   std::string proof;
   for (const auto& label : g.labels) {
     const auto& idx = g.cells.at(label);
-    if (!same_gradients_as_exact(r.grid.cells[idx[0]])) continue;
+    if (!same_gradients_as_exact(r.grid.cells[idx[0]].policy, r.grid.cells[idx[0]].precision)) continue;
     for (size_t i : idx)
       for (size_t j : normal_it->second) {
         const CellResult &a = r.cells[i], &e = r.cells[j];
