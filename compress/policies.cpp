@@ -107,6 +107,12 @@ bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g, int bits
     return true;
   } else if (shape.size() == 2) {
     planes = shape[0], width = shape[1];
+  } else if (shape.size() >= 5) {
+    // (N, C, D, H, W) volumes (a 3-D convolution's saves) and higher ranks: planes of the last two axes, as
+    // a 4-D map's, one per index of the leading ones, so the bytes are those of the (N, C·D, H, W) view.
+    planes = 1;
+    for (size_t d = 0; d + 2 < shape.size(); ++d) planes *= shape[d];
+    height = shape[shape.size() - 2], width = shape.back();
   } else {
     return false;
   }

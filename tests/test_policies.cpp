@@ -21,7 +21,7 @@ using namespace actlab;
 
 const std::vector<Shape> kShapes = {{2, 3, 32, 32}, {2, 2, 28, 28}, {2, 3, 14, 14}, {3, 5, 7, 7}, {3, 5, 4, 4},
                                     {4, 3, 1, 1},   {2, 3, 6, 10},  {3, 5, 1, 6},   {4, 10},      {4, 1},
-                                    {2, 3, 5},      {7}};
+                                    {2, 3, 5},      {2, 2, 3, 8, 8}, {7}};
 const char* kLossy[] = {"division:B=8,Q=2", "division:B=4,Q=4", "division:B=3,Q=1", "quant:Q=2", "quant:Q=8",
                         "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8", "pergroup:G=256,Q=2", "pergroup:G=5,Q=4",
                         "actnn:G=256,Q=2", "actnn:G=8,Q=4", "acgc:E=0,I=100,G=256", "acgc:E=4,I=3,G=5",
@@ -232,6 +232,8 @@ TEST_CASE("policies: nbytes matches the closed forms") {
   CHECK(bytes("division:B=8,Q=4", {2, 3, 6, 10}) == 6 * (2 * 1 + 30 + 4));
   CHECK(bytes("division:B=8,Q=2", {4, 10}) == 4 * (2 * 1 + 3 + 4));
   CHECK(bytes("division:B=8,Q=2", {4, 3, 1, 1}) == 4 * 12);  // passthrough
+  // (N, C, D, H, W) volumes: N·C·D planes of H×W.
+  CHECK(bytes("division:B=8,Q=2", {2, 4, 3, 16, 16}) == 24 * (2 * 4 + 64 + 4));
   CHECK(bytes("quant:Q=1", {3, 5, 4, 4}) == 15 * (2 + 4));
   CHECK(bytes("lfc:B=4", {2, 3, 6, 10}) == 6 * 2 * 1 * 2);
   CHECK(bytes("hfc:B=8,Q=8", {2, 3, 5}) == 2 * (15 + 4));  // a (B, T, D) map: one plane per sample
@@ -408,10 +410,34 @@ TEST_CASE("policies: packs are deterministic per (seed, stream) and keep no refe
   }
 }
 
+// A volume (N, C, D, H, W), a 3-D convolution's save, is coded as the planes of its (N, C·D, H, W) view: the
+// same bytes, so the same draws and the same decoded values.
+TEST_CASE("policies: a 5-D save packs the bytes of its 4-D view, planes of its last two axes") {
+  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=4", "hfc:B=8,Q=2", "division:B=8,Q=2,R=3"}) {
+    INFO(spec);
+    const auto policy = parse_policy(spec);
+    const Tensor x = random_tensor({2, 3, 4, 12, 10}, 8);
+    const Tensor view = x.reshape({2, 12, 12, 10});
+    const auto packed = policy->pack(x, {}, {5, 2}), packed_view = policy->pack(view, {}, {5, 2});
+    const auto* a = dynamic_cast<const PackedPlanes*>(packed.get());
+    const auto* b = dynamic_cast<const PackedPlanes*>(packed_view.get());
+    REQUIRE(a != nullptr);
+    REQUIRE(b != nullptr);
+    CHECK(a->geometry().planes == 24);
+    CHECK(a->nbytes() == policy->expected_bytes(x.shape()));
+    CHECK(a->nbytes() < static_cast<size_t>(x.numel()) * 4);
+    REQUIRE(a->buffer().nbytes() == b->buffer().nbytes());
+    CHECK(std::memcmp(a->buffer().raw_data(), b->buffer().raw_data(), a->buffer().nbytes()) == 0);
+    const Tensor out = policy->unpack(*a, {});
+    CHECK(out.shape() == x.shape());
+    CHECK(out.to_vector() == policy->unpack(*b, {}).to_vector());
+  }
+}
+
 TEST_CASE("policies: 1x1 planes, D == 1 and other ranks pass through exactly as owned copies") {
   for (const char* spec : kLossy) {
     const auto policy = parse_policy(spec);
-    for (const Shape& shape : {Shape{4, 3, 1, 1}, Shape{4, 1}, Shape{7}, Shape{2, 1, 2, 1, 3}}) {
+    for (const Shape& shape : {Shape{4, 3, 1, 1}, Shape{4, 1}, Shape{7}, Shape{2, 1, 2, 1, 1}}) {
       const bool per_group = std::string(spec).rfind("pergroup", 0) == 0 || std::string(spec).rfind("actnn", 0) == 0 ||
                              std::string(spec).rfind("acgc", 0) == 0;
       if (per_group && shape_numel(shape) != shape[0]) continue;  // groups span the whole sample
