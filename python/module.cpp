@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "actlab/compress/acgc.h"
 #include "actlab/compress/policies.h"
 #include "actlab/compress/policy.h"
 #include "actlab/core/allocator.h"
@@ -102,7 +103,16 @@ std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) 
     owner = ::getpid();
   }
   auto it = cache.find(spec);
-  if (it == cache.end()) it = cache.emplace(spec, parse_policy(spec)).first;
+  if (it == cache.end()) {
+    auto policy = parse_policy(spec);
+    // acgc picks each save's width from gradient measurements that only actlab's trainer makes (run_step's
+    // sensitivity pass); a pack from Python never gets one, so it would code everything at its initial width.
+    ACTLAB_CHECK(dynamic_cast<const AcgcPolicy*>(policy.get()) == nullptr, "'", spec,
+                 "': acgc chooses its widths from actlab's own training loop, which a pack from Python does not run; "
+                 "every array would be coded at its initial ", AcgcPolicy::kInitialBits,
+                 " bits (pergroup with the same G and Q=", AcgcPolicy::kInitialBits, " is that layout by name)");
+    it = cache.emplace(spec, std::move(policy)).first;
+  }
   return it->second;
 }
 
@@ -152,7 +162,9 @@ py::array unpack(const py::object& packed) {
 // A safetensors state dict (actlab-train --export-weights, or any writer) as {name: numpy array}, read and
 // checked by io/safetensors (sizes, offsets, and the checksum when the file has one): for PyTorch users
 // without the safetensors package (Debian has none), torch.from_numpy of each value is a state dict.
-py::dict read_state_dict(const std::string& path) {
+py::dict read_state_dict(const py::object& path_like) {
+  // A str or any os.PathLike (pathlib.Path), as open() takes.
+  const std::string path = py::str(py::module_::import("os").attr("fspath")(path_like));
   const SafetensorsFile file = read_safetensors(path);
   py::dict out;
   for (const auto& [name, t] : file.tensors) {
@@ -274,6 +286,13 @@ PYBIND11_MODULE(_actlab, m) {
                              "bytes held (the packed form)")
       .def_property_readonly("shape", [](const py::object& self) { return py::tuple(py::cast(packed_of(self).shape())); })
       .def_property_readonly("policy", [](const py::object& self) { return packed_of(self).policy->name(); })
+      .def_property_readonly(
+          "lossless",
+          [](const py::object& self) {
+            const PyPacked& p = packed_of(self);
+            return p.policy->is_lossless() || dynamic_cast<const PackedPassthrough*>(p.packed.get()) != nullptr;
+          },
+          "True when unpack gives the array back bit for bit (exact, swap, or a shape the policy keeps as it is)")
       .def("__repr__", [](const py::object& self) {
         const PyPacked& p = packed_of(self);
         return "<actlab.Packed " + p.policy->name() + " " + shape_str(p.shape()) + ", " + std::to_string(p.nbytes()) +
@@ -310,6 +329,13 @@ PYBIND11_MODULE(_actlab, m) {
         "One training step's memory on random data, as actlab-memtable measures it (docs/measures.md).");
   m.def(
       "memory_stats", [] { return memory_stats().table(); }, "The allocator's table (MiB by tag) on the CPU.");
+  m.def(
+      "empty_cache", [] { empty_cache(Device::cpu()); },
+      "Gives the CPU block pool's free blocks back to the system. Packs and unpacked arrays come from that pool, "
+      "which keeps freed blocks for the next step of the same shapes; call this when a process is done with them.");
+  m.def(
+      "check_policy", [](const std::string& policy) { (void)policy_of(policy); }, py::arg("policy"),
+      "Raises the error pack() would raise for this policy string, without packing anything.");
   m.def("read_state_dict", &read_state_dict, py::arg("path"),
         "A safetensors state dict (actlab-train --export-weights writes one) as {name: numpy array}, every size "
         "and offset checked; torch.from_numpy of each value gives PyTorch's state dict.");

@@ -11,6 +11,12 @@ What is packed: every float32 CPU tensor of two or more dimensions that autograd
 actlab's own networks keep as it is:
 - parameters, trainable or frozen, leaf tensors that require a gradient (weights held as plain tensors),
   and views of either (nn.Linear saves weight.t());
+- weights computed from parameters (weight_norm, spectral_norm, parametrizations, a pruning mask's product,
+  weight standardization): a tensor with the shape of a parameter its autograd graph reaches within a few
+  nodes, where that graph reaches no tensor packed as an activation in this block. Coded, such a weight
+  would put its error into every input gradient of its layer. A weight this rule misses (a frozen base
+  merged with a low-rank update, W0 + B @ A, reaches only B and A) or a constant factor (x * mask with a
+  mask that needs no gradient) is kept by keep=: a function of the saved tensor, true to keep it;
 - a normalization's statistics: tensors whose last dimension is 1 (LayerNorm's mean and rstd) and the
   outputs after the first of a norm node (GroupNorm's (N, G) mean and rstd);
 - log-probabilities, the outputs of log_softmax (what cross_entropy saves): actlab's own loss keeps its
@@ -34,6 +40,13 @@ that mask exact). The mask is counted in packed_bytes.
 
 A tensor saved twice in one block (a ReLU output that ReLU and the next convolution both save; the same
 storage, shape, strides and version) is packed once and both saves share it; raw_bytes counts it once.
+
+Second-order gradients (torch.autograd.grad(..., create_graph=True), then a backward through the result)
+would differentiate through decoded values: a lossy pack refuses to be read with gradients enabled, in one
+RuntimeError; exact and swap packs, and saves kept as they are, give PyTorch's own double backward.
+
+The packs and decoded tensors live in actlab's CPU block pool, which keeps freed blocks for the next step;
+actlab.empty_cache() gives them back to the system.
 
 Stochastic rounding: pack k of a block draws from Philox(seed, k). With seed=None (the default) every
 `with` block takes the next value of a process-wide counter (0, 1, 2, ...), so successive steps draw
@@ -125,6 +138,36 @@ def _kept_as_is(t):
     return (t.output_nr > 0 and node.startswith(_NORM_NODES)) or node.startswith("LogSoftmaxBackward")
 
 
+_WEIGHT_WALK_NODES = 64  # a computed weight's graph back to its parameters is a handful of nodes
+
+
+def _computed_weight(t, activation_nodes):
+    """True when t has the shape of a parameter that its autograd graph reaches within _WEIGHT_WALK_NODES
+    nodes, and that part of the graph reaches no node of a tensor packed as an activation in this block
+    (activation_nodes: id(grad_fn) -> weak reference to that tensor). The second condition keeps a hidden
+    activation of an MLP whose batch equals its width ((128, 128), like its weight) an activation."""
+    start = t.grad_fn
+    if start is None:
+        return False
+    shape, matched = tuple(t.shape), False
+    seen, frontier = {id(start)}, [start]
+    while frontier and len(seen) <= _WEIGHT_WALK_NODES:
+        node = frontier.pop()
+        for fn, _ in node.next_functions:
+            if fn is None or id(fn) in seen:
+                continue
+            packed = activation_nodes.get(id(fn))
+            if packed is not None and packed() is not None and packed().grad_fn is fn:
+                return False
+            seen.add(id(fn))
+            variable = getattr(fn, "variable", None)  # an AccumulateGrad node: the leaf it accumulates into
+            if variable is not None:
+                matched = matched or (isinstance(variable, torch.nn.Parameter) and tuple(variable.shape) == shape)
+            else:
+                frontier.append(fn)
+    return matched
+
+
 def _broadcast_source(t):
     """A broadcast view (stride 0 along a dimension of size > 1: an x.expand(...), an SE block's gate) as
     the tensor it repeats, with the shape to expand back to; (t, None) for any other tensor. PyTorch keeps
@@ -157,7 +200,7 @@ def _memory_format(t):
 
 
 @contextlib.contextmanager
-def saved_tensors(policy="division:B=8,Q=2", seed=None):
+def saved_tensors(policy="division:B=8,Q=2", seed=None, keep=None):
     if seed is not None:
         try:
             value = operator.index(seed)  # an int, or a NumPy integer
@@ -166,16 +209,22 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
         if not 0 <= value < 2 ** 64:
             raise ValueError("saved_tensors: seed must be an integer in [0, 2**64), got %r" % (seed,))
         seed = value
-    _actlab.expected_bytes(policy, [1, 1, 8, 8])  # a bad policy string fails here, not at the first save
+    if keep is not None and not callable(keep):
+        raise TypeError("saved_tensors: keep must be a function of the saved tensor (true: keep it as it is), got %r"
+                        % (keep,))
+    _actlab.check_policy(policy)  # a bad policy string fails here, not at the first save
     stats = SavedStats(seed=next(_block_seeds) if seed is None else seed)
     # (data_ptr, shape, strides, version) -> weak references to the tensor and its _Packed: weak, so that a
     # backward run inside the block frees each pack as autograd lets it go.
     packs = {}
+    activation_nodes = {}  # id(grad_fn) -> weak reference to a packed tensor (_computed_weight)
 
     def pack_hook(t):
         source, shape = _broadcast_source(t)
         # A broadcast source too small to code (a last dimension of 1, an SE gate's (N, C, 1, 1)) is kept.
-        if _kept_as_is(t) or (shape is not None and (source.dim() < 2 or source.shape[-1] == 1)):
+        if (_kept_as_is(t) or (shape is not None and (source.dim() < 2 or source.shape[-1] == 1))
+                or _computed_weight(t if t._base is None else t._base, activation_nodes)
+                or (keep is not None and keep(t))):
             stats.kept_as_is += 1
             return _Kept(source, shape, version_of=t)
         key = (t.data_ptr(), tuple(t.shape), t.stride(), t._version)
@@ -191,6 +240,8 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
         stats.raw_bytes += source.numel() * 4
         stats.packed_bytes += saved.packed.nbytes
         packs[key] = (weakref.ref(t), weakref.ref(saved))
+        if t.grad_fn is not None:
+            activation_nodes[id(t.grad_fn)] = weakref.ref(t)
         return saved
 
     def unpack_hook(saved):
@@ -198,6 +249,11 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None):
             _check_version(saved.tensor, saved.version)
             return saved.get()
         _check_version(saved.source(), saved.version)
+        if torch.is_grad_enabled() and not saved.packed.lossless:
+            raise RuntimeError(
+                "actlab.torch: a backward with create_graph=True reads a save that %s coded lossily, so its "
+                "second-order gradient would differentiate through decoded values; run that part outside "
+                "saved_tensors, or under policy='exact'" % saved.packed.policy)
         t = torch.from_numpy(_actlab.unpack(saved.packed))
         if saved.shape is not None:
             return t.expand(saved.shape)
