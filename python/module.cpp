@@ -50,7 +50,14 @@ using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>
 // Only float32 is taken: a silent cast would lose float64's precision under `exact`, drop a complex part or
 // pack None as NaN. numpy.asarray's own error (a tensor that requires grad, a CUDA tensor) reaches Python.
 FloatArray float32_array(const py::object& obj, const char* what) {
-  const py::array a = py::module_::import("numpy").attr("asarray")(obj);
+  py::array a;
+  try {
+    a = py::module_::import("numpy").attr("asarray")(obj);
+  } catch (py::error_already_set& e) {  // a dtype NumPy has no type for (a bf16 torch tensor): say what to do
+    if (!e.matches(PyExc_TypeError)) throw;
+    throw py::type_error(std::string(what) + ": a float32 array is expected, and NumPy cannot read this one (" +
+                         py::str(e.value()).cast<std::string>() + "); convert with .float() or .astype(numpy.float32)");
+  }
   if (a.dtype().kind() != 'f' || a.dtype().itemsize() != 4)
     throw py::type_error(std::string(what) + ": a float32 array is expected, got dtype " +
                          py::str(a.dtype()).cast<std::string>() + " (convert with .astype(numpy.float32) or .float())");

@@ -120,6 +120,12 @@ def hostile_inputs_are_clear_errors_not_crashes_or_casts():
     expect_error(lambda: actlab.expected_bytes("exact", [2 ** 31, 2 ** 31]), RuntimeError, "more bytes than")
     assert actlab.expected_bytes("exact", [3, 2 ** 62, 0, 2]) == actlab.expected_bytes("exact", [2 ** 40, 0, 3, 3]) == 0
     expect_error(lambda: actlab.forward("resnet20", np.zeros((1, 3, 32, 16), np.float32)), RuntimeError, "must be square")
+    try:  # an array NumPy cannot read at all (a bf16 torch tensor): still actlab's TypeError, with what to do
+        import torch
+        expect_error(lambda: actlab.pack(torch.ones(2, 2, dtype=torch.bfloat16)), TypeError, "float32 array is expected",
+                     ".float()")
+    except ImportError:
+        pass
 
 
 @case
