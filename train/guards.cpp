@@ -51,7 +51,7 @@ std::vector<std::string> nonfinite_gradients(const Module& model) {
 }
 
 std::string locate_nonfinite_forward(Module& model, const Tensor& images) {
-  if (images.dtype() == DType::F32 && !all_finite(images)) return "in the input batch";
+  if (images.dtype() == DType::F32 && !all_finite(images)) return kNonfiniteInputBatch;
   NoGradGuard no_grad;
   FirstNonFinite observer;
   ForwardObserver* previous = set_forward_observer(&observer);

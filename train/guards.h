@@ -22,8 +22,11 @@ bool all_finite(const Tensor& t);
 // are skipped. Cost: one pass over all gradients, a few tenths of a percent of a training step.
 std::vector<std::string> nonfinite_gradients(const Module& model);
 
+// What locate_nonfinite_forward says when the batch itself holds a NaN or an infinity.
+inline constexpr const char* kNonfiniteInputBatch = "in the input batch";
+
 // Re-runs model's forward on `images` (no tape, same train/eval mode) with a forward observer and
-// says where the first non-finite value appears: "in the input batch", "first in layer 'conv1'
+// says where the first non-finite value appears: kNonfiniteInputBatch, "first in layer 'conv1'
 // (Conv2d) output", or "" when every output is finite (then the loss itself overflowed). Changes
 // the model's buffers like any training-mode forward: snapshot and restore them around it.
 std::string locate_nonfinite_forward(Module& model, const Tensor& images);

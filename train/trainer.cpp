@@ -351,7 +351,10 @@ class Run {
   bool run_epoch(int64_t epoch);  // false: stopped by a request
   bool train_step(const Batch& batch, int64_t epoch, int64_t step, EpochRow& row);  // false: update skipped
   std::string locate_in_forward(const Tensor& images);
-  void nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step);
+  // weights_to_blame: this rank's weights gave the non-finite value on finite data (a non-finite gradient,
+  // or a loss whose input batch was finite: locate_in_forward).
+  void nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step,
+                      bool weights_to_blame);
   void discard_update();
   void after_first_step(const StepResult& r);
   void finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start);
@@ -632,11 +635,11 @@ bool Run::train_step(const Batch& host_batch, int64_t epoch, int64_t step, Epoch
     const bool here = !std::isfinite(r.loss);
     const std::string where = here ? locate_in_forward(batch.images) : "this rank's loss was finite";
     nonfinite_step(dist_.on() ? "loss on " + rank_list(bad_loss_ranks) : "loss (" + std::to_string(r.loss) + ")",
-                   where, epoch, step);
+                   where, epoch, step, here && where != kNonfiniteInputBatch);
     return false;
   }
   if (!r.updated && !overflow_skipped) {
-    nonfinite_step("gradient", bad_gradient, epoch, step);
+    nonfinite_step("gradient", bad_gradient, epoch, step, true);
     return false;
   }
   // An overflow the scaler absorbed: the forward was good and is counted; its update is dropped.
@@ -702,8 +705,13 @@ void Run::discard_update() {
 }
 
 // Nothing of the bad step has been applied: undo the forward's buffer update, drop the gradients,
-// then skip the step, or save the last good state and fail with one line saying where it happened.
-void Run::nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step) {
+// then skip the step, or fail with one line saying where it happened. The state before the step is saved
+// as the last good one only when no rank's weights are to blame (every non-finite loss came from its input
+// batch): otherwise the weights themselves gave it on finite data (a learning rate that diverged leaves
+// them huge but finite), and writing them over last.safetensors lost the epoch-end state a smaller --lr
+// could resume from.
+void Run::nonfinite_step(const std::string& what, const std::string& where, int64_t epoch, int64_t step,
+                         bool weights_to_blame) {
   discard_update();
   const std::string at = "at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step + 1) +
                          " (global step " + std::to_string(global_step_ + 1) + "), " + where;
@@ -718,14 +726,20 @@ void Run::nonfinite_step(const std::string& what, const std::string& where, int6
   std::string saved = "; nothing saved (no --save-dir)";
   if (!c_.save_dir.empty()) {
     gather_epoch_sums();
+    // Every rank takes this path for the same step: the blame is agreed on by a sum, so all save or none.
+    std::vector<double> blame = {weights_to_blame ? 1.0 : 0.0};
+    dist_.sum(blame);
     const std::string path = (std::filesystem::path(c_.save_dir) / "last.safetensors").string();
+    const std::string kept = std::filesystem::exists(path) ? path + " was left as it was" : "nothing was saved";
     bool weights_finite = true;
     for (const auto& p : model_->named_parameters()) weights_finite = weights_finite && all_finite(p.second.data());
-    if (weights_finite) {
+    if (!weights_finite) {  // a finite gradient times the learning rate overflowed in an earlier update
+      saved = "; the weights themselves are no longer finite, so " + kept;
+    } else if (blame[0] > 0) {
+      saved = "; the weights give it on a finite batch, so " + kept;
+    } else {
       save("last.safetensors", state(epoch, step));
       saved = "; the last good state is in " + path;
-    } else {  // a finite gradient times the learning rate overflowed in an earlier update
-      saved = "; the weights themselves are no longer finite, so " + path + " was left as it was";
     }
   }
   const std::string message = detail::concat(
@@ -810,7 +824,7 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   all_rates_.insert(all_rates_.end(), rates_.begin(), rates_.end());
   summary_.peak_bytes = std::max(summary_.peak_bytes, row.peak_bytes);
   summary_.epochs.push_back(row);
-  const bool best = ev.acc > best_acc_;
+  const bool best = std::isfinite(ev.loss) && ev.acc > best_acc_;  // a model whose test loss is not finite is never the best
   if (best) best_acc_ = ev.acc;
   // The row before the checkpoint: a kill between the two leaves a row whose epoch the last checkpoint
   // lacks, which a resume cuts off and writes again (EpochLogger), where the other order lost the row. A row

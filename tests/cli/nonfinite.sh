@@ -5,7 +5,8 @@
 #    holding the last good state; resuming from it (no NaN) ends bit-identical to a run that never
 #    saw one; a NaN injected into a gradient names the layer;
 #  - skip-step: one bad step is skipped and counted, the run finishes; ten in a row stop it;
-#  - a diverging learning rate (1e6) trips the same check without any hook;
+#  - a diverging learning rate (1e6) trips the same check without any hook, and leaves the epoch-end
+#    checkpoint as it was (the weights, not the data, gave the NaN);
 # a finite training loss with a NaN test loss is named in a warning;
 # and the other run guard, --check-memory: a DIVISION run ends with its one verdict line; and on a
 # terminal (script(1) gives the run a pty) the error starts a line of its own, after the live '\r' line.
@@ -58,11 +59,20 @@ expect_error "skip-step x10" "$work/skip10.last" $rc \
   "global step 11\), in the input batch \(10 non-finite steps in a row\); the last good state is in"
 [ "$(grep -c "update skipped" "$work/skip10.err")" = 9 ] || fail "skip-step x10: expected 9 skip warnings"
 
-# A learning rate of 1e6 diverges within a few steps: caught without any hook, a layer named.
-"$bin" "${common[@]}" --lr 1e6 --save-dir "$work/diverge" 2>"$work/diverge.err"
-expect_error "lr 1e6" "$work/diverge.err" $? "non-finite (loss|gradient) .* first in layer '[a-z0-9.]+'"
-[ -f "$work/diverge/last.safetensors" ] || fail "lr 1e6: no checkpoint of the last good state"
-"$bin" --resume "$work/diverge/last.safetensors" --eval-only --quiet || fail "lr 1e6: the saved state does not load"
+# A learning rate of 1e6 diverges within a few steps: caught without any hook, a layer named. The weights
+# give the NaN on finite data, so they are not saved as a good state: the epoch-end checkpoint it resumed
+# from stays as it was (a smaller --lr can go on from it), and a run with none saves nothing.
+"$bin" "${common[@]}" --epochs 1 --save-dir "$work/diverge" || fail "lr 1e6: the first epoch failed"
+cp "$work/diverge/last.safetensors" "$work/diverge-epoch1.safetensors"
+"$bin" --resume "$work/diverge/last.safetensors" --epochs 3 --lr 1e6 --quiet 2>"$work/diverge.err"
+expect_error "lr 1e6" "$work/diverge.err" $? \
+  "non-finite (loss|gradient) .* first in layer '[a-z0-9.]+'.*; .*$work/diverge/last.safetensors was left as it was"
+cmp -s "$work/diverge/last.safetensors" "$work/diverge-epoch1.safetensors" ||
+  fail "lr 1e6: the epoch-1 checkpoint was overwritten by the diverged weights"
+"$bin" --resume "$work/diverge/last.safetensors" --epochs 2 --quiet || fail "lr 1e6: resuming the kept state failed"
+"$bin" "${common[@]}" --batch-size 8 --epochs 1 --lr 1e6 --save-dir "$work/diverge0" 2>"$work/diverge0.err"
+expect_error "lr 1e6, no checkpoint yet" "$work/diverge0.err" $? "first in layer .*, so nothing was saved"
+[ ! -e "$work/diverge0/last.safetensors" ] || fail "lr 1e6: the diverged weights were saved as a good state"
 
 # --check-memory: the verdict is the last line of a normal run's output.
 out=$("$bin" "${common[@]/--quiet/--print-every=100}" --policy division:B=4,Q=2 --check-memory 2>&1) ||
@@ -87,6 +97,11 @@ ACTLAB_INJECT_NAN_INTO=eval ACTLAB_INJECT_NAN_STEP=2 "$bin" "${common[@]}" --epo
   fail "the NaN-test-loss run failed: $(cat "$work/testnan.err")"
 [ "$(grep -c "warning: the test loss on synthetic.* is NaN: the model gives non-finite outputs" "$work/testnan.err")" = 1 ] ||
   fail "a NaN test loss is not named once: $(cat "$work/testnan.err")"
+# A model whose test loss is NaN is never the best one: a one-epoch run like that writes last, not best.
+ACTLAB_INJECT_NAN_INTO=eval ACTLAB_INJECT_NAN_STEP=1 "$bin" "${common[@]}" --epochs 1 --save-dir "$work/testnan" \
+  2>/dev/null || fail "the one-epoch NaN-test-loss run failed"
+[ -f "$work/testnan/last.safetensors" ] && [ ! -e "$work/testnan/best.safetensors" ] ||
+  fail "a NaN test loss: best.safetensors written (or last.safetensors missing): $(ls "$work/testnan")"
 
 echo "non-finite checks: $failures failed"
 [ "$failures" -eq 0 ]
