@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <new>
 #include <set>
 
 #include "actlab/core/allocator.h"
+#include "actlab/io/files.h"
 #include "actlab/train/checkpoint.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/config_file.h"
@@ -22,9 +24,10 @@ using namespace actlab;
 namespace {
 
 // Precedence: built-in defaults < the --resume checkpoint's stored configuration < --config FILE <
-// flags given on the command line. An evaluation (--resume with --eval-only) takes its output keys
-// (is_output_key) from its own config file and flags only: inherited, they rewrote the training run's
-// --summary-json and --export-weights with an evaluation's figures, and its --quiet hid the result.
+// flags given on the command line. An evaluation (--resume with --eval-only) and a branch (a resume that
+// saves to another --save-dir) take their output keys (is_output_key) from their own config file and
+// flags only: inherited, they rewrote the first run's --summary-json, --log and --export-weights with
+// another run's figures, and an evaluation's --quiet hid its result.
 TrainConfig effective_config(const FlagParser& flags) {
   std::set<std::string> given;
   for (const auto& o : flags.effective())
@@ -43,11 +46,27 @@ TrainConfig effective_config(const FlagParser& flags) {
     return c;
   };
   const std::string resume = flags.get("resume");
-  TrainConfig c = merge(resume.empty() ? TrainConfig() : config_from_json(checkpoint_state(read_safetensors(resume)).config_json));
-  if (!resume.empty() && c.eval_only) {
+  const TrainConfig saved =
+      resume.empty() ? TrainConfig() : config_from_json(checkpoint_state(read_safetensors(resume)).config_json);
+  TrainConfig c = merge(saved);
+  const bool branch = !resume.empty() && !c.eval_only && !c.save_dir.empty() &&
+                      (saved.save_dir.empty() || resolved_path(c.save_dir) != resolved_path(saved.save_dir));
+  if (!resume.empty() && (c.eval_only || branch)) {
     const TrainConfig own = merge(TrainConfig());
-    for (const auto& [key, value] : config_entries(own))
-      if (is_output_key(key)) set_config_value(c, key, value);
+    std::map<std::string, std::string> inherited;
+    for (const auto& [key, value] : config_entries(c)) inherited[key] = value;
+    std::string dropped;
+    for (const auto& [key, value] : config_entries(own)) {
+      if (!is_output_key(key)) continue;
+      const std::string before = inherited[key];
+      if (branch && before != value && (key == "log" || key == "summary-json" || key == "export-weights" ||
+                                        key == "memory-report"))
+        dropped += (dropped.empty() ? "" : ", ") + ("--" + key + " '" + before + "'");
+      set_config_value(c, key, value);
+    }
+    if (!dropped.empty())
+      std::fprintf(stderr, "actlab-train: note: this resume saves to another --save-dir, so it leaves the first run's "
+                   "outputs alone: %s (give them again to write this run's)\n", dropped.c_str());
   }
   c.resume = resume;
   c.config_path = flags.get("config");

@@ -95,7 +95,8 @@ void make_output_dir(const std::string& dir, const char* what) {
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", dir, "' is not writable");
 }
 
-void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic) {
+void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic,
+                    const std::string& planned_dir) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
   const fs::path p(path);
@@ -104,6 +105,7 @@ void check_writable(const std::string& path, bool overwrite, const char* what, b
   ACTLAB_CHECK(!fs::is_directory(p), what, " '", path, "' is a directory");
   if (fs::exists(p) && !fs::is_regular_file(p)) return;  // a device or FIFO: written in place
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!planned_dir.empty() && !fs::exists(dir) && resolved_path(dir.string()) == resolved_path(planned_dir)) return;
   ACTLAB_CHECK(fs::is_directory(dir), what, " '", path, "': directory '", dir.string(), "' does not exist");
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", path, "': directory '", dir.string(),
                "' is not writable");

@@ -26,8 +26,10 @@ void write_all(int fd, const void* data, size_t n, const std::string& path);
 // output asked for) passes. Apps call it before long work, so a bad output path fails at once.
 // For a file written by write_file_atomic (`atomic`), also checks that the temporary file's name
 // (`<name>.tmp.<pid>`) fits the file system's name limit: a name that does not would fail only when the
-// file is written, after the work.
-void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic = true);
+// file is written, after the work. `planned_dir`: a directory the program creates before it writes (a
+// training run's --save-dir); a path directly in it passes the directory checks while it does not exist yet.
+void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic = true,
+                    const std::string& planned_dir = "");
 // The path with `.`, `..` and symbolic links resolved as far as it exists (the path as given where it
 // cannot be), so that two spellings of one file compare equal.
 std::string resolved_path(const std::string& path);

@@ -254,12 +254,15 @@ void validate(const TrainConfig& c) {
   ACTLAB_CHECK(c.resume.empty() || c.overwrite || c.log_file.empty() || !std::filesystem::exists(c.log_file) || own_log,
                "log file '", c.log_file, "' exists and is not an epoch log (a resumed run appends to its own); "
                "pass --overwrite to replace it or choose another name");
-  check_writable(c.log_file, c.overwrite || own_log, "log file", /*atomic=*/false);  // appended to in place
+  // An output directly in --save-dir (--save-dir runs/a --log runs/a/log.csv) may name it before the run
+  // creates it (prepare_save_dir; an evaluation or --summary creates none).
+  const std::string dir = c.eval_only || c.summary_only ? std::string() : c.save_dir;
+  check_writable(c.log_file, c.overwrite || own_log, "log file", /*atomic=*/false, dir);  // appended to in place
   if (!c.log_file.empty())  // written beside the log at start, rewritten by a resumed run
-    check_writable(c.log_file + ".config.txt", c.overwrite || own_log, "log's configuration file");
-  check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report");  // not rewritten on resume
-  check_writable(c.summary_json, true, "summary file");  // rewritten at the end of every (resumed) run
-  check_writable(c.export_weights, true, "--export-weights file");  // before training, not after
+    check_writable(c.log_file + ".config.txt", c.overwrite || own_log, "log's configuration file", true, dir);
+  check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report", true, dir);  // not rewritten on resume
+  check_writable(c.summary_json, true, "summary file", true, dir);  // rewritten at the end of every (resumed) run
+  check_writable(c.export_weights, true, "--export-weights file", true, dir);  // before training, not after
 }
 
 // ---------------------------------------------------------------- stop requests

@@ -2,7 +2,8 @@
 # End-to-end checkpoint/resume checks of the real actlab-train binary: a run killed with SIGKILL
 # during epoch 2 and resumed from DIR/last.safetensors, and runs stopped with SIGINT (exit 130) and
 # SIGTERM (exit 143) mid-epoch and resumed, and a streamed image-folder run stopped mid-epoch and
-# resumed, all end with the same tensor bytes as an uninterrupted run.
+# resumed, all end with the same tensor bytes as an uninterrupted run; a resume that changes the recipe
+# says so, and one into another --save-dir leaves the first run's outputs alone.
 #   tests/cli/resume.sh PATH/TO/actlab-train
 set -u
 bin="$1"
@@ -78,6 +79,22 @@ grep -q "note: resuming with options the checkpoint's run did not have: --lr '0.
 "$bin" "${tiny[@]}" --epochs 3 --resume "$work/recipe/last.safetensors" --lr 0.2 --policy-rule fc1=exact \
   2> "$work/recipe2.err" || fail "the second resume failed"
 [ ! -s "$work/recipe2.err" ] || fail "a resume with the checkpoint's own options printed: $(cat "$work/recipe2.err")"
+
+# Outputs may sit in the --save-dir the run creates. A resume into another --save-dir (a branch) leaves the
+# first run's log and summary as they were, and says so; one into the same directory appends to its log.
+"$bin" "${tiny[@]}" --epochs 1 --save-dir "$work/trunk" --log "$work/trunk/log.csv" --summary-json "$work/trunk/s.json" ||
+  fail "a run whose --log and --summary-json are in the --save-dir it creates failed"
+cp "$work/trunk/log.csv" "$work/trunk-log.csv"
+cp "$work/trunk/s.json" "$work/trunk-s.json"
+"$bin" "${tiny[@]}" --epochs 2 --resume "$work/trunk/last.safetensors" --save-dir "$work/branch" 2> "$work/branch.err" ||
+  fail "the branch failed: $(cat "$work/branch.err")"
+grep -q "note: this resume saves to another --save-dir, so it leaves the first run's outputs alone: --log '$work/trunk/log.csv', --summary-json '$work/trunk/s.json'" \
+  "$work/branch.err" || fail "the branch does not say it leaves the first run's outputs: $(cat "$work/branch.err")"
+cmp -s "$work/trunk/log.csv" "$work/trunk-log.csv" && cmp -s "$work/trunk/s.json" "$work/trunk-s.json" ||
+  fail "the branch rewrote the first run's log or summary"
+[ "$(epoch_of "$work/branch/last.safetensors")" = 2 ] || fail "the branch did not train its epoch"
+"$bin" "${tiny[@]}" --epochs 2 --resume "$work/trunk/last.safetensors" || fail "the trunk's own resume failed"
+[ "$(grep -c . "$work/trunk/log.csv")" = 3 ] || fail "the trunk's own resume did not append its epoch to its log"
 
 echo "resume checks: $failures failed"
 [ "$failures" -eq 0 ]
