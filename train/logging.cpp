@@ -71,18 +71,22 @@ void trim_resumed_log(const std::string& path, int64_t epochs_done) {
 }
 }  // namespace
 
-EpochLogger::EpochLogger(const std::string& path, bool append, int64_t epochs_done) : path_(path) {
-  if (path.empty()) return;
+EpochLogger::EpochLogger(const std::string& path, bool append, int64_t epochs_done, std::function<void()> on_open)
+    : path_(path), append_(append), epochs_done_(epochs_done), on_open_(std::move(on_open)) {
   const std::string ext = path.size() >= 5 ? path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.')) : "";
   json_ = ext == ".jsonl" || ext == ".json";
-  if (append) trim_resumed_log(path, epochs_done);
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path, "': ", std::strerror(errno));
+}
+
+void EpochLogger::open() {
+  if (append_) trim_resumed_log(path_, epochs_done_);
+  file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
+  ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path_, "': ", std::strerror(errno));
   std::fseek(file_, 0, SEEK_END);
   if (!json_ && std::ftell(file_) == 0) {
     std::fprintf(file_, "%s\n", kCsvHeader);
     std::fflush(file_);
   }
+  if (on_open_) on_open_();
 }
 
 EpochLogger::~EpochLogger() {
@@ -90,7 +94,8 @@ EpochLogger::~EpochLogger() {
 }
 
 void EpochLogger::write(const EpochRow& r) {
-  if (!file_) return;
+  if (path_.empty()) return;
+  if (!file_) open();
   const double mib = 1024.0 * 1024.0;
   std::string line;
   if (json_) {

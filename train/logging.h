@@ -4,6 +4,7 @@
 // Tested in tests/test_train.cpp.
 #pragma once
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,11 @@ class EpochLogger {
   // run's log is first cut back to what its checkpoint holds: a last line without its newline (a write
   // that failed part way, a kill) and the rows of epochs after `epochs_done` (a resume from an older
   // checkpoint, which writes those epochs again) are removed, with a note on stderr.
-  explicit EpochLogger(const std::string& path, bool append = false, int64_t epochs_done = 0);
+  // Nothing is opened, cut or created before the first row: a run that fails before its first epoch ends
+  // leaves an existing log as it was. on_open runs once, right after the log is opened (the trainer writes
+  // its configuration beside it then).
+  explicit EpochLogger(const std::string& path, bool append = false, int64_t epochs_done = 0,
+                       std::function<void()> on_open = {});
   ~EpochLogger();
   EpochLogger(const EpochLogger&) = delete;
   EpochLogger& operator=(const EpochLogger&) = delete;
@@ -33,9 +38,13 @@ class EpochLogger {
   // whole row) and the write throws Error.
   void write(const EpochRow& row);
  private:
+  void open();
   std::FILE* file_ = nullptr;
   bool json_ = false;
   std::string path_;
+  bool append_ = false;
+  int64_t epochs_done_ = 0;
+  std::function<void()> on_open_;
 };
 
 class Progress {

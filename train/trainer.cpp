@@ -388,6 +388,7 @@ class Run {
   std::unique_ptr<LossScaler> scaler_;       // --loss-scale (disabled: scale 1)
   int64_t nonfinite_in_a_row_ = 0;
   bool first_step_done_ = false;
+  bool resumed_mid_run_ = false;  // the first process printed the first-step report and wrote the memory report
   LrSchedule sched_;
   int64_t steps_per_epoch_ = 0;
   std::unique_ptr<EpochLogger> logger_;
@@ -680,12 +681,17 @@ void Run::after_first_step(const StepResult& r) {
   first_step_done_ = true;
   // Each rank's policy packs its own activations: the measure per rank, and what the job holds.
   const std::vector<double> act = dist_.gather(static_cast<double>(r.activation_bytes));
-  if (dist_.on() && !c_.quiet) std::printf("distributed: activation memory %s\n", per_rank_bytes(act).c_str());
   // A whole step has looked up every save's policy (a checkpointed segment's in its recompute): a rule
-  // that took none is a pattern that names nothing here, and training on would ignore it silently.
+  // that took none is a pattern that names nothing here, and training on would ignore it silently. A
+  // resumed run checks too: a rule given to the resume was never checked before.
   policies_->check_rules_matched(c_.model);
+  // A resumed run: the report was printed by the run it continues, whose memory report stays as it was; a
+  // report the resume asks for and no earlier run wrote is written.
+  const bool report_written = resumed_mid_run_ && std::filesystem::exists(c_.memory_report);
+  if (!c_.memory_report.empty() && !report_written) write_memory_report(c_.memory_report, r.saves);
+  if (resumed_mid_run_) return;
+  if (dist_.on() && !c_.quiet) std::printf("distributed: activation memory %s\n", per_rank_bytes(act).c_str());
   if (!c_.quiet) print_first_step_report(summary_, r, c_);
-  if (!c_.memory_report.empty()) write_memory_report(c_.memory_report, r.saves);
 }
 
 // Re-runs the failing forward (same dropout masks) to find the first layer with a non-finite
@@ -965,12 +971,13 @@ TrainSummary Run::go() {
     if (!c_.summary_json.empty()) write_summary_json(c_.summary_json, summary_, c_);
     return summary_;
   }
-  if (global_step_ > 0) first_step_done_ = true;  // resumed: the first-step report was printed by the first process
-  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty(), first_epoch_);
-  if (!c_.log_file.empty()) {  // after the log opened: a log that cannot be written leaves no side file
-    const std::string path = c_.log_file + ".config.txt";
-    write_text_atomic(path, "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
-  }
+  resumed_mid_run_ = global_step_ > 0;
+  // The configuration is written beside the log when the log opens, at the first epoch's row: a log that
+  // cannot be written leaves no side file, and a run that fails before then leaves both as they were.
+  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty(), first_epoch_, [this] {
+    write_text_atomic(c_.log_file + ".config.txt",
+                      "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
+  });
   progress_ = std::make_unique<Progress>(c_.quiet, c_.print_every > 0 ? c_.print_every
                                                                       : std::max<int64_t>(1, steps_per_epoch_ / 10));
   if (!c_.quiet) print_header();

@@ -86,6 +86,7 @@ grep -q "note: resuming with options the checkpoint's run did not have: --lr '0.
   fail "a run whose --log and --summary-json are in the --save-dir it creates failed"
 cp "$work/trunk/log.csv" "$work/trunk-log.csv"
 cp "$work/trunk/s.json" "$work/trunk-s.json"
+cp "$work/trunk/last.safetensors" "$work/trunk-epoch1.safetensors"
 "$bin" "${tiny[@]}" --epochs 2 --resume "$work/trunk/last.safetensors" --save-dir "$work/branch" 2> "$work/branch.err" ||
   fail "the branch failed: $(cat "$work/branch.err")"
 grep -q "note: this resume saves to another --save-dir, so it leaves the first run's outputs alone: --log '$work/trunk/log.csv', --summary-json '$work/trunk/s.json'" \
@@ -95,6 +96,18 @@ cmp -s "$work/trunk/log.csv" "$work/trunk-log.csv" && cmp -s "$work/trunk/s.json
 [ "$(epoch_of "$work/branch/last.safetensors")" = 2 ] || fail "the branch did not train its epoch"
 "$bin" "${tiny[@]}" --epochs 2 --resume "$work/trunk/last.safetensors" || fail "the trunk's own resume failed"
 [ "$(grep -c . "$work/trunk/log.csv")" = 3 ] || fail "the trunk's own resume did not append its epoch to its log"
+# A resume that fails at its first step (a policy rule given to it that names no layer: checked there, as
+# for a new run) leaves the log it would have cut back to its checkpoint's epoch as it was. A memory report
+# a resume asks for is written.
+cp "$work/trunk/log.csv" "$work/trunk-log2.csv"
+"$bin" "${tiny[@]}" --epochs 3 --resume "$work/trunk-epoch1.safetensors" --save-dir "$work/old" \
+  --log "$work/trunk/log.csv" --policy-rule nosuchlayer=exact 2> "$work/badrule.err"
+[ $? -eq 2 ] && grep -q "the policy rule for 'nosuchlayer' matched no save" "$work/badrule.err" ||
+  fail "a resume's unmatched policy rule was not refused: $(cat "$work/badrule.err")"
+cmp -s "$work/trunk/log.csv" "$work/trunk-log2.csv" || fail "a resume that failed at its first step cut the log back"
+"$bin" "${tiny[@]}" --epochs 3 --resume "$work/trunk/last.safetensors" --memory-report "$work/trunk/mr.csv" ||
+  fail "a resume with --memory-report failed"
+[ -s "$work/trunk/mr.csv" ] || fail "a resume's --memory-report was not written"
 
 echo "resume checks: $failures failed"
 [ "$failures" -eq 0 ]
