@@ -174,6 +174,11 @@ int draw_radar(const FlagParser& f) {
                               ? (std::filesystem::path(in.results_csv).parent_path() / "fig1_radar.svg").string()
                               : f.get("out");
   check_writable(out, true, "--out file");
+  // The SVG replaces an existing --out; never one of the files it is drawn from (a throughput CSV takes a
+  // bench run to measure again).
+  for (const auto& [path, option] : {std::pair{in.results_csv, "--results"}, std::pair{in.memory_csv, "--memory"},
+                                     std::pair{in.throughput_csv, "--throughput"}})
+    check_distinct_outputs({{out, "--out"}, {path, option}});
   const RadarData data = read_radar_data(in);
   for (const auto& s : data.skipped) std::fprintf(stderr, "actlab-ablate: left out of the radar: %s\n", s.c_str());
   ACTLAB_CHECK(!data.points.empty(), "no method has all three values; nothing to draw");

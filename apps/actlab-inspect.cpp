@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <exception>
 #include <filesystem>
 #include <set>
@@ -238,6 +239,10 @@ double finite_or_gap(double v) { return std::isfinite(v) ? v : std::nan(""); }
 
 // Every file inspect writes into --out, named once: the writers below take their paths from here, and the
 // run checks them all before its long work (a name blocked by a directory failed only at the end).
+// The first line of a report's README.md: a directory that holds one is an earlier report, whose files a new
+// run replaces.
+constexpr const char* kReportTitle = "# actlab-inspect report";
+
 struct OutputFiles {
   std::string dir;
   std::string path(const std::string& name) const { return dir + "/" + name; }
@@ -432,7 +437,7 @@ std::string markdown_tables(const Report& r) {
 
 void write_readme(const OutputFiles& out, const Report& r) {
   std::ostringstream md;
-  md << "# actlab-inspect report\n\nMade by:\n\n```\n" << r.command << "\n```\n\n"
+  md << kReportTitle << "\n\nMade by:\n\n```\n" << r.command << "\n```\n\n"
      << "- Model: " << r.model_note << "\n- Data: " << r.batch << " test images of " << r.data_note << "\n"
      << "- BatchNorm: " << r.bn_mode << "; stochastic-rounding seed " << r.seed << "\n"
      << "- Gradient errors computed in " << r.precision
@@ -507,11 +512,14 @@ void declare_flags(FlagParser& flags) {
             "stochastic-rounding draws per policy (seeds seed, seed+1, ...): the error of their mean gradient "
             "falls as 1/sqrt(draws) for an unbiased policy, a bias stays");
   flags.add("threads", "int", "2", "CPU threads");
+  flags.add("overwrite", "bool", "false",
+            "replace files in --out that an earlier report did not write (an earlier report's are replaced anyway)");
 }
 
 // Flag values checked before anything slow runs.
 struct Settings {
   std::string out;
+  bool overwrite = false;
   int64_t images = 4, channels = 2;
   bool train_bn = true;
   int64_t draws = 1;
@@ -525,6 +533,7 @@ Settings read_settings(const FlagParser& flags, int argc, char** argv, Report* r
   args[0] = "actlab-inspect";
   r->command = shell_command_line(args);
   st.out = flags.get("out");
+  st.overwrite = flags.get_bool("overwrite");
   ACTLAB_CHECK(!st.out.empty(), "--out DIR is required (see --help)");
   ACTLAB_CHECK(!fs::exists(st.out) || fs::is_directory(st.out), "--out '", st.out, "' exists and is not a directory");
   r->ratio = flags.get_float("ratio");
@@ -601,7 +610,13 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   const std::vector<const CapturedInput*> maps = unique_maps(inputs);
   r.fig_layers = flags.given("layers") ? split_list(flags.get("layers"), ',') : default_fig_layers(maps);
   for (const auto& l : r.fig_layers) find_map(maps, l);  // unknown names fail before the long work
-  for (const auto& f : OutputFiles{st.out}.all(r.fig_layers)) check_writable(f, true, "output file");
+  // An earlier report's files are replaced; a file of anything else (--out . in a project: its README.md)
+  // only with --overwrite.
+  std::string first_line;
+  std::ifstream readme(OutputFiles{st.out}.readme());
+  const bool earlier_report = std::getline(readme, first_line) && first_line == kReportTitle;
+  for (const auto& f : OutputFiles{st.out}.all(r.fig_layers))
+    check_writable(f, st.overwrite || earlier_report, "output file");
   r.inputs = layer_spectra(inputs, st.policies, {r.ratio, r.seed, st.train_bn});
   for (const auto& row : r.inputs)
     if (row.has_spectrum) r.spectra.push_back(row);
@@ -639,6 +654,7 @@ int main(int argc, char** argv) {
                    "for one batch of real test images. Writes PNG, CSV, SVG and README.md into --out.\n"
                    "Example: actlab-inspect --checkpoint runs/r20/best.safetensors --out inspect/");
   declare_flags(flags);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each stage line as it happens, also into a pipe or a file
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());

@@ -100,9 +100,9 @@ void check_writable(const std::string& path, bool overwrite, const char* what, b
   if (path.empty()) return;
   namespace fs = std::filesystem;
   const fs::path p(path);
+  ACTLAB_CHECK(!fs::is_directory(p), what, " '", path, "' is a directory");
   ACTLAB_CHECK(overwrite || !fs::exists(p), what, " '", path,
                "' already exists; pass --overwrite to replace it or choose another name");
-  ACTLAB_CHECK(!fs::is_directory(p), what, " '", path, "' is a directory");
   if (fs::exists(p) && !fs::is_regular_file(p)) return;  // a device or FIFO: written in place
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!planned_dir.empty() && !fs::exists(dir) && resolved_path(dir.string()) == resolved_path(planned_dir)) return;

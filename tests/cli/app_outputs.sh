@@ -49,12 +49,21 @@ check "ablate --radar, no results file" "--results file '$work/none.csv' cannot 
   actlab-ablate --radar --results "$work/none.csv" --memory "$work/none.csv" --throughput "$work/none.csv" --out "$work/r.svg"
 check "ablate --radar --out under a file" "--out file '$work/a-file/r.svg'" \
   actlab-ablate --radar --results "$work/none.csv" --out "$work/a-file/r.svg"
+echo "method,bytes" > "$work/mem.csv"
+check "ablate --radar --out on its --memory" "--out and --memory name the same file" \
+  actlab-ablate --radar --results "$work/none.csv" --memory "$work/mem.csv" --throughput "$work/none.csv" --out "$work/mem.csv"
+[ "$(cat "$work/mem.csv")" = "method,bytes" ] || fail "ablate --radar --out on its --memory: the input was changed"
 check "bench_train --csv, under a file" "--csv file '$work/a-file/b.csv'" \
   bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0 --csv "$work/a-file/b.csv"
 check "inspect --out not creatable"   "cannot create output directory '/proc/actlab-nope'" \
   actlab-inspect --model mlp --out /proc/actlab-nope
 check "inspect --out under a file"    "cannot create output directory '$work/a-file/x'" \
   actlab-inspect --model mlp --out "$work/a-file/x"
+# A directory with files of its own (--out . in a project) keeps them: only an earlier report's are replaced.
+mkdir -p "$work/project" && echo "a project's own README" > "$work/project/README.md"
+check "inspect --out over a foreign README" "output file '$work/project/README.md' already exists; pass --overwrite" \
+  actlab-inspect --model mlp --batch-size 4 --out "$work/project"
+[ "$(cat "$work/project/README.md")" = "a project's own README" ] || fail "inspect replaced a README it did not write"
 check "inspect --draws 0"             "--draws must be in \\[1, 10000\\], got 0" \
   actlab-inspect --model mlp --out "$work/i" --draws 0
 check "inspect --policy-rule malformed" "bad --policy-rule 'nope': expected MODULE_PATTERN=POLICY" \
@@ -227,7 +236,7 @@ fi
 # An MLP has no 2-D map and no token map: no Fig. 4 figure (one an earlier run left is removed), and the README
 # says it was not written; its Linear inputs are coded all the same, so reconstruction.csv has their rows.
 cases=$((cases + 1))
-mkdir -p "$work/im" && echo stale >"$work/im/fig4_lambda.svg"
+mkdir -p "$work/im" && echo stale >"$work/im/fig4_lambda.svg" && echo '# actlab-inspect report' >"$work/im/README.md"
 if "$build/actlab-inspect" --model mlp --out "$work/im" --threads 1 --batch-size 4 --policies 'division:B=8,Q=2' \
      >/dev/null 2>&1 &&
    [ ! -e "$work/im/fig4_lambda.svg" ] &&
