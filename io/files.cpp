@@ -26,6 +26,22 @@ struct FdCloser {
 // The name write_file_atomic writes through before renaming (check_writable checks that it fits).
 std::string temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
+// The file a symbolic link names, through a chain of links, also when it does not exist yet (a dangling
+// link: weakly_canonical stops at the link and gives the link's own path, so writing there replaced the
+// link with a regular file); `path` itself when it is not a link.
+std::string link_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec)) || ec) return p.string();
+    const fs::path to = fs::read_symlink(p, ec);
+    ACTLAB_CHECK(!ec, "cannot read the link '", path, "': ", ec.message());
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  ACTLAB_FAIL("cannot resolve the link '", path, "': too many levels of links");
+}
+
 }  // namespace
 
 void write_all(int fd, const void* data, size_t n, const std::string& path) {
@@ -44,14 +60,8 @@ void write_file_atomic(const std::string& path_in, const std::function<void(int,
   // A symbolic link is followed: the file it names is replaced, the link stays. A character device or
   // FIFO (/dev/stdout, a pipe, /dev/full) is written in place: renaming over it would replace the
   // device node with a regular file. Anything else that is not a regular file is refused.
-  std::string path = path_in;
+  const std::string path = link_target(path_in);
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    std::error_code ec;
-    const auto target = std::filesystem::weakly_canonical(path, ec);
-    ACTLAB_CHECK(!ec, "cannot resolve the link '", path_in, "': ", ec.message());
-    path = target.string();
-  }
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
       FdCloser fd{::open(path.c_str(), O_WRONLY | O_CLOEXEC)};
@@ -99,7 +109,7 @@ void check_writable(const std::string& path, bool overwrite, const char* what, b
                     const std::string& planned_dir) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
-  const fs::path p(path);
+  const fs::path p(link_target(path));  // a link is written through: its target's directory must take the file
   ACTLAB_CHECK(!fs::is_directory(p), what, " '", path, "' is a directory");
   ACTLAB_CHECK(overwrite || !fs::exists(p), what, " '", path,
                "' already exists; pass --overwrite to replace it or choose another name");

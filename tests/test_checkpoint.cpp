@@ -253,6 +253,20 @@ TEST_CASE("atomic writes follow links and write devices in place instead of repl
   CHECK(fs::is_symlink(dir.path / "link.txt"));  // the link stays a link
   std::ifstream in(target);
   CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "new");
+  // A link to a file not there yet (relative, through a second link) creates that file and stays a link;
+  // one into a directory that does not exist is refused before any write.
+  fs::create_symlink("later.txt", dir.path / "dangling.txt");
+  fs::create_symlink("dangling.txt", dir.path / "chain.txt");
+  check_writable((dir.path / "chain.txt").string(), false, "output");
+  write_text_atomic((dir.path / "chain.txt").string(), "made");
+  CHECK(fs::is_symlink(dir.path / "dangling.txt"));
+  CHECK(fs::is_symlink(dir.path / "chain.txt"));
+  std::ifstream later(dir.path / "later.txt");
+  CHECK(std::string(std::istreambuf_iterator<char>(later), {}) == "made");
+  fs::create_symlink(dir.path / "no" / "dir.txt", dir.path / "nowhere.txt");
+  CHECK(error_of([&] { check_writable((dir.path / "nowhere.txt").string(), true, "output"); }).find("does not exist") !=
+        std::string::npos);
+  CHECK(fs::is_symlink(dir.path / "nowhere.txt"));
   // /dev/full: the write fails with ENOSPC and the device node is still a device afterwards.
   CHECK(error_of([] { write_text_atomic("/dev/full", "x"); }).find("No space left on device") != std::string::npos);
   CHECK(fs::is_character_file("/dev/full"));
