@@ -57,7 +57,26 @@ std::string header_json(const NamedTensors& tensors, const Metadata& metadata) {
   return h;
 }
 
+// FNV-1a 64 of the metadata entries a writer was given (every key but the writer's own three), sorted by
+// key, each as key NUL value NUL: the same for any order the entries are stored in.
+uint64_t metadata_checksum(const Metadata& metadata) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (const auto& m : metadata)
+    if (!is_writer_metadata_key(m.first)) entries.push_back(m);
+  std::sort(entries.begin(), entries.end());
+  uint64_t h = fnv1a64(nullptr, 0);
+  for (const auto& [key, value] : entries) {
+    h = fnv1a64(key.data(), key.size() + 1, h);  // with the NUL that ends it
+    h = fnv1a64(value.data(), value.size() + 1, h);
+  }
+  return h;
+}
+
 }  // namespace
+
+bool is_writer_metadata_key(const std::string& key) {
+  return key == "checksum" || key == "data_bytes" || key == "metadata_checksum";
+}
 
 const std::string* SafetensorsFile::find_metadata(const std::string& key) const {
   for (const auto& m : metadata)
@@ -89,11 +108,12 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   }
   std::set<std::string> keys;
   for (const auto& [key, value] : metadata)
-    ACTLAB_CHECK(key != "checksum" && key != "data_bytes" && keys.insert(key).second, "checkpoint metadata key '", key,
-                 key == "checksum" || key == "data_bytes" ? "' is the writer's own" : "' given twice");
+    ACTLAB_CHECK(!is_writer_metadata_key(key) && keys.insert(key).second, "checkpoint metadata key '", key,
+                 is_writer_metadata_key(key) ? "' is the writer's own" : "' given twice");
   Metadata meta = metadata;
   meta.emplace_back("checksum", hex64(checksum));
   meta.emplace_back("data_bytes", std::to_string(data_bytes));
+  meta.emplace_back("metadata_checksum", hex64(metadata_checksum(metadata)));
   const std::string header = header_json(cpu, meta);
 
   write_file_atomic(path, [&](int fd, const std::string& tmp) {
@@ -230,6 +250,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (const std::string* sum = out.find_metadata("checksum"))
     ACTLAB_CHECK(*sum == hex64(checksum), "corrupt checkpoint '", path, "': data checksum ", hex64(checksum),
                  " does not match the recorded ", *sum);
+  if (const std::string* sum = out.find_metadata("metadata_checksum"))
+    ACTLAB_CHECK(*sum == hex64(metadata_checksum(out.metadata)), "corrupt checkpoint '", path,
+                 "': its metadata (the stored configuration and state) has checksum ", hex64(metadata_checksum(out.metadata)),
+                 ", not the recorded ", *sum);
   return out;
 }
 

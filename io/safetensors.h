@@ -23,13 +23,18 @@ struct SafetensorsFile {
 };
 
 // Writes `tensors` (any dtype, any device; copied to CPU contiguous) packed in the given order, plus
-// `metadata` and two entries added here: "checksum" (FNV-1a 64 of the data section, 16 hex digits)
-// and "data_bytes". Writes `<path>.tmp.<pid>`, fsyncs it, then renames it over `path`; on any
+// `metadata` and three entries added here: "checksum" (FNV-1a 64 of the data section, 16 hex digits),
+// "data_bytes", and "metadata_checksum" (FNV-1a 64 of the other entries, sorted by key: a flipped bit in a
+// checkpoint's stored configuration would otherwise change the resumed recipe without a word). Writes `<path>.tmp.<pid>`, fsyncs it, then renames it over `path`; on any
 // failure the temp file is removed, an existing `path` is untouched and one Error says what failed.
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata);
+// The three entries write_safetensors adds itself ("checksum", "data_bytes", "metadata_checksum"): a caller
+// that writes a file's metadata back leaves them out.
+bool is_writer_metadata_key(const std::string& key);
 // Reads and checks a file: header length vs file size, header JSON, every dtype/shape/offset (in
-// bounds, exactly numel·size bytes, no overlap, no gap), total size, and the checksum ("corrupt
-// checkpoint"). Throws Error naming the file and the first problem; for a directory (a save directory
+// bounds, exactly numel·size bytes, no overlap, no gap), total size, and the checksums ("corrupt
+// checkpoint"; a file without "metadata_checksum", an older writer's or another program's, has its data
+// checked only). Throws Error naming the file and the first problem; for a directory (a save directory
 // given for its checkpoint), the .safetensors files in it.
 SafetensorsFile read_safetensors(const std::string& path);
 

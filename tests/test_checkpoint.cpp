@@ -225,6 +225,37 @@ TEST_CASE("safetensors: what the reader refuses the writer refuses, before writi
   CHECK(read_safetensors(path).tensors.size() == 2);
 }
 
+// The data checksum covers the tensors; a flipped bit in a stored configuration ("lr": "0.1" -> "0.3")
+// would change a resumed recipe without a word, so the metadata has a checksum of its own. A file without
+// one (an older writer's, another program's) reads as before.
+TEST_CASE("safetensors: a flipped bit in the metadata is a corrupt checkpoint") {
+  TempDir dir("st_meta");
+  const std::string path = dir.file("m.safetensors");
+  write_safetensors(path, {{"a", Tensor::zeros({4})}}, {{"config", "{\"lr\":\"0.1\"}"}, {"epoch", "3"}});
+  CHECK(read_safetensors(path).metadata_value("config") == "{\"lr\":\"0.1\"}");
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = bytes.find("0.1");
+  REQUIRE(at != std::string::npos);
+  const auto write_with = [&](char c, const std::string& name) {
+    std::string b = bytes;
+    b[at + 2] = c;
+    std::ofstream(dir.file(name), std::ios::binary) << b;
+    return dir.file(name);
+  };
+  CHECK(error_of([&] { read_safetensors(write_with('3', "flip.safetensors")); }).find("its metadata") != std::string::npos);
+  // The same file without the metadata checksum: the data checksum alone, and it reads.
+  std::string old = bytes;
+  const size_t key = old.find("\"metadata_checksum\"");
+  REQUIRE(key != std::string::npos);
+  old.replace(key + 1, 8, "xetadata");  // an entry of another name, of the same length
+  std::ofstream(dir.file("old.safetensors"), std::ios::binary) << old;
+  CHECK(read_safetensors(dir.file("old.safetensors")).metadata_value("epoch") == "3");
+}
+
 TEST_CASE("checkpoint: a failed write leaves the previous file untouched and no temp file") {
   TempDir dir("atomic");
   seed_init(0);
@@ -357,7 +388,7 @@ TEST_CASE("checkpoint: AdamW moments and counts round-trip, and a checkpoint of 
   // A checkpoint from before the optimizer was recorded is SGD's.
   Metadata old_meta;
   for (const auto& m : sgd_file.metadata)
-    if (m.first != "optimizer" && m.first != "optimizer_counters" && m.first != "checksum" && m.first != "data_bytes")
+    if (m.first != "optimizer" && m.first != "optimizer_counters" && !is_writer_metadata_key(m.first))
       old_meta.push_back(m);
   write_safetensors(dir.file("old.safetensors"), sgd_file.tensors, old_meta);
   Sgd sgd2(sgd_model->parameters(), {});
@@ -368,7 +399,7 @@ TEST_CASE("checkpoint: AdamW moments and counts round-trip, and a checkpoint of 
   extra.emplace_back("optim.velocity.fc.bias", file.tensors.front().second);
   Metadata meta;
   for (const auto& m : file.metadata)
-    if (m.first != "checksum" && m.first != "data_bytes") meta.push_back(m);
+    if (!is_writer_metadata_key(m.first)) meta.push_back(m);
   write_safetensors(dir.file("extra.safetensors"), extra, meta);
   CHECK(error_of([&] { restore_checkpoint(read_safetensors(dir.file("extra.safetensors")), *fresh, &fresh_opt); })
             .find("optimizer state 'optim.velocity.fc.bias'") != std::string::npos);
@@ -405,7 +436,7 @@ TEST_CASE("resume: stopped after epoch 1 or mid-epoch 2, resumed in fresh object
       CHECK((s1.stop_step == 0 ? checkpoint_state(stopped).epoch_wall_s == 0 : checkpoint_state(stopped).epoch_wall_s > 0));
       Metadata meta;
       for (const auto& [key, value] : stopped.metadata)
-        if (key != "checksum" && key != "data_bytes") meta.emplace_back(key, key == "epoch_wall_s" && s1.stop_step > 0 ? "1000" : value);
+        if (!is_writer_metadata_key(key)) meta.emplace_back(key, key == "epoch_wall_s" && s1.stop_step > 0 ? "1000" : value);
       write_safetensors(part.file("last.safetensors"), stopped.tensors, meta);
       const double before = s1.stop_step > 0 ? 1000 : 0;
       TrainConfig second = base;  // a fresh model, optimizer, loaders and schedule
