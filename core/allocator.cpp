@@ -243,7 +243,9 @@ namespace {
 // the model's size; SWAP's host copies are the saves'; the rest grows with the batch.
 const char* out_of_memory_advice(MemTag tag) {
   switch (tag) {
-    case MemTag::Data: return "try a smaller --image-size or --train-limit, or --stream for an image folder";
+    case MemTag::Data:
+      return "these are the images held in memory: try smaller or fewer ones (actlab-train: --image-size, --train-limit, "
+             "or --stream for an image folder; actlab-memtable: a smaller --batches or --image-size)";
     case MemTag::Param:
     case MemTag::Grad:
     case MemTag::OptimState:

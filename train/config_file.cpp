@@ -355,8 +355,17 @@ std::string excerpt(const std::string& text) {
 }  // namespace
 
 void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& skip) {
-  std::ifstream in(path);
-  ACTLAB_CHECK(in.good(), "cannot read config file '", path, "'");
+  std::ifstream file(path, std::ios::binary);
+  ACTLAB_CHECK(file.good(), "cannot read config file '", path, "'");
+  // Read whole, with a bound: a config is a few dozen lines, and a path like /dev/zero (or a file that is
+  // no config) would otherwise be read until memory runs out. A pipe (--config <(...)) reads as a file does.
+  constexpr size_t kMaxBytes = 1 << 20;
+  std::string text(kMaxBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  ACTLAB_CHECK(text.size() <= kMaxBytes, "config file '", path, "' is larger than 1 MiB: not a config file");
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte-order mark (some editors write one)
+  std::istringstream in(text);
   std::string line;
   int number = 0;
   bool rules_reset = false;

@@ -109,6 +109,11 @@ check "config bad value"        "badvalue.conf:1: epochs needs an integer" --con
 # A binary file named by --config: one short line (printable excerpt), not its bytes.
 head -c 2000 /dev/zero | tr '\0' '\001' > "$work/binary.conf"
 check "binary config file"      "binary.conf:1: expected 'key = value', got '\\?{60}\\.\\.\\.'" --config "$work/binary.conf"
+# An endless file is refused after 1 MiB, not read until memory runs out.
+check "endless config file"     "config file '/dev/zero' is larger than 1 MiB" --config /dev/zero
+# A UTF-8 byte-order mark (some editors write one) is not part of the first key.
+printf '\xef\xbb\xbfepochs = x\n' > "$work/bom.conf"
+check "config file with a BOM"  "bom.conf:1: epochs needs an integer" --config "$work/bom.conf"
 
 # ---- IDX data files: a valid tiny MNIST layout, then one defect per copy
 make_idx() {  # make_idx DIR: 8 train and 8 test images of 28x28, labels 1..8
