@@ -18,6 +18,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -33,6 +34,7 @@
 #include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/train/checkpoint.h"
+#include "actlab/train/cli.h"
 #include "actlab/train/grid_internal.h"
 #include "actlab/train/logging.h"
 
@@ -328,8 +330,10 @@ struct ChildExit {
 // The signals actlab-train takes as a request to checkpoint and stop (its exit code is then 128 + the signal).
 bool is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
 
-// Runs argv[0] with stdout+stderr appended to `log_path`.
-ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path) {
+// Runs argv[0] with stdout+stderr appended to `log_path`; while it runs, calls on_tick (if any) about once a
+// second.
+ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path,
+                    const std::function<void()>& on_tick = {}) {
   std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -370,7 +374,15 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
   g_child.store(pid);
   if (g_stop != 0) ::kill(pid, g_stop);  // a signal that arrived between fork and the store above
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, on_tick ? WNOHANG : 0);
+    if (done == pid) break;
+    ACTLAB_CHECK(done == 0 || errno == EINTR, "waiting for actlab-train failed: ", std::strerror(errno));
+    if (done == 0) {
+      struct timespec second {1, 0};
+      ::nanosleep(&second, nullptr);  // a signal cuts it short; the loop goes on waiting
+      on_tick();
+    }
   }
   g_child.store(0);
   if (WIFSIGNALED(status)) return {0, WTERMSIG(status)};
@@ -480,7 +492,31 @@ CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta
   if (mode != "fresh") std::printf("(%s) ", mode.c_str());
   std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
-  const ChildExit child = run_child(argv, (dir / "log.txt").string());
+  // A cell of several epochs (the paper preset's take hours) says each epoch as its row reaches the cell's
+  // epoch log: "epoch 2/6 88.1% · ".
+  const fs::path epoch_log = dir / "epochs.csv";
+  const auto epoch_rows = [&] {
+    std::vector<std::string> rows;
+    std::ifstream in(epoch_log);
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty() && line[0] >= '0' && line[0] <= '9') rows.push_back(line);
+    return rows;
+  };
+  size_t shown = epoch_rows().size();  // a resumed cell's earlier epochs were shown by the run that did them
+  const auto show_epochs = [&] {
+    const std::vector<std::string> rows = epoch_rows();
+    for (; shown < rows.size(); ++shown) {
+      const std::vector<std::string> f = split_list(rows[shown], ',');  // epoch,lr,...,test_acc (6th),...
+      if (f.size() >= 6)
+        std::printf("epoch %s/%lld %.1f%% \u00b7 ", f[0].c_str(), static_cast<long long>(c.epochs),
+                    std::strtod(f[5].c_str(), nullptr));
+    }
+    std::fflush(stdout);
+  };
+  const ChildExit child =
+      run_child(argv, (dir / "log.txt").string(), c.epochs > 1 ? std::function<void()>(show_epochs) : nullptr);
+  if (c.epochs > 1) show_epochs();  // the rows written after the last tick
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const CellResult r = read_cell(dir.string());
   if (r.status == CellStatus::Diverged) {  // the child's exit status is 2 then: it ended with an error line

@@ -129,6 +129,15 @@ check "ablate --train-arg on a managed flag" "--train-arg --epochs=2: the grid s
 # Cells that fail are FAILED lines in the progress on stdout, and one closing error line on stderr.
 check "ablate cells that fail"        "2 of 2 cells failed; the first, mlp-fashion-mnist-exact-s0: exit 2: actlab-train: error: unknown option --frobnicate" \
   actlab-ablate --policies 'exact;quant:Q=2' --models mlp --seeds 0 --epochs 1 --threads 1 --train-arg=--frobnicate --out "$work/abl"
+# A cell of several epochs says each one on the progress line as it ends (the paper preset's cells take hours).
+cases=$((cases + 1))
+if out=$("$build/actlab-ablate" --policies exact --models mlp --seeds 0 --epochs 2 --steps-per-epoch 4 --test-limit 64 \
+           --threads 1 --out "$work/abl-epochs" 2>&1) &&
+   printf '%s\n' "$out" | grep -Eq '^\[1/1\] mlp exact seed 0 .* epoch 1/2 [0-9.]+% . epoch 2/2 [0-9.]+% . .*test acc'; then
+  echo "ok   [ablate shows a cell's epochs as they end]"
+else
+  fail "[ablate shows a cell's epochs as they end] $out"
+fi
 check "ablate seed past int64"        "--seeds needs non-negative integers below 2\\^63" \
   actlab-ablate --policies exact --models mlp --seeds 99999999999999999999 --dry-run
 check "inspect unknown data set"      "unknown data set 'imagenet'" \
