@@ -617,6 +617,8 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   const bool earlier_report = std::getline(readme, first_line) && first_line == kReportTitle;
   for (const auto& f : OutputFiles{st.out}.all(r.fig_layers))
     check_writable(f, st.overwrite || earlier_report, "output file");
+  for (const auto& stale : remove_stale_temp_files(OutputFiles{st.out}.all(r.fig_layers)))
+    std::fprintf(stderr, "actlab-inspect: removed '%s', left by a run killed while writing it\n", stale.c_str());
   r.inputs = layer_spectra(inputs, st.policies, {r.ratio, r.seed, st.train_bn});
   for (const auto& row : r.inputs)
     if (row.has_spectrum) r.spectra.push_back(row);
