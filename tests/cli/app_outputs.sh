@@ -129,11 +129,12 @@ check "ablate --train-arg on a managed flag" "--train-arg --epochs=2: the grid s
 # Cells that fail are FAILED lines in the progress on stdout, and one closing error line on stderr.
 check "ablate cells that fail"        "2 of 2 cells failed; the first, mlp-fashion-mnist-exact-s0: exit 2: actlab-train: error: unknown option --frobnicate" \
   actlab-ablate --policies 'exact;quant:Q=2' --models mlp --seeds 0 --epochs 1 --threads 1 --train-arg=--frobnicate --out "$work/abl"
-# A temp file a killed run left beside an output (NAME.tmp.PID of a process that is gone) is removed.
+# A temp file a killed run left beside an output (NAME.tmp.PID of a process that is gone: 9999999 is past
+# any pid_max) is removed.
 cases=$((cases + 1))
-echo partial > "$work/t.md.tmp.2147483646"
-if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" 2>&1 | grep -q "removed '$work/t.md.tmp.2147483646'" &&
-   [ ! -e "$work/t.md.tmp.2147483646" ] && [ -s "$work/t.md" ]; then
+echo partial > "$work/t.md.tmp.9999999"
+if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" 2>&1 | grep -q "removed '$work/t.md.tmp.9999999'" &&
+   [ ! -e "$work/t.md.tmp.9999999" ] && [ -s "$work/t.md" ]; then
   echo "ok   [memtable removes a killed run's temp file]"
 else
   fail "[memtable removes a killed run's temp file] $(ls "$work" | grep tmp)"
