@@ -133,7 +133,8 @@ check "ablate cells that fail"        "2 of 2 cells failed; the first, mlp-fashi
 # any pid_max) is removed.
 cases=$((cases + 1))
 echo partial > "$work/t.md.tmp.9999999"
-if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" 2>&1 | grep -q "removed '$work/t.md.tmp.9999999'" &&
+if out=$("$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" 2>&1) &&
+   printf '%s\n' "$out" | grep -q "removed '$work/t.md.tmp.9999999'" &&
    [ ! -e "$work/t.md.tmp.9999999" ] && [ -s "$work/t.md" ]; then
   echo "ok   [memtable removes a killed run's temp file]"
 else
