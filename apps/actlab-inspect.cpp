@@ -610,11 +610,12 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   const std::vector<const CapturedInput*> maps = unique_maps(inputs);
   r.fig_layers = flags.given("layers") ? split_list(flags.get("layers"), ',') : default_fig_layers(maps);
   for (const auto& l : r.fig_layers) find_map(maps, l);  // unknown names fail before the long work
-  // An earlier report's files are replaced; a file of anything else (--out . in a project: its README.md)
-  // only with --overwrite.
+  // An earlier report's files are replaced, one that stopped before its README.md too (it writes that
+  // last); beside a README.md of anything else (--out . in a project) nothing is replaced without --overwrite.
   std::string first_line;
   std::ifstream readme(OutputFiles{st.out}.readme());
-  const bool earlier_report = std::getline(readme, first_line) && first_line == kReportTitle;
+  const bool earlier_report = !fs::exists(OutputFiles{st.out}.readme()) ||
+                              (std::getline(readme, first_line) && first_line == kReportTitle);
   for (const auto& f : OutputFiles{st.out}.all(r.fig_layers))
     check_writable(f, st.overwrite || earlier_report, "output file");
   for (const auto& stale : remove_stale_temp_files(OutputFiles{st.out}.all(r.fig_layers)))

@@ -115,12 +115,17 @@ void check_writable(const std::string& path, bool overwrite, const char* what, b
                "' already exists; pass --overwrite to replace it or choose another name");
   if (fs::exists(p) && !fs::is_regular_file(p)) return;  // a device or FIFO: written in place
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (!planned_dir.empty() && !fs::exists(dir) && resolved_path(dir.string()) == resolved_path(planned_dir)) return;
-  ACTLAB_CHECK(fs::is_directory(dir), what, " '", path, "': directory '", dir.string(), "' does not exist");
-  ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", path, "': directory '", dir.string(),
-               "' is not writable");
+  const bool planned = !planned_dir.empty() && !fs::exists(dir) && resolved_path(dir.string()) == resolved_path(planned_dir);
+  if (!planned) {  // a directory the program creates first is checked when it makes it (make_output_dir)
+    ACTLAB_CHECK(fs::is_directory(dir), what, " '", path, "': directory '", dir.string(), "' does not exist");
+    ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", path, "': directory '", dir.string(),
+                 "' is not writable");
+  }
   if (!atomic) return;
-  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  // A directory not there yet has its nearest existing ancestor's file system, as far as can be told now.
+  fs::path on = dir;
+  while (planned && !on.empty() && !fs::exists(on)) on = on.parent_path();
+  const long name_max = ::pathconf((on.empty() ? fs::path(".") : on).c_str(), _PC_NAME_MAX);
   const std::string tmp_name = fs::path(temp_path(path)).filename().string();
   ACTLAB_CHECK(name_max <= 0 || static_cast<long>(tmp_name.size()) <= name_max, what, " '", path,
                "': the name is too long (it is written through '", tmp_name, "', ", tmp_name.size(),

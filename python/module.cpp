@@ -170,8 +170,8 @@ py::array unpack(const py::object& packed) {
 // checked by io/safetensors (sizes, offsets, and the checksum when the file has one): for PyTorch users
 // without the safetensors package (Debian has none), torch.from_numpy of each value is a state dict.
 py::dict read_state_dict(const py::object& path_like) {
-  // A str or any os.PathLike (pathlib.Path), as open() takes.
-  const std::string path = py::str(py::module_::import("os").attr("fspath")(path_like));
+  // A str, bytes or any os.PathLike (pathlib.Path), as open() takes: os.fsencode gives the file system's bytes.
+  const std::string path = py::bytes(py::module_::import("os").attr("fsencode")(path_like));
   const SafetensorsFile file = read_safetensors(path);
   py::dict out;
   for (const auto& [name, t] : file.tensors) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -355,6 +356,7 @@ std::string excerpt(const std::string& text) {
 }  // namespace
 
 void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& skip) {
+  ACTLAB_CHECK(!std::filesystem::is_directory(path), "config file '", path, "' is a directory");  // reads as empty
   std::ifstream file(path, std::ios::binary);
   ACTLAB_CHECK(file.good(), "cannot read config file '", path, "'");
   // Read whole, with a bound: a config is a few dozen lines, and a path like /dev/zero (or a file that is

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -443,7 +444,7 @@ std::string cell_title(const Grid& grid, const Cell& c) {
 // How a cell that is not done gets (re)started: from its checkpoint when that holds an unfinished
 // run, from scratch otherwise (no checkpoint, or one that finished while summary.json went missing).
 std::vector<std::string> cell_command(const Cell& c, const std::string& train_bin, const fs::path& dir,
-                                      std::string* mode) {
+                                      std::string* mode, int64_t* from_epoch = nullptr) {
   std::vector<std::string> argv = {train_bin};
   for (auto& a : c.train_args()) argv.push_back(a);
   argv.insert(argv.end(), {"--log", (dir / "epochs.csv").string(), "--save-dir", (dir / "ckpt").string(),
@@ -456,6 +457,7 @@ std::vector<std::string> cell_command(const Cell& c, const std::string& train_bi
       const TrainState st = checkpoint_state(read_safetensors(ckpt.string()));
       if (st.epoch < c.epochs) {
         argv.insert(argv.end(), {"--resume", ckpt.string()});
+        if (from_epoch) *from_epoch = st.epoch;
         *mode = "resume from epoch " + std::to_string(st.epoch) +
                 (st.step_in_epoch > 0 ? " step " + std::to_string(st.step_in_epoch) : "");
         return argv;
@@ -478,7 +480,8 @@ struct Eta {
 CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta* eta) {
   fs::create_directories(dir);
   std::string mode;
-  const auto argv = cell_command(c, o.train_bin, dir, &mode);
+  int64_t from_epoch = 0;
+  const auto argv = cell_command(c, o.train_bin, dir, &mode, &from_epoch);
   write_text_atomic((dir / "command.txt").string(), shell_command_line(argv) + "\n");
   std::error_code ec;
   fs::remove(dir / "failed.txt", ec);
@@ -493,24 +496,24 @@ CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta
   std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
   // A cell of several epochs (the paper preset's take hours) says each epoch as its row reaches the cell's
-  // epoch log: "epoch 2/6 88.1% · ".
+  // epoch log: "epoch 2/6 88.1% · ". Rows are read whole (a line still being written waits for its newline)
+  // and by their epoch number: a resumed cell's log holds the epochs before its checkpoint, and the run cuts
+  // off any after it and writes them again.
   const fs::path epoch_log = dir / "epochs.csv";
-  const auto epoch_rows = [&] {
-    std::vector<std::string> rows;
-    std::ifstream in(epoch_log);
-    std::string line;
-    while (std::getline(in, line))
-      if (!line.empty() && line[0] >= '0' && line[0] <= '9') rows.push_back(line);
-    return rows;
-  };
-  size_t shown = epoch_rows().size();  // a resumed cell's earlier epochs were shown by the run that did them
+  int64_t shown = from_epoch;
   const auto show_epochs = [&] {
-    const std::vector<std::string> rows = epoch_rows();
-    for (; shown < rows.size(); ++shown) {
-      const std::vector<std::string> f = split_list(rows[shown], ',');  // epoch,lr,...,test_acc (6th),...
-      if (f.size() >= 6)
-        std::printf("epoch %s/%lld %.1f%% \u00b7 ", f[0].c_str(), static_cast<long long>(c.epochs),
-                    std::strtod(f[5].c_str(), nullptr));
+    std::ifstream in(epoch_log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream rows(text.substr(0, text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1));
+    std::string row;
+    while (std::getline(rows, row)) {
+      const std::vector<std::string> f = split_list(row, ',');  // epoch,lr,train_loss,train_acc,test_loss,test_acc,...
+      if (f.size() < 6 || f[0].find_first_not_of("0123456789") != std::string::npos) continue;  // the header
+      const int64_t epoch = std::stoll(f[0]);
+      if (epoch != shown + 1) continue;
+      shown = epoch;
+      std::printf("epoch %lld/%lld %.1f%% \u00b7 ", static_cast<long long>(epoch), static_cast<long long>(c.epochs),
+                  std::strtod(f[5].c_str(), nullptr));
     }
     std::fflush(stdout);
   };

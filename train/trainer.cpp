@@ -988,7 +988,8 @@ TrainSummary Run::go() {
     summary_.final_test_acc = summary_.epochs.back().test_acc;
     summary_.final_test_loss = summary_.epochs.back().test_loss;
   }
-  summary_.best_test_acc = best_acc_;
+  // No epoch with a finite test loss: no best accuracy (NaN, null in the JSON), not the -1 that stands for none.
+  summary_.best_test_acc = best_acc_ >= 0 ? best_acc_ : std::numeric_limits<double>::quiet_NaN();
   summary_.median_img_per_s = median(all_rates_);
   summary_.steps = global_step_;
   summary_.wall_s = seconds_since(run_start);

@@ -11,12 +11,13 @@ What is packed: every float32 CPU tensor of two or more dimensions that autograd
 actlab's own networks keep as it is:
 - parameters, trainable or frozen, leaf tensors that require a gradient (weights held as plain tensors),
   and views of either (nn.Linear saves weight.t());
-- weights computed from parameters (weight_norm, spectral_norm, parametrizations, a pruning mask's product,
-  weight standardization): a tensor with the shape of a parameter its autograd graph reaches within a few
-  nodes, where that graph reaches no tensor packed as an activation in this block. Coded, such a weight
-  would put its error into every input gradient of its layer. A weight this rule misses (a frozen base
-  merged with a low-rank update, W0 + B @ A, reaches only B and A) or a constant factor (x * mask with a
-  mask that needs no gradient) is kept by keep=: a function of the saved tensor, true to keep it;
+- weights computed from parameters alone (weight_norm, weight standardization, a parametrization without
+  buffers, a trainable base plus a low-rank update): a tensor of a parameter's shape whose autograd graph,
+  explored whole within a few dozen nodes, ends at parameters only. Coded, such a weight would put its
+  error into every input gradient of its layer. A weight computed with a tensor that needs no gradient
+  (spectral_norm's u and v, a pruning mask, a frozen base: W0 + B @ A) looks like an activation to this
+  rule, as does a constant factor (w * mask, where mul saves the mask): keep= keeps them, a function of
+  the saved tensor, true to keep it;
 - a normalization's statistics: tensors whose last dimension is 1 (LayerNorm's mean and rstd) and the
   outputs after the first of a norm node (GroupNorm's (N, G) mean and rstd);
 - log-probabilities, the outputs of log_softmax (what cross_entropy saves): actlab's own loss keeps its
@@ -141,28 +142,34 @@ def _kept_as_is(t):
 _WEIGHT_WALK_NODES = 64  # a computed weight's graph back to its parameters is a handful of nodes
 
 
-def _computed_weight(t, activation_nodes):
-    """True when t has the shape of a parameter that its autograd graph reaches within _WEIGHT_WALK_NODES
-    nodes, and that part of the graph reaches no node of a tensor packed as an activation in this block
-    (activation_nodes: id(grad_fn) -> weak reference to that tensor). The second condition keeps a hidden
-    activation of an MLP whose batch equals its width ((128, 128), like its weight) an activation."""
+def _computed_weight(t):
+    """True when t is computed from parameters alone and has the shape of one of them: every path back
+    through its autograd graph, explored whole within _WEIGHT_WALK_NODES nodes, ends at a parameter's
+    AccumulateGrad, and one of those parameters has t's shape. An activation's paths reach the data (an
+    input that needs no gradient, a None in the graph, or a leaf that is no parameter) or run past the
+    budget, so an MLP's hidden activation of its weight's shape (batch = width) stays an activation.
+    The node wrappers are held in `alive` for the walk: PyTorch makes them on demand and frees them when
+    unreferenced, so their id()s would otherwise be reused by other nodes mid-walk."""
     start = t.grad_fn
     if start is None:
         return False
     shape, matched = tuple(t.shape), False
-    seen, frontier = {id(start)}, [start]
-    while frontier and len(seen) <= _WEIGHT_WALK_NODES:
+    alive, seen, frontier = [start], {id(start)}, [start]
+    while frontier:
         node = frontier.pop()
         for fn, _ in node.next_functions:
-            if fn is None or id(fn) in seen:
-                continue
-            packed = activation_nodes.get(id(fn))
-            if packed is not None and packed() is not None and packed().grad_fn is fn:
+            if fn is None:  # an input that needs no gradient: the data, a buffer, a constant
                 return False
+            if id(fn) in seen:
+                continue
+            alive.append(fn)
             seen.add(id(fn))
-            variable = getattr(fn, "variable", None)  # an AccumulateGrad node: the leaf it accumulates into
-            if variable is not None:
-                matched = matched or (isinstance(variable, torch.nn.Parameter) and tuple(variable.shape) == shape)
+            if len(seen) > _WEIGHT_WALK_NODES:
+                return False
+            if hasattr(fn, "variable"):  # an AccumulateGrad node: the leaf it accumulates into
+                if not isinstance(fn.variable, torch.nn.Parameter):
+                    return False
+                matched = matched or tuple(fn.variable.shape) == shape
             else:
                 frontier.append(fn)
     return matched
@@ -217,13 +224,12 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None, keep=None):
     # (data_ptr, shape, strides, version) -> weak references to the tensor and its _Packed: weak, so that a
     # backward run inside the block frees each pack as autograd lets it go.
     packs = {}
-    activation_nodes = {}  # id(grad_fn) -> weak reference to a packed tensor (_computed_weight)
 
     def pack_hook(t):
         source, shape = _broadcast_source(t)
         # A broadcast source too small to code (a last dimension of 1, an SE gate's (N, C, 1, 1)) is kept.
         if (_kept_as_is(t) or (shape is not None and (source.dim() < 2 or source.shape[-1] == 1))
-                or _computed_weight(t if t._base is None else t._base, activation_nodes)
+                or _computed_weight(t if t._base is None else t._base)
                 or (keep is not None and keep(t))):
             stats.kept_as_is += 1
             return _Kept(source, shape, version_of=t)
@@ -240,8 +246,6 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None, keep=None):
         stats.raw_bytes += source.numel() * 4
         stats.packed_bytes += saved.packed.nbytes
         packs[key] = (weakref.ref(t), weakref.ref(saved))
-        if t.grad_fn is not None:
-            activation_nodes[id(t.grad_fn)] = weakref.ref(t)
         return saved
 
     def unpack_hook(saved):

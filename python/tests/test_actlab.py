@@ -179,6 +179,7 @@ def read_state_dict_gives_the_exported_weights_as_numpy_arrays():
         assert sorted(got) == ["a", "b"] and all(np.array_equal(got[k], want[k]) for k in want)
         import pathlib  # any os.PathLike, as open() takes
         assert sorted(actlab.read_state_dict(pathlib.Path(d) / "n.safetensors")) == ["a", "b"]
+        assert sorted(actlab.read_state_dict((d + "/n.safetensors").encode())) == ["a", "b"]
         with open(path, "r+b") as f:  # a cut file is one clear error
             f.truncate(100)
         expect_error(lambda: actlab.read_state_dict(path), RuntimeError, "w.safetensors")
@@ -512,23 +513,34 @@ def the_adapter_keeps_computed_weights_codes_volumes_and_refuses_what_it_cannot_
         out.backward(torch.ones_like(out))
         return a.grad, st
 
-    # A weight computed in forward from parameters (weight_norm: g * v / |v|; spectral_norm: W / sigma) is kept
-    # as it is: the input gradient reads only the weight, so it is exact's bit for bit, as for a plain Linear.
-    # Before, the computed weight was coded at 2 bits and that gradient was about 56 % off.
+    # A weight computed in forward from parameters alone (weight_norm: g * v / |v|; weight standardization)
+    # is kept as it is: the input gradient reads only the weight, so it is exact's bit for bit, as for a plain
+    # Linear. Before, the computed weight was coded at 2 bits and that gradient was about 56 % off.
     torch.manual_seed(0)
-    for make in (lambda: torch.nn.utils.weight_norm(torch.nn.Linear(24, 24)),
-                 lambda: torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(24, 24)).eval()):
-        layer = make()
+
+    class Standardized(torch.nn.Linear):
+        def forward(self, v):
+            w = (self.weight - self.weight.mean(1, keepdim=True)) / self.weight.std(1, keepdim=True)
+            return torch.nn.functional.linear(v, w, self.bias)
+
+    for layer in (torch.nn.utils.weight_norm(torch.nn.Linear(24, 24)), Standardized(24, 24)):
         want, _ = input_grad(layer, "exact")
         got, st = input_grad(layer, "division:B=8,Q=2")
-        assert torch.equal(got, want), (got - want).abs().max()
+        assert torch.equal(got, want), (layer, (got - want).abs().max())
         assert st.packs == 1, st  # only the input (a * 1.0) is packed
-    # An MLP whose batch equals its width: its hidden activation has its weight's shape, and is still packed,
-    # since its graph reaches the input's pack.
-    mlp = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32))
+    # spectral_norm divides by sigma, computed with buffers (u, v) that need no gradient: to the rule that is
+    # data, as an activation's input is. keep= names what the rule cannot tell.
+    sn = torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(24, 24)).eval()
+    want, _ = input_grad(sn, "exact")
+    got, st = input_grad(sn, "division:B=8,Q=2", keep=lambda t: t.shape == sn.weight.shape)
+    assert torch.equal(got, want) and st.packs == 1, st
+    # An MLP whose batch equals its width, on a plain input (no gradient): its hidden activations have its
+    # weights' shape, and are packed all the same, since their graphs reach the data.
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                              torch.nn.Linear(32, 32))
     with at.saved_tensors(policy="division:B=8,Q=2") as st:
-        mlp(torch.randn(32, 32, generator=g).requires_grad_(True) * 1.0)
-    assert st.packs == 2, st  # the input and the tanh output (the second Linear shares it)
+        mlp(torch.randn(32, 32, generator=g)).sum().backward()
+    assert st.packs == 3, st  # the input and the two tanh outputs (each Linear after one shares its pack)
     # keep=: what the rule cannot see (a constant mask a weight is multiplied by) is kept by the caller.
     w = torch.randn(24, 24, generator=g, requires_grad=True)
     mask = (torch.rand(24, 24, generator=g) > 0.5).float()

@@ -111,6 +111,7 @@ head -c 2000 /dev/zero | tr '\0' '\001' > "$work/binary.conf"
 check "binary config file"      "binary.conf:1: expected 'key = value', got '\\?{60}\\.\\.\\.'" --config "$work/binary.conf"
 # An endless file is refused after 1 MiB, not read until memory runs out.
 check "endless config file"     "config file '/dev/zero' is larger than 1 MiB" --config /dev/zero
+check "config file a directory" "config file '$work' is a directory" --config "$work"
 # A UTF-8 byte-order mark (some editors write one) is not part of the first key.
 printf '\xef\xbb\xbfepochs = x\n' > "$work/bom.conf"
 check "config file with a BOM"  "bom.conf:1: epochs needs an integer" --config "$work/bom.conf"

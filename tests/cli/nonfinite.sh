@@ -34,10 +34,15 @@ expect_error "stop" "$work/stop.err" $? \
 data_of "$work/stop/last.safetensors" | cmp -s - <(data_of "$work/clean/last.safetensors") ||
   fail "stop: stopped at the NaN + resumed differs from the clean run"
 
-# stop, NaN in a gradient (the loss stays finite): the layer nearest the loss is named.
-ACTLAB_INJECT_NAN_STEP=2 ACTLAB_INJECT_NAN_INTO=grad "$bin" "${common[@]}" 2>"$work/grad.err"
+# stop, NaN in a gradient (the loss stays finite): the layer nearest the loss is named. A gradient that is
+# not finite on a finite batch is the weights' doing: the last epoch's checkpoint stays as it was.
+"$bin" "${common[@]}" --epochs 1 --save-dir "$work/grad" || fail "grad: the first epoch failed"
+cp "$work/grad/last.safetensors" "$work/grad-epoch1.safetensors"
+ACTLAB_INJECT_NAN_STEP=6 ACTLAB_INJECT_NAN_INTO=grad "$bin" --resume "$work/grad/last.safetensors" --epochs 2 --quiet \
+  2>"$work/grad.err"
 expect_error "grad" "$work/grad.err" $? \
-  "non-finite gradient at epoch 1 step 2 \(global step 2\), first in layer 'fc' \(parameter fc.bias; 1 of [0-9]+ .*nothing saved"
+  "non-finite gradient at epoch 2 step 2 \(global step 6\), first in layer 'fc' \(parameter fc.bias; 1 of [0-9]+ .*$work/grad/last.safetensors was left as it was"
+cmp -s "$work/grad/last.safetensors" "$work/grad-epoch1.safetensors" || fail "grad: the epoch-1 checkpoint was overwritten"
 
 # skip-step: one bad step, skipped and counted; the run finishes.
 ACTLAB_INJECT_NAN_STEP=3 "$bin" "${common[@]}" --on-nonfinite skip-step --save-dir "$work/skip" \
@@ -99,9 +104,11 @@ ACTLAB_INJECT_NAN_INTO=eval ACTLAB_INJECT_NAN_STEP=2 "$bin" "${common[@]}" --epo
   fail "a NaN test loss is not named once: $(cat "$work/testnan.err")"
 # A model whose test loss is NaN is never the best one: a one-epoch run like that writes last, not best.
 ACTLAB_INJECT_NAN_INTO=eval ACTLAB_INJECT_NAN_STEP=1 "$bin" "${common[@]}" --epochs 1 --save-dir "$work/testnan" \
-  2>/dev/null || fail "the one-epoch NaN-test-loss run failed"
+  --summary-json "$work/testnan.json" 2>/dev/null || fail "the one-epoch NaN-test-loss run failed"
 [ -f "$work/testnan/last.safetensors" ] && [ ! -e "$work/testnan/best.safetensors" ] ||
   fail "a NaN test loss: best.safetensors written (or last.safetensors missing): $(ls "$work/testnan")"
+grep -q '"best_test_acc": null' "$work/testnan.json" ||
+  fail "a NaN test loss: best_test_acc is not null: $(grep best_test_acc "$work/testnan.json")"
 
 echo "non-finite checks: $failures failed"
 [ "$failures" -eq 0 ]
