@@ -32,7 +32,7 @@ namespace {
 
 void declare_flags(FlagParser& f) {
   f.add("preset", "string", "cpu",
-        "cpu: ResNet-20 on Fashion-MNIST (a CIFAR-10 subset with --datasets cifar10), 6 epochs, batch 128 — "
+        "cpu: ResNet-20 on Fashion-MNIST (with --datasets cifar10 or cifar100, the first 40000 training images: --train-limit 50000 takes all), 6 epochs, batch 128 — "
         "Table 1(c) in ~35 min on 2 cores; Table 1(b): ViT-Tiny on Fashion-MNIST, 1 epoch, lr 0.01; paper: ResNet-18 "
         "CIFAR-10, 100 epochs, batch 256 (Table 10); Table 1(b): Swin-T on an ImageNet folder (--data-dir), batch 128, "
         "lr 0.01");

@@ -338,6 +338,10 @@ std::map<int64_t, double> accuracy_by_seed(const Results& r, const std::vector<s
 }
 
 // Δ vs Normal at equal seeds (mean_difference_at_shared_seeds): with the same seeds, the difference of the means.
+// Said under every table with the column, since a one-seed row's Δ is not its accuracy minus Normal's mean.
+constexpr const char* kDeltaNote =
+    "\nΔ vs Normal: the mean difference from Normal over the seeds both rows ran (a one-seed row against Normal's "
+    "run of that seed, not against Normal's mean).\n";
 std::string delta_vs_normal(const Results& r, const TableGroup& g, const std::vector<size_t>& idx) {
   const auto normal = g.cells.find("Normal");
   if (normal == g.cells.end()) return "—";
@@ -361,6 +365,7 @@ std::string table_fig6(const Results& r, const TableGroup& g) {
                  std::isfinite(paper) ? fmt("%.2f", paper) : "—",
                  label == "Normal" ? "" : delta_text(paper, paper_normal)});
   }
+  s += kDeltaNote;
   if (!std::isfinite(paper_normal))
     s += "\nThe paper reports no accuracy for " + group_name(first) +
          " (its §7.2 figures are CIFAR-10/100 and ImageNet runs of ResNet-18, ResNet-164 and DenseNet); "
@@ -380,7 +385,7 @@ std::string methods_vs_normal_table(const Results& r, const TableGroup& g) {
                  label == "Normal" ? "" : delta_vs_normal(r, g, idx), std::to_string(idx.size()),
                  mib_text(r, idx), stat_text(r, idx, m_comp, "%.2f", "×"), stat_text(r, idx, m_rate, "%.1f")});
   }
-  return s + exact_gradient_proof(r, g);
+  return s + kDeltaNote + exact_gradient_proof(r, g);
 }
 
 // The paper setting of a methods_vs_normal_table table, whose figures the reference does not hold; nullptr

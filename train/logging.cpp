@@ -194,7 +194,8 @@ void print_first_step_report(const TrainSummary& s, const StepResult& first, con
                 format_bytes(first.offloaded_bytes).c_str());
   const SavedBytes& saved = first.saved;  // this step's, as the activation memory above
   if (saved.raw > 0 && saved.packed > 0) {
-    std::printf("policy %s on conv/linear/batchnorm inputs: %s raw -> %s kept, %.2fx measured, %.2fx closed form\n",
+    std::printf("policy %s on the saves a policy may code (layer inputs, norm, GELU and matmul inputs, softmax "
+                "outputs): %s raw -> %s kept, %.2fx measured, %.2fx closed form\n",
                 s.policy.c_str(), format_bytes(saved.raw).c_str(), format_bytes(saved.packed).c_str(),
                 static_cast<double>(saved.raw) / static_cast<double>(saved.packed),
                 saved.expected > 0 ? static_cast<double>(saved.raw) / static_cast<double>(saved.expected) : 0.0);
