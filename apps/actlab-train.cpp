@@ -64,7 +64,9 @@ TrainConfig effective_config(const FlagParser& flags) {
         dropped += (dropped.empty() ? "" : ", ") + ("--" + key + " '" + before + "'");
       set_config_value(c, key, value);
     }
-    if (!dropped.empty())
+    // Said once per job: MPI is not up yet, so the rank comes from what Open MPI's launcher sets.
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!dropped.empty() && (rank == nullptr || std::string(rank) == "0"))
       std::fprintf(stderr, "actlab-train: note: this resume saves to another --save-dir, so it leaves the first run's "
                    "outputs alone: %s (give them again to write this run's)\n", dropped.c_str());
   }

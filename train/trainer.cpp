@@ -268,14 +268,30 @@ void validate(const TrainConfig& c) {
 // ---------------------------------------------------------------- stop requests
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
+volatile std::sig_atomic_t g_interrupts = 0;  // SIGINTs and SIGTERMs received
+bool g_stderr_tty = false;                    // read once at install: isatty is not async-signal-safe
+// The first SIGINT/SIGTERM asks for a checkpointed stop; a second one ends the run at once, by the signal's
+// default action (so the exit status says which), after one line saying so (write(2) is async-signal-safe).
+// SIGHUP only ever asks (stop.h: the kernel may send it once per exiting thread of a parent).
+extern "C" void record_stop_signal(int sig) {
+  if (sig != SIGHUP && g_interrupts++ > 0) {
+    static const char line[] = "actlab-train: a second interrupt: stopped at once, without a checkpoint of this step\n";
+    if (g_stderr_tty) (void)!::write(STDERR_FILENO, "\n", 1);  // end a live progress line first
+    (void)!::write(STDERR_FILENO, line, sizeof line - 1);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
 }  // namespace
 
 void install_stop_handlers() {
+  g_stderr_tty = ::isatty(STDERR_FILENO) == 1;
   struct sigaction sa {};
   sa.sa_handler = record_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND | SA_RESTART;  // a second signal takes the default action
+  sa.sa_flags = SA_RESTART;  // a second SIGINT/SIGTERM: record_stop_signal ends the run
   ACTLAB_CHECK(sigaction(SIGINT, &sa, nullptr) == 0 && sigaction(SIGTERM, &sa, nullptr) == 0,
                "installing SIGINT/SIGTERM handlers failed");
   struct sigaction hup {};

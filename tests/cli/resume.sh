@@ -80,6 +80,19 @@ grep -q "note: resuming with options the checkpoint's run did not have: --lr '0.
   2> "$work/recipe2.err" || fail "the second resume failed"
 [ ! -s "$work/recipe2.err" ] || fail "a resume with the checkpoint's own options printed: $(cat "$work/recipe2.err")"
 
+# A second SIGINT ends the run at once (exit 130, by the signal) with one line saying so (steps of batch 512
+# take about a second here, so both land within one).
+"$bin" --dataset synthetic --synthetic-size 4096 --batch-size 512 --threads 1 --print-every 1 --save-dir "$work/twice" \
+  > "$work/twice.out" 2> "$work/twice.err" &
+pid=$!
+for _ in $(seq 1 600); do grep -q "step 1/" "$work/twice.out" 2>/dev/null && break; sleep 0.05; done
+kill -INT "$pid"; sleep 0.2; kill -INT "$pid"  # apart: a pending signal would absorb the second
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "a second SIGINT: exit $rc, expected 130"
+grep -q "^actlab-train: a second interrupt: stopped at once" "$work/twice.err" ||
+  fail "a second SIGINT said nothing: $(cat "$work/twice.err")"
+
 # Outputs may sit in the --save-dir the run creates. A resume into another --save-dir (a branch) leaves the
 # first run's log and summary as they were, and says so; one into the same directory appends to its log.
 "$bin" "${tiny[@]}" --epochs 1 --save-dir "$work/trunk" --log "$work/trunk/log.csv" --summary-json "$work/trunk/s.json" ||
