@@ -237,12 +237,12 @@ struct SpectrumKinds {
 // (exact's error, λᴴ at --ratio 1) rather than draw nothing without a word; only what has no value is a gap.
 double finite_or_gap(double v) { return std::isfinite(v) ? v : std::nan(""); }
 
-// Every file inspect writes into --out, named once: the writers below take their paths from here, and the
-// run checks them all before its long work (a name blocked by a directory failed only at the end).
 // The first line of a report's README.md: a directory that holds one is an earlier report, whose files a new
 // run replaces.
 constexpr const char* kReportTitle = "# actlab-inspect report";
 
+// Every file inspect writes into --out, named once: the writers below take their paths from here, and the
+// run checks them all before its long work (a name blocked by a directory failed only at the end).
 struct OutputFiles {
   std::string dir;
   std::string path(const std::string& name) const { return dir + "/" + name; }
@@ -612,14 +612,13 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
   for (const auto& l : r.fig_layers) find_map(maps, l);  // unknown names fail before the long work
   // An earlier report's files are replaced, one that stopped before its README.md too (it writes that
   // last); beside a README.md of anything else (--out . in a project) nothing is replaced without --overwrite.
+  const OutputFiles out{st.out};
   std::string first_line;
-  std::ifstream readme(OutputFiles{st.out}.readme());
-  const bool earlier_report = !fs::exists(OutputFiles{st.out}.readme()) ||
-                              (std::getline(readme, first_line) && first_line == kReportTitle);
-  for (const auto& f : OutputFiles{st.out}.all(r.fig_layers))
-    check_writable(f, st.overwrite || earlier_report, "output file");
-  for (const auto& stale : remove_stale_temp_files(OutputFiles{st.out}.all(r.fig_layers)))
-    std::fprintf(stderr, "actlab-inspect: removed '%s', left by a run killed while writing it\n", stale.c_str());
+  std::ifstream readme(out.readme());
+  const bool earlier_report =
+      !fs::exists(out.readme()) || (std::getline(readme, first_line) && first_line == kReportTitle);
+  for (const auto& f : out.all(r.fig_layers)) check_writable(f, st.overwrite || earlier_report, "output file");
+  remove_stale_outputs("actlab-inspect", out.all(r.fig_layers));
   r.inputs = layer_spectra(inputs, st.policies, {r.ratio, r.seed, st.train_bn});
   for (const auto& row : r.inputs)
     if (row.has_spectrum) r.spectra.push_back(row);

@@ -117,8 +117,7 @@ int main(int argc, char** argv) {
     check_writable(flags.get("csv"), true, "--csv file");
     check_writable(flags.get("by-kind"), true, "--by-kind file");
     check_distinct_outputs({{flags.get("out"), "--out"}, {flags.get("csv"), "--csv"}, {flags.get("by-kind"), "--by-kind"}});
-    for (const auto& stale : remove_stale_temp_files({flags.get("out"), flags.get("csv"), flags.get("by-kind")}))
-      std::fprintf(stderr, "actlab-memtable: removed '%s', left by a run killed while writing it\n", stale.c_str());
+    remove_stale_outputs("actlab-memtable", {flags.get("out"), flags.get("csv"), flags.get("by-kind")});
 
     std::ostringstream md, csv, kinds;
     kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";

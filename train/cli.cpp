@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "actlab/core/error.h"
+#include "actlab/io/files.h"
 
 namespace actlab {
 bool parse_int(const std::string& s, int64_t* out) {
@@ -38,6 +39,11 @@ bool parse_bool(const std::string& s, bool* out) {
   if (s == "false" || s == "0" || s == "no" || s == "off") { *out = false; return true; }
   return false;
 }
+void remove_stale_outputs(const char* program, const std::vector<std::string>& outputs) {
+  for (const auto& stale : remove_stale_temp_files(outputs))
+    std::fprintf(stderr, "%s: removed '%s', left by a run killed while writing it\n", program, stale.c_str());
+}
+
 int report_error(const char* program, const std::exception& e) {
   const std::string what = e.what();
   const size_t eol = what.find('\n');

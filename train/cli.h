@@ -31,6 +31,10 @@ int64_t parse_byte_size(const std::string& text, const std::string& what);
 // Returns the exit status: 3 for out of memory (OutOfMemory, std::bad_alloc), 2 for anything else.
 int report_error(const char* program, const std::exception& e);
 
+// Removes the temp files a killed run of a tool left beside its outputs (io/files.h's remove_stale_temp_files)
+// and says so on stderr, one line per file: "PROGRAM: removed 'F', left by a run killed while writing it".
+void remove_stale_outputs(const char* program, const std::vector<std::string>& outputs);
+
 class FlagParser {
  public:
   FlagParser(std::string program, std::string summary);

@@ -19,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -35,7 +34,6 @@
 #include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/train/checkpoint.h"
-#include "actlab/train/cli.h"
 #include "actlab/train/grid_internal.h"
 #include "actlab/train/logging.h"
 
@@ -496,24 +494,21 @@ CellStatus run_cell(const Cell& c, const RunOptions& o, const fs::path& dir, Eta
   std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
   // A cell of several epochs (the paper preset's take hours) says each epoch as its row reaches the cell's
-  // epoch log: "epoch 2/6 88.1% · ". Rows are read whole (a line still being written waits for its newline)
-  // and by their epoch number: a resumed cell's log holds the epochs before its checkpoint, and the run cuts
-  // off any after it and writes them again.
+  // epoch log: "epoch 2/6 88.1% · ", read as the reports read it (read_epochs), by epoch number: a resumed
+  // cell's log holds the epochs before its checkpoint, and the run cuts off any after it and writes them
+  // again. A log whose last row is still being written (no newline yet) waits for the next tick.
   const fs::path epoch_log = dir / "epochs.csv";
   int64_t shown = from_epoch;
   const auto show_epochs = [&] {
-    std::ifstream in(epoch_log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::istringstream rows(text.substr(0, text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1));
-    std::string row;
-    while (std::getline(rows, row)) {
-      const std::vector<std::string> f = split_list(row, ',');  // epoch,lr,train_loss,train_acc,test_loss,test_acc,...
-      if (f.size() < 6 || f[0].find_first_not_of("0123456789") != std::string::npos) continue;  // the header
-      const int64_t epoch = std::stoll(f[0]);
+    std::ifstream in(epoch_log, std::ios::ate | std::ios::binary);
+    char last = 0;
+    if (!in || in.tellg() <= 0 || !in.seekg(-1, std::ios::end).get(last) || last != '\n') return;
+    CellResult now;
+    read_epochs(epoch_log, now);
+    for (const auto& [epoch, acc] : now.test_acc_per_epoch) {
       if (epoch != shown + 1) continue;
       shown = epoch;
-      std::printf("epoch %lld/%lld %.1f%% \u00b7 ", static_cast<long long>(epoch), static_cast<long long>(c.epochs),
-                  std::strtod(f[5].c_str(), nullptr));
+      std::printf("epoch %lld/%lld %.1f%% \u00b7 ", static_cast<long long>(epoch), static_cast<long long>(c.epochs), acc);
     }
     std::fflush(stdout);
   };

@@ -1128,10 +1128,10 @@ TrainSummary train(const TrainConfig& c) {
       const auto in_save_dir = [&](const char* name) {
         return c.save_dir.empty() ? std::string() : (std::filesystem::path(c.save_dir) / name).string();
       };
-      for (const auto& stale : remove_stale_temp_files(
-               {in_save_dir("last.safetensors"), in_save_dir("best.safetensors"), c.export_weights, c.summary_json,
-                c.log_file.empty() ? std::string() : c.log_file + ".config.txt", c.memory_report}))
-        std::fprintf(stderr, "actlab-train: removed '%s', left by a run killed while writing it\n", stale.c_str());
+      remove_stale_outputs("actlab-train", {in_save_dir("last.safetensors"), in_save_dir("best.safetensors"),
+                                            c.export_weights, c.summary_json,
+                                            c.log_file.empty() ? std::string() : c.log_file + ".config.txt",
+                                            c.memory_report});
     }
     Run run(rank_config, dist, device);
     return run.go();
