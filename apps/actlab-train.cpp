@@ -59,16 +59,13 @@ TrainConfig effective_config(const FlagParser& flags) {
     for (const auto& [key, value] : config_entries(own)) {
       if (!is_output_key(key)) continue;
       const std::string before = inherited[key];
-      if (branch && before != value && (key == "log" || key == "summary-json" || key == "export-weights" ||
-                                        key == "memory-report"))
+      if (branch && before != value && is_output_file_key(key))
         dropped += (dropped.empty() ? "" : ", ") + ("--" + key + " '" + before + "'");
       set_config_value(c, key, value);
     }
-    // Said once per job: MPI is not up yet, so the rank comes from what Open MPI's launcher sets.
-    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    if (!dropped.empty() && (rank == nullptr || std::string(rank) == "0"))
-      std::fprintf(stderr, "actlab-train: note: this resume saves to another --save-dir, so it leaves the first run's "
-                   "outputs alone: %s (give them again to write this run's)\n", dropped.c_str());
+    if (!dropped.empty())
+      c.resume_note = "this resume saves to another --save-dir, so it leaves the first run's outputs alone: " +
+                      dropped + " (give them again to write this run's)";
   }
   c.resume = resume;
   c.config_path = flags.get("config");

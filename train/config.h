@@ -63,6 +63,9 @@ struct TrainConfig {
   std::string save_dir;                   // last.safetensors every epoch, best.safetensors on a new best
   std::string resume;                     // checkpoint to continue from (model, data set and its identity, batch, seed must match)
   std::string config_path;                // the --config file this configuration was read from (an input: no output may name it)
+  // What the lead rank says as the resume starts: the first run's outputs a branch leaves alone (set by
+  // apps/actlab-train.cpp, which decides it before the ranks are known).
+  std::string resume_note;
   bool eval_only = false;                 // with resume or init_weights: evaluate those weights, no training
   // A plain state dict (train/checkpoint.h) to start a new run from: weights of another program or an
   // export of actlab's, checked name by name. Not with resume.

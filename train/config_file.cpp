@@ -240,10 +240,14 @@ void check_value_alone(const std::string& key, const std::string& value) {
 
 bool is_config_key(const std::string& key) { return find_field(key) != nullptr; }
 
-bool is_output_key(const std::string& key) {
-  static const std::set<std::string> keys = {"quiet",          "print-every", "log",       "memory-report",
-                                             "summary-json",   "export-weights", "overwrite", "check-memory"};
+bool is_output_file_key(const std::string& key) {
+  static const std::set<std::string> keys = {"log", "memory-report", "summary-json", "export-weights"};
   return keys.count(key) > 0;
+}
+
+bool is_output_key(const std::string& key) {
+  static const std::set<std::string> keys = {"quiet", "print-every", "overwrite", "check-memory"};
+  return keys.count(key) > 0 || is_output_file_key(key);
 }
 
 bool is_placement_or_output_key(const std::string& key) {

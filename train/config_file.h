@@ -33,6 +33,9 @@ bool is_placement_or_output_key(const std::string& key);
 // --summary-json, --export-weights, --overwrite, --quiet, --print-every, --check-memory). An evaluation of
 // a checkpoint takes these from its own command line, not from the run that saved it.
 bool is_output_key(const std::string& key);
+// The files among them (--log, --memory-report, --summary-json, --export-weights): what a resume into another
+// --save-dir would otherwise rewrite in the first run's name.
+bool is_output_file_key(const std::string& key);
 // The entries of `a` and `b` that differ, key by key (a repeated key, policy-rule, as its values joined),
 // leaving out is_placement_or_output_key and `also_free`: "--lr '0.5' (was '0.1')" per difference, `a`'s
 // value first, "" when none differs.

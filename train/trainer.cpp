@@ -505,6 +505,7 @@ void Run::restore() {
   // Options a resume may change at will (its length, its outputs, its placement) pass in silence; any other
   // change (another --policy, --lr, schedule) is allowed, as a deliberate change of recipe, but named, so
   // a resume that meant to continue the same run and did not is seen (on stderr, even --quiet).
+  if (dist_.lead() && !c_.resume_note.empty()) std::fprintf(stderr, "actlab-train: note: %s\n", c_.resume_note.c_str());
   if (dist_.lead() && !c_.eval_only) {
     // Besides placement and outputs, a resume may raise --epochs, save elsewhere, and no longer names the
     // weights the first run started from.
