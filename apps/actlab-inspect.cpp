@@ -417,6 +417,10 @@ std::string markdown_tables(const Report& r) {
      << "The input each Conv2d and Linear layer keeps for its backward (conv maps, token maps and (N, D) vectors "
      << "alike): ‖x̂ − x‖_F / ‖x‖_F of pack → unpack (lfc: and hfc: keep one component on purpose, so their error "
      << "is the other component's share); bits = 8 · packed bytes / elements (exact: 32).";
+  if (r.precision != "fp32")
+    md << " These are each codec on the fp32 inputs, whatever --precision says: under " << r.precision << " a run's "
+       << "`exact` keeps a " << r.precision << " copy (the `" << r.precision << "` policy's column, when listed), "
+       << "as the gradient errors above assume.";
   if (r.codecs != r.policies)
     md << " Each entry's codec alone: per-module rules (--policy-rule) and checkpointing reach only the gradient "
        << "errors above.";

@@ -70,6 +70,8 @@ TEST_CASE("loss scale: the forms, their names, and one clear error for the rest"
   CHECK(error_of([] { parse_loss_scale("dynamic:init=3"); }).find("power of two") != std::string::npos);
   CHECK(error_of([] { parse_loss_scale("dynamic:interval=0"); }).find("interval") != std::string::npos);
   CHECK(error_of([] { parse_loss_scale("dynamic:growth=2"); }).find("unknown key 'growth'") != std::string::npos);
+  CHECK(error_of([] { parse_loss_scale("dynamic:init=65536,init=2"); }).find("'init' is given twice") !=
+        std::string::npos);
   CHECK(error_of([] { parse_loss_scale("dynamic:"); }).find("nothing after") != std::string::npos);
   CHECK(error_of([] { parse_loss_scale("auto-ish"); }).find("is not one of") != std::string::npos);
   CHECK(error_of([] { parse_loss_scale("0x1p70"); }).find("is not one of") != std::string::npos);

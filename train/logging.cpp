@@ -12,6 +12,7 @@
 #include <string>
 
 #include "actlab/core/allocator.h"
+#include "actlab/core/precision.h"
 #include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/train/config_file.h"
@@ -199,6 +200,12 @@ void print_first_step_report(const TrainSummary& s, const StepResult& first, con
                 s.policy.c_str(), format_bytes(saved.raw).c_str(), format_bytes(saved.packed).c_str(),
                 static_cast<double>(saved.raw) / static_cast<double>(saved.packed),
                 saved.expected > 0 ? static_cast<double>(saved.raw) / static_cast<double>(saved.expected) : 0.0);
+    // raw counts fp32 bytes in every precision; a low-precision run's own baseline is exact's 16-bit copies.
+    const Precision p = parse_precision(c.precision);
+    if (p != Precision::F32)
+      std::printf("  under %s, raw is the saves in fp32; against exact's %s copies (half of raw): %.2fx\n",
+                  precision_name(p), precision_name(p),
+                  static_cast<double>(saved.raw) / 2.0 / static_cast<double>(saved.packed));
   }
   std::fflush(stdout);
 }

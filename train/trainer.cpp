@@ -981,9 +981,12 @@ TrainSummary Run::go() {
     summary_.final_test_loss = ev.loss;
     summary_.final_test_acc = ev.acc;
     if (!c_.quiet)
-      std::printf("eval %s on %s: test loss %.4f accuracy %.2f%% (%lld images)\n",
-                  (c_.resume.empty() ? c_.init_weights : c_.resume).c_str(), data_.note.c_str(), ev.loss, ev.acc,
-                  static_cast<long long>(data_.test->size()));
+      std::printf("eval %s on %s%s: test loss %.4f accuracy %.2f%% (%lld images)\n",
+                  (c_.resume.empty() ? c_.init_weights : c_.resume).c_str(), data_.note.c_str(),
+                  // The precision moves the figures (a bf16 run's checkpoint evaluated in fp32 differs), so a
+                  // low-precision evaluation says so.
+                  compute_precision() == Precision::F32 ? "" : (std::string(", in ") + precision_name(compute_precision())).c_str(),
+                  ev.loss, ev.acc, static_cast<long long>(data_.test->size()));
     if (!c_.export_weights.empty()) export_state_dict(c_.export_weights, *model_, opt_->steps());
     if (!c_.summary_json.empty()) write_summary_json(c_.summary_json, summary_, c_);
     return summary_;

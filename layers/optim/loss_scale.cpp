@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
+#include <string>
 
 #include "actlab/core/error.h"
 
@@ -48,6 +50,7 @@ LossScaleOptions parse_loss_scale(const std::string& text) {
     if (head.size() == text.size()) return o;
     std::string rest = text.substr(head.size() + 1);
     ACTLAB_CHECK(!rest.empty(), "--loss-scale '", text, "': nothing after 'dynamic:' (", loss_scale_forms(), ")");
+    std::set<std::string> seen;  // a key given twice is a typo, not "the last one wins"
     while (!rest.empty()) {
       const size_t comma = rest.find(',');
       const std::string kv = rest.substr(0, comma);
@@ -55,6 +58,7 @@ LossScaleOptions parse_loss_scale(const std::string& text) {
       const size_t eq = kv.find('=');
       ACTLAB_CHECK(eq != std::string::npos, "--loss-scale '", text, "': '", kv, "' is not KEY=VALUE (", loss_scale_forms(), ")");
       const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+      ACTLAB_CHECK(seen.insert(key).second, "--loss-scale '", text, "': '", key, "' is given twice");
       if (key == "init") {
         o.init = parse_scale(value, "--loss-scale init");
       } else if (key == "interval") {

@@ -221,10 +221,32 @@ if [ $? -ne 0 ]; then
   echo "$bf16_out" | grep -q "bf16" && echo "ok   [inspect --precision bf16 refused on this CPU: $bf16_out]" ||
     fail "[inspect --precision bf16] $bf16_out"
 elif grep -q "^- Gradient errors computed in bf16" "$work/ib/README.md" &&
+     grep -q "These are each codec on the fp32 inputs, whatever --precision says" "$work/ib/README.md" &&
      grep -q '^fc1,Linear,512x784,[0-9.e-]*,bf16,0,1,0$' "$work/ib/grad_error.csv"; then
   echo "ok   [inspect --precision bf16 measures against exact at bf16]"
 else
   fail "[inspect --precision bf16 measures against exact at bf16] $(head -3 "$work/ib/grad_error.csv" 2>&1)"
+fi
+
+# A bf16 run's first-step report gives the policy's ratio against fp32 saves and against exact's bf16 copies
+# (half of it), and evaluating its checkpoint names the precision the figures were computed in.
+cases=$((cases + 1))
+tb_out=$("$build/actlab-train" --model mlp --precision bf16 --policy division:B=8,Q=2 --threads 1 --batch-size 16 \
+  --steps-per-epoch 2 --train-limit 64 --test-limit 32 --save-dir "$work/tb" 2>&1)
+if [ $? -ne 0 ]; then
+  echo "$tb_out" | grep -q "bf16" && echo "ok   [train --precision bf16 refused on this CPU: $(echo "$tb_out" | tail -1)]" ||
+    fail "[train --precision bf16 reports both ratios] $tb_out"
+else
+  fp32_ratio=$(echo "$tb_out" | sed -n 's/^policy .* kept, \([0-9.]*\)x measured.*/\1/p')
+  bf16_ratio=$(echo "$tb_out" | sed -n "s/^  under bf16, raw is the saves in fp32; against exact's bf16 copies (half of raw): \([0-9.]*\)x$/\1/p")
+  ev_out=$("$build/actlab-train" --resume "$work/tb/last.safetensors" --eval-only 2>&1)
+  if [ -n "$fp32_ratio" ] && [ -n "$bf16_ratio" ] &&
+     awk -v a="$fp32_ratio" -v b="$bf16_ratio" 'BEGIN { d = a / 2 - b; exit !(d < 0.006 && d > -0.006) }' &&
+     echo "$ev_out" | grep -q "^eval .*, in bf16: test loss"; then
+    echo "ok   [train --precision bf16 reports both ratios ($fp32_ratio, $bf16_ratio) and its eval names bf16]"
+  else
+    fail "[train --precision bf16 reports both ratios] ratios '$fp32_ratio' '$bf16_ratio'; $tb_out; $ev_out"
+  fi
 fi
 
 # A checkpointed entry's reconstructions are its codec's: reconstruction.csv names the entry as grad_error.csv
