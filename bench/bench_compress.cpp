@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -204,10 +205,16 @@ int main(int argc, char** argv) {
       for (const SavedShape& shape : shapes) {
         const Row r = measure(*policy, shape, reps);
         char line[512];
-        std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %.1f | %.3f | %.3f | %.2fx | %.2fx |\n",
+        // swap keeps 0 bits on the device: its rate is no number ("-"), not "infx"
+        const auto rate = [](double x) {
+          char text[32];
+          std::snprintf(text, sizeof text, "%.2fx", x);
+          return std::isfinite(x) ? std::string(text) : std::string("-");
+        };
+        std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %.1f | %.3f | %.3f | %s | %s |\n",
                       r.policy.c_str(), r.shape.c_str(), r.pack_gbs, r.unpack_kernel_gbs, r.unpack_api_gbs,
                       gbs_or_dash(r.blocked_gbs).c_str(), gbs_or_dash(r.channels_gbs).c_str(), r.memcpy_gbs, r.bits_measured,
-                      r.bits_closed, r.rate_measured, r.rate_closed);
+                      r.bits_closed, rate(r.rate_measured).c_str(), rate(r.rate_closed).c_str());
         md << line;
         std::fputs(line, stdout);
         std::fflush(stdout);

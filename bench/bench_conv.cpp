@@ -332,7 +332,18 @@ int main(int argc, char** argv) {
     const int64_t batch = flags.get_int("batch");
     const int reps = static_cast<int>(flags.get_int("reps")), threads = static_cast<int>(flags.get_int("threads"));
     const bool gemm = flags.get_bool("gemm");
-    ACTLAB_CHECK(batch >= 1 && reps >= 1 && threads >= 1, "--batch, --reps and --threads must be >= 1");
+    ACTLAB_CHECK(batch >= 1, "--batch must be >= 1, got ", batch);
+    ACTLAB_CHECK(reps >= 1, "--reps must be >= 1, got ", reps);
+    ACTLAB_CHECK(threads >= 1, "--threads must be >= 1, got ", threads);
+    // Every --impl entry is checked before the first is measured: a typo in the last one of a long list
+    // used to surface only after minutes of timing the others.
+    const std::vector<std::string> impl_list = actlab::split_list(impls, ',');
+    ACTLAB_CHECK(gemm || !impl_list.empty(), "--impl is empty; give e.g. auto,auto@bf16");
+    for (const std::string& name : impl_list) {
+      const size_t at = name.find('@');
+      actlab::cpu::conv_impl_from_name(name.substr(0, at));
+      if (at != std::string::npos) actlab::parse_precision(name.substr(at + 1));
+    }
     ACTLAB_CHECK(model == "resnet20" || model == "resnet18" || model == "mobilenet" || model == "all",
                  "--model: resnet20, resnet18, mobilenet or all, got '", model, "'");
     ACTLAB_CHECK(flags.get("stat") == "median" || flags.get("stat") == "min", "--stat: median or min, got '",
@@ -355,7 +366,7 @@ int main(int argc, char** argv) {
                 g_cpu_clock ? "process CPU time / threads" : "wall clock", alloc.c_str());
     const auto layers = model_layers(model, batch);
     if (gemm) run_gemm(layers, reps, threads);
-    else run_conv(layers, actlab::split_list(impls, ','), reps);
+    else run_conv(layers, impl_list, reps);
     return 0;
   } catch (const std::exception& e) {
     return actlab::report_error("bench_conv", e);

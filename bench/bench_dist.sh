@@ -15,6 +15,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build}" models="${2:-resnet20,resnet18}" batch="${3:-128}" steps="${4:-20}" rounds="${5:-1}"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_dist: ROUNDS must be a positive integer, got '$rounds'" >&2; exit 1; }
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "bench_dist: STEPS must be a positive integer, got '$steps'" >&2; exit 1; }
+# Two ranks each take half the global batch: an odd one would compare B images against 2 x floor(B/2).
+[[ "$batch" =~ ^[1-9][0-9]*$ ]] && [ $((batch % 2)) -eq 0 ] ||
+  { echo "bench_dist: GLOBAL_BATCH must be a positive even integer (two ranks take half each), got '$batch'" >&2; exit 1; }
+[ -x "$build/actlab-train" ] || { echo "bench_dist: $build/actlab-train not found (BUILD_DIR is taken from the checkout: $(pwd))" >&2; exit 1; }
 threads=$(nproc)
 command -v mpirun >/dev/null || { echo "bench_dist: mpirun not found (scripts/setup.sh installs openmpi-bin)" >&2; exit 1; }
 out=$(mktemp -d)

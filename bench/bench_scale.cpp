@@ -195,6 +195,7 @@ int check(const FlagParser& flags) {
   const std::vector<ParamCost> params = param_costs("resnet18", 1, 10, 28);
   const RingLink link{flags.get_float("link-gbs") * 1e9, flags.get_float("latency-us") * 1e-6};
   const int64_t batch = flags.get_int("check-batch");
+  ACTLAB_CHECK(batch >= 1, "--check-batch must be >= 1, got ", batch);
   std::printf("ResNet-18 (1×28×28 synthetic images, as bench/bench_dist.sh), 2 ranks of batch %lld, one rank's step %.1f ms, link %.2f GB/s + %.1f µs\n"
               "| buckets: cap / tail MiB | buckets | all-reduce ms a step | exposed ms | predicted job img/s |\n"
               "|---|---|---|---|---|\n",
@@ -253,7 +254,11 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> ranks = int_list(flags, "ranks"), globals = int_list(flags, "global-batches");
     ACTLAB_CHECK(!ranks.empty() && !globals.empty(), "--ranks and --global-batches each need one or more counts");
     for (int64_t n : ranks) ACTLAB_CHECK(n >= 1, "--ranks must be >= 1, got ", n);
-    for (int64_t g : globals) ACTLAB_CHECK(g >= 1, "--global-batches must be >= 1, got ", g);
+    // Every method's per-GPU batch (128, 256, 512 below) must divide each global batch, or its rows would be
+    // left out of the table without a word.
+    for (int64_t g : globals)
+      ACTLAB_CHECK(g >= 512 && g % 512 == 0, "--global-batches: each must be a multiple of 512 (the per-GPU batches "
+                   "128, 256 and 512 must divide it), got ", g);
     const std::vector<Link> links = parse_links(flags.get("links"));
     const double swin_ratio = flags.get_float("swin-ratio"), speedup = flags.get_float("gpu-speedup");
     ACTLAB_CHECK(swin_ratio > 0 && speedup > 0, "--swin-ratio and --gpu-speedup must be > 0");

@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
     }
     const int64_t threads = flags.get_int("threads"), rounds = flags.get_int("rounds");
     const int64_t B = flags.get_int("batch"), S = flags.get_int("image-size"), C = flags.get_int("channels");
-    ACTLAB_CHECK(threads >= 1 && rounds >= 1 && B >= 1 && S >= 1 && C >= 1,
-                 "--threads, --rounds, --batch, --image-size and --channels must be >= 1");
+    for (const char* name : {"threads", "rounds", "batch", "image-size", "channels"})
+      ACTLAB_CHECK(flags.get_int(name) >= 1, "--", name, " must be >= 1, got ", flags.get_int(name));
     ACTLAB_CHECK(!split_list(flags.get("models"), ',').empty(), "--models is empty; give e.g. resnet20,resnet18");
     ACTLAB_CHECK(!split_list(flags.get("policies"), ';').empty(), "--policies is empty; give e.g. 'exact;division:B=8,Q=2'");
     omp_set_num_threads(static_cast<int>(threads));

@@ -4,10 +4,12 @@
 # both precisions: PyTorch fp32 and under torch.cpu.amp.autocast(bfloat16), actlab fp32 and --precision
 # bf16 (docs/precision.md). The CPU's model name and bf16 flags are printed first: ratios hold for it only.
 #   bench/compare_torch.sh [BUILD_DIR] [MODELS]   (needs: apt-get install python3-torch; MODELS default
-#                                                   resnet20,resnet18)
+#                                                   resnet20,resnet18; BUILD_DIR relative to the checkout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build}"
+# Checked before PyTorch's minutes of training, not after them.
+[ -x "$build/bench_train" ] || { echo "compare_torch: $build/bench_train not found (BUILD_DIR is taken from the checkout: $(pwd))" >&2; exit 1; }
 peer="../shared/bench/torch_cpu_train.py"
 [ -f "$peer" ] || { echo "compare_torch: $peer not found (run from the actlab checkout beside shared/)" >&2; exit 1; }
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null ||

@@ -1198,10 +1198,10 @@ TEST_CASE("ablate: a tiny Table 2(a) grid puts DIVISION beside Normal with its a
   const size_t row = tables.find("| DIVISION | `division:B=8,Q=2` | ");
   REQUIRE(row != std::string::npos);
   // Its Δ is the signed difference of the two accuracies in the row above and this one.
-  const auto cells = split_list(tables.substr(row, tables.find('\n', row) - row), '|');
+  const auto cells = split_list(tables.substr(row + 1, tables.find('\n', row) - row - 1), '|');
   const size_t normal = tables.find("| Normal | `exact` | ");
   REQUIRE(normal != std::string::npos);
-  const auto normal_cells = split_list(tables.substr(normal, tables.find('\n', normal) - normal), '|');
+  const auto normal_cells = split_list(tables.substr(normal + 1, tables.find('\n', normal) - normal - 1), '|');
   REQUIRE(cells.size() >= 4);
   REQUIRE(normal_cells.size() >= 3);
   // (each printed to 2 decimals from unrounded means, so they may differ by one in the last digit)

@@ -23,9 +23,11 @@
 #include "actlab/train/cli.h"
 #include "actlab/train/logging.h"
 #include "actlab/train/trainer.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 using namespace actlab;
+using actlab::testing::error_of;
 
 TEST_CASE("a ResNet-20 trains: the loss falls and memory per tag returns to baseline every step") {
   TrainConfig c;
@@ -176,6 +178,15 @@ TEST_CASE("the summary's memory figures are one step's: under acgc the saves are
   // Everything else a step keeps (masks, statistics, the batch) is the same size in both runs: the whole
   // step fell by exactly what the saves fell, which holds only when both figures are of one step.
   CHECK(one.activation_bytes - four.activation_bytes == one.saved_packed_bytes - four.saved_packed_bytes);
+}
+
+TEST_CASE("flag lists: items split on their separator, one trailing separator ends the list, an empty item is refused") {
+  CHECK(split_list("resnet20,resnet18", ',') == std::vector<std::string>{"resnet20", "resnet18"});
+  CHECK(split_list("exact;division:B=8,Q=2;", ';') == std::vector<std::string>{"exact", "division:B=8,Q=2"});
+  CHECK(split_list("", ',').empty());
+  for (const char* typo : {"resnet20,,resnet18", ",resnet20", "a,,b,"})
+    CHECK(error_of([&] { split_list(typo, ','); }).find("the list '" + std::string(typo) + "' has an empty item") !=
+          std::string::npos);
 }
 
 TEST_CASE("--memory-limit: sizes parse, and exact storage runs out of memory under a cap that division fits") {

@@ -93,8 +93,20 @@ check "bench_scale rank count not a number" "--ranks: '8x' is not a whole number
   bench_scale --ranks 8,8x
 check "bench_scale link bandwidth not a number" "--links: bandwidth must be a number > 0" \
   bench_scale --links 'a=x@1'
-check "bench_scale global batch 0"    "--global-batches must be >= 1, got 0" \
+check "bench_scale global batch 0"    "--global-batches: each must be a multiple of 512" \
   bench_scale --global-batches 0
+check "bench_scale global batch no method divides" "--global-batches: each must be a multiple of 512 .*got 7" \
+  bench_scale --global-batches 7
+check "bench_scale check batch 0"     "--check-batch must be >= 1, got 0" \
+  bench_scale --check --compute-ms 10 --link-gbs 1 --check-batch 0
+check "bench_train empty list item"   "the list 'resnet20,,resnet18' has an empty item" \
+  bench_train --models resnet20,,resnet18
+check "bench_train batch 0 named"     "--batch must be >= 1, got 0" \
+  bench_train --batch 0
+check "bench_conv typo in the last impl, before any timing" "unknown conv implementation 'bogus'" \
+  bench_conv --model resnet20 --impl auto,bogus
+check "bench_conv empty impl list"    "--impl is empty" \
+  bench_conv --model resnet20 --impl ''
 check "memtable batch past int64"     "bad batch size '99999999999999999999'" \
   actlab-memtable --models mlp --batches 99999999999999999999 --image-size 8 --channels 1 --policies exact
 late=1 check "memtable elements past int64" "has more elements than a 64-bit count holds" \

@@ -44,5 +44,30 @@ refused "gpu-check misspelt step"    "unknown step 'test' in STEPS"   env STEPS=
 [ ! -e "$work/gc" ] || fail "gpu-check wrote its output directory before refusing STEPS"
 refused "fuzz.sh 00 seconds"         "got '00'"                       bash "$src/scripts/fuzz.sh" idx 00
 refused "fuzz.sh unknown target"     "unknown target 'zip'"           bash "$src/scripts/fuzz.sh" zip 5
+# bench/'s scripts refuse (exit 1) before any training: a non-number used to launch a default run, and a missing
+# build directory showed only after PyTorch's minutes of work. mpirun and python3 are stubs that fail here.
+for tool in mpirun python3; do
+  printf '#!/bin/sh\necho "script_flags: %s was reached: a refusal came too late" >&2\nexit 97\n' "$tool" > "$work/stubs/$tool"
+  chmod +x "$work/stubs/$tool"
+done
+bench_refused() {  # bench_refused "description" "expected words (grep -E)" script args...
+  local what="$1" want="$2" out rc
+  shift 2
+  out=$(bash "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 1 ] || [ "$(printf '%s\n' "$out" | grep -c .)" -ne 1 ] || ! printf '%s\n' "$out" | grep -qE -e "$want"; then
+    fail "$what: expected exit 1 and one line with '$want', got exit $rc: $out"
+  fi
+}
+bench_refused "bench_dist batch not a number" "GLOBAL_BATCH must be a positive even integer .* got 'abc'" \
+  "$src/bench/bench_dist.sh" "$work/nobuild" mlp abc 1
+bench_refused "bench_dist odd batch"          "GLOBAL_BATCH must be a positive even integer .* got '7'" \
+  "$src/bench/bench_dist.sh" "$work/nobuild" mlp 7 1
+bench_refused "bench_dist steps not a number" "STEPS must be a positive integer, got 'x'" \
+  "$src/bench/bench_dist.sh" "$work/nobuild" mlp 8 x
+bench_refused "bench_dist no build"           "nobuild/actlab-train not found" \
+  "$src/bench/bench_dist.sh" "$work/nobuild" mlp 8 1
+bench_refused "compare_torch no build"        "nobuild/bench_train not found" \
+  "$src/bench/compare_torch.sh" "$work/nobuild"
 echo "script flag checks: $failures failed"
 [ "$failures" -eq 0 ]
