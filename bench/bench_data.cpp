@@ -9,6 +9,7 @@
 #include <stb_image_write.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "actlab/core/error.h"
@@ -30,6 +32,36 @@
 #include "actlab/train/cli.h"
 
 namespace {
+
+// The generated image trees live in the temp directory under this prefix and the process id. An exception
+// removes them (ImageTree's destructor); a kill cannot, so each run first removes the trees of bench_data
+// processes that no longer exist, and says so.
+const char* const kTreePrefix = "actlab_bench_";
+
+struct ImageTree {
+  std::filesystem::path root;
+  explicit ImageTree(const std::string& kind)
+      : root(std::filesystem::temp_directory_path() / (kTreePrefix + kind + "_" + std::to_string(::getpid()))) {}
+  ~ImageTree() {
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+};
+
+void remove_trees_of_killed_runs() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t underscore = name.rfind('_');
+    if (name.rfind(kTreePrefix, 0) != 0 || underscore == std::string::npos || !e.is_directory(ec)) continue;
+    const std::string digits = name.substr(underscore + 1);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::filesystem::remove_all(e.path(), ec);
+    if (!ec) std::printf("removed %s, left by a bench_data run that was killed\n", e.path().c_str());
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -89,8 +121,8 @@ std::vector<std::string> write_image_tree(const std::filesystem::path& root, int
 // Per image, in memory (no file reads): the byte checks a streamed read runs before stb (for a PNG, one
 // CRC-32 pass over every chunk) against stb's decode of the same bytes. Median ms over `epochs` passes.
 void byte_check_table(int epochs, int images) {
-  const std::filesystem::path root = std::filesystem::temp_directory_path() /
-                                     ("actlab_bench_check_" + std::to_string(::getpid()));
+  const ImageTree tree("check");
+  const std::filesystem::path& root = tree.root;
   std::printf("\nbyte checks before the decode: %d images 500x375 per format, in memory\n", images);
   std::printf("\n| format | KiB per file | check, ms/image | decode, ms/image | check / decode |\n|---|---|---|---|---|\n");
   for (const std::string ext : {"png", "jpg"}) {
@@ -128,8 +160,8 @@ void byte_check_table(int epochs, int images) {
 
 // The streamed folder's images/s for 1 and 2 loader workers, training and evaluation reads.
 void stream_decode_table(int epochs, int jpegs) {
-  const std::filesystem::path root = std::filesystem::temp_directory_path() /
-                                     ("actlab_bench_stream_" + std::to_string(::getpid()));
+  const ImageTree tree("stream");
+  const std::filesystem::path& root = tree.root;
   write_image_tree(root, jpegs, "jpg");
   uintmax_t bytes = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(root))
@@ -152,7 +184,6 @@ void stream_decode_table(int epochs, int jpegs) {
     std::printf("| test: resize + centre crop (%lld images) | %d | %.0f |\n",
                 static_cast<long long>(f.test->size()), workers,
                 loader_images_per_s(*f.test, {}, epochs, 32, workers));
-  std::filesystem::remove_all(root);
 }
 
 }  // namespace
@@ -171,6 +202,7 @@ int main(int argc, char** argv) {
     const int epochs = static_cast<int>(flags.get_int("epochs")), jpegs = static_cast<int>(flags.get_int("jpegs"));
     ACTLAB_CHECK(epochs >= 1, "--epochs must be >= 1, got ", epochs);
     ACTLAB_CHECK(jpegs >= 20, "--jpegs must be >= 20 (half train, half test), got ", jpegs);
+    remove_trees_of_killed_runs();
     const std::string dir = actlab::default_fashion_mnist_dir();
     std::unique_ptr<actlab::InMemoryImageDataset> ds;
     const Clock::time_point t0 = Clock::now();
