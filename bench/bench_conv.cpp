@@ -24,7 +24,9 @@
 #include "actlab/core/allocator.h"
 #include "actlab/core/cpu/conv.h"
 #include "actlab/core/cpu/gemm.h"
+#include "actlab/core/device.h"
 #include "actlab/core/error.h"
+#include "actlab/core/precision.h"
 #include "actlab/train/cli.h"
 
 namespace {
@@ -342,7 +344,8 @@ int main(int argc, char** argv) {
     for (const std::string& name : impl_list) {
       const size_t at = name.find('@');
       actlab::cpu::conv_impl_from_name(name.substr(0, at));
-      if (at != std::string::npos) actlab::parse_precision(name.substr(at + 1));
+      if (at != std::string::npos)
+        actlab::check_precision_supported(actlab::parse_precision(name.substr(at + 1)), actlab::Device::cpu());
     }
     ACTLAB_CHECK(model == "resnet20" || model == "resnet18" || model == "mobilenet" || model == "all",
                  "--model: resnet20, resnet18, mobilenet or all, got '", model, "'");

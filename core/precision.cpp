@@ -20,11 +20,11 @@ const char* precision_name(Precision p) {
 std::string precision_forms() { return "fp32|bf16|fp16"; }
 
 Precision parse_precision(const std::string& name) {
-  // One spelling each: a configuration stores the name as given, so an alias ("f32") would read as another
-  // precision to the resume check and the reports.
-  if (name == "fp32") return Precision::F32;
+  // "f32" and "f16" are older spellings, still in checkpoints' stored configurations; a configuration stores
+  // the canonical name (train/config_file.cpp), so the two read alike to the resume check and the reports.
+  if (name == "fp32" || name == "f32") return Precision::F32;
   if (name == "bf16") return Precision::BF16;
-  if (name == "fp16") return Precision::F16;
+  if (name == "fp16" || name == "f16") return Precision::F16;
   ACTLAB_FAIL("unknown precision '", name, "' (accepted: ", precision_forms(), ")");
 }
 

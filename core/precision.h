@@ -17,7 +17,7 @@ namespace actlab {
 enum class Precision { F32, BF16, F16 };
 
 const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
-// "fp32" | "bf16" | "fp16"; throws Error naming the accepted forms on anything else.
+// "fp32" | "f32" | "bf16" | "fp16" | "f16"; throws Error naming the accepted forms on anything else.
 Precision parse_precision(const std::string& name);
 std::string precision_forms();  // "fp32|bf16|fp16", for --help
 

@@ -184,7 +184,7 @@ TEST_CASE("flag lists: items split on their separator, one trailing separator en
   CHECK(split_list("resnet20,resnet18", ',') == std::vector<std::string>{"resnet20", "resnet18"});
   CHECK(split_list("exact;division:B=8,Q=2;", ';') == std::vector<std::string>{"exact", "division:B=8,Q=2"});
   CHECK(split_list("", ',').empty());
-  for (const char* typo : {"resnet20,,resnet18", ",resnet20", "a,,b,"})
+  for (const char* typo : {"resnet20,,resnet18", ",resnet20", "a,,", ","})
     CHECK(error_of([&] { split_list(typo, ','); }).find("the list '" + std::string(typo) + "' has an empty item") !=
           std::string::npos);
 }

@@ -60,13 +60,11 @@ std::vector<std::string> split_list(const std::string& text, char sep) {
   std::vector<std::string> out;
   std::string item;
   std::istringstream in(text);
-  // "a,,b" and ",a" are typos that dropping the empty item would hide; one trailing separator ("exact;")
-  // is how lists built in shell loops end, and is taken as the end of the list.
-  bool ended = false;
+  // "a,,b", ",a" and "a,," are typos that dropping the empty item would hide. One trailing separator ("exact;",
+  // how lists built in shell loops end) yields no item at all from getline, and is taken as the end.
   while (std::getline(in, item, sep)) {
-    ACTLAB_CHECK(!ended, "the list '", text, "' has an empty item (two '", sep, "' in a row, or one at the start)");
-    if (item.empty()) ended = true;
-    else out.push_back(item);
+    ACTLAB_CHECK(!item.empty(), "the list '", text, "' has an empty item (two '", sep, "' in a row, or one at the start)");
+    out.push_back(item);
   }
   return out;
 }

@@ -12,7 +12,7 @@
 namespace actlab {
 
 // Splits "a,b,c" (or "a,b,c,": one trailing separator ends the list) on `sep`: {"a", "b", "c"}. An empty item
-// before another ("a,,b", ",a") throws Error naming the list: it is a typo, not an item to drop.
+// ("a,,b", ",a", "a,,") throws Error naming the list: it is a typo, not an item to drop.
 std::vector<std::string> split_list(const std::string& text, char sep);
 
 // The one reading of a number or switch from text, for flags and config files alike; each returns false

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "actlab/core/error.h"
+#include "actlab/core/precision.h"
 #include "actlab/compress/policy.h"
 #include "actlab/io/json.h"
 #include "actlab/layers/optim/loss_scale.h"
@@ -145,9 +146,15 @@ const std::vector<Field>& fields() {
                     "deterministic already"),
         ACTLAB_BOOL("tf32", tf32, "GPU: TF32 tensor cores for fp32 convolutions and GEMMs (10-bit mantissa products)"),
         ACTLAB_STR("policy", policy, "activation-cache policy, one of\n" + policy_forms() + "\n" + checkpoint_forms()),
-        ACTLAB_STR("precision", precision,
-                   "compute precision: fp32, or bf16 (convolutions, linear layers and matmuls in bf16 with fp32 accumulation, exact saves kept "
-                   "in bf16, fp32 master weights; a CPU with avx512_bf16 or amx_bf16); fp16 needs a GPU. docs/precision.md"),
+        {"precision", "string",
+         "compute precision: fp32, or bf16 (convolutions, linear layers and matmuls in bf16 with fp32 accumulation, exact saves kept "
+         "in bf16, fp32 master weights; a CPU with avx512_bf16 or amx_bf16); fp16 needs a GPU. docs/precision.md",
+         // Stored by its canonical name ("f32" as "fp32"), so that a resume compares precisions, not spellings;
+         // an unknown name is kept as given for validation's error.
+         [](TrainConfig& c, const std::string& v) {
+           c.precision = v == "f32" || v == "f16" ? precision_name(parse_precision(v)) : v;
+         },
+         [](const TrainConfig& c) { return c.precision; }},
         ACTLAB_STR("loss-scale", loss_scale,
                    "loss scaling: auto (dynamic under fp16, none otherwise), " + loss_scale_forms() +
                        "; gradients are unscaled before the update. docs/precision.md"),

@@ -107,6 +107,14 @@ check "bench_conv typo in the last impl, before any timing" "unknown conv implem
   bench_conv --model resnet20 --impl auto,bogus
 check "bench_conv empty impl list"    "--impl is empty" \
   bench_conv --model resnet20 --impl ''
+# ... and an entry's precision too: nothing is timed (no table row on stdout) before fp16 is refused.
+cases=$((cases + 1))
+conv_out=$(timeout 120 "$build/bench_conv" --model resnet20 --batch 1 --reps 1 --quiet-wait 0 --impl auto,auto@fp16 2>&1)
+if [ $? -ne 0 ] && echo "$conv_out" | grep -q "fp16 needs a GPU" && ! echo "$conv_out" | grep -q '^| resnet20 |'; then
+  echo "ok   [bench_conv refuses auto@fp16 before timing auto]"
+else
+  fail "[bench_conv refuses auto@fp16 before timing auto] $conv_out"
+fi
 check "memtable batch past int64"     "bad batch size '99999999999999999999'" \
   actlab-memtable --models mlp --batches 99999999999999999999 --image-size 8 --channels 1 --policies exact
 late=1 check "memtable elements past int64" "has more elements than a 64-bit count holds" \
@@ -135,6 +143,8 @@ else
   fail "[bench_compress measures a policy with a range per row] $(tail -2 "$work/r1.out")"
 fi
 check "ablate --policies with no policy" "--policies names no policy" \
+  actlab-ablate --policies '' --models mlp --out "$work/abl-empty"
+check "ablate --policies ';' (an empty item)" "the list ';' has an empty item" \
   actlab-ablate --policies ';' --models mlp --out "$work/abl-empty"
 check "ablate --train-arg on a managed flag" "--train-arg --epochs=2: the grid sets --epochs" \
   actlab-ablate --policies exact --models mlp --train-arg=--epochs=2 --out "$work/abl-managed"
@@ -230,7 +240,8 @@ fi
 cases=$((cases + 1))
 bf16_out=$("$build/actlab-inspect" --model mlp --out "$work/ib" --threads 1 --precision bf16 --policies 'bf16;quant:Q=2' 2>&1)
 if [ $? -ne 0 ]; then
-  echo "$bf16_out" | grep -q "bf16" && echo "ok   [inspect --precision bf16 refused on this CPU: $bf16_out]" ||
+  echo "$bf16_out" | grep -qE "bf16: this CPU has neither|bf16 kernels, which a minimal" &&
+    echo "ok   [inspect --precision bf16 refused on this CPU: $bf16_out]" ||
     fail "[inspect --precision bf16] $bf16_out"
 elif grep -q "^- Gradient errors computed in bf16" "$work/ib/README.md" &&
      grep -q "These are each codec on the fp32 inputs, whatever --precision says" "$work/ib/README.md" &&
@@ -246,7 +257,8 @@ cases=$((cases + 1))
 tb_out=$("$build/actlab-train" --model mlp --precision bf16 --policy division:B=8,Q=2 --threads 1 --batch-size 16 \
   --steps-per-epoch 2 --train-limit 64 --test-limit 32 --save-dir "$work/tb" 2>&1)
 if [ $? -ne 0 ]; then
-  echo "$tb_out" | grep -q "bf16" && echo "ok   [train --precision bf16 refused on this CPU: $(echo "$tb_out" | tail -1)]" ||
+  echo "$tb_out" | grep -qE "bf16: this CPU has neither|bf16 kernels, which a minimal" &&
+    echo "ok   [train --precision bf16 refused on this CPU: $(echo "$tb_out" | tail -1)]" ||
     fail "[train --precision bf16 reports both ratios] $tb_out"
 else
   fp32_ratio=$(echo "$tb_out" | sed -n 's/^policy .* kept, \([0-9.]*\)x measured.*/\1/p')
