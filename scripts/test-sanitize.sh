@@ -27,8 +27,8 @@ build_dir="${ACTLAB_ASAN_BUILD_DIR:-build-asan}"
 # the compile a third slower (tests/test_policies.cpp: 15.1 s against 10.0 s) for variables no report shows.
 cmake -S . -B "$build_dir" -G Ninja -DACTLAB_SANITIZE=ON -DACTLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" >/dev/null
-# bench_train, bench_compress, bench_scale: cli_app_outputs checks their bad-input errors
-targets=(actlab_tests actlab-train actlab-memtable actlab-ablate actlab-inspect bench_train bench_compress bench_scale)
+# bench_train, bench_compress, bench_scale, bench_conv: cli_app_outputs checks their bad-input errors
+targets=(actlab_tests actlab-train actlab-memtable actlab-ablate actlab-inspect bench_train bench_compress bench_scale bench_conv)
 for t in idx cifar image_folder safetensors policy config; do targets+=("fuzz_replay_$t"); done
 cmake --build "$build_dir" --target "${targets[@]}"
 cd "$build_dir"
