@@ -61,6 +61,7 @@ std::vector<ConvShape> test_shapes() {
       shape(3, 4, 7, 5, 6, 3, 3, 2, 1, 1),      // odd sizes, N=3, stride 2
       shape(2, 8, 5, 6, 16, 1, 1, 1, 0, 1),     // 1x1 (no im2col)
       shape(2, 16, 7, 7, 32, 1, 1, 2, 0, 1),    // 1x1 stride 2 (ResNet projection)
+      shape(2, 16, 8, 8, 32, 1, 1, 2, 0, 1),    // 1x1 stride 2 on an even map (bf16: a strided view is its col)
       shape(2, 3, 11, 9, 8, 7, 7, 2, 3, 1),     // 7x7 stride 2 pad 3 (ImageNet stem)
       shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1),    // channels not a multiple of 16
       shape(1, 2, 4, 5, 3, 3, 3, 1, 3, 1),      // pad 3 with a 3x3 kernel
@@ -70,6 +71,7 @@ std::vector<ConvShape> test_shapes() {
       shape(2, 5, 7, 5, 5, 3, 3, 1, 1, 5),      // depthwise, odd channel count
       shape(2, 32, 8, 8, 32, 3, 3, 1, 1, 1),    // Winograd-eligible (3x3 s1, C,K % 16 == 0)
       shape(2, 64, 6, 5, 64, 3, 3, 1, 1, 1),    // Auto picks Winograd here (>= 64 channels)
+      shape(2, 16, 12, 12, 16, 3, 3, 1, 1, 1),  // 144 output positions: bf16 Auto keeps oneDNN's backward weights
   };
   ConvShape asym = shape(2, 4, 9, 6, 5, 3, 1, 1, 0, 1);  // different strides and pads per axis
   asym.stride_h = 2, asym.pad_w = 1;
@@ -139,12 +141,15 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   const int64_t live_before = actlab::memory_stats().total.current;
   using actlab::Precision;
   uint32_t seed = 500;
-  for (ConvImpl impl : {ConvImpl::Auto, ConvImpl::DnnlBlocked, ConvImpl::DnnlPlain, ConvImpl::DnnlNhwc})
+  int gemm_routes = 0;  // calls whose backward weights ran as one bf16 matmul
+  for (ConvImpl impl : {ConvImpl::Auto, ConvImpl::DnnlBlocked, ConvImpl::DnnlPlain, ConvImpl::DnnlNhwc,
+                        ConvImpl::Im2colGemm})
     for (const ConvShape& s : test_shapes())
       for (bool with_bias : {false, true}) {
         CAPTURE(s.str());
         CAPTURE(actlab::cpu::conv_impl_name(impl));
         CAPTURE(with_bias);
+        gemm_routes += actlab::cpu::conv2d_backward_weight_impl(s, impl, Precision::BF16) == ConvImpl::Im2colGemm;
         const size_t x_n = s.N * s.C * s.H * s.W, w_n = s.K * (s.C / s.groups) * s.R * s.S;
         const size_t y_n = s.N * s.K * s.P() * s.Q();
         const auto x = random_vector(x_n, seed += 7), w = random_vector(w_n, seed + 1);
@@ -185,9 +190,16 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         if (with_bias) CHECK(relative_error(db, db_ref) < 1e-2);
       }
   CHECK(actlab::memory_stats().total.current == live_before);
-  // Only the implementations with a bf16 kernel take bf16.
+  // Both routes of bf16 backward weights ran: the matmul (im2col, and Auto on small maps) and oneDNN's kernel.
+  const ConvShape large = shape(2, 16, 12, 12, 16, 3, 3, 1, 1, 1), grouped = shape(2, 8, 6, 6, 12, 3, 3, 1, 1, 2);
+  CHECK(gemm_routes > 0);
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Auto, Precision::BF16) == ConvImpl::DnnlBlocked);
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(grouped, ConvImpl::Im2colGemm, Precision::BF16) ==
+        ConvImpl::DnnlBlocked);
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Im2colGemm, Precision::F32) == ConvImpl::Im2colGemm);
+  // Winograd has no bf16 kernel.
   CHECK_THROWS_WITH_AS(actlab::cpu::conv2d_forward(nullptr, nullptr, nullptr, nullptr, test_shapes()[0],
-                                                   ConvImpl::Im2colGemm, Precision::BF16),
+                                                   ConvImpl::DnnlWinograd, Precision::BF16),
                        doctest::Contains("has no bf16 path"), actlab::Error);
 }
 
@@ -255,7 +267,8 @@ TEST_CASE("cpu conv: a ConvGradShare reorders dy once for both backward passes, 
   // (no reorder at all in fp32), depthwise, and channels that are not a multiple of 16.
   const ConvShape shapes[] = {shape(2, 64, 6, 5, 64, 3, 3, 1, 1, 1), shape(2, 16, 8, 8, 32, 3, 3, 2, 1, 1),
                               shape(2, 32, 7, 7, 64, 1, 1, 2, 0, 1), shape(2, 32, 8, 8, 32, 1, 1, 1, 0, 1),
-                              shape(3, 32, 8, 8, 32, 3, 3, 2, 1, 32), shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1)};
+                              shape(3, 32, 8, 8, 32, 3, 3, 2, 1, 32), shape(2, 20, 6, 7, 24, 3, 3, 1, 1, 1),
+                              shape(2, 16, 12, 12, 16, 3, 3, 1, 1, 1)};
   const int64_t live_before = actlab::memory_stats().total.current;
   uint32_t seed = 900;
   for (Precision pr : precisions)
@@ -294,7 +307,12 @@ TEST_CASE("cpu conv: a ConvGradShare reorders dy once for both backward passes, 
       // never adds one.
       CHECK(shared <= plain);
       CHECK(shared >= plain - 1);
-      if (pr == Precision::BF16) CHECK(shared == plain - 1);  // bf16 converts dy on the way in, always
+      // bf16 converts dy on the way in, always; both oneDNN passes then read it in the same layout. The
+      // matmul route of backward weights reads it channels-last, which backward data shares only where its
+      // kernel reads that layout too (AMX's do).
+      if (pr == Precision::BF16 &&
+          actlab::cpu::conv2d_backward_weight_impl(s, ConvImpl::Auto, pr) != ConvImpl::Im2colGemm)
+        CHECK(shared == plain - 1);
     }
   CHECK(actlab::memory_stats().total.current == live_before);
   // Where the layouts agree in fp32: the Winograd and blocked shapes.
@@ -496,6 +514,21 @@ TEST_CASE("cpu gemm_batched_bf16: equals gemm_batched_ref on bf16-rounded operan
     CHECK(relative_error(C, C_f32) > 1e-4);
   });
   check_empty_sum(&actlab::cpu::gemm_batched_bf16);
+  // The one-product form on operands already in bf16 (the bf16 convolution's backward weights).
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int64_t M = 19, N = 33, K = 70;
+      const auto A = rounded_bf16(random_vector(M * K, seed += 2)), B = rounded_bf16(random_vector(K * N, seed + 1));
+      std::vector<uint16_t> a16(A.size()), b16(B.size());
+      for (size_t i = 0; i < A.size(); ++i) a16[i] = actlab::float_to_bf16(A[i]);
+      for (size_t i = 0; i < B.size(); ++i) b16[i] = actlab::float_to_bf16(B[i]);
+      std::vector<float> C(M * N, NAN), C_ref(M * N);
+      actlab::cpu::gemm_bf16_bits(ta, tb, M, N, K, a16.data(), b16.data(), C.data());
+      actlab::cpu::gemm_ref(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C_ref.data(), N);
+      CAPTURE(ta);
+      CAPTURE(tb);
+      CHECK(relative_error(C, C_ref) < 1e-5);
+    }
 }
 
 TEST_CASE("cpu gemm_batched: oneDNN's matmul is safe to call from several threads on a shape none has used") {

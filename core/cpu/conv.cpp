@@ -18,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "actlab/core/allocator.h"
+#include "actlab/core/bf16.h"
 #include "actlab/core/cpu/dnnl_common.h"
 #include "actlab/core/cpu/gemm.h"
 #include "actlab/core/error.h"
@@ -81,13 +82,31 @@ bool dense_pointwise(const ConvShape& s) {
   return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 &&
          s.groups == 1;
 }
-ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute) {
+// Where bf16 backward weights run faster as one matmul than as oneDNN's convolution kernel (the route is
+// gemm_backward_weight_bf16 below), measured layer by layer on ResNet-20, ResNet-18 and MobileNetV2 on an AMX
+// Xeon (bench/RESULTS_conv.md, "bf16 backward weights as one matmul"): strided 1x1 projections; and on maps
+// of at most 64 output positions, strided and pointwise layers and 3x3 layers with 128 or more input
+// channels. oneDNN's kernel stayed faster on stride-1 3x3 layers with 64 channels at 8x8, on pointwise layers
+// at 16x16 and on every larger map. Without AMX the route is unmeasured, so oneDNN's kernel runs.
+bool bf16_weight_gemm_pays(const ConvShape& s) {
+  if (s.groups != 1 || !cpu_has_amx_bf16()) return false;
+  const bool strided = s.stride_h > 1 || s.stride_w > 1, pointwise = s.R * s.S == 1;
+  if (pointwise && strided) return true;
+  return s.P() * s.Q() <= 64 && (strided || pointwise || s.C >= 128);
+}
+
+ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction dir) {
   if (compute == Precision::BF16) {
-    // oneDNN has no bf16 Winograd and im2col has no bf16 gemm here. Measured (bench/RESULTS_conv.md,
-    // "bf16"): pointwise convs are fastest on plain NCHW in bf16 too (up to 2x over blocked at 32x32),
-    // depthwise and 3x3 ones on blocked layouts (plain is 4x slower for depthwise).
-    ACTLAB_CHECK(impl != ConvImpl::DnnlWinograd && impl != ConvImpl::Im2colGemm, "conv implementation ",
-                 conv_impl_name(impl), " has no bf16 path (auto, dnnl-blocked, dnnl-nhwc and dnnl-plain have)");
+    // oneDNN has no bf16 Winograd. Measured (bench/RESULTS_conv.md, "bf16"): pointwise convs are fastest on
+    // plain NCHW in bf16 too (up to 2x over blocked at 32x32), depthwise and 3x3 ones on blocked layouts (plain
+    // is 4x slower for depthwise). im2col under bf16 is the matmul route of backward weights (one group only);
+    // its forward and backward data, and a grouped layer's backward weights, run dnnl-blocked.
+    ACTLAB_CHECK(impl != ConvImpl::DnnlWinograd, "conv implementation ", conv_impl_name(impl),
+                 " has no bf16 path (auto, dnnl-blocked, dnnl-nhwc, dnnl-plain and im2col have)");
+    if (dir == Direction::BackwardWeight && s.groups == 1 &&
+        (impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && bf16_weight_gemm_pays(s))))
+      return ConvImpl::Im2colGemm;
+    if (impl == ConvImpl::Im2colGemm) return ConvImpl::DnnlBlocked;
     if (impl != ConvImpl::Auto) return impl;
     return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
   }
@@ -299,36 +318,41 @@ thread_local ConvGradShare::Slot* t_grad_share = nullptr;
 // or an output (backward weight); nullptr when the plan has none. in0_is_prim: in0 is already in the
 // primitive's layout (no reorder). Under a ConvGradShare for this diff_dst, its reorder is made once and
 // kept in the share's slot for the other backward pass.
+// The user's input `user` as the port's primitive memory: itself, or a reorder of it into a fresh Workspace
+// buffer (kept in `buffers`). is_grad: the input is an output gradient, which a ConvGradShare for it reorders
+// once for both backward passes (its copy is reused when the layout matches, else made and kept there).
+memory bind_input(const Port& port, const void* user, bool is_grad, std::vector<Buffer>& buffers) {
+  dnnl::engine& eng = dnnl_engine();
+  memory user_mem(port.user_md, eng, const_cast<void*>(user));
+  if (!port.reorder) return user_mem;
+  ConvGradShare::Slot* share = is_grad && t_grad_share != nullptr && t_grad_share->user == user ? t_grad_share : nullptr;
+  if (share != nullptr && share->copy.data() != nullptr && share->prim_md == port.prim_md)
+    return memory(port.prim_md, eng, share->copy.data());
+  Buffer fresh(port.prim_md.get_size(), MemTag::Workspace);
+  memory prim_mem(port.prim_md, eng, fresh.data());
+  port.to_prim.execute(dnnl_stream(), user_mem, prim_mem);
+  if (share != nullptr) {
+    share->prim_md = port.prim_md;
+    share->copy = std::move(fresh);
+  } else {
+    buffers.push_back(std::move(fresh));
+  }
+  return prim_mem;
+}
+
 void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, float* bias,
               bool in0_is_prim = false) {
   dnnl::engine& eng = dnnl_engine();
   dnnl::stream& strm = dnnl_stream();
   std::vector<Buffer> buffers;  // reorder targets and the scratchpad: alive until the end
   buffers.reserve(4);
-  auto bind_input = [&](const Port& port, const void* user, bool is_grad) {
-    memory user_mem(port.user_md, eng, const_cast<void*>(user));
-    if (!port.reorder) return user_mem;
-    ConvGradShare::Slot* share = is_grad && t_grad_share != nullptr && t_grad_share->user == user ? t_grad_share : nullptr;
-    if (share != nullptr && share->copy.data() != nullptr && share->prim_md == port.prim_md)
-      return memory(port.prim_md, eng, share->copy.data());
-    Buffer fresh(port.prim_md.get_size(), MemTag::Workspace);
-    memory prim_mem(port.prim_md, eng, fresh.data());
-    port.to_prim.execute(strm, user_mem, prim_mem);
-    if (share != nullptr) {
-      share->prim_md = port.prim_md;
-      share->copy = std::move(fresh);
-    } else {
-      buffers.push_back(std::move(fresh));
-    }
-    return prim_mem;
-  };
   std::unordered_map<int, memory> args;
   if (in0_is_prim) {
     args.emplace(plan.in0_arg, memory(plan.in0.prim_md, eng, const_cast<void*>(in0)));
   } else {
-    args.emplace(plan.in0_arg, bind_input(plan.in0, in0, plan.grad_input == 0));
+    args.emplace(plan.in0_arg, bind_input(plan.in0, in0, plan.grad_input == 0, buffers));
   }
-  args.emplace(plan.in1_arg, bind_input(plan.in1, in1, plan.grad_input == 1));
+  args.emplace(plan.in1_arg, bind_input(plan.in1, in1, plan.grad_input == 1, buffers));
   memory out_user(plan.out.user_md, eng, out);
   memory out_prim = out_user;
   if (plan.out.reorder) {
@@ -457,12 +481,140 @@ void im2col_backward_weight(float* dw, float* db, const float* dy, const float* 
   }
 }
 
+// ---- bf16 backward weights as one matmul
+// oneDNN 2.6's bf16 backward-weights kernels are slow where the maps are small: on an AMX Xeon, ResNet-18's
+// 512-channel 4x4 layers ran at 290 GF/s and its strided 1x1 projections under 100, against 800 for the forward
+// of the same layers and 1400 for a bf16 matmul of the same size (bench/RESULTS_conv.md, "bf16 backward weights
+// as one matmul"). dW is one product over the N·P·Q output positions: with dy channels-last (rows (n, p, q) of
+// K values) and col the input window of each output position (rows of R·S·C values, the im2col of the
+// channels-last input; for a 1x1 layer the input at the positions it reads), dW as (K, R·S·C) = dyᵀ·col, reordered into
+// (K, C, R, S). dy's channels-last bf16 copy goes through the ConvGradShare, so backward data reuses it where
+// its kernel reads that layout.
+// A 1x1 layer without padding reads the input at positions (p·stride, q·stride) only: channels-last, those
+// positions are its col, which one reorder of a strided view of the input makes (no im2col pass, and a
+// stride-2 layer converts a quarter of the input). oneDNN takes the view only when its rows and columns stay
+// inside the plane (stride·P <= H, stride·Q <= W: even maps at stride 2); the others take im2col.
+bool subsampled_pointwise(const ConvShape& s) {
+  return s.R == 1 && s.S == 1 && s.pad_h == 0 && s.pad_w == 0 && s.P() * s.stride_h <= s.H && s.Q() * s.stride_w <= s.W;
+}
+
+struct GemmWeightPlan {
+  Port x;   // the user's input (f32, or bf16 bits) NCHW -> bf16 NHWC (1x1 without padding: the positions read)
+  Port dy;  // the user's f32 NCHW output gradient -> bf16 NHWC
+  Port dw;  // the product's (K, R, S, C) f32 -> the user's (K, C, R, S)
+};
+
+std::map<PlanKey, std::unique_ptr<GemmWeightPlan>>& gemm_weight_cache() {
+  static std::map<PlanKey, std::unique_ptr<GemmWeightPlan>> cache;
+  return cache;
+}
+
+const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, bool bf16_user_src) {
+  const PlanKey key{{s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups},
+                    Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16, bf16_user_src};
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto& cache = gemm_weight_cache();
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
+    const memory::dims x_dims{s.N, s.C, s.H, s.W}, dy_dims{s.N, s.K, s.P(), s.Q()}, w_dims{s.K, s.C, s.R, s.S};
+    auto plan = std::make_unique<GemmWeightPlan>();
+    if (subsampled_pointwise(s)) {  // the input positions the layer reads, as a strided view: col itself
+      const memory::dims col_dims{s.N, s.C, s.P(), s.Q()};
+      plan->x = make_port(memory::desc(col_dims, bf16_user_src ? bf16 : f32,
+                                       memory::dims{s.C * s.H * s.W, s.H * s.W, s.stride_h * s.W, s.stride_w}),
+                          memory::desc(col_dims, bf16, Tag::nhwc), false);
+    } else {
+      plan->x = make_port(memory::desc(x_dims, bf16_user_src ? bf16 : f32, Tag::nchw),
+                          memory::desc(x_dims, bf16, Tag::nhwc), false);
+    }
+    plan->dy = make_port(memory::desc(dy_dims, f32, Tag::nchw), memory::desc(dy_dims, bf16, Tag::nhwc), false);
+    plan->dw = make_port(memory::desc(w_dims, f32, Tag::oihw),
+                         memory::desc(w_dims, f32, memory::dims{s.R * s.S * s.C, 1, s.S * s.C, s.C}), true);
+    it = cache.emplace(key, std::move(plan)).first;
+  }
+  return *it->second;
+}
+
+// col (N·P·Q, R·S·C) bf16 of x (N, H, W, C) bf16: row (n, p, q) holds the input window of output (p, q) of
+// image n, (r, s, c) in order, zeros where the window leaves the input.
+void im2col_nhwc(uint16_t* col, const uint16_t* x, const ConvShape& s) {
+  const int64_t P = s.P(), Q = s.Q(), C = s.C, RSC = s.R * s.S * s.C;
+  const size_t bytes = sizeof(uint16_t) * static_cast<size_t>(C);
+#pragma omp parallel for schedule(static)
+  for (int64_t np = 0; np < s.N * P; ++np) {
+    const int64_t n = np / P, p = np % P;
+    for (int64_t q = 0; q < Q; ++q) {
+      uint16_t* row = col + (np * Q + q) * RSC;
+      for (int64_t r = 0; r < s.R; ++r) {
+        const int64_t h = p * s.stride_h - s.pad_h + r;
+        for (int64_t t = 0; t < s.S; ++t) {
+          const int64_t w = q * s.stride_w - s.pad_w + t;
+          uint16_t* dst = row + (r * s.S + t) * C;
+          if (h < 0 || h >= s.H || w < 0 || w >= s.W)
+            std::memset(dst, 0, bytes);
+          else
+            std::memcpy(dst, x + ((n * s.H + h) * s.W + w) * C, bytes);
+        }
+      }
+    }
+  }
+}
+
+// db[k] = the sum of column k of m (rows, K) bf16, in double: the bias gradient from the rounded dy, as the
+// reference computes it on the rounded operands.
+void column_sums_bf16(float* db, const uint16_t* m, int64_t rows, int64_t K) {
+  constexpr int64_t kCols = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t k0 = 0; k0 < K; k0 += kCols) {
+    const int64_t k1 = std::min(K, k0 + kCols);
+    double acc[kCols] = {};
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t k = k0; k < k1; ++k) acc[k - k0] += bf16_to_float(m[i * K + k]);
+    for (int64_t k = k0; k < k1; ++k) db[k] = static_cast<float>(acc[k - k0]);
+  }
+}
+
+void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void* x, const ConvShape& s,
+                               bool bf16_user_src) {
+  try {
+    const GemmWeightPlan& plan = get_gemm_weight_plan(s, bf16_user_src);
+    std::vector<Buffer> buffers;  // the reorder targets, col and the product: alive until the end
+    buffers.reserve(4);
+    const memory x_nhwc = bind_input(plan.x, x, false, buffers);
+    const memory dy_nhwc = bind_input(plan.dy, dy, true, buffers);
+    dnnl_stream().wait();
+    const auto* xs = static_cast<const uint16_t*>(x_nhwc.get_data_handle());
+    const auto* dys = static_cast<const uint16_t*>(dy_nhwc.get_data_handle());
+    const int64_t rows = s.N * s.P() * s.Q(), RSC = s.R * s.S * s.C;
+    const uint16_t* col = xs;
+    if (!subsampled_pointwise(s)) {
+      const Buffer& b = buffers.emplace_back(sizeof(uint16_t) * rows * RSC, MemTag::Workspace);
+      im2col_nhwc(b.as<uint16_t>(), xs, s);
+      col = b.as<uint16_t>();
+    }
+    float* product = dw;
+    if (plan.dw.reorder) product = buffers.emplace_back(sizeof(float) * s.K * RSC, MemTag::Workspace).as<float>();
+    gemm_bf16_bits(true, false, s.K, RSC, rows, dys, col, product);
+    if (plan.dw.reorder) {
+      dnnl::engine& eng = dnnl_engine();
+      memory from(plan.dw.prim_md, eng, product), to(plan.dw.user_md, eng, dw);
+      plan.dw.to_user.execute(dnnl_stream(), from, to);
+      dnnl_stream().wait();
+    }
+    if (db) column_sums_bf16(db, dys, rows, s.K);
+  } catch (const dnnl::error& e) {
+    ACTLAB_FAIL("oneDNN backward weights as a bf16 matmul failed for ", s.str(), ": ", e.what(), " (status ",
+                static_cast<int>(e.status), ")");
+  }
+}
+
 }  // namespace
 
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
                     ConvImpl impl, Precision compute) {
   check_conv_shape(s);
-  impl = resolve(impl, s, compute);
+  impl = resolve(impl, s, compute, Direction::Forward);
   if (impl == ConvImpl::Im2colGemm) return im2col_forward(y, x, w, b, s);
   run_dnnl(Direction::Forward, impl, s, x, w, y, const_cast<float*>(b), compute);
 }
@@ -470,7 +622,7 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, co
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
                           ConvImpl impl, Precision compute) {
   check_conv_shape(s);
-  impl = resolve(impl, s, compute);
+  impl = resolve(impl, s, compute, Direction::BackwardData);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_data(dx, dy, w, s);
   run_dnnl(Direction::BackwardData, impl, s, dy, w, dx, nullptr, compute);
 }
@@ -478,9 +630,16 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
                             const ConvShape& s, ConvImpl impl, Precision compute) {
   check_conv_shape(s);
-  impl = resolve(impl, s, compute);
+  impl = resolve(impl, s, compute, Direction::BackwardWeight);
+  if (impl == ConvImpl::Im2colGemm && compute == Precision::BF16)
+    return gemm_backward_weight_bf16(dw, db, dy, x, s, false);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_weight(dw, db, dy, x, s);
   run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db, compute);
+}
+
+ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl, Precision compute) {
+  check_conv_shape(s);
+  return resolve(impl, s, compute, Direction::BackwardWeight);
 }
 
 // The channel block of a plan's input layout: 16 for aBcd16b with whole blocks, else 0 (with C % 16 != 0
@@ -492,7 +651,7 @@ int input_channel_block(const Plan& plan, const ConvShape& s) {
 
 int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvImpl impl) {
   check_conv_shape(s);
-  impl = resolve(impl, s, Precision::F32);
+  impl = resolve(impl, s, Precision::F32, Direction::BackwardWeight);
   // Grouped and depthwise convolutions too (MobileNetV2's): oneDNN's backward-weights kernels read them on
   // aBcd16b as well, and the blocked input gives the NCHW call's bits (tests/test_cpu_conv.cpp).
   if (impl == ConvImpl::Im2colGemm) return 0;
@@ -508,15 +667,16 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
   ACTLAB_CHECK(conv2d_backward_weight_input_block(s, db != nullptr, impl) == 16,
                "conv2d_backward_weight_blocked_input: the primitive for ", s.str(),
                " does not take a channel-blocked input");
-  run_dnnl(Direction::BackwardWeight, resolve(impl, s, Precision::F32), s, x_blocked, dy, dw, db, Precision::F32,
-           true);
+  run_dnnl(Direction::BackwardWeight, resolve(impl, s, Precision::F32, Direction::BackwardWeight), s, x_blocked, dy, dw,
+           db, Precision::F32, true);
 }
 
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
                                        const ConvShape& s) {
   check_conv_shape(s);
-  run_dnnl(Direction::BackwardWeight, resolve(ConvImpl::Auto, s, Precision::BF16), s, x_bf16, dy, dw, db,
-           Precision::BF16, false, true);
+  const ConvImpl impl = resolve(ConvImpl::Auto, s, Precision::BF16, Direction::BackwardWeight);
+  if (impl == ConvImpl::Im2colGemm) return gemm_backward_weight_bf16(dw, db, dy, x_bf16, s, true);
+  run_dnnl(Direction::BackwardWeight, impl, s, x_bf16, dy, dw, db, Precision::BF16, false, true);
 }
 
 ConvGradShare::ConvGradShare(const float* dy) : slot_(std::make_unique<Slot>()) {
@@ -530,6 +690,7 @@ ConvGradShare::~ConvGradShare() { t_grad_share = slot_->outer; }
 void conv_clear_cache() {
   std::lock_guard<std::mutex> lock(cache_mutex());
   plan_cache().clear();
+  gemm_weight_cache().clear();
 }
 
 }  // namespace actlab::cpu

@@ -31,12 +31,15 @@ void check_conv_shape(const ConvShape& s);
 enum class ConvImpl {
   Auto,          // the measured choice: DnnlWinograd for 3x3 stride-1 convs with >= 64 channels
                  // in and out, DnnlPlain for pointwise (1x1 stride 1), DnnlBlocked for the rest
-                 // (depthwise included: oneDNN's jit_dw kernels)
+                 // (depthwise included: oneDNN's jit_dw kernels); under bf16 no Winograd, and on AMX CPUs
+                 // backward weights as Im2colGemm on the small maps where that measured faster (conv.cpp)
   DnnlBlocked,   // oneDNN, memory format `any` (nChw16c / blocked weights), NCHW reordered in and out
   DnnlNhwc,      // oneDNN on channels-last activations, NCHW transposed in and out
   DnnlPlain,     // oneDNN on the user's NCHW / OIHW memory directly (no reorders)
   DnnlWinograd,  // oneDNN Winograd where it applies (3x3 stride 1), else DnnlBlocked
-  Im2colGemm,    // im2col / col2im around cpu::gemm, one image at a time
+  Im2colGemm,    // fp32: im2col / col2im around cpu::gemm, one image at a time. bf16: backward weights as
+                 // one bf16 matmul over the whole batch on channels-last operands (one group only; forward,
+                 // backward data and grouped layers run DnnlBlocked)
 };
 const char* conv_impl_name(ConvImpl impl);            // "auto", "dnnl-blocked", ...
 ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an unknown name
@@ -46,8 +49,8 @@ ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an
 // oneDNN scratchpads) is allocated per call as MemTag::Workspace Buffers and freed before return.
 // compute = BF16: the operands the kernel multiplies are rounded to bf16 on the way in (the reorder into
 // the primitive's layout converts), products are accumulated in f32 and the result is written in f32;
-// Winograd and im2col have no bf16 path. The spec of a bf16 call is the _ref loop on the operands
-// rounded to bf16 (tests/test_precision.cpp).
+// Winograd has no bf16 path. The spec of a bf16 call is the _ref loop on the operands rounded to bf16
+// (tests/test_cpu_conv.cpp).
 
 // y (N,K,P,Q) = conv(x (N,C,H,W), w (K,C/g,R,S)) + b (K). b may be nullptr. Assigns y.
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
@@ -59,6 +62,11 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
 // db is nullptr. Assigns dw and db (does not accumulate).
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
                             const ConvShape& s, ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
+
+// The implementation conv2d_backward_weight runs for these arguments (Auto and the fallbacks resolved), so
+// tests and benchmarks can say which kernel they measured.
+ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
+                                     Precision compute = Precision::F32);
 
 // The input layout conv2d_backward_weight's oneDNN primitive computes on, as a channel block: 16 when it
 // is aBcd16b (value (n, c, h, w) at ((n·C/16 + c/16)·H·W + h·W + w)·16 + c%16), so that a caller holding

@@ -142,6 +142,11 @@ void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
   run_matmul(key, a16.data(), b16.data(), C);
 }
 
+void gemm_bf16_bits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                    const uint16_t* B, float* C) {
+  run_matmul({1, M, N, K, trans_a, trans_b, true}, A, B, C);
+}
+
 // The measured choice (bench/bench_token.cpp; figures in bench/RESULTS.md, "Vision transformers"): oneDNN's
 // matmul beat the per-matrix loop on every ViT-Tiny and Swin-T attention product whose A is read as stored
 // (q·kᵀ and dO·vᵀ: NT; attn·v and dS·k: NN), but with A transposed (dSᵀ·q and attnᵀ·dO: TN) it lost on Swin-T's

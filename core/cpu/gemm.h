@@ -36,7 +36,13 @@ void gemm_batched_dnnl(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
 // the rounded operands (tests/test_cpu_conv.cpp). Full build only (a minimal build refuses bf16).
 void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                        const float* B, float* C);
-// The executable spec of all three: gemm_ref per matrix, serial.
+// One product C (M,N) = op(A)·op(B) on operands already in bf16 (bits as core/bf16.h writes them; op and the
+// packed layouts as in gemm_batched), by oneDNN's bf16 matmul with f32 accumulation, C assigned in f32. For
+// callers that hold their operands in bf16 already (the bf16 convolution's backward weights, conv.cpp). Its
+// spec is gemm_ref on the widened operands (tests/test_cpu_conv.cpp). Full build only.
+void gemm_bf16_bits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                    const uint16_t* B, float* C);
+// The executable spec of the three batched forms: gemm_ref per matrix, serial.
 void gemm_batched_ref(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                       const float* B, float* C);
 

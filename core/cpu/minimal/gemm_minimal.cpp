@@ -25,6 +25,10 @@ void gemm_batched_bf16(bool, bool, int64_t, int64_t, int64_t, int64_t, const flo
   ACTLAB_FAIL("gemm_batched_bf16: a minimal build has no bf16 matmul (no oneDNN)");
 }
 
+void gemm_bf16_bits(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, float*) {
+  ACTLAB_FAIL("gemm_bf16_bits: a minimal build has no bf16 matmul (no oneDNN)");
+}
+
 // No oneDNN matmul primitive here: the per-matrix loop (gemm_ref.cpp) over the gemm above.
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                   const float* B, float* C) {
