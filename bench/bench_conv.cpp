@@ -174,17 +174,27 @@ Timing time_layer(const ConvShape& s, ConvImpl impl, actlab::Precision compute, 
   return t;
 }
 
+// An --impl entry: IMPL, or IMPL@PRECISION ("dnnl-plain@bf16": the implementation at a compute precision,
+// core/precision.h; fp32 without one). Throws on an unknown name, and on a precision this CPU cannot run.
+struct ImplSpec {
+  ConvImpl impl;
+  actlab::Precision compute;
+};
+ImplSpec parse_impl_spec(const std::string& entry) {
+  const size_t at = entry.find('@');
+  const ImplSpec spec{actlab::cpu::conv_impl_from_name(entry.substr(0, at)),
+                      at == std::string::npos ? actlab::Precision::F32 : actlab::parse_precision(entry.substr(at + 1))};
+  actlab::check_precision_supported(spec.compute, actlab::Device::cpu());
+  return spec;
+}
+
 void run_conv(const std::vector<Layer>& layers, const std::vector<std::string>& impls, int reps) {
   std::printf("| model | layer | N,C,HxW -> K,PxQ (RxS/stride, groups) | x | impl | fwd ms | "
               "fwd GF/s | bwd-data ms | bwd-data GF/s | bwd-weight ms | bwd-weight GF/s | "
               "peak scratch MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& impl_name : impls) {
-    // "dnnl-plain@bf16": the implementation at a compute precision (core/precision.h); fp32 without one.
-    const size_t at = impl_name.find('@');
-    const ConvImpl impl = actlab::cpu::conv_impl_from_name(impl_name.substr(0, at));
-    const actlab::Precision compute =
-        at == std::string::npos ? actlab::Precision::F32 : actlab::parse_precision(impl_name.substr(at + 1));
+    const auto [impl, compute] = parse_impl_spec(impl_name);
     std::string current_model;
     double step_ms = 0.0, step_gflop = 0.0;
     auto print_total = [&] {
@@ -341,12 +351,7 @@ int main(int argc, char** argv) {
     // used to surface only after minutes of timing the others.
     const std::vector<std::string> impl_list = actlab::split_list(impls, ',');
     ACTLAB_CHECK(gemm || !impl_list.empty(), "--impl is empty; give e.g. auto,auto@bf16");
-    for (const std::string& name : impl_list) {
-      const size_t at = name.find('@');
-      actlab::cpu::conv_impl_from_name(name.substr(0, at));
-      if (at != std::string::npos)
-        actlab::check_precision_supported(actlab::parse_precision(name.substr(at + 1)), actlab::Device::cpu());
-    }
+    for (const std::string& name : impl_list) parse_impl_spec(name);
     ACTLAB_CHECK(model == "resnet20" || model == "resnet18" || model == "mobilenet" || model == "all",
                  "--model: resnet20, resnet18, mobilenet or all, got '", model, "'");
     ACTLAB_CHECK(flags.get("stat") == "median" || flags.get("stat") == "min", "--stat: median or min, got '",

@@ -28,6 +28,14 @@ Precision parse_precision(const std::string& name) {
   ACTLAB_FAIL("unknown precision '", name, "' (accepted: ", precision_forms(), ")");
 }
 
+std::string canonical_precision_name(const std::string& name) {
+  try {
+    return precision_name(parse_precision(name));
+  } catch (const Error&) {
+    return name;
+  }
+}
+
 bool cpu_has_bf16() {
 #if defined(__x86_64__)
   return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");

@@ -19,6 +19,9 @@ enum class Precision { F32, BF16, F16 };
 const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
 // "fp32" | "f32" | "bf16" | "fp16" | "f16"; throws Error naming the accepted forms on anything else.
 Precision parse_precision(const std::string& name);
+// The canonical name of an accepted spelling ("f32" -> "fp32"), and any other string unchanged, so that a
+// configuration can store what it was given and leave the error to its validation.
+std::string canonical_precision_name(const std::string& name);
 std::string precision_forms();  // "fp32|bf16|fp16", for --help
 
 // Throws Error, one line saying what is missing, unless `p` can run on `device` in this build: bf16 on a

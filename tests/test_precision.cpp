@@ -32,8 +32,12 @@ TEST_CASE("precision: names round-trip, unknown names and unsupported devices ar
   TrainConfig c;
   set_config_value(c, "precision", "f32");
   CHECK(c.precision == "fp32");
+  set_config_value(c, "precision", "f16");
+  CHECK(c.precision == "fp16");
   set_config_value(c, "precision", "half");
   CHECK(c.precision == "half");  // kept for validation's error
+  CHECK(canonical_precision_name("bf16") == "bf16");
+  CHECK(canonical_precision_name("") == "");
   CHECK(error_of([] { parse_precision("half"); }).find("unknown precision 'half' (accepted: fp32|bf16|fp16)") !=
         std::string::npos);
   CHECK(error_of([] { check_precision_supported(Precision::F32, Device::cpu()); }).empty());

@@ -151,9 +151,7 @@ const std::vector<Field>& fields() {
          "in bf16, fp32 master weights; a CPU with avx512_bf16 or amx_bf16); fp16 needs a GPU. docs/precision.md",
          // Stored by its canonical name ("f32" as "fp32"), so that a resume compares precisions, not spellings;
          // an unknown name is kept as given for validation's error.
-         [](TrainConfig& c, const std::string& v) {
-           c.precision = v == "f32" || v == "f16" ? precision_name(parse_precision(v)) : v;
-         },
+         [](TrainConfig& c, const std::string& v) { c.precision = canonical_precision_name(v); },
          [](const TrainConfig& c) { return c.precision; }},
         ACTLAB_STR("loss-scale", loss_scale,
                    "loss scaling: auto (dynamic under fp16, none otherwise), " + loss_scale_forms() +
