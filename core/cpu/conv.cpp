@@ -313,11 +313,6 @@ namespace {
 
 thread_local ConvGradShare::Slot* t_grad_share = nullptr;
 
-// Runs a plan on user pointers: reorders inputs into fresh Workspace buffers where the primitive
-// wants another layout, executes, and reorders the output back. `bias` is an input (forward)
-// or an output (backward weight); nullptr when the plan has none. in0_is_prim: in0 is already in the
-// primitive's layout (no reorder). Under a ConvGradShare for this diff_dst, its reorder is made once and
-// kept in the share's slot for the other backward pass.
 // The user's input `user` as the port's primitive memory: itself, or a reorder of it into a fresh Workspace
 // buffer (kept in `buffers`). is_grad: the input is an output gradient, which a ConvGradShare for it reorders
 // once for both backward passes (its copy is reused when the layout matches, else made and kept there).
@@ -340,6 +335,11 @@ memory bind_input(const Port& port, const void* user, bool is_grad, std::vector<
   return prim_mem;
 }
 
+// Runs a plan on user pointers: reorders inputs into fresh Workspace buffers where the primitive
+// wants another layout, executes, and reorders the output back. `bias` is an input (forward)
+// or an output (backward weight); nullptr when the plan has none. in0_is_prim: in0 is already in the
+// primitive's layout (no reorder). Under a ConvGradShare for this diff_dst, its reorder is made once and
+// kept in the share's slot for the other backward pass.
 void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, float* bias,
               bool in0_is_prim = false) {
   dnnl::engine& eng = dnnl_engine();
@@ -483,13 +483,14 @@ void im2col_backward_weight(float* dw, float* db, const float* dy, const float* 
 
 // ---- bf16 backward weights as one matmul
 // oneDNN 2.6's bf16 backward-weights kernels are slow where the maps are small: on an AMX Xeon, ResNet-18's
-// 512-channel 4x4 layers ran at 290 GF/s and its strided 1x1 projections under 100, against 800 for the forward
-// of the same layers and 1400 for a bf16 matmul of the same size (bench/RESULTS_conv.md, "bf16 backward weights
-// as one matmul"). dW is one product over the N·P·Q output positions: with dy channels-last (rows (n, p, q) of
+// 512-channel 4x4 layers ran at 120-290 GF/s and its strided 1x1 projections under 100, against 700-800 for the
+// forward of the same layers and 870-920 for this route (bench/RESULTS_conv.md, "bf16 backward weights as one
+// matmul"). dW is one product over the N·P·Q output positions: with dy channels-last (rows (n, p, q) of
 // K values) and col the input window of each output position (rows of R·S·C values, the im2col of the
-// channels-last input; for a 1x1 layer the input at the positions it reads), dW as (K, R·S·C) = dyᵀ·col, reordered into
-// (K, C, R, S). dy's channels-last bf16 copy goes through the ConvGradShare, so backward data reuses it where
+// channels-last input; for a 1x1 layer the input at the positions it reads), dW as (K, R·S·C) = dyᵀ·col,
+// reordered into (K, C, R, S). dy's channels-last bf16 copy goes through the ConvGradShare, so backward data reuses it where
 // its kernel reads that layout.
+
 // A 1x1 layer without padding reads the input at positions (p·stride, q·stride) only: channels-last, those
 // positions are its col, which one reorder of a strided view of the input makes (no im2col pass, and a
 // stride-2 layer converts a quarter of the input). oneDNN takes the view only when its rows and columns stay
