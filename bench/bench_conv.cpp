@@ -175,7 +175,8 @@ Timing time_layer(const ConvShape& s, ConvImpl impl, actlab::Precision compute, 
 }
 
 // An --impl entry: IMPL, or IMPL@PRECISION ("dnnl-plain@bf16": the implementation at a compute precision,
-// core/precision.h; fp32 without one). Throws on an unknown name, and on a precision this CPU cannot run.
+// core/precision.h; fp32 without one). Throws on an unknown name, on a precision this CPU cannot run, and on
+// an implementation without a path at that precision (dnnl-wino@bf16).
 struct ImplSpec {
   ConvImpl impl;
   actlab::Precision compute;
@@ -185,6 +186,7 @@ ImplSpec parse_impl_spec(const std::string& entry) {
   const ImplSpec spec{actlab::cpu::conv_impl_from_name(entry.substr(0, at)),
                       at == std::string::npos ? actlab::Precision::F32 : actlab::parse_precision(entry.substr(at + 1))};
   actlab::check_precision_supported(spec.compute, actlab::Device::cpu());
+  actlab::cpu::check_conv_impl(spec.impl, spec.compute);
   return spec;
 }
 

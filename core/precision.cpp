@@ -44,14 +44,6 @@ bool cpu_has_bf16() {
 #endif
 }
 
-bool cpu_has_amx_bf16() {
-#if defined(__x86_64__)
-  return __builtin_cpu_supports("amx-bf16");
-#else
-  return false;
-#endif
-}
-
 bool cpu_runs_bf16_kernels() {
 #if defined(__x86_64__)
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -35,9 +35,6 @@ bool cpu_has_bf16();
 // emulates the dot products). On AVX2-only CPUs it creates no bf16 primitive, so the bf16 op tests skip.
 bool cpu_runs_bf16_kernels();
 std::string cpu_bf16_flags();  // "avx512_bf16 amx_bf16", "avx512_bf16" or "none"
-// Whether this CPU has AMX tiles for bf16 (amx_bf16): where oneDNN's bf16 matmul outruns its bf16
-// backward-weights convolution on small maps (core/cpu/conv.cpp chooses by it).
-bool cpu_has_amx_bf16();
 
 // The precision the calling thread computes in while this scope is alive (default: F32). Ops and
 // SavedTensor read it, as the policy set is read from ActivationCacheScope.

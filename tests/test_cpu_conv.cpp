@@ -72,6 +72,7 @@ std::vector<ConvShape> test_shapes() {
       shape(2, 32, 8, 8, 32, 3, 3, 1, 1, 1),    // Winograd-eligible (3x3 s1, C,K % 16 == 0)
       shape(2, 64, 6, 5, 64, 3, 3, 1, 1, 1),    // Auto picks Winograd here (>= 64 channels)
       shape(2, 16, 12, 12, 16, 3, 3, 1, 1, 1),  // 144 output positions: bf16 Auto keeps oneDNN's backward weights
+      shape(2, 16, 4, 4, 80, 3, 3, 1, 1, 1),    // K = 80: the bf16 matmul route's bias sums span two column blocks
   };
   ConvShape asym = shape(2, 4, 9, 6, 5, 3, 1, 1, 0, 1);  // different strides and pads per axis
   asym.stride_h = 2, asym.pad_w = 1;
@@ -141,7 +142,6 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   const int64_t live_before = actlab::memory_stats().total.current;
   using actlab::Precision;
   uint32_t seed = 500;
-  int gemm_routes = 0;  // calls whose backward weights ran as one bf16 matmul
   for (ConvImpl impl : {ConvImpl::Auto, ConvImpl::DnnlBlocked, ConvImpl::DnnlPlain, ConvImpl::DnnlNhwc,
                         ConvImpl::Im2colGemm})
     for (const ConvShape& s : test_shapes())
@@ -149,7 +149,6 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         CAPTURE(s.str());
         CAPTURE(actlab::cpu::conv_impl_name(impl));
         CAPTURE(with_bias);
-        gemm_routes += actlab::cpu::conv2d_backward_weight_impl(s, impl, Precision::BF16) == ConvImpl::Im2colGemm;
         const size_t x_n = s.N * s.C * s.H * s.W, w_n = s.K * (s.C / s.groups) * s.R * s.S;
         const size_t y_n = s.N * s.K * s.P() * s.Q();
         const auto x = random_vector(x_n, seed += 7), w = random_vector(w_n, seed + 1);
@@ -175,24 +174,33 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         actlab::cpu::conv2d_backward_weight_ref(dw_ref.data(), with_bias ? db_ref.data() : nullptr, dyr.data(),
                                                 xr.data(), s);
         CHECK(relative_error(dw, dw_ref) < 1e-4);
-        if (impl == ConvImpl::Auto) {  // the kept bf16 copy read as it is: the same bits as from the widened copy
+        // The kept bf16 copy read as it is: the same bits as from the widened copy (Auto, and the matmul route
+        // forced, which Auto takes only on AMX CPUs).
+        if (impl == ConvImpl::Auto || impl == ConvImpl::Im2colGemm) {
           std::vector<uint16_t> x_bits(x_n);
           for (size_t i = 0; i < x_n; ++i) x_bits[i] = actlab::float_to_bf16(x[i]);
           std::vector<float> dw16(w_n, NAN), db16(s.K, NAN), dw_wide(w_n, NAN), db_wide(s.K, NAN);
           actlab::cpu::conv2d_backward_weight_bf16_input(dw16.data(), with_bias ? db16.data() : nullptr, dy.data(),
-                                                         x_bits.data(), s);
+                                                         x_bits.data(), s, impl);
           actlab::cpu::conv2d_backward_weight(dw_wide.data(), with_bias ? db_wide.data() : nullptr, dy.data(),
-                                              xr.data(), s, ConvImpl::Auto, Precision::BF16);
+                                              xr.data(), s, impl, Precision::BF16);
           CHECK(dw16 == dw_wide);
           if (with_bias) CHECK(db16 == db_wide);
         }
-        // The bias gradient sums dy: oneDNN may sum the bf16 or the f32 dy; either is within bf16 rounding.
-        if (with_bias) CHECK(relative_error(db, db_ref) < 1e-2);
+        // The bias gradient sums dy: oneDNN may sum the bf16 or the f32 dy; either is within bf16 rounding. The
+        // matmul route sums the rounded dy in double, as the reference does.
+        const bool matmul = actlab::cpu::conv2d_backward_weight_impl(s, impl, Precision::BF16) == ConvImpl::Im2colGemm;
+        if (with_bias) CHECK(relative_error(db, db_ref) < (matmul ? 1e-6 : 1e-2));
       }
   CHECK(actlab::memory_stats().total.current == live_before);
-  // Both routes of bf16 backward weights ran: the matmul (im2col, and Auto on small maps) and oneDNN's kernel.
+  // Which route bf16 backward weights take: the matmul for im2col (one group) and, on AMX only, for Auto on
+  // small strided maps; oneDNN's kernel on large maps and for grouped layers.
   const ConvShape large = shape(2, 16, 12, 12, 16, 3, 3, 1, 1, 1), grouped = shape(2, 8, 6, 6, 12, 3, 3, 1, 1, 2);
-  CHECK(gemm_routes > 0);
+  const ConvShape small_strided = shape(2, 16, 8, 8, 32, 3, 3, 2, 1, 1);
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(small_strided, ConvImpl::Auto, Precision::BF16) ==
+        (actlab::cpu::dnnl_runs_amx() ? ConvImpl::Im2colGemm : ConvImpl::DnnlBlocked));
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(small_strided, ConvImpl::Im2colGemm, Precision::BF16) ==
+        ConvImpl::Im2colGemm);
   CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Auto, Precision::BF16) == ConvImpl::DnnlBlocked);
   CHECK(actlab::cpu::conv2d_backward_weight_impl(grouped, ConvImpl::Im2colGemm, Precision::BF16) ==
         ConvImpl::DnnlBlocked);
@@ -308,11 +316,11 @@ TEST_CASE("cpu conv: a ConvGradShare reorders dy once for both backward passes, 
       CHECK(shared <= plain);
       CHECK(shared >= plain - 1);
       // bf16 converts dy on the way in, always; both oneDNN passes then read it in the same layout. The
-      // matmul route of backward weights reads it channels-last, which backward data shares only where its
-      // kernel reads that layout too (AMX's do).
-      if (pr == Precision::BF16 &&
-          actlab::cpu::conv2d_backward_weight_impl(s, ConvImpl::Auto, pr) != ConvImpl::Im2colGemm)
-        CHECK(shared == plain - 1);
+      // matmul route of backward weights (Auto's on AMX CPUs) reads it channels-last, as oneDNN's AMX backward
+      // data does on every layer but a dense pointwise one, which runs on NCHW.
+      const bool matmul = actlab::cpu::conv2d_backward_weight_impl(s, ConvImpl::Auto, pr) == ConvImpl::Im2colGemm;
+      const bool dense_pointwise = s.R == 1 && s.S == 1 && s.stride_h == 1 && s.pad_h == 0 && s.groups == 1;
+      if (pr == Precision::BF16 && (!matmul || !dense_pointwise)) CHECK(shared == plain - 1);
     }
   CHECK(actlab::memory_stats().total.current == live_before);
   // Where the layouts agree in fp32: the Winograd and blocked shapes.

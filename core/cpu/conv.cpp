@@ -1,6 +1,7 @@
 // The fast CPU convolution path: oneDNN primitives (created once per shape, direction and
 // implementation, then cached) with NCHW user memory reordered into the layout the primitive
-// picked, plus an im2col + gemm candidate kept for comparison. The spec lives in conv_ref.cpp.
+// picked; an im2col + gemm candidate kept for comparison in fp32; and under bf16 on AMX CPUs, backward
+// weights of small maps as one bf16 matmul on channels-last operands. The spec lives in conv_ref.cpp.
 // Tested against it in tests/test_cpu_conv.cpp; the candidates are timed in bench/bench_conv.cpp.
 #include "actlab/core/cpu/conv.h"
 
@@ -52,6 +53,19 @@ ConvImpl conv_impl_from_name(const std::string& name) {
   ACTLAB_FAIL("unknown conv implementation '", name, "' (known: ", known, ")");
 }
 
+void check_conv_impl(ConvImpl impl, Precision compute) {
+  ACTLAB_CHECK(compute == Precision::F32 || compute == Precision::BF16,
+               "the CPU convolution computes in fp32 or bf16, not ", precision_name(compute));
+  // oneDNN has no bf16 Winograd.
+  ACTLAB_CHECK(compute == Precision::F32 || impl != ConvImpl::DnnlWinograd, "conv implementation ",
+               conv_impl_name(impl), " has no bf16 path (auto, dnnl-blocked, dnnl-nhwc, dnnl-plain and im2col have)");
+}
+
+bool dnnl_runs_amx() {
+  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return amx;
+}
+
 namespace {
 
 using dnnl::memory;
@@ -83,26 +97,26 @@ bool dense_pointwise(const ConvShape& s) {
          s.groups == 1;
 }
 // Where bf16 backward weights run faster as one matmul than as oneDNN's convolution kernel (the route is
-// gemm_backward_weight_bf16 below), measured layer by layer on ResNet-20, ResNet-18 and MobileNetV2 on an AMX
-// Xeon (bench/RESULTS_conv.md, "bf16 backward weights as one matmul"): strided 1x1 projections; and on maps
-// of at most 64 output positions, strided and pointwise layers and 3x3 layers with 128 or more input
-// channels. oneDNN's kernel stayed faster on stride-1 3x3 layers with 64 channels at 8x8, on pointwise layers
-// at 16x16 and on every larger map. Without AMX the route is unmeasured, so oneDNN's kernel runs.
+// gemm_backward_weight_bf16 below), measured layer by layer at batch 128 on ResNet-20, ResNet-18 and
+// MobileNetV2 on an AMX Xeon (bench/RESULTS_conv.md, "bf16 backward weights as one matmul"): strided 1x1
+// projections; and on maps of at most 64 output positions, strided layers, pointwise layers and layers with
+// 256 or more input channels (the measured wins had 256 and 512, the loss 64; 128 was not measured).
+// oneDNN's kernel stayed faster on the 64-channel 8x8 layer, on pointwise layers at 16x16 and on every larger
+// map. Without AMX the route is unmeasured, so oneDNN's kernel runs.
 bool bf16_weight_gemm_pays(const ConvShape& s) {
-  if (s.groups != 1 || !cpu_has_amx_bf16()) return false;
+  if (s.groups != 1 || !dnnl_runs_amx()) return false;
   const bool strided = s.stride_h > 1 || s.stride_w > 1, pointwise = s.R * s.S == 1;
   if (pointwise && strided) return true;
-  return s.P() * s.Q() <= 64 && (strided || pointwise || s.C >= 128);
+  return s.P() * s.Q() <= 64 && (strided || pointwise || s.C >= 256);
 }
 
 ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction dir) {
+  check_conv_impl(impl, compute);
   if (compute == Precision::BF16) {
-    // oneDNN has no bf16 Winograd. Measured (bench/RESULTS_conv.md, "bf16"): pointwise convs are fastest on
-    // plain NCHW in bf16 too (up to 2x over blocked at 32x32), depthwise and 3x3 ones on blocked layouts (plain
-    // is 4x slower for depthwise). im2col under bf16 is the matmul route of backward weights (one group only);
-    // its forward and backward data, and a grouped layer's backward weights, run dnnl-blocked.
-    ACTLAB_CHECK(impl != ConvImpl::DnnlWinograd, "conv implementation ", conv_impl_name(impl),
-                 " has no bf16 path (auto, dnnl-blocked, dnnl-nhwc, dnnl-plain and im2col have)");
+    // Measured (bench/RESULTS_conv.md, "bf16"): pointwise convs are fastest on plain NCHW in bf16 too (up to 2x
+    // over blocked at 32x32), depthwise and 3x3 ones on blocked layouts (plain is 4x slower for depthwise).
+    // im2col under bf16 is the matmul route of backward weights (one group only); its forward and backward
+    // data, and a grouped layer's backward weights, run dnnl-blocked.
     if (dir == Direction::BackwardWeight && s.groups == 1 &&
         (impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && bf16_weight_gemm_pays(s))))
       return ConvImpl::Im2colGemm;
@@ -110,8 +124,6 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
     if (impl != ConvImpl::Auto) return impl;
     return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
   }
-  ACTLAB_CHECK(compute == Precision::F32, "the CPU convolution computes in fp32 or bf16, not ",
-               precision_name(compute));
   if (impl != ConvImpl::Auto) return impl;
   if (winograd_pays(s)) return ConvImpl::DnnlWinograd;
   return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
@@ -377,7 +389,7 @@ void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const void* in0,
   }
 }
 
-// ---- im2col + gemm (a candidate kept for comparison; one image at a time)
+// ---- im2col + gemm in fp32 (a candidate kept for comparison; one image at a time)
 
 // col (C*R*S, P*Q) of one image x (C,H,W); zeros where the window leaves the input.
 void im2col(float* col, const float* x, const ConvShape& s) {
@@ -483,13 +495,14 @@ void im2col_backward_weight(float* dw, float* db, const float* dy, const float* 
 
 // ---- bf16 backward weights as one matmul
 // oneDNN 2.6's bf16 backward-weights kernels are slow where the maps are small: on an AMX Xeon, ResNet-18's
-// 512-channel 4x4 layers ran at 120-290 GF/s and its strided 1x1 projections under 100, against 700-800 for the
-// forward of the same layers and 870-920 for this route (bench/RESULTS_conv.md, "bf16 backward weights as one
-// matmul"). dW is one product over the N·P·Q output positions: with dy channels-last (rows (n, p, q) of
+// 512-channel 4x4 layers ran at 120-150 GF/s and its strided 1x1 projections under 100, against 700-740 for the
+// forward of the same layers and 570-920 through this route (bench/RESULTS_conv.md, "bf16 backward weights as
+// one matmul"). dW is one product over the N·P·Q output positions: with dy channels-last (rows (n, p, q) of
 // K values) and col the input window of each output position (rows of R·S·C values, the im2col of the
 // channels-last input; for a 1x1 layer the input at the positions it reads), dW as (K, R·S·C) = dyᵀ·col,
-// reordered into (K, C, R, S). dy's channels-last bf16 copy goes through the ConvGradShare, so backward data reuses it where
-// its kernel reads that layout.
+// reordered into (K, C, R, S). dy's channels-last bf16 copy goes through the ConvGradShare, so backward data
+// reuses it where its kernel reads that layout (oneDNN's AMX kernels on 3x3 and strided layers; a dense
+// pointwise layer's dnnl-plain backward data reads NCHW and converts dy again).
 
 // A 1x1 layer without padding reads the input at positions (p·stride, q·stride) only: channels-last, those
 // positions are its col, which one reorder of a strided view of the input makes (no im2col pass, and a
@@ -580,9 +593,10 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
                                bool bf16_user_src) {
   try {
     const GemmWeightPlan& plan = get_gemm_weight_plan(s, bf16_user_src);
-    std::vector<Buffer> buffers;  // the reorder targets, col and the product: alive until the end
-    buffers.reserve(4);
-    const memory x_nhwc = bind_input(plan.x, x, false, buffers);
+    std::vector<Buffer> buffers;  // dy's reorder, col and the product: alive until the end
+    buffers.reserve(3);
+    std::vector<Buffer> x_buffers;  // x's reorder: freed once im2col has read it
+    const memory x_nhwc = bind_input(plan.x, x, false, x_buffers);
     const memory dy_nhwc = bind_input(plan.dy, dy, true, buffers);
     dnnl_stream().wait();
     const auto* xs = static_cast<const uint16_t*>(x_nhwc.get_data_handle());
@@ -593,6 +607,7 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
       const Buffer& b = buffers.emplace_back(sizeof(uint16_t) * rows * RSC, MemTag::Workspace);
       im2col_nhwc(b.as<uint16_t>(), xs, s);
       col = b.as<uint16_t>();
+      x_buffers.clear();
     }
     float* product = dw;
     if (plan.dw.reorder) product = buffers.emplace_back(sizeof(float) * s.K * RSC, MemTag::Workspace).as<float>();
@@ -673,9 +688,9 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
 }
 
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
-                                       const ConvShape& s) {
+                                       const ConvShape& s, ConvImpl impl) {
   check_conv_shape(s);
-  const ConvImpl impl = resolve(ConvImpl::Auto, s, Precision::BF16, Direction::BackwardWeight);
+  impl = resolve(impl, s, Precision::BF16, Direction::BackwardWeight);
   if (impl == ConvImpl::Im2colGemm) return gemm_backward_weight_bf16(dw, db, dy, x_bf16, s, true);
   run_dnnl(Direction::BackwardWeight, impl, s, x_bf16, dy, dw, db, Precision::BF16, false, true);
 }

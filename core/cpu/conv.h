@@ -63,10 +63,18 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
                             const ConvShape& s, ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
 
-// The implementation conv2d_backward_weight runs for these arguments (Auto and the fallbacks resolved), so
-// tests and benchmarks can say which kernel they measured.
+// The implementation conv2d_backward_weight runs for these arguments: Auto resolved, and under bf16 the
+// matmul route (Im2colGemm) or the layout it falls back to. A Winograd request is returned as is (oneDNN
+// decides on its first call whether the shape has Winograd, else it runs DnnlBlocked). For tests.
 ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
                                      Precision compute = Precision::F32);
+// Throws Error, one line, unless `impl` has a path at `compute` (dnnl-wino has no bf16 one): the check every
+// call makes, for a caller that wants it before its first call.
+void check_conv_impl(ConvImpl impl, Precision compute);
+// Whether oneDNN runs its AMX kernels in this process (its effective instruction set: the CPU's amx_bf16,
+// the kernel's permission and ONEDNN_MAX_CPU_ISA all count). Auto takes bf16 backward weights of small maps
+// as one matmul only then: the route was measured on AMX alone. False in a minimal build.
+bool dnnl_runs_amx();
 
 // The input layout conv2d_backward_weight's oneDNN primitive computes on, as a channel block: 16 when it
 // is aBcd16b (value (n, c, h, w) at ((n·C/16 + c/16)·H·W + h·W + w)·16 + c%16), so that a caller holding
@@ -81,12 +89,13 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
 
 // conv2d_backward_weight under bf16 compute with x given as bf16 (N,C,H,W) bits (round-to-nearest values,
 // core/bf16.h): the kept bf16 copy of a bf16 run's input, read without widening it to f32 first. The same
-// result as conv2d_backward_weight(..., Auto, BF16) on the widened x, bit for bit.
+// result as conv2d_backward_weight(..., impl, BF16) on the widened x, bit for bit.
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
-                                       const ConvShape& s);
+                                       const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
 
-// While one is alive on this thread, the oneDNN backward passes (data and weight) that read the output
-// gradient at `dy` reorder it into their layout once and share that copy (a MemTag::Workspace buffer held
+// While one is alive on this thread, the backward passes (oneDNN's data and weight kernels, and the bf16
+// backward-weights matmul) that read the output gradient at `dy` reorder it into their layout once and share
+// that copy (a MemTag::Workspace buffer held
 // until the scope ends), where each pass would otherwise make its own: one pass over dy fewer per
 // convolution in backward. The caller keeps dy alive and unchanged for the scope's life. Results are the
 // same bit for bit (a reorder is a copy). Per thread; an inner share hides an outer one until it ends.

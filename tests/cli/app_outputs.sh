@@ -107,6 +107,9 @@ check "bench_conv typo in the last impl, before any timing" "unknown conv implem
   bench_conv --model resnet20 --impl auto,bogus
 check "bench_conv empty impl list"    "--impl is empty" \
   bench_conv --model resnet20 --impl ''
+# A CPU without bf16 refuses the precision first; one with it, the implementation (no bf16 Winograd).
+check "bench_conv dnnl-wino@bf16, before any timing" "dnnl-wino has no bf16 path|neither avx512_bf16 nor amx_bf16" \
+  bench_conv --model resnet20 --batch 1 --reps 1 --quiet-wait 0 --impl auto,dnnl-wino@bf16
 # ... and an entry's precision too: nothing is timed (no table row on stdout) before fp16 is refused.
 cases=$((cases + 1))
 conv_out=$(timeout 120 "$build/bench_conv" --model resnet20 --batch 1 --reps 1 --quiet-wait 0 --impl auto,auto@fp16 2>&1)

@@ -75,6 +75,15 @@ void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* 
   }
 }
 
+// A minimal build runs the reference loops whatever the request, and has no AMX kernels.
+ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl, Precision compute) {
+  check_conv_shape(s);
+  require_f32(compute);
+  return impl;
+}
+void check_conv_impl(ConvImpl, Precision compute) { require_f32(compute); }
+bool dnnl_runs_amx() { return false; }
+
 // The reference loops compute on NCHW only: no blocked input is ever asked for.
 int conv2d_backward_weight_input_block(const ConvShape& s, bool, ConvImpl) {
   check_conv_shape(s);
@@ -84,7 +93,7 @@ void conv2d_backward_weight_blocked_input(float*, float*, const float*, const fl
   ACTLAB_FAIL("conv2d_backward_weight_blocked_input: not available in a minimal build (", s.str(), ")");
 }
 
-void conv2d_backward_weight_bf16_input(float*, float*, const float*, const uint16_t*, const ConvShape& s) {
+void conv2d_backward_weight_bf16_input(float*, float*, const float*, const uint16_t*, const ConvShape& s, ConvImpl) {
   ACTLAB_FAIL("conv2d_backward_weight_bf16_input: a minimal build has no bf16 convolution (", s.str(), ")");
 }
 
