@@ -176,6 +176,9 @@ struct PlanKey {
            std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute, o.bf16_user_src);
   }
 };
+std::array<int64_t, 12> shape_key(const ConvShape& s) {
+  return {s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups};
+}
 
 struct Descs {
   memory::desc src, wei, dst, bias, user_src, user_wei, user_dst;
@@ -300,9 +303,7 @@ std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {
 // conv_clear_cache().
 const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias, Precision compute,
                      bool bf16_user_src = false) {
-  const PlanKey key{{s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
-                     s.groups},
-                    dir, impl, with_bias, compute, bf16_user_src};
+  const PlanKey key{shape_key(s), dir, impl, with_bias, compute, bf16_user_src};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = plan_cache();
   auto it = cache.find(key);
@@ -524,8 +525,8 @@ std::map<PlanKey, std::unique_ptr<GemmWeightPlan>>& gemm_weight_cache() {
 }
 
 const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, bool bf16_user_src) {
-  const PlanKey key{{s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups},
-                    Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16, bf16_user_src};
+  const PlanKey key{shape_key(s), Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16,
+                    bf16_user_src};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = gemm_weight_cache();
   auto it = cache.find(key);
