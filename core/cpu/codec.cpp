@@ -327,14 +327,32 @@ bool has_avx512bw = false;
 bool has_avx2 = false;
 #endif
 
+// Asks for the cache lines of v[0..n) ahead of use. The pack asks for the next batch's input while its
+// Philox pass runs (fill_bits8's `ahead`), which reads no input (it writes only the L1 scratch of uniforms),
+// so the input arrives meanwhile: the first read of a freshly produced activation is otherwise a stall the
+// hardware prefetcher only starts on the pool pass. Issued one line per Philox block, spread over the pass,
+// into L2 rather than L1: the first version, one burst of a whole plane's lines into L1 ahead of the pass,
+// stalled on the burst and evicted the pass's own L1 scratch on an Intel Xeon with AMX, where it packed
+// slower than no prefetch at all (bench/RESULTS_compress.md, "Prefetch into L2").
+ACTLAB_INLINE void prefetch_floats(const float* v, int64_t n) {
+#if defined(__GNUC__)
+  const char* bytes = reinterpret_cast<const char*>(v);
+  for (int64_t at = 0; at < n * 4; at += 64) __builtin_prefetch(bytes + at, 0, 2);  // to L2 (prefetcht1)
+#else
+  (void)v, (void)n;
+#endif
+}
+
 // u[i] = philox_bits8(seed, stream, base + i) for i < n, computing each Philox block once for its sixteen
 // consecutive indices. Whole blocks run kLanes at a time (philox_blocks_avx512 / _avx2 / philox_rounds), so each Philox round is a few
 // full-width vector ops (twice the speed of letting the compiler vectorize philox4x32_10 per block); the
 // round is core/philox.h's, and tests/test_codec.cpp checks the result against philox_bits8. A block's 16
 // draws are its four words' bytes in little-endian order, so a whole block is stored as its four words.
-ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64_t base, int64_t n) {
+// ahead[0..ahead_n): input to prefetch meanwhile (prefetch_floats), chunk by chunk with the blocks.
+ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64_t base, int64_t n,
+                              const float* ahead = nullptr, int64_t ahead_n = 0) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "fill_bits8 stores draw k of a word as its byte k");
-  if (n <= 0) return;
+  if (n <= 0) return prefetch_floats(ahead, ahead_n);
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
   const uint64_t end = base + static_cast<uint64_t>(n);
@@ -347,6 +365,8 @@ ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64
       c2[l] = s0, c3[l] = s1;
     }
     uint8_t* dst = u + (b * 16 - base);
+    const int64_t at = static_cast<int64_t>(b * 16 - base);  // this chunk's share of `ahead`: a line a block
+    if (at < ahead_n) prefetch_floats(ahead + at, std::min<int64_t>(int64_t{16} * m, ahead_n - at));
     if (has_avx512f) {
       philox_blocks_avx512(dst, c0, c1, c2, c3, m, k0, k1);
       continue;
@@ -372,6 +392,8 @@ ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64
   const uint64_t head = base >> 4, tail = (end - 1) >> 4;
   if (head < full_begin || head >= full_end) write(head, base, std::min(head * 16 + 16, end));
   if (tail != head && tail >= full_end) write(tail, tail * 16, end);
+  const int64_t covered = static_cast<int64_t>(full_end > full_begin ? full_end * 16 - base : 0);
+  if (covered < ahead_n) prefetch_floats(ahead + covered, ahead_n - covered);  // past the whole blocks
 }
 
 // An integer of kBytes bytes (the codes of one run byte, one per byte).
@@ -1039,20 +1061,6 @@ int64_t carve_pack_scratch(PackScratch& s, uint8_t* base, const PlaneGeometry& g
   return at;
 }
 
-// Asks for the cache lines of v[0..n) ahead of use. pack_batch issues it for the next batch's input before
-// its own Philox pass, which reads no input (it writes only the L1 scratch of uniforms), so the input
-// arrives while Philox runs: the first read of a freshly produced activation is otherwise a stall the
-// hardware prefetcher only starts on the pool pass. Pack of DRAM-sized tensors (batch 128, 1 thread, median
-// of 5 alternated runs): 6.5 → 7.2 GB/s on 32² and 6.9 → 7.2 on 16² planes (bench/RESULTS_compress.md).
-ACTLAB_INLINE void prefetch_floats(const float* v, int64_t n) {
-#if defined(__GNUC__)
-  const char* bytes = reinterpret_cast<const char*>(v);
-  for (int64_t at = 0; at < n * 4; at += 64) __builtin_prefetch(bytes + at, 0, 3);
-#else
-  (void)v, (void)n;
-#endif
-}
-
 // The order keys of the min and max of a range's `count` values v, with the range's zero padding when
 // count < full (the last range of a plane whose height its rows do not divide).
 ACTLAB_INLINE void range_min_max(int32_t& lo, int32_t& hi, const float* v, int64_t count, int64_t full) {
@@ -1102,8 +1110,11 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
   const int64_t E = x.elems(), LE = x.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   const int64_t nr = g.ranges_per_plane(), RE = g.range_elems(), run_bytes = g.code_bytes_per_range();
   const auto range_count = [&](int64_t k) { return std::min(RE, E - k * RE); };
-  prefetch_floats(a.x + (p0 + nb) * E, next * E);
-  if (a.codes) fill_bits8(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E);
+  if (a.codes) {
+    fill_bits8(s.bits, a.seed, a.stream, static_cast<uint64_t>(p0 * E), nb * E, a.x + (p0 + nb) * E, next * E);
+  } else {
+    prefetch_floats(a.x + (p0 + nb) * E, next * E);
+  }
   if constexpr (kFusedPack<kH, kW, kB>) {
     if (has_avx512bw && a.with_lfc && a.codes && !a.residual) {
       for (int64_t q = 0; q < nb; ++q) {
