@@ -71,7 +71,9 @@ void declare_flags(FlagParser& f) {
   f.add("out", "string", "", "output directory (default: ablate-<preset>); with --radar the SVG file");
   f.add("train-bin", "string", "", "the actlab-train executable (default: next to this program)");
   f.add("dry-run", "bool", "false", "print the cells, their commands and the time estimate; run nothing");
-  f.add("report-only", "bool", "false", "regenerate results.csv, tables.md and the figures from the cells; no training");
+  f.add("report-only", "bool", "false",
+        "regenerate results.csv, tables.md and the figures from the cells; no training (refused, writing nothing, "
+        "when a cell results.csv records as finished has lost its summary.json or failed.txt)");
   f.add("radar", "bool", "false",
         "draw Fig. 1's radar (accuracy, memory, throughput per method) from --results, --memory and --throughput "
         "into --out (default: fig1_radar.svg beside --results); no training");

@@ -646,6 +646,17 @@ TEST_CASE("ablate: one grid per directory, a dry run writes nothing, --report-on
   const std::string tables = read_all(fs::path(o.out_dir) / "tables.md");
   CHECK(tables.find("- command: `" + o.command_line + "`; reports rewritten by `" + report.command_line + "`") !=
         std::string::npos);
+  // A copy of the grid that kept only the cells' logs (no summary.json) is not rewritten as unfinished.
+  const fs::path results = fs::path(o.out_dir) / "results.csv";
+  const std::string csv = read_all(results);
+  REQUIRE(csv.find(",done,") != std::string::npos);
+  fs::remove(fs::path(o.out_dir) / "cells" / grid.cells[0].id() / "summary.json");
+  const std::string why = error_of([&] { run_grid(grid, report); });
+  CHECK(why.find("--report-only: 1 of the cells that " + results.string() + " records as finished read as unfinished") ==
+        0);
+  CHECK(why.find(grid.cells[0].id() + " (done there, ") != std::string::npos);
+  CHECK(read_all(results) == csv);
+  CHECK(read_all(fs::path(o.out_dir) / "tables.md") == tables);
 }
 
 TEST_CASE("ablate: --model with --models (or --dataset with --datasets) is refused, not merged") {

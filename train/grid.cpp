@@ -608,6 +608,38 @@ class OutputDirLock {
   int fd_ = -1;
 };
 
+// --report-only rewrites results.csv and tables.md from the cells' directories alone. A cell that the old
+// results.csv records as finished but whose directory no longer says so (its summary.json or failed.txt gone:
+// a copy of the grid that kept only the logs, as docs/results/ablate-cpu does) would lose its row, so the
+// rewrite is refused before anything is written.
+void check_report_keeps_results(const Grid& grid, const std::vector<CellResult>& now, const fs::path& results) {
+  std::ifstream in(results);
+  std::string line;
+  if (!in || !std::getline(in, line)) return;
+  const std::vector<std::string> header = csv_fields(line);
+  const auto column = [&](const char* name) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const size_t cell_col = column("cell"), status_col = column("status");
+  if (cell_col >= header.size() || status_col >= header.size()) return;
+  std::map<std::string, std::string> recorded;  // cell id → its status in the old results.csv
+  while (std::getline(in, line)) {
+    const std::vector<std::string> f = csv_fields(line);
+    if (f.size() == header.size()) recorded[f[cell_col]] = f[status_col];
+  }
+  int lost = 0;
+  std::string first;
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    const auto it = recorded.find(grid.cells[i].id());
+    if (it == recorded.end() || (it->second != "done" && it->second != "diverged" && it->second != "failed")) continue;
+    if (now[i].status != CellStatus::NotRun && now[i].status != CellStatus::Interrupted) continue;
+    if (lost++ == 0) first = grid.cells[i].id() + " (" + it->second + " there, " + status_name(now[i].status) + " now)";
+  }
+  ACTLAB_CHECK(lost == 0, "--report-only: ", lost, " of the cells that ", results.string(),
+               " records as finished read as unfinished from their directories (no summary.json or failed.txt), the "
+               "first ", first, "; rewriting it would lose their rows, so nothing was written");
+}
+
 }  // namespace
 
 int run_grid(const Grid& grid, const RunOptions& o) {
@@ -623,6 +655,7 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   check_cell_commands(grid, cells_dir);
   std::vector<CellResult> before;
   for (const Cell& c : grid.cells) before.push_back(read_cell((cells_dir / c.id()).string()));
+  if (o.report_only) check_report_keeps_results(grid, before, fs::path(o.out_dir) / "results.csv");
   std::printf("actlab-ablate: preset %s, %s; output in %s\n", grid.preset.c_str(),
               grid.tables.size() == 1 ? ("table " + grid.tables[0]).c_str() : (std::to_string(grid.tables.size()) + " tables").c_str(),
               o.out_dir.c_str());
