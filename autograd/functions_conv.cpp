@@ -106,12 +106,18 @@ double squared_norm(const Tensor& t) {
 
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dOptions& opt) {
   const Tensor bias = b.defined() ? b.data() : Tensor();
-  Tensor y = ops::conv2d_forward(x.data().contiguous(), w.data(), bias, to_params(opt));
+  const Tensor input = x.data().contiguous();
   auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
+  Tensor bf16_keep;
   if (node) {
-    if (w.requires_grad()) node->save_lossy("input", x.data().contiguous());
+    if (w.requires_grad()) node->save_lossy("input", input);
     node->save_exact("weight", w.data());
+    // Under bf16 on the CPU an exact keep is the bf16 copy the convolution would make of its input on the way
+    // in: it reads that copy (same bits), converting half the bytes, and the input is rounded once, not twice.
+    if (w.requires_grad() && input.device().is_cpu() && compute_precision() == Precision::BF16)
+      bf16_keep = node->exact_bf16_keep("input");
   }
+  Tensor y = ops::conv2d_forward(bf16_keep.defined() ? bf16_keep : input, w.data(), bias, to_params(opt));
   return make_output(std::move(y), node);
 }
 

@@ -144,6 +144,12 @@ Tensor SavedTensor::unpack_bf16() const {
   return t;
 }
 
+Tensor SavedTensor::exact_bf16_keep() const {
+  if (!entry_ || entry_->policy != &exact_keep_policy()) return {};
+  const Tensor t = entry_->policy->unpack_bf16(*entry_->packed, info_);  // a view for bf16, undefined for f32/f16
+  return t.defined() && t.dtype() == DType::BF16 ? t : Tensor();
+}
+
 Tensor SavedTensor::unpack_blocked(int channel_block) const {
   check_unchanged();
   const auto start = Clock::now();

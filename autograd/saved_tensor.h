@@ -32,6 +32,10 @@ class SavedTensor {
   // The policy's unpack_bf16 (undefined when it keeps no bf16 tensor); timed as an unpack when it returns one
   // (a view of the policy's own copy for bf16, SWAP's fetch back from the host).
   Tensor unpack_bf16() const;
+  // The bf16 copy a bf16 run's exact keep holds (a view, no work, not timed as an unpack); undefined for every
+  // other pack, a SWAP one included (its unpack_bf16 fetches). The forward of the op that saved it may compute
+  // on it (conv2d under bf16 on the CPU: autograd/functions_conv.cpp).
+  Tensor exact_bf16_keep() const;
   // The policy's channel_reader (nullptr when it has none for this pack). Its reads are timed and
   // recorded as one unpack when the reader is destroyed; the reader must not outlive this SavedTensor.
   std::unique_ptr<ChannelReader> channel_reader() const;

@@ -91,6 +91,9 @@ class Node {
   Tensor load_blocked(const std::string& slot, int channel_block) const;
   // The slot's tensor as a BF16 tensor when its policy keeps one (SavedTensor::unpack_bf16), else undefined.
   Tensor load_bf16(const std::string& slot) const;
+  // The bf16 copy a bf16 run's exact keep of slot holds (SavedTensor::exact_bf16_keep), else undefined: for a
+  // forward that computes on it right after the save.
+  Tensor exact_bf16_keep(const std::string& slot) const;
   // A channel-by-channel reader of slot when its policy has one (ActivationCachePolicy::channel_reader),
   // else nullptr. The reader must be destroyed before the node releases what it saved.
   std::unique_ptr<ChannelReader> load_channels(const std::string& slot) const;

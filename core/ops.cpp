@@ -97,7 +97,7 @@ Precision conv_precision(Device dev) { return gemm_precision(dev, "conv2d"); }
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
   const Device dev = op_device("conv2d", {&x, &w, &b});
-  require_f32_contig("conv2d", "input", x);
+  if (x.dtype() != DType::BF16) require_f32_contig("conv2d", "input", x);
   require_f32_contig("conv2d", "weight", w);
   const cpu::ConvShape s = conv_shape(x.shape(), w.shape(), p);
   if (b.defined()) {
@@ -106,6 +106,13 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
   }
   const Precision pr = conv_precision(dev);
   Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
+  if (x.dtype() == DType::BF16) {
+    ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && x.is_contiguous(),
+                 "conv2d: a bf16 input needs bf16 compute on the CPU and a contiguous tensor, got ", x.str(), " on ",
+                 dev.str(), " under ", precision_name(pr));
+    cpu::conv2d_forward_bf16_input(f32(y), static_cast<const uint16_t*>(x.raw_data()), f32(w), opt_ptr(b), s);
+    return y;
+  }
   ACTLAB_DISPATCH(dev, cuda::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, gpu.ctx(), pr),
                   cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, cpu::ConvImpl::Auto, pr));
   return y;

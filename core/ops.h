@@ -23,7 +23,8 @@ struct ConvParams {
   int64_t padding = 0;
   int64_t groups = 1;
 };
-// x (N,C,H,W), w (K,C/g,R,S), b (K) or undefined -> (N,K,P,Q).
+// x (N,C,H,W), w (K,C/g,R,S), b (K) or undefined -> (N,K,P,Q). x may be a contiguous BF16 tensor on the CPU
+// under bf16 compute (a bf16 run's kept copy of the input: the convolution reads it as it is).
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p);
 // dy (N,K,P,Q), w -> dx of x_shape.
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);

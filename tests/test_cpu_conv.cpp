@@ -162,6 +162,15 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         actlab::cpu::conv2d_forward_ref(y_f32.data(), x.data(), w.data(), bias, s);
         CHECK(relative_error(y, y_ref) < 1e-4);
         CHECK(relative_error(y, y_f32) > 1e-4);
+        // The forward on a kept bf16 copy of x read as it is: the bits of the widened copy's forward, and of x's
+        // own (the convolution's conversion on the way in rounds to nearest, as the copy did).
+        std::vector<uint16_t> x_bits(x_n);
+        for (size_t i = 0; i < x_n; ++i) x_bits[i] = actlab::float_to_bf16(x[i]);
+        std::vector<float> y16(y_n, NAN), y_wide(y_n, NAN);
+        actlab::cpu::conv2d_forward_bf16_input(y16.data(), x_bits.data(), w.data(), bias, s, impl);
+        actlab::cpu::conv2d_forward(y_wide.data(), xr.data(), w.data(), bias, s, impl, Precision::BF16);
+        CHECK(y16 == y_wide);
+        CHECK(y16 == y);
 
         std::vector<float> dx(x_n, NAN), dx_ref(x_n);
         actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s, impl, Precision::BF16);
@@ -177,8 +186,6 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         // The kept bf16 copy read as it is: the same bits as from the widened copy (Auto, and the matmul route
         // forced, which Auto takes only on AMX CPUs).
         if (impl == ConvImpl::Auto || impl == ConvImpl::Im2colGemm) {
-          std::vector<uint16_t> x_bits(x_n);
-          for (size_t i = 0; i < x_n; ++i) x_bits[i] = actlab::float_to_bf16(x[i]);
           std::vector<float> dw16(w_n, NAN), db16(s.K, NAN), dw_wide(w_n, NAN), db_wide(s.K, NAN);
           actlab::cpu::conv2d_backward_weight_bf16_input(dw16.data(), with_bias ? db16.data() : nullptr, dy.data(),
                                                          x_bits.data(), s, impl);

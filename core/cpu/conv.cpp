@@ -636,6 +636,13 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, co
   run_dnnl(Direction::Forward, impl, s, x, w, y, const_cast<float*>(b), compute);
 }
 
+void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
+                               ConvImpl impl) {
+  check_conv_shape(s);
+  impl = resolve(impl, s, Precision::BF16, Direction::Forward);  // never im2col: its bf16 forward is dnnl-blocked
+  run_dnnl(Direction::Forward, impl, s, x_bf16, w, y, const_cast<float*>(b), Precision::BF16, false, true);
+}
+
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
                           ConvImpl impl, Precision compute) {
   check_conv_shape(s);

@@ -93,6 +93,13 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
                                        const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
 
+// conv2d_forward under bf16 compute with x given as bf16 (N,C,H,W) bits: a bf16 run's kept copy of the input,
+// which the convolution then reads as it is (a bf16 → bf16 reorder into its layout, half the bytes of the f32
+// → bf16 one it makes of an f32 x). The same result as conv2d_forward(..., impl, BF16) on the widened x, bit for
+// bit.
+void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
+                               ConvImpl impl = ConvImpl::Auto);
+
 // While one is alive on this thread, the backward passes (oneDNN's data and weight kernels, and the bf16
 // backward-weights matmul) that read the output gradient at `dy` reorder it into their layout once and share
 // that copy (a MemTag::Workspace buffer held
