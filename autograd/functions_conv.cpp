@@ -8,6 +8,10 @@ namespace {
 
 ops::ConvParams to_params(const Conv2dOptions& o) { return {o.stride, o.padding, o.groups}; }
 
+// Whether the convolution's passes read a bf16 copy of their input as it is (bf16 compute on the CPU): the
+// forward the exact keep's copy, backward weights any bf16 keep. A GPU rounds its fp32 operands itself.
+bool reads_bf16_input(const Tensor& t) { return compute_precision() == Precision::BF16 && t.device().is_cpu(); }
+
 // What acgc's bound needs of a weight layer (compress/policy.h GradientSensitivity): an error dx in the
 // input changes dW = Σ dy ⊗ x by at most |dy|²·|dx|² per output position the input reaches, i.e. about
 // (kernel area / stride area)·|dy|²·|dx|² in all (AC-GC's flat approximation), against |dW|²; the factor 2
@@ -41,10 +45,7 @@ class Conv2dNode final : public Node {
       const int channel_block = ops::conv2d_backward_weight_input_block(dy, x_shape_, w.shape(), to_params(opt_), has_bias_);
       const Tensor x_blocked = channel_block > 0 ? load_blocked("input", channel_block) : Tensor();
       // Under bf16 the kept bf16 copy goes to the bf16 convolution as it is: no f32 copy to round again.
-      // The CPU's bf16 weight gradient reads a bf16 save as it is; a GPU rounds its fp32 operands itself.
-      const Tensor x_bf16 = !x_blocked.defined() && compute_precision() == Precision::BF16 && dy.device().is_cpu()
-                                ? load_bf16("input")
-                                : Tensor();
+      const Tensor x_bf16 = !x_blocked.defined() && reads_bf16_input(dy) ? load_bf16("input") : Tensor();
       if (x_blocked.defined()) {
         grads[1] = ops::conv2d_backward_weight_blocked_input(dy, x_blocked, x_shape_, w.shape(), to_params(opt_),
                                                              has_bias_, &db);
@@ -108,16 +109,17 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const C
   const Tensor bias = b.defined() ? b.data() : Tensor();
   const Tensor input = x.data().contiguous();
   auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
-  Tensor bf16_keep;
+  // Under bf16 on the CPU an exact keep is the bf16 copy the convolution would make of its input on the way in:
+  // saved first, the forward reads that copy (the same bits, core/cpu/conv.h), reading half the bytes, and the
+  // input is converted once. Elsewhere the forward runs first, so a bad shape fails before anything is packed.
+  const bool keep_first = node && w.requires_grad() && reads_bf16_input(input);
+  if (keep_first) node->save_lossy("input", input);
+  const Tensor keep = keep_first ? node->exact_bf16_keep("input") : Tensor();
+  Tensor y = ops::conv2d_forward(keep.defined() ? keep : input, w.data(), bias, to_params(opt));
   if (node) {
-    if (w.requires_grad()) node->save_lossy("input", input);
+    if (w.requires_grad() && !keep_first) node->save_lossy("input", input);
     node->save_exact("weight", w.data());
-    // Under bf16 on the CPU an exact keep is the bf16 copy the convolution would make of its input on the way
-    // in: it reads that copy (same bits), converting half the bytes, and the input is rounded once, not twice.
-    if (w.requires_grad() && input.device().is_cpu() && compute_precision() == Precision::BF16)
-      bf16_keep = node->exact_bf16_keep("input");
   }
-  Tensor y = ops::conv2d_forward(bf16_keep.defined() ? bf16_keep : input, w.data(), bias, to_params(opt));
   return make_output(std::move(y), node);
 }
 

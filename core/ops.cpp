@@ -93,6 +93,13 @@ Precision gemm_precision(Device dev, const char* op) {
   return p;
 }
 Precision conv_precision(Device dev) { return gemm_precision(dev, "conv2d"); }
+
+// A convolution input given as bf16 (a bf16 run's kept copy): only the CPU's bf16 kernels read one.
+void check_bf16_conv_input(const char* op, const Tensor& x, Device dev, Precision pr) {
+  ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && x.is_contiguous(), op,
+               ": a bf16 input needs bf16 compute on the CPU and a contiguous tensor, got ", x.str(), " on ", dev.str(),
+               " under ", precision_name(pr));
+}
 }  // namespace
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
@@ -107,9 +114,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
   const Precision pr = conv_precision(dev);
   Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
   if (x.dtype() == DType::BF16) {
-    ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && x.is_contiguous(),
-                 "conv2d: a bf16 input needs bf16 compute on the CPU and a contiguous tensor, got ", x.str(), " on ",
-                 dev.str(), " under ", precision_name(pr));
+    check_bf16_conv_input("conv2d", x, dev, pr);
     cpu::conv2d_forward_bf16_input(f32(y), static_cast<const uint16_t*>(x.raw_data()), f32(w), opt_ptr(b), s);
     return y;
   }
@@ -150,9 +155,7 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = bias_grad(db, want_bias, s.K, dev);
   if (x.dtype() == DType::BF16) {
-    ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && x.is_contiguous(),
-                 "conv2d_backward_weight: a bf16 input needs bf16 compute on the CPU and a contiguous tensor, got ",
-                 x.str(), " on ", dev.str(), " under ", precision_name(pr));
+    check_bf16_conv_input("conv2d_backward_weight", x, dev, pr);
     cpu::conv2d_backward_weight_bf16_input(f32(dw), db_ptr, f32(dy), static_cast<const uint16_t*>(x.raw_data()), s);
     return dw;
   }

@@ -5,9 +5,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
+#include "actlab/autograd/functions.h"
 #include "actlab/autograd/saved_tensor.h"
+#include "actlab/autograd/tape.h"
 #include "actlab/compress/exact.h"
 #include "actlab/core/bf16.h"
 #include "actlab/core/ops.h"
@@ -129,6 +132,42 @@ TEST_CASE("precision: the bf16 policy keeps half the bytes, and exact becomes it
   ActivationCacheScope scope(division);
   const SavedTensor packed_div(Tensor::randn({2, 3, 4, 4}, rng), lossy);
   CHECK(packed_div.unpack().shape() == Shape({2, 3, 4, 4}));
+  end_pack_step();
+}
+
+TEST_CASE("precision: under bf16 a convolution computes on the exact keep's bf16 copy, which only that keep offers") {
+  PhiloxStream rng(6, 0);
+  const Tensor x = Tensor::randn({2, 3, 6, 6}, rng), w = Tensor::randn({4, 3, 3, 3}, rng);
+  const SaveInfo lossy{"conv2d", "input", true, "conv1"};
+  const SaveInfo strict{"relu", "output", false, "relu"};
+  end_pack_step();
+  CHECK_FALSE(SavedTensor(x, lossy).exact_bf16_keep().defined());  // fp32: exact shares the f32 tensor
+  const Tensor x16 = ops::to_bf16(x);
+  CHECK(error_of([&] { ops::conv2d_forward(x16, w, Tensor(), {1, 1, 1}); })
+            .find("conv2d: a bf16 input needs bf16 compute on the CPU") != std::string::npos);
+  {
+    PrecisionScope bf16(Precision::BF16);
+    const SavedTensor kept(x, lossy), strict_save(x, strict);
+    const Tensor keep = kept.exact_bf16_keep();
+    REQUIRE(keep.defined());
+    CHECK(keep.dtype() == DType::BF16);
+    CHECK(std::memcmp(keep.raw_data(), x16.raw_data(), static_cast<size_t>(x16.nbytes())) == 0);
+    CHECK_FALSE(strict_save.exact_bf16_keep().defined());
+    PolicySet division(parse_policy("division:B=2,Q=2"));
+    ActivationCacheScope scope(division);
+    CHECK_FALSE(SavedTensor(Tensor::randn({2, 3, 4, 4}, rng), lossy).exact_bf16_keep().defined());
+  }
+  end_pack_step();
+  if (!testing::have_bf16_kernels()) return;
+  // conv2d under exact@bf16 gives the forward of x itself (x's values are normal: the same bits, core/cpu/conv.h).
+  PrecisionScope bf16(Precision::BF16);
+  const Tensor y_ref = ops::conv2d_forward(x, w, Tensor(), {1, 1, 1});
+  CHECK(std::memcmp(ops::conv2d_forward(x16, w, Tensor(), {1, 1, 1}).raw_data(), y_ref.raw_data(),
+                    static_cast<size_t>(y_ref.nbytes())) == 0);
+  const Variable xv(x, true), wv(w, true);
+  const Variable y = conv2d(xv, wv, Variable(), {1, 1, 1});
+  CHECK(std::memcmp(y.data().raw_data(), y_ref.raw_data(), static_cast<size_t>(y_ref.nbytes())) == 0);
+  Tape::current().clear();
   end_pack_step();
 }
 

@@ -613,20 +613,9 @@ class OutputDirLock {
 // a copy of the grid that kept only the logs, as docs/results/ablate-cpu does) would lose its row, so the
 // rewrite is refused before anything is written.
 void check_report_keeps_results(const Grid& grid, const std::vector<CellResult>& now, const fs::path& results) {
-  std::ifstream in(results);
-  std::string line;
-  if (!in || !std::getline(in, line)) return;
-  const std::vector<std::string> header = csv_fields(line);
-  const auto column = [&](const char* name) {
-    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
-  };
-  const size_t cell_col = column("cell"), status_col = column("status");
-  if (cell_col >= header.size() || status_col >= header.size()) return;
   std::map<std::string, std::string> recorded;  // cell id → its status in the old results.csv
-  while (std::getline(in, line)) {
-    const std::vector<std::string> f = csv_fields(line);
-    if (f.size() == header.size()) recorded[f[cell_col]] = f[status_col];
-  }
+  for (const auto& row : read_csv(results))
+    if (row.count("cell") && row.count("status")) recorded[row.at("cell")] = row.at("status");
   int lost = 0;
   std::string first;
   for (size_t i = 0; i < grid.cells.size(); ++i) {
@@ -637,7 +626,8 @@ void check_report_keeps_results(const Grid& grid, const std::vector<CellResult>&
   }
   ACTLAB_CHECK(lost == 0, "--report-only: ", lost, " of the cells that ", results.string(),
                " records as finished read as unfinished from their directories (no summary.json or failed.txt), the "
-               "first ", first, "; rewriting it would lose their rows, so nothing was written");
+               "first ", first, "; rewriting it would lose their rows, so nothing was written (restore those files, "
+               "or move results.csv away to report the cells as they are)");
 }
 
 }  // namespace

@@ -333,7 +333,8 @@ bool has_avx2 = false;
 // hardware prefetcher only starts on the pool pass. Issued one line per Philox block, spread over the pass,
 // into L2 rather than L1: the first version, one burst of a whole plane's lines into L1 ahead of the pass,
 // stalled on the burst and evicted the pass's own L1 scratch on an Intel Xeon with AMX, where it packed
-// slower than no prefetch at all (bench/RESULTS_compress.md, "Prefetch into L2").
+// slower than no prefetch at all (bench/RESULTS_compress.md, "Prefetch into L2"). A pack without codes (lfc)
+// has no Philox pass to spread over: it asks in one burst, into L2 as well.
 ACTLAB_INLINE void prefetch_floats(const float* v, int64_t n) {
 #if defined(__GNUC__)
   const char* bytes = reinterpret_cast<const char*>(v);
@@ -357,6 +358,8 @@ ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64
   const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
   const uint64_t end = base + static_cast<uint64_t>(n);
   const uint64_t full_begin = (base + 15) >> 4, full_end = end >> 4;
+  const int64_t head_share = std::min<int64_t>(ahead_n, static_cast<int64_t>(std::min(full_begin * 16, end) - base));
+  prefetch_floats(ahead, head_share);  // the share of a partial first block (base not a multiple of 16)
   for (uint64_t b = full_begin; b < full_end; b += kLanes) {
     const int m = static_cast<int>(std::min<uint64_t>(kLanes, full_end - b));  // blocks in this chunk
     uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
@@ -392,7 +395,7 @@ ACTLAB_INLINE void fill_bits8(uint8_t* u, uint64_t seed, uint64_t stream, uint64
   const uint64_t head = base >> 4, tail = (end - 1) >> 4;
   if (head < full_begin || head >= full_end) write(head, base, std::min(head * 16 + 16, end));
   if (tail != head && tail >= full_end) write(tail, tail * 16, end);
-  const int64_t covered = static_cast<int64_t>(full_end > full_begin ? full_end * 16 - base : 0);
+  const int64_t covered = full_end > full_begin ? static_cast<int64_t>(full_end * 16 - base) : head_share;
   if (covered < ahead_n) prefetch_floats(ahead + covered, ahead_n - covered);  // past the whole blocks
 }
 

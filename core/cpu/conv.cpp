@@ -170,7 +170,7 @@ struct PlanKey {
   ConvImpl impl;
   bool with_bias;
   Precision compute;
-  bool bf16_user_src;  // the caller holds the (backward-weight) src as bf16 NCHW
+  bool bf16_user_src;  // the caller holds the src (forward, backward weight) as bf16 NCHW
   bool operator<(const PlanKey& o) const {
     return std::tie(shape, dir, impl, with_bias, compute, bf16_user_src) <
            std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute, o.bf16_user_src);
@@ -188,7 +188,8 @@ struct Descs {
 
 // The primitive's data types: all f32, or under bf16 the operands the kernel multiplies in bf16 and what
 // it writes in f32 (forward: src, wei -> dst; backward data: diff_dst, wei -> diff_src; backward weight:
-// src, diff_dst -> diff_wei). The user's memory stays f32 NCHW; the reorders in and out convert.
+// src, diff_dst -> diff_wei). The user's memory is f32 NCHW (the src may be bf16 NCHW: bf16_user_src); the
+// reorders in and out convert.
 Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::Forward,
                  Precision compute = Precision::F32, bool bf16_user_src = false) {
   const int64_t P = s.P(), Q = s.Q(), G = s.groups;

@@ -96,7 +96,8 @@ void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, co
 // conv2d_forward under bf16 compute with x given as bf16 (N,C,H,W) bits: a bf16 run's kept copy of the input,
 // which the convolution then reads as it is (a bf16 → bf16 reorder into its layout, half the bytes of the f32
 // → bf16 one it makes of an f32 x). The same result as conv2d_forward(..., impl, BF16) on the widened x, bit for
-// bit.
+// bit, and on x itself for every normal value (tests/test_cpu_conv.cpp); a subnormal input is kept by the copy
+// (core/bf16.h), where oneDNN's own conversion may flush it to zero.
 void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
                                ConvImpl impl = ConvImpl::Auto);
 
