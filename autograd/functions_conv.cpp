@@ -108,18 +108,18 @@ double squared_norm(const Tensor& t) {
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dOptions& opt) {
   const Tensor bias = b.defined() ? b.data() : Tensor();
   const Tensor input = x.data().contiguous();
-  auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
   // Under bf16 on the CPU an exact keep is the bf16 copy the convolution would make of its input on the way in:
   // saved first, the forward reads that copy (the same bits, core/cpu/conv.h), reading half the bytes, and the
-  // input is converted once. Elsewhere the forward runs first, so a bad shape fails before anything is packed.
-  const bool keep_first = node && w.requires_grad() && reads_bf16_input(input);
-  if (keep_first) node->save_lossy("input", input);
-  const Tensor keep = keep_first ? node->exact_bf16_keep("input") : Tensor();
-  Tensor y = ops::conv2d_forward(keep.defined() ? keep : input, w.data(), bias, to_params(opt));
-  if (node) {
-    if (w.requires_grad() && !keep_first) node->save_lossy("input", input);
-    node->save_exact("weight", w.data());
+  // input is converted once. Elsewhere the forward runs first, so a bad shape fails before a node or a pack.
+  const bool keep_first = w.requires_grad() && reads_bf16_input(input);
+  Tensor y = keep_first ? Tensor() : ops::conv2d_forward(input, w.data(), bias, to_params(opt));
+  auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
+  if (node && w.requires_grad()) node->save_lossy("input", input);
+  if (keep_first) {
+    const Tensor keep = node ? node->exact_bf16_keep("input") : Tensor();
+    y = ops::conv2d_forward(keep.defined() ? keep : input, w.data(), bias, to_params(opt));
   }
+  if (node) node->save_exact("weight", w.data());
   return make_output(std::move(y), node);
 }
 

@@ -10,6 +10,8 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "actlab/core/allocator.h"
@@ -214,15 +216,46 @@ TEST_CASE("cpu kernels: batchnorm backward recomputes x_hat from a reconstructed
   check_close(dbeta, want_db, 1e-4, 1e-3, "dbeta");
 }
 
+TEST_CASE("cpu kernels: batchnorm forward (train) gives each channel the bits it gets alone, whatever range it is in") {
+  // The whole-tensor call walks ranges of channels sample by sample; a channel's sums keep their order, so
+  // its statistics, outputs and running statistics are those of a call on that channel alone.
+  for (const auto& [N, C, HW] : {std::tuple<int64_t, int64_t, int64_t>{3, 50, 1024}, {3, 70, 16}, {128, 96, 16}}) {
+    CAPTURE(C);
+    CAPTURE(HW);
+    const Vec x = random_vec(N * C * HW, 61, -1.f, 2.f), gamma = random_vec(C, 62, 0.5f, 1.5f), beta = random_vec(C, 63);
+    Vec rm = random_vec(C, 64), rv = random_vec(C, 65, 0.5f, 2.f);
+    Vec y(x.size()), mean(C), invstd(C);
+    Vec rm_one = rm, rv_one = rv;
+    cpu::batchnorm_forward_train(y.data(), mean.data(), invstd.data(), rm.data(), rv.data(), x.data(), gamma.data(),
+                                 beta.data(), N, C, HW, 0.1f, 1e-5f);
+    for (int64_t c = 0; c < C; ++c) {
+      Vec xc(N * HW), yc(N * HW);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) xc[n * HW + i] = x[(n * C + c) * HW + i];
+      float m = 0.f, s = 0.f;
+      cpu::batchnorm_forward_train(yc.data(), &m, &s, &rm_one[c], &rv_one[c], xc.data(), &gamma[c], &beta[c], N, 1,
+                                   HW, 0.1f, 1e-5f);
+      REQUIRE(m == mean[c]);
+      REQUIRE(s == invstd[c]);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) REQUIRE(yc[n * HW + i] == y[(n * C + c) * HW + i]);
+    }
+    CHECK(rm_one == rm);
+    CHECK(rv_one == rv);
+  }
+}
+
 TEST_CASE("cpu kernels: batchnorm backward by channels, split at its sums, or both, is batchnorm backward, bit for bit") {
   // x handed over one channel at a time (a decoder's output in a per-thread buffer) must give exactly
   // the gradients of the whole-tensor call: same sums in the same order. Sizes below and above
-  // kParallelGrain; with and without gamma.
-  for (const int64_t HW : {16, 1024}) {
+  // kParallelGrain, one range of channels or several (a short last one; kernels_norm.cpp's channel_block);
+  // with and without gamma.
+  for (const auto& [C, HW] : {std::pair<int64_t, int64_t>{12, 16}, {12, 1024}, {50, 1024}, {70, 16}}) {
     for (const bool affine : {true, false}) {
+      CAPTURE(C);
       CAPTURE(HW);
       CAPTURE(affine);
-      const int64_t N = 3, C = 12;
+      const int64_t N = 3;
       const Vec x = random_vec(N * C * HW, 41), dy = random_vec(x.size(), 42);
       const Vec gamma = random_vec(C, 43), mean = random_vec(C, 44), invstd = random_vec(C, 45, 0.5f, 2.f);
       const float* g = affine ? gamma.data() : nullptr;

@@ -164,11 +164,12 @@ TEST_CASE("precision: under bf16 a convolution computes on the exact keep's bf16
   const Tensor y_ref = ops::conv2d_forward(x, w, Tensor(), {1, 1, 1});
   CHECK(std::memcmp(ops::conv2d_forward(x16, w, Tensor(), {1, 1, 1}).raw_data(), y_ref.raw_data(),
                     static_cast<size_t>(y_ref.nbytes())) == 0);
+  TapeClearGuard clear;
   const Variable xv(x, true), wv(w, true);
   const Variable y = conv2d(xv, wv, Variable(), {1, 1, 1});
+  REQUIRE(y.grad_fn() != nullptr);
+  CHECK(y.grad_fn()->exact_bf16_keep("input").defined());  // what the forward read
   CHECK(std::memcmp(y.data().raw_data(), y_ref.raw_data(), static_cast<size_t>(y_ref.nbytes())) == 0);
-  Tape::current().clear();
-  end_pack_step();
 }
 
 TEST_CASE("precision: fp16 conversion is IEEE round to nearest even, and exact keeps fp16 copies under fp16") {

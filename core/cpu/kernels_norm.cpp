@@ -1,7 +1,9 @@
 // CPU batch norm 2-D: training forward (batch statistics + running update), inference forward and
 // the two backwards. Contracts in core/cpu/kernels.h; tested in tests/test_cpu_kernels.cpp.
-// Work is split over ranges of channels: one thread owns a range's N planes for the statistics pass and
-// the apply pass, so the second pass finds the range still in L2 (channel_block). The per-channel loops are
+// Work is split over channels: the training forward and backward over ranges of channels (channel_block),
+// where one thread owns a range's N planes for the statistics pass and the apply pass, so the second pass
+// finds them still in cache; the other calls (eval, the split and decoded-channel backwards) channel by
+// channel. The per-channel loops are
 // ACTLAB_CPU_CLONES functions (AVX2/AVX-512 where the CPU has them).
 #include <omp.h>
 
@@ -28,9 +30,12 @@ constexpr int64_t kChunk = 2048;
 // channel's sums still run in (n, chunk) order, so a channel's bits do not depend on the range it is in
 // (a range of one is the channel-by-channel walk the decoded-channel paths take).
 constexpr int64_t kMaxBlock = 64;
-// Channels per range: about 64K values (256 KiB, in L2 for the second pass over them), at least one.
+// Channels per range: about 64K values of x (256 KiB; the backward's passes read dy's as well), at least one
+// channel (a larger one when its N planes alone are larger), and no more than a thread's share of C, so that
+// every thread has a range.
 int64_t channel_block(int64_t N, int64_t C, int64_t HW) {
-  return std::max<int64_t>(1, std::min({C, kMaxBlock, int64_t{65536} / (N * HW)}));
+  const int64_t threads = std::max(1, omp_get_max_threads());
+  return std::max<int64_t>(1, std::min({(C + threads - 1) / threads, kMaxBlock, int64_t{65536} / (N * HW)}));
 }
 
 // Σ (x - shift) and Σ (x - shift)² over each channel c of [c0, c1) (shift[c - c0]: any value of the
