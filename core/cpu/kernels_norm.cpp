@@ -1,9 +1,8 @@
 // CPU batch norm 2-D: training forward (batch statistics + running update), inference forward and
 // the two backwards. Contracts in core/cpu/kernels.h; tested in tests/test_cpu_kernels.cpp.
-// Work is split over channels: the training forward and backward over ranges of channels (channel_block),
-// where one thread owns a range's N planes for the statistics pass and the apply pass, so the second pass
-// finds them still in cache; the other calls (eval, the split and decoded-channel backwards) channel by
-// channel. The per-channel loops are
+// Work is split over ranges of channels (channel_block): one thread owns a range's N planes for the
+// statistics pass and the apply pass, so the second pass finds them still in cache. The decoded-channel
+// backwards (x handed over one channel at a time) take ranges of one. The per-channel loops are
 // ACTLAB_CPU_CLONES functions (AVX2/AVX-512 where the CPU has them).
 #include <omp.h>
 
@@ -36,6 +35,13 @@ constexpr int64_t kMaxBlock = 64;
 int64_t channel_block(int64_t N, int64_t C, int64_t HW) {
   const int64_t threads = std::max(1, omp_get_max_threads());
   return std::max<int64_t>(1, std::min({(C + threads - 1) / threads, kMaxBlock, int64_t{65536} / (N * HW)}));
+}
+// f(c0, c1) for every range of channels (channel_block), the ranges in parallel.
+template <typename F>
+void for_each_range(int64_t N, int64_t C, int64_t HW, F f) {
+  const int64_t block = channel_block(N, C, HW), blocks = (C + block - 1) / block;
+#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
+  for (int64_t r = 0; r < blocks; ++r) f(r * block, std::min(C, r * block + block));
 }
 
 // Σ (x - shift) and Σ (x - shift)² over each channel c of [c0, c1) (shift[c - c0]: any value of the
@@ -178,11 +184,8 @@ void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, flo
                " HW=", HW);
   ACTLAB_CHECK((running_mean == nullptr) == (running_var == nullptr),
                "batchnorm: running_mean and running_var must both be given or both be nullptr");
-  const int64_t block = channel_block(N, C, HW), blocks = (C + block - 1) / block;
-#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
-  for (int64_t r = 0; r < blocks; ++r) {
-    const int64_t c0 = r * block, c1 = std::min(C, c0 + block);
-    float shift[kMaxBlock], mean_f[kMaxBlock], scale[kMaxBlock], bias[kMaxBlock];
+  for_each_range(N, C, HW, [&](int64_t c0, int64_t c1) {
+    float shift[kMaxBlock] = {}, mean_f[kMaxBlock], scale[kMaxBlock], bias[kMaxBlock];
     double sum[kMaxBlock], sum_sq[kMaxBlock];
     for (int64_t c = c0; c < c1; ++c) shift[c - c0] = x[c * HW];  // first value of the channel (n = 0, i = 0)
     channel_moments(sum, sum_sq, x, N, C, HW, c0, c1, shift);
@@ -203,41 +206,39 @@ void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, flo
       bias[c - c0] = static_cast<float>(beta ? beta[c] : 0.0);
     }
     channel_affine(y, x, N, C, HW, c0, c1, mean_f, scale, bias);
-  }
+  });
 }
 
 void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const float* beta,
                             const float* running_mean, const float* running_var, int64_t N,
                             int64_t C, int64_t HW, float eps) {
   check_bn_sizes(N, C, HW);
-#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
-  for (int64_t c = 0; c < C; ++c) {
-    const double g = gamma ? gamma[c] : 1.0;
-    const float scale =
-        static_cast<float>(g / std::sqrt(static_cast<double>(running_var[c]) + eps));
-    const float bias = beta ? beta[c] : 0.f;
-    channel_affine(y, x, N, C, HW, c, c + 1, running_mean + c, &scale, &bias);
-  }
+  for_each_range(N, C, HW, [&](int64_t c0, int64_t c1) {
+    float scale[kMaxBlock], bias[kMaxBlock];
+    for (int64_t c = c0; c < c1; ++c) {
+      const double g = gamma ? gamma[c] : 1.0;
+      scale[c - c0] = static_cast<float>(g / std::sqrt(static_cast<double>(running_var[c]) + eps));
+      bias[c - c0] = beta ? beta[c] : 0.f;
+    }
+    channel_affine(y, x, N, C, HW, c0, c1, running_mean + c0, scale, bias);
+  });
 }
 
 void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         int64_t N, int64_t C, int64_t HW) {
   check_bn_sizes(N, C, HW);
-  const int64_t block = channel_block(N, C, HW), blocks = (C + block - 1) / block;
-#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
-  for (int64_t r = 0; r < blocks; ++r) {
-    const int64_t c0 = r * block, c1 = std::min(C, c0 + block);
+  for_each_range(N, C, HW, [&](int64_t c0, int64_t c1) {
     channel_backward(dx, dgamma, dbeta, dy, x + c0 * HW, C * HW, gamma, save_mean, save_invstd, N, C, HW, c0, c1);
-  }
+  });
 }
 
 void batchnorm_grad_sums(double* sum_dy, double* sum_dy_xc, const float* dy, const float* x, const float* save_mean,
                          int64_t N, int64_t C, int64_t HW) {
   check_bn_sizes(N, C, HW);
-#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
-  for (int64_t c = 0; c < C; ++c)
-    channel_grad_sums(sum_dy + c, sum_dy_xc + c, dy, x + c * HW, C * HW, N, C, HW, c, c + 1, save_mean + c);
+  for_each_range(N, C, HW, [&](int64_t c0, int64_t c1) {
+    channel_grad_sums(sum_dy + c0, sum_dy_xc + c0, dy, x + c0 * HW, C * HW, N, C, HW, c0, c1, save_mean + c0);
+  });
 }
 
 namespace {
@@ -272,10 +273,12 @@ void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, co
                                   const float* save_mean, const float* save_invstd, const double* sum_dy,
                                   const double* sum_dy_xc, double count, int64_t N, int64_t C, int64_t HW) {
   check_bn_sizes(N, C, HW);
-#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
-  for (int64_t c = 0; c < C; ++c)
-    channel_dx_from_sums(dx, dy, x + c * HW, C * HW, gamma, save_mean, save_invstd, sum_dy[c], sum_dy_xc[c], count, N,
-                         C, HW, c);
+  for_each_range(N, C, HW, [&](int64_t c0, int64_t c1) {
+    float a[kMaxBlock], k[kMaxBlock], b[kMaxBlock];
+    for (int64_t c = c0; c < c1; ++c)
+      dx_coefficients(a[c - c0], k[c - c0], b[c - c0], gamma, save_invstd, sum_dy[c], sum_dy_xc[c], count, c);
+    channel_backward_dx(dx, dy, x + c0 * HW, C * HW, N, C, HW, c0, c1, save_mean + c0, a, k, b);
+  });
 }
 
 namespace {
@@ -340,20 +343,23 @@ void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float
                              const float* running_var, int64_t N, int64_t C, int64_t HW,
                              float eps) {
   check_bn_sizes(N, C, HW);
-#pragma omp parallel for schedule(static) if (parallel : N * C * HW >= kParallelGrain)
-  for (int64_t c = 0; c < C; ++c) {
-    const float mean = running_mean[c];
-    const double invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
-    if (dgamma || dbeta) {
-      double sum_dy, sum_dy_xc;
-      channel_grad_sums(&sum_dy, &sum_dy_xc, dy, x + c * HW, C * HW, N, C, HW, c, c + 1, &mean);
-      if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
-      if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc * invstd);
+  for_each_range(N, C, HW, [&](int64_t c0, int64_t c1) {
+    double invstd[kMaxBlock];
+    float scale[kMaxBlock], zero[kMaxBlock] = {};
+    for (int64_t c = c0; c < c1; ++c) {
+      invstd[c - c0] = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
+      scale[c - c0] = static_cast<float>((gamma ? gamma[c] : 1.0) * invstd[c - c0]);
     }
-    const float scale = static_cast<float>((gamma ? gamma[c] : 1.0) * invstd);
-    const float zero = 0.f;
-    channel_affine(dx, dy, N, C, HW, c, c + 1, &zero, &scale, &zero);
-  }
+    if (dgamma || dbeta) {
+      double sum_dy[kMaxBlock], sum_dy_xc[kMaxBlock];
+      channel_grad_sums(sum_dy, sum_dy_xc, dy, x + c0 * HW, C * HW, N, C, HW, c0, c1, running_mean + c0);
+      for (int64_t c = c0; c < c1; ++c) {
+        if (dbeta) dbeta[c] = static_cast<float>(sum_dy[c - c0]);
+        if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc[c - c0] * invstd[c - c0]);
+      }
+    }
+    channel_affine(dx, dy, N, C, HW, c0, c1, zero, scale, zero);
+  });
 }
 
 }  // namespace actlab::cpu
