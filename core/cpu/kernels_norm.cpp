@@ -128,27 +128,24 @@ ACTLAB_CPU_CLONES void channel_backward_dx(float* dx, const float* dy, const flo
     }
 }
 
-// Channel c's dx = a·dy + k·(x - mean) + b coefficients from its sums Σdy and Σdy·(x - mean) over
-// M = count values (this batch's, or the global batch's under synchronized batch norm): a = gamma·invstd,
-// k = -a·invstd²·Σdy(x-mean)/M, b = -a·Σdy/M, the x_hat·dgamma/M term rewritten on (x - mean) so it
-// needs no x_hat buffer.
-void dx_coefficients(float& a, float& k, float& b, const float* gamma, const float* save_invstd, double sum_dy,
-                     double sum_dy_xc, double count, int64_t c) {
-  const double inv_m = 1.0 / count;
-  const double invstd = save_invstd[c];
-  const double ad = (gamma ? gamma[c] : 1.0) * invstd;
-  a = static_cast<float>(ad);
-  k = static_cast<float>(-ad * invstd * invstd * sum_dy_xc * inv_m);
-  b = static_cast<float>(-ad * sum_dy * inv_m);
-}
-
-// Channel c's input gradient from its sums (dx_coefficients), x as in channel_grad_sums with c0 = c.
+// The input gradient of channels [c0, c1) from their sums Σdy and Σdy·(x - mean) (sum_dy[c - c0],
+// sum_dy_xc[c - c0]) over M = count values (this batch's, or the global batch's under synchronized batch norm),
+// x as in channel_grad_sums: dx = a·dy + k·(x - mean) + b with a = gamma·invstd, k = -a·invstd²·Σdy(x-mean)/M,
+// b = -a·Σdy/M, the x_hat·dgamma/M term rewritten on (x - mean) so it needs no x_hat buffer.
 void channel_dx_from_sums(float* dx, const float* dy, const float* xc, int64_t x_step, const float* gamma,
-                          const float* save_mean, const float* save_invstd, double sum_dy, double sum_dy_xc,
-                          double count, int64_t N, int64_t C, int64_t HW, int64_t c) {
-  float a, k, b;
-  dx_coefficients(a, k, b, gamma, save_invstd, sum_dy, sum_dy_xc, count, c);
-  channel_backward_dx(dx, dy, xc, x_step, N, C, HW, c, c + 1, save_mean + c, &a, &k, &b);
+                          const float* save_mean, const float* save_invstd, const double* sum_dy,
+                          const double* sum_dy_xc, double count, int64_t N, int64_t C, int64_t HW, int64_t c0,
+                          int64_t c1) {
+  float a[kMaxBlock], k[kMaxBlock], b[kMaxBlock];
+  const double inv_m = 1.0 / count;
+  for (int64_t c = c0; c < c1; ++c) {
+    const double invstd = save_invstd[c];
+    const double ad = (gamma ? gamma[c] : 1.0) * invstd;
+    a[c - c0] = static_cast<float>(ad);
+    k[c - c0] = static_cast<float>(-ad * invstd * invstd * sum_dy_xc[c - c0] * inv_m);
+    b[c - c0] = static_cast<float>(-ad * sum_dy[c - c0] * inv_m);
+  }
+  channel_backward_dx(dx, dy, xc, x_step, N, C, HW, c0, c1, save_mean + c0, a, k, b);
 }
 
 // The training backward of channels [c0, c1) (batchnorm_backward's contract), x as in channel_grad_sums.
@@ -156,15 +153,13 @@ void channel_backward(float* dx, float* dgamma, float* dbeta, const float* dy, c
                       int64_t x_step, const float* gamma, const float* save_mean,
                       const float* save_invstd, int64_t N, int64_t C, int64_t HW, int64_t c0, int64_t c1) {
   double sum_dy[kMaxBlock], sum_dy_xc[kMaxBlock];
-  float a[kMaxBlock], k[kMaxBlock], b[kMaxBlock];
   channel_grad_sums(sum_dy, sum_dy_xc, dy, xc, x_step, N, C, HW, c0, c1, save_mean + c0);
   for (int64_t c = c0; c < c1; ++c) {
     if (dbeta) dbeta[c] = static_cast<float>(sum_dy[c - c0]);
     if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc[c - c0] * save_invstd[c]);
-    dx_coefficients(a[c - c0], k[c - c0], b[c - c0], gamma, save_invstd, sum_dy[c - c0], sum_dy_xc[c - c0],
-                    static_cast<double>(N * HW), c);
   }
-  channel_backward_dx(dx, dy, xc, x_step, N, C, HW, c0, c1, save_mean + c0, a, k, b);
+  channel_dx_from_sums(dx, dy, xc, x_step, gamma, save_mean, save_invstd, sum_dy, sum_dy_xc,
+                       static_cast<double>(N * HW), N, C, HW, c0, c1);
 }
 
 void check_bn_sizes(int64_t N, int64_t C, int64_t HW) {
@@ -274,10 +269,8 @@ void batchnorm_backward_from_sums(float* dx, const float* dy, const float* x, co
                                   const double* sum_dy_xc, double count, int64_t N, int64_t C, int64_t HW) {
   check_bn_sizes(N, C, HW);
   for_each_range(N, C, HW, [&](int64_t c0, int64_t c1) {
-    float a[kMaxBlock], k[kMaxBlock], b[kMaxBlock];
-    for (int64_t c = c0; c < c1; ++c)
-      dx_coefficients(a[c - c0], k[c - c0], b[c - c0], gamma, save_invstd, sum_dy[c], sum_dy_xc[c], count, c);
-    channel_backward_dx(dx, dy, x + c0 * HW, C * HW, N, C, HW, c0, c1, save_mean + c0, a, k, b);
+    channel_dx_from_sums(dx, dy, x + c0 * HW, C * HW, gamma, save_mean, save_invstd, sum_dy + c0, sum_dy_xc + c0,
+                         count, N, C, HW, c0, c1);
   });
 }
 
@@ -334,7 +327,8 @@ void batchnorm_backward_from_sums_channels(float* dx, const float* dy, const Cha
                                            const double* sum_dy, const double* sum_dy_xc, double count, int64_t N,
                                            int64_t C, int64_t HW) {
   for_each_read_channel(x_channel, N, C, HW, [&](int64_t c, const float* xc) {
-    channel_dx_from_sums(dx, dy, xc, HW, gamma, save_mean, save_invstd, sum_dy[c], sum_dy_xc[c], count, N, C, HW, c);
+    channel_dx_from_sums(dx, dy, xc, HW, gamma, save_mean, save_invstd, sum_dy + c, sum_dy_xc + c, count, N, C, HW, c,
+                         c + 1);
   });
 }
 
