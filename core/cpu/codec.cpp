@@ -1,15 +1,17 @@
 // CPU kernels of the activation codec (declared in core/codec.h), OpenMP over planes (groups).
 // Planes are processed in batches of ~4096 elements that stay in L1: one Philox pass for the batch (AVX-512
 // intrinsics where the CPU has them), then per plane pool → residual → min/max, one vectorized pass over the
-// batch's min/step, per plane quantize, and one bit-pack pass; 32² planes instead go through one AVX-512
-// routine per plane after the Philox pass (pack_plane_fused), and planes of run-time extents whose rows
-// start on whole vectors of codes through two row-by-row AVX-512 passes (row_plane_keys/codes). The
+// batch's min/step, per plane quantize, and one bit-pack pass; the CNN maps whose up-sampled LFC fits in
+// registers (32², 16², 8², 4² with B = 8) instead take two AVX-512 passes per plane from x around the
+// batch's min/step (register_batch_keys/codes), and planes of run-time extents whose rows start on whole
+// vectors of codes two row-by-row ones (row_plane_keys/codes). The
 // common maps run compile-time-sized copies of the per-plane code, so their loops unroll into a few full
 // vectors. Unpack writes planes, oneDNN's 16-channel blocks (a 16×16 transpose of code bytes) or one
-// channel's planes (decoded straight from the code run on AVX-512 and AVX2 CPUs). The arithmetic is
+// channel's planes (the register shapes' planes decoded straight from the code run on AVX-512 CPUs, one
+// channel's also on AVX2 ones). The arithmetic is
 // codec.h's ACTLAB_HD functions, so a CUDA twin reproduces the packed bytes bit for bit. Philox, the
-// quantizer and the blocked and channel decodes have AVX2 twins for CPUs without AVX-512 (8 lanes; the 32²
-// one-pass pack has none: measured no faster there). set_codec_simd caps the level, so the tests check the
+// quantizer and the blocked and channel decodes have AVX2 twins for CPUs without AVX-512 (8 lanes; the
+// register pack has none: a one-pass 32² form of it measured no faster there). set_codec_simd caps the level, so the tests check the
 // AVX2 and portable paths on an AVX-512 CPU too.
 // Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
@@ -102,7 +104,7 @@ ACTLAB_INLINE void philox_rounds(uint32_t* __restrict c0, uint32_t* __restrict c
 #define ACTLAB_AVX512 __attribute__((target("avx512f")))
 #define ACTLAB_AVX512BW __attribute__((target("avx512f,avx512bw")))
 // dst = the 64 codes of `bytes` (one per byte, each < 2^bits) as an LSB-first run of bits-bit fields, for
-// Q = 1, 4, 8 (pack_plane_fused narrows Q = 2 codes its own way): 1-bit codes are the byte mask, 4-bit
+// Q = 1, 4, 8 (store_codes64 narrows Q = 2 codes its own way): 1-bit codes are the byte mask, 4-bit
 // ones merge byte pairs by a multiply-add (c0 + 16·c1).
 ACTLAB_AVX512BW ACTLAB_INLINE void store_run64(uint8_t* dst, __m512i bytes, int bits) {
   switch (bits) {
@@ -512,6 +514,7 @@ struct Extents {
   // The blocks tile the plane exactly (32², 16², 56² with B = 8): the nearest rule's source index is then
   // the block index, a shift.
   static constexpr bool kTiled = kFixed && kH % kBh == 0 && kW % kBw == 0;
+  static constexpr int kLfcElems = kFixed ? (kH / kBh) * (kW / kBw) : 0;  // LFC values per plane (kFixed)
   int64_t h, w, bh, bw, lh, lw;
   explicit Extents(const PlaneGeometry& g)
       : h(kFixed ? kH : g.height), w(kFixed ? kW : g.width), bh(kFixed ? kBh : g.block_h),
@@ -600,19 +603,24 @@ ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict
   for (int64_t e = done; e < n; ++e) c[e] = static_cast<uint8_t>(stochastic_code(r[e], min, scale, uniform8(u[e]), levels));
 }
 
-// Planes of 1024+ elements whose LFC blocks tile them exactly and whose rows are whole vectors (32² with
-// B = 8; on 16² planes the per-plane costs made it 12–17 % slower than the batch path) pack in one AVX-512
-// routine per plane: the pool, then the residual's range and then its codes straight from x
-// and the up-sampled LFC held in registers, bit-packed from registers. The residual and the byte codes
-// never go to memory (pack_batch's general path writes and re-reads both). The same IEEE operations in
-// the same order as that path, so the packed bytes are identical (tests/test_codec.cpp compares them).
+// Planes whose LFC blocks tile them exactly and whose up-sampled LFC fits in a few registers (32², 16², 8²,
+// 4² with B = 8) pack a batch at a time in two AVX-512 passes per plane around the batch's quant_params loop
+// (pack_batch_registers): the pool and the order keys of the residual's min and max, then the codes, both
+// straight from x and the up-sampled LFC held in registers, bit-packed from registers. The residual and the
+// byte codes never go to memory (pack_batch's general path writes and re-reads both), and the per-plane
+// scalar work is the pool alone: a first version that ran quant_params per plane (one plane at a time,
+// 32² planes only) was 12–17 % slower than the general path on 16² planes. The same IEEE operations in the
+// same order as that path, so the packed bytes are identical (tests/test_codec.cpp compares them).
 //
-// kVectorRows: the LFC blocks tile the plane exactly, its rows are whole vectors and an LFC row has at most
-// 16 values, so an up-sampled row is a few permuted vectors (upsampled_rows).
+// kVectorRows: rows are whole vectors and an LFC row has at most 16 values, so an up-sampled row is a few
+// permuted vectors (upsampled_rows). kOneLfc: the plane pools to one value (8², 4² with B = 8), which is
+// one broadcast vector; the plane then needs no whole-vector rows, only a whole number of vectors.
 template <int kH, int kW, int kB>
 constexpr bool kVectorRows = Extents<kH, kW, kB>::kTiled && kW % 16 == 0 && kW / Extents<kH, kW, kB>::kBw <= 16;
 template <int kH, int kW, int kB>
-constexpr bool kFusedPack = kVectorRows<kH, kW, kB> && (kH * kW) % 64 == 0 && kH * kW >= 1024;
+constexpr bool kOneLfc = Extents<kH, kW, kB>::kTiled && kH == Extents<kH, kW, kB>::kBh && kW == Extents<kH, kW, kB>::kBw;
+template <int kH, int kW, int kB>
+constexpr bool kRegisterLfc = (kVectorRows<kH, kW, kB> || kOneLfc<kH, kW, kB>) && (kH * kW) % 16 == 0;
 
 #if defined(__GNUC__) && defined(__x86_64__)
 // The order key (float_order_key) of each lane.
@@ -659,33 +667,129 @@ ACTLAB_AVX512BW ACTLAB_INLINE void store_codes64(uint8_t* dst, const __m512i (&c
   bytes = _mm512_inserti32x4(bytes, _mm512_cvtepi32_epi8(c[3]), 3);
   store_run64(dst, bytes, bits);
 }
-// One plane xp of a kFusedPack shape: LFC → lfc, min/step → min_bits/step_bits, codes → run, with the
-// plane's uniforms u[0..E). colsum: pool_plane's scratch.
+// The codes of 16 consecutive elements (one per u32 lane, 0 past the row) as the first `bytes` bytes of an
+// LSB-first run at dst (all 2·bits of them for a whole vector): store_codes64's narrowing for one vector.
+ACTLAB_AVX512BW ACTLAB_INLINE void store_codes16(uint8_t* dst, __m512i c, int bits, int64_t bytes) {
+  alignas(16) uint8_t run[16];
+  const __m128i codes = _mm512_cvtepi32_epi8(c);
+  switch (bits) {
+    case 1: {
+      const uint16_t mask = _mm512_test_epi32_mask(c, c);
+      std::memcpy(bytes == 2 ? dst : run, &mask, 2);
+      break;
+    }
+    case 2: {  // c0 + 4·c1 per byte pair, then p0 + 16·p1 per pair of pairs: one run byte per u32
+      const __m128i quads = _mm_madd_epi16(_mm_maddubs_epi16(codes, _mm_set1_epi16(0x0401)), _mm_set1_epi32(0x00100001));
+      const __m128i packed = _mm_packus_epi16(_mm_packus_epi32(quads, quads), quads);
+      const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
+      std::memcpy(bytes == 4 ? dst : run, &word, 4);
+      break;
+    }
+    case 4: {  // c0 + 16·c1 per byte pair
+      const __m128i pairs = _mm_maddubs_epi16(codes, _mm_set1_epi16(0x1001));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(bytes == 8 ? dst : run), _mm_packus_epi16(pairs, pairs));
+      break;
+    }
+    default: _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes == 16 ? dst : run), codes); break;
+  }
+  if (bytes < 2 * bits) std::memcpy(dst, run, static_cast<size_t>(bytes));
+}
+// The up-sampled LFC of a kRegisterLfc plane in registers: up[i·(kW/16) + v] = vector v of LFC row i
+// (kVectorRows), or up[0] = the plane's one LFC value in every lane (kOneLfc).
 template <int kH, int kW, int kB>
-ACTLAB_AVX512BW void pack_plane_fused(uint8_t* run, uint16_t* lfc, uint16_t& min_bits, uint16_t& step_bits,
-                                      float* colsum, const float* xp, const uint8_t* u, const PlaneGeometry& g) {
-  using X = Extents<kH, kW, kB>;
-  static_assert(kFusedPack<kH, kW, kB>, "pack_plane_fused: a shape its loops do not cover");
-  constexpr int kVecs = kW / 16, kLh = kH / X::kBh;
-  pool_plane<kH, kW, kB>(lfc, colsum, xp, g);
-  __m512 up[kLh * kVecs];
-  upsampled_rows<kH, kW, kB>(up, lfc);
-  // residual(e): x − LFC↑ of elements e..e+15 (a vector of one row).
-#define ACTLAB_RESIDUAL(e) _mm512_sub_ps(_mm512_loadu_ps(xp + (e)), up[(e) / kW / X::kBh * kVecs + (e) % kW / 16])
-  __m512i lo = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(INT32_MIN);
+constexpr int kLfcVectors = kOneLfc<kH, kW, kB> ? 1 : kH / Extents<kH, kW, kB>::kBh * (kW / 16 > 0 ? kW / 16 : 1);
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW ACTLAB_INLINE void lfc_vectors(__m512* up, const uint16_t* lfc) {
+  if constexpr (kOneLfc<kH, kW, kB>) {
+    up[0] = _mm512_set1_ps(bf16_to_float(lfc[0]));
+  } else {
+    upsampled_rows<kH, kW, kB>(up, lfc);
+  }
+}
+// LFC↑ of plane elements e..e+15 from lfc_vectors' up (e a multiple of 16: within one row for kVectorRows
+// planes).
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 lfc_at(const __m512* up, int64_t e) {
+  if constexpr (kOneLfc<kH, kW, kB>) {
+    return up[0];
+  } else {
+    return up[e / kW / Extents<kH, kW, kB>::kBh * (kW / 16) + e % kW / 16];
+  }
+}
+// x − LFC↑ of plane elements e..e+15.
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 register_residual(const float* xp, const __m512* up, int64_t e) {
+  return _mm512_sub_ps(_mm512_loadu_ps(xp + e), lfc_at<kH, kW, kB>(up, e));
+}
+// The order keys of the min and max of plane xp's residual, its LFC↑ in up (lfc_vectors) → lo, hi.
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW ACTLAB_INLINE void register_keys(int32_t& lo, int32_t& hi, const __m512* up, const float* xp) {
+  __m512i l = _mm512_set1_epi32(INT32_MAX), h = _mm512_set1_epi32(INT32_MIN);
   for (int64_t e = 0; e < kH * kW; e += 16) {
-    const __m512i key = order_keys(ACTLAB_RESIDUAL(e));
-    lo = _mm512_min_epi32(lo, key), hi = _mm512_max_epi32(hi, key);
+    const __m512i key = order_keys(register_residual<kH, kW, kB>(xp, up, e));
+    l = _mm512_min_epi32(l, key), h = _mm512_max_epi32(h, key);
   }
-  quant_params(min_bits, step_bits, float_from_order_key(_mm512_reduce_min_epi32(lo)),
-               float_from_order_key(_mm512_reduce_max_epi32(hi)), g.bits);
-  const QuantizerAvx512 quantizer(bf16_to_float(min_bits), quant_scale(bf16_to_float(step_bits)), quant_levels(g.bits));
-  for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
-    __m512i c[4];
-    for (int k = 0; k < 4; ++k) c[k] = quantizer.codes(ACTLAB_RESIDUAL(e0 + 16 * k), u + e0 + 16 * k);
-    store_codes64(run + e0 * g.bits / 8, c, g.bits);
+  lo = _mm512_reduce_min_epi32(l), hi = _mm512_reduce_max_epi32(h);
+}
+// The codes of plane xp's residual (LFC↑ in up) with its uniforms u[0..E) → run (E·bits/8 bytes).
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW ACTLAB_INLINE void register_codes(uint8_t* run, const QuantizerAvx512& quantizer, const __m512* up,
+                                                  const float* xp, const uint8_t* u, int bits) {
+  if constexpr ((kH * kW) % 64 == 0) {
+    for (int64_t e0 = 0; e0 < kH * kW; e0 += 64) {
+      __m512i c[4];
+      for (int k = 0; k < 4; ++k) c[k] = quantizer.codes(register_residual<kH, kW, kB>(xp, up, e0 + 16 * k), u + e0 + 16 * k);
+      store_codes64(run + e0 * bits / 8, c, bits);
+    }
+  } else {
+    for (int64_t e = 0; e < kH * kW; e += 16)
+      store_codes16(run + e * bits / 8, quantizer.codes(register_residual<kH, kW, kB>(xp, up, e), u + e), bits, 2 * bits);
   }
-#undef ACTLAB_RESIDUAL
+}
+// Planes [0, nb) of a batch at x (E = kH·kW floats each): each plane's LFC pooled → lfc + q·LE, then the
+// order keys of its residual's min and max → lo[q], hi[q]. colsum: pool_plane's scratch.
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW void register_batch_keys(int32_t* lo, int32_t* hi, uint16_t* lfc, float* colsum, const float* x,
+                                         int64_t nb, const PlaneGeometry& g) {
+  static_assert(kRegisterLfc<kH, kW, kB>, "register_batch_keys: a shape its loops do not cover");
+  constexpr int64_t kE = kH * kW, kLE = Extents<kH, kW, kB>::kLfcElems;
+  for (int64_t q = 0; q < nb; ++q) {
+    pool_plane<kH, kW, kB>(lfc + q * kLE, colsum, x + q * kE, g);
+    __m512 up[kLfcVectors<kH, kW, kB>];
+    lfc_vectors<kH, kW, kB>(up, lfc + q * kLE);
+    register_keys<kH, kW, kB>(lo[q], hi[q], up, x + q * kE);
+  }
+}
+// The codes of planes [0, nb) with their stored min/step as f32 (min[q], scale[q] = quant_scale(step)) and
+// their uniforms u[q·E..) → runs + q·E·bits/8.
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW void register_batch_codes(uint8_t* runs, const float* min, const float* scale, const uint16_t* lfc,
+                                          const float* x, const uint8_t* u, int64_t nb, int bits) {
+  static_assert(kRegisterLfc<kH, kW, kB>, "register_batch_codes: a shape its loops do not cover");
+  constexpr int64_t kE = kH * kW, kLE = Extents<kH, kW, kB>::kLfcElems;
+  const int levels = quant_levels(bits);
+  for (int64_t q = 0; q < nb; ++q) {
+    __m512 up[kLfcVectors<kH, kW, kB>];
+    lfc_vectors<kH, kW, kB>(up, lfc + q * kLE);
+    register_codes<kH, kW, kB>(runs + q * kE * bits / 8, QuantizerAvx512(min[q], scale[q], levels), up, x + q * kE,
+                               u + q * kE, bits);
+  }
+}
+// One plane xp in one call, the pool, both passes and its min/step (quant_params) between them: planes of
+// 1024+ elements, where this measured 3–4 % faster than the batch's calls (32² planes, B = 8).
+template <int kH, int kW, int kB>
+ACTLAB_AVX512BW void register_plane_pack(uint8_t* run, uint16_t* lfc, uint16_t& min_bits, uint16_t& step_bits,
+                                         float* colsum, const float* xp, const uint8_t* u, const PlaneGeometry& g) {
+  static_assert(kRegisterLfc<kH, kW, kB>, "register_plane_pack: a shape its loops do not cover");
+  pool_plane<kH, kW, kB>(lfc, colsum, xp, g);
+  __m512 up[kLfcVectors<kH, kW, kB>];
+  lfc_vectors<kH, kW, kB>(up, lfc);
+  int32_t lo, hi;
+  register_keys<kH, kW, kB>(lo, hi, up, xp);
+  quant_params(min_bits, step_bits, float_from_order_key(lo), float_from_order_key(hi), g.bits);
+  register_codes<kH, kW, kB>(run, QuantizerAvx512(bf16_to_float(min_bits), quant_scale(bf16_to_float(step_bits)),
+                                                  quant_levels(g.bits)),
+                             up, xp, u, g.bits);
 }
 
 // Planes of run-time extents at least one vector wide (token maps, attention operands and softmax maps,
@@ -755,33 +859,6 @@ ACTLAB_AVX512BW ACTLAB_INLINE __m128i uniforms_tail(const uint8_t* u, int64_t n)
   std::memcpy(tail, u, static_cast<size_t>(n));
   return _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
 }
-// The codes of 16 consecutive elements (one per u32 lane, 0 past the row) as the first `bytes` bytes of an
-// LSB-first run at dst (all 2·bits of them for a whole vector): store_codes64's narrowing for one vector.
-ACTLAB_AVX512BW ACTLAB_INLINE void store_codes16(uint8_t* dst, __m512i c, int bits, int64_t bytes) {
-  alignas(16) uint8_t run[16];
-  const __m128i codes = _mm512_cvtepi32_epi8(c);
-  switch (bits) {
-    case 1: {
-      const uint16_t mask = _mm512_test_epi32_mask(c, c);
-      std::memcpy(bytes == 2 ? dst : run, &mask, 2);
-      break;
-    }
-    case 2: {  // c0 + 4·c1 per byte pair, then p0 + 16·p1 per pair of pairs: one run byte per u32
-      const __m128i quads = _mm_madd_epi16(_mm_maddubs_epi16(codes, _mm_set1_epi16(0x0401)), _mm_set1_epi32(0x00100001));
-      const __m128i packed = _mm_packus_epi16(_mm_packus_epi32(quads, quads), quads);
-      const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
-      std::memcpy(bytes == 4 ? dst : run, &word, 4);
-      break;
-    }
-    case 4: {  // c0 + 16·c1 per byte pair
-      const __m128i pairs = _mm_maddubs_epi16(codes, _mm_set1_epi16(0x1001));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(bytes == 8 ? dst : run), _mm_packus_epi16(pairs, pairs));
-      break;
-    }
-    default: _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes == 16 ? dst : run), codes); break;
-  }
-  if (bytes < 2 * bits) std::memcpy(dst, run, static_cast<size_t>(bytes));
-}
 // Plane xp (LFC lfc, already pooled; nullptr: none), in two calls around batch_quant_params:
 // the order keys of each range's min and max → lo[k], hi[k]; then, with the ranges' stored min/step as f32
 // (min[k], scale[k] = quant_scale(step)) and the plane's uniforms u[0..E), the codes of range k → runs +
@@ -846,14 +923,11 @@ ACTLAB_AVX512BW void row_plane_codes(uint8_t* runs, const float* min, const floa
   }
 }
 
-// Planes read one at a time (a channel read) whose sizes are whole vectors and whose LFC is one value or
-// rows of whole vectors (32², 16², 8², 4² with B = 8) are dequantized straight from their code run:
-// each vector's 16·bits code bits are shifted into lanes, and min + code·step (one FMA: the product is
-// exact, codec.h) is added to the up-sampled LFC, as unpack_plane does.
-template <int kH, int kW, int kB>
-constexpr bool kDirectUnpack = Extents<kH, kW, kB>::kFixed && (kH * kW) % 16 == 0 &&
-                               ((kH / Extents<kH, kW, kB>::kBh) * (kW / Extents<kH, kW, kB>::kBw) == 1 ||
-                                kVectorRows<kH, kW, kB>);
+// kRegisterLfc planes (32², 16², 8², 4² with B = 8), a whole tensor's or one channel's, are dequantized
+// straight from their code run: each vector's 16·bits code bits are shifted into lanes, and min + code·step
+// (one FMA: the product is exact, codec.h) is added to the up-sampled LFC in registers, as unpack_plane does.
+// Against the batch path's byte decode and unpack_plane, a whole tensor's decode ran 1.1–1.6× as fast on a
+// Xeon (model 207; bench/RESULTS_compress.md, "Small planes in registers").
 
 // The codes of elements 16v..16v+15 of a bits-bit LSB-first run, one per u32 lane.
 ACTLAB_AVX512BW ACTLAB_INLINE __m512i run_codes16(const uint8_t* run, int64_t v, int bits) {
@@ -885,30 +959,13 @@ ACTLAB_AVX512BW ACTLAB_INLINE __m512i run_codes16(const uint8_t* run, int64_t v,
 template <int kH, int kW, int kB>
 ACTLAB_AVX512BW void unpack_plane_direct(float* op, const uint16_t* lfc, const uint8_t* run, float min, float step,
                                          int bits) {
-  using X = Extents<kH, kW, kB>;
-  static_assert(kDirectUnpack<kH, kW, kB>, "unpack_plane_direct: a shape its loops do not cover");
-  constexpr int kLe = (kH / X::kBh) * (kW / X::kBw);
-  constexpr int kRowVecs = kW % 16 == 0 ? kW / 16 : 1;
-  __m512 up[kLe == 1 ? 1 : (kH / X::kBh) * kRowVecs];
-  if (lfc) {
-    if constexpr (kLe == 1) {
-      up[0] = _mm512_set1_ps(bf16_to_float(lfc[0]));
-    } else {
-      upsampled_rows<kH, kW, kB>(up, lfc);
-    }
-  }
+  static_assert(kRegisterLfc<kH, kW, kB>, "unpack_plane_direct: a shape its loops do not cover");
+  __m512 up[kLfcVectors<kH, kW, kB>];
+  if (lfc) lfc_vectors<kH, kW, kB>(up, lfc);
   const __m512 vmin = _mm512_set1_ps(min), vstep = _mm512_set1_ps(step);
   for (int64_t v = 0; v < kH * kW / 16; ++v) {
     const __m512 d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_codes16(run, v, bits)), vstep, vmin);
-    if (!lfc) {
-      _mm512_storeu_ps(op + 16 * v, d);
-      continue;
-    }
-    if constexpr (kLe == 1) {
-      _mm512_storeu_ps(op + 16 * v, _mm512_add_ps(up[0], d));
-    } else {
-      _mm512_storeu_ps(op + 16 * v, _mm512_add_ps(up[(16 * v / kW) / X::kBh * kRowVecs + (16 * v % kW) / 16], d));
-    }
+    _mm512_storeu_ps(op + 16 * v, lfc ? _mm512_add_ps(lfc_at<kH, kW, kB>(up, 16 * v), d) : d);
   }
 }
 // min + code·step of the codes of elements 16v..16v+15 of a run.
@@ -1004,8 +1061,13 @@ constexpr bool kDirectUnpackAvx2 = false;
 template <int kH, int kW, int kB>
 void unpack_plane_direct_avx2(float*, const uint16_t*, const uint8_t*, float, float, int) {}
 template <int kH, int kW, int kB>
-void pack_plane_fused(uint8_t*, uint16_t*, uint16_t&, uint16_t&, float*, const float*, const uint8_t*,
-                      const PlaneGeometry&) {}
+void register_batch_keys(int32_t*, int32_t*, uint16_t*, float*, const float*, int64_t, const PlaneGeometry&) {}
+template <int kH, int kW, int kB>
+void register_batch_codes(uint8_t*, const float*, const float*, const uint16_t*, const float*, const uint8_t*, int64_t,
+                          int) {}
+template <int kH, int kW, int kB>
+void register_plane_pack(uint8_t*, uint16_t*, uint16_t&, uint16_t&, float*, const float*, const uint8_t*,
+                         const PlaneGeometry&) {}
 template <int kH, int kW, int kB>
 void unpack_plane_direct(float*, const uint16_t*, const uint8_t*, float, float, int) {}
 bool rows_fused(const PlaneGeometry&) { return false; }
@@ -1103,6 +1165,25 @@ ACTLAB_INLINE void pack_batch_rows(const PlanePackArgs& a, int64_t p0, int64_t n
                     s.up_row, a.x + (p0 + q) * E, s.bits + q * E, *a.map, g);
 }
 
+// pack_batch for kRegisterLfc planes (see there), with the LFC wanted, codes wanted and no f32 residual: per
+// plane the pool and the residual's range keys, the batch's min/step, per plane the codes.
+template <int kH, int kW, int kB>
+ACTLAB_INLINE void pack_batch_registers(const PlanePackArgs& a, int64_t p0, int64_t nb, const PackScratch& s) {
+  const PlaneGeometry& g = *a.g;
+  const int64_t E = g.plane_elems();
+  uint16_t* lfc = a.lfc ? a.lfc + p0 * g.lfc_elems() : s.lfc;
+  if constexpr (kH * kW >= 1024) {
+    for (int64_t q = 0; q < nb; ++q)
+      register_plane_pack<kH, kW, kB>(a.codes + (p0 + q) * g.code_bytes_per_plane(), lfc + q * g.lfc_elems(),
+                                      a.mins[p0 + q], a.steps[p0 + q], s.colsum, a.x + (p0 + q) * E, s.bits + q * E, g);
+    return;
+  }
+  register_batch_keys<kH, kW, kB>(s.lo, s.hi, lfc, s.colsum, a.x + p0 * E, nb, g);
+  batch_quant_params(a.mins + p0, a.steps + p0, s, nb, g.bits);
+  register_batch_codes<kH, kW, kB>(a.codes + p0 * g.code_bytes_per_plane(), s.min, s.scale, lfc, a.x + p0 * E, s.bits,
+                                   nb, g.bits);
+}
+
 // Planes [p0, p0 + nb) of one batch: uniforms, residuals, ranges, codes, bit runs. `next` planes follow in
 // this thread's range (their input is prefetched). A plane of several ranges (g.range_rows) is coded range
 // by range from the residual in scratch, so it costs one pass like a plane of one range.
@@ -1118,15 +1199,8 @@ ACTLAB_INLINE void pack_batch(const PlanePackArgs& a, int64_t p0, int64_t nb, in
   } else {
     prefetch_floats(a.x + (p0 + nb) * E, next * E);
   }
-  if constexpr (kFusedPack<kH, kW, kB>) {
-    if (has_avx512bw && a.with_lfc && a.codes && !a.residual) {
-      for (int64_t q = 0; q < nb; ++q) {
-        const int64_t p = p0 + q;
-        pack_plane_fused<kH, kW, kB>(a.codes + p * code_bytes, a.lfc ? a.lfc + p * LE : s.lfc, a.mins[p], a.steps[p],
-                                     s.colsum, a.x + p * E, s.bits + q * E, g);
-      }
-      return;
-    }
+  if constexpr (kRegisterLfc<kH, kW, kB>) {
+    if (has_avx512bw && a.with_lfc && a.codes && !a.residual) return pack_batch_registers<kH, kW, kB>(a, p0, nb, s);
   }
   if constexpr (!Extents<kH, kW, kB>::kFixed) {
     if (has_avx512bw && a.codes && !a.residual && rows_fused(g)) return pack_batch_rows<kH, kW, kB>(a, p0, nb, s);
@@ -1277,6 +1351,14 @@ ACTLAB_INLINE void unpack_range(const PlaneUnpackArgs& a, int64_t first, int64_t
   const bool contiguous_runs = g.contiguous_codes();
   uint8_t* cbuf = scratch;
   float* up_row = reinterpret_cast<float*>(scratch + (batch * E + 63) / 64 * 64);
+  if constexpr (kRegisterLfc<kH, kW, kB>) {
+    if (has_avx512bw && a.codes) {
+      for (int64_t p = first; p < last; ++p)  // straight from the runs (the register pack's twin)
+        unpack_plane_direct<kH, kW, kB>(a.out + p * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes,
+                                        bf16_to_float(a.mins[p]), bf16_to_float(a.steps[p]), g.bits);
+      return;
+    }
+  }
   if constexpr (!Extents<kH, kW, kB>::kFixed) {
     if (has_avx512bw && a.codes && rows_fused(g)) {
       for (int64_t p = first; p < last; ++p)  // straight from the runs (row_plane_codes' twin)
@@ -1324,7 +1406,7 @@ ACTLAB_INLINE void unpack_strided(const PlaneUnpackArgs& a, int64_t first, int64
   float* up_row = reinterpret_cast<float*>(scratch + (E + 63) / 64 * 64);
   for (int64_t k = 0; k < count; ++k) {
     const int64_t p = first + k * stride;
-    if constexpr (kDirectUnpack<kH, kW, kB>) {
+    if constexpr (kRegisterLfc<kH, kW, kB>) {
       if (has_avx512bw && a.codes) {
         unpack_plane_direct<kH, kW, kB>(a.out + k * E, a.lfc ? a.lfc + p * LE : nullptr, a.codes + p * code_bytes,
                                         bf16_to_float(a.mins[p]), bf16_to_float(a.steps[p]), g.bits);
