@@ -298,6 +298,33 @@ TEST_CASE("epoch log: a resumed run's log is cut back to its checkpoint, a row t
   CHECK(read_all(log) == one);
   logger.write(row_of_epoch(2));  // with room again, the next row follows the last whole one
   CHECK(read_all(log).rfind("2,", one.size()) == one.size());
+
+  // A new log whose first row (with its header) the disk does not take is removed again, and on_open (the
+  // trainer's configuration side file) has not run: a header-only log was left behind before.
+  const std::string fresh = dir.file("fresh.csv");
+  int opened = 0;
+  EpochLogger first(fresh, false, 0, [&] { ++opened; });
+  REQUIRE(sigaction(SIGXFSZ, &ignore, &old) == 0);
+  limited.rlim_cur = 20;  // less than the header
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  error.clear();
+  try {
+    first.write(row_of_epoch(1));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  sigaction(SIGXFSZ, &old, nullptr);
+  CHECK(error.find("writing log file") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(fresh));
+  CHECK(opened == 0);
+  first.write(row_of_epoch(1));  // with room again: header and row, and on_open once
+  const std::string text = read_all(fresh);
+  CHECK(text.find("epoch,") == 0);
+  CHECK(text.find("\n1,") == text.find('\n'));  // the first row right after the header
+  CHECK(opened == 1);
+  first.write(row_of_epoch(2));
+  CHECK(opened == 1);
 }
 
 TEST_CASE("JSON logs: a NaN loss is written as null and module names are escaped, so every line parses") {

@@ -1,11 +1,13 @@
 // Progress lines, epoch logs, memory reports and the summary.
 #include "actlab/train/logging.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -80,14 +82,11 @@ EpochLogger::EpochLogger(const std::string& path, bool append, int64_t epochs_do
 
 void EpochLogger::open() {
   if (append_) trim_resumed_log(path_, epochs_done_);
+  struct stat st {};
+  created_ = ::stat(path_.c_str(), &st) != 0;
   file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
   ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path_, "': ", std::strerror(errno));
   std::fseek(file_, 0, SEEK_END);
-  if (!json_ && std::ftell(file_) == 0) {
-    std::fprintf(file_, "%s\n", kCsvHeader);
-    std::fflush(file_);
-  }
-  if (on_open_) on_open_();
 }
 
 EpochLogger::~EpochLogger() {
@@ -114,13 +113,26 @@ void EpochLogger::write(const EpochRow& r) {
     line = buf;
   }
   const long before = std::ftell(file_);
+  // An empty CSV log gets its header in the same write as its first row, so a failed first write leaves
+  // no header-only log behind.
+  if (!json_ && before == 0) line = std::string(kCsvHeader) + "\n" + line;
   const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
-  if (written) return;
+  if (written) {
+    if (!opened_ && on_open_) on_open_();
+    opened_ = true;
+    return;
+  }
   const int error = errno;
-  // A full disk may have taken part of the row: cut it off, so the log ends with its last whole row.
+  // A full disk may have taken part of the row: cut it off, so the log ends with its last whole row. A log
+  // this run created and could not write its first row to is removed again: nothing is left behind.
   std::clearerr(file_);
   if (before >= 0 && ::ftruncate(::fileno(file_), static_cast<off_t>(before)) == 0)
     std::fseek(file_, before, SEEK_SET);
+  if (before == 0 && created_) {
+    std::fclose(file_);
+    file_ = nullptr;
+    std::remove(path_.c_str());
+  }
   ACTLAB_FAIL("writing log file '", path_, "' failed: ", std::strerror(error));
 }
 

@@ -27,15 +27,16 @@ class EpochLogger {
   // that failed part way, a kill) and the rows of epochs after `epochs_done` (a resume from an older
   // checkpoint, which writes those epochs again) are removed, with a note on stderr.
   // Nothing is opened, cut or created before the first row: a run that fails before its first epoch ends
-  // leaves an existing log as it was. on_open runs once, right after the log is opened (the trainer writes
-  // its configuration beside it then).
+  // leaves an existing log as it was. on_open runs once, right after the first row is written (the trainer
+  // writes its configuration beside the log then).
   explicit EpochLogger(const std::string& path, bool append = false, int64_t epochs_done = 0,
                        std::function<void()> on_open = {});
   ~EpochLogger();
   EpochLogger(const EpochLogger&) = delete;
   EpochLogger& operator=(const EpochLogger&) = delete;
-  // Appends one row. A row that cannot be written whole is cut off again (the file ends with the last
-  // whole row) and the write throws Error.
+  // Appends one row (a new CSV log's header with the first). A row that cannot be written whole is cut off
+  // again (the file ends with the last whole row; a log this logger created and wrote nothing to is
+  // removed) and the write throws Error.
   void write(const EpochRow& row);
  private:
   void open();
@@ -45,6 +46,8 @@ class EpochLogger {
   bool append_ = false;
   int64_t epochs_done_ = 0;
   std::function<void()> on_open_;
+  bool created_ = false;  // the file did not exist before open()
+  bool opened_ = false;   // a row has been written (on_open_ has run)
 };
 
 class Progress {

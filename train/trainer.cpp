@@ -992,8 +992,9 @@ TrainSummary Run::go() {
     return summary_;
   }
   resumed_mid_run_ = global_step_ > 0;
-  // The configuration is written beside the log when the log opens, at the first epoch's row: a log that
-  // cannot be written leaves no side file, and a run that fails before then leaves both as they were.
+  // The configuration is written beside the log once the log's first row is written: a log that cannot be
+  // written leaves no side file (nor a log it created), and a run that fails before then leaves both as
+  // they were.
   logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty(), first_epoch_, [this] {
     write_text_atomic(c_.log_file + ".config.txt",
                       "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
