@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";
     csv << "model,batch,policy,method,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
            "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s,recompute_s,offloaded_gib,paper_total_gb,"
-           "paper_activation_gb,precision,activation_rate_vs_fp32_exact,threads\n";
+           "paper_activation_gb,precision,activation_rate_vs_fp32_exact,threads,image_size,channels\n";
     // The peak includes per-thread workspaces (docs/measures.md), so its column says at how many threads.
     md << "| model | batch | method | policy | total GiB | activation GiB (rate vs exact) | peak GiB ("
        << threads << (threads == 1 ? " thread" : " threads") << ") | "
@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
               << r.step_seconds << "," << r.recompute_seconds << "," << gib(r.offloaded_bytes) << ","
               << (paper && paper->total_gb >= 0 ? std::to_string(paper->total_gb) : "") << ","
               << (paper && paper->activation_gb >= 0 ? std::to_string(paper->activation_gb) : "") << ","
-              << precision_name(entry.precision) << "," << csv_ratio(rate_fp32) << "," << threads << "\n";
+              << precision_name(entry.precision) << "," << csv_ratio(rate_fp32) << "," << threads << ","
+              << image_size << "," << channels << "\n";
           for (const SaveKindBytes& k : r.by_kind)
             kinds << model << "," << batch << "," << csv_field(entry.label()) << "," << csv_field(k.op) << ","
                   << (k.lossy ? "true" : "false") << "," << k.raw / 1048576.0 << "," << k.packed / 1048576.0 << ","

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     // With --interleave, paired_* are the entry's step over the first entry's, median and quartiles of the
     // adjacent pairs (the figure the docs compare; empty for the first entry and without --interleave).
     csv << "model,policy,batch,img_per_s,best_img_per_s,steps,activation_mib,wall_ms,cpu_ms,threads,"
-           "paired_with,paired_ratio,paired_q1,paired_q3\n";
+           "paired_with,paired_ratio,paired_q1,paired_q3,image_size,channels\n";
     struct Paired {
       std::string with;
       double median = 0, q1 = 0, q3 = 0;
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
           << act / 1048576.0 << "," << 1e3 * med << "," << 1e3 * median(cpu) << "," << flags.get_int("threads") << ",";
       if (paired) csv << csv_field(paired->with) << "," << paired->median << "," << paired->q1 << "," << paired->q3;
       else csv << ",,,";
-      csv << "\n";
+      csv << "," << flags.get_int("image-size") << "," << flags.get_int("channels") << "\n";
     };
     CacheStats::global().set_enabled(false);
     for (const auto& name : models) {

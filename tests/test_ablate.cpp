@@ -512,11 +512,13 @@ TEST_CASE("ablate: a tiny grid runs through actlab-train, writes the reports, an
   CHECK(read_all(cell / "command.txt").find("--policy division:B=8,Q=2") != std::string::npos);
   size_t columns = 0;
   auto rows = read_results(out / "results.csv", &columns);
-  CHECK(columns == 25);  // ... status, cell, message, precision, batch
+  CHECK(columns == 27);  // ... status, cell, message, precision, batch, image_size, channels
   REQUIRE(rows.size() == 2);
   CHECK(rows[0]["policy"] == "exact");
   CHECK(rows[0]["precision"] == "fp32");
-  CHECK(rows[0]["batch"] == "32");  // the radar takes memory and throughput rows at it
+  CHECK(rows[0]["batch"] == "32");  // the radar takes memory and throughput rows at it, and at its input
+  CHECK(rows[0]["image_size"] == "28");  // the synthetic data set's 28×28×1 images
+  CHECK(rows[0]["channels"] == "1");
   CHECK(rows[1]["policy"] == "division:B=8,Q=2");
   CHECK(rows[1]["B"] == "8");
   CHECK(rows[1]["Q"] == "2");
@@ -1015,33 +1017,36 @@ void write_file(const std::string& path, const std::string& text) { std::ofstrea
 // A results.csv with the columns the radar reads (and one it ignores), a memtable and a bench_train CSV.
 void write_radar_inputs(const testing::TempDir& dir) {
   // results.csv with a UTF-8 byte-order mark, as a spreadsheet saves it; an "@bf16" entry in the other two
-  // (actlab-memtable and bench_train take "exact@bf16" in their lists): left out, Fig. 1 is fp32.
+  // (actlab-memtable and bench_train take "exact@bf16" in their lists): left out, Fig. 1 is fp32. A memory
+  // and a throughput row at 32×32×3 inputs (CIFAR's, not the grid's Fashion-MNIST): left out too.
   write_file(dir.file("results.csv"),
-             "\xEF\xBB\xBFtable,model,dataset,policy,seed,final_test_acc,status,cell,batch\n"
-             "1c;fig6,resnet20,fashion-mnist,exact,0,92.0,done,a,128\n"
-             "fig6,resnet20,fashion-mnist,exact,1,93.0,done,b,128\n"
-             "fig6,resnet20,fashion-mnist,checkpoint:segments=auto+exact,0,92.0,done,c,128\n"
-             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,d,128\n"
-             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",1,,failed,e,128\n"
-             "fig6,resnet20,fashion-mnist,swap:P=2,0,92.0,done,f,128\n"
-             "1c,resnet20,fashion-mnist,lfc:B=8,0,75.0,done,g,128\n"
-             "fig6,resnet20,fashion-mnist,blpa:Q=4,0,,diverged,h,128\n");
+             "\xEF\xBB\xBFtable,model,dataset,policy,seed,final_test_acc,status,cell,batch,image_size,channels\n"
+             "1c;fig6,resnet20,fashion-mnist,exact,0,92.0,done,a,128,28,1\n"
+             "fig6,resnet20,fashion-mnist,exact,1,93.0,done,b,128,28,1\n"
+             "fig6,resnet20,fashion-mnist,checkpoint:segments=auto+exact,0,92.0,done,c,128,28,1\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,d,128,28,1\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",1,,failed,e,128,28,1\n"
+             "fig6,resnet20,fashion-mnist,swap:P=2,0,92.0,done,f,128,28,1\n"
+             "1c,resnet20,fashion-mnist,lfc:B=8,0,75.0,done,g,128,28,1\n"
+             "fig6,resnet20,fashion-mnist,blpa:Q=4,0,,diverged,h,128,28,1\n");
   write_file(dir.file("mem.csv"),
-             "model,batch,policy,method,total_gib,activation_gib\n"
-             "resnet20,128,exact,Normal,1,0.2\n"
-             "resnet20,128,exact@bf16,Normal,1,0.1\n"
-             "resnet20,128,checkpoint,Checkpoint,1,0.05\n"
-             "resnet20,128,\"division:Q=2,B=8\",DIVISION,1,0.02\n"
-             "resnet20,256,exact,Normal,2,0.4\n"
-             "resnet18,128,exact,Normal,3,0.9\n");
+             "model,batch,policy,method,total_gib,activation_gib,image_size,channels\n"
+             "resnet20,128,exact,Normal,1,0.2,28,1\n"
+             "resnet20,128,exact@bf16,Normal,1,0.1,28,1\n"
+             "resnet20,128,checkpoint,Checkpoint,1,0.05,28,1\n"
+             "resnet20,128,\"division:Q=2,B=8\",DIVISION,1,0.02,28,1\n"
+             "resnet20,128,\"division:Q=2,B=8\",DIVISION,1,0.5,32,3\n"
+             "resnet20,256,exact,Normal,2,0.4,28,1\n"
+             "resnet18,128,exact,Normal,3,0.9,28,1\n");
   write_file(dir.file("bench.csv"),
-             "model,policy,batch,img_per_s,best_img_per_s\n"
-             "resnet20,exact,128,100,110\n"
-             "resnet20,exact,128,120,130\n"
-             "resnet20,exact@bf16,128,500,500\n"
-             "resnet20,checkpoint,128,88,90\n"
-             "resnet20,\"division:B=8,Q=2\",128,66,70\n"
-             "resnet20,swap,128,99,99\n");
+             "model,policy,batch,img_per_s,best_img_per_s,image_size,channels\n"
+             "resnet20,exact,128,100,110,28,1\n"
+             "resnet20,exact,128,120,130,28,1\n"
+             "resnet20,exact,128,5,5,32,3\n"
+             "resnet20,exact@bf16,128,500,500,28,1\n"
+             "resnet20,checkpoint,128,88,90,28,1\n"
+             "resnet20,\"division:B=8,Q=2\",128,66,70,28,1\n"
+             "resnet20,swap,128,99,99,28,1\n");
 }
 }  // namespace
 
@@ -1052,6 +1057,8 @@ TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and d
   const RadarData d = read_radar_data(in);
   CHECK(d.model == "resnet20");
   CHECK(d.batch == 128);  // the grid's; the batch-256 row is not mixed in
+  CHECK(d.input.image_size == 28);  // nor the 32×32×3 rows
+  CHECK(d.input.channels == 1);
   REQUIRE(d.points.size() == 3);
   CHECK(d.points[0].method == "Normal");
   CHECK(d.points[0].accuracy == doctest::Approx(92.5));  // two seeds
@@ -1107,37 +1114,37 @@ TEST_CASE("radar: a missing or foreign input is one error line naming the file")
   in.model = "resnet18";
   CHECK(error_of([&] { read_radar_data(in); }).find("has no finished runs of model resnet18") != std::string::npos);
   in.model.clear();
-  write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s\nresnet20,checkpoint,128,88\n");
+  write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s,image_size,channels\nresnet20,checkpoint,128,88,28,1\n");
   CHECK(error_of([&] { read_radar_data(in); }).find("no Normal (exact) row for resnet20 at batch 128") !=
         std::string::npos);
   // The radar divides by Normal's throughput and memory: zero, negative, nan or inf is the file's fault.
   for (const std::string v : {"0", "-5", "nan", "inf", "1e400"}) {
-    write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s\nresnet20,exact,128," + v + "\n");
+    write_file(dir.file("bench.csv"), "model,policy,batch,img_per_s,image_size,channels\nresnet20,exact,128," + v + ",28,1\n");
     CHECK(error_of([&] { read_radar_data(in); })
               .find("--throughput file '" + dir.file("bench.csv") + "': column 'img_per_s' holds '" + v +
                     "', not a finite number > 0") != std::string::npos);
   }
 }
 
-TEST_CASE("radar: memory and throughput are taken at the grid's batch, a file without it is refused") {
+TEST_CASE("radar: memory and throughput are taken at the grid's batch and input, a file without them is refused") {
   testing::TempDir dir("ablate_radar_batch");
   write_file(dir.file("results.csv"),
-             "table,model,dataset,policy,seed,final_test_acc,status,batch\n"
-             "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128\n"
-             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,128\n");
+             "table,model,dataset,policy,seed,final_test_acc,status,batch,image_size,channels\n"
+             "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128,28,1\n"
+             "fig6,resnet20,fashion-mnist,\"division:B=8,Q=2\",0,92.5,done,128,28,1\n");
   // A memtable run with --batches 2,128 lists batch 2 first.
   write_file(dir.file("mem.csv"),
-             "model,batch,policy,method,total_gib,activation_gib\n"
-             "resnet20,2,exact,Normal,1,0.01\n"
-             "resnet20,2,\"division:B=8,Q=2\",DIVISION,1,0.002\n"
-             "resnet20,128,exact,Normal,1,0.64\n"
-             "resnet20,128,\"division:B=8,Q=2\",DIVISION,1,0.04\n");
+             "model,batch,policy,method,total_gib,activation_gib,image_size,channels\n"
+             "resnet20,2,exact,Normal,1,0.01,28,1\n"
+             "resnet20,2,\"division:B=8,Q=2\",DIVISION,1,0.002,28,1\n"
+             "resnet20,128,exact,Normal,1,0.64,28,1\n"
+             "resnet20,128,\"division:B=8,Q=2\",DIVISION,1,0.04,28,1\n");
   write_file(dir.file("bench.csv"),
-             "model,policy,batch,img_per_s\n"
-             "resnet20,exact,64,400\n"
-             "resnet20,\"division:B=8,Q=2\",64,100\n"
-             "resnet20,exact,128,100\n"
-             "resnet20,\"division:B=8,Q=2\",128,80\n");
+             "model,policy,batch,img_per_s,image_size,channels\n"
+             "resnet20,exact,64,400,28,1\n"
+             "resnet20,\"division:B=8,Q=2\",64,100,28,1\n"
+             "resnet20,exact,128,100,28,1\n"
+             "resnet20,\"division:B=8,Q=2\",128,80,28,1\n");
   RadarInputs in{dir.file("results.csv"), dir.file("mem.csv"), dir.file("bench.csv"), "", ""};
   const RadarData d = read_radar_data(in);
   CHECK(d.batch == 128);
@@ -1147,28 +1154,47 @@ TEST_CASE("radar: memory and throughput are taken at the grid's batch, a file wi
   CHECK(radar_chart(d).axes[1].label.find("batch 128") != std::string::npos);
 
   // A throughput run at another batch only: one line naming the file, the grid's batch and the file's.
-  write_file(dir.file("bench64.csv"), "model,policy,batch,img_per_s\nresnet20,exact,64,400\nresnet20,exact,32,500\n");
+  write_file(dir.file("bench64.csv"),
+             "model,policy,batch,img_per_s,image_size,channels\nresnet20,exact,64,400,28,1\nresnet20,exact,32,500,28,1\n");
   in.throughput_csv = dir.file("bench64.csv");
   std::string e = error_of([&] { read_radar_data(in); });
   CHECK(e.find("--throughput file '" + dir.file("bench64.csv") + "' has no rows for resnet20 at batch 128, the grid's "
                "batch (it has batch 32, 64); measure it at batch 128") == 0);
   CHECK(e.find('\n') == std::string::npos);
+  // Memory measured at the grid's batch but at CIFAR's 32×32×3 (actlab-memtable's default is 224²): refused,
+  // naming both shapes and the flags that measure it right.
+  write_file(dir.file("mem32.csv"), "model,batch,policy,activation_gib,image_size,channels\n"
+                                    "resnet20,128,exact,0.9,32,3\nresnet20,128,exact,9.0,224,3\n");
   in.throughput_csv = dir.file("bench.csv");
-  write_file(dir.file("mem2.csv"), "model,batch,policy,activation_gib\nresnet20,2,exact,0.01\n");
+  in.memory_csv = dir.file("mem32.csv");
+  e = error_of([&] { read_radar_data(in); });
+  CHECK(e.find("--memory file '" + dir.file("mem32.csv") + "' has no rows for resnet20 at batch 128 with 28×28×1 "
+               "inputs, the grid's (it has 224×224×3, 32×32×3); measure it with --image-size 28 --channels 1") == 0);
+  // A file from before the tools recorded the input shape cannot say which rows to take.
+  write_file(dir.file("mem_old.csv"), "model,batch,policy,activation_gib\nresnet20,128,exact,0.64\n");
+  in.memory_csv = dir.file("mem_old.csv");
+  CHECK(error_of([&] { read_radar_data(in); }).find("has no column 'image_size', which says the input it was measured "
+                                                    "at (an older actlab-memtable's; measure it again)") !=
+        std::string::npos);
+  write_file(dir.file("mem2.csv"), "model,batch,policy,activation_gib,image_size,channels\nresnet20,2,exact,0.01,28,1\n");
   in.memory_csv = dir.file("mem2.csv");
   CHECK(error_of([&] { read_radar_data(in); }).find("--memory file '" + dir.file("mem2.csv") +
                                                     "' has no rows for resnet20 at batch 128") == 0);
   in.memory_csv = dir.file("mem.csv");
 
-  // results.csv from before it named the batch cannot say which rows to take.
+  // results.csv from before it named the batch (or the input) cannot say which rows to take.
   write_file(dir.file("old.csv"), "table,model,dataset,policy,seed,final_test_acc,status\n"
                                   "fig6,resnet20,fashion-mnist,exact,0,92.0,done\n");
   in.results_csv = dir.file("old.csv");
   CHECK(error_of([&] { read_radar_data(in); }).find("has no column 'batch'") != std::string::npos);
+  write_file(dir.file("old2.csv"), "table,model,dataset,policy,seed,final_test_acc,status,batch\n"
+                                   "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128\n");
+  in.results_csv = dir.file("old2.csv");
+  CHECK(error_of([&] { read_radar_data(in); }).find("has no column 'image_size'") != std::string::npos);
   // Runs of one model at two batches are two settings, not one radar.
-  write_file(dir.file("two.csv"), "table,model,dataset,policy,seed,final_test_acc,status,batch\n"
-                                  "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128\n"
-                                  "fig6,resnet20,fashion-mnist,exact,1,92.0,done,64\n");
+  write_file(dir.file("two.csv"), "table,model,dataset,policy,seed,final_test_acc,status,batch,image_size,channels\n"
+                                  "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128,28,1\n"
+                                  "fig6,resnet20,fashion-mnist,exact,1,92.0,done,64,28,1\n");
   in.results_csv = dir.file("two.csv");
   CHECK(error_of([&] { read_radar_data(in); }).find("at batches 64, 128; the radar compares the methods at one batch") !=
         std::string::npos);

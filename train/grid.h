@@ -106,6 +106,13 @@ double mean_difference_at_shared_seeds(const std::map<int64_t, double>& a, const
 // Error naming scripts/get-cifar.sh when a cell needs CIFAR-10/100 that is not where the child will
 // look (data_dir, else $ACTLAB_CIFAR_DIR or ./data).
 void check_data_present(const Grid& grid);
+// The image a cell's model reads: channels and height = width, from its data set (a folder's from its
+// --image-channels and --image-size). results.csv records it; the radar takes the memory and throughput
+// rows measured at it.
+struct CellInput {
+  int64_t channels, image_size;
+};
+CellInput cell_input(const Cell& cell);
 // Rough wall-clock seconds of one cell on this machine: images per epoch × the model's cost per image
 // on the data set's image size (its multiply-accumulates and the elements its layers write, weighted as
 // measured on the 2-core development machine) × a per-policy factor (division 1.33×).

@@ -305,7 +305,7 @@ DataInfo data_info(const Cell& c) {
     const int64_t n = extra_int(c, "--synthetic-size", 2048);
     return {1, 28, 10, n, std::max<int64_t>(1, n / 4)};
   }
-  if (c.dataset == "folder") return {3, extra_int(c, "--image-size", 32), 10, 10000, 2500};
+  if (c.dataset == "folder") return {extra_int(c, "--image-channels", 3), extra_int(c, "--image-size", 32), 10, 10000, 2500};
   return {1, 28, 10, 60000, 10000};  // (fashion-)mnist
 }
 
@@ -345,6 +345,11 @@ double policy_factor(const std::string& policy) {
 }
 
 }  // namespace
+
+CellInput cell_input(const Cell& c) {
+  const DataInfo d = data_info(c);
+  return {d.channels, d.size};
+}
 
 double estimate_cell_seconds(const Cell& c) {
   const DataInfo d = data_info(c);

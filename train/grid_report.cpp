@@ -128,7 +128,7 @@ void write_results_csv(const Results& r, const fs::path& path) {
   std::string out =
       "table,model,dataset,policy,B,Q,seed,epochs,epochs_done,final_test_acc,best_test_acc,train_loss,img_per_s,"
       "activation_bytes,peak_bytes,saved_raw_bytes,saved_packed_bytes,compression_measured,compression_policy,"
-      "wall_s,status,cell,message,precision,batch\n";
+      "wall_s,status,cell,message,precision,batch,image_size,channels\n";
   for (size_t i = 0; i < r.grid.cells.size(); ++i) {
     const Cell& c = r.grid.cells[i];
     const CellResult& x = r.cells[i];
@@ -138,7 +138,8 @@ void write_results_csv(const Results& r, const fs::path& path) {
         csv_num(x.best_test_acc, "%.4f"), csv_num(x.train_loss, "%.6f"), csv_num(x.img_per_s, "%.2f"),
         std::to_string(x.activation_bytes), std::to_string(x.peak_bytes), std::to_string(x.saved_raw_bytes),
         std::to_string(x.saved_packed_bytes), csv_num(r.compression(i), "%.4f"), csv_num(m_policy_comp(r, i), "%.4f"),
-        csv_num(x.wall_s, "%.1f"), status_name(x.status), c.id(), x.message, c.precision, std::to_string(c.batch_size)};
+        csv_num(x.wall_s, "%.1f"), status_name(x.status), c.id(), x.message, c.precision, std::to_string(c.batch_size),
+        std::to_string(cell_input(c).image_size), std::to_string(cell_input(c).channels)};
     std::string line;
     for (const auto& v : f) line += (line.empty() ? "" : ",") + csv_field(v);
     out += line + "\n";

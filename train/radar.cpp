@@ -72,19 +72,37 @@ bool fp32_row(const std::map<std::string, std::string>& row) {
   return parse_run_entry(row.at("policy"), Precision::F32).precision == Precision::F32;
 }
 
-// Per canonical policy, the mean of `column` over the fp32 rows of `model` at the grid's `batch`: activation
-// memory grows with the batch and img/s changes with it, so a row of another batch is another measurement.
+// "28×28×1": an input shape as the radar's errors name it.
+std::string input_text(int64_t image_size, int64_t channels) {
+  return std::to_string(image_size) + "×" + std::to_string(image_size) + "×" + std::to_string(channels);
+}
+
+// The input shape columns a file must carry; `writer`: the tool that writes them (an older one did not).
+void require_input_columns(const CsvTable& t, const char* writer, const char* remedy) {
+  for (const char* c : {"image_size", "channels"})
+    ACTLAB_CHECK(t.rows[0].count(c), t.what, " file '", t.path, "' has no column '", c, "', which says the input it ",
+                 "was measured at (an older ", writer, "'s; ", remedy, ")");
+}
+
+// Per canonical policy, the mean of `column` over the fp32 rows of `model` at the grid's `batch` and input:
+// activation memory grows with the batch and the image, and img/s changes with both, so a row of another
+// batch or input shape is another measurement.
 std::map<std::string, double> per_policy(const CsvTable& t, const std::string& model, int64_t batch,
-                                         const std::string& column) {
+                                         const CellInput& input, const std::string& column) {
   std::map<std::string, std::pair<double, int>> sums;
-  std::set<std::string> models;
+  std::set<std::string> models, inputs;
   std::set<int64_t> batches;
+  const std::string wanted = input_text(input.image_size, input.channels);
   for (const auto& row : t.rows) {
     models.insert(row.at("model"));
     if (row.at("model") != model || !fp32_row(row)) continue;
     const int64_t b = static_cast<int64_t>(number(t, row, "batch", true));
     batches.insert(b);
     if (b != batch) continue;
+    const std::string shape = input_text(static_cast<int64_t>(number(t, row, "image_size", true)),
+                                         static_cast<int64_t>(number(t, row, "channels", true)));
+    inputs.insert(shape);
+    if (shape != wanted) continue;
     auto& s = sums[canonical_policy(parse_run_entry(row.at("policy"), Precision::F32).policy)];
     s.first += number(t, row, column, true);
     s.second += 1;
@@ -96,6 +114,11 @@ std::map<std::string, double> per_policy(const CsvTable& t, const std::string& m
   for (int64_t b : batches) listed_batches += (listed_batches.empty() ? "" : ", ") + std::to_string(b);
   ACTLAB_CHECK(batches.count(batch), t.what, " file '", t.path, "' has no rows for ", model, " at batch ", batch,
                ", the grid's batch (it has batch ", listed_batches, "); measure it at batch ", batch);
+  std::string listed_inputs;
+  for (const auto& i : inputs) listed_inputs += (listed_inputs.empty() ? "" : ", ") + i;
+  ACTLAB_CHECK(inputs.count(wanted), t.what, " file '", t.path, "' has no rows for ", model, " at batch ", batch,
+               " with ", wanted, " inputs, the grid's (it has ", listed_inputs, "); measure it with --image-size ",
+               input.image_size, " --channels ", input.channels);
   std::map<std::string, double> out;
   for (const auto& [policy, s] : sums) out[policy] = s.first / s.second;
   ACTLAB_CHECK(out.count("exact"), t.what, " file '", t.path, "' has no Normal (exact) row for ", model, " at batch ",
@@ -129,10 +152,13 @@ RadarData read_radar_data(const RadarInputs& in) {
   ACTLAB_CHECK(results.rows[0].count("batch"), "--results file '", results.path, "' has no column 'batch', which "
                "picks the memory and throughput rows (an older actlab-ablate's; rewrite it with actlab-ablate "
                "--report-only --out DIR)");
+  require_input_columns(results, "actlab-ablate", "rewrite it with actlab-ablate --report-only --out DIR");
   const CsvTable memory = read_csv(in.memory_csv, "--memory");
   memory.require({"model", "batch", "policy", "activation_gib"}, "actlab-memtable --csv");
+  require_input_columns(memory, "actlab-memtable", "measure it again");
   const CsvTable speed = read_csv(in.throughput_csv, "--throughput");
   speed.require({"model", "batch", "policy", "img_per_s"}, "bench_train --csv");
+  require_input_columns(speed, "bench_train", "measure it again");
 
   bool any_fig6 = false;
   for (const auto& row : results.rows) any_fig6 = any_fig6 || listed_in_fig6(row.at("table"));
@@ -164,8 +190,16 @@ RadarData read_radar_data(const RadarInputs& in) {
   ACTLAB_CHECK(batches.size() == 1, "--results file '", in.results_csv, "' holds runs of ", d.model, " on ", d.dataset,
                " at batches ", listed_batches, "; the radar compares the methods at one batch");
   d.batch = *batches.begin();
-  const auto act = per_policy(memory, d.model, d.batch, "activation_gib");
-  const auto rate = per_policy(speed, d.model, d.batch, "img_per_s");
+  std::set<std::string> inputs;
+  for (const auto* row : rows) {
+    d.input = {static_cast<int64_t>(number(results, *row, "channels", true)),
+               static_cast<int64_t>(number(results, *row, "image_size", true))};
+    inputs.insert(input_text(d.input.image_size, d.input.channels));
+  }
+  ACTLAB_CHECK(inputs.size() == 1, "--results file '", in.results_csv, "' holds runs of ", d.model, " on ", d.dataset,
+               " with inputs of several shapes; the radar compares the methods at one");
+  const auto act = per_policy(memory, d.model, d.batch, d.input, "activation_gib");
+  const auto rate = per_policy(speed, d.model, d.batch, d.input, "img_per_s");
   std::vector<std::string> order;
   std::map<std::string, std::map<int64_t, double>> acc;  // policy -> seed -> accuracy
   for (const auto* row : rows) {

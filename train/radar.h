@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "actlab/analysis/plot.h"
+#include "actlab/train/grid.h"
 
 namespace actlab {
 
@@ -36,6 +37,7 @@ struct RadarPoint {
 struct RadarData {
   std::string model, dataset;
   int64_t batch = 0;                 // the grid's, which the memory and throughput rows were taken at
+  CellInput input{0, 0};             // the grid's input shape (results.csv's), likewise
   std::vector<RadarPoint> points;    // in results.csv's order
   std::vector<std::string> skipped;  // "SWAP (swap:P=2): not in 'mem.csv'", one per method left out
                                      // (also a method with runs in results.csv but none done)
@@ -43,11 +45,11 @@ struct RadarData {
 
 // Reads and joins the three files. results.csv rows: status "done", and those of Fig. 6 when any row
 // is listed there (else every row). The memory and throughput files: rows of the same model at the
-// batch of those results.csv rows (their input shape is not in the files: measure them at the grid's).
-// A method missing from a file is left out (RadarData::skipped). Throws Error (one line naming the file)
-// for an unreadable file, a missing column, no rows for the model or none at the grid's batch, runs at
-// several batches, no Normal (exact) row to compare with, or several models (data sets) without
-// RadarInputs::model (RadarInputs::dataset).
+// batch and input shape (image_size, channels) of those results.csv rows. A method missing from a file
+// is left out (RadarData::skipped). Throws Error (one line naming the file) for an unreadable file, a
+// missing column (an older tool's file without the input shape included), no rows for the model or none
+// at the grid's batch and input, runs at several batches or inputs, no Normal (exact) row to compare
+// with, or several models (data sets) without RadarInputs::model (RadarInputs::dataset).
 RadarData read_radar_data(const RadarInputs& inputs);
 
 // The chart: one polygon per method; axes test accuracy (%) from below the worst method to a round
