@@ -326,7 +326,8 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
                         {2, 50, 50, 8, 4, false, 3}, {2, 20, 48, 8, 1, false, 1}, {2, 20, 48, 8, 8, false, 3},
                         {2, 23, 17, 4, 4, false, 1}, {2, 23, 17, 4, 1, true, 1}, {2, 19, 37, 8, 2, true, 1},
                         {2, 40, 200, 8, 2, false, 1}, {2, 112, 112, 8, 2}, {12, 20, 20, 8, 4, false, 1},
-                        {12, 20, 20, 8, 2}};
+                        {12, 20, 20, 8, 2}, {5, 8, 8, 8, 1}, {5, 8, 8, 8, 4}, {5, 8, 8, 8, 8}, {20, 4, 4, 8, 4},
+                        {20, 4, 4, 8, 8}};
   uint32_t seed_counter = 1;
   for (const Case& c : cases) {
     PlaneGeometry g = c.token ? make_token_geometry(c.planes, c.h, c.w, c.block, c.bits)
@@ -360,8 +361,9 @@ TEST_CASE("codec: plane_pack and plane_unpack match the per-element spec byte fo
       CHECK(steps == want.steps);
       CHECK(codes == want.codes);
       CHECK(residual == want.residual);
-      // Without the f32 residual output (what the division policy asks for; 32² planes then take the
-      // one-pass AVX-512 routine when simd is on and the CPU has AVX-512BW): the same bytes.
+      // Without the f32 residual output (what the division policy asks for; 32², 16², 8² and 4² planes with
+      // B = 8 and one range then take the register routines when simd is on and the CPU has AVX-512BW,
+      // whose unpack decodes straight from the runs): the same bytes.
       std::vector<uint16_t> lfc2(want.lfc.size(), 0xFFFF), mins2(g.ranges()), steps2(g.ranges());
       std::vector<uint8_t> codes2(want.codes.size(), 0x55);
       cpu::plane_pack(with_lfc ? lfc2.data() : nullptr, codes2.data(), mins2.data(), steps2.data(), nullptr, x.data(),
@@ -480,18 +482,20 @@ struct RandomPlanePack {
   const uint16_t* lfc_for(int terms) const { return terms == 1 ? nullptr : lfc.data(); }
   const uint8_t* codes_for(int terms) const { return terms == 2 ? nullptr : codes.data(); }
   // plane_unpack of the decoding `terms` selects: the reference the other unpack layouts are checked against.
+  // The reference decode (plane_unpack_ref, which the plane_pack test checks against the spec): the fast
+  // plane_unpack shares its direct decode with the channel reads these tests check.
   std::vector<float> planes(int terms) const {
     std::vector<float> out(static_cast<size_t>(g.planes * g.plane_elems()));
-    cpu::plane_unpack(out.data(), lfc_for(terms), codes_for(terms), mins.data(), steps.data(), g);
+    cpu::plane_unpack_ref(out.data(), lfc_for(terms), codes_for(terms), mins.data(), steps.data(), g);
     return out;
   }
 };
 
-TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one channel") {
+TEST_CASE("codec: plane_unpack_channel writes the reference decode's planes of one channel") {
   // (samples, channels, h, w, bits): compile-time maps (with codes, 32², 16², 8², 4² decode straight from
   // the code run when simd is on and the CPU has AVX-512BW; Q = 1, 2, 4, 8 each occur among them; 7×7 does
   // not), a generic one (6×10) and a map smaller than B in one axis (3×12). Compared bit for bit with
-  // plane_unpack, with and without the AVX-512 paths.
+  // plane_unpack_ref, with and without the AVX-512 paths.
   struct Case { int64_t n, c, h, w; int bits; };
   for (const Case& k : {Case{3, 5, 32, 32, 2}, Case{2, 3, 32, 32, 1}, Case{2, 2, 32, 32, 8}, Case{3, 3, 16, 16, 4},
                         Case{2, 3, 16, 16, 2}, Case{3, 2, 8, 8, 8}, Case{2, 4, 8, 8, 2}, Case{2, 3, 7, 7, 4},
@@ -528,7 +532,7 @@ TEST_CASE("codec: plane_unpack_channel writes plane_unpack's planes of one chann
   CHECK_THROWS_AS(cpu::plane_unpack_channel(out.data(), lfc.data(), nullptr, nullptr, nullptr, g, 3, 3), Error);
 }
 
-TEST_CASE("codec: plane_unpack_blocked writes plane_unpack's values in 16-channel blocks") {
+TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 16-channel blocks") {
   // (samples, channels, h, w, bits): 32² and 16² maps, 7×7 (E % 16 != 0: the tail), 4×4, several samples,
   // sizes above and below the parallel threshold.
   struct Case { int64_t n, c, h, w; int bits; };

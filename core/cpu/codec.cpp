@@ -2,17 +2,17 @@
 // Planes are processed in batches of ~4096 elements that stay in L1: one Philox pass for the batch (AVX-512
 // intrinsics where the CPU has them), then per plane pool → residual → min/max, one vectorized pass over the
 // batch's min/step, per plane quantize, and one bit-pack pass; the CNN maps whose up-sampled LFC fits in
-// registers (32², 16², 8², 4² with B = 8) instead take two AVX-512 passes per plane from x around the
-// batch's min/step (register_batch_keys/codes), and planes of run-time extents whose rows start on whole
-// vectors of codes two row-by-row ones (row_plane_keys/codes). The
-// common maps run compile-time-sized copies of the per-plane code, so their loops unroll into a few full
-// vectors. Unpack writes planes, oneDNN's 16-channel blocks (a 16×16 transpose of code bytes) or one
-// channel's planes (the register shapes' planes decoded straight from the code run on AVX-512 CPUs, one
-// channel's also on AVX2 ones). The arithmetic is
-// codec.h's ACTLAB_HD functions, so a CUDA twin reproduces the packed bytes bit for bit. Philox, the
-// quantizer and the blocked and channel decodes have AVX2 twins for CPUs without AVX-512 (8 lanes; the
-// register pack has none: a one-pass 32² form of it measured no faster there). set_codec_simd caps the level, so the tests check the
-// AVX2 and portable paths on an AVX-512 CPU too.
+// registers (32², 16², 8², 4² with B = 8) instead take two AVX-512 passes per plane from x, around the
+// batch's min/step (register_batch_keys/codes) or, on 32², the plane's own (register_plane_pack), and
+// planes of run-time extents whose rows start on whole vectors of codes two row-by-row ones
+// (row_plane_keys/codes). The common maps run compile-time-sized copies of the per-plane code, so their
+// loops unroll into a few full vectors. Unpack writes planes, oneDNN's 16-channel blocks (a 16×16
+// transpose of code bytes) or one channel's planes (the register shapes' planes decoded straight from the
+// code run on AVX-512 CPUs, one channel's also on AVX2 ones). The arithmetic is codec.h's ACTLAB_HD
+// functions, so a CUDA twin reproduces the packed bytes bit for bit. Philox, the quantizer and the blocked
+// and channel decodes have AVX2 twins for CPUs without AVX-512 (8 lanes; the register pack has none: a
+// one-pass 32² form of it measured no faster there). set_codec_simd caps the level, so the tests check
+// the AVX2 and portable paths on an AVX-512 CPU too.
 // Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
 
@@ -604,13 +604,14 @@ ACTLAB_INLINE void quantize_plane(uint8_t* __restrict c, const float* __restrict
 }
 
 // Planes whose LFC blocks tile them exactly and whose up-sampled LFC fits in a few registers (32², 16², 8²,
-// 4² with B = 8) pack a batch at a time in two AVX-512 passes per plane around the batch's quant_params loop
-// (pack_batch_registers): the pool and the order keys of the residual's min and max, then the codes, both
-// straight from x and the up-sampled LFC held in registers, bit-packed from registers. The residual and the
-// byte codes never go to memory (pack_batch's general path writes and re-reads both), and the per-plane
-// scalar work is the pool alone: a first version that ran quant_params per plane (one plane at a time,
-// 32² planes only) was 12–17 % slower than the general path on 16² planes. The same IEEE operations in the
-// same order as that path, so the packed bytes are identical (tests/test_codec.cpp compares them).
+// 4² with B = 8) pack in two AVX-512 passes per plane (pack_batch_registers): the pool and the order keys
+// of the residual's min and max, then the codes, both straight from x and the up-sampled LFC held in
+// registers, bit-packed from registers. The residual and the byte codes never go to memory (pack_batch's
+// general path writes and re-reads both). Planes under 1024 elements run the passes a batch at a time
+// around the batch's vectorized quant_params loop, so their per-plane scalar work is the pool alone; 32²
+// planes run both passes per plane in one call with quant_params between them, about 3 % faster there
+// (bench/RESULTS_compress.md, "Small planes in registers"). The same IEEE operations in the same order as
+// the general path, so the packed bytes are identical (tests/test_codec.cpp compares them).
 //
 // kVectorRows: rows are whole vectors and an LFC row has at most 16 values, so an up-sampled row is a few
 // permuted vectors (upsampled_rows). kOneLfc: the plane pools to one value (8², 4² with B = 8), which is
@@ -776,7 +777,8 @@ ACTLAB_AVX512BW void register_batch_codes(uint8_t* runs, const float* min, const
   }
 }
 // One plane xp in one call, the pool, both passes and its min/step (quant_params) between them: planes of
-// 1024+ elements, where this measured 3–4 % faster than the batch's calls (32² planes, B = 8).
+// 1024+ elements, where this measured about 3 % faster than the batch's calls (32² planes, B = 8), and
+// slower on 16² planes (bench/RESULTS_compress.md, "Small planes in registers").
 template <int kH, int kW, int kB>
 ACTLAB_AVX512BW void register_plane_pack(uint8_t* run, uint16_t* lfc, uint16_t& min_bits, uint16_t& step_bits,
                                          float* colsum, const float* xp, const uint8_t* u, const PlaneGeometry& g) {
@@ -1255,7 +1257,7 @@ ACTLAB_INLINE void pack_range(const PlanePackArgs& a, int64_t first, int64_t las
 }
 
 // True when a plane_pack/unpack may run the compile-time-sized copy for h×w planes with block b (whose
-// fused and direct routines code a plane as one range).
+// register and direct routines code a plane as one range).
 bool fixed_shape(const PlaneGeometry& g, int64_t h, int64_t w, int64_t b) {
   return g.height == h && g.width == w && g.block_h == std::min(b, h) && g.block_w == std::min(b, w) &&
          g.ranges_per_plane() == 1;
