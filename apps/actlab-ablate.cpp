@@ -79,8 +79,10 @@ void declare_flags(FlagParser& f) {
         "into --out (default: fig1_radar.svg beside --results); no training");
   f.add("results", "string", "", "--radar: the grid's results.csv (accuracy per method)");
   f.add("memory", "string", "",
-        "--radar: actlab-memtable --csv output (activation memory per method), measured at the grid's batch");
-  f.add("throughput", "string", "", "--radar: bench_train --csv output (img/s per method), measured at the grid's batch");
+        "--radar: actlab-memtable --csv output (activation memory per method), measured at the grid's batch and "
+        "input shape");
+  f.add("throughput", "string", "",
+        "--radar: bench_train --csv output (img/s per method), measured at the grid's batch and input shape");
 }
 
 // The items of list flags `names` (a plural and its singular, or one name), split at ','. A list flag given

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
           << act / 1048576.0 << "," << 1e3 * med << "," << 1e3 * median(cpu) << "," << flags.get_int("threads") << ",";
       if (paired) csv << csv_field(paired->with) << "," << paired->median << "," << paired->q1 << "," << paired->q3;
       else csv << ",,,";
-      csv << "," << flags.get_int("image-size") << "," << flags.get_int("channels") << "\n";
+      csv << "," << S << "," << C << "\n";
     };
     CacheStats::global().set_enabled(false);
     for (const auto& name : models) {

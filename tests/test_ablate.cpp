@@ -517,7 +517,7 @@ TEST_CASE("ablate: a tiny grid runs through actlab-train, writes the reports, an
   CHECK(rows[0]["policy"] == "exact");
   CHECK(rows[0]["precision"] == "fp32");
   CHECK(rows[0]["batch"] == "32");  // the radar takes memory and throughput rows at it, and at its input
-  CHECK(rows[0]["image_size"] == "28");  // the synthetic data set's 28×28×1 images
+  CHECK(rows[0]["image_size"] == "28");  // the synthetic data set's 28×28×1 images, as the run's summary says
   CHECK(rows[0]["channels"] == "1");
   CHECK(rows[1]["policy"] == "division:B=8,Q=2");
   CHECK(rows[1]["B"] == "8");
@@ -1057,8 +1057,8 @@ TEST_CASE("radar: the three CSVs are joined by policy, relative to Normal, and d
   const RadarData d = read_radar_data(in);
   CHECK(d.model == "resnet20");
   CHECK(d.batch == 128);  // the grid's; the batch-256 row is not mixed in
-  CHECK(d.input.image_size == 28);  // nor the 32×32×3 rows
-  CHECK(d.input.channels == 1);
+  CHECK(d.image_size == 28);  // nor the 32×32×3 rows
+  CHECK(d.channels == 1);
   REQUIRE(d.points.size() == 3);
   CHECK(d.points[0].method == "Normal");
   CHECK(d.points[0].accuracy == doctest::Approx(92.5));  // two seeds
@@ -1161,8 +1161,8 @@ TEST_CASE("radar: memory and throughput are taken at the grid's batch and input,
   CHECK(e.find("--throughput file '" + dir.file("bench64.csv") + "' has no rows for resnet20 at batch 128, the grid's "
                "batch (it has batch 32, 64); measure it at batch 128") == 0);
   CHECK(e.find('\n') == std::string::npos);
-  // Memory measured at the grid's batch but at CIFAR's 32×32×3 (actlab-memtable's default is 224²): refused,
-  // naming both shapes and the flags that measure it right.
+  // Memory measured at the grid's batch but at other inputs (CIFAR's 32×32×3, the tools' default, and
+  // ImageNet's): refused, naming the shapes and the flags that measure it right.
   write_file(dir.file("mem32.csv"), "model,batch,policy,activation_gib,image_size,channels\n"
                                     "resnet20,128,exact,0.9,32,3\nresnet20,128,exact,9.0,224,3\n");
   in.throughput_csv = dir.file("bench.csv");

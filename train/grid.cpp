@@ -280,6 +280,10 @@ CellResult read_cell(const std::string& cell_dir) {
       r.peak_bytes = bytes("peak_bytes");
       r.saved_raw_bytes = bytes("saved_raw_bytes");
       r.saved_packed_bytes = bytes("saved_packed_bytes");
+      // A square image's side (every data set's images are square); a summary from before the run recorded
+      // its input has neither, and its row's columns stay empty.
+      if (bytes("input_height") == bytes("input_width")) r.input_size = bytes("input_height");
+      r.input_channels = bytes("input_channels");
     } catch (const Error&) {
       have_summary = false;  // half-written or foreign: treat as not finished
     }

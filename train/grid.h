@@ -106,13 +106,6 @@ double mean_difference_at_shared_seeds(const std::map<int64_t, double>& a, const
 // Error naming scripts/get-cifar.sh when a cell needs CIFAR-10/100 that is not where the child will
 // look (data_dir, else $ACTLAB_CIFAR_DIR or ./data).
 void check_data_present(const Grid& grid);
-// The image a cell's model reads: channels and height = width, from its data set (a folder's from its
-// --image-channels and --image-size). results.csv records it; the radar takes the memory and throughput
-// rows measured at it.
-struct CellInput {
-  int64_t channels, image_size;
-};
-CellInput cell_input(const Cell& cell);
 // Rough wall-clock seconds of one cell on this machine: images per epoch × the model's cost per image
 // on the data set's image size (its multiply-accumulates and the elements its layers write, weighted as
 // measured on the 2-core development machine) × a per-policy factor (division 1.33×).
@@ -132,6 +125,9 @@ struct CellResult {
   static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // "not measured"
   double final_test_acc = kNaN, best_test_acc = kNaN, train_loss = kNaN, img_per_s = kNaN, wall_s = kNaN;
   int64_t activation_bytes = 0, peak_bytes = 0, saved_raw_bytes = 0, saved_packed_bytes = 0;
+  // The images the run's model read, from its summary (0 when it has none yet): results.csv records them,
+  // and the radar takes the memory and throughput rows measured at them.
+  int64_t input_channels = 0, input_size = 0;
   std::vector<std::pair<int64_t, double>> test_acc_per_epoch;  // (1-based epoch, test accuracy %)
 };
 

@@ -346,11 +346,6 @@ double policy_factor(const std::string& policy) {
 
 }  // namespace
 
-CellInput cell_input(const Cell& c) {
-  const DataInfo d = data_info(c);
-  return {d.channels, d.size};
-}
-
 double estimate_cell_seconds(const Cell& c) {
   const DataInfo d = data_info(c);
   int64_t train = c.train_limit > 0 ? std::min(c.train_limit, d.train) : d.train;

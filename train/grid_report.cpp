@@ -139,7 +139,7 @@ void write_results_csv(const Results& r, const fs::path& path) {
         std::to_string(x.activation_bytes), std::to_string(x.peak_bytes), std::to_string(x.saved_raw_bytes),
         std::to_string(x.saved_packed_bytes), csv_num(r.compression(i), "%.4f"), csv_num(m_policy_comp(r, i), "%.4f"),
         csv_num(x.wall_s, "%.1f"), status_name(x.status), c.id(), x.message, c.precision, std::to_string(c.batch_size),
-        std::to_string(cell_input(c).image_size), std::to_string(cell_input(c).channels)};
+        x.input_size > 0 ? std::to_string(x.input_size) : "", x.input_channels > 0 ? std::to_string(x.input_channels) : ""};
     std::string line;
     for (const auto& v : f) line += (line.empty() ? "" : ",") + csv_field(v);
     out += line + "\n";

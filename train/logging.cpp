@@ -115,7 +115,7 @@ void EpochLogger::write(const EpochRow& r) {
   const long before = std::ftell(file_);
   // An empty CSV log gets its header in the same write as its first row, so a failed first write leaves
   // no header-only log behind.
-  if (!json_ && before == 0) line = std::string(kCsvHeader) + "\n" + line;
+  if (!json_ && !opened_ && before == 0) line = std::string(kCsvHeader) + "\n" + line;
   const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
   if (written) {
     if (!opened_ && on_open_) on_open_();
@@ -301,6 +301,9 @@ std::string summary_to_json(const TrainSummary& s, const TrainConfig& c) {
   w.begin_object()
       .key("config").raw(config_to_json(c))
       .field("data", s.data_note)
+      .field("input_channels", s.input_channels)
+      .field("input_height", s.input_height)
+      .field("input_width", s.input_width)
       .field("interrupted", s.interrupted)
       .field("diverged", s.diverged)
       .field("epochs_done", s.epochs_done())

@@ -88,11 +88,11 @@ void require_input_columns(const CsvTable& t, const char* writer, const char* re
 // activation memory grows with the batch and the image, and img/s changes with both, so a row of another
 // batch or input shape is another measurement.
 std::map<std::string, double> per_policy(const CsvTable& t, const std::string& model, int64_t batch,
-                                         const CellInput& input, const std::string& column) {
+                                         int64_t image_size, int64_t channels, const std::string& column) {
   std::map<std::string, std::pair<double, int>> sums;
   std::set<std::string> models, inputs;
   std::set<int64_t> batches;
-  const std::string wanted = input_text(input.image_size, input.channels);
+  const std::string wanted = input_text(image_size, channels);
   for (const auto& row : t.rows) {
     models.insert(row.at("model"));
     if (row.at("model") != model || !fp32_row(row)) continue;
@@ -118,11 +118,11 @@ std::map<std::string, double> per_policy(const CsvTable& t, const std::string& m
   for (const auto& i : inputs) listed_inputs += (listed_inputs.empty() ? "" : ", ") + i;
   ACTLAB_CHECK(inputs.count(wanted), t.what, " file '", t.path, "' has no rows for ", model, " at batch ", batch,
                " with ", wanted, " inputs, the grid's (it has ", listed_inputs, "); measure it with --image-size ",
-               input.image_size, " --channels ", input.channels);
+               image_size, " --channels ", channels);
   std::map<std::string, double> out;
   for (const auto& [policy, s] : sums) out[policy] = s.first / s.second;
   ACTLAB_CHECK(out.count("exact"), t.what, " file '", t.path, "' has no Normal (exact) row for ", model, " at batch ",
-               batch, "; the radar measures every method against it");
+               batch, " with ", wanted, " inputs; the radar measures every method against it");
   return out;
 }
 
@@ -192,14 +192,16 @@ RadarData read_radar_data(const RadarInputs& in) {
   d.batch = *batches.begin();
   std::set<std::string> inputs;
   for (const auto* row : rows) {
-    d.input = {static_cast<int64_t>(number(results, *row, "channels", true)),
-               static_cast<int64_t>(number(results, *row, "image_size", true))};
-    inputs.insert(input_text(d.input.image_size, d.input.channels));
+    d.image_size = static_cast<int64_t>(number(results, *row, "image_size", true));
+    d.channels = static_cast<int64_t>(number(results, *row, "channels", true));
+    inputs.insert(input_text(d.image_size, d.channels));
   }
+  std::string listed_inputs;
+  for (const auto& i : inputs) listed_inputs += (listed_inputs.empty() ? "" : ", ") + i;
   ACTLAB_CHECK(inputs.size() == 1, "--results file '", in.results_csv, "' holds runs of ", d.model, " on ", d.dataset,
-               " with inputs of several shapes; the radar compares the methods at one");
-  const auto act = per_policy(memory, d.model, d.batch, d.input, "activation_gib");
-  const auto rate = per_policy(speed, d.model, d.batch, d.input, "img_per_s");
+               " with inputs ", listed_inputs, "; the radar compares the methods at one input shape");
+  const auto act = per_policy(memory, d.model, d.batch, d.image_size, d.channels, "activation_gib");
+  const auto rate = per_policy(speed, d.model, d.batch, d.image_size, d.channels, "img_per_s");
   std::vector<std::string> order;
   std::map<std::string, std::map<int64_t, double>> acc;  // policy -> seed -> accuracy
   for (const auto* row : rows) {

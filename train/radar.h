@@ -1,7 +1,8 @@
 // The DIVISION paper's Fig. 1 radar — test accuracy, activation-memory saving and training throughput
 // per method — joined from three CSVs by canonical policy string (train/grid.h): the ablation grid's
 // results.csv (accuracy: mean over finished seeds), actlab-memtable --csv (activation_gib) and
-// bench_train --csv (img_per_s), the last two at the grid's batch. actlab-ablate --radar draws it.
+// bench_train --csv (img_per_s), the last two at the grid's batch and input shape. actlab-ablate --radar
+// draws it.
 // Tested in tests/test_ablate.cpp.
 #pragma once
 #include <cstdint>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "actlab/analysis/plot.h"
-#include "actlab/train/grid.h"
 
 namespace actlab {
 
@@ -37,7 +37,7 @@ struct RadarPoint {
 struct RadarData {
   std::string model, dataset;
   int64_t batch = 0;                 // the grid's, which the memory and throughput rows were taken at
-  CellInput input{0, 0};             // the grid's input shape (results.csv's), likewise
+  int64_t image_size = 0, channels = 0;  // the grid's input shape (results.csv's), likewise
   std::vector<RadarPoint> points;    // in results.csv's order
   std::vector<std::string> skipped;  // "SWAP (swap:P=2): not in 'mem.csv'", one per method left out
                                      // (also a method with runs in results.csv but none done)

@@ -33,6 +33,7 @@ struct TrainSummary {
   int64_t steps = 0;
   double wall_s = 0;
   std::string data_note;            // e.g. "fashion-mnist from /usr/share/datasets/fashion-mnist"
+  int64_t input_channels = 0, input_height = 0, input_width = 0;  // the images the model read
   std::string policy;               // the policy set with its rules, as the run's header prints it
   double final_test_loss = 0;
   double best_test_acc = -1;        // over the whole run, resumed epochs included (-1: none)

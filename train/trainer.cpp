@@ -462,6 +462,9 @@ void Run::setup() {
   sched_.warmup_steps = steps_per_epoch_ * c_.warmup_epochs;
   sched_.step_size = steps_per_epoch_ * c_.step_epochs;
   summary_.data_note = data_.note;
+  summary_.input_channels = data_.train->spec().channels;
+  summary_.input_height = data_.train->spec().height;
+  summary_.input_width = data_.train->spec().width;
   summary_.policy = policies_->describe();
   summary_.world_size = dist_.world();
   summary_.rank = dist_.rank();
@@ -994,7 +997,7 @@ TrainSummary Run::go() {
   resumed_mid_run_ = global_step_ > 0;
   // The configuration is written beside the log once the log's first row is written: a log that cannot be
   // written leaves no side file (nor a log it created), and a run that fails before then leaves both as
-  // they were.
+  // they were. (A side file that cannot be written then fails the run with the first row logged.)
   logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty(), first_epoch_, [this] {
     write_text_atomic(c_.log_file + ".config.txt",
                       "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
