@@ -4,7 +4,7 @@
 // tests/test_policies.cpp and tests/test_precision.cpp.
 #pragma once
 #include "actlab/compress/policy.h"
-#include "actlab/core/bf16.h"
+#include "actlab/core/cpu/kernels.h"
 #include "actlab/core/ops.h"
 
 namespace actlab {
@@ -73,12 +73,7 @@ class Bf16Policy final : public ActivationCachePolicy {
     void read(int64_t c, float* out) const override {
       const int64_t N = h_.size(0), C = h_.size(1), HW = h_.size(2) * h_.size(3);
       const auto* bits = static_cast<const uint16_t*>(h_.raw_data());
-      for (int64_t n = 0; n < N; ++n) {
-        const uint16_t* plane = bits + (n * C + c) * HW;
-        float* dst = out + n * HW;
-#pragma omp simd
-        for (int64_t i = 0; i < HW; ++i) dst[i] = bf16_to_float(plane[i]);
-      }
+      for (int64_t n = 0; n < N; ++n) cpu::from_bf16_serial(out + n * HW, bits + (n * C + c) * HW, HW);
     }
     const Shape& shape() const override { return h_.shape(); }
    private:

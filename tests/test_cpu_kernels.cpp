@@ -7,6 +7,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "actlab/core/allocator.h"
+#include "actlab/core/bf16.h"
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/error.h"
 #include "actlab/core/philox.h"
@@ -747,3 +749,33 @@ TEST_CASE("cpu kernels: sgd_update follows torch.optim.SGD over several steps") 
 }
 
 }  // namespace
+
+TEST_CASE("cpu kernels: bf16 conversions are core/bf16.h's element functions, specials and chunk tails included") {
+  // Above the parallel grain and off the 16384-element chunk grid (a short last chunk), with the values whose
+  // rounding has a rule of its own: NaNs with payloads (kept NaN, quieted), ±inf, ±0, subnormals, the
+  // largest finite value (rounds to inf), and exact ties (round to even).
+  const int64_t n = 3 * 16384 + 123;
+  std::vector<float> x(static_cast<size_t>(n));
+  actlab::PhiloxStream rng(7, 3);
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = (static_cast<float>(rng.next_bits() % 20001) - 10000.f) * 1.3e-3f;
+  const uint32_t specials[] = {0x7FC00000u, 0x7F800001u, 0xFFBFFFFFu, 0x7F800000u, 0xFF800000u, 0x00000000u,
+                               0x80000000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu, 0x3F808000u, 0x3F818000u,
+                               0x3F80FFFFu, 0xBF808001u};
+  for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); ++k) {
+    std::memcpy(&x[k], &specials[k], 4);
+    std::memcpy(&x[static_cast<size_t>(n) - 1 - k], &specials[k], 4);
+  }
+  std::vector<uint16_t> h(static_cast<size_t>(n), 0xAAAA), hs(static_cast<size_t>(n), 0x5555);
+  cpu::to_bf16(h.data(), x.data(), n);
+  cpu::to_bf16_serial(hs.data(), x.data(), n);
+  bool same = true;
+  for (int64_t i = 0; i < n; ++i) same = same && h[i] == actlab::float_to_bf16(x[i]) && hs[i] == h[i];
+  CHECK(same);
+  std::vector<float> back(static_cast<size_t>(n), -1.f), back_s(static_cast<size_t>(n), -2.f);
+  cpu::from_bf16(back.data(), h.data(), n);
+  cpu::from_bf16_serial(back_s.data(), h.data(), n);
+  same = true;
+  for (int64_t i = 0; i < n; ++i)
+    same = same && std::memcmp(&back[i], &back_s[i], 4) == 0 && actlab::float_bits(back[i]) == (static_cast<uint32_t>(h[i]) << 16);
+  CHECK(same);
+}

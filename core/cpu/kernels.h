@@ -173,8 +173,12 @@ void strided_copy_ref(void* dst, const void* src, const StridedCopy& c);
 
 // ---- bf16 conversions (kernels_copy.cpp): y = x rounded to the nearest bf16 (even on ties, NaN kept
 // NaN: core/bf16.h), and back (exact). What the bf16 policy stores and returns (compress/exact.h).
+// The element functions of core/bf16.h are their reference twins (tests/test_cpu_kernels.cpp).
 void to_bf16(uint16_t* y, const float* x, int64_t n);
 void from_bf16(float* y, const uint16_t* x, int64_t n);
+// The same on the calling thread only, for callers inside a parallel loop of their own.
+void to_bf16_serial(uint16_t* y, const float* x, int64_t n);
+void from_bf16_serial(float* y, const uint16_t* x, int64_t n);
 // The same for IEEE fp16 (core/bf16.h float_to_f16 / f16_to_float): what `exact` keeps under fp16.
 void to_f16(uint16_t* y, const float* x, int64_t n);
 void from_f16(float* y, const uint16_t* x, int64_t n);
