@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <fstream>
@@ -278,23 +279,30 @@ TEST_CASE("epoch log: a resumed run's log is cut back to its checkpoint, a row t
   EpochLogger logger(log);
   logger.write(row_of_epoch(1));
   const std::string one = read_all(log);
-  struct rlimit saved {};
-  REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
-  struct sigaction ignore {}, old {};
-  ignore.sa_handler = SIG_IGN;
-  REQUIRE(sigaction(SIGXFSZ, &ignore, &old) == 0);
-  struct rlimit limited = saved;
-  limited.rlim_cur = static_cast<rlim_t>(one.size() + 10);  // room for 10 bytes of the next row
-  REQUIRE(setrlimit(RLIMIT_FSIZE, &limited) == 0);
-  std::string error;
-  try {
-    logger.write(row_of_epoch(2));
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  setrlimit(RLIMIT_FSIZE, &saved);
-  sigaction(SIGXFSZ, &old, nullptr);
-  CHECK(error.find("writing log file") != std::string::npos);
+  // The error of `write` run under a file-size limit of `bytes` (SIGXFSZ ignored, so the write fails with
+  // EFBIG as on a full disk), and the limit restored after it.
+  const auto error_under_limit = [](size_t bytes, const std::function<void()>& write) {
+    struct rlimit saved {};
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    struct sigaction ignore {}, old {};
+    ignore.sa_handler = SIG_IGN;
+    REQUIRE(sigaction(SIGXFSZ, &ignore, &old) == 0);
+    struct rlimit limited = saved;
+    limited.rlim_cur = static_cast<rlim_t>(bytes);
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &limited) == 0);
+    std::string error;
+    try {
+      write();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &saved);
+    sigaction(SIGXFSZ, &old, nullptr);
+    return error;
+  };
+  // Room for 10 bytes of the next row.
+  CHECK(error_under_limit(one.size() + 10, [&] { logger.write(row_of_epoch(2)); }).find("writing log file") !=
+        std::string::npos);
   CHECK(read_all(log) == one);
   logger.write(row_of_epoch(2));  // with room again, the next row follows the last whole one
   CHECK(read_all(log).rfind("2,", one.size()) == one.size());
@@ -304,18 +312,8 @@ TEST_CASE("epoch log: a resumed run's log is cut back to its checkpoint, a row t
   const std::string fresh = dir.file("fresh.csv");
   int opened = 0;
   EpochLogger first(fresh, false, 0, [&] { ++opened; });
-  REQUIRE(sigaction(SIGXFSZ, &ignore, &old) == 0);
-  limited.rlim_cur = 20;  // less than the header
-  REQUIRE(setrlimit(RLIMIT_FSIZE, &limited) == 0);
-  error.clear();
-  try {
-    first.write(row_of_epoch(1));
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  setrlimit(RLIMIT_FSIZE, &saved);
-  sigaction(SIGXFSZ, &old, nullptr);
-  CHECK(error.find("writing log file") != std::string::npos);
+  // 20 bytes: less than the header.
+  CHECK(error_under_limit(20, [&] { first.write(row_of_epoch(1)); }).find("writing log file") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(fresh));
   CHECK(opened == 0);
   first.write(row_of_epoch(1));  // with room again: header and row, and on_open once
