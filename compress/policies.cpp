@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "actlab/core/dispatch.h"
+#include "actlab/core/ops.h"
+#include "actlab/core/precision.h"
 #if defined(ACTLAB_WITH_CUDA)
 #include "actlab/core/cuda/codec.h"
 #endif
@@ -190,6 +192,13 @@ std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p,
       planes->geometry().ranges_per_plane() > 1 || !planes->buffer().device().is_cpu() || planes->shape().size() != 4)
     return nullptr;
   return std::make_unique<PlaneChannelReader>(*planes);
+}
+
+Tensor PlaneCodecPolicy::unpack_bf16(const Packed& p, const SaveInfo& info) const {
+  if (compute_precision() != Precision::BF16) return {};
+  const std::unique_ptr<ChannelReader> reader = channel_reader(p, info);
+  if (!reader) return {};
+  return ops::to_bf16_channels(reader->shape(), [&](int64_t c, float* out) { reader->read(c, out); });
 }
 
 std::string PlaneCodecPolicy::name() const {

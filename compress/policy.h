@@ -91,8 +91,9 @@ class ActivationCachePolicy {
   // tensor when this policy cannot write it directly (the consumer then takes unpack() and reorders).
   virtual Tensor unpack_blocked(const Packed& /*p*/, const SaveInfo& /*info*/, int /*channel_block*/) const { return {}; }
   // The values as a BF16 tensor where this policy holds them so (bf16: its copy itself, not a new one; swap:
-  // its offloaded bf16 copy, brought back), for a consumer that computes in bf16 and would only round
-  // unpack()'s f32 again; else an undefined tensor.
+  // its offloaded bf16 copy, brought back) or can decode them so under --precision bf16 (the plane codecs:
+  // unpack()'s values rounded, with no f32 tensor in between), for a consumer that computes in bf16 and
+  // would only round unpack()'s f32 again; else an undefined tensor.
   virtual Tensor unpack_bf16(const Packed& /*p*/, const SaveInfo& /*info*/) const { return {}; }
   // A reader for a consumer that goes over the channels of a 4-D pack (batch-norm backward): each channel
   // is decoded into the consumer's buffer, which stays in cache, and the full-size tensor is never written.

@@ -716,6 +716,12 @@ Tensor widen(const Tensor& h, DType type, const char* op) {
 }  // namespace
 
 Tensor to_bf16(const Tensor& x) { return narrow(x, DType::BF16, "to_bf16"); }
+Tensor to_bf16_channels(const Shape& shape, const std::function<void(int64_t c, float* out)>& x_channel) {
+  ACTLAB_CHECK(shape.size() == 4, "to_bf16_channels: a 4-D (N, C, H, W) shape, got ", shape_str(shape));
+  Tensor h = Tensor::empty(shape, DType::BF16, Device::cpu());
+  cpu::to_bf16_channels(static_cast<uint16_t*>(h.raw_data()), x_channel, shape[0], shape[1], shape[2] * shape[3]);
+  return h;
+}
 Tensor from_bf16(const Tensor& h) { return widen(h, DType::BF16, "from_bf16"); }
 Tensor to_f16(const Tensor& x) { return narrow(x, DType::F16, "to_f16"); }
 Tensor from_f16(const Tensor& h) { return widen(h, DType::F16, "from_f16"); }

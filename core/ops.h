@@ -85,6 +85,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
 // MemTag), and a BF16 tensor widened back to f32 (exact).
 Tensor to_bf16(const Tensor& x);
 Tensor from_bf16(const Tensor& h);
+// to_bf16 of an (N, C, H, W) tensor supplied one channel at a time (CPU), as batchnorm_backward_channels
+// takes it: x_channel(c, out) writes channel c's N planes as N·H·W f32 (cpu::to_bf16_channels).
+Tensor to_bf16_channels(const Shape& shape, const std::function<void(int64_t c, float* out)>& x_channel);
 // The same for IEEE fp16 (DType::F16): what `exact` keeps under --precision fp16.
 Tensor to_f16(const Tensor& x);
 Tensor from_f16(const Tensor& h);

@@ -12,6 +12,7 @@
 #include "actlab/autograd/saved_tensor.h"
 #include "actlab/autograd/tape.h"
 #include "actlab/compress/exact.h"
+#include "actlab/compress/policies.h"
 #include "actlab/core/bf16.h"
 #include "actlab/core/ops.h"
 #include "actlab/core/philox.h"
@@ -170,6 +171,43 @@ TEST_CASE("precision: under bf16 a convolution computes on the exact keep's bf16
   REQUIRE(y.grad_fn() != nullptr);
   CHECK(y.grad_fn()->exact_bf16_keep("input").defined());  // what the forward read
   CHECK(std::memcmp(y.data().raw_data(), y_ref.raw_data(), static_cast<size_t>(y_ref.nbytes())) == 0);
+}
+
+TEST_CASE("precision: under bf16 the plane codecs decode straight to bf16, unpack()'s values rounded") {
+  // (N, C, H, W): maps of the register paths, one off them (7×7), and a plane with several ranges (no
+  // channel reader: no bf16 decode either).
+  PhiloxStream rng(8, 0);
+  const SaveInfo lossy{"conv2d", "input", true, "conv1"};
+  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=8", "hfc:B=8,Q=2", "division:B=8,Q=2,R=2"}) {
+    for (const Shape& shape : {Shape{3, 5, 32, 32}, Shape{4, 3, 7, 7}, Shape{2, 16, 4, 4}}) {
+      CAPTURE(spec);
+      CAPTURE(shape_str(shape));
+      const auto policy = parse_policy(spec);
+      const Tensor x = Tensor::randn(shape, rng);
+      const auto packed = policy->pack(x, lossy, PackContext{});
+      CHECK_FALSE(policy->unpack_bf16(*packed, lossy).defined());  // fp32: the consumer takes unpack()
+      PrecisionScope bf16(Precision::BF16);
+      const Tensor h = policy->unpack_bf16(*packed, lossy);
+      const bool ranged = std::string(spec).find("R=2") != std::string::npos;
+      CHECK(h.defined() == !ranged);
+      if (!h.defined()) continue;
+      CHECK(h.dtype() == DType::BF16);
+      CHECK(h.shape() == shape);
+      const Tensor want = ops::to_bf16(policy->unpack(*packed, lossy));
+      CHECK(std::memcmp(h.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())) == 0);
+    }
+  }
+  if (!testing::have_bf16_kernels()) return;
+  // A DIVISION@bf16 convolution's backward weights from that bf16 decode are those of the f32 decode
+  // rounded on the way into the bf16 kernels.
+  PrecisionScope bf16(Precision::BF16);
+  const auto policy = parse_policy("division:B=8,Q=2");
+  const Tensor x = Tensor::randn({4, 16, 16, 16}, rng), dy = Tensor::randn({4, 8, 16, 16}, rng);
+  const auto packed = policy->pack(x, lossy, PackContext{});
+  const Tensor dw_f32 = ops::conv2d_backward_weight(dy, policy->unpack(*packed, lossy), {8, 16, 3, 3}, {1, 1, 1}, false, nullptr);
+  const Tensor dw_bf16 =
+      ops::conv2d_backward_weight(dy, policy->unpack_bf16(*packed, lossy), {8, 16, 3, 3}, {1, 1, 1}, false, nullptr);
+  CHECK(std::memcmp(dw_f32.raw_data(), dw_bf16.raw_data(), static_cast<size_t>(dw_f32.nbytes())) == 0);
 }
 
 TEST_CASE("precision: fp16 conversion is IEEE round to nearest even, and exact keeps fp16 copies under fp16") {

@@ -98,6 +98,10 @@ void batchnorm_backward_from_sums_channels(float* dx, const float* dy, const Cha
                                            const float* gamma, const float* save_mean, const float* save_invstd,
                                            const double* sum_dy, const double* sum_dy_xc, double count, int64_t N,
                                            int64_t C, int64_t HW);
+// y (N, C, HW) bf16 = the channels x_channel writes, each rounded as to_bf16 rounds (core/bf16.h), through
+// the same per-thread buffers: the bf16 copy a convolution computing in bf16 reads, from an input kept
+// compressed, without writing and re-reading the f32 tensor first.
+void to_bf16_channels(uint16_t* y, const ChannelSource& x_channel, int64_t N, int64_t C, int64_t HW);
 // Backward of batchnorm_forward_eval (running statistics are constants, e.g. frozen BN):
 // dx = dy·gamma/sqrt(running_var + eps); dgamma = Σ dy·x_hat, dbeta = Σ dy (nullptr: skipped).
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,

@@ -332,6 +332,12 @@ void batchnorm_backward_from_sums_channels(float* dx, const float* dy, const Cha
   });
 }
 
+void to_bf16_channels(uint16_t* y, const ChannelSource& x_channel, int64_t N, int64_t C, int64_t HW) {
+  for_each_read_channel(x_channel, N, C, HW, [&](int64_t c, const float* xc) {
+    for (int64_t n = 0; n < N; ++n) to_bf16_serial(y + (n * C + c) * HW, xc + n * HW, HW);
+  });
+}
+
 void batchnorm_backward_eval(float* dx, float* dgamma, float* dbeta, const float* dy,
                              const float* x, const float* gamma, const float* running_mean,
                              const float* running_var, int64_t N, int64_t C, int64_t HW,
