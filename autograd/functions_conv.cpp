@@ -9,7 +9,8 @@ namespace {
 ops::ConvParams to_params(const Conv2dOptions& o) { return {o.stride, o.padding, o.groups}; }
 
 // Whether the convolution's passes read a bf16 copy of their input as it is (bf16 compute on the CPU): the
-// forward the exact keep's copy, backward weights any bf16 keep. A GPU rounds its fp32 operands itself.
+// forward the exact keep's copy, backward weights any bf16 form of the save (a bf16 keep, or a plane
+// codec's decode to bf16). A GPU rounds its fp32 operands itself.
 bool reads_bf16_input(const Tensor& t) { return compute_precision() == Precision::BF16 && t.device().is_cpu(); }
 
 // What acgc's bound needs of a weight layer (compress/policy.h GradientSensitivity): an error dx in the
@@ -44,7 +45,8 @@ class Conv2dNode final : public Node {
       // unpacked straight into that layout: one pass over the activation fewer than unpack + reorder.
       const int channel_block = ops::conv2d_backward_weight_input_block(dy, x_shape_, w.shape(), to_params(opt_), has_bias_);
       const Tensor x_blocked = channel_block > 0 ? load_blocked("input", channel_block) : Tensor();
-      // Under bf16 the kept bf16 copy goes to the bf16 convolution as it is: no f32 copy to round again.
+      // Under bf16 the save's bf16 form (a kept copy, or a plane codec's decode straight to bf16) goes to the
+      // bf16 convolution as it is: no f32 tensor to round again.
       const Tensor x_bf16 = !x_blocked.defined() && reads_bf16_input(dy) ? load_bf16("input") : Tensor();
       if (x_blocked.defined()) {
         grads[1] = ops::conv2d_backward_weight_blocked_input(dy, x_blocked, x_shape_, w.shape(), to_params(opt_),

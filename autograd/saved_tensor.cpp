@@ -136,7 +136,7 @@ Tensor SavedTensor::unpack() const {
 
 Tensor SavedTensor::unpack_bf16() const {
   check_unchanged();
-  // Timed like unpack_blocked: for most policies a view of their own copy, for SWAP the fetch back.
+  // Timed like unpack_blocked: bf16's view of its own copy, SWAP's fetch back, the plane codecs' decode.
   const auto start = Clock::now();
   Tensor t = entry_->policy->unpack_bf16(*entry_->packed, info_);
   if (t.defined())

@@ -29,8 +29,9 @@ class SavedTensor {
   Tensor unpack() const;
   // The policy's unpack_blocked (undefined when it has none for this pack); timed as an unpack.
   Tensor unpack_blocked(int channel_block) const;
-  // The policy's unpack_bf16 (undefined when it keeps no bf16 tensor); timed as an unpack when it returns one
-  // (a view of the policy's own copy for bf16, SWAP's fetch back from the host).
+  // The policy's unpack_bf16 (undefined when it has no bf16 form of this pack); timed as an unpack when it
+  // returns one (a view of the policy's own copy for bf16, SWAP's fetch back from the host, the plane
+  // codecs' channel-by-channel decode under bf16).
   Tensor unpack_bf16() const;
   // The bf16 copy a bf16 run's exact keep holds (a view, no work, not timed as an unpack); undefined for every
   // other pack, a SWAP one included (its unpack_bf16 fetches). The forward of the op that saved it may compute

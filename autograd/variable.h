@@ -89,7 +89,8 @@ class Node {
   // The tensor of slot in the channel-blocked layout (N, C/channel_block, H, W, channel_block) when its policy writes
   // that directly (ActivationCachePolicy::unpack_blocked), else an undefined tensor.
   Tensor load_blocked(const std::string& slot, int channel_block) const;
-  // The slot's tensor as a BF16 tensor when its policy keeps one (SavedTensor::unpack_bf16), else undefined.
+  // The slot's tensor as a BF16 tensor when its policy keeps or decodes one (SavedTensor::unpack_bf16), else
+  // undefined.
   Tensor load_bf16(const std::string& slot) const;
   // The bf16 copy a bf16 run's exact keep of slot holds (SavedTensor::exact_bf16_keep), else undefined: for a
   // forward that computes on it right after the save.

@@ -95,8 +95,9 @@ class ActivationCachePolicy {
   // unpack()'s values rounded, with no f32 tensor in between), for a consumer that computes in bf16 and
   // would only round unpack()'s f32 again; else an undefined tensor.
   virtual Tensor unpack_bf16(const Packed& /*p*/, const SaveInfo& /*info*/) const { return {}; }
-  // A reader for a consumer that goes over the channels of a 4-D pack (batch-norm backward): each channel
-  // is decoded into the consumer's buffer, which stays in cache, and the full-size tensor is never written.
+  // A reader for a consumer that goes over the channels of a 4-D pack (batch-norm backward; the plane
+  // codecs' unpack_bf16): each channel is decoded into the consumer's buffer, which stays in cache, and the
+  // full-size f32 tensor is never written.
   // nullptr when this policy has none for this pack (the consumer then takes unpack()). The reader refers
   // to p, which must outlive it.
   virtual std::unique_ptr<ChannelReader> channel_reader(const Packed& /*p*/, const SaveInfo& /*info*/) const {

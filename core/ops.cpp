@@ -717,7 +717,8 @@ Tensor widen(const Tensor& h, DType type, const char* op) {
 
 Tensor to_bf16(const Tensor& x) { return narrow(x, DType::BF16, "to_bf16"); }
 Tensor to_bf16_channels(const Shape& shape, const std::function<void(int64_t c, float* out)>& x_channel) {
-  ACTLAB_CHECK(shape.size() == 4, "to_bf16_channels: a 4-D (N, C, H, W) shape, got ", shape_str(shape));
+  ACTLAB_CHECK(shape.size() == 4 && shape_numel(shape) > 0, "to_bf16_channels: a non-empty 4-D (N, C, H, W) shape, got ",
+               shape_str(shape));
   Tensor h = Tensor::empty(shape, DType::BF16, Device::cpu());
   cpu::to_bf16_channels(static_cast<uint16_t*>(h.raw_data()), x_channel, shape[0], shape[1], shape[2] * shape[3]);
   return h;

@@ -1191,6 +1191,11 @@ TEST_CASE("radar: memory and throughput are taken at the grid's batch and input,
                                    "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128\n");
   in.results_csv = dir.file("old2.csv");
   CHECK(error_of([&] { read_radar_data(in); }).find("has no column 'image_size'") != std::string::npos);
+  // A done cell whose summary.json predates the input shape: its row's columns are empty.
+  write_file(dir.file("old3.csv"), "table,model,dataset,policy,seed,final_test_acc,status,cell,batch,image_size,channels\n"
+                                   "fig6,resnet20,fashion-mnist,exact,0,92.0,done,r20-exact-s0,128,,\n");
+  in.results_csv = dir.file("old3.csv");
+  CHECK(error_of([&] { read_radar_data(in); }).find("cell r20-exact-s0 records no input shape") != std::string::npos);
   // Runs of one model at two batches are two settings, not one radar.
   write_file(dir.file("two.csv"), "table,model,dataset,policy,seed,final_test_acc,status,batch,image_size,channels\n"
                                   "fig6,resnet20,fashion-mnist,exact,0,92.0,done,128,28,1\n"

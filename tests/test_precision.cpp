@@ -179,7 +179,8 @@ TEST_CASE("precision: under bf16 the plane codecs decode straight to bf16, unpac
   PhiloxStream rng(8, 0);
   const SaveInfo lossy{"conv2d", "input", true, "conv1"};
   for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=8", "hfc:B=8,Q=2", "division:B=8,Q=2,R=2"}) {
-    for (const Shape& shape : {Shape{3, 5, 32, 32}, Shape{4, 3, 7, 7}, Shape{2, 16, 4, 4}}) {
+    // {4, 16, 32, 32}: above the parallel grain, so the channels run on several threads' buffers.
+    for (const Shape& shape : {Shape{3, 5, 32, 32}, Shape{4, 3, 7, 7}, Shape{2, 16, 4, 4}, Shape{4, 16, 32, 32}}) {
       CAPTURE(spec);
       CAPTURE(shape_str(shape));
       const auto policy = parse_policy(spec);
@@ -199,15 +200,20 @@ TEST_CASE("precision: under bf16 the plane codecs decode straight to bf16, unpac
   }
   if (!testing::have_bf16_kernels()) return;
   // A DIVISION@bf16 convolution's backward weights from that bf16 decode are those of the f32 decode
-  // rounded on the way into the bf16 kernels.
+  // rounded on the way into the bf16 kernels: a 3×3 layer on 16² maps, and one on 4² maps (16 output
+  // positions: on AMX CPUs the backward weights' bf16 matmul route, core/cpu/conv.cpp).
   PrecisionScope bf16(Precision::BF16);
   const auto policy = parse_policy("division:B=8,Q=2");
-  const Tensor x = Tensor::randn({4, 16, 16, 16}, rng), dy = Tensor::randn({4, 8, 16, 16}, rng);
-  const auto packed = policy->pack(x, lossy, PackContext{});
-  const Tensor dw_f32 = ops::conv2d_backward_weight(dy, policy->unpack(*packed, lossy), {8, 16, 3, 3}, {1, 1, 1}, false, nullptr);
-  const Tensor dw_bf16 =
-      ops::conv2d_backward_weight(dy, policy->unpack_bf16(*packed, lossy), {8, 16, 3, 3}, {1, 1, 1}, false, nullptr);
-  CHECK(std::memcmp(dw_f32.raw_data(), dw_bf16.raw_data(), static_cast<size_t>(dw_f32.nbytes())) == 0);
+  for (const int64_t hw : {16, 4}) {
+    CAPTURE(hw);
+    const Tensor x = Tensor::randn({4, 16, hw, hw}, rng), dy = Tensor::randn({4, 8, hw, hw}, rng);
+    const auto packed = policy->pack(x, lossy, PackContext{});
+    const Tensor dw_f32 =
+        ops::conv2d_backward_weight(dy, policy->unpack(*packed, lossy), {8, 16, 3, 3}, {1, 1, 1}, false, nullptr);
+    const Tensor dw_bf16 =
+        ops::conv2d_backward_weight(dy, policy->unpack_bf16(*packed, lossy), {8, 16, 3, 3}, {1, 1, 1}, false, nullptr);
+    CHECK(std::memcmp(dw_f32.raw_data(), dw_bf16.raw_data(), static_cast<size_t>(dw_f32.nbytes())) == 0);
+  }
 }
 
 TEST_CASE("precision: fp16 conversion is IEEE round to nearest even, and exact keeps fp16 copies under fp16") {

@@ -153,6 +153,7 @@ RadarData read_radar_data(const RadarInputs& in) {
                "picks the memory and throughput rows (an older actlab-ablate's; rewrite it with actlab-ablate "
                "--report-only --out DIR)");
   require_input_columns(results, "actlab-ablate", "rewrite it with actlab-ablate --report-only --out DIR");
+  // (Cells whose summaries predate the input shape get empty columns there: see below.)
   const CsvTable memory = read_csv(in.memory_csv, "--memory");
   memory.require({"model", "batch", "policy", "activation_gib"}, "actlab-memtable --csv");
   require_input_columns(memory, "actlab-memtable", "measure it again");
@@ -192,6 +193,13 @@ RadarData read_radar_data(const RadarInputs& in) {
   d.batch = *batches.begin();
   std::set<std::string> inputs;
   for (const auto* row : rows) {
+    // A cell run before actlab-train recorded its input (or on images that are not square) has empty
+    // columns: say which cell, why, and what to do, rather than that '' is not a number.
+    const std::string cell = row->count("cell") ? row->at("cell") : row->at("policy");
+    ACTLAB_CHECK(!row->at("image_size").empty() && !row->at("channels").empty(), "--results file '", in.results_csv,
+                 "': cell ", cell, " records no input shape (its summary.json is from an actlab-train that did not "
+                 "record one, or its images are not square); run the cell again, or fill in its image_size and "
+                 "channels by hand");
     d.image_size = static_cast<int64_t>(number(results, *row, "image_size", true));
     d.channels = static_cast<int64_t>(number(results, *row, "channels", true));
     inputs.insert(input_text(d.image_size, d.channels));

@@ -47,9 +47,10 @@ struct RadarData {
 // is listed there (else every row). The memory and throughput files: rows of the same model at the
 // batch and input shape (image_size, channels) of those results.csv rows. A method missing from a file
 // is left out (RadarData::skipped). Throws Error (one line naming the file) for an unreadable file, a
-// missing column (an older tool's file without the input shape included), no rows for the model or none
-// at the grid's batch and input, runs at several batches or inputs, no Normal (exact) row to compare
-// with, or several models (data sets) without RadarInputs::model (RadarInputs::dataset).
+// missing column (an older tool's file without the input shape included), a done cell with no input shape
+// (run before actlab-train recorded it), no rows for the model or none at the grid's batch and input,
+// runs at several batches or inputs, no Normal (exact) row to compare with, or several models (data
+// sets) without RadarInputs::model (RadarInputs::dataset).
 RadarData read_radar_data(const RadarInputs& inputs);
 
 // The chart: one polygon per method; axes test accuracy (%) from below the worst method to a round

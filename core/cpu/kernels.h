@@ -33,6 +33,11 @@ constexpr int64_t kParallelGrain = 32768;
 #define ACTLAB_CPU_CLONES
 #endif
 
+// Implementation detail of the kernels_*.cpp files: range(i0, i1) over [0, n) in chunks of 16384
+// elements, in parallel from kParallelGrain elements on, so an ACTLAB_CPU_CLONES range function is
+// dispatched once per chunk rather than once per element (kernels_eltwise.cpp).
+void parallel_elements(int64_t n, const std::function<void(int64_t i0, int64_t i1)>& range);
+
 // ---------------------------------------------------------------------------------------------
 // 1-bit masks. Bit i of a mask is bit (i % 32) of word i / 32 (LSB first); a mask for n elements
 // has mask_words(n) words and the unused high bits of the last word are written as 0.
@@ -180,7 +185,8 @@ void strided_copy_ref(void* dst, const void* src, const StridedCopy& c);
 // The element functions of core/bf16.h are their reference twins (tests/test_cpu_kernels.cpp).
 void to_bf16(uint16_t* y, const float* x, int64_t n);
 void from_bf16(float* y, const uint16_t* x, int64_t n);
-// The same on the calling thread only, for callers inside a parallel loop of their own.
+// The same on the calling thread only, for callers inside a parallel loop of their own. (to_bf16_channels,
+// beside the batch-norm kernels, rounds a tensor supplied one channel at a time.)
 void to_bf16_serial(uint16_t* y, const float* x, int64_t n);
 void from_bf16_serial(float* y, const uint16_t* x, int64_t n);
 // The same for IEEE fp16 (core/bf16.h float_to_f16 / f16_to_float): what `exact` keeps under fp16.

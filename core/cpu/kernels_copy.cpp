@@ -1,6 +1,5 @@
 // Copies between tensor layouts (core/cpu/kernels.h, StridedCopy): the fast loop Tensor::copy_ runs and
 // the one-element-at-a-time reference it is tested against (tests/test_token_ops.cpp).
-#include <algorithm>
 #include <cstring>
 
 #include "actlab/core/bf16.h"
@@ -89,23 +88,12 @@ ACTLAB_CPU_CLONES void from_bf16_serial(float* y, const uint16_t* x, int64_t n) 
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(x[i]);
 }
 
-namespace {
-// f(first, count) over chunks of [0, n), in parallel above kParallelGrain elements.
-template <typename F>
-void parallel_chunks(int64_t n, F f) {
-  constexpr int64_t kChunk = 16384;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
-  for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
-}
-}  // namespace
-
 void to_bf16(uint16_t* y, const float* x, int64_t n) {
-  parallel_chunks(n, [=](int64_t first, int64_t count) { to_bf16_serial(y + first, x + first, count); });
+  parallel_elements(n, [=](int64_t i0, int64_t i1) { to_bf16_serial(y + i0, x + i0, i1 - i0); });
 }
 
 void from_bf16(float* y, const uint16_t* x, int64_t n) {
-  parallel_chunks(n, [=](int64_t first, int64_t count) { from_bf16_serial(y + first, x + first, count); });
+  parallel_elements(n, [=](int64_t i0, int64_t i1) { from_bf16_serial(y + i0, x + i0, i1 - i0); });
 }
 
 void to_f16(uint16_t* y, const float* x, int64_t n) {

@@ -1,5 +1,7 @@
 // CPU batch norm 2-D: training forward (batch statistics + running update), inference forward and
-// the two backwards. Contracts in core/cpu/kernels.h; tested in tests/test_cpu_kernels.cpp.
+// the two backwards, and the channel-by-channel bf16 rounding (to_bf16_channels) that shares their loop
+// over decoded channels. Contracts in core/cpu/kernels.h; tested in tests/test_cpu_kernels.cpp and
+// (to_bf16_channels) tests/test_precision.cpp.
 // Work is split over ranges of channels (channel_block): one thread owns a range's N planes for the
 // statistics pass and the apply pass, so the second pass finds them still in cache. The decoded-channel
 // backwards (x handed over one channel at a time) take ranges of one. The per-channel loops are
