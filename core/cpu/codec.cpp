@@ -1016,7 +1016,7 @@ ACTLAB_AVX512BW void unpack_row_plane(float* op, const uint16_t* lfc, const uint
 // as unpack_plane_direct does with 16 lanes.
 template <int kH, int kW, int kB>
 constexpr bool kDirectUnpackAvx2 = Extents<kH, kW, kB>::kFixed && (kH * kW) % 8 == 0 &&
-                                   ((kH / Extents<kH, kW, kB>::kBh) * (kW / Extents<kH, kW, kB>::kBw) == 1 ||
+                                   (Extents<kH, kW, kB>::kLfcElems == 1 ||
                                     (Extents<kH, kW, kB>::kTiled && Extents<kH, kW, kB>::kBw == 8));
 // The codes of elements 8v..8v+7 of a bits-bit LSB-first run, one per u32 lane.
 ACTLAB_AVX2 ACTLAB_INLINE __m256i run_codes8(const uint8_t* run, int64_t v, int bits) {
@@ -1042,7 +1042,7 @@ ACTLAB_AVX2 void unpack_plane_direct_avx2(float* op, const uint16_t* lfc, const 
                                           int bits) {
   using X = Extents<kH, kW, kB>;
   static_assert(kDirectUnpackAvx2<kH, kW, kB>, "unpack_plane_direct_avx2: a shape its loops do not cover");
-  constexpr int kLw = kW / X::kBw, kLe = (kH / X::kBh) * kLw;
+  constexpr int kLw = kW / X::kBw, kLe = X::kLfcElems;
   float up[kLe];  // the plane's LFC values as f32; vector v up-samples one of them
   if (lfc)
     for (int k = 0; k < kLe; ++k) up[k] = bf16_to_float(lfc[k]);

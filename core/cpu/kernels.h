@@ -11,6 +11,7 @@
 // the work. Results do not depend on the thread count, except the cross-entropy loss (a parallel
 // double reduction).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -35,8 +36,17 @@ constexpr int64_t kParallelGrain = 32768;
 
 // Implementation detail of the kernels_*.cpp files: range(i0, i1) over [0, n) in chunks of 16384
 // elements, in parallel from kParallelGrain elements on, so an ACTLAB_CPU_CLONES range function is
-// dispatched once per chunk rather than once per element (kernels_eltwise.cpp).
-void parallel_elements(int64_t n, const std::function<void(int64_t i0, int64_t i1)>& range);
+// dispatched once per chunk rather than once per element. A template (no std::function to allocate on
+// every element-wise call); the pragma is guarded because this header is also read without OpenMP.
+template <typename RangeFn>
+void parallel_elements(int64_t n, RangeFn range) {
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (parallel : n >= kParallelGrain)
+#endif
+  for (int64_t c = 0; c < chunks; ++c) range(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
 
 // ---------------------------------------------------------------------------------------------
 // 1-bit masks. Bit i of a mask is bit (i % 32) of word i / 32 (LSB first); a mask for n elements

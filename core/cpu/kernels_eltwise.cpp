@@ -118,17 +118,8 @@ ACTLAB_CPU_CLONES void relu6_range(float* y, uint32_t* mask, const float* x, int
   });
 }
 
-}  // namespace
-
-// Plain element-wise loops, in chunks for the same dispatch-once-per-chunk reason.
-void parallel_elements(int64_t n, const std::function<void(int64_t i0, int64_t i1)>& range) {
-  constexpr int64_t kChunk = 16384;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (parallel : n >= kParallelGrain)
-  for (int64_t c = 0; c < chunks; ++c) range(c * kChunk, std::min(n, (c + 1) * kChunk));
-}
-
-namespace {
+// Plain element-wise loops go through parallel_elements (kernels.h) for the same dispatch-once-per-chunk
+// reason.
 
 ACTLAB_CPU_CLONES void add_range(float* y, const float* a, const float* b, int64_t i0, int64_t i1) {
 #pragma omp simd
