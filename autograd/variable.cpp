@@ -50,7 +50,7 @@ const Node::SlotList& Node::slots() const {
   return none;
 }
 
-void Node::save(const char* slot, const Tensor& t, bool lossy_ok, int min_bits) {
+void Node::save(const char* slot, const Tensor& t, bool lossy_ok, int min_bits, bool channels_last) {
   const SlotList& declared = slots();
   if (std::none_of(declared.begin(), declared.end(), [&](const char* d) { return std::strcmp(d, slot) == 0; })) {
     std::string names;
@@ -58,7 +58,7 @@ void Node::save(const char* slot, const Tensor& t, bool lossy_ok, int min_bits) 
     ACTLAB_FAIL(name(), " (", module_path, "): save into undeclared slot '", slot, "' (its slots: ",
                 names.empty() ? "none" : names, ")");
   }
-  const SaveInfo info{name(), slot, lossy_ok, module_path, min_bits};
+  const SaveInfo info{name(), slot, lossy_ok, module_path, min_bits, channels_last};
   for (auto& s : saved_) {
     if (s.first == slot) {
       s.second = SavedTensor(t, info);

@@ -81,6 +81,8 @@ class Node {
   // approximation backward tolerates (conv, linear, batch-norm inputs). min_bits: the fewest code bits
   // per element it tolerates (SaveInfo::min_bits; 0: whatever the policy's width).
   void save_lossy(const char* slot, const Tensor& t, int min_bits = 0) { save(slot, t, true, min_bits); }
+  // save_lossy of an (N, C, H, W) tensor that backward computes on channels-last (SaveInfo::channels_last).
+  void save_lossy_channels_last(const char* slot, const Tensor& t) { save(slot, t, true, 0, true); }
   // Keeps t exactly (masks, indices, weights, statistics, probabilities). Both take the op name
   // (name()) and the module path from the node; identical tensors saved twice in one step are packed once.
   void save_exact(const char* slot, const Tensor& t) { save(slot, t, false); }
@@ -113,7 +115,7 @@ class Node {
   std::vector<Tensor> grad_outputs;  // accumulated by the tape during backward
   std::string module_path;           // module that recorded this node ("layer1.0.conv1")
  private:
-  void save(const char* slot, const Tensor& t, bool lossy_ok, int min_bits = 0);
+  void save(const char* slot, const Tensor& t, bool lossy_ok, int min_bits = 0, bool channels_last = false);
   const SavedTensor& saved(const std::string& slot) const;  // throws Error naming the node when absent
   std::vector<std::pair<std::string, SavedTensor>> saved_;
 };

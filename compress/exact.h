@@ -45,15 +45,20 @@ class PackedHalf final : public Packed {
 
 class Bf16Policy final : public ActivationCachePolicy {
  public:
-  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo&, const PackContext&) const override {
-    return std::make_unique<PackedHalf>(ops::to_bf16(x));
+  // A save whose consumer computes channels-last (SaveInfo::channels_last) is copied in that layout: the bf16
+  // convolution reads it as it is, in forward and in backward, where an (N, C, H, W) copy is reordered twice.
+  std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext&) const override {
+    const bool channels_last = info.channels_last && x.dim() == 4 && x.device().is_cpu();
+    return std::make_unique<PackedHalf>(channels_last ? ops::to_bf16_channels_last(x) : ops::to_bf16(x));
   }
-  Tensor unpack(const Packed& p, const SaveInfo&) const override { return ops::from_bf16(half_of(p)); }
+  Tensor unpack(const Packed& p, const SaveInfo&) const override { return ops::from_bf16(half_of(p).contiguous()); }
+  // The copy as it is kept: (N, C, H, W) contiguous, or channels-last (Tensor::is_channels_last).
   Tensor unpack_bf16(const Packed& p, const SaveInfo&) const override { return half_of(p); }
-  // Batch-norm backward widens one channel at a time into its own buffer: no full-size f32 copy.
+  // Batch-norm backward widens one channel at a time into its own buffer: no full-size f32 copy. (Not from a
+  // channels-last copy, whose channels are strided: its consumers are convolutions.)
   std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo&) const override {
     const Tensor& h = half_of(p);
-    if (h.dim() != 4 || !h.device().is_cpu()) return nullptr;
+    if (h.dim() != 4 || !h.device().is_cpu() || !h.is_contiguous()) return nullptr;
     return std::make_unique<Reader>(h);
   }
   std::string name() const override { return "bf16"; }

@@ -26,6 +26,11 @@ struct SaveInfo {
   // its backward's error grows as the saved values shrink (softmax: kProbabilityBits); a policy with
   // Q-bit codes codes such a save at code_bits(Q, info) instead, in its own layout otherwise.
   int min_bits = 0;
+  // The consumer computes on this (N, C, H, W) save channels-last (a bf16 convolution on the CPU whose oneDNN
+  // kernels read that layout: autograd/functions_conv.cpp). A policy keeping a 16-bit copy may write it so
+  // (compress/exact.h), and the consumer then reads it without a reorder. Only a hint: a pack shared with
+  // another consumer serves both, and every consumer takes either layout.
+  bool channels_last = false;
 };
 // The width a Q-bit policy codes this save at: max(Q, info.min_bits).
 inline int code_bits(int policy_bits, const SaveInfo& info) { return policy_bits > info.min_bits ? policy_bits : info.min_bits; }

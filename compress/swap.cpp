@@ -40,7 +40,9 @@ Tensor offloaded_form(const Tensor& view, const SaveInfo& info, const PackContex
   const ActivationCachePolicy& keep = exact_keep_policy();
   const Tensor x = view.contiguous();
   if (&keep == &exact_policy() || x.dtype() != DType::F32) return x;
-  return packed_as<PackedHalf>(*keep.pack(x, info, ctx), keep.name()).half();
+  SaveInfo contiguous_keep = info;  // not the channels-last copy a convolution's keep may be
+  contiguous_keep.channels_last = false;
+  return packed_as<PackedHalf>(*keep.pack(x, contiguous_keep, ctx), keep.name()).half();
 }
 }  // namespace
 

@@ -94,11 +94,13 @@ Precision gemm_precision(Device dev, const char* op) {
 }
 Precision conv_precision(Device dev) { return gemm_precision(dev, "conv2d"); }
 
-// A convolution input given as bf16 (a bf16 run's kept copy): only the CPU's bf16 kernels read one.
-void check_bf16_conv_input(const char* op, const Tensor& x, Device dev, Precision pr) {
-  ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && x.is_contiguous(), op,
-               ": a bf16 input needs bf16 compute on the CPU and a contiguous tensor, got ", x.str(), " on ", dev.str(),
-               " under ", precision_name(pr));
+// A convolution input given as bf16 (a bf16 run's kept copy): only the CPU's bf16 kernels read one, laid out
+// (N, C, H, W) or channels-last. Returns its layout.
+cpu::Bf16Layout check_bf16_conv_input(const char* op, const Tensor& x, Device dev, Precision pr) {
+  ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && (x.is_contiguous() || x.is_channels_last()), op,
+               ": a bf16 input needs bf16 compute on the CPU and a contiguous or channels-last tensor, got ", x.str(),
+               " on ", dev.str(), " under ", precision_name(pr));
+  return x.is_contiguous() ? cpu::Bf16Layout::Nchw : cpu::Bf16Layout::ChannelsLast;
 }
 }  // namespace
 
@@ -114,8 +116,9 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
   const Precision pr = conv_precision(dev);
   Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
   if (x.dtype() == DType::BF16) {
-    check_bf16_conv_input("conv2d", x, dev, pr);
-    cpu::conv2d_forward_bf16_input(f32(y), static_cast<const uint16_t*>(x.raw_data()), f32(w), opt_ptr(b), s);
+    const cpu::Bf16Layout layout = check_bf16_conv_input("conv2d", x, dev, pr);
+    cpu::conv2d_forward_bf16_input(f32(y), static_cast<const uint16_t*>(x.raw_data()), f32(w), opt_ptr(b), s,
+                                   cpu::ConvImpl::Auto, layout);
     return y;
   }
   ACTLAB_DISPATCH(dev, cuda::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, gpu.ctx(), pr),
@@ -155,8 +158,9 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = bias_grad(db, want_bias, s.K, dev);
   if (x.dtype() == DType::BF16) {
-    check_bf16_conv_input("conv2d_backward_weight", x, dev, pr);
-    cpu::conv2d_backward_weight_bf16_input(f32(dw), db_ptr, f32(dy), static_cast<const uint16_t*>(x.raw_data()), s);
+    const cpu::Bf16Layout layout = check_bf16_conv_input("conv2d_backward_weight", x, dev, pr);
+    cpu::conv2d_backward_weight_bf16_input(f32(dw), db_ptr, f32(dy), static_cast<const uint16_t*>(x.raw_data()), s,
+                                           cpu::ConvImpl::Auto, layout);
     return dw;
   }
   require_f32_contig("conv2d_backward_weight", "input", x);
@@ -171,6 +175,11 @@ ConvBackwardScope::ConvBackwardScope(const Tensor& dy) : dy_(dy) {
 }
 
 ConvBackwardScope::~ConvBackwardScope() = default;
+
+bool conv2d_bf16_reads_channels_last(const Tensor& x, const Shape& w_shape, const ConvParams& p, bool with_bias) {
+  if (!x.device().is_cpu() || x.dim() != 4 || compute_precision() != Precision::BF16) return false;
+  return cpu::conv2d_bf16_reads_channels_last(conv_shape(x.shape(), w_shape, p), with_bias);
+}
 
 int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, const Shape& w_shape,
                                        const ConvParams& p, bool want_bias) {
@@ -721,6 +730,16 @@ Tensor to_bf16_channels(const Shape& shape, const std::function<void(int64_t c, 
                shape_str(shape));
   Tensor h = Tensor::empty(shape, DType::BF16, Device::cpu());
   cpu::to_bf16_channels(static_cast<uint16_t*>(h.raw_data()), x_channel, shape[0], shape[1], shape[2] * shape[3]);
+  return h;
+}
+Tensor to_bf16_channels_last(const Tensor& x) {
+  const Device dev = op_device("to_bf16_channels_last", {&x});
+  require_f32_contig("to_bf16_channels_last", "input", x);
+  ACTLAB_CHECK(dev.is_cpu() && x.dim() == 4, "to_bf16_channels_last: a 4-D (N, C, H, W) tensor on the CPU, got ",
+               x.str(), " on ", dev.str());
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  Tensor h = Tensor::empty({N, H, W, C}, DType::BF16, dev).permute({0, 3, 1, 2});
+  cpu::to_bf16_channels_last(static_cast<uint16_t*>(h.raw_data()), f32(x), N, C, H * W);
   return h;
 }
 Tensor from_bf16(const Tensor& h) { return widen(h, DType::BF16, "from_bf16"); }

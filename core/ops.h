@@ -23,13 +23,17 @@ struct ConvParams {
   int64_t padding = 0;
   int64_t groups = 1;
 };
-// x (N,C,H,W), w (K,C/g,R,S), b (K) or undefined -> (N,K,P,Q). x may be a contiguous BF16 tensor on the CPU
-// under bf16 compute (a bf16 run's kept copy of the input: the convolution reads it as it is).
+// x (N,C,H,W), w (K,C/g,R,S), b (K) or undefined -> (N,K,P,Q). x may be a BF16 tensor on the CPU under bf16
+// compute, contiguous or channels-last (a bf16 run's kept copy of the input: the convolution reads it as it is).
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p);
+// Whether conv2d_forward of an f32 x of this shape and device, under the compute precision in force, computes on
+// a channels-last bf16 operand (cpu::conv2d_bf16_reads_channels_last): a bf16 keep of x is best made in that
+// layout (SaveInfo::channels_last). False on a GPU and in fp32.
+bool conv2d_bf16_reads_channels_last(const Tensor& x, const Shape& w_shape, const ConvParams& p, bool with_bias);
 // dy (N,K,P,Q), w -> dx of x_shape.
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);
-// dy, x -> dw of w_shape; db (K) when want_bias. x may be a contiguous BF16 tensor on the CPU under bf16
-// compute (the kept bf16 copy of the input: read as it is, no f32 copy).
+// dy, x -> dw of w_shape; db (K) when want_bias. x may be a BF16 tensor on the CPU under bf16 compute,
+// contiguous or channels-last (the kept bf16 copy of the input: read as it is, no f32 copy).
 Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
                               bool want_bias, Tensor* db);
 // 16 when conv2d_backward_weight on dy's device computes on a channel-blocked input (on the CPU: oneDNN's
@@ -88,6 +92,9 @@ Tensor from_bf16(const Tensor& h);
 // to_bf16 of an (N, C, H, W) tensor supplied one channel at a time (CPU), as batchnorm_backward_channels
 // takes it: x_channel(c, out) writes channel c's N planes as N·H·W f32 (cpu::to_bf16_channels).
 Tensor to_bf16_channels(const Shape& shape, const std::function<void(int64_t c, float* out)>& x_channel);
+// to_bf16 of a contiguous (N, C, H, W) f32 tensor on the CPU, written channels-last: a BF16 tensor of the same
+// shape with Tensor::is_channels_last() (cpu::to_bf16_channels_last).
+Tensor to_bf16_channels_last(const Tensor& x);
 // The same for IEEE fp16 (DType::F16): what `exact` keeps under --precision fp16.
 Tensor to_f16(const Tensor& x);
 Tensor from_f16(const Tensor& h);

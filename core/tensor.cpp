@@ -58,6 +58,12 @@ std::string shape_str(const Shape& s) {
   return os.str();
 }
 
+Shape channels_last_strides(const Shape& nchw) {
+  ACTLAB_CHECK(nchw.size() == 4, "channels_last_strides: a 4-D (N, C, H, W) shape, got ", shape_str(nchw));
+  const int64_t C = nchw[1], H = nchw[2], W = nchw[3];
+  return {H * W * C, 1, W * C, C};
+}
+
 Shape contiguous_strides(const Shape& s) {
   Shape st(s.size());
   int64_t acc = 1;
@@ -210,6 +216,8 @@ int64_t Tensor::size(int64_t d) const {
 }
 
 Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
+
+bool Tensor::is_channels_last() const { return dim() == 4 && strides_ == channels_last_strides(shape_); }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;

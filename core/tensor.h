@@ -21,6 +21,10 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);   // "(64,3,32,32)"
 Shape contiguous_strides(const Shape& s);
+// The strides of a 4-D (N, C, H, W) shape laid out channels-last, (N, H, W, C) in memory: those of
+// Tensor::empty({N, H, W, C}).permute({0, 3, 1, 2}), the layout a bf16 convolution's keep may take
+// (compress/exact.h).
+Shape channels_last_strides(const Shape& nchw);
 
 // One allocation. The version counter is bumped by in-place writes (fill_, copy_, add_, ...), so a
 // cached pack of this storage can tell it is stale. id() is unique for the life of the process.
@@ -89,6 +93,8 @@ class Tensor {
   Device device() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const;
+  // 4-D with channels_last_strides (exactly: a contiguous tensor of C = 1 or H·W = 1 is not one).
+  bool is_channels_last() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   std::string str() const;  // "f32(64,3,32,32)"
 

@@ -171,6 +171,17 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         actlab::cpu::conv2d_forward(y_wide.data(), xr.data(), w.data(), bias, s, impl, Precision::BF16);
         CHECK(y16 == y_wide);
         CHECK(y16 == y);
+        // The same copy laid out channels-last (what a keep is where the kernel reads that layout): the same bits.
+        std::vector<uint16_t> x_bits_cl(x_n);
+        const int64_t HW = s.H * s.W;
+        for (int64_t n = 0; n < s.N; ++n)
+          for (int64_t c = 0; c < s.C; ++c)
+            for (int64_t p = 0; p < HW; ++p)
+              x_bits_cl[static_cast<size_t>((n * HW + p) * s.C + c)] = x_bits[static_cast<size_t>((n * s.C + c) * HW + p)];
+        std::vector<float> y16_cl(y_n, NAN);
+        actlab::cpu::conv2d_forward_bf16_input(y16_cl.data(), x_bits_cl.data(), w.data(), bias, s, impl,
+                                               actlab::cpu::Bf16Layout::ChannelsLast);
+        CHECK(y16_cl == y16);
 
         std::vector<float> dx(x_n, NAN), dx_ref(x_n);
         actlab::cpu::conv2d_backward_data(dx.data(), dy.data(), w.data(), s, impl, Precision::BF16);
@@ -193,6 +204,12 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
                                               xr.data(), s, impl, Precision::BF16);
           CHECK(dw16 == dw_wide);
           if (with_bias) CHECK(db16 == db_wide);
+          std::vector<float> dw16_cl(w_n, NAN), db16_cl(s.K, NAN);
+          actlab::cpu::conv2d_backward_weight_bf16_input(dw16_cl.data(), with_bias ? db16_cl.data() : nullptr,
+                                                         dy.data(), x_bits_cl.data(), s, impl,
+                                                         actlab::cpu::Bf16Layout::ChannelsLast);
+          CHECK(dw16_cl == dw16);
+          if (with_bias) CHECK(db16_cl == db16);
         }
         // The bias gradient sums dy: oneDNN may sum the bf16 or the f32 dy; either is within bf16 rounding. The
         // matmul route sums the rounded dy in double, as the reference does.
@@ -212,6 +229,12 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   CHECK(actlab::cpu::conv2d_backward_weight_impl(grouped, ConvImpl::Im2colGemm, Precision::BF16) ==
         ConvImpl::DnnlBlocked);
   CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Im2colGemm, Precision::F32) == ConvImpl::Im2colGemm);
+  // Which input layout the bf16 forward reads: never channels-last on dnnl-plain's (N, C, H, W) kernels (Auto's
+  // pointwise layers); dnnl-nhwc's by construction.
+  const ConvShape pointwise = shape(2, 16, 8, 8, 32, 1, 1, 1, 0, 1);
+  CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::Auto));
+  CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(large, true, ConvImpl::DnnlPlain));
+  CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(large, true, ConvImpl::DnnlNhwc));
   // Winograd has no bf16 kernel.
   CHECK_THROWS_WITH_AS(actlab::cpu::conv2d_forward(nullptr, nullptr, nullptr, nullptr, test_shapes()[0],
                                                    ConvImpl::DnnlWinograd, Precision::BF16),

@@ -779,3 +779,37 @@ TEST_CASE("cpu kernels: bf16 conversions are core/bf16.h's element functions, sp
     same = same && std::memcmp(&back[i], &back_s[i], 4) == 0 && actlab::float_bits(back[i]) == (static_cast<uint32_t>(h[i]) << 16);
   CHECK(same);
 }
+
+TEST_CASE("cpu kernels: to_bf16_channels_last is to_bf16 transposed to (N, HW, C), on AVX-512 and portably") {
+  // The reference twin: to_bf16 in (N, C, HW) order, then element (n, c, p) moved to (n, p, c). Shapes with whole
+  // 16 x 16 blocks (the registers' transpose), channel counts off the 16 grid (the ragged channels), position
+  // counts off the 32-position tile and the 16 grid (the ragged positions), a single channel and a single
+  // position; special values (NaN payloads, infinities, subnormals, ties) scattered through each.
+  const uint32_t specials[] = {0x7FC00000u, 0x7F800001u, 0xFFBFFFFFu, 0x7F800000u, 0xFF800000u, 0x80000000u,
+                               0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu, 0x3F808000u, 0x3F818000u, 0xBF808001u};
+  const int64_t shapes[][3] = {{2, 64, 16}, {3, 37, 81}, {2, 16, 1024}, {1, 3, 1024}, {2, 48, 33}, {1, 1, 50},
+                               {4, 20, 1}, {128, 32, 64}};
+  for (const auto& sh : shapes) {
+    const int64_t N = sh[0], C = sh[1], HW = sh[2], n = N * C * HW;
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(HW);
+    std::vector<float> x(static_cast<size_t>(n));
+    actlab::PhiloxStream rng(11, static_cast<uint64_t>(n));
+    for (auto& v : x) v = (static_cast<float>(rng.next_bits() % 20001) - 10000.f) * 1.7e-3f;
+    for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); ++k)
+      std::memcpy(&x[(k * 7919) % x.size()], &specials[k], 4);
+    std::vector<uint16_t> nchw(static_cast<size_t>(n)), expected(static_cast<size_t>(n));
+    cpu::to_bf16(nchw.data(), x.data(), n);
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < HW; ++p)
+          expected[static_cast<size_t>((b * HW + p) * C + c)] = nchw[static_cast<size_t>((b * C + c) * HW + p)];
+    for (const bool avx512 : {true, false}) {
+      CAPTURE(avx512);
+      std::vector<uint16_t> got(static_cast<size_t>(n), 0xAAAA);
+      cpu::to_bf16_channels_last(got.data(), x.data(), N, C, HW, avx512);
+      CHECK(got == expected);
+    }
+  }
+}

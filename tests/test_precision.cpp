@@ -173,6 +173,73 @@ TEST_CASE("precision: under bf16 a convolution computes on the exact keep's bf16
   CHECK(std::memcmp(y.data().raw_data(), y_ref.raw_data(), static_cast<size_t>(y_ref.nbytes())) == 0);
 }
 
+TEST_CASE("precision: a keep hinted channels-last is kept so, and every consumer of it reads the same values") {
+  PhiloxStream rng(9, 0);
+  const Tensor x = Tensor::randn({2, 16, 8, 8}, rng), w = Tensor::randn({16, 16, 3, 3}, rng);
+  const ops::ConvParams p{1, 1, 1};
+  SaveInfo hinted{"conv2d", "input", true, "conv1"};
+  hinted.channels_last = true;
+  const Tensor x16 = ops::to_bf16(x);
+  // The policy: the same bits in the other layout, the same unpack(), no channel reader (strided channels).
+  const Bf16Policy& bf16_keep = bf16_policy();
+  const auto packed = bf16_keep.pack(x, hinted, PackContext{});
+  CHECK(packed->nbytes() == x16.nbytes());
+  const Tensor cl = bf16_keep.unpack_bf16(*packed, hinted);
+  REQUIRE(cl.is_channels_last());
+  CHECK_FALSE(cl.is_contiguous());
+  const Tensor cl_as_nchw = cl.contiguous();
+  CHECK(std::memcmp(cl_as_nchw.raw_data(), x16.raw_data(), static_cast<size_t>(x16.nbytes())) == 0);
+  const Tensor back = bf16_keep.unpack(*packed, hinted);
+  CHECK(back.is_contiguous());
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) mismatches += back.data<float>()[i] != round_bf16(x.data<float>()[i]);
+  CHECK(mismatches == 0);
+  CHECK(bf16_keep.channel_reader(*packed, hinted) == nullptr);
+  CHECK(bf16_keep.channel_reader(*bf16_keep.pack(x, SaveInfo{}, PackContext{}), SaveInfo{}) != nullptr);
+  // SWAP offloads raw bytes: its copy stays (N, C, H, W) whatever the hint.
+  {
+    PrecisionScope bf16(Precision::BF16);
+    const auto swap = parse_policy("swap:P=2");
+    const auto offloaded = swap->pack(x, hinted, PackContext{});
+    const Tensor fetched = swap->unpack_bf16(*offloaded, hinted);
+    REQUIRE(fetched.defined());
+    CHECK(fetched.is_contiguous());
+    CHECK(std::memcmp(fetched.raw_data(), x16.raw_data(), static_cast<size_t>(x16.nbytes())) == 0);
+  }
+  if (!testing::have_bf16_kernels()) return;
+  PrecisionScope bf16(Precision::BF16);
+  // The convolution reads either layout to the same bits, forward and backward weights.
+  const Tensor y_nchw = ops::conv2d_forward(x16, w, Tensor(), p), y_cl = ops::conv2d_forward(cl, w, Tensor(), p);
+  CHECK(std::memcmp(y_nchw.raw_data(), y_cl.raw_data(), static_cast<size_t>(y_nchw.nbytes())) == 0);
+  const Tensor dy = Tensor::randn(y_nchw.shape(), rng);
+  const Tensor dw_nchw = ops::conv2d_backward_weight(dy, x16, w.shape(), p, false, nullptr);
+  const Tensor dw_cl = ops::conv2d_backward_weight(dy, cl, w.shape(), p, false, nullptr);
+  CHECK(std::memcmp(dw_nchw.raw_data(), dw_cl.raw_data(), static_cast<size_t>(dw_nchw.nbytes())) == 0);
+  CHECK(error_of([&] { ops::conv2d_forward(x16.permute({0, 1, 3, 2}), w, Tensor(), p); })
+            .find("a contiguous or channels-last tensor") != std::string::npos);
+  // conv2d keeps its input channels-last where its kernel reads that layout (on this CPU: as the query says),
+  // and its output and weight gradient are those of the (N, C, H, W) copy. A batch norm saving the same tensor
+  // shares the keep and widens it whole.
+  const bool reads_cl = ops::conv2d_bf16_reads_channels_last(x, w.shape(), p, false);
+  MESSAGE("this CPU's bf16 3x3 convolution reads channels-last: " << std::string(reads_cl ? "yes" : "no"));
+  TapeClearGuard clear;
+  const Variable xv(x, true), wv(w, true);
+  const Variable y = conv2d(xv, wv, Variable(), {1, 1, 1});
+  const Tensor keep = y.grad_fn()->exact_bf16_keep("input");
+  REQUIRE(keep.defined());
+  CHECK(keep.is_channels_last() == reads_cl);
+  CHECK(std::memcmp(y.data().raw_data(), y_nchw.raw_data(), static_cast<size_t>(y_nchw.nbytes())) == 0);
+  const SavedTensor shared(x, SaveInfo{"batchnorm2d", "input", true, "bn1"});
+  CHECK(shared.exact_bf16_keep().raw_data() == keep.raw_data());
+  const Tensor widened = shared.unpack();
+  mismatches = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) mismatches += widened.data<float>()[i] != round_bf16(x.data<float>()[i]);
+  CHECK(mismatches == 0);
+  backward(y, dy);
+  CHECK(std::memcmp(wv.grad().raw_data(), dw_nchw.raw_data(), static_cast<size_t>(dw_nchw.nbytes())) == 0);
+  end_pack_step();
+}
+
 TEST_CASE("precision: under bf16 the plane codecs decode straight to bf16, unpack()'s values rounded") {
   // (N, C, H, W): maps of the register paths, one off them (7×7), and a plane with several ranges (no
   // channel reader: no bf16 decode either).

@@ -16,16 +16,6 @@
 // Tested in tests/test_codec.cpp; bench/bench_compress.cpp.
 #include <omp.h>
 
-#if defined(__GNUC__) && defined(__x86_64__)
-// GCC 12's AVX-512 intrinsics start from `__m512i y = y;` (_mm512_undefined_epi32), which -Wuninitialized and
-// -Wmaybe-uninitialized report at the header's lines once inlined; the suppression covers those lines only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
-
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -33,6 +23,7 @@
 
 #include "actlab/core/codec.h"
 #include "actlab/core/allocator.h"
+#include "actlab/core/cpu/intrinsics.h"
 
 // The batch loops are compiled for AVX-512 and AVX2 as well as the baseline and picked at load time
 // (GCC function multi-versioning): Philox and the quantizer are 3x faster on AVX-512 than on SSE2. Only

@@ -164,16 +164,27 @@ struct Plan {
   std::string impl_info;  // oneDNN's kernel name, e.g. "jit:avx512_core"
 };
 
+// How the caller holds a convolution's src: f32 (N, C, H, W), or bf16 bits, (N, C, H, W) or channels-last
+// (Bf16Layout).
+enum class UserSrc { F32, Bf16Nchw, Bf16Nhwc };
+UserSrc bf16_user_src(Bf16Layout layout) {
+  return layout == Bf16Layout::ChannelsLast ? UserSrc::Bf16Nhwc : UserSrc::Bf16Nchw;
+}
+memory::desc user_src_desc(const memory::dims& dims, UserSrc user_src) {
+  return memory::desc(dims, user_src == UserSrc::F32 ? memory::data_type::f32 : memory::data_type::bf16,
+                      user_src == UserSrc::Bf16Nhwc ? Tag::nhwc : Tag::nchw);
+}
+
 struct PlanKey {
   std::array<int64_t, 12> shape;
   Direction dir;
   ConvImpl impl;
   bool with_bias;
   Precision compute;
-  bool bf16_user_src;  // the caller holds the src (forward, backward weight) as bf16 NCHW
+  UserSrc user_src;  // how the caller holds the src (forward, backward weight)
   bool operator<(const PlanKey& o) const {
-    return std::tie(shape, dir, impl, with_bias, compute, bf16_user_src) <
-           std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute, o.bf16_user_src);
+    return std::tie(shape, dir, impl, with_bias, compute, user_src) <
+           std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute, o.user_src);
   }
 };
 std::array<int64_t, 12> shape_key(const ConvShape& s) {
@@ -188,10 +199,10 @@ struct Descs {
 
 // The primitive's data types: all f32, or under bf16 the operands the kernel multiplies in bf16 and what
 // it writes in f32 (forward: src, wei -> dst; backward data: diff_dst, wei -> diff_src; backward weight:
-// src, diff_dst -> diff_wei). The user's memory is f32 NCHW (the src may be bf16 NCHW: bf16_user_src); the
-// reorders in and out convert.
+// src, diff_dst -> diff_wei). The user's memory is f32 NCHW (the src may be bf16, NCHW or channels-last:
+// user_src); the reorders in and out convert.
 Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::Forward,
-                 Precision compute = Precision::F32, bool bf16_user_src = false) {
+                 Precision compute = Precision::F32, UserSrc user_src = UserSrc::F32) {
   const int64_t P = s.P(), Q = s.Q(), G = s.groups;
   const memory::dims src_dims{s.N, s.C, s.H, s.W}, dst_dims{s.N, s.K, P, Q};
   const memory::dims wei_dims = G > 1 ? memory::dims{G, s.K / G, s.C / G, s.R, s.S}
@@ -207,7 +218,7 @@ Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::F
   d.dst = memory::desc(dst_dims, dir == Direction::Forward ? f32 : low, act_tag);
   d.wei = memory::desc(wei_dims, dir == Direction::BackwardWeight ? f32 : low, wei_tag);
   d.bias = memory::desc({s.K}, f32, Tag::x);
-  d.user_src = memory::desc(src_dims, bf16_user_src ? memory::data_type::bf16 : f32, Tag::nchw);
+  d.user_src = user_src_desc(src_dims, user_src);
   d.user_dst = memory::desc(dst_dims, f32, Tag::nchw);
   d.user_wei = memory::desc(wei_dims, f32, user_wei_tag);
   d.strides = {s.stride_h, s.stride_w};
@@ -232,7 +243,7 @@ dnnl::convolution_forward::primitive_desc make_forward_pd(const Descs& d, bool w
 }
 
 std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias,
-                                 Precision compute, bool bf16_user_src) {
+                                 Precision compute, UserSrc user_src) {
   const dnnl::primitive_attr attr = user_scratchpad_attr();
   if (impl == ConvImpl::DnnlWinograd) {
     try {  // Winograd exists only for some shapes; elsewhere use the direct blocked kernels
@@ -241,7 +252,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
       impl = ConvImpl::DnnlBlocked;
     }
   }
-  const Descs d = make_descs(s, impl, dir, compute, bf16_user_src);
+  const Descs d = make_descs(s, impl, dir, compute, user_src);
   // The backward primitives take a forward one as a hint: the forward of the same implementation and precision.
   const Descs fwd = make_descs(s, impl, Direction::Forward, compute);
   auto plan = std::make_unique<Plan>();
@@ -303,12 +314,12 @@ std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {
 // Plans are created once and never move (unique_ptr), so the pointer stays valid until
 // conv_clear_cache().
 const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias, Precision compute,
-                     bool bf16_user_src = false) {
-  const PlanKey key{shape_key(s), dir, impl, with_bias, compute, bf16_user_src};
+                     UserSrc user_src = UserSrc::F32) {
+  const PlanKey key{shape_key(s), dir, impl, with_bias, compute, user_src};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = plan_cache();
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias, compute, bf16_user_src)).first;
+  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias, compute, user_src)).first;
   return *it->second;
 }
 
@@ -382,9 +393,9 @@ void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, f
 }
 
 void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const void* in0, const float* in1, float* out,
-              float* bias, Precision compute, bool in0_is_prim = false, bool bf16_user_src = false) {
+              float* bias, Precision compute, bool in0_is_prim = false, UserSrc user_src = UserSrc::F32) {
   try {
-    run_plan(get_plan(s, dir, impl, bias != nullptr, compute, bf16_user_src), in0, in1, out, bias, in0_is_prim);
+    run_plan(get_plan(s, dir, impl, bias != nullptr, compute, user_src), in0, in1, out, bias, in0_is_prim);
   } catch (const dnnl::error& e) {
     ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ", ", precision_name(compute),
                 ") failed for ", s.str(), ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
@@ -515,7 +526,8 @@ bool subsampled_pointwise(const ConvShape& s) {
 }
 
 struct GemmWeightPlan {
-  Port x;   // the user's input (f32, or bf16 bits) NCHW -> bf16 NHWC (1x1 without padding: the positions read)
+  Port x;   // the user's input (f32 NCHW, or bf16 bits NCHW or NHWC) -> bf16 NHWC (1x1 without padding: the
+            // positions read)
   Port dy;  // the user's f32 NCHW output gradient -> bf16 NHWC
   Port dw;  // the product's (K, R, S, C) f32 -> the user's (K, C, R, S)
 };
@@ -525,9 +537,8 @@ std::map<PlanKey, std::unique_ptr<GemmWeightPlan>>& gemm_weight_cache() {
   return cache;
 }
 
-const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, bool bf16_user_src) {
-  const PlanKey key{shape_key(s), Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16,
-                    bf16_user_src};
+const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, UserSrc user_src) {
+  const PlanKey key{shape_key(s), Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16, user_src};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = gemm_weight_cache();
   auto it = cache.find(key);
@@ -537,12 +548,13 @@ const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, bool bf16_user_sr
     auto plan = std::make_unique<GemmWeightPlan>();
     if (subsampled_pointwise(s)) {  // the input positions the layer reads, as a strided view: col itself
       const memory::dims col_dims{s.N, s.C, s.P(), s.Q()};
-      plan->x = make_port(memory::desc(col_dims, bf16_user_src ? bf16 : f32,
-                                       memory::dims{s.C * s.H * s.W, s.H * s.W, s.stride_h * s.W, s.stride_w}),
+      const memory::dims strides = user_src == UserSrc::Bf16Nhwc
+                                       ? memory::dims{s.H * s.W * s.C, 1, s.stride_h * s.W * s.C, s.stride_w * s.C}
+                                       : memory::dims{s.C * s.H * s.W, s.H * s.W, s.stride_h * s.W, s.stride_w};
+      plan->x = make_port(memory::desc(col_dims, user_src == UserSrc::F32 ? f32 : bf16, strides),
                           memory::desc(col_dims, bf16, Tag::nhwc), false);
     } else {
-      plan->x = make_port(memory::desc(x_dims, bf16_user_src ? bf16 : f32, Tag::nchw),
-                          memory::desc(x_dims, bf16, Tag::nhwc), false);
+      plan->x = make_port(user_src_desc(x_dims, user_src), memory::desc(x_dims, bf16, Tag::nhwc), false);
     }
     plan->dy = make_port(memory::desc(dy_dims, f32, Tag::nchw), memory::desc(dy_dims, bf16, Tag::nhwc), false);
     plan->dw = make_port(memory::desc(w_dims, f32, Tag::oihw),
@@ -592,9 +604,9 @@ void column_sums_bf16(float* db, const uint16_t* m, int64_t rows, int64_t K) {
 }
 
 void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void* x, const ConvShape& s,
-                               bool bf16_user_src) {
+                               UserSrc user_src) {
   try {
-    const GemmWeightPlan& plan = get_gemm_weight_plan(s, bf16_user_src);
+    const GemmWeightPlan& plan = get_gemm_weight_plan(s, user_src);
     std::vector<Buffer> buffers;  // dy's reorder, col and the product: alive until the end
     buffers.reserve(3);
     std::vector<Buffer> x_buffers;  // x's reorder: freed once im2col has read it
@@ -638,10 +650,23 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, co
 }
 
 void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
-                               ConvImpl impl) {
+                               ConvImpl impl, Bf16Layout layout) {
   check_conv_shape(s);
   impl = resolve(impl, s, Precision::BF16, Direction::Forward);  // never im2col: its bf16 forward is dnnl-blocked
-  run_dnnl(Direction::Forward, impl, s, x_bf16, w, y, const_cast<float*>(b), Precision::BF16, false, true);
+  run_dnnl(Direction::Forward, impl, s, x_bf16, w, y, const_cast<float*>(b), Precision::BF16, false,
+           bf16_user_src(layout));
+}
+
+bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl) {
+  check_conv_shape(s);
+  impl = resolve(impl, s, Precision::BF16, Direction::Forward);
+  if (impl == ConvImpl::DnnlPlain) return false;  // computes on (N, C, H, W) by construction
+  try {
+    // The plan a channels-last input would run: no reorder of the src means the kernel reads that layout.
+    return !get_plan(s, Direction::Forward, impl, with_bias, Precision::BF16, UserSrc::Bf16Nhwc).in0.reorder;
+  } catch (const dnnl::error&) {
+    return false;  // the call itself will report it
+  }
 }
 
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
@@ -657,7 +682,7 @@ void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* 
   check_conv_shape(s);
   impl = resolve(impl, s, compute, Direction::BackwardWeight);
   if (impl == ConvImpl::Im2colGemm && compute == Precision::BF16)
-    return gemm_backward_weight_bf16(dw, db, dy, x, s, false);
+    return gemm_backward_weight_bf16(dw, db, dy, x, s, UserSrc::F32);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_weight(dw, db, dy, x, s);
   run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db, compute);
 }
@@ -697,11 +722,11 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
 }
 
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
-                                       const ConvShape& s, ConvImpl impl) {
+                                       const ConvShape& s, ConvImpl impl, Bf16Layout layout) {
   check_conv_shape(s);
   impl = resolve(impl, s, Precision::BF16, Direction::BackwardWeight);
-  if (impl == ConvImpl::Im2colGemm) return gemm_backward_weight_bf16(dw, db, dy, x_bf16, s, true);
-  run_dnnl(Direction::BackwardWeight, impl, s, x_bf16, dy, dw, db, Precision::BF16, false, true);
+  if (impl == ConvImpl::Im2colGemm) return gemm_backward_weight_bf16(dw, db, dy, x_bf16, s, bf16_user_src(layout));
+  run_dnnl(Direction::BackwardWeight, impl, s, x_bf16, dy, dw, db, Precision::BF16, false, bf16_user_src(layout));
 }
 
 ConvGradShare::ConvGradShare(const float* dy) : slot_(std::make_unique<Slot>()) {

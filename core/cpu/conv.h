@@ -87,19 +87,28 @@ int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvI
 void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy, const float* x_blocked,
                                           const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
 
-// conv2d_backward_weight under bf16 compute with x given as bf16 (N,C,H,W) bits (round-to-nearest values,
-// core/bf16.h): the kept bf16 copy of a bf16 run's input, read without widening it to f32 first. The same
-// result as conv2d_backward_weight(..., impl, BF16) on the widened x, bit for bit.
-void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
-                                       const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
+// How a bf16 input given as bits is laid out: (N, C, H, W), or channels-last ((N, H, W, C) in memory).
+enum class Bf16Layout { Nchw, ChannelsLast };
 
-// conv2d_forward under bf16 compute with x given as bf16 (N,C,H,W) bits: a bf16 run's kept copy of the input,
-// which the convolution then reads as it is (a bf16 → bf16 reorder into its layout, half the bytes of the f32
-// → bf16 one it makes of an f32 x). The same result as conv2d_forward(..., impl, BF16) on the widened x, bit for
-// bit, and on x itself for every normal value (tests/test_cpu_conv.cpp); a subnormal input is kept by the copy
-// (core/bf16.h), where oneDNN's own conversion may flush it to zero.
+// conv2d_backward_weight under bf16 compute with x given as bf16 bits (round-to-nearest values, core/bf16.h)
+// in `layout`: the kept bf16 copy of a bf16 run's input, read without widening it to f32 first. The same
+// result as conv2d_backward_weight(..., impl, BF16) on the widened x, bit for bit, in either layout.
+void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
+                                       const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
+                                       Bf16Layout layout = Bf16Layout::Nchw);
+
+// conv2d_forward under bf16 compute with x given as bf16 bits in `layout`: a bf16 run's kept copy of the input,
+// which the convolution then reads as it is (no reorder where the kernel computes on that layout, else a bf16 →
+// bf16 one, half the bytes of the f32 → bf16 one it makes of an f32 x). The same result as conv2d_forward(...,
+// impl, BF16) on the widened x, bit for bit, and on x itself for every normal value (tests/test_cpu_conv.cpp); a
+// subnormal input is kept by the copy (core/bf16.h), where oneDNN's own conversion may flush it to zero.
 void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
-                               ConvImpl impl = ConvImpl::Auto);
+                               ConvImpl impl = ConvImpl::Auto, Bf16Layout layout = Bf16Layout::Nchw);
+// Whether conv2d_forward under bf16 (with a bias or not, as with_bias says) computes on a channels-last input:
+// then a bf16 copy of x in that layout is read with no reorder, where an (N, C, H, W) one is reordered (oneDNN
+// picks the layout per kernel: its AMX and AVX-512 kernels on 3x3 and strided layers took channels-last on an
+// AMX Xeon; dnnl-plain's pointwise layers compute on (N, C, H, W)). False in a minimal build.
+bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl = ConvImpl::Auto);
 
 // While one is alive on this thread, the backward passes (oneDNN's data and weight kernels, and the bf16
 // backward-weights matmul) that read the output gradient at `dy` reorder it into their layout once and share

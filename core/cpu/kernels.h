@@ -199,6 +199,12 @@ void from_bf16(float* y, const uint16_t* x, int64_t n);
 // beside the batch-norm kernels, rounds a tensor supplied one channel at a time.)
 void to_bf16_serial(uint16_t* y, const float* x, int64_t n);
 void from_bf16_serial(float* y, const uint16_t* x, int64_t n);
+// y (N, HW, C) bf16 = x (N, C, HW) rounded as to_bf16 rounds, transposed to channels-last on the way: the
+// layout oneDNN's bf16 convolutions compute on, so that a bf16 keep in it is read without a reorder
+// (compress/exact.h). On AVX-512 CPUs 16 x 16 blocks are transposed in registers; allow_avx512 = false runs the
+// portable loop there too (for the tests). Its reference twin is to_bf16 followed by a strided copy
+// (tests/test_cpu_kernels.cpp).
+void to_bf16_channels_last(uint16_t* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512 = true);
 // The same for IEEE fp16 (core/bf16.h float_to_f16 / f16_to_float): what `exact` keeps under fp16.
 void to_f16(uint16_t* y, const float* x, int64_t n);
 void from_f16(float* y, const uint16_t* x, int64_t n);

@@ -1,8 +1,10 @@
 // Copies between tensor layouts (core/cpu/kernels.h, StridedCopy): the fast loop Tensor::copy_ runs and
 // the one-element-at-a-time reference it is tested against (tests/test_token_ops.cpp).
+#include <algorithm>
 #include <cstring>
 
 #include "actlab/core/bf16.h"
+#include "actlab/core/cpu/intrinsics.h"
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/token_math.h"
 
@@ -86,6 +88,108 @@ ACTLAB_CPU_CLONES void to_bf16_serial(uint16_t* y, const float* x, int64_t n) {
 }
 ACTLAB_CPU_CLONES void from_bf16_serial(float* y, const uint16_t* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(x[i]);
+}
+
+namespace {
+// to_bf16_channels_last works on one image's positions [p0, p0 + np), np <= kTile, channel block by channel block.
+constexpr int64_t kTile = 32;
+
+// The portable tile: each channel's row is narrowed (a vector loop) into a small block, which is then written out
+// transposed, one contiguous run of channels per position. A clone called once per tile from the parallel loop
+// below, as parallel_elements calls its ranges.
+ACTLAB_CPU_CLONES void to_bf16_channels_last_tile(uint16_t* y, const float* x, int64_t C, int64_t HW, int64_t p0,
+                                                  int64_t np) {
+  uint16_t block[kTile][kTile];
+  for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+    const int64_t nc = std::min(kTile, C - c0);
+    for (int64_t c = 0; c < nc; ++c) {
+      const float* from = x + (c0 + c) * HW + p0;
+      for (int64_t p = 0; p < np; ++p) block[c][p] = float_to_bf16(from[p]);
+    }
+    for (int64_t p = 0; p < np; ++p) {
+      uint16_t* row = y + (p0 + p) * C + c0;
+      for (int64_t c = 0; c < nc; ++c) row[c] = block[c][p];
+    }
+  }
+}
+
+#ifdef ACTLAB_X86_INTRINSICS
+#define ACTLAB_AVX512 __attribute__((target("avx512f")))
+const bool cpu_has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+
+// r[i] holds row i of a 16 x 16 f32 block; afterwards r[j] holds its column j. Interleaves within 128-bit lanes
+// (32-bit, then 64-bit), then transposes the 4 x 4 matrix of lanes of each group of four vectors.
+ACTLAB_AVX512 inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m512 u[16];  // u[4g + m], lane k: rows 4g .. 4g+3 at column 4k + m
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {  // column 4k + m, lane g = u[4g + m], lane k
+    const __m512 v0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44), v1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xEE);
+    r[m] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[4 + m] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[8 + m] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + m] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
+// float_to_bf16 (core/bf16.h) on 16 lanes: the same integer rounding, NaN kept NaN.
+ACTLAB_AVX512 inline __m256i narrow_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+// The tile on AVX-512: whole 16 x 16 blocks transposed in registers and narrowed there, one 32-byte store of 16
+// channels per position; the ragged edges (C or np not a multiple of 16) one element at a time.
+ACTLAB_AVX512 void to_bf16_channels_last_tile_avx512(uint16_t* y, const float* x, int64_t C, int64_t HW, int64_t p0,
+                                                     int64_t np) {
+  const int64_t c_full = C / 16 * 16, p_full = np / 16 * 16;
+  for (int64_t c0 = 0; c0 < c_full; c0 += 16)
+    for (int64_t q0 = 0; q0 < p_full; q0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(x + (c0 + i) * HW + p0 + q0);
+      transpose16(r);
+      for (int j = 0; j < 16; ++j)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + (p0 + q0 + j) * C + c0), narrow_bf16(r[j]));
+    }
+  for (int64_t p = 0; p < np; ++p) {
+    const int64_t c_begin = p < p_full ? c_full : 0;  // positions past p_full: every channel
+    for (int64_t c = c_begin; c < C; ++c) y[(p0 + p) * C + c] = float_to_bf16(x[c * HW + p0 + p]);
+  }
+}
+#endif
+}  // namespace
+
+void to_bf16_channels_last(uint16_t* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
+  const int64_t tiles = (HW + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (N * C * HW > kParallelGrain)
+  for (int64_t t = 0; t < N * tiles; ++t) {
+    const int64_t n = t / tiles, p0 = t % tiles * kTile, np = std::min(kTile, HW - p0);
+    uint16_t* image_y = y + n * HW * C;
+    const float* image_x = x + n * C * HW;
+#ifdef ACTLAB_X86_INTRINSICS
+    if (allow_avx512 && cpu_has_avx512f) {
+      to_bf16_channels_last_tile_avx512(image_y, image_x, C, HW, p0, np);
+      continue;
+    }
+#endif
+    to_bf16_channels_last_tile(image_y, image_x, C, HW, p0, np);
+  }
 }
 
 void to_bf16(uint16_t* y, const float* x, int64_t n) {

@@ -93,11 +93,18 @@ void conv2d_backward_weight_blocked_input(float*, float*, const float*, const fl
   ACTLAB_FAIL("conv2d_backward_weight_blocked_input: not available in a minimal build (", s.str(), ")");
 }
 
-void conv2d_forward_bf16_input(float*, const uint16_t*, const float*, const float*, const ConvShape& s, ConvImpl) {
+void conv2d_forward_bf16_input(float*, const uint16_t*, const float*, const float*, const ConvShape& s, ConvImpl,
+                               Bf16Layout) {
   ACTLAB_FAIL("conv2d_forward_bf16_input: a minimal build has no bf16 convolution (", s.str(), ")");
 }
 
-void conv2d_backward_weight_bf16_input(float*, float*, const float*, const uint16_t*, const ConvShape& s, ConvImpl) {
+bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool, ConvImpl) {
+  check_conv_shape(s);
+  return false;
+}
+
+void conv2d_backward_weight_bf16_input(float*, float*, const float*, const uint16_t*, const ConvShape& s, ConvImpl,
+                                       Bf16Layout) {
   ACTLAB_FAIL("conv2d_backward_weight_bf16_input: a minimal build has no bf16 convolution (", s.str(), ")");
 }
 
