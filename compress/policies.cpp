@@ -198,7 +198,16 @@ Tensor PlaneCodecPolicy::unpack_bf16(const Packed& p, const SaveInfo& info) cons
   if (compute_precision() != Precision::BF16) return {};
   const std::unique_ptr<ChannelReader> reader = channel_reader(p, info);
   if (!reader) return {};
-  return ops::to_bf16_channels(reader->shape(), [&](int64_t c, float* out) { reader->read(c, out); });
+  const Shape& s = reader->shape();
+  // A consumer computing channels-last gets that layout, decoded sixteen channels at a time (whole blocks only).
+  if (info.channels_last && s[1] % cpu::kChannelBlock == 0) {
+    const auto& planes = static_cast<const PackedPlanes&>(p);  // channel_reader checked the type
+    Tensor h = Tensor::empty({s[0], s[2], s[3], s[1]}, DType::BF16, Device::cpu()).permute({0, 3, 1, 2});
+    cpu::plane_unpack_bf16_channels_last(static_cast<uint16_t*>(h.raw_data()), planes.lfc(), planes.codes(),
+                                         planes.mins(), planes.steps(), planes.geometry(), s[1]);
+    return h;
+  }
+  return ops::to_bf16_channels(s, [&](int64_t c, float* out) { reader->read(c, out); });
 }
 
 std::string PlaneCodecPolicy::name() const {

@@ -281,6 +281,12 @@ constexpr int64_t kChannelBlock = 16;
 void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                           const uint16_t* steps, const PlaneGeometry& g, int64_t channels);
 
+// The same values rounded to bf16 (core/bf16.h's float_to_bf16) and written channels-last: value (n, c, e) at
+// out[(n·E + e)·channels + c]. The bf16 form a convolution that computes channels-last reads as it is
+// (PlaneCodecPolicy::unpack_bf16). The same requirements as plane_unpack_blocked.
+void plane_unpack_bf16_channels_last(uint16_t* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                                     const uint16_t* steps, const PlaneGeometry& g, int64_t channels);
+
 // The planes (n, c) of one channel c, n < g.planes / channels, as plane_unpack computes them, written one
 // after another into out (planes/channels · E f32). Serial: a consumer going over channels in its own
 // parallel loop (batch-norm backward) decodes each channel into a buffer that stays in cache.

@@ -568,6 +568,42 @@ TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 1
                   Error);  // 24 channels: not whole blocks
 }
 
+TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounded to bf16, channels-last") {
+  // The cases of plane_unpack_blocked (its sixteen-channel blocks are what this decode narrows), with and
+  // without the AVX-512 paths, against float_to_bf16 of plane_unpack_ref's values moved to (n, e, c).
+  struct Case { int64_t n, c, h, w; int bits; };
+  for (const Case& k : {Case{2, 32, 32, 32, 2}, Case{3, 16, 7, 7, 4}, Case{1, 48, 4, 4, 2}, Case{4, 16, 16, 16, 1},
+                        Case{2, 16, 28, 28, 8}}) {
+    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 8);
+    const PlaneGeometry& g = pk.g;
+    const int64_t E = g.plane_elems();
+    for (int terms = 0; terms < 3; ++terms) {
+      CAPTURE(k.h);
+      CAPTURE(terms);
+      const std::vector<float> planes = pk.planes(terms);
+      std::vector<uint16_t> expected(planes.size());
+      for (int64_t n = 0; n < k.n; ++n)
+        for (int64_t ch = 0; ch < k.c; ++ch)
+          for (int64_t e = 0; e < E; ++e)
+            expected[static_cast<size_t>((n * E + e) * k.c + ch)] =
+                float_to_bf16(planes[static_cast<size_t>((n * k.c + ch) * E + e)]);
+      for (const cpu::CodecSimd simd : simd_levels()) {
+        const CodecSimd mode(simd);
+        CAPTURE(cpu::codec_simd_name(simd));
+        std::vector<uint16_t> got(planes.size(), 0xAAAA);
+        cpu::plane_unpack_bf16_channels_last(got.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
+                                             pk.steps.data(), g, k.c);
+        CHECK(got == expected);
+      }
+    }
+  }
+  std::vector<uint16_t> out(16 * 4);
+  std::vector<uint16_t> lfc(24);
+  CHECK_THROWS_AS(cpu::plane_unpack_bf16_channels_last(out.data(), lfc.data(), nullptr, nullptr, nullptr,
+                                                       make_plane_geometry(24, 2, 2, 2, 2), 24),
+                  Error);  // 24 channels: not whole blocks
+}
+
 TEST_CASE("codec: group_pack and group_unpack match the per-element spec, padding included") {
   struct Case { int64_t samples, elems, group; int bits; };
   for (const Case& c : {Case{3, 300, 256, 2}, Case{4, 10, 4, 4}, Case{2, 7, 16, 1}, Case{5, 64, 8, 8}}) {

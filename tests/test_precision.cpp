@@ -263,6 +263,15 @@ TEST_CASE("precision: under bf16 the plane codecs decode straight to bf16, unpac
       CHECK(h.shape() == shape);
       const Tensor want = ops::to_bf16(policy->unpack(*packed, lossy));
       CHECK(std::memcmp(h.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())) == 0);
+      // A consumer computing channels-last gets that layout where the channels are whole blocks of 16 (the
+      // same values), the (N, C, H, W) one elsewhere.
+      SaveInfo hinted = lossy;
+      hinted.channels_last = true;
+      const Tensor h_cl = policy->unpack_bf16(*packed, hinted);
+      REQUIRE(h_cl.defined());
+      CHECK(h_cl.is_channels_last() == (shape[1] % 16 == 0));
+      const Tensor h_cl_nchw = h_cl.contiguous();
+      CHECK(std::memcmp(h_cl_nchw.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())) == 0);
     }
   }
   if (!testing::have_bf16_kernels()) return;

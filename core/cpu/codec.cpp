@@ -1444,8 +1444,10 @@ void unpack_planes_strided(const PlaneUnpackArgs& a, int64_t first, int64_t coun
 // as f32, channel-minor (lfc_t[i·16 + j] = LFC value i of plane j), and lfc_index[e] = the LFC value
 // element e up-samples (row[e / W]·lfc_w + col[e % W]).
 int64_t code_stride16(const PlaneGeometry& g) { return (g.plane_elems() + 15) / 16 * 16; }
-int64_t block_scratch_bytes(const PlaneGeometry& g) {
-  return (kChannelBlock * code_stride16(g) + 63) / 64 * 64 + g.lfc_elems() * kChannelBlock * 4 + g.plane_elems() * 4;
+// narrow: room for one decoded block (E·16 f32) as well, which unpack_blocks16 rounds into its bf16 output.
+int64_t block_scratch_bytes(const PlaneGeometry& g, bool narrow = false) {
+  return (kChannelBlock * code_stride16(g) + 63) / 64 * 64 + g.lfc_elems() * kChannelBlock * 4 + g.plane_elems() * 4 +
+         (narrow ? g.plane_elems() * kChannelBlock * 4 : 0);
 }
 
 // out[e·16 + j] for element e and channel j of a block, as unpack_plane computes it: the LFC term alone
@@ -1536,9 +1538,12 @@ void block_dequantize_avx2(float*, const uint8_t*, int64_t, const float*, const 
                            const float*, int64_t) {}
 #endif
 
-// Channel blocks [first, last) (block k = planes 16k..16k+15).
+// Channel blocks [first, last) (block k = planes 16k..16k+15). With out16, each block is decoded into the
+// scratch instead and written to out16 rounded to bf16, channels-last: value (n, c, e) at
+// out16[(n·E + e)·channels + c] (a block's sixteen channels are one 32-byte run per element).
 ACTLAB_CODEC_CLONES
-void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch) {
+void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch, uint16_t* out16 = nullptr,
+                     int64_t channels = 0) {
   const PlaneGeometry& g = *a.g;
   const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   const int64_t stride = code_stride16(g);
@@ -1565,7 +1570,8 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
         for (int j = 0; j < kChannelBlock; ++j) lfc_t[i * 16 + j] = bf16_to_float(a.lfc[(p0 + j) * LE + i]);
     const uint8_t* codes = a.codes ? cbuf : nullptr;
     const float* lfc = a.lfc ? lfc_t : nullptr;
-    float* out = a.out + p0 * E;
+    float* block = reinterpret_cast<float*>(lfc_index + E);
+    float* out = out16 ? block : a.out + p0 * E;
     if (has_avx512f) {
       block_dequantize_avx512(out, codes, stride, lfc, lfc_index, min, step, E);
     } else if (has_avx2) {
@@ -1573,6 +1579,11 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
     } else {
       for (int64_t e = 0; e < E; ++e)
         for (int j = 0; j < kChannelBlock; ++j) out[e * 16 + j] = block_value(codes, stride, lfc, lfc_index, min, step, e, j);
+    }
+    if (out16) {
+      uint16_t* dst = out16 + p0 / channels * E * channels + p0 % channels;
+      for (int64_t e = 0; e < E; ++e)
+        for (int j = 0; j < kChannelBlock; ++j) dst[e * channels + j] = float_to_bf16(block[e * 16 + j]);
     }
   }
 }
@@ -1640,6 +1651,21 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
   for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g),
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
                           unpack_blocks16(args, first, last, scratch);
+                        });
+}
+
+void plane_unpack_bf16_channels_last(uint16_t* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                                     const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0,
+               "plane_unpack_bf16_channels_last: ", channels, " channels (need a multiple of ", kChannelBlock, ") for ",
+               g.planes, " planes");
+  ACTLAB_CHECK(g.ranges_per_plane() == 1, "plane_unpack_bf16_channels_last: ", g.ranges_per_plane(),
+               " code ranges per plane (it decodes one)");
+  const UpsampleMap map(g);
+  const PlaneUnpackArgs args{nullptr, lfc, codes, mins, steps, &g, &map};
+  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g, true),
+                        [&](int64_t first, int64_t last, uint8_t* scratch) {
+                          unpack_blocks16(args, first, last, scratch, out, channels);
                         });
 }
 
