@@ -813,3 +813,33 @@ TEST_CASE("cpu kernels: to_bf16_channels_last is to_bf16 transposed to (N, HW, C
     }
   }
 }
+
+TEST_CASE("cpu kernels: channels_last_to_nchw is the (N, HW, C) -> (N, C, HW) copy, on AVX-512 and portably") {
+  // Whole 16 x 16 blocks, channel counts off the 16 grid (the plain loop's blocks), position counts off it
+  // (the ragged positions), one channel, one position; NaN payloads and signed zeros copied as bits.
+  const int64_t shapes[][3] = {{2, 64, 16}, {3, 37, 81}, {2, 16, 1024}, {1, 3, 1024}, {2, 48, 33}, {1, 1, 50},
+                               {4, 20, 1}, {128, 32, 64}};
+  for (const auto& sh : shapes) {
+    const int64_t N = sh[0], C = sh[1], HW = sh[2], n = N * C * HW;
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(HW);
+    std::vector<float> x(static_cast<size_t>(n));
+    actlab::PhiloxStream rng(13, static_cast<uint64_t>(n));
+    for (auto& v : x) v = static_cast<float>(rng.next_bits() % 20001) - 10000.f;
+    const uint32_t nan_payload = 0x7FC01234u, negative_zero = 0x80000000u;
+    std::memcpy(&x[0], &nan_payload, 4);
+    std::memcpy(&x[x.size() / 2], &negative_zero, 4);
+    std::vector<float> expected(static_cast<size_t>(n));
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < HW; ++p)
+          expected[static_cast<size_t>((b * C + c) * HW + p)] = x[static_cast<size_t>((b * HW + p) * C + c)];
+    for (const bool avx512 : {true, false}) {
+      CAPTURE(avx512);
+      std::vector<float> got(static_cast<size_t>(n), -1.f);
+      cpu::channels_last_to_nchw(got.data(), x.data(), N, C, HW, avx512);
+      CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+    }
+  }
+}

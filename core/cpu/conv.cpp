@@ -22,6 +22,7 @@
 #include "actlab/core/bf16.h"
 #include "actlab/core/cpu/dnnl_common.h"
 #include "actlab/core/cpu/gemm.h"
+#include "actlab/core/cpu/kernels.h"
 #include "actlab/core/error.h"
 
 namespace actlab::cpu {
@@ -130,9 +131,26 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
 }
 
 // One tensor argument of a primitive: as the user holds it and as the primitive wants it.
+// The two reorders of a bf16 step that actlab's own transposing kernels (core/cpu/kernels.h) make instead of
+// oneDNN's: an f32 (N, C, H, W) operand into a channels-last bf16 one (an input, an output gradient), and a
+// channels-last f32 result back to (N, C, H, W). On an AMX Xeon (ResNet-18, bf16, 2 threads) oneDNN's reorders
+// of these kinds took 27 and 66 ms of a 550 ms step; the kernels' rates are in bench/RESULTS.md §7.
+enum class FastReorder { None, NarrowToChannelsLast, ChannelsLastToNchw };
+FastReorder fast_reorder(const memory::desc& from, const memory::desc& to) {
+  const memory::dims d = from.dims();
+  if (d.size() != 4 || to.dims() != d) return FastReorder::None;
+  const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
+  if (from == memory::desc(d, f32, Tag::nchw) && to == memory::desc(d, bf16, Tag::nhwc))
+    return FastReorder::NarrowToChannelsLast;
+  if (from == memory::desc(d, f32, Tag::nhwc) && to == memory::desc(d, f32, Tag::nchw))
+    return FastReorder::ChannelsLastToNchw;
+  return FastReorder::None;
+}
+
 struct Port {
   memory::desc user_md, prim_md;
   bool reorder = false;
+  FastReorder fast = FastReorder::None;  // the reorder is one of actlab's kernels (then no oneDNN one is made)
   dnnl::reorder to_prim, to_user;  // only the one matching the data flow is created
 };
 
@@ -141,7 +159,8 @@ Port make_port(const memory::desc& user_md, const memory::desc& prim_md, bool is
   p.user_md = user_md;
   p.prim_md = prim_md;
   p.reorder = user_md != prim_md;
-  if (p.reorder) {
+  p.fast = p.reorder ? (is_output ? fast_reorder(prim_md, user_md) : fast_reorder(user_md, prim_md)) : FastReorder::None;
+  if (p.reorder && p.fast == FastReorder::None) {
     dnnl::engine& eng = dnnl_engine();
     if (is_output)
       p.to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, prim_md, eng, user_md));
@@ -149,6 +168,23 @@ Port make_port(const memory::desc& user_md, const memory::desc& prim_md, bool is
       p.to_prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, user_md, eng, prim_md));
   }
   return p;
+}
+
+// A port's reorder in its direction (user -> primitive for an input, primitive -> user for an output): actlab's
+// kernel where make_port chose one, else oneDNN's. Returns when the copy is written.
+void run_port(const Port& p, const void* from, void* to) {
+  const memory::dims d = p.user_md.dims();
+  if (p.fast == FastReorder::NarrowToChannelsLast) {
+    to_bf16_channels_last(static_cast<uint16_t*>(to), static_cast<const float*>(from), d[0], d[1], d[2] * d[3]);
+  } else if (p.fast == FastReorder::ChannelsLastToNchw) {
+    channels_last_to_nchw(static_cast<float*>(to), static_cast<const float*>(from), d[0], d[1], d[2] * d[3]);
+  } else {
+    dnnl::engine& eng = dnnl_engine();
+    const bool input = static_cast<bool>(p.to_prim);
+    memory src(input ? p.user_md : p.prim_md, eng, const_cast<void*>(from)), dst(input ? p.prim_md : p.user_md, eng, to);
+    (input ? p.to_prim : p.to_user).execute(dnnl_stream(), src, dst);
+    dnnl_stream().wait();
+  }
 }
 
 // A ready-to-run primitive for one (shape, direction, implementation, bias?) plus its reorders.
@@ -350,7 +386,7 @@ memory bind_input(const Port& port, const void* user, bool is_grad, std::vector<
     return memory(port.prim_md, eng, share->copy.data());
   Buffer fresh(port.prim_md.get_size(), MemTag::Workspace);
   memory prim_mem(port.prim_md, eng, fresh.data());
-  port.to_prim.execute(dnnl_stream(), user_mem, prim_mem);
+  run_port(port, user, fresh.data());
   if (share != nullptr) {
     share->prim_md = port.prim_md;
     share->copy = std::move(fresh);
@@ -388,8 +424,8 @@ void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, f
   if (plan.with_bias) args.emplace(plan.bias_arg, memory(plan.bias_md, eng, bias));
   bind_scratchpad(args, plan.scratchpad_md, buffers);
   plan.prim.execute(strm, args);
-  if (plan.out.reorder) plan.out.to_user.execute(strm, out_prim, out_user);
   strm.wait();
+  if (plan.out.reorder) run_port(plan.out, out_prim.get_data_handle(), out);
 }
 
 void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const void* in0, const float* in1, float* out,
@@ -626,12 +662,7 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
     float* product = dw;
     if (plan.dw.reorder) product = buffers.emplace_back(sizeof(float) * s.K * RSC, MemTag::Workspace).as<float>();
     gemm_bf16_bits(true, false, s.K, RSC, rows, dys, col, product);
-    if (plan.dw.reorder) {
-      dnnl::engine& eng = dnnl_engine();
-      memory from(plan.dw.prim_md, eng, product), to(plan.dw.user_md, eng, dw);
-      plan.dw.to_user.execute(dnnl_stream(), from, to);
-      dnnl_stream().wait();
-    }
+    if (plan.dw.reorder) run_port(plan.dw, product, dw);
     if (db) column_sums_bf16(db, dys, rows, s.K);
   } catch (const dnnl::error& e) {
     ACTLAB_FAIL("oneDNN backward weights as a bf16 matmul failed for ", s.str(), ": ", e.what(), " (status ",

@@ -172,8 +172,41 @@ ACTLAB_AVX512 void to_bf16_channels_last_tile_avx512(uint16_t* y, const float* x
     for (int64_t c = c_begin; c < C; ++c) y[(p0 + p) * C + c] = float_to_bf16(x[c * HW + p0 + p]);
   }
 }
+
+// One image's channels [c0, c0 + 16) over all positions: 16 x 16 blocks read as 16 positions' channel runs,
+// transposed in registers and written as 16 channels' position runs; positions past the last whole block one
+// element at a time.
+ACTLAB_AVX512 void channels_last_to_nchw_block_avx512(float* y, const float* x, int64_t C, int64_t HW, int64_t c0) {
+  const int64_t p_full = HW / 16 * 16;
+  for (int64_t p0 = 0; p0 < p_full; p0 += 16) {
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(x + (p0 + i) * C + c0);
+    transpose16(r);
+    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(y + (c0 + j) * HW + p0, r[j]);
+  }
+  for (int64_t c = c0; c < c0 + 16; ++c)
+    for (int64_t p = p_full; p < HW; ++p) y[c * HW + p] = x[p * C + c];
+}
 #endif
 }  // namespace
+
+void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
+  const int64_t blocks = (C + 15) / 16;
+#pragma omp parallel for schedule(static) if (N * C * HW > kParallelGrain)
+  for (int64_t t = 0; t < N * blocks; ++t) {
+    const int64_t n = t / blocks, c0 = t % blocks * 16, nc = std::min<int64_t>(16, C - c0);
+    float* image_y = y + n * C * HW;
+    const float* image_x = x + n * HW * C;
+#ifdef ACTLAB_X86_INTRINSICS
+    if (allow_avx512 && cpu_has_avx512f && nc == 16) {
+      channels_last_to_nchw_block_avx512(image_y, image_x, C, HW, c0);
+      continue;
+    }
+#endif
+    for (int64_t p = 0; p < HW; ++p)
+      for (int64_t c = c0; c < c0 + nc; ++c) image_y[c * HW + p] = image_x[p * C + c];
+  }
+}
 
 void to_bf16_channels_last(uint16_t* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
   const int64_t tiles = (HW + kTile - 1) / kTile;
