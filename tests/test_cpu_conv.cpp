@@ -72,7 +72,10 @@ std::vector<ConvShape> test_shapes() {
       shape(2, 32, 8, 8, 32, 3, 3, 1, 1, 1),    // Winograd-eligible (3x3 s1, C,K % 16 == 0)
       shape(2, 64, 6, 5, 64, 3, 3, 1, 1, 1),    // Auto picks Winograd here (>= 64 channels)
       shape(2, 16, 12, 12, 16, 3, 3, 1, 1, 1),  // 144 output positions: bf16 Auto keeps oneDNN's backward weights
-      shape(2, 16, 4, 4, 80, 3, 3, 1, 1, 1),    // K = 80: the bf16 matmul route's bias sums span two column blocks
+      shape(2, 16, 4, 4, 80, 3, 3, 1, 1, 1),    // K = 80: the bf16 matmul route's bias sums span two column blocks;
+                                                // 4x4 maps: on AMX, Auto's bf16 forward and backward data are matmuls
+      shape(2, 24, 8, 8, 16, 3, 3, 2, 1, 1),    // stride 2 onto 4x4 maps: the forward's matmul, oneDNN's backward data
+      shape(2, 16, 6, 6, 24, 5, 5, 1, 2, 1),    // 5x5 stride 1: backward data as the flipped forward, padded by 2
   };
   ConvShape asym = shape(2, 4, 9, 6, 5, 3, 1, 1, 0, 1);  // different strides and pads per axis
   asym.stride_h = 2, asym.pad_w = 1;
@@ -229,10 +232,22 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   CHECK(actlab::cpu::conv2d_backward_weight_impl(grouped, ConvImpl::Im2colGemm, Precision::BF16) ==
         ConvImpl::DnnlBlocked);
   CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Im2colGemm, Precision::F32) == ConvImpl::Im2colGemm);
+  // Which layers' bf16 backward data runs as the forward of the flipped kernels: Auto's one-group stride-1
+  // layers on AMX (not dense pointwise ones, not strided or grouped ones, not a forced implementation).
+  const bool amx = actlab::cpu::dnnl_runs_amx();
+  CHECK(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Auto, Precision::BF16) == amx);
+  CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Auto, Precision::F32));
+  CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::DnnlBlocked, Precision::BF16));
+  CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(small_strided, ConvImpl::Auto, Precision::BF16));
+  CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(grouped, ConvImpl::Auto, Precision::BF16));
+  CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(shape(2, 16, 8, 8, 32, 1, 1, 1, 0, 1), ConvImpl::Auto,
+                                                           Precision::BF16));
   // Which input layout the bf16 forward reads: never channels-last on dnnl-plain's (N, C, H, W) kernels (Auto's
   // pointwise layers); dnnl-nhwc's by construction.
   const ConvShape pointwise = shape(2, 16, 8, 8, 32, 1, 1, 1, 0, 1);
   CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::Auto));
+  // The 4x4 maps' forward as one matmul (Auto on AMX) reads its im2col from a channels-last input.
+  if (amx) CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(shape(2, 16, 4, 4, 80, 3, 3, 1, 1, 1), true, ConvImpl::Auto));
   CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(large, true, ConvImpl::DnnlPlain));
   CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(large, true, ConvImpl::DnnlNhwc));
   // Winograd has no bf16 kernel.

@@ -134,7 +134,8 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
 // The two reorders of a bf16 step that actlab's own transposing kernels (core/cpu/kernels.h) make instead of
 // oneDNN's: an f32 (N, C, H, W) operand into a channels-last bf16 one (an input, an output gradient), and a
 // channels-last f32 result back to (N, C, H, W). On an AMX Xeon (ResNet-18, bf16, 2 threads) oneDNN's reorders
-// of these kinds took 27 and 66 ms of a 550 ms step; the kernels' rates are in bench/RESULTS.md §7.
+// of these kinds took 27 and 66 ms of a 550 ms step (DNNL_VERBOSE); the step with the kernels instead is in
+// bench/RESULTS.md §7 ("forty-second session").
 enum class FastReorder { None, NarrowToChannelsLast, ChannelsLastToNchw };
 FastReorder fast_reorder(const memory::desc& from, const memory::desc& to) {
   const memory::dims d = from.dims();
@@ -400,9 +401,10 @@ memory bind_input(const Port& port, const void* user, bool is_grad, std::vector<
 // wants another layout, executes, and reorders the output back. `bias` is an input (forward)
 // or an output (backward weight); nullptr when the plan has none. in0_is_prim: in0 is already in the
 // primitive's layout (no reorder). Under a ConvGradShare for this diff_dst, its reorder is made once and
-// kept in the share's slot for the other backward pass.
+// kept in the share's slot for the other backward pass. in0_is_grad: in0 is an output gradient although the
+// plan is a forward one (bf16 backward data as a forward convolution), so it shares that reorder too.
 void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, float* bias,
-              bool in0_is_prim = false) {
+              bool in0_is_prim = false, bool in0_is_grad = false) {
   dnnl::engine& eng = dnnl_engine();
   dnnl::stream& strm = dnnl_stream();
   std::vector<Buffer> buffers;  // reorder targets and the scratchpad: alive until the end
@@ -411,7 +413,7 @@ void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, f
   if (in0_is_prim) {
     args.emplace(plan.in0_arg, memory(plan.in0.prim_md, eng, const_cast<void*>(in0)));
   } else {
-    args.emplace(plan.in0_arg, bind_input(plan.in0, in0, plan.grad_input == 0, buffers));
+    args.emplace(plan.in0_arg, bind_input(plan.in0, in0, plan.grad_input == 0 || in0_is_grad, buffers));
   }
   args.emplace(plan.in1_arg, bind_input(plan.in1, in1, plan.grad_input == 1, buffers));
   memory out_user(plan.out.user_md, eng, out);
@@ -429,9 +431,11 @@ void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, f
 }
 
 void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const void* in0, const float* in1, float* out,
-              float* bias, Precision compute, bool in0_is_prim = false, UserSrc user_src = UserSrc::F32) {
+              float* bias, Precision compute, bool in0_is_prim = false, UserSrc user_src = UserSrc::F32,
+              bool in0_is_grad = false) {
   try {
-    run_plan(get_plan(s, dir, impl, bias != nullptr, compute, user_src), in0, in1, out, bias, in0_is_prim);
+    run_plan(get_plan(s, dir, impl, bias != nullptr, compute, user_src), in0, in1, out, bias, in0_is_prim,
+             in0_is_grad);
   } catch (const dnnl::error& e) {
     ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ", ", precision_name(compute),
                 ") failed for ", s.str(), ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
@@ -573,6 +577,22 @@ std::map<PlanKey, std::unique_ptr<GemmWeightPlan>>& gemm_weight_cache() {
   return cache;
 }
 
+// The x port of the matmul routes: the user's input -> bf16 channels-last, or for a 1x1 layer without padding
+// the positions it reads (a strided view of the input: col itself).
+Port gemm_input_port(const ConvShape& s, UserSrc user_src) {
+  const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
+  if (subsampled_pointwise(s)) {
+    const memory::dims col_dims{s.N, s.C, s.P(), s.Q()};
+    const memory::dims strides = user_src == UserSrc::Bf16Nhwc
+                                     ? memory::dims{s.H * s.W * s.C, 1, s.stride_h * s.W * s.C, s.stride_w * s.C}
+                                     : memory::dims{s.C * s.H * s.W, s.H * s.W, s.stride_h * s.W, s.stride_w};
+    return make_port(memory::desc(col_dims, user_src == UserSrc::F32 ? f32 : bf16, strides),
+                     memory::desc(col_dims, bf16, Tag::nhwc), false);
+  }
+  const memory::dims x_dims{s.N, s.C, s.H, s.W};
+  return make_port(user_src_desc(x_dims, user_src), memory::desc(x_dims, bf16, Tag::nhwc), false);
+}
+
 const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, UserSrc user_src) {
   const PlanKey key{shape_key(s), Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16, user_src};
   std::lock_guard<std::mutex> lock(cache_mutex());
@@ -580,18 +600,9 @@ const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, UserSrc user_src)
   auto it = cache.find(key);
   if (it == cache.end()) {
     const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
-    const memory::dims x_dims{s.N, s.C, s.H, s.W}, dy_dims{s.N, s.K, s.P(), s.Q()}, w_dims{s.K, s.C, s.R, s.S};
+    const memory::dims dy_dims{s.N, s.K, s.P(), s.Q()}, w_dims{s.K, s.C, s.R, s.S};
     auto plan = std::make_unique<GemmWeightPlan>();
-    if (subsampled_pointwise(s)) {  // the input positions the layer reads, as a strided view: col itself
-      const memory::dims col_dims{s.N, s.C, s.P(), s.Q()};
-      const memory::dims strides = user_src == UserSrc::Bf16Nhwc
-                                       ? memory::dims{s.H * s.W * s.C, 1, s.stride_h * s.W * s.C, s.stride_w * s.C}
-                                       : memory::dims{s.C * s.H * s.W, s.H * s.W, s.stride_h * s.W, s.stride_w};
-      plan->x = make_port(memory::desc(col_dims, user_src == UserSrc::F32 ? f32 : bf16, strides),
-                          memory::desc(col_dims, bf16, Tag::nhwc), false);
-    } else {
-      plan->x = make_port(user_src_desc(x_dims, user_src), memory::desc(x_dims, bf16, Tag::nhwc), false);
-    }
+    plan->x = gemm_input_port(s, user_src);
     plan->dy = make_port(memory::desc(dy_dims, f32, Tag::nchw), memory::desc(dy_dims, bf16, Tag::nhwc), false);
     plan->dw = make_port(memory::desc(w_dims, f32, Tag::oihw),
                          memory::desc(w_dims, f32, memory::dims{s.R * s.S * s.C, 1, s.S * s.C, s.C}), true);
@@ -670,11 +681,93 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
   }
 }
 
+// ---- bf16 forward of 4x4 maps as one matmul
+// oneDNN 2.6's AMX forward kernel tiles a layer's output by rows of one image, so a 4x4 map gives its tiles four
+// rows: ResNet-18's 512-channel 3x3 layers on 4x4 maps ran at 0.9 TFLOP/s where the same work on 8x8 maps ran at
+// 3.4 (DNNL_VERBOSE on an AMX Xeon, bench/RESULTS.md §7, "forty-second session"). As one matmul over the batch the
+// rows are all N·P·Q output positions: y (rows, K) = col (rows, R·S·C) · Wᵀ, W as (K, R·S·C) in (k, r, s, c)
+// order, col the im2col of the channels-last input (as in gemm_backward_weight_bf16).
+bool bf16_forward_gemm_pays(const ConvShape& s) {
+  return s.groups == 1 && s.R * s.S > 1 && s.P() * s.Q() <= 16 && dnnl_runs_amx();
+}
+
+struct GemmForwardPlan {
+  Port x;  // gemm_input_port
+  Port w;  // the user's f32 (K, C, R, S) -> bf16 (K, R, S, C)
+  Port y;  // the product's channels-last f32 (N, K, P, Q) -> the user's (N, K, P, Q)
+};
+
+std::map<PlanKey, std::unique_ptr<GemmForwardPlan>>& gemm_forward_cache() {
+  static std::map<PlanKey, std::unique_ptr<GemmForwardPlan>> cache;
+  return cache;
+}
+
+const GemmForwardPlan& get_gemm_forward_plan(const ConvShape& s, UserSrc user_src) {
+  const PlanKey key{shape_key(s), Direction::Forward, ConvImpl::Im2colGemm, false, Precision::BF16, user_src};
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto& cache = gemm_forward_cache();
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
+    const memory::dims y_dims{s.N, s.K, s.P(), s.Q()}, w_dims{s.K, s.C, s.R, s.S};
+    auto plan = std::make_unique<GemmForwardPlan>();
+    plan->x = gemm_input_port(s, user_src);
+    plan->w = make_port(memory::desc(w_dims, f32, Tag::oihw), memory::desc(w_dims, bf16, Tag::ohwi), false);
+    plan->y = make_port(memory::desc(y_dims, f32, Tag::nchw), memory::desc(y_dims, f32, Tag::nhwc), true);
+    it = cache.emplace(key, std::move(plan)).first;
+  }
+  return *it->second;
+}
+
+// x_is_grad: x is an output gradient (backward data as a forward), whose reorder a ConvGradShare shares.
+void gemm_forward_bf16(float* y, const void* x, const float* w, const float* b, const ConvShape& s, UserSrc user_src,
+                       bool x_is_grad) {
+  try {
+    const GemmForwardPlan& plan = get_gemm_forward_plan(s, user_src);
+    std::vector<Buffer> buffers;  // the weights' and col's copies and the product: alive until the end
+    buffers.reserve(3);
+    std::vector<Buffer> x_buffers;  // x's reorder: freed once im2col has read it
+    const memory x_nhwc = bind_input(plan.x, x, x_is_grad, x_buffers);
+    const memory w_t = bind_input(plan.w, w, false, buffers);
+    const auto* xs = static_cast<const uint16_t*>(x_nhwc.get_data_handle());
+    const int64_t rows = s.N * s.P() * s.Q(), RSC = s.R * s.S * s.C, K = s.K;
+    const uint16_t* col = xs;
+    if (!subsampled_pointwise(s)) {
+      const Buffer& c = buffers.emplace_back(sizeof(uint16_t) * rows * RSC, MemTag::Workspace);
+      im2col_nhwc(c.as<uint16_t>(), xs, s);
+      col = c.as<uint16_t>();
+      x_buffers.clear();
+    }
+    float* product = buffers.emplace_back(sizeof(float) * rows * K, MemTag::Workspace).as<float>();
+    gemm_bf16_bits(false, true, rows, K, RSC, col, static_cast<const uint16_t*>(w_t.get_data_handle()), product);
+    if (b) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t k = 0; k < K; ++k) product[i * K + k] += b[k];
+    }
+    run_port(plan.y, product, y);
+  } catch (const dnnl::error& e) {
+    ACTLAB_FAIL("oneDNN forward as a bf16 matmul failed for ", s.str(), ": ", e.what(), " (status ",
+                static_cast<int>(e.status), ")");
+  }
+}
+
+// The bf16 forward: one matmul on 4x4 maps (Auto on AMX), else oneDNN's kernel of the resolved implementation
+// (never im2col: im2col's bf16 forward is dnnl-blocked's).
+void forward_bf16(float* y, const void* x, const float* w, const float* b, const ConvShape& s, ConvImpl impl,
+                  UserSrc user_src, bool x_is_grad = false) {
+  if (impl == ConvImpl::Auto && bf16_forward_gemm_pays(s)) return gemm_forward_bf16(y, x, w, b, s, user_src, x_is_grad);
+  run_dnnl(Direction::Forward, resolve(impl, s, Precision::BF16, Direction::Forward), s, x, w, y,
+           const_cast<float*>(b), Precision::BF16, false, user_src, x_is_grad);
+}
+
 }  // namespace
 
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
                     ConvImpl impl, Precision compute) {
   check_conv_shape(s);
+  check_conv_impl(impl, compute);
+  if (compute == Precision::BF16) return forward_bf16(y, x, w, b, s, impl, UserSrc::F32);
   impl = resolve(impl, s, compute, Direction::Forward);
   if (impl == ConvImpl::Im2colGemm) return im2col_forward(y, x, w, b, s);
   run_dnnl(Direction::Forward, impl, s, x, w, y, const_cast<float*>(b), compute);
@@ -683,13 +776,13 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, co
 void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
                                ConvImpl impl, Bf16Layout layout) {
   check_conv_shape(s);
-  impl = resolve(impl, s, Precision::BF16, Direction::Forward);  // never im2col: its bf16 forward is dnnl-blocked
-  run_dnnl(Direction::Forward, impl, s, x_bf16, w, y, const_cast<float*>(b), Precision::BF16, false,
-           bf16_user_src(layout));
+  check_conv_impl(impl, Precision::BF16);
+  forward_bf16(y, x_bf16, w, b, s, impl, bf16_user_src(layout));
 }
 
 bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl) {
   check_conv_shape(s);
+  if (impl == ConvImpl::Auto && bf16_forward_gemm_pays(s)) return true;  // the matmul route's col is channels-last
   impl = resolve(impl, s, Precision::BF16, Direction::Forward);
   if (impl == ConvImpl::DnnlPlain) return false;  // computes on (N, C, H, W) by construction
   try {
@@ -700,9 +793,30 @@ bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImp
   }
 }
 
+bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl, Precision compute) {
+  check_conv_shape(s);
+  return impl == ConvImpl::Auto && compute == Precision::BF16 && s.groups == 1 && s.stride_h == 1 &&
+         s.stride_w == 1 && !dense_pointwise(s) && s.pad_h <= s.R - 1 && s.pad_w <= s.S - 1 && dnnl_runs_amx();
+}
+
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
                           ConvImpl impl, Precision compute) {
   check_conv_shape(s);
+  if (conv2d_backward_data_as_forward(s, impl, compute)) {
+    // dx = the forward convolution of dy with w's kernels flipped and its in/out channels swapped, padded by
+    // R - 1 - pad: each input position gathers the output positions its window reached. The weights' transform
+    // is K·C·R·S floats, small against the maps.
+    ConvShape t = s;
+    t.C = s.K, t.H = s.P(), t.W = s.Q(), t.K = s.C, t.pad_h = s.R - 1 - s.pad_h, t.pad_w = s.S - 1 - s.pad_w;
+    Buffer flipped(sizeof(float) * static_cast<size_t>(s.K * s.C * s.R * s.S), MemTag::Workspace);
+    float* wt = flipped.as<float>();
+    const int64_t RS = s.R * s.S;
+    for (int64_t k = 0; k < s.K; ++k)
+      for (int64_t c = 0; c < s.C; ++c)
+        for (int64_t i = 0; i < RS; ++i) wt[(c * s.K + k) * RS + (RS - 1 - i)] = w[(k * s.C + c) * RS + i];
+    forward_bf16(dx, dy, wt, nullptr, t, ConvImpl::Auto, UserSrc::F32, true);
+    return;
+  }
   impl = resolve(impl, s, compute, Direction::BackwardData);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_data(dx, dy, w, s);
   run_dnnl(Direction::BackwardData, impl, s, dy, w, dx, nullptr, compute);
@@ -772,6 +886,7 @@ void conv_clear_cache() {
   std::lock_guard<std::mutex> lock(cache_mutex());
   plan_cache().clear();
   gemm_weight_cache().clear();
+  gemm_forward_cache().clear();
 }
 
 }  // namespace actlab::cpu

@@ -68,6 +68,12 @@ void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* 
 // decides on its first call whether the shape has Winograd, else it runs DnnlBlocked). For tests.
 ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
                                      Precision compute = Precision::F32);
+// Whether conv2d_backward_data runs as the forward convolution of dy with the kernels flipped and the channels
+// swapped (dnnl-blocked, padded by R - 1 - pad): Auto under bf16 on AMX CPUs, for one-group stride-1 layers that
+// are not dense pointwise (dnnl-plain's). oneDNN 2.6's AMX backward-data kernel took 1.5 times its forward
+// kernel's time on ResNet-18's layers (bench/RESULTS.md §7, "forty-second session").
+bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
+                                     Precision compute = Precision::F32);
 // Throws Error, one line, unless `impl` has a path at `compute` (dnnl-wino has no bf16 one): the check every
 // call makes, for a caller that wants it before its first call.
 void check_conv_impl(ConvImpl impl, Precision compute);

@@ -98,6 +98,11 @@ void conv2d_forward_bf16_input(float*, const uint16_t*, const float*, const floa
   ACTLAB_FAIL("conv2d_forward_bf16_input: a minimal build has no bf16 convolution (", s.str(), ")");
 }
 
+bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl, Precision) {
+  check_conv_shape(s);
+  return false;
+}
+
 bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool, ConvImpl) {
   check_conv_shape(s);
   return false;
