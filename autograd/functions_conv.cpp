@@ -112,8 +112,9 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const C
   const Tensor input = x.data().contiguous();
   // Under bf16 on the CPU an exact keep is the bf16 copy the convolution would make of its input on the way in:
   // saved first, the forward reads that copy (the same bits, core/cpu/conv.h), reading half the bytes, and the
-  // input is converted once. Where the kernels compute channels-last the copy is made in that layout, and then
-  // neither pass reorders it. Elsewhere the forward runs first, so a bad shape fails before a node or a pack.
+  // input is converted once. Where the forward computes channels-last the copy is made in that layout, and it
+  // reads it with no reorder (as do backward weights whose kernel takes that layout: on AMX, all of ResNet-18's).
+  // Elsewhere the forward runs first, so a bad shape fails before a node or a pack.
   const bool keep_first = w.requires_grad() && reads_bf16_input(input);
   Tensor y = keep_first ? Tensor() : ops::conv2d_forward(input, w.data(), bias, to_params(opt));
   auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());

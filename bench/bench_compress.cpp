@@ -85,10 +85,11 @@ struct SavedShape {
   int min_bits = 0;
 };
 
-Row measure(const ActivationCachePolicy& policy, const SavedShape& saved, int reps) {
+Row measure(const ActivationCachePolicy& policy, const SavedShape& saved, int reps, bool channels_last) {
   const Shape& shape = saved.shape;
   SaveInfo info;
   info.min_bits = saved.min_bits;
+  info.channels_last = channels_last;
   PhiloxStream rng(1, 2);
   const Tensor x = Tensor::randn(shape, rng);
   const int64_t numel = x.numel();
@@ -157,6 +158,9 @@ int main(int argc, char** argv) {
   flags.add("shapes", "string", "resnet18", "resnet18|vit");
   flags.add("simd", "string", cpu::codec_simd_name(cpu::codec_simd_supported()),
             "portable|avx2|avx512: the widest hand-written codec paths to use (the default is the widest this CPU runs)");
+  flags.add("channels-last", "bool", "false",
+            "pack as for a consumer computing channels-last (SaveInfo::channels_last: the bf16 keep a bf16\n"
+            "convolution reads, written by the transposing conversion)");
   flags.add("out", "string", "", "also write the table to this file");
   try {
     if (!flags.parse(argc, argv)) {
@@ -203,7 +207,7 @@ int main(int argc, char** argv) {
     std::fputs(md.str().c_str(), stdout);  // the rows below are printed as they are measured
     for (const auto& policy : parsed) {
       for (const SavedShape& shape : shapes) {
-        const Row r = measure(*policy, shape, reps);
+        const Row r = measure(*policy, shape, reps, flags.get_bool("channels-last"));
         char line[512];
         // swap keeps 0 bits on the device: its rate is no number ("-"), not "infx"
         const auto rate = [](double x) {

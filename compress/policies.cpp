@@ -202,7 +202,7 @@ Tensor PlaneCodecPolicy::unpack_bf16(const Packed& p, const SaveInfo& info) cons
   // A consumer computing channels-last gets that layout, decoded sixteen channels at a time (whole blocks only).
   if (info.channels_last && s[1] % cpu::kChannelBlock == 0) {
     const auto& planes = static_cast<const PackedPlanes&>(p);  // channel_reader checked the type
-    Tensor h = Tensor::empty({s[0], s[2], s[3], s[1]}, DType::BF16, Device::cpu()).permute({0, 3, 1, 2});
+    Tensor h = Tensor::empty_channels_last(s, DType::BF16, Device::cpu());
     cpu::plane_unpack_bf16_channels_last(static_cast<uint16_t*>(h.raw_data()), planes.lfc(), planes.codes(),
                                          planes.mins(), planes.steps(), planes.geometry(), s[1]);
     return h;

@@ -101,9 +101,11 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int channel_block) const override;
   // CPU packs of (N, C, H, W), codes or LFC (not a full-precision residual).
   std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo& info) const override;
-  // Under --precision bf16, the packs channel_reader serves decoded channel by channel and rounded to bf16
-  // (what the bf16 convolution would round unpack()'s values to), without the f32 tensor in between;
-  // undefined otherwise (fp32, a GPU pack, not 4-D, several ranges per plane, an f32 residual).
+  // Under --precision bf16, the packs channel_reader serves decoded and rounded to bf16 (what the bf16
+  // convolution would round unpack()'s values to), without the f32 tensor in between: channel by channel into
+  // (N, C, H, W), or for a consumer computing channels-last (SaveInfo::channels_last) with C % 16 == 0, sixteen
+  // channels at a time into a channels-last tensor (cpu::plane_unpack_bf16_channels_last); undefined otherwise
+  // (fp32, a GPU pack, not 4-D, several ranges per plane, an f32 residual).
   Tensor unpack_bf16(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
   size_t expected_bytes(const Shape& shape) const override;

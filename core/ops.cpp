@@ -738,7 +738,7 @@ Tensor to_bf16_channels_last(const Tensor& x) {
   ACTLAB_CHECK(dev.is_cpu() && x.dim() == 4, "to_bf16_channels_last: a 4-D (N, C, H, W) tensor on the CPU, got ",
                x.str(), " on ", dev.str());
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  Tensor h = Tensor::empty({N, H, W, C}, DType::BF16, dev).permute({0, 3, 1, 2});
+  Tensor h = Tensor::empty_channels_last(x.shape(), DType::BF16, dev);
   cpu::to_bf16_channels_last(static_cast<uint16_t*>(h.raw_data()), f32(x), N, C, H * W);
   return h;
 }

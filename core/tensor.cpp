@@ -152,6 +152,11 @@ Tensor Tensor::empty_tagged(const Shape& shape, MemTag tag, DType dtype, Device 
   return t;
 }
 
+Tensor Tensor::empty_channels_last(const Shape& nchw, DType dtype, Device device) {
+  ACTLAB_CHECK(nchw.size() == 4, "empty_channels_last: a 4-D (N, C, H, W) shape, got ", shape_str(nchw));
+  return empty({nchw[0], nchw[2], nchw[3], nchw[1]}, dtype, device).permute({0, 3, 1, 2});
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return empty_tagged(shape, current_mem_tag(), dtype, device);
 }

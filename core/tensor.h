@@ -22,8 +22,7 @@ int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);   // "(64,3,32,32)"
 Shape contiguous_strides(const Shape& s);
 // The strides of a 4-D (N, C, H, W) shape laid out channels-last, (N, H, W, C) in memory: those of
-// Tensor::empty({N, H, W, C}).permute({0, 3, 1, 2}), the layout a bf16 convolution's keep may take
-// (compress/exact.h).
+// Tensor::empty_channels_last, the layout a bf16 convolution's keep may take (compress/exact.h).
 Shape channels_last_strides(const Shape& nchw);
 
 // One allocation. The version counter is bumped by in-place writes (fill_, copy_, add_, ...), so a
@@ -73,6 +72,8 @@ class Tensor {
   static Tensor empty_tagged(const Shape& shape, MemTag tag, DType dtype = DType::F32,
                              Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+  // An (N, C, H, W) tensor laid out channels-last (is_channels_last(): (N, H, W, C) in memory, permuted).
+  static Tensor empty_channels_last(const Shape& nchw, DType dtype = DType::F32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, float value, DType dtype = DType::F32);
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
   // A contiguous CPU tensor over `data`, which `owner` keeps alive (Storage's borrowed form).

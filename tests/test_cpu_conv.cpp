@@ -76,10 +76,16 @@ std::vector<ConvShape> test_shapes() {
                                                 // 4x4 maps: on AMX, Auto's bf16 forward and backward data are matmuls
       shape(2, 24, 8, 8, 16, 3, 3, 2, 1, 1),    // stride 2 onto 4x4 maps: the forward's matmul, oneDNN's backward data
       shape(2, 16, 6, 6, 24, 5, 5, 1, 2, 1),    // 5x5 stride 1: backward data as the flipped forward, padded by 2
+      shape(2, 16, 6, 6, 24, 5, 5, 1, 1, 1),    // 5x5 pad 1: a 4x4 output of a 6x6 input (P != H), flipped pad 3
+      shape(2, 8, 7, 7, 16, 3, 3, 1, 0, 1),     // 3x3 pad 0: P != H, flipped pad 2
+      shape(2, 16, 3, 3, 32, 3, 3, 1, 0, 1),    // a 1x1 output: the matmul's product is the (N, K, 1, 1) output itself
   };
   ConvShape asym = shape(2, 4, 9, 6, 5, 3, 1, 1, 0, 1);  // different strides and pads per axis
   asym.stride_h = 2, asym.pad_w = 1;
   v.push_back(asym);
+  ConvShape asym_pad = shape(2, 16, 6, 5, 8, 3, 3, 1, 1, 1);  // stride 1, pads 1 and 0: the flipped pads 1 and 2
+  asym_pad.pad_w = 0;
+  v.push_back(asym_pad);
   return v;
 }
 
@@ -232,10 +238,13 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   CHECK(actlab::cpu::conv2d_backward_weight_impl(grouped, ConvImpl::Im2colGemm, Precision::BF16) ==
         ConvImpl::DnnlBlocked);
   CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Im2colGemm, Precision::F32) == ConvImpl::Im2colGemm);
-  // Which layers' bf16 backward data runs as the forward of the flipped kernels: Auto's one-group stride-1
-  // layers on AMX (not dense pointwise ones, not strided or grouped ones, not a forced implementation).
+  // Which layers' bf16 backward data runs as the forward of the flipped kernels: one-group stride-1 layers, with
+  // im2col (the matmul forward: so the loop above checks that route on every CPU with bf16 kernels), and with
+  // Auto on AMX (not dense pointwise ones); never strided or grouped ones, other implementations or fp32.
   const bool amx = actlab::cpu::dnnl_runs_amx();
   CHECK(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Auto, Precision::BF16) == amx);
+  CHECK(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Im2colGemm, Precision::BF16));
+  CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Im2colGemm, Precision::F32));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Auto, Precision::F32));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::DnnlBlocked, Precision::BF16));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(small_strided, ConvImpl::Auto, Precision::BF16));

@@ -91,9 +91,7 @@ ACTLAB_INLINE void philox_rounds(uint32_t* __restrict c0, uint32_t* __restrict c
   }
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#define ACTLAB_AVX512 __attribute__((target("avx512f")))
-#define ACTLAB_AVX512BW __attribute__((target("avx512f,avx512bw")))
+#ifdef ACTLAB_X86_INTRINSICS
 // dst = the 64 codes of `bytes` (one per byte, each < 2^bits) as an LSB-first run of bits-bit fields, for
 // Q = 1, 4, 8 (store_codes64 narrows Q = 2 codes its own way): 1-bit codes are the byte mask, 4-bit
 // ones merge byte pairs by a multiply-add (c0 + 16·c1).
@@ -296,10 +294,6 @@ ACTLAB_AVX2 int64_t quantize_avx2(uint8_t* c, const float* r, const uint8_t* u, 
   return e;
 }
 
-// __builtin_cpu_init first: this initializer may run before libgcc's own CPU-detection constructor.
-const bool cpu_has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
-const bool cpu_has_avx512bw = cpu_has_avx512f && __builtin_cpu_supports("avx512bw");
-const bool cpu_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 // What the kernels test before taking a hand-written path: the CPU's features, narrowed by set_codec_simd.
 // has_avx2 is set only when no AVX-512 path runs, so each call site tests the wider one first.
 bool has_avx512f = cpu_has_avx512f;
@@ -614,7 +608,7 @@ constexpr bool kOneLfc = Extents<kH, kW, kB>::kTiled && kH == Extents<kH, kW, kB
 template <int kH, int kW, int kB>
 constexpr bool kRegisterLfc = (kVectorRows<kH, kW, kB> || kOneLfc<kH, kW, kB>) && (kH * kW) % 16 == 0;
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#ifdef ACTLAB_X86_INTRINSICS
 // The order key (float_order_key) of each lane.
 ACTLAB_AVX512BW ACTLAB_INLINE __m512i order_keys(__m512 v) {
   const __m512i i = _mm512_castps_si512(v);
@@ -1459,7 +1453,7 @@ ACTLAB_INLINE float block_value(const uint8_t* codes, int64_t stride, const floa
   return lfc_t ? lfc_t[lfc_index[e] * 16 + j] + d : d;
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#ifdef ACTLAB_X86_INTRINSICS
 // col[k] byte j = row[j] byte k: four rounds of interleaves (bytes, then 16-, 32- and 64-bit pairs). SSE2
 // only, so both the AVX-512 and the AVX2 block routines inline it.
 ACTLAB_INLINE void transpose_bytes16(__m128i col[16], const __m128i row[16]) {

@@ -1,7 +1,9 @@
 // The fast CPU convolution path: oneDNN primitives (created once per shape, direction and
 // implementation, then cached) with NCHW user memory reordered into the layout the primitive
-// picked; an im2col + gemm candidate kept for comparison in fp32; and under bf16 on AMX CPUs, backward
-// weights of small maps as one bf16 matmul on channels-last operands. The spec lives in conv_ref.cpp.
+// picked; an im2col + gemm candidate kept for comparison in fp32; and under bf16 on AMX CPUs, the backward
+// weights of small maps and the forward of 4x4 maps as one bf16 matmul on channels-last operands, and the
+// backward data of stride-1 layers as the forward of the flipped kernels. The reorders between f32 (N, C, H, W)
+// and channels-last operands run actlab's own transposing kernels. The spec lives in conv_ref.cpp.
 // Tested against it in tests/test_cpu_conv.cpp; the candidates are timed in bench/bench_conv.cpp.
 #include "actlab/core/cpu/conv.h"
 
@@ -132,8 +134,9 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
 
 // One tensor argument of a primitive: as the user holds it and as the primitive wants it.
 // The two reorders of a bf16 step that actlab's own transposing kernels (core/cpu/kernels.h) make instead of
-// oneDNN's: an f32 (N, C, H, W) operand into a channels-last bf16 one (an input, an output gradient), and a
-// channels-last f32 result back to (N, C, H, W). On an AMX Xeon (ResNet-18, bf16, 2 threads) oneDNN's reorders
+// oneDNN's: an f32 (N, C, H, W) operand into a channels-last bf16 one (an input, an output gradient; the weights
+// of the matmul routes too, as (K, R, S, C)), and a channels-last f32 result back to (N, C, H, W) (an output, a
+// gradient, the matmul route's weight gradient). On an AMX Xeon (ResNet-18, bf16, 2 threads) oneDNN's reorders
 // of these kinds took 27 and 66 ms of a 550 ms step (DNNL_VERBOSE); the step with the kernels instead is in
 // bench/RESULTS.md §7 ("forty-second session").
 enum class FastReorder { None, NarrowToChannelsLast, ChannelsLastToNchw };
@@ -172,8 +175,10 @@ Port make_port(const memory::desc& user_md, const memory::desc& prim_md, bool is
 }
 
 // A port's reorder in its direction (user -> primitive for an input, primitive -> user for an output): actlab's
-// kernel where make_port chose one, else oneDNN's. Returns when the copy is written.
+// kernel where make_port chose one, else oneDNN's. Returns when the copy is written. Only for a port that
+// reorders (p.reorder): the others have no reorder to run.
 void run_port(const Port& p, const void* from, void* to) {
+  ACTLAB_CHECK(p.reorder, "conv: run_port on a port whose layouts match (nothing to reorder)");
   const memory::dims d = p.user_md.dims();
   if (p.fast == FastReorder::NarrowToChannelsLast) {
     to_bf16_channels_last(static_cast<uint16_t*>(to), static_cast<const float*>(from), d[0], d[1], d[2] * d[3]);
@@ -650,26 +655,30 @@ void column_sums_bf16(float* db, const uint16_t* m, int64_t rows, int64_t K) {
   }
 }
 
+// The col operand of the matmul routes (N·P·Q, R·S·C) bf16: x's channels-last copy through the port, then its
+// im2col (kept in `buffers`; the copy is freed once read), or for a 1x1 layer without padding that copy itself.
+// x_is_grad: x is an output gradient, whose copy a ConvGradShare may hold.
+const uint16_t* gemm_col(const Port& port, const void* x, const ConvShape& s, bool x_is_grad,
+                         std::vector<Buffer>& buffers) {
+  if (subsampled_pointwise(s))
+    return static_cast<const uint16_t*>(bind_input(port, x, x_is_grad, buffers).get_data_handle());
+  std::vector<Buffer> x_buffers;
+  const auto* xs = static_cast<const uint16_t*>(bind_input(port, x, x_is_grad, x_buffers).get_data_handle());
+  const Buffer& col = buffers.emplace_back(sizeof(uint16_t) * s.N * s.P() * s.Q() * s.R * s.S * s.C, MemTag::Workspace);
+  im2col_nhwc(col.as<uint16_t>(), xs, s);
+  return col.as<uint16_t>();
+}
+
 void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void* x, const ConvShape& s,
                                UserSrc user_src) {
   try {
     const GemmWeightPlan& plan = get_gemm_weight_plan(s, user_src);
     std::vector<Buffer> buffers;  // dy's reorder, col and the product: alive until the end
     buffers.reserve(3);
-    std::vector<Buffer> x_buffers;  // x's reorder: freed once im2col has read it
-    const memory x_nhwc = bind_input(plan.x, x, false, x_buffers);
+    const uint16_t* col = gemm_col(plan.x, x, s, false, buffers);
     const memory dy_nhwc = bind_input(plan.dy, dy, true, buffers);
-    dnnl_stream().wait();
-    const auto* xs = static_cast<const uint16_t*>(x_nhwc.get_data_handle());
     const auto* dys = static_cast<const uint16_t*>(dy_nhwc.get_data_handle());
     const int64_t rows = s.N * s.P() * s.Q(), RSC = s.R * s.S * s.C;
-    const uint16_t* col = xs;
-    if (!subsampled_pointwise(s)) {
-      const Buffer& b = buffers.emplace_back(sizeof(uint16_t) * rows * RSC, MemTag::Workspace);
-      im2col_nhwc(b.as<uint16_t>(), xs, s);
-      col = b.as<uint16_t>();
-      x_buffers.clear();
-    }
     float* product = dw;
     if (plan.dw.reorder) product = buffers.emplace_back(sizeof(float) * s.K * RSC, MemTag::Workspace).as<float>();
     gemm_bf16_bits(true, false, s.K, RSC, rows, dys, col, product);
@@ -726,37 +735,32 @@ void gemm_forward_bf16(float* y, const void* x, const float* w, const float* b, 
     const GemmForwardPlan& plan = get_gemm_forward_plan(s, user_src);
     std::vector<Buffer> buffers;  // the weights' and col's copies and the product: alive until the end
     buffers.reserve(3);
-    std::vector<Buffer> x_buffers;  // x's reorder: freed once im2col has read it
-    const memory x_nhwc = bind_input(plan.x, x, x_is_grad, x_buffers);
+    const uint16_t* col = gemm_col(plan.x, x, s, x_is_grad, buffers);
     const memory w_t = bind_input(plan.w, w, false, buffers);
-    const auto* xs = static_cast<const uint16_t*>(x_nhwc.get_data_handle());
     const int64_t rows = s.N * s.P() * s.Q(), RSC = s.R * s.S * s.C, K = s.K;
-    const uint16_t* col = xs;
-    if (!subsampled_pointwise(s)) {
-      const Buffer& c = buffers.emplace_back(sizeof(uint16_t) * rows * RSC, MemTag::Workspace);
-      im2col_nhwc(c.as<uint16_t>(), xs, s);
-      col = c.as<uint16_t>();
-      x_buffers.clear();
-    }
-    float* product = buffers.emplace_back(sizeof(float) * rows * K, MemTag::Workspace).as<float>();
+    // Where channels-last and (N, K, P, Q) are one layout (P·Q = 1 or K = 1) the product is y itself.
+    float* product = plan.y.reorder ? buffers.emplace_back(sizeof(float) * rows * K, MemTag::Workspace).as<float>() : y;
     gemm_bf16_bits(false, true, rows, K, RSC, col, static_cast<const uint16_t*>(w_t.get_data_handle()), product);
     if (b) {
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t k = 0; k < K; ++k) product[i * K + k] += b[k];
     }
-    run_port(plan.y, product, y);
+    if (plan.y.reorder) run_port(plan.y, product, y);
   } catch (const dnnl::error& e) {
     ACTLAB_FAIL("oneDNN forward as a bf16 matmul failed for ", s.str(), ": ", e.what(), " (status ",
                 static_cast<int>(e.status), ")");
   }
 }
 
-// The bf16 forward: one matmul on 4x4 maps (Auto on AMX), else oneDNN's kernel of the resolved implementation
-// (never im2col: im2col's bf16 forward is dnnl-blocked's).
+// The bf16 forward: one matmul on 4x4 maps (Auto on AMX) and wherever im2col is asked for (one group), else
+// oneDNN's kernel of the resolved implementation (a grouped im2col request: dnnl-blocked).
+bool bf16_forward_is_gemm(const ConvShape& s, ConvImpl impl) {
+  return (impl == ConvImpl::Auto && bf16_forward_gemm_pays(s)) || (impl == ConvImpl::Im2colGemm && s.groups == 1);
+}
 void forward_bf16(float* y, const void* x, const float* w, const float* b, const ConvShape& s, ConvImpl impl,
                   UserSrc user_src, bool x_is_grad = false) {
-  if (impl == ConvImpl::Auto && bf16_forward_gemm_pays(s)) return gemm_forward_bf16(y, x, w, b, s, user_src, x_is_grad);
+  if (bf16_forward_is_gemm(s, impl)) return gemm_forward_bf16(y, x, w, b, s, user_src, x_is_grad);
   run_dnnl(Direction::Forward, resolve(impl, s, Precision::BF16, Direction::Forward), s, x, w, y,
            const_cast<float*>(b), Precision::BF16, false, user_src, x_is_grad);
 }
@@ -782,7 +786,7 @@ void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w,
 
 bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl) {
   check_conv_shape(s);
-  if (impl == ConvImpl::Auto && bf16_forward_gemm_pays(s)) return true;  // the matmul route's col is channels-last
+  if (bf16_forward_is_gemm(s, impl)) return true;  // the matmul route's col is made from channels-last
   impl = resolve(impl, s, Precision::BF16, Direction::Forward);
   if (impl == ConvImpl::DnnlPlain) return false;  // computes on (N, C, H, W) by construction
   try {
@@ -795,8 +799,10 @@ bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImp
 
 bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl, Precision compute) {
   check_conv_shape(s);
-  return impl == ConvImpl::Auto && compute == Precision::BF16 && s.groups == 1 && s.stride_h == 1 &&
-         s.stride_w == 1 && !dense_pointwise(s) && s.pad_h <= s.R - 1 && s.pad_w <= s.S - 1 && dnnl_runs_amx();
+  if (compute != Precision::BF16 || s.groups != 1 || s.stride_h != 1 || s.stride_w != 1 || s.pad_h > s.R - 1 ||
+      s.pad_w > s.S - 1)
+    return false;
+  return impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && !dense_pointwise(s) && dnnl_runs_amx());
 }
 
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
@@ -804,17 +810,18 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
   check_conv_shape(s);
   if (conv2d_backward_data_as_forward(s, impl, compute)) {
     // dx = the forward convolution of dy with w's kernels flipped and its in/out channels swapped, padded by
-    // R - 1 - pad: each input position gathers the output positions its window reached. The weights' transform
-    // is K·C·R·S floats, small against the maps.
+    // R - 1 - pad: each input position gathers the output positions its window reached. The flip is one pass
+    // over the weights (2.4 M floats on ResNet-18's 512-channel layers, against their 4x4 maps' 1 M of dy).
     ConvShape t = s;
     t.C = s.K, t.H = s.P(), t.W = s.Q(), t.K = s.C, t.pad_h = s.R - 1 - s.pad_h, t.pad_w = s.S - 1 - s.pad_w;
     Buffer flipped(sizeof(float) * static_cast<size_t>(s.K * s.C * s.R * s.S), MemTag::Workspace);
     float* wt = flipped.as<float>();
     const int64_t RS = s.R * s.S;
-    for (int64_t k = 0; k < s.K; ++k)
-      for (int64_t c = 0; c < s.C; ++c)
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t k = 0; k < s.K; ++k)
         for (int64_t i = 0; i < RS; ++i) wt[(c * s.K + k) * RS + (RS - 1 - i)] = w[(k * s.C + c) * RS + i];
-    forward_bf16(dx, dy, wt, nullptr, t, ConvImpl::Auto, UserSrc::F32, true);
+    forward_bf16(dx, dy, wt, nullptr, t, impl, UserSrc::F32, true);
     return;
   }
   impl = resolve(impl, s, compute, Direction::BackwardData);

@@ -32,14 +32,17 @@ enum class ConvImpl {
   Auto,          // the measured choice: DnnlWinograd for 3x3 stride-1 convs with >= 64 channels
                  // in and out, DnnlPlain for pointwise (1x1 stride 1), DnnlBlocked for the rest
                  // (depthwise included: oneDNN's jit_dw kernels); under bf16 no Winograd, and on AMX CPUs
-                 // backward weights as Im2colGemm on the small maps where that measured faster (conv.cpp)
+                 // backward weights as Im2colGemm on the small maps and the forward of 4x4 maps as that
+                 // matmul, where they measured faster, and backward data of one-group stride-1 layers (not
+                 // dense 1x1) as the forward of the flipped kernels (conv.cpp)
   DnnlBlocked,   // oneDNN, memory format `any` (nChw16c / blocked weights), NCHW reordered in and out
   DnnlNhwc,      // oneDNN on channels-last activations, NCHW transposed in and out
   DnnlPlain,     // oneDNN on the user's NCHW / OIHW memory directly (no reorders)
   DnnlWinograd,  // oneDNN Winograd where it applies (3x3 stride 1), else DnnlBlocked
-  Im2colGemm,    // fp32: im2col / col2im around cpu::gemm, one image at a time. bf16: backward weights as
-                 // one bf16 matmul over the whole batch on channels-last operands (one group only; forward,
-                 // backward data and grouped layers run DnnlBlocked)
+  Im2colGemm,    // fp32: im2col / col2im around cpu::gemm, one image at a time. bf16 (one group only; grouped
+                 // layers run DnnlBlocked): forward and backward weights as one bf16 matmul over the whole batch
+                 // on channels-last operands, backward data of stride-1 layers as the flipped kernels' forward
+                 // matmul, of strided layers DnnlBlocked
 };
 const char* conv_impl_name(ConvImpl impl);            // "auto", "dnnl-blocked", ...
 ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an unknown name
@@ -69,17 +72,18 @@ void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* 
 ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
                                      Precision compute = Precision::F32);
 // Whether conv2d_backward_data runs as the forward convolution of dy with the kernels flipped and the channels
-// swapped (dnnl-blocked, padded by R - 1 - pad): Auto under bf16 on AMX CPUs, for one-group stride-1 layers that
-// are not dense pointwise (dnnl-plain's). oneDNN 2.6's AMX backward-data kernel took 1.5 times its forward
-// kernel's time on ResNet-18's layers (bench/RESULTS.md §7, "forty-second session").
+// swapped, padded by R - 1 - pad (the forward Auto or Im2colGemm would run for that shape): under bf16 for
+// one-group stride-1 layers with pad <= R - 1, with Im2colGemm, and with Auto on AMX CPUs for layers that are not
+// dense pointwise (dnnl-plain's). oneDNN 2.6's AMX backward-data kernel took 1.2-1.7 times its forward kernel's
+// time on ResNet-18's stride-1 layers (bench/RESULTS.md §7, "forty-second session").
 bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
                                      Precision compute = Precision::F32);
 // Throws Error, one line, unless `impl` has a path at `compute` (dnnl-wino has no bf16 one): the check every
 // call makes, for a caller that wants it before its first call.
 void check_conv_impl(ConvImpl impl, Precision compute);
 // Whether oneDNN runs its AMX kernels in this process (its effective instruction set: the CPU's amx_bf16,
-// the kernel's permission and ONEDNN_MAX_CPU_ISA all count). Auto takes bf16 backward weights of small maps
-// as one matmul only then: the route was measured on AMX alone. False in a minimal build.
+// the kernel's permission and ONEDNN_MAX_CPU_ISA all count). Auto takes the bf16 matmul routes and the flipped
+// backward data only then: they were measured on AMX alone. False in a minimal build.
 bool dnnl_runs_amx();
 
 // The input layout conv2d_backward_weight's oneDNN primitive computes on, as a channel block: 16 when it
@@ -112,8 +116,9 @@ void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w,
                                ConvImpl impl = ConvImpl::Auto, Bf16Layout layout = Bf16Layout::Nchw);
 // Whether conv2d_forward under bf16 (with a bias or not, as with_bias says) computes on a channels-last input:
 // then a bf16 copy of x in that layout is read with no reorder, where an (N, C, H, W) one is reordered (oneDNN
-// picks the layout per kernel: its AMX and AVX-512 kernels on 3x3 and strided layers took channels-last on an
-// AMX Xeon; dnnl-plain's pointwise layers compute on (N, C, H, W)). False in a minimal build.
+// picks the layout per kernel: its AMX kernels on 3x3 and strided layers took channels-last on an AMX Xeon, as
+// their backward weights did, and the matmul routes make their im2col from channels-last; dnnl-plain's pointwise
+// layers compute on (N, C, H, W)). Only the forward is asked. False in a minimal build.
 bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl = ConvImpl::Auto);
 
 // While one is alive on this thread, the backward passes (oneDNN's data and weight kernels, and the bf16

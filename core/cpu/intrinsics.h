@@ -12,4 +12,16 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+
+// Each hand-vectorized function carries its instruction set; the callers test the CPU's features first.
+#define ACTLAB_AVX512 __attribute__((target("avx512f")))
+#define ACTLAB_AVX512BW __attribute__((target("avx512f,avx512bw")))
+
+namespace actlab::cpu {
+// The CPU's features, read once per process. __builtin_cpu_init first: these initializers may run before
+// libgcc's own CPU-detection constructor.
+inline const bool cpu_has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+inline const bool cpu_has_avx512bw = cpu_has_avx512f && __builtin_cpu_supports("avx512bw");
+inline const bool cpu_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}  // namespace actlab::cpu
 #endif

@@ -202,12 +202,12 @@ void from_bf16_serial(float* y, const uint16_t* x, int64_t n);
 // y (N, HW, C) bf16 = x (N, C, HW) rounded as to_bf16 rounds, transposed to channels-last on the way: the
 // layout oneDNN's bf16 convolutions compute on, so that a bf16 keep in it is read without a reorder
 // (compress/exact.h). On AVX-512 CPUs 16 x 16 blocks are transposed in registers; allow_avx512 = false runs the
-// portable loop there too (for the tests). Its reference twin is to_bf16 followed by a strided copy
-// (tests/test_cpu_kernels.cpp).
+// portable loop there too (for the tests). Its reference twin is to_bf16 followed by an element-by-element
+// transposition (tests/test_cpu_kernels.cpp).
 void to_bf16_channels_last(uint16_t* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512 = true);
 // y (N, C, HW) f32 = x (N, HW, C) f32: a channels-last tensor made (N, C, H, W) (a convolution's output as its
 // oneDNN kernel wrote it). 16 x 16 blocks transposed in registers on AVX-512 CPUs; allow_avx512 = false runs the
-// plain loop there too (for the tests, which compare both with strided_copy_ref).
+// plain loop there too (for the tests, which compare both with an element-by-element loop).
 void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512 = true);
 // The same for IEEE fp16 (core/bf16.h float_to_f16 / f16_to_float): what `exact` keeps under fp16.
 void to_f16(uint16_t* y, const float* x, int64_t n);

@@ -1,5 +1,7 @@
 // Copies between tensor layouts (core/cpu/kernels.h, StridedCopy): the fast loop Tensor::copy_ runs and
-// the one-element-at-a-time reference it is tested against (tests/test_token_ops.cpp).
+// the one-element-at-a-time reference it is tested against (tests/test_token_ops.cpp). And the conversions
+// to bf16: plain, and the transposing ones between (N, C, H, W) and channels-last that a bf16 convolution's
+// operands take (tests/test_cpu_kernels.cpp, against plain loops).
 #include <algorithm>
 #include <cstring>
 
@@ -114,8 +116,6 @@ ACTLAB_CPU_CLONES void to_bf16_channels_last_tile(uint16_t* y, const float* x, i
 }
 
 #ifdef ACTLAB_X86_INTRINSICS
-#define ACTLAB_AVX512 __attribute__((target("avx512f")))
-const bool cpu_has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
 
 // r[i] holds row i of a 16 x 16 f32 block; afterwards r[j] holds its column j. Interleaves within 128-bit lanes
 // (32-bit, then 64-bit), then transposes the 4 x 4 matrix of lanes of each group of four vectors.
