@@ -532,12 +532,14 @@ TEST_CASE("codec: plane_unpack_channel writes the reference decode's planes of o
   CHECK_THROWS_AS(cpu::plane_unpack_channel(out.data(), lfc.data(), nullptr, nullptr, nullptr, g, 3, 3), Error);
 }
 
+// The cases of the sixteen-channel block decodes, (samples, channels, h, w, bits): 32² and 16² maps, 7×7 (E % 16
+// != 0: the tail), 4×4, several samples, sizes above and below the parallel threshold.
+struct BlockCase { int64_t n, c, h, w; int bits; };
+constexpr BlockCase kBlockCases[] = {{2, 32, 32, 32, 2}, {3, 16, 7, 7, 4}, {1, 48, 4, 4, 2}, {4, 16, 16, 16, 1},
+                                     {2, 16, 28, 28, 8}};
+
 TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 16-channel blocks") {
-  // (samples, channels, h, w, bits): 32² and 16² maps, 7×7 (E % 16 != 0: the tail), 4×4, several samples,
-  // sizes above and below the parallel threshold.
-  struct Case { int64_t n, c, h, w; int bits; };
-  for (const Case& k : {Case{2, 32, 32, 32, 2}, Case{3, 16, 7, 7, 4}, Case{1, 48, 4, 4, 2}, Case{4, 16, 16, 16, 1},
-                        Case{2, 16, 28, 28, 8}}) {
+  for (const BlockCase& k : kBlockCases) {
     const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 7);
     const PlaneGeometry& g = pk.g;
     const int64_t E = g.plane_elems();
@@ -571,9 +573,7 @@ TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 1
 TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounded to bf16, channels-last") {
   // The cases of plane_unpack_blocked (its sixteen-channel blocks are what this decode narrows), with and
   // without the AVX-512 paths, against float_to_bf16 of plane_unpack_ref's values moved to (n, e, c).
-  struct Case { int64_t n, c, h, w; int bits; };
-  for (const Case& k : {Case{2, 32, 32, 32, 2}, Case{3, 16, 7, 7, 4}, Case{1, 48, 4, 4, 2}, Case{4, 16, 16, 16, 1},
-                        Case{2, 16, 28, 28, 8}}) {
+  for (const BlockCase& k : kBlockCases) {
     const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 8);
     const PlaneGeometry& g = pk.g;
     const int64_t E = g.plane_elems();

@@ -780,16 +780,35 @@ TEST_CASE("cpu kernels: bf16 conversions are core/bf16.h's element functions, sp
   CHECK(same);
 }
 
+namespace {
+// The (N, C, HW) shapes the channels-last transposes are checked on: whole 16 x 16 blocks (the registers'
+// transpose), channel counts off the 16 grid, position counts off the 32-position tile and the 16 grid (the
+// ragged edges), a single channel and a single position.
+constexpr int64_t kLayoutShapes[][3] = {{2, 64, 16}, {3, 37, 81}, {2, 16, 1024}, {1, 3, 1024}, {2, 48, 33}, {1, 1, 50},
+                                        {4, 20, 1}, {128, 32, 64}};
+// The element-by-element reference: (N, C, HW) -> (N, HW, C), or back when to_channels_last is false.
+template <typename T>
+std::vector<T> transposed(const std::vector<T>& in, int64_t N, int64_t C, int64_t HW, bool to_channels_last) {
+  std::vector<T> out(in.size());
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < HW; ++p) {
+        const auto nchw = static_cast<size_t>((b * C + c) * HW + p), nhwc = static_cast<size_t>((b * HW + p) * C + c);
+        if (to_channels_last)
+          out[nhwc] = in[nchw];
+        else
+          out[nchw] = in[nhwc];
+      }
+  return out;
+}
+}  // namespace
+
 TEST_CASE("cpu kernels: to_bf16_channels_last is to_bf16 transposed to (N, HW, C), on AVX-512 and portably") {
-  // The reference twin: to_bf16 in (N, C, HW) order, then element (n, c, p) moved to (n, p, c). Shapes with whole
-  // 16 x 16 blocks (the registers' transpose), channel counts off the 16 grid (the ragged channels), position
-  // counts off the 32-position tile and the 16 grid (the ragged positions), a single channel and a single
-  // position; special values (NaN payloads, infinities, subnormals, ties) scattered through each.
+  // The reference twin: to_bf16 in (N, C, HW) order, then each element moved to (n, p, c); special values (NaN
+  // payloads, infinities, subnormals, ties) scattered through each shape.
   const uint32_t specials[] = {0x7FC00000u, 0x7F800001u, 0xFFBFFFFFu, 0x7F800000u, 0xFF800000u, 0x80000000u,
                                0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu, 0x3F808000u, 0x3F818000u, 0xBF808001u};
-  const int64_t shapes[][3] = {{2, 64, 16}, {3, 37, 81}, {2, 16, 1024}, {1, 3, 1024}, {2, 48, 33}, {1, 1, 50},
-                               {4, 20, 1}, {128, 32, 64}};
-  for (const auto& sh : shapes) {
+  for (const auto& sh : kLayoutShapes) {
     const int64_t N = sh[0], C = sh[1], HW = sh[2], n = N * C * HW;
     CAPTURE(N);
     CAPTURE(C);
@@ -799,12 +818,9 @@ TEST_CASE("cpu kernels: to_bf16_channels_last is to_bf16 transposed to (N, HW, C
     for (auto& v : x) v = (static_cast<float>(rng.next_bits() % 20001) - 10000.f) * 1.7e-3f;
     for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); ++k)
       std::memcpy(&x[(k * 7919) % x.size()], &specials[k], 4);
-    std::vector<uint16_t> nchw(static_cast<size_t>(n)), expected(static_cast<size_t>(n));
+    std::vector<uint16_t> nchw(static_cast<size_t>(n));
     cpu::to_bf16(nchw.data(), x.data(), n);
-    for (int64_t b = 0; b < N; ++b)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t p = 0; p < HW; ++p)
-          expected[static_cast<size_t>((b * HW + p) * C + c)] = nchw[static_cast<size_t>((b * C + c) * HW + p)];
+    const std::vector<uint16_t> expected = transposed(nchw, N, C, HW, true);
     for (const bool avx512 : {true, false}) {
       CAPTURE(avx512);
       std::vector<uint16_t> got(static_cast<size_t>(n), 0xAAAA);
@@ -815,11 +831,8 @@ TEST_CASE("cpu kernels: to_bf16_channels_last is to_bf16 transposed to (N, HW, C
 }
 
 TEST_CASE("cpu kernels: channels_last_to_nchw is the (N, HW, C) -> (N, C, HW) copy, on AVX-512 and portably") {
-  // Whole 16 x 16 blocks, channel counts off the 16 grid (the plain loop's blocks), position counts off it
-  // (the ragged positions), one channel, one position; NaN payloads and signed zeros copied as bits.
-  const int64_t shapes[][3] = {{2, 64, 16}, {3, 37, 81}, {2, 16, 1024}, {1, 3, 1024}, {2, 48, 33}, {1, 1, 50},
-                               {4, 20, 1}, {128, 32, 64}};
-  for (const auto& sh : shapes) {
+  // NaN payloads and signed zeros copied as bits.
+  for (const auto& sh : kLayoutShapes) {
     const int64_t N = sh[0], C = sh[1], HW = sh[2], n = N * C * HW;
     CAPTURE(N);
     CAPTURE(C);
@@ -830,11 +843,7 @@ TEST_CASE("cpu kernels: channels_last_to_nchw is the (N, HW, C) -> (N, C, HW) co
     const uint32_t nan_payload = 0x7FC01234u, negative_zero = 0x80000000u;
     std::memcpy(&x[0], &nan_payload, 4);
     std::memcpy(&x[x.size() / 2], &negative_zero, 4);
-    std::vector<float> expected(static_cast<size_t>(n));
-    for (int64_t b = 0; b < N; ++b)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t p = 0; p < HW; ++p)
-          expected[static_cast<size_t>((b * C + c) * HW + p)] = x[static_cast<size_t>((b * HW + p) * C + c)];
+    const std::vector<float> expected = transposed(x, N, C, HW, false);
     for (const bool avx512 : {true, false}) {
       CAPTURE(avx512);
       std::vector<float> got(static_cast<size_t>(n), -1.f);

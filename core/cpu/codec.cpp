@@ -1633,34 +1633,30 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
                         [&](int64_t first, int64_t last, uint8_t* scratch) { unpack_planes(args, first, last, scratch); });
 }
 
-void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
-                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
-  ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0,
-               "plane_unpack_blocked: ", channels, " channels (need a multiple of ", kChannelBlock, ") for ",
-               g.planes, " planes");
-  ACTLAB_CHECK(g.ranges_per_plane() == 1, "plane_unpack_blocked: ", g.ranges_per_plane(),
-               " code ranges per plane (it decodes one)");
+namespace {
+// The sixteen-channel block decodes: out (blocked f32) or out16 (channels-last bf16), whole blocks, one range.
+void unpack_all_blocks16(const char* op, float* out, uint16_t* out16, const uint16_t* lfc, const uint8_t* codes,
+                         const uint16_t* mins, const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0, op, ": ", channels,
+               " channels (need a multiple of ", kChannelBlock, ") for ", g.planes, " planes");
+  ACTLAB_CHECK(g.ranges_per_plane() == 1, op, ": ", g.ranges_per_plane(), " code ranges per plane (it decodes one)");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
-  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g),
+  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g, out16 != nullptr),
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
-                          unpack_blocks16(args, first, last, scratch);
+                          unpack_blocks16(args, first, last, scratch, out16, channels);
                         });
+}
+}  // namespace
+
+void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  unpack_all_blocks16("plane_unpack_blocked", out, nullptr, lfc, codes, mins, steps, g, channels);
 }
 
 void plane_unpack_bf16_channels_last(uint16_t* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                                      const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
-  ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0,
-               "plane_unpack_bf16_channels_last: ", channels, " channels (need a multiple of ", kChannelBlock, ") for ",
-               g.planes, " planes");
-  ACTLAB_CHECK(g.ranges_per_plane() == 1, "plane_unpack_bf16_channels_last: ", g.ranges_per_plane(),
-               " code ranges per plane (it decodes one)");
-  const UpsampleMap map(g);
-  const PlaneUnpackArgs args{nullptr, lfc, codes, mins, steps, &g, &map};
-  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g, true),
-                        [&](int64_t first, int64_t last, uint8_t* scratch) {
-                          unpack_blocks16(args, first, last, scratch, out, channels);
-                        });
+  unpack_all_blocks16("plane_unpack_bf16_channels_last", nullptr, out, lfc, codes, mins, steps, g, channels);
 }
 
 void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
