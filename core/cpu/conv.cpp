@@ -132,7 +132,6 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
   return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
 }
 
-// One tensor argument of a primitive: as the user holds it and as the primitive wants it.
 // The two reorders of a bf16 step that actlab's own transposing kernels (core/cpu/kernels.h) make instead of
 // oneDNN's: an f32 (N, C, H, W) operand into a channels-last bf16 one (an input, an output gradient; the weights
 // of the matmul routes too, as (K, R, S, C)), and a channels-last f32 result back to (N, C, H, W) (an output, a
@@ -151,6 +150,7 @@ FastReorder fast_reorder(const memory::desc& from, const memory::desc& to) {
   return FastReorder::None;
 }
 
+// One tensor argument of a primitive: as the user holds it and as the primitive wants it.
 struct Port {
   memory::desc user_md, prim_md;
   bool reorder = false;
