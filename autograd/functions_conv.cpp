@@ -1,5 +1,9 @@
 // conv2d and linear: forward plus their nodes.
 #include "actlab/autograd/functions.h"
+
+#include <algorithm>
+
+#include "actlab/compress/policy.h"
 #include "actlab/core/ops.h"
 #include "actlab/core/precision.h"
 
@@ -12,6 +16,16 @@ ops::ConvParams to_params(const Conv2dOptions& o) { return {o.stride, o.padding,
 // forward the exact keep's copy, backward weights any bf16 form of the save (a bf16 keep, or a plane
 // codec's decode to bf16). A GPU rounds its fp32 operands itself.
 bool reads_bf16_input(const Tensor& t) { return compute_precision() == Precision::BF16 && t.device().is_cpu(); }
+
+// Whether every save of this step keeps its values exactly (exact, whose bf16 keep is made of a channels-last
+// tensor with one narrowing pass, and SWAP, which offloads that keep). Only then do activations flow channels-last
+// between a bf16 run's convolutions: the plane codecs read (N, C, H, W) planes and would pay a transpose per save,
+// and SWAP's gradients stay exact@bf16's bit for bit because both run the same layouts.
+bool keeps_all_lossless() {
+  const std::vector<const ActivationCachePolicy*> policies = current_policy_set().policies();
+  return std::all_of(policies.begin(), policies.end(),
+                     [](const ActivationCachePolicy* p) { return p->is_lossless(); });
+}
 
 // What acgc's bound needs of a weight layer (compress/policy.h GradientSensitivity): an error dx in the
 // input changes dW = Σ dy ⊗ x by at most |dy|²·|dx|² per output position the input reaches, i.e. about
@@ -27,13 +41,15 @@ class Conv2dNode final : public Node {
  public:
   Conv2dNode(const Conv2dOptions& opt, bool has_bias, Shape x_shape)
       : opt_(opt), has_bias_(has_bias), x_shape_(std::move(x_shape)) {}
+  // The forward wrote its output channels-last: dy comes back in that layout, and so does dx.
+  void set_channels_last_output() { channels_last_out_ = true; }
   const char* name() const override { return "conv2d"; }
   const SlotList& slots() const override {
     static const SlotList s = {"input", "weight"};
     return s;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
-    const Tensor dy = grad_outputs[0].contiguous();
+    const Tensor dy = channels_last_out_ ? grad_outputs[0].channels_last() : grad_outputs[0].contiguous();
     const Tensor w = load("weight");
     std::vector<Tensor> grads(3);
     const bool need_x = inputs[0].leaf || !inputs[0].node.expired();
@@ -67,6 +83,7 @@ class Conv2dNode final : public Node {
   Conv2dOptions opt_;
   bool has_bias_;
   Shape x_shape_;
+  bool channels_last_out_ = false;
 };
 
 // saves: input x (lossy_ok), weight w (parameter, by reference).
@@ -109,24 +126,33 @@ double squared_norm(const Tensor& t) {
 
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dOptions& opt) {
   const Tensor bias = b.defined() ? b.data() : Tensor();
-  const Tensor input = x.data().contiguous();
   // Under bf16 on the CPU an exact keep is the bf16 copy the convolution would make of its input on the way in:
   // saved first, the forward reads that copy (the same bits, core/cpu/conv.h), reading half the bytes, and the
   // input is converted once. Where the forward computes channels-last the copy is made in that layout, and it
   // reads it with no reorder (as do backward weights whose kernel takes that layout: on AMX, all of ResNet-18's).
-  // Elsewhere the forward runs first, so a bad shape fails before a node or a pack.
-  const bool keep_first = w.requires_grad() && reads_bf16_input(input);
+  // There, when every save is kept exact, the output stays channels-last too (no transpose back), and batch norm,
+  // the ReLUs and the adds after it keep that layout, so the next convolution's keep is a plain narrowing of a
+  // channels-last input (docs/precision.md). Elsewhere the forward runs first, so a bad shape fails before a node
+  // or a pack.
+  const bool keep_first = w.requires_grad() && reads_bf16_input(x.data());
+  const bool reads_channels_last =
+      keep_first && ops::conv2d_bf16_reads_channels_last(x.data(), w.shape(), to_params(opt), b.defined());
+  const Tensor input = reads_channels_last ? x.data().dense() : x.data().contiguous();
   Tensor y = keep_first ? Tensor() : ops::conv2d_forward(input, w.data(), bias, to_params(opt));
   auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
   if (node && w.requires_grad()) {
-    if (keep_first && ops::conv2d_bf16_reads_channels_last(input, w.shape(), to_params(opt), b.defined()))
+    if (reads_channels_last)
       node->save_lossy_channels_last("input", input);
     else
       node->save_lossy("input", input);
   }
   if (keep_first) {
     const Tensor keep = node ? node->exact_bf16_keep("input") : Tensor();
-    y = ops::conv2d_forward(keep.defined() ? keep : input, w.data(), bias, to_params(opt));
+    const bool channels_last_out = node && reads_channels_last && keeps_all_lossless();
+    if (channels_last_out) node->set_channels_last_output();
+    // Without the keep (SWAP's offload) the f32 input is read in the output's layout, rounded on the way in.
+    const Tensor operand = keep.defined() ? keep : channels_last_out ? input.channels_last() : input.contiguous();
+    y = ops::conv2d_forward(operand, w.data(), bias, to_params(opt), channels_last_out);
   }
   if (node) node->save_exact("weight", w.data());
   return make_output(std::move(y), node);

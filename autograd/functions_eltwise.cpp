@@ -12,21 +12,33 @@ namespace {
 
 bool wants_grad(const Node::Edge& e) { return e.leaf || !e.node.expired(); }
 
+// The element-wise ops below take their inputs contiguous or channels-last (a bf16 run's activations) as they are,
+// and their masks follow memory order: a node hands dy back in its forward's layout.
+Tensor in_layout(const Tensor& g, bool channels_last) { return channels_last ? g.channels_last() : g.contiguous(); }
+
+// Two operands in one layout: as they are if they share one, else both contiguous.
+std::pair<Tensor, Tensor> same_layout(const Tensor& a, const Tensor& b) {
+  const Tensor da = a.dense(), db = b.dense();
+  if (da.is_channels_last() == db.is_channels_last()) return {da, db};
+  return {a.contiguous(), b.contiguous()};
+}
+
 // saves: mask (1 bit/elem, exact).
 class ReluNode final : public Node {
  public:
-  explicit ReluNode(bool six) : six_(six) {}
+  ReluNode(bool six, bool channels_last) : six_(six), channels_last_(channels_last) {}
   const char* name() const override { return six_ ? "relu6" : "relu"; }
   const SlotList& slots() const override {
     static const SlotList s = {"mask"};
     return s;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    const Tensor dy = g[0].contiguous();
+    const Tensor dy = in_layout(g[0], channels_last_);
     return {six_ ? ops::relu6_backward(dy, load("mask")) : ops::relu_backward(dy, load("mask"))};
   }
  private:
   bool six_;
+  bool channels_last_;
 };
 
 // saves: nothing.
@@ -39,15 +51,18 @@ class AddNode final : public Node {
 // saves: mask of a + b > 0 (1 bit/elem, exact).
 class AddReluNode final : public Node {
  public:
+  explicit AddReluNode(bool channels_last) : channels_last_(channels_last) {}
   const char* name() const override { return "add_relu"; }
   const SlotList& slots() const override {
     static const SlotList s = {"mask"};
     return s;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    const Tensor dx = ops::relu_backward(g[0].contiguous(), load("mask"));
+    const Tensor dx = ops::relu_backward(in_layout(g[0], channels_last_), load("mask"));
     return {wants_grad(inputs[0]) ? dx : Tensor(), wants_grad(inputs[1]) ? dx : Tensor()};
   }
+ private:
+  bool channels_last_;
 };
 
 // saves: nothing (the input shape).
@@ -238,7 +253,7 @@ class ShortcutPadNode final : public Node {
   ShortcutPadNode(Shape in_shape, int64_t stride) : in_shape_(std::move(in_shape)), stride_(stride) {}
   const char* name() const override { return "shortcut_pad"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    return {ops::shortcut_pad_backward(g[0].contiguous(), in_shape_, stride_)};
+    return {ops::shortcut_pad_backward(g[0].dense(), in_shape_, stride_)};
   }
  private:
   Shape in_shape_;
@@ -249,29 +264,33 @@ class ShortcutPadNode final : public Node {
 
 Variable relu(const Variable& x) {
   Tensor mask;
-  Tensor y = ops::relu_forward(x.data().contiguous(), &mask);
-  auto node = make_node<ReluNode>({&x}, false);
+  const Tensor xin = x.data().dense();
+  Tensor y = ops::relu_forward(xin, &mask);
+  auto node = make_node<ReluNode>({&x}, false, xin.is_channels_last());
   if (node) node->save_exact("mask", mask);
   return make_output(std::move(y), node);
 }
 
 Variable relu6(const Variable& x) {
   Tensor mask;
-  Tensor y = ops::relu6_forward(x.data().contiguous(), &mask);
-  auto node = make_node<ReluNode>({&x}, true);
+  const Tensor xin = x.data().dense();
+  Tensor y = ops::relu6_forward(xin, &mask);
+  auto node = make_node<ReluNode>({&x}, true, xin.is_channels_last());
   if (node) node->save_exact("mask", mask);
   return make_output(std::move(y), node);
 }
 
 Variable add(const Variable& a, const Variable& b) {
-  Tensor y = ops::add(a.data().contiguous(), b.data().contiguous());
+  const auto [da, db] = same_layout(a.data(), b.data());
+  Tensor y = ops::add(da, db);
   return make_output(std::move(y), make_node<AddNode>({&a, &b}));
 }
 
 Variable add_relu(const Variable& a, const Variable& b) {
   Tensor mask;
-  Tensor y = ops::add_relu_forward(a.data().contiguous(), b.data().contiguous(), &mask);
-  auto node = make_node<AddReluNode>({&a, &b});
+  const auto [da, db] = same_layout(a.data(), b.data());
+  Tensor y = ops::add_relu_forward(da, db, &mask);
+  auto node = make_node<AddReluNode>({&a, &b}, da.is_channels_last());
   if (node) node->save_exact("mask", mask);
   return make_output(std::move(y), node);
 }
@@ -415,7 +434,7 @@ Variable dropout(const Variable& x, float p, bool training, uint64_t seed, uint6
 }
 
 Variable shortcut_pad(const Variable& x, int64_t stride, int64_t c_out) {
-  Tensor y = ops::shortcut_pad_forward(x.data().contiguous(), stride, c_out);
+  Tensor y = ops::shortcut_pad_forward(x.data().dense(), stride, c_out);  // channels-last stays so (ops.h)
   return make_output(std::move(y), make_node<ShortcutPadNode>({&x}, x.shape(), stride));
 }
 

@@ -32,16 +32,24 @@ GradientSensitivity batchnorm_sensitivity(const Tensor& dx, const Tensor& dgamma
 // saves (eval with grad): input x (lossy_ok), gamma, running mean and var (exact).
 class BatchNormNode final : public Node {
  public:
-  BatchNormNode(bool training, float eps) : training_(training), eps_(eps) {}
+  BatchNormNode(bool training, float eps, bool channels_last) : training_(training), eps_(eps), channels_last_(channels_last) {}
   const char* name() const override { return "batchnorm2d"; }
   const SlotList& slots() const override {
     static const SlotList s = {"input", "weight", "mean", "invstd", "running_mean", "running_var"};
     return s;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
-    const Tensor dy = grad_outputs[0].contiguous();
+    // dy in the forward input's layout: channels-last where a bf16 run's convolution wrote it so.
+    const Tensor dy = channels_last_ ? grad_outputs[0].channels_last() : grad_outputs[0].contiguous();
     Tensor dgamma, dbeta, dx;
-    if (training_) {
+    if (training_ && channels_last_) {
+      // The bf16 keep widened in its own layout (channels-last): no transpose; any other keep made so.
+      const Tensor kept = load_bf16("input");
+      const Tensor x = (kept.defined() ? ops::from_bf16(kept) : load("input")).channels_last();
+      dx = ops::batchnorm_backward(dy, x, load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
+      if (wants_sensitivity("input"))
+        observe_sensitivity("input", batchnorm_sensitivity(dx, dgamma, load("weight"), load("invstd")));
+    } else if (training_) {
       // A compressed 4-D input is decoded channel by channel inside the backward (bit-identical, and the
       // full-size input is never written out); otherwise it is loaded whole.
       const std::unique_ptr<ChannelReader> reader =
@@ -68,16 +76,17 @@ class BatchNormNode final : public Node {
  private:
   bool training_;
   float eps_;
+  bool channels_last_;
 };
 
 }  // namespace
 
 Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta, Tensor& running_mean,
                     Tensor& running_var, bool training, float momentum, float eps) {
-  const Tensor xin = x.data().contiguous();
   if (!training) {
+    const Tensor xin = x.data().contiguous();
     Tensor y = ops::batchnorm_forward_eval(xin, gamma.data(), beta.data(), running_mean, running_var, eps);
-    auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, false, eps);
+    auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, false, eps, false);
     if (node) {
       node->save_lossy("input", xin);
       node->save_exact("weight", gamma.data());
@@ -86,10 +95,12 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
     }
     return make_output(std::move(y), node);
   }
+  // A channels-last input (a bf16 run's convolution output, on the CPU) is normalized in its layout.
+  const Tensor xin = x.data().is_channels_last() && x.data().device().is_cpu() ? x.data() : x.data().contiguous();
   Tensor mean, invstd;
   Tensor y = ops::batchnorm_forward_train(xin, gamma.data(), beta.data(), running_mean, running_var, momentum,
                                           eps, &mean, &invstd);
-  auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, true, eps);
+  auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, true, eps, xin.is_channels_last());
   if (node) {
     node->save_lossy("input", xin);
     node->save_exact("weight", gamma.data());

@@ -91,7 +91,9 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   if (policy->is_exact()) {
     entry->packed = policy->pack(t, info, ctx);
   } else {
-    const Tensor x = t.contiguous();
+    // The bf16 keep copies a channels-last tensor (a bf16 run's activation) in its own layout, one narrowing pass;
+    // the codecs read (N, C, H, W).
+    const Tensor x = policy == &bf16_policy() ? t.dense() : t.contiguous();
     MemTagScope tag(MemTag::ActivationPacked);
     entry->packed = policy->pack(x, info, ctx);
   }

@@ -19,8 +19,17 @@ void accumulate(Tensor& slot, const Tensor& incoming) {
     slot = incoming;
     return;
   }
-  if (slot.storage().use_count() > 1) slot = slot.clone();
-  slot.add_(incoming.contiguous());
+  // A channels-last slot (a bf16 run's activation gradient) stays so; anything else is made contiguous.
+  const bool channels_last = slot.is_channels_last();
+  if (!channels_last && !slot.is_contiguous()) {
+    slot = slot.contiguous();
+  } else if (slot.storage().use_count() > 1) {
+    Tensor own = channels_last ? Tensor::empty_channels_last(slot.shape(), slot.dtype(), slot.device())
+                               : Tensor::empty(slot.shape(), slot.dtype(), slot.device());
+    own.copy_(slot);
+    slot = own;
+  }
+  slot.add_(channels_last ? incoming.channels_last() : incoming.contiguous());
 }
 
 void accumulate_leaf(VariableImpl& leaf, const Tensor& incoming) {

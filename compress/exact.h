@@ -46,12 +46,14 @@ class PackedHalf final : public Packed {
 class Bf16Policy final : public ActivationCachePolicy {
  public:
   // A save whose consumer computes channels-last (SaveInfo::channels_last) is copied in that layout: the bf16
-  // convolution reads it as it is, in forward and in backward, where an (N, C, H, W) copy is reordered twice.
+  // convolution reads it as it is, in forward and in backward, where an (N, C, H, W) copy is reordered twice. A
+  // channels-last x (a bf16 run's activation) is copied in its own layout either way: one narrowing pass.
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext&) const override {
-    const bool channels_last = info.channels_last && x.dim() == 4 && x.device().is_cpu();
-    return std::make_unique<PackedHalf>(channels_last ? ops::to_bf16_channels_last(x) : ops::to_bf16(x));
+    const bool transpose = info.channels_last && x.dim() == 4 && x.device().is_cpu() && !x.is_channels_last();
+    return std::make_unique<PackedHalf>(transpose ? ops::to_bf16_channels_last(x) : ops::to_bf16(x.dense()));
   }
-  Tensor unpack(const Packed& p, const SaveInfo&) const override { return ops::from_bf16(half_of(p).contiguous()); }
+  // (N, C, H, W) f32: a channels-last copy is widened in its layout, then transposed (Tensor::contiguous).
+  Tensor unpack(const Packed& p, const SaveInfo&) const override { return ops::from_bf16(half_of(p)).contiguous(); }
   // The copy as it is kept: (N, C, H, W) contiguous, or channels-last (Tensor::is_channels_last).
   Tensor unpack_bf16(const Packed& p, const SaveInfo&) const override { return half_of(p); }
   // Batch-norm backward widens one channel at a time into its own buffer: no full-size f32 copy. (Not from a

@@ -96,47 +96,92 @@ Precision conv_precision(Device dev) { return gemm_precision(dev, "conv2d"); }
 
 // A convolution input given as bf16 (a bf16 run's kept copy): only the CPU's bf16 kernels read one, laid out
 // (N, C, H, W) or channels-last. Returns its layout.
-cpu::Bf16Layout check_bf16_conv_input(const char* op, const Tensor& x, Device dev, Precision pr) {
+cpu::Layout check_bf16_conv_input(const char* op, const Tensor& x, Device dev, Precision pr) {
   ACTLAB_CHECK(dev.is_cpu() && pr == Precision::BF16 && (x.is_contiguous() || x.is_channels_last()), op,
                ": a bf16 input needs bf16 compute on the CPU and a contiguous or channels-last tensor, got ", x.str(),
                " on ", dev.str(), " under ", precision_name(pr));
-  return x.is_contiguous() ? cpu::Bf16Layout::Nchw : cpu::Bf16Layout::ChannelsLast;
+  return x.is_contiguous() ? cpu::Layout::Nchw : cpu::Layout::ChannelsLast;
+}
+
+// The layout of a convolution's f32 activation operand: contiguous, or channels-last where the CPU's bf16
+// kernels compute (cpu::Layout).
+cpu::Layout conv_act_layout(const char* op, const char* what, const Tensor& t, Device dev, Precision pr) {
+  ACTLAB_CHECK(t.defined() && t.dtype() == DType::F32, op, ": ", what, " must be a defined f32 tensor, got ",
+               t.defined() ? t.str() : std::string("undefined"));
+  if (t.is_contiguous()) return cpu::Layout::Nchw;
+  ACTLAB_CHECK(t.is_channels_last() && dev.is_cpu() && pr == Precision::BF16, op, ": ", what,
+               " must be contiguous (channels-last only under bf16 compute on the CPU), got ", t.str(), " on ",
+               dev.str(), " under ", precision_name(pr));
+  return cpu::Layout::ChannelsLast;
+}
+// An output in its input's layout: contiguous, or channels-last.
+Tensor empty_in_layout(const Shape& shape, bool channels_last, Device dev, DType dtype = DType::F32) {
+  return channels_last ? Tensor::empty_channels_last(shape, dtype, dev) : Tensor::empty(shape, dtype, dev);
+}
+Tensor empty_in_layout(const Shape& shape, cpu::Layout layout, Device dev) {
+  return empty_in_layout(shape, layout == cpu::Layout::ChannelsLast, dev);
+}
+// An element-wise operand of `op`: f32, contiguous or channels-last (its elements in memory order either way, so
+// the kernels run over it as over a flat array). Returns whether it is channels-last.
+bool require_f32_dense(const char* op, const char* what, const Tensor& t) {
+  ACTLAB_CHECK(t.defined(), op, ": ", what, " is undefined");
+  ACTLAB_CHECK(t.dtype() == DType::F32, op, ": ", what, " must be f32, got ", t.str());
+  ACTLAB_CHECK(t.is_contiguous() || t.is_channels_last(), op, ": ", what, " must be contiguous or channels-last, got ",
+               t.str());
+  return !t.is_contiguous();
+}
+// Two element-wise operands of one call: both contiguous or both channels-last, one shape.
+bool require_same_dense(const char* op, const Tensor& a, const Tensor& b, const char* a_name, const char* b_name) {
+  const bool a_cl = require_f32_dense(op, a_name, a), b_cl = require_f32_dense(op, b_name, b);
+  ACTLAB_CHECK(a.shape() == b.shape(), op, ": shapes differ: ", a.str(), " vs ", b.str());
+  ACTLAB_CHECK(a_cl == b_cl, op, ": ", a_name, " and ", b_name, " are laid out differently (",
+               a_cl ? "channels-last" : "contiguous", " vs ", b_cl ? "channels-last" : "contiguous", ")");
+  return a_cl;
 }
 }  // namespace
 
-Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, bool channels_last_out) {
   const Device dev = op_device("conv2d", {&x, &w, &b});
-  if (x.dtype() != DType::BF16) require_f32_contig("conv2d", "input", x);
+  const Precision pr = conv_precision(dev);
+  ACTLAB_CHECK(!channels_last_out || (dev.is_cpu() && pr == Precision::BF16),
+               "conv2d: a channels-last output needs bf16 compute on the CPU, got ", dev.str(), " under ",
+               precision_name(pr));
+  const cpu::Layout act = channels_last_out ? cpu::Layout::ChannelsLast : cpu::Layout::Nchw;
+  // (With one channel or one position the two layouts are one memory order, and such a tensor is contiguous.)
+  const bool one_order = x.dim() == 4 && (x.size(1) == 1 || x.size(2) * x.size(3) == 1);
+  if (x.dtype() != DType::BF16 && !(one_order && x.is_contiguous()))
+    ACTLAB_CHECK(conv_act_layout("conv2d", "input", x, dev, pr) == act, "conv2d: an f32 input ", x.str(),
+                 " must be laid out as the output is asked to be (", channels_last_out ? "channels-last" : "contiguous",
+                 ")");
   require_f32_contig("conv2d", "weight", w);
   const cpu::ConvShape s = conv_shape(x.shape(), w.shape(), p);
   if (b.defined()) {
     require_f32_contig("conv2d", "bias", b);
     ACTLAB_CHECK(b.numel() == s.K, "conv2d: bias ", b.str(), " for ", s.K, " output channels");
   }
-  const Precision pr = conv_precision(dev);
-  Tensor y = Tensor::empty({s.N, s.K, s.P(), s.Q()}, DType::F32, dev);
+  Tensor y = empty_in_layout({s.N, s.K, s.P(), s.Q()}, act, dev);
   if (x.dtype() == DType::BF16) {
-    const cpu::Bf16Layout layout = check_bf16_conv_input("conv2d", x, dev, pr);
+    const cpu::Layout layout = check_bf16_conv_input("conv2d", x, dev, pr);
     cpu::conv2d_forward_bf16_input(f32(y), static_cast<const uint16_t*>(x.raw_data()), f32(w), opt_ptr(b), s,
-                                   cpu::ConvImpl::Auto, layout);
+                                   cpu::ConvImpl::Auto, layout, act);
     return y;
   }
   ACTLAB_DISPATCH(dev, cuda::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, gpu.ctx(), pr),
-                  cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, cpu::ConvImpl::Auto, pr));
+                  cpu::conv2d_forward(f32(y), f32(x), f32(w), opt_ptr(b), s, cpu::ConvImpl::Auto, pr, act));
   return y;
 }
 
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p) {
   const Device dev = op_device("conv2d_backward_data", {&dy, &w});
-  require_f32_contig("conv2d_backward_data", "grad", dy);
+  const Precision pr = conv_precision(dev);
+  const cpu::Layout act = conv_act_layout("conv2d_backward_data", "grad", dy, dev, pr);
   require_f32_contig("conv2d_backward_data", "weight", w);
   const cpu::ConvShape s = conv_shape(x_shape, w.shape(), p);
   ACTLAB_CHECK(dy.shape() == Shape({s.N, s.K, s.P(), s.Q()}), "conv2d backward: grad ", dy.str(),
                " does not match the output of ", s.str());
-  const Precision pr = conv_precision(dev);
-  Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
+  Tensor dx = empty_in_layout(x_shape, act, dev);
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, gpu.ctx(), pr),
-                  cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, cpu::ConvImpl::Auto, pr));
+                  cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, cpu::ConvImpl::Auto, pr, act));
   return dx;
 }
 
@@ -152,25 +197,26 @@ float* bias_grad(Tensor* db, bool want_bias, int64_t K, Device dev) {
 Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
                               bool want_bias, Tensor* db) {
   const Device dev = op_device("conv2d_backward_weight", {&dy, &x});
-  require_f32_contig("conv2d_backward_weight", "grad", dy);
-  const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
   const Precision pr = conv_precision(dev);
+  const cpu::Layout act = conv_act_layout("conv2d_backward_weight", "grad", dy, dev, pr);
+  const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = bias_grad(db, want_bias, s.K, dev);
   if (x.dtype() == DType::BF16) {
-    const cpu::Bf16Layout layout = check_bf16_conv_input("conv2d_backward_weight", x, dev, pr);
+    const cpu::Layout layout = check_bf16_conv_input("conv2d_backward_weight", x, dev, pr);
     cpu::conv2d_backward_weight_bf16_input(f32(dw), db_ptr, f32(dy), static_cast<const uint16_t*>(x.raw_data()), s,
-                                           cpu::ConvImpl::Auto, layout);
+                                           cpu::ConvImpl::Auto, layout, act);
     return dw;
   }
-  require_f32_contig("conv2d_backward_weight", "input", x);
+  ACTLAB_CHECK(conv_act_layout("conv2d_backward_weight", "input", x, dev, pr) == act,
+               "conv2d_backward_weight: an f32 input ", x.str(), " must be laid out as the grad ", dy.str(), " is");
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, gpu.ctx(), pr),
-                  cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, cpu::ConvImpl::Auto, pr));
+                  cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, cpu::ConvImpl::Auto, pr, act));
   return dw;
 }
 
 ConvBackwardScope::ConvBackwardScope(const Tensor& dy) : dy_(dy) {
-  if (dy.device().is_cpu() && dy.dtype() == DType::F32 && dy.is_contiguous())
+  if (dy.device().is_cpu() && dy.dtype() == DType::F32 && (dy.is_contiguous() || dy.is_channels_last()))
     share_ = std::make_unique<cpu::ConvGradShare>(f32(dy_));
 }
 
@@ -295,13 +341,23 @@ void check_channel_vec(const char* what, const Tensor& t, int64_t C) {
   ACTLAB_CHECK(t.defined() && t.numel() == C && t.dtype() == DType::F32 && t.is_contiguous(), "batch_norm: ",
                what, " must be (", C, ") f32, got ", t.str());
 }
+// An activation operand of an op with channels-last CPU kernels (batch norm, shortcut_pad): contiguous, or
+// channels-last on the CPU (a bf16 run's activations). Returns whether it is channels-last.
+bool cpu_channels_last(const char* op, const char* what, const Tensor& t, Device dev) {
+  ACTLAB_CHECK(t.defined() && t.dtype() == DType::F32, op, ": ", what, " must be a defined f32 tensor, got ",
+               t.defined() ? t.str() : std::string("undefined"));
+  if (t.is_contiguous()) return false;
+  ACTLAB_CHECK(t.is_channels_last() && dev.is_cpu(), op, ": ", what,
+               " must be contiguous (or channels-last on the CPU), got ", t.str(), " on ", dev.str());
+  return true;
+}
 }  // namespace
 
 Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                                Tensor& running_var, float momentum, float eps, Tensor* save_mean,
                                Tensor* save_invstd) {
   const Device dev = op_device("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var});
-  require_f32_contig("batch_norm", "input", x);
+  const bool channels_last = cpu_channels_last("batch_norm", "input", x, dev);
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
   ACTLAB_CHECK(N * HW > 1, "batch_norm: training needs more than one value per channel, got input ", x.str());
@@ -309,16 +365,22 @@ Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tenso
   check_channel_vec("bias", beta, C);
   check_channel_vec("running_mean", running_mean, C);
   check_channel_vec("running_var", running_var, C);
-  Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+  Tensor y = empty_in_layout(x.shape(), channels_last, dev);
   *save_mean = Tensor::empty({C}, DType::F32, dev);
   *save_invstd = Tensor::empty({C}, DType::F32, dev);
-  ACTLAB_DISPATCH(dev,
+  if (channels_last) {
+    cpu::batchnorm_forward_train_channels_last(f32(y), f32(*save_mean), f32(*save_invstd), f32(running_mean),
+                                               f32(running_var), f32(x), f32(gamma), f32(beta), N * HW, C, momentum,
+                                               eps);
+  } else {
+    ACTLAB_DISPATCH(dev,
                   cuda::batchnorm_forward_train(f32(y), f32(*save_mean), f32(*save_invstd), f32(running_mean),
                                                 f32(running_var), f32(x), f32(gamma), f32(beta), N, C, HW, momentum,
                                                 eps, gpu.device(), gpu.stream()),
                   cpu::batchnorm_forward_train(f32(y), f32(*save_mean), f32(*save_invstd), f32(running_mean),
                                                f32(running_var), f32(x), f32(gamma), f32(beta), N, C, HW, momentum,
                                                eps));
+  }
   running_mean.storage()->bump_version();
   running_var.storage()->bump_version();
   return y;
@@ -346,14 +408,20 @@ Tensor batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor
 Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                           const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta) {
   const Device dev = op_device("batch_norm_backward", {&dy, &x, &gamma, &save_mean, &save_invstd});
-  require_f32_contig("batch_norm_backward", "grad", dy);
-  require_f32_contig("batch_norm_backward", "input", x);
+  const bool channels_last = cpu_channels_last("batch_norm_backward", "grad", dy, dev);
+  ACTLAB_CHECK(cpu_channels_last("batch_norm_backward", "input", x, dev) == channels_last,
+               "batch_norm backward: grad ", dy.str(), " and input ", x.str(), " are laid out differently");
   ACTLAB_CHECK(dy.shape() == x.shape(), "batch_norm backward: grad ", dy.str(), " vs input ", x.str());
   int64_t N, C, HW;
   bn_dims(x, &N, &C, &HW);
-  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev);
+  Tensor dx = empty_in_layout(x.shape(), channels_last, dev);
   *dgamma = Tensor::empty({C}, DType::F32, dev);
   *dbeta = Tensor::empty({C}, DType::F32, dev);
+  if (channels_last) {
+    cpu::batchnorm_backward_channels_last(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma),
+                                          f32(save_mean), f32(save_invstd), N * HW, C);
+    return dx;
+  }
   ACTLAB_DISPATCH(dev,
                   cuda::batchnorm_backward(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma),
                                            f32(save_mean), f32(save_invstd), N, C, HW, gpu.device(), gpu.stream()),
@@ -532,13 +600,10 @@ enum class MaskOp { Relu, Relu6, AddRelu, Dropout };
 // y and a 1-bit mask from one input (ReLU, ReLU6) or two (add+ReLU).
 Tensor masked_forward(const char* op, MaskOp kind, const Tensor& a, const Tensor* b, Tensor* mask) {
   const Device dev = op_device(op, {&a, b});
-  require_f32_contig(op, kind == MaskOp::AddRelu ? "a" : "input", a);
-  if (b) {
-    require_f32_contig(op, "b", *b);
-    ACTLAB_CHECK(a.shape() == b->shape(), op, ": shapes differ: ", a.str(), " vs ", b->str());
-  }
+  const bool channels_last =
+      b ? require_same_dense(op, a, *b, "a", "b") : require_f32_dense(op, "input", a);
   const int64_t n = a.numel();
-  Tensor y = Tensor::empty(a.shape(), DType::F32, dev);
+  Tensor y = empty_in_layout(a.shape(), channels_last, dev);  // the mask's bits follow memory order too
   *mask = new_mask(n, dev);
   float* yp = f32(y);
   uint32_t* m = mask_ptr(*mask);
@@ -558,10 +623,11 @@ Tensor masked_forward(const char* op, MaskOp kind, const Tensor& a, const Tensor
 // dx = mask bit ? dy·scale : 0: ReLU and ReLU6 (scale 1) and dropout (scale 1/(1-p)) backward.
 Tensor masked_backward(const char* op, MaskOp kind, const Tensor& dy, const Tensor& mask, float p) {
   const Device dev = op_device(op, {&dy, &mask});
-  require_f32_contig(op, "grad", dy);
+  // The mask's bits are in the forward's memory order: the caller hands dy in the forward input's layout.
+  const bool channels_last = require_f32_dense(op, "grad", dy);
   ACTLAB_CHECK(mask.dtype() == DType::I32 && mask.numel() == cpu::mask_words(dy.numel()), op, ": mask ", mask.str(),
                " for a grad of ", dy.numel(), " elements");
-  Tensor dx = Tensor::empty(dy.shape(), DType::F32, dev);
+  Tensor dx = empty_in_layout(dy.shape(), channels_last, dev);
   float* dxp = f32(dx);
   const float* dyp = f32(dy);
   const uint32_t* m = mask_ptr(mask);
@@ -700,11 +766,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 }
 
 namespace {
-// x (contiguous f32) rounded to a 16-bit type (BF16 or F16), and such a tensor widened back to f32.
+// x (f32, contiguous or channels-last) rounded to a 16-bit type (BF16 or F16), and such a tensor widened back to
+// f32, each in its input's layout.
 Tensor narrow(const Tensor& x, DType type, const char* op) {
   const Device dev = op_device(op, {&x});
-  require_f32_contig(op, "input", x);
-  Tensor h = Tensor::empty(x.shape(), type, dev);
+  Tensor h = empty_in_layout(x.shape(), require_f32_dense(op, "input", x), dev, type);
   auto* hp = static_cast<uint16_t*>(h.raw_data());
   const int64_t n = x.numel();
   ACTLAB_DISPATCH(dev, cuda::narrow_16(hp, f32(x), n, type, gpu.stream()),
@@ -713,9 +779,9 @@ Tensor narrow(const Tensor& x, DType type, const char* op) {
 }
 Tensor widen(const Tensor& h, DType type, const char* op) {
   const Device dev = op_device(op, {&h});
-  ACTLAB_CHECK(h.dtype() == type && h.is_contiguous(), op, ": needs a contiguous ", dtype_name(type),
-               " tensor, got ", h.str());
-  Tensor x = Tensor::empty(h.shape(), DType::F32, dev);
+  ACTLAB_CHECK(h.dtype() == type && (h.is_contiguous() || h.is_channels_last()), op, ": needs a contiguous or channels-last ",
+               dtype_name(type), " tensor, got ", h.str());
+  Tensor x = empty_in_layout(h.shape(), !h.is_contiguous(), dev);
   const auto* hp = static_cast<const uint16_t*>(h.raw_data());
   const int64_t n = h.numel();
   ACTLAB_DISPATCH(dev, cuda::widen_16(f32(x), hp, n, type, gpu.stream()),
@@ -833,10 +899,7 @@ Tensor add_relu_forward(const Tensor& a, const Tensor& b, Tensor* mask) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   const Device dev = op_device("add", {&a, &b});
-  require_f32_contig("add", "a", a);
-  require_f32_contig("add", "b", b);
-  ACTLAB_CHECK(a.shape() == b.shape(), "add: shapes differ: ", a.str(), " vs ", b.str());
-  Tensor y = Tensor::empty(a.shape(), DType::F32, dev);
+  Tensor y = empty_in_layout(a.shape(), require_same_dense("add", a, b, "a", "b"), dev);
   ACTLAB_DISPATCH(dev, cuda::add(f32(y), f32(a), f32(b), a.numel(), gpu.stream()),
                   cpu::add(f32(y), f32(a), f32(b), a.numel()));
   return y;
@@ -923,11 +986,15 @@ Tensor global_avgpool_backward(const Tensor& dy, const Shape& x_shape) {
 
 Tensor shortcut_pad_forward(const Tensor& x, int64_t stride, int64_t c_out) {
   const Device dev = op_device("shortcut_pad", {&x});
-  require_f32_contig("shortcut_pad", "input", x);
+  const bool channels_last = cpu_channels_last("shortcut_pad", "input", x, dev);
   ACTLAB_CHECK(x.dim() == 4 && stride >= 1 && c_out >= x.size(1), "shortcut_pad: input ", x.str(), " stride ",
                stride, " to ", c_out, " channels");
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  Tensor y = Tensor::empty({N, c_out, (H + stride - 1) / stride, (W + stride - 1) / stride}, DType::F32, dev);
+  Tensor y = empty_in_layout({N, c_out, (H + stride - 1) / stride, (W + stride - 1) / stride}, channels_last, dev);
+  if (channels_last) {
+    cpu::shortcut_pad_forward_channels_last(f32(y), f32(x), N, C, H, W, stride, c_out);
+    return y;
+  }
   ACTLAB_DISPATCH(dev, cuda::shortcut_pad_forward(f32(y), f32(x), N, C, H, W, stride, c_out, gpu.stream()),
                   cpu::shortcut_pad_forward(f32(y), f32(x), N, C, H, W, stride, c_out));
   return y;
@@ -935,9 +1002,13 @@ Tensor shortcut_pad_forward(const Tensor& x, int64_t stride, int64_t c_out) {
 
 Tensor shortcut_pad_backward(const Tensor& dy, const Shape& x_shape, int64_t stride) {
   const Device dev = op_device("shortcut_pad_backward", {&dy});
-  require_f32_contig("shortcut_pad_backward", "grad", dy);
+  const bool channels_last = cpu_channels_last("shortcut_pad_backward", "grad", dy, dev);
   const int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
-  Tensor dx = Tensor::empty(x_shape, DType::F32, dev);
+  Tensor dx = empty_in_layout(x_shape, channels_last, dev);
+  if (channels_last) {
+    cpu::shortcut_pad_backward_channels_last(f32(dx), f32(dy), N, C, H, W, stride, dy.size(1));
+    return dx;
+  }
   ACTLAB_DISPATCH(dev, cuda::shortcut_pad_backward(f32(dx), f32(dy), N, C, H, W, stride, dy.size(1), gpu.stream()),
                   cpu::shortcut_pad_backward(f32(dx), f32(dy), N, C, H, W, stride, dy.size(1)));
   return dx;

@@ -25,15 +25,19 @@ struct ConvParams {
 };
 // x (N,C,H,W), w (K,C/g,R,S), b (K) or undefined -> (N,K,P,Q). x may be a BF16 tensor on the CPU under bf16
 // compute, contiguous or channels-last (a bf16 run's kept copy of the input: the convolution reads it as it is).
-Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p);
+// channels_last_out (bf16 compute on the CPU only): y is written channels-last (Tensor::is_channels_last), the
+// layout the bf16 kernels compute in, with no transpose back; an f32 x must then be channels-last too.
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
+                      bool channels_last_out = false);
 // Whether conv2d_forward of an f32 x of this shape and device, under the compute precision in force, computes on
 // a channels-last bf16 operand (cpu::conv2d_bf16_reads_channels_last): a bf16 keep of x is best made in that
 // layout (SaveInfo::channels_last). False on a GPU and in fp32.
 bool conv2d_bf16_reads_channels_last(const Tensor& x, const Shape& w_shape, const ConvParams& p, bool with_bias);
-// dy (N,K,P,Q), w -> dx of x_shape.
+// dy (N,K,P,Q), w -> dx of x_shape, in dy's layout (a channels-last dy: bf16 compute on the CPU only).
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);
 // dy, x -> dw of w_shape; db (K) when want_bias. x may be a BF16 tensor on the CPU under bf16 compute,
-// contiguous or channels-last (the kept bf16 copy of the input: read as it is, no f32 copy).
+// contiguous or channels-last (the kept bf16 copy of the input: read as it is, no f32 copy); an f32 x is laid out
+// as dy is (contiguous, or under bf16 on the CPU channels-last).
 Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_shape, const ConvParams& p,
                               bool want_bias, Tensor* db);
 // 16 when conv2d_backward_weight on dy's device computes on a channel-blocked input (on the CPU: oneDNN's
@@ -108,7 +112,8 @@ Tensor sum_rows(const Tensor& x, const Shape& row_shape);
 Tensor gather_rows(const Tensor& table, const Tensor& index);
 Tensor scatter_add_rows(const Tensor& dy, const Tensor& index, int64_t rows);
 
-// x (N,C,...) ; statistics over every dim but 1. save_mean/save_invstd: (C), allocated here.
+// x (N,C,...) ; statistics over every dim but 1. save_mean/save_invstd: (C), allocated here. Training forward and
+// backward also take a channels-last x (and dy) on the CPU, a bf16 run's activations, and answer in that layout.
 Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                                Tensor& running_var, float momentum, float eps, Tensor* save_mean,
                                Tensor* save_invstd);
@@ -150,7 +155,9 @@ Tensor batchnorm_backward_eval(const Tensor& dy, const Tensor& x, const Tensor& 
                                const Tensor& running_mean, const Tensor& running_var, float eps,
                                Tensor* dgamma, Tensor* dbeta);
 
-// Masks are I32 tensors of ceil(n/32) words (bit i = element i, LSB first).
+// Masks are I32 tensors of ceil(n/32) words (bit i = element i in memory order, LSB first). These element-wise
+// ops (and to_bf16/from_bf16; not dropout) take their tensors contiguous or channels-last, all operands of a call in
+// one layout, and write their results in it: their kernels run over memory as a flat array.
 Tensor relu_forward(const Tensor& x, Tensor* mask);
 Tensor relu_backward(const Tensor& dy, const Tensor& mask);
 Tensor relu6_forward(const Tensor& x, Tensor* mask);
@@ -172,6 +179,7 @@ Tensor avgpool2d_forward(const Tensor& x, const PoolParams& p);
 Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape, const PoolParams& p);
 Tensor global_avgpool_forward(const Tensor& x);                       // (N,C,H,W) -> (N,C)
 Tensor global_avgpool_backward(const Tensor& dy, const Shape& x_shape);
+// x (and dy) contiguous, or channels-last on the CPU (a bf16 run's activations): the result takes that layout.
 Tensor shortcut_pad_forward(const Tensor& x, int64_t stride, int64_t c_out);
 Tensor shortcut_pad_backward(const Tensor& dy, const Shape& x_shape, int64_t stride);
 

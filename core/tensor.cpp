@@ -327,6 +327,16 @@ Tensor Tensor::contiguous() const {
   return clone();
 }
 
+Tensor Tensor::channels_last() const {
+  ACTLAB_CHECK(dim() == 4, "channels_last: a 4-D (N, C, H, W) tensor, got ", str());
+  if (is_channels_last()) return *this;
+  Tensor t = empty_channels_last(shape_, dtype_, device());
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::dense() const { return is_channels_last() ? *this : contiguous(); }
+
 Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_, device());
   t.copy_(*this);
@@ -421,8 +431,15 @@ Tensor& Tensor::fill_(float value) {
 Tensor& Tensor::copy_(const Tensor& src) {
   ACTLAB_CHECK(src.shape_ == shape_, "copy_: shape ", src.str(), " into ", str());
   ACTLAB_CHECK(src.dtype_ == dtype_, "copy_: dtype ", dtype_name(src.dtype_), " into ", dtype_name(dtype_));
+  const bool f32_cpu = dtype_ == DType::F32 && device().is_cpu() && src.device().is_cpu();
   if (is_contiguous() && src.is_contiguous()) {
     copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+  } else if (f32_cpu && is_contiguous() && src.is_channels_last()) {
+    // The two transposes between (N, C, H, W) and channels-last (bf16 runs' activations) in 16 x 16 blocks:
+    // the strided copy below moves one element at a time.
+    cpu::channels_last_to_nchw(data<float>(), src.data<float>(), shape_[0], shape_[1], shape_[2] * shape_[3]);
+  } else if (f32_cpu && is_channels_last() && src.is_contiguous()) {
+    cpu::nchw_to_channels_last(data<float>(), src.data<float>(), shape_[0], shape_[1], shape_[2] * shape_[3]);
   } else {
     ACTLAB_CHECK(device() == src.device(), "strided copy_ across devices is not supported (", src.str(), " on ",
                  src.device().str(), " into one on ", device().str(), ")");
@@ -438,8 +455,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::add_(const Tensor& other, float alpha) {
   ACTLAB_CHECK(other.shape_ == shape_, "add_: shape ", other.str(), " vs ", str());
   ACTLAB_CHECK(other.device() == device(), "add_: a tensor on ", other.device().str(), " into one on ", device().str());
-  ACTLAB_CHECK(is_contiguous() && other.is_contiguous() && dtype_ == DType::F32 && other.dtype_ == DType::F32,
-               "add_ needs contiguous f32 tensors, got ", str(), " and ", other.str());
+  // Element by element in memory order: both contiguous, or both channels-last (a bf16 run's activations).
+  const bool same_dense = (is_contiguous() && other.is_contiguous()) || (is_channels_last() && other.is_channels_last());
+  ACTLAB_CHECK(same_dense && dtype_ == DType::F32 && other.dtype_ == DType::F32,
+               "add_ needs f32 tensors both contiguous or both channels-last, got ", str(), " and ", other.str());
   float* p = data<float>();
   const float* q = other.data<float>();
   const int64_t n = numel();

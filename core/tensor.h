@@ -117,6 +117,12 @@ class Tensor {
 
   // ---- copies
   Tensor contiguous() const;  // itself if already contiguous
+  // A 4-D tensor channels-last (is_channels_last()): itself if it is, else a copy in that layout (where a
+  // contiguous gradient meets a channels-last activation: autograd/functions_*.cpp).
+  Tensor channels_last() const;
+  // Itself if contiguous or channels-last (the two layouts element-wise ops and batch norm take as they are),
+  // else a contiguous copy.
+  Tensor dense() const;
   Tensor clone() const;       // deep, contiguous, same tag as the current scope
   Tensor to(Device device) const;
   std::vector<float> to_vector() const;  // f32 only, logical order

@@ -189,7 +189,7 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
               x_bits_cl[static_cast<size_t>((n * HW + p) * s.C + c)] = x_bits[static_cast<size_t>((n * s.C + c) * HW + p)];
         std::vector<float> y16_cl(y_n, NAN);
         actlab::cpu::conv2d_forward_bf16_input(y16_cl.data(), x_bits_cl.data(), w.data(), bias, s, impl,
-                                               actlab::cpu::Bf16Layout::ChannelsLast);
+                                               actlab::cpu::Layout::ChannelsLast);
         CHECK(y16_cl == y16);
 
         std::vector<float> dx(x_n, NAN), dx_ref(x_n);
@@ -216,9 +216,59 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
           std::vector<float> dw16_cl(w_n, NAN), db16_cl(s.K, NAN);
           actlab::cpu::conv2d_backward_weight_bf16_input(dw16_cl.data(), with_bias ? db16_cl.data() : nullptr,
                                                          dy.data(), x_bits_cl.data(), s, impl,
-                                                         actlab::cpu::Bf16Layout::ChannelsLast);
+                                                         actlab::cpu::Layout::ChannelsLast);
           CHECK(dw16_cl == dw16);
           if (with_bias) CHECK(db16_cl == db16);
+        }
+        // Channels-last f32 activations (x, y, dy, dx: a bf16 run's between its convolutions) give the same bits,
+        // transposed: only the ports' copies change.
+        {
+          using actlab::cpu::Layout;
+          const auto to_cl = [](const std::vector<float>& v, int64_t N, int64_t C, int64_t HW, bool forward) {
+            std::vector<float> out(v.size());
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t c = 0; c < C; ++c)
+                for (int64_t p = 0; p < HW; ++p) {
+                  const auto nchw = static_cast<size_t>((n * C + c) * HW + p);
+                  const auto nhwc = static_cast<size_t>((n * HW + p) * C + c);
+                  if (forward)
+                    out[nhwc] = v[nchw];
+                  else
+                    out[nchw] = v[nhwc];
+                }
+            return out;
+          };
+          const int64_t PQ = s.P() * s.Q();
+          const std::vector<float> x_cl = to_cl(x, s.N, s.C, HW, true), dy_cl = to_cl(dy, s.N, s.K, PQ, true);
+          std::vector<float> y_cl(y_n, NAN), y16_cl_out(y_n, NAN), dx_cl(x_n, NAN);
+          actlab::cpu::conv2d_forward(y_cl.data(), x_cl.data(), w.data(), bias, s, impl, Precision::BF16,
+                                      Layout::ChannelsLast);
+          CHECK(to_cl(y_cl, s.N, s.K, PQ, false) == y);
+          actlab::cpu::conv2d_forward_bf16_input(y16_cl_out.data(), x_bits_cl.data(), w.data(), bias, s, impl,
+                                                 Layout::ChannelsLast, Layout::ChannelsLast);
+          CHECK(to_cl(y16_cl_out, s.N, s.K, PQ, false) == y16);
+          actlab::cpu::conv2d_backward_data(dx_cl.data(), dy_cl.data(), w.data(), s, impl, Precision::BF16,
+                                            Layout::ChannelsLast);
+          CHECK(to_cl(dx_cl, s.N, s.C, HW, false) == dx);
+          std::vector<float> dw_cl(w_n, NAN), db_cl(s.K, NAN), dw_keep(w_n, NAN), db_keep(s.K, NAN);
+          actlab::cpu::conv2d_backward_weight(dw_cl.data(), with_bias ? db_cl.data() : nullptr, dy_cl.data(),
+                                              x_cl.data(), s, impl, Precision::BF16, Layout::ChannelsLast);
+          CHECK(dw_cl == dw);
+          if (with_bias) CHECK(db_cl == db);
+          // The kept bf16 copy (channels-last) with a channels-last dy: as with the (N, C, H, W) dy.
+          std::vector<float> dw_keep_nchw(w_n, NAN), db_keep_nchw(s.K, NAN);
+          actlab::cpu::conv2d_backward_weight_bf16_input(dw_keep.data(), with_bias ? db_keep.data() : nullptr,
+                                                         dy_cl.data(), x_bits_cl.data(), s, impl, Layout::ChannelsLast,
+                                                         Layout::ChannelsLast);
+          actlab::cpu::conv2d_backward_weight_bf16_input(dw_keep_nchw.data(),
+                                                         with_bias ? db_keep_nchw.data() : nullptr, dy.data(),
+                                                         x_bits_cl.data(), s, impl, Layout::ChannelsLast);
+          CHECK(dw_keep == dw_keep_nchw);
+          if (with_bias) CHECK(db_keep == db_keep_nchw);
+          // fp32 compute has no channels-last path: one error line, not a wrong answer.
+          CHECK_THROWS_AS(actlab::cpu::conv2d_forward(y_cl.data(), x_cl.data(), w.data(), bias, s, ConvImpl::Auto,
+                                                      Precision::F32, Layout::ChannelsLast),
+                          actlab::Error);
         }
         // The bias gradient sums dy: oneDNN may sum the bf16 or the f32 dy; either is within bf16 rounding. The
         // matmul route sums the rounded dy in double, as the reference does.

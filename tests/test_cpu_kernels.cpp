@@ -515,6 +515,91 @@ TEST_CASE("cpu kernels: shortcut option A matches F.pad(x[:, :, ::s, ::s]) and i
                   actlab::Error);
 }
 
+namespace {
+// (N, C, HW) -> (N, HW, C) and back, element by element (the channels-last kernels' tests).
+Vec to_channels_last(const Vec& v, int64_t N, int64_t C, int64_t HW, bool forward = true) {
+  Vec out(v.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < HW; ++p) {
+        const auto nchw = static_cast<size_t>((n * C + c) * HW + p), nhwc = static_cast<size_t>((n * HW + p) * C + c);
+        if (forward)
+          out[nhwc] = v[nchw];
+        else
+          out[nchw] = v[nhwc];
+      }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cpu kernels: the channels-last shortcut is the (N, C, H, W) one transposed, bit for bit") {
+  struct Case {
+    int64_t C_in, C_out, stride;
+  };
+  for (const Case& k : {Case{3, 8, 2}, Case{4, 4, 1}, Case{5, 12, 3}, Case{16, 32, 2}}) {
+    CAPTURE(k.C_in);
+    CAPTURE(k.C_out);
+    CAPTURE(k.stride);
+    const int64_t Ho = (kH + k.stride - 1) / k.stride, Wo = (kW + k.stride - 1) / k.stride;
+    const Vec x = random_vec(kN * k.C_in * kHW, 91);
+    Vec y(kN * k.C_out * Ho * Wo, 42.f), y_cl(y.size(), 43.f);
+    cpu::shortcut_pad_forward(y.data(), x.data(), kN, k.C_in, kH, kW, k.stride, k.C_out);
+    cpu::shortcut_pad_forward_channels_last(y_cl.data(), to_channels_last(x, kN, k.C_in, kHW).data(), kN, k.C_in, kH,
+                                            kW, k.stride, k.C_out);
+    CHECK(to_channels_last(y_cl, kN, k.C_out, Ho * Wo, false) == y);
+    const Vec r = random_vec(y.size(), 92);
+    Vec dx(x.size(), 42.f), dx_cl(x.size(), 43.f);
+    cpu::shortcut_pad_backward(dx.data(), r.data(), kN, k.C_in, kH, kW, k.stride, k.C_out);
+    cpu::shortcut_pad_backward_channels_last(dx_cl.data(), to_channels_last(r, kN, k.C_out, Ho * Wo).data(), kN, k.C_in,
+                                             kH, kW, k.stride, k.C_out);
+    CHECK(to_channels_last(dx_cl, kN, k.C_in, kHW, false) == dx);
+  }
+}
+
+TEST_CASE("cpu kernels: channels-last batch norm (train, backward) matches the (N, C, HW) kernels") {
+  // The same sums in another order (rows of channels): equal to float rounding. Shapes: one row block, several
+  // (the parallel path), channels off the vector width, and |mean| >> std.
+  struct Case {
+    int64_t N, C, HW;
+    float offset;
+  };
+  for (const Case& k : {Case{kN, kC, kHW, 0.f}, Case{16, 16, 1024, 0.f}, Case{4, 37, 81, 0.f}, Case{2, 3, 50, 1000.f}}) {
+    CAPTURE(k.N);
+    CAPTURE(k.C);
+    CAPTURE(k.HW);
+    Vec x = random_vec(k.N * k.C * k.HW, 11, -1.f, 2.f);
+    for (float& v : x) v += k.offset;
+    const Vec gamma = random_vec(k.C, 12, 0.5f, 1.5f), beta = random_vec(k.C, 13), dy = random_vec(x.size(), 14);
+    Vec rm = random_vec(k.C, 15), rv = random_vec(k.C, 16, 0.5f, 2.f), rm_cl = rm, rv_cl = rv;
+    Vec y(x.size()), mean(k.C), invstd(k.C), y_cl(x.size()), mean_cl(k.C), invstd_cl(k.C);
+    cpu::batchnorm_forward_train(y.data(), mean.data(), invstd.data(), rm.data(), rv.data(), x.data(), gamma.data(),
+                                 beta.data(), k.N, k.C, k.HW, 0.1f, 1e-5f);
+    const Vec x_cl = to_channels_last(x, k.N, k.C, k.HW);
+    cpu::batchnorm_forward_train_channels_last(y_cl.data(), mean_cl.data(), invstd_cl.data(), rm_cl.data(),
+                                               rv_cl.data(), x_cl.data(), gamma.data(), beta.data(), k.N * k.HW, k.C,
+                                               0.1f, 1e-5f);
+    check_close(to_channels_last(y_cl, k.N, k.C, k.HW, false), to64(y), 1e-4, 1e-4, "y");
+    check_close(mean_cl, to64(mean), 1e-6, 1e-6, "save_mean");
+    check_close(invstd_cl, to64(invstd), 1e-5, 0, "save_invstd");
+    check_close(rm_cl, to64(rm), 1e-6, 1e-6, "running_mean");
+    check_close(rv_cl, to64(rv), 1e-5, 1e-6, "running_var");
+
+    Vec dx(x.size()), dgamma(k.C), dbeta(k.C), dx_cl(x.size()), dgamma_cl(k.C), dbeta_cl(k.C);
+    cpu::batchnorm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                            invstd.data(), k.N, k.C, k.HW);
+    cpu::batchnorm_backward_channels_last(dx_cl.data(), dgamma_cl.data(), dbeta_cl.data(),
+                                          to_channels_last(dy, k.N, k.C, k.HW).data(), x_cl.data(), gamma.data(),
+                                          mean.data(), invstd.data(), k.N * k.HW, k.C);
+    check_close(to_channels_last(dx_cl, k.N, k.C, k.HW, false), to64(dx), 1e-4, 1e-4, "dx");
+    check_close(dgamma_cl, to64(dgamma), 1e-4, 1e-4, "dgamma");
+    check_close(dbeta_cl, to64(dbeta), 1e-4, 1e-4, "dbeta");
+  }
+  Vec one(3);
+  CHECK_THROWS_AS(cpu::batchnorm_forward_train_channels_last(one.data(), one.data(), one.data(), nullptr, nullptr,
+                                                             one.data(), nullptr, nullptr, 1, 3, 0.1f, 1e-5f),
+                  actlab::Error);
+}
+
 // ---------------------------------------------------------------------------------------------
 // pooling
 
@@ -848,6 +933,29 @@ TEST_CASE("cpu kernels: channels_last_to_nchw is the (N, HW, C) -> (N, C, HW) co
       CAPTURE(avx512);
       std::vector<float> got(static_cast<size_t>(n), -1.f);
       cpu::channels_last_to_nchw(got.data(), x.data(), N, C, HW, avx512);
+      CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("cpu kernels: nchw_to_channels_last is the (N, C, HW) -> (N, HW, C) copy, on AVX-512 and portably") {
+  // NaN payloads and signed zeros copied as bits.
+  for (const auto& sh : kLayoutShapes) {
+    const int64_t N = sh[0], C = sh[1], HW = sh[2], n = N * C * HW;
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(HW);
+    std::vector<float> x(static_cast<size_t>(n));
+    actlab::PhiloxStream rng(13, static_cast<uint64_t>(n));
+    for (auto& v : x) v = static_cast<float>(rng.next_bits() % 20001) - 10000.f;
+    const uint32_t nan_payload = 0x7FC01234u, negative_zero = 0x80000000u;
+    std::memcpy(&x[0], &nan_payload, 4);
+    std::memcpy(&x[x.size() / 2], &negative_zero, 4);
+    const std::vector<float> expected = transposed(x, N, C, HW, true);
+    for (const bool avx512 : {true, false}) {
+      CAPTURE(avx512);
+      std::vector<float> got(static_cast<size_t>(n), -1.f);
+      cpu::nchw_to_channels_last(got.data(), x.data(), N, C, HW, avx512);
       CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
     }
   }

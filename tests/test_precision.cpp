@@ -170,7 +170,8 @@ TEST_CASE("precision: under bf16 a convolution computes on the exact keep's bf16
   const Variable y = conv2d(xv, wv, Variable(), {1, 1, 1});
   REQUIRE(y.grad_fn() != nullptr);
   CHECK(y.grad_fn()->exact_bf16_keep("input").defined());  // what the forward read
-  CHECK(std::memcmp(y.data().raw_data(), y_ref.raw_data(), static_cast<size_t>(y_ref.nbytes())) == 0);
+  const Tensor y_values = y.data().contiguous();  // channels-last where the kernel computes so
+  CHECK(std::memcmp(y_values.raw_data(), y_ref.raw_data(), static_cast<size_t>(y_ref.nbytes())) == 0);
 }
 
 TEST_CASE("precision: a keep hinted channels-last is kept so, and every consumer of it reads the same values") {
@@ -228,7 +229,9 @@ TEST_CASE("precision: a keep hinted channels-last is kept so, and every consumer
   const Tensor keep = y.grad_fn()->exact_bf16_keep("input");
   REQUIRE(keep.defined());
   CHECK(keep.is_channels_last() == reads_cl);
-  CHECK(std::memcmp(y.data().raw_data(), y_nchw.raw_data(), static_cast<size_t>(y_nchw.nbytes())) == 0);
+  CHECK(y.data().is_channels_last() == reads_cl);  // under exact the output stays in the kernel's layout
+  const Tensor y_values = y.data().contiguous();
+  CHECK(std::memcmp(y_values.raw_data(), y_nchw.raw_data(), static_cast<size_t>(y_nchw.nbytes())) == 0);
   const SavedTensor shared(x, SaveInfo{"batchnorm2d", "input", true, "bn1"});
   CHECK(shared.exact_bf16_keep().raw_data() == keep.raw_data());
   const Tensor widened = shared.unpack();
@@ -417,6 +420,60 @@ TEST_CASE("precision: a bf16 ResNet-20 step keeps half the exact bytes, and its 
   const StepRun div = one_step(Precision::BF16, "division:B=8,Q=2");
   CHECK(div.result.saved.packed == div.result.saved.expected);
   CHECK(div.result.saved.packed < bf16.result.saved.packed);
+}
+
+// Under exact@bf16 a convolution writes its output channels-last and batch norm, ReLU, the residual add and
+// option-A shortcuts keep that layout (no transposes between layers). The "bf16" policy keeps the same bf16 copies
+// but is not exact, so there everything stays (N, C, H, W): the two runs differ only in the order batch norm sums
+// in, and must agree to float rounding, forward and backward.
+TEST_CASE("precision: under exact@bf16 activations flow channels-last between convolutions, with the (N, C, H, W) run's values") {
+  if (!testing::have_bf16_kernels()) return;
+  struct Run {
+    float loss = 0;
+    std::vector<Tensor> grads;
+    bool conv_cl = false, bn_relu_cl = false, block_cl = false, grad_cl = false;
+  };
+  const auto run = [](const std::string& policy) {
+    PhiloxStream rng(3, 1);
+    const Tensor x = Tensor::randn({8, 16, 8, 8}, rng);
+    Variable w1(Tensor::randn({16, 16, 3, 3}, rng, 0.f, 0.1f), true), w2(Tensor::randn({32, 16, 3, 3}, rng, 0.f, 0.1f), true);
+    Variable g1(Tensor::full({16}, 1.f), true), b1(Tensor::zeros({16}), true);
+    Variable g2(Tensor::full({32}, 1.f), true), b2(Tensor::zeros({32}), true);
+    Variable fc(Tensor::randn({10, 32}, rng, 0.f, 0.1f), true);
+    Tensor rm1 = Tensor::zeros({16}), rv1 = Tensor::full({16}, 1.f), rm2 = Tensor::zeros({32}), rv2 = Tensor::full({32}, 1.f);
+    Tensor labels = Tensor::zeros({8}, DType::I64);
+    for (int64_t i = 0; i < 8; ++i) labels.data<int64_t>()[i] = i % 10;
+    PrecisionScope bf16(Precision::BF16);
+    const PolicySet set = parse_policy_set(policy);
+    ActivationCacheScope scope(set);
+    Run r;
+    Variable xv(x.clone(), true);
+    Variable h = conv2d(xv, w1, Variable(), {1, 1, 1});
+    r.conv_cl = h.data().is_channels_last();
+    h = relu(batch_norm(h, g1, b1, rm1, rv1, true));
+    r.bn_relu_cl = h.data().is_channels_last();
+    Variable h2 = batch_norm(conv2d(h, w2, Variable(), {2, 1, 1}), g2, b2, rm2, rv2, true);
+    h2 = add_relu(h2, shortcut_pad(h, 2, 32));
+    r.block_cl = h2.data().is_channels_last();
+    const Variable loss = cross_entropy(linear(flatten(global_avg_pool(h2)), fc, Variable()), labels);
+    backward(loss);
+    r.loss = loss.data().data<float>()[0];
+    for (const Variable* v : {&xv, &w1, &w2, &g1, &b1, &g2, &fc}) r.grads.push_back(v->grad().contiguous().clone());
+    r.grad_cl = xv.grad().is_channels_last();
+    return r;
+  };
+  const Run flow = run("exact"), planar = run("bf16");
+  CHECK(flow.conv_cl);
+  CHECK(flow.bn_relu_cl);
+  CHECK(flow.block_cl);
+  CHECK_FALSE(planar.conv_cl);
+  CHECK_FALSE(planar.bn_relu_cl);
+  CHECK_FALSE(planar.block_cl);
+  CHECK_FALSE(flow.grad_cl);  // a leaf's gradient is its own contiguous tensor
+  CHECK(std::fabs(flow.loss - planar.loss) < 1e-5f * std::fabs(planar.loss));
+  const double distance = relative_distance(flow.grads, planar.grads);
+  MESSAGE("channels-last flow against the (N, C, H, W) run: relative gradient distance " << distance);
+  CHECK(distance < 1e-3);
 }
 
 // A ViT's linear layers and attention matmuls compute in bf16 too. Its GELUs and softmaxes are smooth, so

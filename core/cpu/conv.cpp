@@ -138,7 +138,7 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
 // gradient, the matmul route's weight gradient). On an AMX Xeon (ResNet-18, bf16, 2 threads) oneDNN's reorders
 // of these kinds took 27 and 66 ms of a 550 ms step (DNNL_VERBOSE); the step with the kernels instead is in
 // bench/RESULTS.md §7 ("forty-second session").
-enum class FastReorder { None, NarrowToChannelsLast, ChannelsLastToNchw };
+enum class FastReorder { None, NarrowToChannelsLast, ChannelsLastToNchw, Narrow };
 FastReorder fast_reorder(const memory::desc& from, const memory::desc& to) {
   const memory::dims d = from.dims();
   if (d.size() != 4 || to.dims() != d) return FastReorder::None;
@@ -147,6 +147,7 @@ FastReorder fast_reorder(const memory::desc& from, const memory::desc& to) {
     return FastReorder::NarrowToChannelsLast;
   if (from == memory::desc(d, f32, Tag::nhwc) && to == memory::desc(d, f32, Tag::nchw))
     return FastReorder::ChannelsLastToNchw;
+  if (from == memory::desc(d, f32, Tag::nhwc) && to == memory::desc(d, bf16, Tag::nhwc)) return FastReorder::Narrow;
   return FastReorder::None;
 }
 
@@ -184,6 +185,8 @@ void run_port(const Port& p, const void* from, void* to) {
     to_bf16_channels_last(static_cast<uint16_t*>(to), static_cast<const float*>(from), d[0], d[1], d[2] * d[3]);
   } else if (p.fast == FastReorder::ChannelsLastToNchw) {
     channels_last_to_nchw(static_cast<float*>(to), static_cast<const float*>(from), d[0], d[1], d[2] * d[3]);
+  } else if (p.fast == FastReorder::Narrow) {
+    to_bf16(static_cast<uint16_t*>(to), static_cast<const float*>(from), d[0] * d[1] * d[2] * d[3]);
   } else {
     dnnl::engine& eng = dnnl_engine();
     const bool input = static_cast<bool>(p.to_prim);
@@ -206,16 +209,21 @@ struct Plan {
   std::string impl_info;  // oneDNN's kernel name, e.g. "jit:avx512_core"
 };
 
-// How the caller holds a convolution's src: f32 (N, C, H, W), or bf16 bits, (N, C, H, W) or channels-last
-// (Bf16Layout).
+// How the caller holds a convolution's src: f32 (in the call's activation layout), or bf16 bits, (N, C, H, W) or
+// channels-last (Layout).
 enum class UserSrc { F32, Bf16Nchw, Bf16Nhwc };
-UserSrc bf16_user_src(Bf16Layout layout) {
-  return layout == Bf16Layout::ChannelsLast ? UserSrc::Bf16Nhwc : UserSrc::Bf16Nchw;
+UserSrc bf16_user_src(Layout layout) { return layout == Layout::ChannelsLast ? UserSrc::Bf16Nhwc : UserSrc::Bf16Nchw; }
+// Whether the src is held channels-last: a bf16 one in that layout, or an f32 one in a call whose f32 activations
+// (x, y, dy, dx) are channels-last (nhwc).
+bool src_is_nhwc(UserSrc user_src, bool nhwc) {
+  return user_src == UserSrc::Bf16Nhwc || (user_src == UserSrc::F32 && nhwc);
 }
-memory::desc user_src_desc(const memory::dims& dims, UserSrc user_src) {
+memory::desc user_src_desc(const memory::dims& dims, UserSrc user_src, bool nhwc) {
   return memory::desc(dims, user_src == UserSrc::F32 ? memory::data_type::f32 : memory::data_type::bf16,
-                      user_src == UserSrc::Bf16Nhwc ? Tag::nhwc : Tag::nchw);
+                      src_is_nhwc(user_src, nhwc) ? Tag::nhwc : Tag::nchw);
 }
+// The f32 activations' layout tag: channels-last (nhwc) or (N, C, H, W).
+Tag act_tag_of(bool nhwc) { return nhwc ? Tag::nhwc : Tag::nchw; }
 
 struct PlanKey {
   std::array<int64_t, 12> shape;
@@ -224,9 +232,10 @@ struct PlanKey {
   bool with_bias;
   Precision compute;
   UserSrc user_src;  // how the caller holds the src (forward, backward weight)
+  bool nhwc;         // the caller's f32 activations are channels-last
   bool operator<(const PlanKey& o) const {
-    return std::tie(shape, dir, impl, with_bias, compute, user_src) <
-           std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute, o.user_src);
+    return std::tie(shape, dir, impl, with_bias, compute, user_src, nhwc) <
+           std::tie(o.shape, o.dir, o.impl, o.with_bias, o.compute, o.user_src, o.nhwc);
   }
 };
 std::array<int64_t, 12> shape_key(const ConvShape& s) {
@@ -241,10 +250,10 @@ struct Descs {
 
 // The primitive's data types: all f32, or under bf16 the operands the kernel multiplies in bf16 and what
 // it writes in f32 (forward: src, wei -> dst; backward data: diff_dst, wei -> diff_src; backward weight:
-// src, diff_dst -> diff_wei). The user's memory is f32 NCHW (the src may be bf16, NCHW or channels-last:
-// user_src); the reorders in and out convert.
+// src, diff_dst -> diff_wei). The user's activations are f32 NCHW, or channels-last where nhwc says so (the src
+// may be bf16, NCHW or channels-last: user_src); the reorders in and out convert.
 Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::Forward,
-                 Precision compute = Precision::F32, UserSrc user_src = UserSrc::F32) {
+                 Precision compute = Precision::F32, UserSrc user_src = UserSrc::F32, bool nhwc = false) {
   const int64_t P = s.P(), Q = s.Q(), G = s.groups;
   const memory::dims src_dims{s.N, s.C, s.H, s.W}, dst_dims{s.N, s.K, P, Q};
   const memory::dims wei_dims = G > 1 ? memory::dims{G, s.K / G, s.C / G, s.R, s.S}
@@ -260,8 +269,8 @@ Descs make_descs(const ConvShape& s, ConvImpl impl, Direction dir = Direction::F
   d.dst = memory::desc(dst_dims, dir == Direction::Forward ? f32 : low, act_tag);
   d.wei = memory::desc(wei_dims, dir == Direction::BackwardWeight ? f32 : low, wei_tag);
   d.bias = memory::desc({s.K}, f32, Tag::x);
-  d.user_src = user_src_desc(src_dims, user_src);
-  d.user_dst = memory::desc(dst_dims, f32, Tag::nchw);
+  d.user_src = user_src_desc(src_dims, user_src, nhwc);
+  d.user_dst = memory::desc(dst_dims, f32, act_tag_of(nhwc));
   d.user_wei = memory::desc(wei_dims, f32, user_wei_tag);
   d.strides = {s.stride_h, s.stride_w};
   d.pad_l = {s.pad_h, s.pad_w};
@@ -285,7 +294,7 @@ dnnl::convolution_forward::primitive_desc make_forward_pd(const Descs& d, bool w
 }
 
 std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias,
-                                 Precision compute, UserSrc user_src) {
+                                 Precision compute, UserSrc user_src, bool nhwc) {
   const dnnl::primitive_attr attr = user_scratchpad_attr();
   if (impl == ConvImpl::DnnlWinograd) {
     try {  // Winograd exists only for some shapes; elsewhere use the direct blocked kernels
@@ -294,7 +303,7 @@ std::unique_ptr<Plan> build_plan(const ConvShape& s, Direction dir, ConvImpl imp
       impl = ConvImpl::DnnlBlocked;
     }
   }
-  const Descs d = make_descs(s, impl, dir, compute, user_src);
+  const Descs d = make_descs(s, impl, dir, compute, user_src, nhwc);
   // The backward primitives take a forward one as a hint: the forward of the same implementation and precision.
   const Descs fwd = make_descs(s, impl, Direction::Forward, compute);
   auto plan = std::make_unique<Plan>();
@@ -356,12 +365,12 @@ std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {
 // Plans are created once and never move (unique_ptr), so the pointer stays valid until
 // conv_clear_cache().
 const Plan& get_plan(const ConvShape& s, Direction dir, ConvImpl impl, bool with_bias, Precision compute,
-                     UserSrc user_src = UserSrc::F32) {
-  const PlanKey key{shape_key(s), dir, impl, with_bias, compute, user_src};
+                     UserSrc user_src = UserSrc::F32, bool nhwc = false) {
+  const PlanKey key{shape_key(s), dir, impl, with_bias, compute, user_src, nhwc};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = plan_cache();
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias, compute, user_src)).first;
+  if (it == cache.end()) it = cache.emplace(key, build_plan(s, dir, impl, with_bias, compute, user_src, nhwc)).first;
   return *it->second;
 }
 
@@ -437,9 +446,9 @@ void run_plan(const Plan& plan, const void* in0, const float* in1, float* out, f
 
 void run_dnnl(Direction dir, ConvImpl impl, const ConvShape& s, const void* in0, const float* in1, float* out,
               float* bias, Precision compute, bool in0_is_prim = false, UserSrc user_src = UserSrc::F32,
-              bool in0_is_grad = false) {
+              bool in0_is_grad = false, bool nhwc = false) {
   try {
-    run_plan(get_plan(s, dir, impl, bias != nullptr, compute, user_src), in0, in1, out, bias, in0_is_prim,
+    run_plan(get_plan(s, dir, impl, bias != nullptr, compute, user_src, nhwc), in0, in1, out, bias, in0_is_prim,
              in0_is_grad);
   } catch (const dnnl::error& e) {
     ACTLAB_FAIL("oneDNN ", direction_name(dir), " (", conv_impl_name(impl), ", ", precision_name(compute),
@@ -573,7 +582,7 @@ bool subsampled_pointwise(const ConvShape& s) {
 struct GemmWeightPlan {
   Port x;   // the user's input (f32 NCHW, or bf16 bits NCHW or NHWC) -> bf16 NHWC (1x1 without padding: the
             // positions read)
-  Port dy;  // the user's f32 NCHW output gradient -> bf16 NHWC
+  Port dy;  // the user's f32 output gradient (NCHW or channels-last) -> bf16 NHWC
   Port dw;  // the product's (K, R, S, C) f32 -> the user's (K, C, R, S)
 };
 
@@ -584,22 +593,23 @@ std::map<PlanKey, std::unique_ptr<GemmWeightPlan>>& gemm_weight_cache() {
 
 // The x port of the matmul routes: the user's input -> bf16 channels-last, or for a 1x1 layer without padding
 // the positions it reads (a strided view of the input: col itself).
-Port gemm_input_port(const ConvShape& s, UserSrc user_src) {
+Port gemm_input_port(const ConvShape& s, UserSrc user_src, bool nhwc) {
   const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
   if (subsampled_pointwise(s)) {
     const memory::dims col_dims{s.N, s.C, s.P(), s.Q()};
-    const memory::dims strides = user_src == UserSrc::Bf16Nhwc
+    const memory::dims strides = src_is_nhwc(user_src, nhwc)
                                      ? memory::dims{s.H * s.W * s.C, 1, s.stride_h * s.W * s.C, s.stride_w * s.C}
                                      : memory::dims{s.C * s.H * s.W, s.H * s.W, s.stride_h * s.W, s.stride_w};
     return make_port(memory::desc(col_dims, user_src == UserSrc::F32 ? f32 : bf16, strides),
                      memory::desc(col_dims, bf16, Tag::nhwc), false);
   }
   const memory::dims x_dims{s.N, s.C, s.H, s.W};
-  return make_port(user_src_desc(x_dims, user_src), memory::desc(x_dims, bf16, Tag::nhwc), false);
+  return make_port(user_src_desc(x_dims, user_src, nhwc), memory::desc(x_dims, bf16, Tag::nhwc), false);
 }
 
-const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, UserSrc user_src) {
-  const PlanKey key{shape_key(s), Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16, user_src};
+const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, UserSrc user_src, bool nhwc) {
+  const PlanKey key{shape_key(s), Direction::BackwardWeight, ConvImpl::Im2colGemm, false, Precision::BF16, user_src,
+                    nhwc};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = gemm_weight_cache();
   auto it = cache.find(key);
@@ -607,8 +617,8 @@ const GemmWeightPlan& get_gemm_weight_plan(const ConvShape& s, UserSrc user_src)
     const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
     const memory::dims dy_dims{s.N, s.K, s.P(), s.Q()}, w_dims{s.K, s.C, s.R, s.S};
     auto plan = std::make_unique<GemmWeightPlan>();
-    plan->x = gemm_input_port(s, user_src);
-    plan->dy = make_port(memory::desc(dy_dims, f32, Tag::nchw), memory::desc(dy_dims, bf16, Tag::nhwc), false);
+    plan->x = gemm_input_port(s, user_src, nhwc);
+    plan->dy = make_port(memory::desc(dy_dims, f32, act_tag_of(nhwc)), memory::desc(dy_dims, bf16, Tag::nhwc), false);
     plan->dw = make_port(memory::desc(w_dims, f32, Tag::oihw),
                          memory::desc(w_dims, f32, memory::dims{s.R * s.S * s.C, 1, s.S * s.C, s.C}), true);
     it = cache.emplace(key, std::move(plan)).first;
@@ -670,9 +680,9 @@ const uint16_t* gemm_col(const Port& port, const void* x, const ConvShape& s, bo
 }
 
 void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void* x, const ConvShape& s,
-                               UserSrc user_src) {
+                               UserSrc user_src, bool nhwc) {
   try {
-    const GemmWeightPlan& plan = get_gemm_weight_plan(s, user_src);
+    const GemmWeightPlan& plan = get_gemm_weight_plan(s, user_src, nhwc);
     std::vector<Buffer> buffers;  // dy's reorder, col and the product: alive until the end
     buffers.reserve(3);
     const uint16_t* col = gemm_col(plan.x, x, s, false, buffers);
@@ -703,7 +713,7 @@ bool bf16_forward_gemm_pays(const ConvShape& s) {
 struct GemmForwardPlan {
   Port x;  // gemm_input_port
   Port w;  // the user's f32 (K, C, R, S) -> bf16 (K, R, S, C)
-  Port y;  // the product's channels-last f32 (N, K, P, Q) -> the user's (N, K, P, Q)
+  Port y;  // the product's channels-last f32 (N, K, P, Q) -> the user's (N, K, P, Q) (none if channels-last too)
 };
 
 std::map<PlanKey, std::unique_ptr<GemmForwardPlan>>& gemm_forward_cache() {
@@ -711,8 +721,8 @@ std::map<PlanKey, std::unique_ptr<GemmForwardPlan>>& gemm_forward_cache() {
   return cache;
 }
 
-const GemmForwardPlan& get_gemm_forward_plan(const ConvShape& s, UserSrc user_src) {
-  const PlanKey key{shape_key(s), Direction::Forward, ConvImpl::Im2colGemm, false, Precision::BF16, user_src};
+const GemmForwardPlan& get_gemm_forward_plan(const ConvShape& s, UserSrc user_src, bool nhwc) {
+  const PlanKey key{shape_key(s), Direction::Forward, ConvImpl::Im2colGemm, false, Precision::BF16, user_src, nhwc};
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto& cache = gemm_forward_cache();
   auto it = cache.find(key);
@@ -720,9 +730,9 @@ const GemmForwardPlan& get_gemm_forward_plan(const ConvShape& s, UserSrc user_sr
     const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
     const memory::dims y_dims{s.N, s.K, s.P(), s.Q()}, w_dims{s.K, s.C, s.R, s.S};
     auto plan = std::make_unique<GemmForwardPlan>();
-    plan->x = gemm_input_port(s, user_src);
+    plan->x = gemm_input_port(s, user_src, nhwc);
     plan->w = make_port(memory::desc(w_dims, f32, Tag::oihw), memory::desc(w_dims, bf16, Tag::ohwi), false);
-    plan->y = make_port(memory::desc(y_dims, f32, Tag::nchw), memory::desc(y_dims, f32, Tag::nhwc), true);
+    plan->y = make_port(memory::desc(y_dims, f32, act_tag_of(nhwc)), memory::desc(y_dims, f32, Tag::nhwc), true);
     it = cache.emplace(key, std::move(plan)).first;
   }
   return *it->second;
@@ -730,15 +740,15 @@ const GemmForwardPlan& get_gemm_forward_plan(const ConvShape& s, UserSrc user_sr
 
 // x_is_grad: x is an output gradient (backward data as a forward), whose reorder a ConvGradShare shares.
 void gemm_forward_bf16(float* y, const void* x, const float* w, const float* b, const ConvShape& s, UserSrc user_src,
-                       bool x_is_grad) {
+                       bool x_is_grad, bool nhwc) {
   try {
-    const GemmForwardPlan& plan = get_gemm_forward_plan(s, user_src);
+    const GemmForwardPlan& plan = get_gemm_forward_plan(s, user_src, nhwc);
     std::vector<Buffer> buffers;  // the weights' and col's copies and the product: alive until the end
     buffers.reserve(3);
     const uint16_t* col = gemm_col(plan.x, x, s, x_is_grad, buffers);
     const memory w_t = bind_input(plan.w, w, false, buffers);
     const int64_t rows = s.N * s.P() * s.Q(), RSC = s.R * s.S * s.C, K = s.K;
-    // Where channels-last and (N, K, P, Q) are one layout (P·Q = 1 or K = 1) the product is y itself.
+    // Where y is channels-last (or that and (N, K, P, Q) are one layout: P·Q = 1 or K = 1) the product is y itself.
     float* product = plan.y.reorder ? buffers.emplace_back(sizeof(float) * rows * K, MemTag::Workspace).as<float>() : y;
     gemm_bf16_bits(false, true, rows, K, RSC, col, static_cast<const uint16_t*>(w_t.get_data_handle()), product);
     if (b) {
@@ -759,29 +769,37 @@ bool bf16_forward_is_gemm(const ConvShape& s, ConvImpl impl) {
   return (impl == ConvImpl::Auto && bf16_forward_gemm_pays(s)) || (impl == ConvImpl::Im2colGemm && s.groups == 1);
 }
 void forward_bf16(float* y, const void* x, const float* w, const float* b, const ConvShape& s, ConvImpl impl,
-                  UserSrc user_src, bool x_is_grad = false) {
-  if (bf16_forward_is_gemm(s, impl)) return gemm_forward_bf16(y, x, w, b, s, user_src, x_is_grad);
+                  UserSrc user_src, bool x_is_grad, bool nhwc) {
+  if (bf16_forward_is_gemm(s, impl)) return gemm_forward_bf16(y, x, w, b, s, user_src, x_is_grad, nhwc);
   run_dnnl(Direction::Forward, resolve(impl, s, Precision::BF16, Direction::Forward), s, x, w, y,
-           const_cast<float*>(b), Precision::BF16, false, user_src, x_is_grad);
+           const_cast<float*>(b), Precision::BF16, false, user_src, x_is_grad, nhwc);
+}
+
+// Channels-last f32 activations are a bf16 layout: the fp32 kernels compute on (N, C, H, W).
+bool channels_last_act(Layout act, Precision compute, const char* op) {
+  ACTLAB_CHECK(act == Layout::Nchw || compute == Precision::BF16, op,
+               ": channels-last f32 activations need bf16 compute, got ", precision_name(compute));
+  return act == Layout::ChannelsLast;
 }
 
 }  // namespace
 
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                    ConvImpl impl, Precision compute) {
+                    ConvImpl impl, Precision compute, Layout act) {
   check_conv_shape(s);
   check_conv_impl(impl, compute);
-  if (compute == Precision::BF16) return forward_bf16(y, x, w, b, s, impl, UserSrc::F32);
+  const bool nhwc = channels_last_act(act, compute, "conv2d_forward");
+  if (compute == Precision::BF16) return forward_bf16(y, x, w, b, s, impl, UserSrc::F32, false, nhwc);
   impl = resolve(impl, s, compute, Direction::Forward);
   if (impl == ConvImpl::Im2colGemm) return im2col_forward(y, x, w, b, s);
   run_dnnl(Direction::Forward, impl, s, x, w, y, const_cast<float*>(b), compute);
 }
 
 void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
-                               ConvImpl impl, Bf16Layout layout) {
+                               ConvImpl impl, Layout layout, Layout act) {
   check_conv_shape(s);
   check_conv_impl(impl, Precision::BF16);
-  forward_bf16(y, x_bf16, w, b, s, impl, bf16_user_src(layout));
+  forward_bf16(y, x_bf16, w, b, s, impl, bf16_user_src(layout), false, act == Layout::ChannelsLast);
 }
 
 bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl) {
@@ -806,8 +824,9 @@ bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl, Precisio
 }
 
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
-                          ConvImpl impl, Precision compute) {
+                          ConvImpl impl, Precision compute, Layout act) {
   check_conv_shape(s);
+  const bool nhwc = channels_last_act(act, compute, "conv2d_backward_data");
   if (conv2d_backward_data_as_forward(s, impl, compute)) {
     // dx = the forward convolution of dy with w's kernels flipped and its in/out channels swapped, padded by
     // R - 1 - pad: each input position gathers the output positions its window reached. The flip is one pass
@@ -821,22 +840,26 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
     for (int64_t c = 0; c < s.C; ++c)
       for (int64_t k = 0; k < s.K; ++k)
         for (int64_t i = 0; i < RS; ++i) wt[(c * s.K + k) * RS + (RS - 1 - i)] = w[(k * s.C + c) * RS + i];
-    forward_bf16(dx, dy, wt, nullptr, t, impl, UserSrc::F32, true);
+    forward_bf16(dx, dy, wt, nullptr, t, impl, UserSrc::F32, true, nhwc);
     return;
   }
   impl = resolve(impl, s, compute, Direction::BackwardData);
-  if (impl == ConvImpl::Im2colGemm) return im2col_backward_data(dx, dy, w, s);
-  run_dnnl(Direction::BackwardData, impl, s, dy, w, dx, nullptr, compute);
+  // A bf16 backward data resolves to im2col only where asked for a layer the flipped forward does not take
+  // (strided or grouped); it is the fp32 loop, (N, C, H, W) only.
+  if (impl == ConvImpl::Im2colGemm && !nhwc) return im2col_backward_data(dx, dy, w, s);
+  if (impl == ConvImpl::Im2colGemm) impl = ConvImpl::DnnlBlocked;
+  run_dnnl(Direction::BackwardData, impl, s, dy, w, dx, nullptr, compute, false, UserSrc::F32, false, nhwc);
 }
 
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
-                            const ConvShape& s, ConvImpl impl, Precision compute) {
+                            const ConvShape& s, ConvImpl impl, Precision compute, Layout act) {
   check_conv_shape(s);
+  const bool nhwc = channels_last_act(act, compute, "conv2d_backward_weight");
   impl = resolve(impl, s, compute, Direction::BackwardWeight);
   if (impl == ConvImpl::Im2colGemm && compute == Precision::BF16)
-    return gemm_backward_weight_bf16(dw, db, dy, x, s, UserSrc::F32);
+    return gemm_backward_weight_bf16(dw, db, dy, x, s, UserSrc::F32, nhwc);
   if (impl == ConvImpl::Im2colGemm) return im2col_backward_weight(dw, db, dy, x, s);
-  run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db, compute);
+  run_dnnl(Direction::BackwardWeight, impl, s, x, dy, dw, db, compute, false, UserSrc::F32, false, nhwc);
 }
 
 ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl, Precision compute) {
@@ -874,11 +897,14 @@ void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy,
 }
 
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
-                                       const ConvShape& s, ConvImpl impl, Bf16Layout layout) {
+                                       const ConvShape& s, ConvImpl impl, Layout layout, Layout act) {
   check_conv_shape(s);
+  const bool nhwc = act == Layout::ChannelsLast;
   impl = resolve(impl, s, Precision::BF16, Direction::BackwardWeight);
-  if (impl == ConvImpl::Im2colGemm) return gemm_backward_weight_bf16(dw, db, dy, x_bf16, s, bf16_user_src(layout));
-  run_dnnl(Direction::BackwardWeight, impl, s, x_bf16, dy, dw, db, Precision::BF16, false, bf16_user_src(layout));
+  if (impl == ConvImpl::Im2colGemm)
+    return gemm_backward_weight_bf16(dw, db, dy, x_bf16, s, bf16_user_src(layout), nhwc);
+  run_dnnl(Direction::BackwardWeight, impl, s, x_bf16, dy, dw, db, Precision::BF16, false, bf16_user_src(layout), false,
+           nhwc);
 }
 
 ConvGradShare::ConvGradShare(const float* dy) : slot_(std::make_unique<Slot>()) {

@@ -47,8 +47,12 @@ enum class ConvImpl {
 const char* conv_impl_name(ConvImpl impl);            // "auto", "dnnl-blocked", ...
 ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an unknown name
 
-// All three fast-path functions: pointers are NCHW / (K,C/groups,R,S) contiguous fp32, outputs
-// must not alias inputs, threads follow omp_set_num_threads, scratch memory (reorders, im2col,
+// How an activation operand is laid out in memory: (N, C, H, W), or channels-last ((N, H, W, C) in memory:
+// Tensor::is_channels_last).
+enum class Layout { Nchw, ChannelsLast };
+
+// All three fast-path functions: pointers are NCHW / (K,C/groups,R,S) contiguous fp32 (the activations x, y,
+// dy and dx channels-last instead where `act` says so: bf16 compute only), outputs must not alias inputs, threads follow omp_set_num_threads, scratch memory (reorders, im2col,
 // oneDNN scratchpads) is allocated per call as MemTag::Workspace Buffers and freed before return.
 // compute = BF16: the operands the kernel multiplies are rounded to bf16 on the way in (the reorder into
 // the primitive's layout converts), products are accumulated in f32 and the result is written in f32;
@@ -57,14 +61,16 @@ ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an
 
 // y (N,K,P,Q) = conv(x (N,C,H,W), w (K,C/g,R,S)) + b (K). b may be nullptr. Assigns y.
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                    ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
+                    ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32, Layout act = Layout::Nchw);
 // dx (N,C,H,W) = transposed conv of dy (N,K,P,Q) with w (K,C/g,R,S). Assigns dx.
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,
-                          ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
+                          ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32,
+                          Layout act = Layout::Nchw);
 // dw (K,C/g,R,S) = sum over n,p,q of dy * x-window; db (K) = sum over n,p,q of dy, skipped when
 // db is nullptr. Assigns dw and db (does not accumulate).
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x,
-                            const ConvShape& s, ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32);
+                            const ConvShape& s, ConvImpl impl = ConvImpl::Auto, Precision compute = Precision::F32,
+                            Layout act = Layout::Nchw);
 
 // The implementation conv2d_backward_weight runs for these arguments: Auto resolved, and under bf16 the
 // matmul route (Im2colGemm) or the layout it falls back to. A Winograd request is returned as is (oneDNN
@@ -97,23 +103,23 @@ int conv2d_backward_weight_input_block(const ConvShape& s, bool with_bias, ConvI
 void conv2d_backward_weight_blocked_input(float* dw, float* db, const float* dy, const float* x_blocked,
                                           const ConvShape& s, ConvImpl impl = ConvImpl::Auto);
 
-// How a bf16 input given as bits is laid out: (N, C, H, W), or channels-last ((N, H, W, C) in memory).
-enum class Bf16Layout { Nchw, ChannelsLast };
-
 // conv2d_backward_weight under bf16 compute with x given as bf16 bits (round-to-nearest values, core/bf16.h)
-// in `layout`: the kept bf16 copy of a bf16 run's input, read without widening it to f32 first. The same
-// result as conv2d_backward_weight(..., impl, BF16) on the widened x, bit for bit, in either layout.
+// in `layout`: the kept bf16 copy of a bf16 run's input, read without widening it to f32 first (dy laid out as
+// `act` says). The same result as conv2d_backward_weight(..., impl, BF16) on the widened x, bit for bit, in
+// either layout.
 void conv2d_backward_weight_bf16_input(float* dw, float* db, const float* dy, const uint16_t* x_bf16,
                                        const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
-                                       Bf16Layout layout = Bf16Layout::Nchw);
+                                       Layout layout = Layout::Nchw, Layout act = Layout::Nchw);
 
 // conv2d_forward under bf16 compute with x given as bf16 bits in `layout`: a bf16 run's kept copy of the input,
 // which the convolution then reads as it is (no reorder where the kernel computes on that layout, else a bf16 →
 // bf16 one, half the bytes of the f32 → bf16 one it makes of an f32 x). The same result as conv2d_forward(...,
 // impl, BF16) on the widened x, bit for bit, and on x itself for every normal value (tests/test_cpu_conv.cpp); a
 // subnormal input is kept by the copy (core/bf16.h), where oneDNN's own conversion may flush it to zero.
+// y is written as `act` says: channels-last where the kernel computes on that layout saves the transpose back.
 void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w, const float* b, const ConvShape& s,
-                               ConvImpl impl = ConvImpl::Auto, Bf16Layout layout = Bf16Layout::Nchw);
+                               ConvImpl impl = ConvImpl::Auto, Layout layout = Layout::Nchw,
+                               Layout act = Layout::Nchw);
 // Whether conv2d_forward under bf16 (with a bias or not, as with_bias says) computes on a channels-last input:
 // then a bf16 copy of x in that layout is read with no reorder, where an (N, C, H, W) one is reordered (oneDNN
 // picks the layout per kernel: its AMX kernels on 3x3 and strided layers took channels-last on an AMX Xeon, as

@@ -82,6 +82,16 @@ void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const 
 void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         int64_t N, int64_t C, int64_t HW);
+// The same two passes on channels-last tensors: x, y, dy, dx as (M, C) rows (M = N·H·W, a channel per column),
+// the layout bf16 convolutions write and read (Tensor::is_channels_last). Rows are summed in fixed blocks whose
+// double sums are added in order, so the bits do not depend on the thread count; they differ from the (N, C, HW)
+// kernels' in the summation order only (tests/test_cpu_kernels.cpp compares the two).
+void batchnorm_forward_train_channels_last(float* y, float* save_mean, float* save_invstd, float* running_mean,
+                                           float* running_var, const float* x, const float* gamma, const float* beta,
+                                           int64_t M, int64_t C, float momentum, float eps);
+void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                      const float* gamma, const float* save_mean, const float* save_invstd, int64_t M,
+                                      int64_t C);
 // batchnorm_backward split at its reduction, for a caller that adds other batches' sums in between
 // (synchronized batch norm): the per-channel Σdy and Σdy·(x - mean) (double, C each), then dx from
 // such sums over `count` values per channel. With this batch's sums and count N·HW the two give
@@ -209,6 +219,9 @@ void to_bf16_channels_last(uint16_t* y, const float* x, int64_t N, int64_t C, in
 // oneDNN kernel wrote it). 16 x 16 blocks transposed in registers on AVX-512 CPUs; allow_avx512 = false runs the
 // plain loop there too (for the tests, which compare both with an element-by-element loop).
 void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512 = true);
+// Its inverse, y (N, HW, C) f32 = x (N, C, HW) f32: an (N, C, H, W) tensor made channels-last where it meets a
+// channels-last one (Tensor::channels_last). Same blocks, same test.
+void nchw_to_channels_last(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512 = true);
 // The same for IEEE fp16 (core/bf16.h float_to_f16 / f16_to_float): what `exact` keeps under fp16.
 void to_f16(uint16_t* y, const float* x, int64_t n);
 void from_f16(float* y, const uint16_t* x, int64_t n);
@@ -255,6 +268,12 @@ void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int
 // dx (N,C_in,H,W) = dy's matching channels scattered back to the strided positions, 0 elsewhere.
 void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H,
                            int64_t W, int64_t stride, int64_t C_out);
+// The same two on channels-last tensors (x, dx (N,H,W,C_in); y, dy (N,Ho,Wo,C_out) in memory): a bf16 run's
+// activations. Tested against the pair above on transposed data.
+void shortcut_pad_forward_channels_last(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W,
+                                        int64_t stride, int64_t C_out);
+void shortcut_pad_backward_channels_last(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H, int64_t W,
+                                         int64_t stride, int64_t C_out);
 
 // ---------------------------------------------------------------------------------------------
 // Pooling 2-D, floor mode. x: (N,C,H,W), y: (N,C,P,Q); window R×S.

@@ -187,6 +187,20 @@ ACTLAB_AVX512 void channels_last_to_nchw_block_avx512(float* y, const float* x, 
   for (int64_t c = c0; c < c0 + 16; ++c)
     for (int64_t p = p_full; p < HW; ++p) y[c * HW + p] = x[p * C + c];
 }
+
+// The inverse: one image's channels [c0, c0 + 16), 16 x 16 blocks read as 16 channels' position runs and written
+// as 16 positions' channel runs.
+ACTLAB_AVX512 void nchw_to_channels_last_block_avx512(float* y, const float* x, int64_t C, int64_t HW, int64_t c0) {
+  const int64_t p_full = HW / 16 * 16;
+  for (int64_t p0 = 0; p0 < p_full; p0 += 16) {
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(x + (c0 + i) * HW + p0);
+    transpose16(r);
+    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(y + (p0 + j) * C + c0, r[j]);
+  }
+  for (int64_t c = c0; c < c0 + 16; ++c)
+    for (int64_t p = p_full; p < HW; ++p) y[p * C + c] = x[c * HW + p];
+}
 #endif
 }  // namespace
 
@@ -205,6 +219,24 @@ void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64
 #endif
     for (int64_t p = 0; p < HW; ++p)
       for (int64_t c = c0; c < c0 + nc; ++c) image_y[c * HW + p] = image_x[p * C + c];
+  }
+}
+
+void nchw_to_channels_last(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
+  const int64_t blocks = (C + 15) / 16;
+#pragma omp parallel for schedule(static) if (N * C * HW > kParallelGrain)
+  for (int64_t t = 0; t < N * blocks; ++t) {
+    const int64_t n = t / blocks, c0 = t % blocks * 16, nc = std::min<int64_t>(16, C - c0);
+    float* image_y = y + n * HW * C;
+    const float* image_x = x + n * C * HW;
+#ifdef ACTLAB_X86_INTRINSICS
+    if (allow_avx512 && cpu_has_avx512f && nc == 16) {
+      nchw_to_channels_last_block_avx512(image_y, image_x, C, HW, c0);
+      continue;
+    }
+#endif
+    for (int64_t c = c0; c < c0 + nc; ++c)
+      for (int64_t p = 0; p < HW; ++p) image_y[p * C + c] = image_x[c * HW + p];
   }
 }
 

@@ -274,4 +274,41 @@ void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, 
   }
 }
 
+void shortcut_pad_forward_channels_last(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W,
+                                        int64_t stride, int64_t C_out) {
+  check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
+  const int64_t pad_front = (C_out - C_in) / 2, pad_back = C_out - C_in - pad_front;
+#pragma omp parallel for schedule(static) if (parallel : N * C_out * Ho * Wo >= kParallelGrain)
+  for (int64_t nh = 0; nh < N * Ho; ++nh) {
+    const int64_t n = nh / Ho, h = nh % Ho;
+    for (int64_t w = 0; w < Wo; ++w) {
+      float* row = y + (nh * Wo + w) * C_out;
+      const float* from = x + ((n * H + h * stride) * W + w * stride) * C_in;
+      std::memset(row, 0, sizeof(float) * pad_front);
+      std::memcpy(row + pad_front, from, sizeof(float) * C_in);
+      std::memset(row + pad_front + C_in, 0, sizeof(float) * pad_back);
+    }
+  }
+}
+
+void shortcut_pad_backward_channels_last(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H, int64_t W,
+                                         int64_t stride, int64_t C_out) {
+  check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Wo = (W + stride - 1) / stride, Ho = (H + stride - 1) / stride;
+  const int64_t pad_front = (C_out - C_in) / 2;
+#pragma omp parallel for schedule(static) if (parallel : N * C_in * H * W >= kParallelGrain)
+  for (int64_t nh = 0; nh < N * H; ++nh) {
+    const int64_t n = nh / H, h = nh % H;
+    for (int64_t w = 0; w < W; ++w) {
+      float* row = dx + (nh * W + w) * C_in;
+      if (h % stride != 0 || w % stride != 0) {
+        std::memset(row, 0, sizeof(float) * C_in);
+        continue;
+      }
+      std::memcpy(row, dy + ((n * Ho + h / stride) * Wo + w / stride) * C_out + pad_front, sizeof(float) * C_in);
+    }
+  }
+}
+
 }  // namespace actlab::cpu

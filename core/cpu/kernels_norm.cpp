@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <vector>
 
 #include "actlab/core/allocator.h"
 #include "actlab/core/cpu/kernels.h"
@@ -130,6 +131,38 @@ ACTLAB_CPU_CLONES void channel_backward_dx(float* dx, const float* dy, const flo
     }
 }
 
+// A channel's backward coefficients from its sums over M values (1/M = inv_m): dx = a·dy + k·(x - mean) + b.
+void dx_coefficients(double gamma, double invstd, double sum_dy, double sum_dy_xc, double inv_m, float* a, float* k,
+                     float* b) {
+  const double ad = gamma * invstd;
+  *a = static_cast<float>(ad);
+  *k = static_cast<float>(-ad * invstd * invstd * sum_dy_xc * inv_m);
+  *b = static_cast<float>(-ad * sum_dy * inv_m);
+}
+
+// A channel's statistics from Σ(x - shift) and Σ(x - shift)² over M values: save_mean/save_invstd written, the
+// running pair updated when given (PyTorch semantics), and the apply pass's mean, scale and bias returned.
+struct ChannelApply {
+  float mean, scale, bias;
+};
+ChannelApply channel_statistics(int64_t c, double sum, double sum_sq, float shift, int64_t M, float momentum,
+                                float eps, const float* gamma, const float* beta, float* save_mean,
+                                float* save_invstd, float* running_mean, float* running_var) {
+  const double mean_shifted = sum / M;
+  const double var = std::max(0.0, sum_sq / M - mean_shifted * mean_shifted);  // biased
+  const double mean = shift + mean_shifted;
+  const double invstd = 1.0 / std::sqrt(var + eps);
+  save_mean[c] = static_cast<float>(mean);
+  save_invstd[c] = static_cast<float>(invstd);
+  if (running_mean) {
+    const double var_unbiased = var * M / (M - 1);
+    running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
+    running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * var_unbiased);
+  }
+  return {static_cast<float>(mean), static_cast<float>((gamma ? gamma[c] : 1.0) * invstd),
+          static_cast<float>(beta ? beta[c] : 0.0)};
+}
+
 // The input gradient of channels [c0, c1) from their sums Σdy and Σdy·(x - mean) (sum_dy[c - c0],
 // sum_dy_xc[c - c0]) over M = count values (this batch's, or the global batch's under synchronized batch norm),
 // x as in channel_grad_sums: dx = a·dy + k·(x - mean) + b with a = gamma·invstd, k = -a·invstd²·Σdy(x-mean)/M,
@@ -140,13 +173,9 @@ void channel_dx_from_sums(float* dx, const float* dy, const float* xc, int64_t x
                           int64_t c1) {
   float a[kMaxBlock], k[kMaxBlock], b[kMaxBlock];
   const double inv_m = 1.0 / count;
-  for (int64_t c = c0; c < c1; ++c) {
-    const double invstd = save_invstd[c];
-    const double ad = (gamma ? gamma[c] : 1.0) * invstd;
-    a[c - c0] = static_cast<float>(ad);
-    k[c - c0] = static_cast<float>(-ad * invstd * invstd * sum_dy_xc[c - c0] * inv_m);
-    b[c - c0] = static_cast<float>(-ad * sum_dy[c - c0] * inv_m);
-  }
+  for (int64_t c = c0; c < c1; ++c)
+    dx_coefficients(gamma ? gamma[c] : 1.0, save_invstd[c], sum_dy[c - c0], sum_dy_xc[c - c0], inv_m, &a[c - c0],
+                    &k[c - c0], &b[c - c0]);
   channel_backward_dx(dx, dy, xc, x_step, N, C, HW, c0, c1, save_mean + c0, a, k, b);
 }
 
@@ -187,22 +216,138 @@ void batchnorm_forward_train(float* y, float* save_mean, float* save_invstd, flo
     for (int64_t c = c0; c < c1; ++c) shift[c - c0] = x[c * HW];  // first value of the channel (n = 0, i = 0)
     channel_moments(sum, sum_sq, x, N, C, HW, c0, c1, shift);
     for (int64_t c = c0; c < c1; ++c) {
-      const double mean_shifted = sum[c - c0] / M;
-      const double var = std::max(0.0, sum_sq[c - c0] / M - mean_shifted * mean_shifted);  // biased
-      const double mean = shift[c - c0] + mean_shifted;
-      const double invstd = 1.0 / std::sqrt(var + eps);
-      save_mean[c] = static_cast<float>(mean);
-      save_invstd[c] = static_cast<float>(invstd);
-      if (running_mean) {
-        const double var_unbiased = var * M / (M - 1);
-        running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
-        running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * var_unbiased);
-      }
-      mean_f[c - c0] = static_cast<float>(mean);
-      scale[c - c0] = static_cast<float>((gamma ? gamma[c] : 1.0) * invstd);
-      bias[c - c0] = static_cast<float>(beta ? beta[c] : 0.0);
+      const ChannelApply ap = channel_statistics(c, sum[c - c0], sum_sq[c - c0], shift[c - c0], M, momentum, eps, gamma,
+                                                 beta, save_mean, save_invstd, running_mean, running_var);
+      mean_f[c - c0] = ap.mean, scale[c - c0] = ap.scale, bias[c - c0] = ap.bias;
     }
     channel_affine(y, x, N, C, HW, c0, c1, mean_f, scale, bias);
+  });
+}
+
+// ---- channels-last: (M, C) rows, a channel per column; the inner loops run along a row's channels.
+namespace {
+// Rows per block: float sums over a block, double across blocks (as kChunk above), and the blocks are the
+// parallel grain, fixed whatever the thread count.
+constexpr int64_t kRowBlock = 256;
+
+// f(r0, r1, b) for every block b of rows [r0, r1), in parallel.
+template <typename F>
+void for_each_row_block(int64_t M, int64_t C, F f) {
+  const int64_t blocks = (M + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static) if (parallel : M * C >= kParallelGrain)
+  for (int64_t b = 0; b < blocks; ++b) f(b * kRowBlock, std::min(M, b * kRowBlock + kRowBlock), b);
+}
+
+// s[c] = Σ (x - shift[c]) and ss[c] = Σ (x - shift[c])² over rows [r0, r1), in float.
+ACTLAB_CPU_CLONES void rows_moments(float* s, float* ss, const float* x, int64_t C, int64_t r0, int64_t r1,
+                                    const float* shift) {
+  for (int64_t c = 0; c < C; ++c) s[c] = 0.f, ss[c] = 0.f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = x + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      const float d = row[c] - shift[c];
+      s[c] += d;
+      ss[c] += d * d;
+    }
+  }
+}
+
+// y = (x - shift)·scale + bias over rows [r0, r1).
+ACTLAB_CPU_CLONES void rows_affine(float* y, const float* x, int64_t C, int64_t r0, int64_t r1, const float* shift,
+                                   const float* scale, const float* bias) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - shift[c]) * scale[c] + bias[c];
+  }
+}
+
+// s[c] = Σ dy and sx[c] = Σ dy·(x - mean[c]) over rows [r0, r1), in float.
+ACTLAB_CPU_CLONES void rows_grad_sums(float* s, float* sx, const float* dy, const float* x, int64_t C, int64_t r0,
+                                      int64_t r1, const float* mean) {
+  for (int64_t c = 0; c < C; ++c) s[c] = 0.f, sx[c] = 0.f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* dyr = dy + r * C;
+    const float* xr = x + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      s[c] += dyr[c];
+      sx[c] += dyr[c] * (xr[c] - mean[c]);
+    }
+  }
+}
+
+// dx = a·dy + k·(x - mean) + b over rows [r0, r1).
+ACTLAB_CPU_CLONES void rows_backward_dx(float* dx, const float* dy, const float* x, int64_t C, int64_t r0, int64_t r1,
+                                        const float* mean, const float* a, const float* k, const float* b) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* dyr = dy + r * C;
+    const float* xr = x + r * C;
+    float* dxr = dx + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dxr[c] = a[c] * dyr[c] + k[c] * (xr[c] - mean[c]) + b[c];
+  }
+}
+
+// Two per-channel sums over all rows: each block's float sums (sum(s, t, r0, r1) writes C each), added in
+// double in block order → first[c], second[c].
+template <typename Sum>
+void row_block_sums(double* first, double* second, int64_t M, int64_t C, Sum sum) {
+  const int64_t blocks = (M + kRowBlock - 1) / kRowBlock;
+  std::vector<float> partial(static_cast<size_t>(blocks * 2 * C));
+  for_each_row_block(M, C, [&](int64_t r0, int64_t r1, int64_t b) {
+    float* p = partial.data() + b * 2 * C;
+    sum(p, p + C, r0, r1);
+  });
+  for (int64_t c = 0; c < C; ++c) first[c] = 0.0, second[c] = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* p = partial.data() + b * 2 * C;
+    for (int64_t c = 0; c < C; ++c) first[c] += p[c], second[c] += p[C + c];
+  }
+}
+}  // namespace
+
+void batchnorm_forward_train_channels_last(float* y, float* save_mean, float* save_invstd, float* running_mean,
+                                           float* running_var, const float* x, const float* gamma, const float* beta,
+                                           int64_t M, int64_t C, float momentum, float eps) {
+  check_bn_sizes(1, C, M);
+  ACTLAB_CHECK(M > 1, "batchnorm (training): need more than 1 value per channel, got ", M);
+  ACTLAB_CHECK((running_mean == nullptr) == (running_var == nullptr),
+               "batchnorm: running_mean and running_var must both be given or both be nullptr");
+  std::vector<float> shift(x, x + C), mean_f(C), scale(C), bias(C);  // shift: each channel's first value
+  std::vector<double> sum(C), sum_sq(C);
+  row_block_sums(sum.data(), sum_sq.data(), M, C, [&](float* s, float* ss, int64_t r0, int64_t r1) {
+    rows_moments(s, ss, x, C, r0, r1, shift.data());
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    const ChannelApply ap = channel_statistics(c, sum[c], sum_sq[c], shift[c], M, momentum, eps, gamma, beta, save_mean,
+                                               save_invstd, running_mean, running_var);
+    mean_f[c] = ap.mean, scale[c] = ap.scale, bias[c] = ap.bias;
+  }
+  for_each_row_block(M, C, [&](int64_t r0, int64_t r1, int64_t) {
+    rows_affine(y, x, C, r0, r1, mean_f.data(), scale.data(), bias.data());
+  });
+}
+
+void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                      const float* gamma, const float* save_mean, const float* save_invstd, int64_t M,
+                                      int64_t C) {
+  check_bn_sizes(1, C, M);
+  std::vector<double> sum_dy(C), sum_dy_xc(C);
+  row_block_sums(sum_dy.data(), sum_dy_xc.data(), M, C, [&](float* s, float* sx, int64_t r0, int64_t r1) {
+    rows_grad_sums(s, sx, dy, x, C, r0, r1, save_mean);
+  });
+  std::vector<float> a(C), k(C), b(C);
+  const double inv_m = 1.0 / static_cast<double>(M);
+  for (int64_t c = 0; c < C; ++c) {
+    if (dbeta) dbeta[c] = static_cast<float>(sum_dy[c]);
+    if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xc[c] * save_invstd[c]);
+    dx_coefficients(gamma ? gamma[c] : 1.0, save_invstd[c], sum_dy[c], sum_dy_xc[c], inv_m, &a[c], &k[c], &b[c]);
+  }
+  for_each_row_block(M, C, [&](int64_t r0, int64_t r1, int64_t) {
+    rows_backward_dx(dx, dy, x, C, r0, r1, save_mean, a.data(), k.data(), b.data());
   });
 }
 

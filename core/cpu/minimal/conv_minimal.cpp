@@ -31,7 +31,7 @@ ConvShape one_image(const ConvShape& s) {
 }  // namespace
 
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, const ConvShape& s, ConvImpl,
-                    Precision compute) {
+                    Precision compute, Layout) {
   check_conv_shape(s);
   require_f32(compute);
   const ConvShape one = one_image(s);
@@ -41,7 +41,7 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, co
 }
 
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s, ConvImpl,
-                          Precision compute) {
+                          Precision compute, Layout) {
   check_conv_shape(s);
   require_f32(compute);
   const ConvShape one = one_image(s);
@@ -52,7 +52,7 @@ void conv2d_backward_data(float* dx, const float* dy, const float* w, const Conv
 
 // Per-image weight gradients in parallel, then added image by image (a fixed order).
 void conv2d_backward_weight(float* dw, float* db, const float* dy, const float* x, const ConvShape& s, ConvImpl,
-                            Precision compute) {
+                            Precision compute, Layout) {
   check_conv_shape(s);
   require_f32(compute);
   const ConvShape one = one_image(s);
@@ -94,7 +94,7 @@ void conv2d_backward_weight_blocked_input(float*, float*, const float*, const fl
 }
 
 void conv2d_forward_bf16_input(float*, const uint16_t*, const float*, const float*, const ConvShape& s, ConvImpl,
-                               Bf16Layout) {
+                               Layout, Layout) {
   ACTLAB_FAIL("conv2d_forward_bf16_input: a minimal build has no bf16 convolution (", s.str(), ")");
 }
 
@@ -109,7 +109,7 @@ bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool, ConvImpl) {
 }
 
 void conv2d_backward_weight_bf16_input(float*, float*, const float*, const uint16_t*, const ConvShape& s, ConvImpl,
-                                       Bf16Layout) {
+                                       Layout, Layout) {
   ACTLAB_FAIL("conv2d_backward_weight_bf16_input: a minimal build has no bf16 convolution (", s.str(), ")");
 }
 
