@@ -253,7 +253,7 @@ class ShortcutPadNode final : public Node {
   ShortcutPadNode(Shape in_shape, int64_t stride) : in_shape_(std::move(in_shape)), stride_(stride) {}
   const char* name() const override { return "shortcut_pad"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
-    return {ops::shortcut_pad_backward(g[0].dense(), in_shape_, stride_)};
+    return {ops::shortcut_pad_backward(g[0].device().is_cpu() ? g[0].dense() : g[0].contiguous(), in_shape_, stride_)};
   }
  private:
   Shape in_shape_;
@@ -348,7 +348,9 @@ Variable concat(const std::vector<Variable>& xs, int64_t dim) {
   Tensor y = Tensor::empty(out_shape, DType::F32, first.device());
   int64_t at = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    y.slice(d, at, at + sizes[i]).copy_(xs[i].data());
+    // A channels-last input (a bf16 run's activation) is transposed whole first: the copy into a slice would
+    // otherwise move one element at a time.
+    y.slice(d, at, at + sizes[i]).copy_(xs[i].data().contiguous());
     at += sizes[i];
   }
   return make_output(std::move(y), make_node<ConcatNode>(inputs, d, sizes));
@@ -434,7 +436,8 @@ Variable dropout(const Variable& x, float p, bool training, uint64_t seed, uint6
 }
 
 Variable shortcut_pad(const Variable& x, int64_t stride, int64_t c_out) {
-  Tensor y = ops::shortcut_pad_forward(x.data().dense(), stride, c_out);  // channels-last stays so (ops.h)
+  // A channels-last input stays so on the CPU (ops.h).
+  Tensor y = ops::shortcut_pad_forward(x.data().device().is_cpu() ? x.data().dense() : x.data().contiguous(), stride, c_out);
   return make_output(std::move(y), make_node<ShortcutPadNode>({&x}, x.shape(), stride));
 }
 

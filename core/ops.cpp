@@ -114,6 +114,9 @@ cpu::Layout conv_act_layout(const char* op, const char* what, const Tensor& t, D
                dev.str(), " under ", precision_name(pr));
   return cpu::Layout::ChannelsLast;
 }
+// A 4-D tensor of one channel or one position: its two layouts are one memory order (and it is contiguous), so it
+// may stand in either.
+bool one_order(const Tensor& t) { return t.dim() == 4 && (t.size(1) == 1 || t.size(2) * t.size(3) == 1); }
 // An output in its input's layout: contiguous, or channels-last.
 Tensor empty_in_layout(const Shape& shape, bool channels_last, Device dev, DType dtype = DType::F32) {
   return channels_last ? Tensor::empty_channels_last(shape, dtype, dev) : Tensor::empty(shape, dtype, dev);
@@ -147,9 +150,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
                "conv2d: a channels-last output needs bf16 compute on the CPU, got ", dev.str(), " under ",
                precision_name(pr));
   const cpu::Layout act = channels_last_out ? cpu::Layout::ChannelsLast : cpu::Layout::Nchw;
-  // (With one channel or one position the two layouts are one memory order, and such a tensor is contiguous.)
-  const bool one_order = x.dim() == 4 && (x.size(1) == 1 || x.size(2) * x.size(3) == 1);
-  if (x.dtype() != DType::BF16 && !(one_order && x.is_contiguous()))
+  if (x.dtype() != DType::BF16 && !one_order(x))
     ACTLAB_CHECK(conv_act_layout("conv2d", "input", x, dev, pr) == act, "conv2d: an f32 input ", x.str(),
                  " must be laid out as the output is asked to be (", channels_last_out ? "channels-last" : "contiguous",
                  ")");
@@ -198,7 +199,9 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
                               bool want_bias, Tensor* db) {
   const Device dev = op_device("conv2d_backward_weight", {&dy, &x});
   const Precision pr = conv_precision(dev);
-  const cpu::Layout act = conv_act_layout("conv2d_backward_weight", "grad", dy, dev, pr);
+  cpu::Layout act = conv_act_layout("conv2d_backward_weight", "grad", dy, dev, pr);
+  // An f32 x sets the layout where dy is of one order (it reads as either).
+  if (x.dtype() == DType::F32 && one_order(dy)) act = conv_act_layout("conv2d_backward_weight", "input", x, dev, pr);
   const cpu::ConvShape s = conv_shape(x.shape(), w_shape, p);
   Tensor dw = Tensor::empty(w_shape, DType::F32, dev);
   float* db_ptr = bias_grad(db, want_bias, s.K, dev);
@@ -208,7 +211,7 @@ Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Shape& w_
                                            cpu::ConvImpl::Auto, layout, act);
     return dw;
   }
-  ACTLAB_CHECK(conv_act_layout("conv2d_backward_weight", "input", x, dev, pr) == act,
+  ACTLAB_CHECK(one_order(x) || conv_act_layout("conv2d_backward_weight", "input", x, dev, pr) == act,
                "conv2d_backward_weight: an f32 input ", x.str(), " must be laid out as the grad ", dy.str(), " is");
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, gpu.ctx(), pr),
                   cpu::conv2d_backward_weight(f32(dw), db_ptr, f32(dy), f32(x), s, cpu::ConvImpl::Auto, pr, act));

@@ -432,7 +432,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   ACTLAB_CHECK(src.shape_ == shape_, "copy_: shape ", src.str(), " into ", str());
   ACTLAB_CHECK(src.dtype_ == dtype_, "copy_: dtype ", dtype_name(src.dtype_), " into ", dtype_name(dtype_));
   const bool f32_cpu = dtype_ == DType::F32 && device().is_cpu() && src.device().is_cpu();
-  if (is_contiguous() && src.is_contiguous()) {
+  const bool same_dense = strides_ == src.strides_ && (is_contiguous() || is_channels_last());
+  if ((is_contiguous() && src.is_contiguous()) || same_dense) {
     copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
   } else if (f32_cpu && is_contiguous() && src.is_channels_last()) {
     // The two transposes between (N, C, H, W) and channels-last (bf16 runs' activations) in 16 x 16 blocks:

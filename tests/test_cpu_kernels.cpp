@@ -516,17 +516,23 @@ TEST_CASE("cpu kernels: shortcut option A matches F.pad(x[:, :, ::s, ::s]) and i
 }
 
 namespace {
-// (N, C, HW) -> (N, HW, C) and back, element by element (the channels-last kernels' tests).
-Vec to_channels_last(const Vec& v, int64_t N, int64_t C, int64_t HW, bool forward = true) {
-  Vec out(v.size());
-  for (int64_t n = 0; n < N; ++n)
+// The (N, C, HW) shapes the channels-last transposes are checked on: whole 16 x 16 blocks (the registers'
+// transpose), channel counts off the 16 grid, position counts off the 32-position tile and the 16 grid (the
+// ragged edges), a single channel and a single position.
+constexpr int64_t kLayoutShapes[][3] = {{2, 64, 16}, {3, 37, 81}, {2, 16, 1024}, {1, 3, 1024}, {2, 48, 33}, {1, 1, 50},
+                                        {4, 20, 1}, {128, 32, 64}};
+// The element-by-element reference: (N, C, HW) -> (N, HW, C), or back when to_channels_last is false.
+template <typename T>
+std::vector<T> transposed(const std::vector<T>& in, int64_t N, int64_t C, int64_t HW, bool to_channels_last) {
+  std::vector<T> out(in.size());
+  for (int64_t b = 0; b < N; ++b)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t p = 0; p < HW; ++p) {
-        const auto nchw = static_cast<size_t>((n * C + c) * HW + p), nhwc = static_cast<size_t>((n * HW + p) * C + c);
-        if (forward)
-          out[nhwc] = v[nchw];
+        const auto nchw = static_cast<size_t>((b * C + c) * HW + p), nhwc = static_cast<size_t>((b * HW + p) * C + c);
+        if (to_channels_last)
+          out[nhwc] = in[nchw];
         else
-          out[nchw] = v[nhwc];
+          out[nchw] = in[nhwc];
       }
   return out;
 }
@@ -544,15 +550,15 @@ TEST_CASE("cpu kernels: the channels-last shortcut is the (N, C, H, W) one trans
     const Vec x = random_vec(kN * k.C_in * kHW, 91);
     Vec y(kN * k.C_out * Ho * Wo, 42.f), y_cl(y.size(), 43.f);
     cpu::shortcut_pad_forward(y.data(), x.data(), kN, k.C_in, kH, kW, k.stride, k.C_out);
-    cpu::shortcut_pad_forward_channels_last(y_cl.data(), to_channels_last(x, kN, k.C_in, kHW).data(), kN, k.C_in, kH,
+    cpu::shortcut_pad_forward_channels_last(y_cl.data(), transposed(x, kN, k.C_in, kHW, true).data(), kN, k.C_in, kH,
                                             kW, k.stride, k.C_out);
-    CHECK(to_channels_last(y_cl, kN, k.C_out, Ho * Wo, false) == y);
+    CHECK(transposed(y_cl, kN, k.C_out, Ho * Wo, false) == y);
     const Vec r = random_vec(y.size(), 92);
     Vec dx(x.size(), 42.f), dx_cl(x.size(), 43.f);
     cpu::shortcut_pad_backward(dx.data(), r.data(), kN, k.C_in, kH, kW, k.stride, k.C_out);
-    cpu::shortcut_pad_backward_channels_last(dx_cl.data(), to_channels_last(r, kN, k.C_out, Ho * Wo).data(), kN, k.C_in,
+    cpu::shortcut_pad_backward_channels_last(dx_cl.data(), transposed(r, kN, k.C_out, Ho * Wo, true).data(), kN, k.C_in,
                                              kH, kW, k.stride, k.C_out);
-    CHECK(to_channels_last(dx_cl, kN, k.C_in, kHW, false) == dx);
+    CHECK(transposed(dx_cl, kN, k.C_in, kHW, false) == dx);
   }
 }
 
@@ -574,11 +580,11 @@ TEST_CASE("cpu kernels: channels-last batch norm (train, backward) matches the (
     Vec y(x.size()), mean(k.C), invstd(k.C), y_cl(x.size()), mean_cl(k.C), invstd_cl(k.C);
     cpu::batchnorm_forward_train(y.data(), mean.data(), invstd.data(), rm.data(), rv.data(), x.data(), gamma.data(),
                                  beta.data(), k.N, k.C, k.HW, 0.1f, 1e-5f);
-    const Vec x_cl = to_channels_last(x, k.N, k.C, k.HW);
+    const Vec x_cl = transposed(x, k.N, k.C, k.HW, true);
     cpu::batchnorm_forward_train_channels_last(y_cl.data(), mean_cl.data(), invstd_cl.data(), rm_cl.data(),
                                                rv_cl.data(), x_cl.data(), gamma.data(), beta.data(), k.N * k.HW, k.C,
                                                0.1f, 1e-5f);
-    check_close(to_channels_last(y_cl, k.N, k.C, k.HW, false), to64(y), 1e-4, 1e-4, "y");
+    check_close(transposed(y_cl, k.N, k.C, k.HW, false), to64(y), 1e-4, 1e-4, "y");
     check_close(mean_cl, to64(mean), 1e-6, 1e-6, "save_mean");
     check_close(invstd_cl, to64(invstd), 1e-5, 0, "save_invstd");
     check_close(rm_cl, to64(rm), 1e-6, 1e-6, "running_mean");
@@ -588,9 +594,9 @@ TEST_CASE("cpu kernels: channels-last batch norm (train, backward) matches the (
     cpu::batchnorm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
                             invstd.data(), k.N, k.C, k.HW);
     cpu::batchnorm_backward_channels_last(dx_cl.data(), dgamma_cl.data(), dbeta_cl.data(),
-                                          to_channels_last(dy, k.N, k.C, k.HW).data(), x_cl.data(), gamma.data(),
+                                          transposed(dy, k.N, k.C, k.HW, true).data(), x_cl.data(), gamma.data(),
                                           mean.data(), invstd.data(), k.N * k.HW, k.C);
-    check_close(to_channels_last(dx_cl, k.N, k.C, k.HW, false), to64(dx), 1e-4, 1e-4, "dx");
+    check_close(transposed(dx_cl, k.N, k.C, k.HW, false), to64(dx), 1e-4, 1e-4, "dx");
     check_close(dgamma_cl, to64(dgamma), 1e-4, 1e-4, "dgamma");
     check_close(dbeta_cl, to64(dbeta), 1e-4, 1e-4, "dbeta");
   }
@@ -865,28 +871,6 @@ TEST_CASE("cpu kernels: bf16 conversions are core/bf16.h's element functions, sp
   CHECK(same);
 }
 
-namespace {
-// The (N, C, HW) shapes the channels-last transposes are checked on: whole 16 x 16 blocks (the registers'
-// transpose), channel counts off the 16 grid, position counts off the 32-position tile and the 16 grid (the
-// ragged edges), a single channel and a single position.
-constexpr int64_t kLayoutShapes[][3] = {{2, 64, 16}, {3, 37, 81}, {2, 16, 1024}, {1, 3, 1024}, {2, 48, 33}, {1, 1, 50},
-                                        {4, 20, 1}, {128, 32, 64}};
-// The element-by-element reference: (N, C, HW) -> (N, HW, C), or back when to_channels_last is false.
-template <typename T>
-std::vector<T> transposed(const std::vector<T>& in, int64_t N, int64_t C, int64_t HW, bool to_channels_last) {
-  std::vector<T> out(in.size());
-  for (int64_t b = 0; b < N; ++b)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t p = 0; p < HW; ++p) {
-        const auto nchw = static_cast<size_t>((b * C + c) * HW + p), nhwc = static_cast<size_t>((b * HW + p) * C + c);
-        if (to_channels_last)
-          out[nhwc] = in[nchw];
-        else
-          out[nchw] = in[nhwc];
-      }
-  return out;
-}
-}  // namespace
 
 TEST_CASE("cpu kernels: to_bf16_channels_last is to_bf16 transposed to (N, HW, C), on AVX-512 and portably") {
   // The reference twin: to_bf16 in (N, C, HW) order, then each element moved to (n, p, c); special values (NaN
@@ -915,7 +899,7 @@ TEST_CASE("cpu kernels: to_bf16_channels_last is to_bf16 transposed to (N, HW, C
   }
 }
 
-TEST_CASE("cpu kernels: channels_last_to_nchw is the (N, HW, C) -> (N, C, HW) copy, on AVX-512 and portably") {
+TEST_CASE("cpu kernels: channels_last_to_nchw and nchw_to_channels_last are the transposing copies, on AVX-512 and portably") {
   // NaN payloads and signed zeros copied as bits.
   for (const auto& sh : kLayoutShapes) {
     const int64_t N = sh[0], C = sh[1], HW = sh[2], n = N * C * HW;
@@ -928,35 +912,18 @@ TEST_CASE("cpu kernels: channels_last_to_nchw is the (N, HW, C) -> (N, C, HW) co
     const uint32_t nan_payload = 0x7FC01234u, negative_zero = 0x80000000u;
     std::memcpy(&x[0], &nan_payload, 4);
     std::memcpy(&x[x.size() / 2], &negative_zero, 4);
-    const std::vector<float> expected = transposed(x, N, C, HW, false);
-    for (const bool avx512 : {true, false}) {
-      CAPTURE(avx512);
-      std::vector<float> got(static_cast<size_t>(n), -1.f);
-      cpu::channels_last_to_nchw(got.data(), x.data(), N, C, HW, avx512);
-      CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
-    }
-  }
-}
-
-TEST_CASE("cpu kernels: nchw_to_channels_last is the (N, C, HW) -> (N, HW, C) copy, on AVX-512 and portably") {
-  // NaN payloads and signed zeros copied as bits.
-  for (const auto& sh : kLayoutShapes) {
-    const int64_t N = sh[0], C = sh[1], HW = sh[2], n = N * C * HW;
-    CAPTURE(N);
-    CAPTURE(C);
-    CAPTURE(HW);
-    std::vector<float> x(static_cast<size_t>(n));
-    actlab::PhiloxStream rng(13, static_cast<uint64_t>(n));
-    for (auto& v : x) v = static_cast<float>(rng.next_bits() % 20001) - 10000.f;
-    const uint32_t nan_payload = 0x7FC01234u, negative_zero = 0x80000000u;
-    std::memcpy(&x[0], &nan_payload, 4);
-    std::memcpy(&x[x.size() / 2], &negative_zero, 4);
-    const std::vector<float> expected = transposed(x, N, C, HW, true);
-    for (const bool avx512 : {true, false}) {
-      CAPTURE(avx512);
-      std::vector<float> got(static_cast<size_t>(n), -1.f);
-      cpu::nchw_to_channels_last(got.data(), x.data(), N, C, HW, avx512);
-      CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+    for (const bool to_channels_last : {false, true}) {
+      CAPTURE(to_channels_last);
+      const std::vector<float> expected = transposed(x, N, C, HW, to_channels_last);
+      for (const bool avx512 : {true, false}) {
+        CAPTURE(avx512);
+        std::vector<float> got(static_cast<size_t>(n), -1.f);
+        if (to_channels_last)
+          cpu::nchw_to_channels_last(got.data(), x.data(), N, C, HW, avx512);
+        else
+          cpu::channels_last_to_nchw(got.data(), x.data(), N, C, HW, avx512);
+        CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -476,6 +476,32 @@ TEST_CASE("precision: under exact@bf16 activations flow channels-last between co
   CHECK(distance < 1e-3);
 }
 
+// A tensor of one channel (or one position) is contiguous and channels-last at once in memory: as a convolution's
+// operand it pairs with the other operand's layout, either way.
+TEST_CASE("precision: a one-channel convolution operand pairs with a channels-last one") {
+  if (!testing::have_bf16_kernels()) return;
+  PrecisionScope bf16(Precision::BF16);
+  PhiloxStream rng(9, 0);
+  const ops::ConvParams p{1, 1, 1};
+  const auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const Tensor ca = a.contiguous(), cb = b.contiguous();
+    return ca.shape() == cb.shape() && std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
+  };
+  const Tensor x = Tensor::randn({2, 4, 5, 5}, rng), w = Tensor::randn({1, 4, 3, 3}, rng);
+  const Tensor dy = Tensor::randn({2, 1, 5, 5}, rng);  // the gradient of a one-channel output
+  Tensor db_nchw, db_cl;
+  const Tensor dw_nchw = ops::conv2d_backward_weight(dy, x, w.shape(), p, true, &db_nchw);
+  const Tensor dw_cl = ops::conv2d_backward_weight(dy, x.channels_last(), w.shape(), p, true, &db_cl);
+  CHECK(same_bits(dw_cl, dw_nchw));
+  CHECK(same_bits(db_cl, db_nchw));
+  const Tensor x1 = Tensor::randn({2, 1, 5, 5}, rng), w1 = Tensor::randn({4, 1, 3, 3}, rng);
+  const Tensor y_cl = ops::conv2d_forward(x1, w1, Tensor(), p, true);  // a one-channel f32 input, output channels-last
+  CHECK(y_cl.is_channels_last());
+  CHECK(same_bits(y_cl, ops::conv2d_forward(x1, w1, Tensor(), p)));
+  CHECK(error_of([&] { ops::conv2d_forward(x, Tensor::randn({3, 4, 3, 3}, rng), Tensor(), p, true); })
+            .find("must be laid out as the output is asked to be (channels-last)") != std::string::npos);
+}
+
 // A ViT's linear layers and attention matmuls compute in bf16 too. Its GELUs and softmaxes are smooth, so
 // rounding the input alone barely moves its gradients (0.05 % here) and the bf16 distance is bf16's own
 // arithmetic over twelve blocks (0.7 % measured): held to a few percent.

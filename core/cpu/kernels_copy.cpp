@@ -204,40 +204,43 @@ ACTLAB_AVX512 void nchw_to_channels_last_block_avx512(float* y, const float* x, 
 #endif
 }  // namespace
 
-void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
+namespace {
+// The f32 transposes between (N, C, HW) and (N, HW, C), to_channels_last saying which way: one image's block of
+// 16 channels per task, in registers on AVX-512 CPUs.
+void transpose_f32(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool to_channels_last,
+                   bool allow_avx512) {
   const int64_t blocks = (C + 15) / 16;
 #pragma omp parallel for schedule(static) if (N * C * HW > kParallelGrain)
   for (int64_t t = 0; t < N * blocks; ++t) {
     const int64_t n = t / blocks, c0 = t % blocks * 16, nc = std::min<int64_t>(16, C - c0);
     float* image_y = y + n * C * HW;
-    const float* image_x = x + n * HW * C;
-#ifdef ACTLAB_X86_INTRINSICS
-    if (allow_avx512 && cpu_has_avx512f && nc == 16) {
-      channels_last_to_nchw_block_avx512(image_y, image_x, C, HW, c0);
-      continue;
-    }
-#endif
-    for (int64_t p = 0; p < HW; ++p)
-      for (int64_t c = c0; c < c0 + nc; ++c) image_y[c * HW + p] = image_x[p * C + c];
-  }
-}
-
-void nchw_to_channels_last(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
-  const int64_t blocks = (C + 15) / 16;
-#pragma omp parallel for schedule(static) if (N * C * HW > kParallelGrain)
-  for (int64_t t = 0; t < N * blocks; ++t) {
-    const int64_t n = t / blocks, c0 = t % blocks * 16, nc = std::min<int64_t>(16, C - c0);
-    float* image_y = y + n * HW * C;
     const float* image_x = x + n * C * HW;
 #ifdef ACTLAB_X86_INTRINSICS
     if (allow_avx512 && cpu_has_avx512f && nc == 16) {
-      nchw_to_channels_last_block_avx512(image_y, image_x, C, HW, c0);
+      if (to_channels_last)
+        nchw_to_channels_last_block_avx512(image_y, image_x, C, HW, c0);
+      else
+        channels_last_to_nchw_block_avx512(image_y, image_x, C, HW, c0);
       continue;
     }
 #endif
     for (int64_t c = c0; c < c0 + nc; ++c)
-      for (int64_t p = 0; p < HW; ++p) image_y[p * C + c] = image_x[c * HW + p];
+      for (int64_t p = 0; p < HW; ++p) {
+        if (to_channels_last)
+          image_y[p * C + c] = image_x[c * HW + p];
+        else
+          image_y[c * HW + p] = image_x[p * C + c];
+      }
   }
+}
+}  // namespace
+
+void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
+  transpose_f32(y, x, N, C, HW, false, allow_avx512);
+}
+
+void nchw_to_channels_last(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
+  transpose_f32(y, x, N, C, HW, true, allow_avx512);
 }
 
 void to_bf16_channels_last(uint16_t* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {

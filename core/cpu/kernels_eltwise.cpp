@@ -222,20 +222,24 @@ void dropout_backward(float* dx, const uint32_t* keep_mask, const float* dy, int
 }
 
 namespace {
-void check_shortcut(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t stride, int64_t C_out) {
+// The output's size and the channels padded in front, once the sizes are checked.
+struct ShortcutDims {
+  int64_t Ho, Wo, pad_front;
+};
+ShortcutDims check_shortcut(int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t stride, int64_t C_out) {
   ACTLAB_CHECK(N > 0 && C_in > 0 && H > 0 && W > 0,
                "shortcut_pad: sizes must be positive, got N=", N, " C_in=", C_in, " H=", H,
                " W=", W);
   ACTLAB_CHECK(stride >= 1, "shortcut_pad: stride must be >= 1, got ", stride);
   ACTLAB_CHECK(C_out >= C_in, "shortcut_pad: C_out ", C_out, " < C_in ", C_in);
+  return {(H + stride - 1) / stride, (W + stride - 1) / stride, (C_out - C_in) / 2};
 }
 }  // namespace
 
 void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W,
                           int64_t stride, int64_t C_out) {
-  check_shortcut(N, C_in, H, W, stride, C_out);
-  const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
-  const int64_t pad_front = (C_out - C_in) / 2;
+  const ShortcutDims d = check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Ho = d.Ho, Wo = d.Wo, pad_front = d.pad_front;
 #pragma omp parallel for schedule(static) if (parallel : N * C_out * Ho * Wo >= kParallelGrain)
   for (int64_t nc = 0; nc < N * C_out; ++nc) {
     const int64_t n = nc / C_out, c = nc % C_out - pad_front;  // c: input channel
@@ -256,9 +260,8 @@ void shortcut_pad_forward(float* y, const float* x, int64_t N, int64_t C_in, int
 
 void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H,
                            int64_t W, int64_t stride, int64_t C_out) {
-  check_shortcut(N, C_in, H, W, stride, C_out);
-  const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
-  const int64_t pad_front = (C_out - C_in) / 2;
+  const ShortcutDims d = check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Ho = d.Ho, Wo = d.Wo, pad_front = d.pad_front;
 #pragma omp parallel for schedule(static) if (parallel : N * C_in * H * W >= kParallelGrain)
   for (int64_t nc = 0; nc < N * C_in; ++nc) {
     const int64_t n = nc / C_in, c = nc % C_in;
@@ -276,9 +279,9 @@ void shortcut_pad_backward(float* dx, const float* dy, int64_t N, int64_t C_in, 
 
 void shortcut_pad_forward_channels_last(float* y, const float* x, int64_t N, int64_t C_in, int64_t H, int64_t W,
                                         int64_t stride, int64_t C_out) {
-  check_shortcut(N, C_in, H, W, stride, C_out);
-  const int64_t Ho = (H + stride - 1) / stride, Wo = (W + stride - 1) / stride;
-  const int64_t pad_front = (C_out - C_in) / 2, pad_back = C_out - C_in - pad_front;
+  const ShortcutDims d = check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Ho = d.Ho, Wo = d.Wo, pad_front = d.pad_front;
+  const int64_t pad_back = C_out - C_in - pad_front;
 #pragma omp parallel for schedule(static) if (parallel : N * C_out * Ho * Wo >= kParallelGrain)
   for (int64_t nh = 0; nh < N * Ho; ++nh) {
     const int64_t n = nh / Ho, h = nh % Ho;
@@ -294,9 +297,8 @@ void shortcut_pad_forward_channels_last(float* y, const float* x, int64_t N, int
 
 void shortcut_pad_backward_channels_last(float* dx, const float* dy, int64_t N, int64_t C_in, int64_t H, int64_t W,
                                          int64_t stride, int64_t C_out) {
-  check_shortcut(N, C_in, H, W, stride, C_out);
-  const int64_t Wo = (W + stride - 1) / stride, Ho = (H + stride - 1) / stride;
-  const int64_t pad_front = (C_out - C_in) / 2;
+  const ShortcutDims d = check_shortcut(N, C_in, H, W, stride, C_out);
+  const int64_t Ho = d.Ho, Wo = d.Wo, pad_front = d.pad_front;
 #pragma omp parallel for schedule(static) if (parallel : N * C_in * H * W >= kParallelGrain)
   for (int64_t nh = 0; nh < N * H; ++nh) {
     const int64_t n = nh / H, h = nh % H;

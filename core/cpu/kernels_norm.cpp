@@ -296,14 +296,15 @@ ACTLAB_CPU_CLONES void rows_backward_dx(float* dx, const float* dy, const float*
 template <typename Sum>
 void row_block_sums(double* first, double* second, int64_t M, int64_t C, Sum sum) {
   const int64_t blocks = (M + kRowBlock - 1) / kRowBlock;
-  std::vector<float> partial(static_cast<size_t>(blocks * 2 * C));
+  Buffer partial(sizeof(float) * static_cast<size_t>(blocks * 2 * C), MemTag::Workspace);
+  float* const all = partial.as<float>();
   for_each_row_block(M, C, [&](int64_t r0, int64_t r1, int64_t b) {
-    float* p = partial.data() + b * 2 * C;
+    float* p = all + b * 2 * C;
     sum(p, p + C, r0, r1);
   });
   for (int64_t c = 0; c < C; ++c) first[c] = 0.0, second[c] = 0.0;
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* p = partial.data() + b * 2 * C;
+    const float* p = all + b * 2 * C;
     for (int64_t c = 0; c < C; ++c) first[c] += p[c], second[c] += p[C + c];
   }
 }
