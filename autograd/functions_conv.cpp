@@ -17,14 +17,16 @@ ops::ConvParams to_params(const Conv2dOptions& o) { return {o.stride, o.padding,
 // codec's decode to bf16). A GPU rounds its fp32 operands itself.
 bool reads_bf16_input(const Tensor& t) { return compute_precision() == Precision::BF16 && t.device().is_cpu(); }
 
-// Whether every save of this step keeps its values exactly (exact, whose bf16 keep is made of a channels-last
-// tensor with one narrowing pass, and SWAP, which offloads that keep). Only then do activations flow channels-last
-// between a bf16 run's convolutions: the plane codecs read (N, C, H, W) planes and would pay a transpose per save,
-// and SWAP's gradients stay exact@bf16's bit for bit because both run the same layouts.
-bool keeps_all_lossless() {
+// Whether every policy in force packs a channels-last save without a transpose of its own (exact, whose bf16 keep
+// narrows it in its layout; the plane codecs, DIVISION's family, which pack it tile by tile) or keeps its values
+// exactly (SWAP, which offloads the exact keep, so its gradients stay exact@bf16's bit for bit because both run
+// the same layouts). Only then do activations flow channels-last between a bf16 run's convolutions; the other
+// codecs read (N, C, H, W) and would pay a whole transpose per save.
+bool takes_channels_last_flow() {
   const std::vector<const ActivationCachePolicy*> policies = current_policy_set().policies();
-  return std::all_of(policies.begin(), policies.end(),
-                     [](const ActivationCachePolicy* p) { return p->is_lossless(); });
+  return std::all_of(policies.begin(), policies.end(), [](const ActivationCachePolicy* p) {
+    return p->is_lossless() || p->takes_channels_last();
+  });
 }
 
 // What acgc's bound needs of a weight layer (compress/policy.h GradientSensitivity): an error dx in the
@@ -148,7 +150,7 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const C
   }
   if (keep_first) {
     const Tensor keep = node ? node->exact_bf16_keep("input") : Tensor();
-    const bool channels_last_out = node && reads_channels_last && keeps_all_lossless();
+    const bool channels_last_out = node && reads_channels_last && takes_channels_last_flow();
     if (channels_last_out) node->set_channels_last_output();
     // Without the keep (SWAP's offload) the f32 input is read in the output's layout, rounded on the way in.
     const Tensor operand = keep.defined() ? keep : channels_last_out ? input.channels_last() : input.contiguous();

@@ -43,7 +43,8 @@ class BatchNormNode final : public Node {
     const Tensor dy = channels_last_ ? grad_outputs[0].channels_last() : grad_outputs[0].contiguous();
     Tensor dgamma, dbeta, dx;
     if (training_ && channels_last_) {
-      // The bf16 keep widened in its own layout (channels-last): no transpose; any other keep made so.
+      // The save's bf16 form in its own layout (the bf16 keep; a plane codec's channels-last decode where C % 16
+      // == 0) widened: no transpose; any other form made channels-last.
       const Tensor kept = load_bf16("input");
       const Tensor x = (kept.defined() ? ops::from_bf16(kept) : load("input")).channels_last();
       dx = ops::batchnorm_backward(dy, x, load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
@@ -102,7 +103,11 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
                                           eps, &mean, &invstd);
   auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, true, eps, xin.is_channels_last());
   if (node) {
-    node->save_lossy("input", xin);
+    // A channels-last input is read back channels-last (the hint: a plane codec decodes it so, as bf16).
+    if (xin.is_channels_last())
+      node->save_lossy_channels_last("input", xin);
+    else
+      node->save_lossy("input", xin);
     node->save_exact("weight", gamma.data());
     node->save_exact("mean", mean);
     node->save_exact("invstd", invstd);

@@ -91,9 +91,9 @@ SavedTensor::SavedTensor(const Tensor& t, const SaveInfo& info) : info_(info), r
   if (policy->is_exact()) {
     entry->packed = policy->pack(t, info, ctx);
   } else {
-    // The bf16 keep copies a channels-last tensor (a bf16 run's activation) in its own layout, one narrowing pass;
-    // the codecs read (N, C, H, W).
-    const Tensor x = policy == &bf16_policy() ? t.dense() : t.contiguous();
+    // A channels-last tensor (a bf16 run's activation) goes as it is to the policies that take one (the bf16 keep
+    // narrows it in its layout, the plane codecs pack it tile by tile); the others get a contiguous copy.
+    const Tensor x = policy->takes_channels_last() ? t.dense() : t.contiguous();
     MemTagScope tag(MemTag::ActivationPacked);
     entry->packed = policy->pack(x, info, ctx);
   }

@@ -64,6 +64,7 @@ class Bf16Policy final : public ActivationCachePolicy {
     return std::make_unique<Reader>(h);
   }
   std::string name() const override { return "bf16"; }
+  bool takes_channels_last() const override { return true; }
   size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
 
  private:

@@ -125,8 +125,16 @@ bool PlaneCodecPolicy::plane_view(const Shape& shape, PlaneGeometry& g, int bits
 }
 
 std::unique_ptr<Packed> PlaneCodecPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext& ctx) const {
-  const Tensor x = checked_input(x_in, name());
   PlaneGeometry g;
+  const bool channels_last = x_in.is_channels_last() && x_in.device().is_cpu() && x_in.dtype() == DType::F32 &&
+                             plane_view(x_in.shape(), g, bits_for(info));
+  if (channels_last) {
+    auto packed = std::make_unique<PackedPlanes>(x_in.shape(), config_, g, x_in.device());
+    cpu::plane_pack_channels_last(packed->lfc(), packed->codes(), packed->mins(), packed->steps(), packed->residual(),
+                                  x_in.data<float>(), g, x_in.size(1), config_.uses_lfc(), ctx.seed, ctx.stream);
+    return packed;
+  }
+  const Tensor x = checked_input(x_in, name());
   if (!plane_view(x.shape(), g, bits_for(info))) return std::make_unique<PackedPassthrough>(x);
   auto packed = std::make_unique<PackedPlanes>(x.shape(), config_, g, x.device());
   ACTLAB_DISPATCH(x.device(),

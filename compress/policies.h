@@ -96,6 +96,8 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
  public:
   explicit PlaneCodecPolicy(const PlaneCodecConfig& config);  // throws Error on a bad B/Q
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
+  // A channels-last x on the CPU is packed tile by tile (cpu::plane_pack_channels_last): the same bytes.
+  bool takes_channels_last() const override { return true; }
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   // CPU packs of (N, C, H, W) with C % 16 == 0 and block 16, codes or LFC (not a full-precision residual).
   Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int channel_block) const override;

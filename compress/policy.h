@@ -120,6 +120,9 @@ class ActivationCachePolicy {
   virtual bool is_exact() const { return false; }
   // Whether unpack gives back every value bit for bit (exact; swap, which only moves the bytes away).
   virtual bool is_lossless() const { return is_exact(); }
+  // Whether pack() takes a channels-last 4-D tensor on the CPU as it is (Tensor::is_channels_last, a bf16 run's
+  // activations: the bf16 keep, the plane codecs); the others are handed a contiguous copy (SavedTensor).
+  virtual bool takes_channels_last() const { return false; }
   // Whether backward should measure the gradient sensitivity of this save (Node::observe_sensitivity),
   // and where it is reported. info is that of the pack's first consumer; a shared pack's consumers all
   // report to it (their sensitivities add up, as the gradient errors they cause do).

@@ -267,6 +267,12 @@ const char* codec_simd_name(CodecSimd level);
 // Outputs are assigned (never accumulated) and must not alias x; unused outputs may be nullptr.
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
                 const float* x, const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream);
+// plane_pack of x given channels-last: x (N, height, width, channels) with N·channels = g.planes, plane n·channels + c
+// being channel c of image n. Tiles of planes are transposed into a per-thread buffer and packed there: the same
+// bytes as plane_pack of the (N, C, H, W) tensor, without writing that tensor out (a bf16 run's activations).
+void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
+                              const float* x, const PlaneGeometry& g, int64_t channels, bool with_lfc, uint64_t seed,
+                              uint64_t stream);
 
 // out (g.planes, height, width) f32 = (lfc ? L↑ : 0) + (codes ? dequantized codes : 0). Assigns.
 void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,

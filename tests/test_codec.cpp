@@ -417,6 +417,52 @@ TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unp
   }
 }
 
+TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the channels-last tensor") {
+  // Register shapes (32², 16², 8², 4²), an odd one, channel counts on and off the sixteen grid, tiles of one and
+  // several per image, and the residual output; every SIMD level.
+  struct Case {
+    int64_t n, c, h, w, bits;
+  };
+  for (const Case& k : {Case{2, 16, 32, 32, 2}, Case{3, 37, 16, 16, 2}, Case{2, 64, 8, 8, 4}, Case{4, 96, 4, 4, 2},
+                        Case{2, 20, 7, 7, 2}, Case{1, 3, 32, 32, 8}}) {
+    CAPTURE(k.c);
+    CAPTURE(k.h);
+    const PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, static_cast<int>(k.bits));
+    const int64_t E = g.plane_elems();
+    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 17);
+    std::vector<float> x_cl(x.size());
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t ch = 0; ch < k.c; ++ch)
+        for (int64_t e = 0; e < E; ++e)
+          x_cl[static_cast<size_t>((n * E + e) * k.c + ch)] = x[static_cast<size_t>((n * k.c + ch) * E + e)];
+    for (const cpu::CodecSimd simd : simd_levels()) {
+      const CodecSimd mode(simd);
+      CAPTURE(cpu::codec_simd_name(simd));
+      for (const bool with_residual : {false, true}) {
+        std::vector<uint16_t> lfc(g.planes * g.lfc_elems()), mins(g.ranges()), steps(g.ranges());
+        std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
+        std::vector<float> residual(with_residual ? x.size() : 0);
+        auto lfc2 = lfc, mins2 = mins, steps2 = steps;
+        auto codes2 = codes;
+        auto residual2 = residual;
+        cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), with_residual ? residual.data() : nullptr,
+                        x.data(), g, true, 5, 6);
+        cpu::plane_pack_channels_last(lfc2.data(), codes2.data(), mins2.data(), steps2.data(),
+                                      with_residual ? residual2.data() : nullptr, x_cl.data(), g, k.c, true, 5, 6);
+        CHECK(lfc2 == lfc);
+        CHECK(codes2 == codes);
+        CHECK(mins2 == mins);
+        CHECK(steps2 == steps);
+        CHECK(residual2 == residual);
+      }
+    }
+  }
+  std::vector<float> x(24);
+  CHECK_THROWS_AS(cpu::plane_pack_channels_last(nullptr, nullptr, nullptr, nullptr, nullptr, x.data(),
+                                                make_plane_geometry(6, 2, 2, 2, 2), 4, true, 1, 2),
+                  Error);  // 6 planes are not images of 4 channels
+}
+
 TEST_CASE("codec: a plane pack of several ranges is the group codec over the residual, range by range") {
   // What the CUDA codec runs for range_rows (core/cuda/codec.cu): the plane pack's LFC and f32 residual,
   // then group_pack with every plane a sample and every range a group. The same draws (element e of plane

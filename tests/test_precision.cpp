@@ -422,10 +422,11 @@ TEST_CASE("precision: a bf16 ResNet-20 step keeps half the exact bytes, and its 
   CHECK(div.result.saved.packed < bf16.result.saved.packed);
 }
 
-// Under exact@bf16 a convolution writes its output channels-last and batch norm, ReLU, the residual add and
-// option-A shortcuts keep that layout (no transposes between layers). The "bf16" policy keeps the same bf16 copies
-// but is not exact, so there everything stays (N, C, H, W): the two runs differ only in the order batch norm sums
-// in, and must agree to float rounding, forward and backward.
+// Under exact@bf16 (and DIVISION@bf16) a convolution writes its output channels-last and batch norm, ReLU, the
+// residual add and option-A shortcuts keep that layout (no transposes between layers).
+// A policy in the set that reads (N, C, H, W) (per-group, on a module this block does not have) keeps everything
+// planar: the two runs differ only in the order batch norm sums in, and must agree to float rounding, forward and
+// backward.
 TEST_CASE("precision: under exact@bf16 activations flow channels-last between convolutions, with the (N, C, H, W) run's values") {
   if (!testing::have_bf16_kernels()) return;
   struct Run {
@@ -434,6 +435,9 @@ TEST_CASE("precision: under exact@bf16 activations flow channels-last between co
     bool conv_cl = false, bn_relu_cl = false, block_cl = false, grad_cl = false;
   };
   const auto run = [](const std::string& policy) {
+    end_pack_step();  // the same pack streams in every run (stochastic rounding draws)
+    set_pack_seed(7);
+    set_pack_step(0);
     PhiloxStream rng(3, 1);
     const Tensor x = Tensor::randn({8, 16, 8, 8}, rng);
     Variable w1(Tensor::randn({16, 16, 3, 3}, rng, 0.f, 0.1f), true), w2(Tensor::randn({32, 16, 3, 3}, rng, 0.f, 0.1f), true);
@@ -462,7 +466,7 @@ TEST_CASE("precision: under exact@bf16 activations flow channels-last between co
     r.grad_cl = xv.grad().is_channels_last();
     return r;
   };
-  const Run flow = run("exact"), planar = run("bf16");
+  const Run flow = run("exact"), planar = run("exact|nomatch=pergroup:G=256,Q=2");
   CHECK(flow.conv_cl);
   CHECK(flow.bn_relu_cl);
   CHECK(flow.block_cl);
@@ -474,6 +478,16 @@ TEST_CASE("precision: under exact@bf16 activations flow channels-last between co
   const double distance = relative_distance(flow.grads, planar.grads);
   MESSAGE("channels-last flow against the (N, C, H, W) run: relative gradient distance " << distance);
   CHECK(distance < 1e-3);
+  // DIVISION flows channels-last too (its packs are the same bytes, made tile by tile). Batch norm's backward then reads DIVISION's decode rounded to bf16 instead of in f32: a small move.
+  const Run div_flow = run("division:B=8,Q=2"), div_planar = run("division:B=8,Q=2|nomatch=pergroup:G=256,Q=2");
+  CHECK(div_flow.conv_cl);
+  CHECK(div_flow.block_cl);
+  CHECK_FALSE(div_planar.conv_cl);
+  CHECK_FALSE(div_planar.block_cl);
+  CHECK(std::fabs(div_flow.loss - div_planar.loss) < 1e-5f * std::fabs(div_planar.loss));
+  const double div_distance = relative_distance(div_flow.grads, div_planar.grads);
+  MESSAGE("DIVISION, channels-last flow against the (N, C, H, W) run: relative gradient distance " << div_distance);
+  CHECK(div_distance < 1e-2);
 }
 
 // A tensor of one channel (or one position) is contiguous and channels-last at once in memory: as a convolution's

@@ -24,6 +24,7 @@
 #include "actlab/core/codec.h"
 #include "actlab/core/allocator.h"
 #include "actlab/core/cpu/intrinsics.h"
+#include "actlab/core/cpu/kernels.h"
 
 // The batch loops are compiled for AVX-512 and AVX2 as well as the baseline and picked at load time
 // (GCC function multi-versioning): Philox and the quantizer are 3x faster on AVX-512 than on SSE2. Only
@@ -1623,6 +1624,33 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
   PackScratch sizing;
   for_each_thread_range(g.planes, g.planes * g.plane_elems(), carve_pack_scratch(sizing, nullptr, g),
                         [&](int64_t first, int64_t last, uint8_t* scratch) { pack_planes(args, first, last, scratch); });
+}
+
+void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
+                              const float* x, const PlaneGeometry& g, int64_t channels, bool with_lfc, uint64_t seed,
+                              uint64_t stream) {
+  ACTLAB_CHECK(channels > 0 && g.planes % channels == 0, "plane_pack_channels_last: ", channels, " channels for ",
+               g.planes, " planes");
+  const UpsampleMap map(g);
+  const int64_t E = g.plane_elems(), C = channels, images = g.planes / C;
+  // A task is one image's tile of channels: sixteen-channel multiples of about 64 KiB of f32, whole channels.
+  const int64_t tile = std::min(C, std::max<int64_t>(16, 16384 / E / 16 * 16)), tiles = (C + tile - 1) / tile;
+  PackScratch sizing;
+  const int64_t pack_bytes = (carve_pack_scratch(sizing, nullptr, g) + 63) / 64 * 64;
+  for_each_thread_range(images * tiles, g.planes * E, pack_bytes + tile * E * 4,
+                        [&](int64_t first, int64_t last, uint8_t* scratch) {
+                          auto* planes = reinterpret_cast<float*>(scratch + pack_bytes);
+                          for (int64_t t = first; t < last; ++t) {
+                            const int64_t n = t / tiles, c0 = t % tiles * tile, nc = std::min(tile, C - c0);
+                            const int64_t p0 = n * C + c0;
+                            channels_last_planes(planes, x + n * E * C, C, E, c0, nc);
+                            // Plane p of the pack reads planes + (p - p0)·E: the tile stands where the (N, C, H, W)
+                            // tensor's planes would.
+                            const PlanePackArgs args{lfc, codes, mins, steps, residual, planes - p0 * E, &g, &map,
+                                                     with_lfc, seed, stream};
+                            pack_planes(args, p0, p0 + nc, scratch);
+                          }
+                        });
 }
 
 void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,

@@ -222,6 +222,9 @@ void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64
 // Its inverse, y (N, HW, C) f32 = x (N, C, HW) f32: an (N, C, H, W) tensor made channels-last where it meets a
 // channels-last one (Tensor::channels_last). Same blocks, same test.
 void nchw_to_channels_last(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512 = true);
+// Channels [c0, c0 + nc) of one channels-last image x (HW, C) as nc planes of HW (planes[(c - c0)·HW + p]): a
+// tile of the (N, C, HW) layout for a consumer that reads planes (the plane codecs' pack of a channels-last save).
+void channels_last_planes(float* planes, const float* x, int64_t C, int64_t HW, int64_t c0, int64_t nc);
 // The same for IEEE fp16 (core/bf16.h float_to_f16 / f16_to_float): what `exact` keeps under fp16.
 void to_f16(uint16_t* y, const float* x, int64_t n);
 void from_f16(float* y, const uint16_t* x, int64_t n);

@@ -239,6 +239,17 @@ void channels_last_to_nchw(float* y, const float* x, int64_t N, int64_t C, int64
   transpose_f32(y, x, N, C, HW, false, allow_avx512);
 }
 
+void channels_last_planes(float* planes, const float* x, int64_t C, int64_t HW, int64_t c0, int64_t nc) {
+  float* const y = planes - c0 * HW;  // the block functions index planes by absolute channel
+  int64_t c = c0;
+#ifdef ACTLAB_X86_INTRINSICS
+  if (cpu_has_avx512f)
+    for (; c + 16 <= c0 + nc; c += 16) channels_last_to_nchw_block_avx512(y, x, C, HW, c);
+#endif
+  for (; c < c0 + nc; ++c)
+    for (int64_t p = 0; p < HW; ++p) y[c * HW + p] = x[p * C + c];
+}
+
 void nchw_to_channels_last(float* y, const float* x, int64_t N, int64_t C, int64_t HW, bool allow_avx512) {
   transpose_f32(y, x, N, C, HW, true, allow_avx512);
 }
