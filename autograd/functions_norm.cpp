@@ -43,10 +43,12 @@ class BatchNormNode final : public Node {
     const Tensor dy = channels_last_ ? grad_outputs[0].channels_last() : grad_outputs[0].contiguous();
     Tensor dgamma, dbeta, dx;
     if (training_ && channels_last_) {
-      // The save's bf16 form in its own layout (the bf16 keep; a plane codec's channels-last decode where C % 16
-      // == 0) widened: no transpose; any other form made channels-last.
+      // The save's bf16 form (the bf16 keep; a plane codec's channels-last decode where C % 16 == 0) is read as it
+      // is where channels-last; any other form widened and made channels-last.
       const Tensor kept = load_bf16("input");
-      const Tensor x = (kept.defined() ? ops::from_bf16(kept) : load("input")).channels_last();
+      const Tensor x = kept.defined() && kept.is_channels_last()
+                           ? kept
+                           : (kept.defined() ? ops::from_bf16(kept) : load("input")).channels_last();
       dx = ops::batchnorm_backward(dy, x, load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
       if (wants_sensitivity("input"))
         observe_sensitivity("input", batchnorm_sensitivity(dx, dgamma, load("weight"), load("invstd")));

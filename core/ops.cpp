@@ -412,7 +412,10 @@ Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
                           const Tensor& save_invstd, Tensor* dgamma, Tensor* dbeta) {
   const Device dev = op_device("batch_norm_backward", {&dy, &x, &gamma, &save_mean, &save_invstd});
   const bool channels_last = cpu_channels_last("batch_norm_backward", "grad", dy, dev);
-  ACTLAB_CHECK(cpu_channels_last("batch_norm_backward", "input", x, dev) == channels_last,
+  const bool x_bf16 = x.defined() && x.dtype() == DType::BF16;
+  ACTLAB_CHECK(!x_bf16 || (channels_last && x.is_channels_last()), "batch_norm backward: a bf16 input (", x.str(),
+               ") is read channels-last only, with a channels-last grad (", dy.str(), ")");
+  ACTLAB_CHECK(x_bf16 || cpu_channels_last("batch_norm_backward", "input", x, dev) == channels_last,
                "batch_norm backward: grad ", dy.str(), " and input ", x.str(), " are laid out differently");
   ACTLAB_CHECK(dy.shape() == x.shape(), "batch_norm backward: grad ", dy.str(), " vs input ", x.str());
   int64_t N, C, HW;
@@ -420,6 +423,12 @@ Tensor batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma
   Tensor dx = empty_in_layout(x.shape(), channels_last, dev);
   *dgamma = Tensor::empty({C}, DType::F32, dev);
   *dbeta = Tensor::empty({C}, DType::F32, dev);
+  if (x_bf16) {
+    cpu::batchnorm_backward_channels_last(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy),
+                                          static_cast<const uint16_t*>(x.raw_data()), f32(gamma), f32(save_mean),
+                                          f32(save_invstd), N * HW, C);
+    return dx;
+  }
   if (channels_last) {
     cpu::batchnorm_backward_channels_last(f32(dx), f32(*dgamma), f32(*dbeta), f32(dy), f32(x), f32(gamma),
                                           f32(save_mean), f32(save_invstd), N * HW, C);

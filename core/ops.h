@@ -113,7 +113,8 @@ Tensor gather_rows(const Tensor& table, const Tensor& index);
 Tensor scatter_add_rows(const Tensor& dy, const Tensor& index, int64_t rows);
 
 // x (N,C,...) ; statistics over every dim but 1. save_mean/save_invstd: (C), allocated here. Training forward and
-// backward also take a channels-last x (and dy) on the CPU, a bf16 run's activations, and answer in that layout.
+// backward also take a channels-last x (and dy) on the CPU, a bf16 run's activations, and answer in that layout;
+// the backward's channels-last x may be the bf16 copy a bf16 run kept (read as it is, widened in the loop).
 Tensor batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                                Tensor& running_var, float momentum, float eps, Tensor* save_mean,
                                Tensor* save_invstd);

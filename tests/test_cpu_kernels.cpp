@@ -599,6 +599,19 @@ TEST_CASE("cpu kernels: channels-last batch norm (train, backward) matches the (
     check_close(transposed(dx_cl, k.N, k.C, k.HW, false), to64(dx), 1e-4, 1e-4, "dx");
     check_close(dgamma_cl, to64(dgamma), 1e-4, 1e-4, "dgamma");
     check_close(dbeta_cl, to64(dbeta), 1e-4, 1e-4, "dbeta");
+    // x as bf16 bits (a bf16 run's keep): the bits of the f32 call on the widened x.
+    std::vector<uint16_t> x_bits(x_cl.size());
+    Vec x_wide(x_cl.size());
+    for (size_t i = 0; i < x_cl.size(); ++i) x_bits[i] = actlab::float_to_bf16(x_cl[i]), x_wide[i] = actlab::bf16_to_float(x_bits[i]);
+    Vec dx_w(x.size()), dgamma_w(k.C), dbeta_w(k.C), dx_b(x.size()), dgamma_b(k.C), dbeta_b(k.C);
+    const Vec dy_cl = transposed(dy, k.N, k.C, k.HW, true);
+    cpu::batchnorm_backward_channels_last(dx_w.data(), dgamma_w.data(), dbeta_w.data(), dy_cl.data(), x_wide.data(),
+                                          gamma.data(), mean.data(), invstd.data(), k.N * k.HW, k.C);
+    cpu::batchnorm_backward_channels_last(dx_b.data(), dgamma_b.data(), dbeta_b.data(), dy_cl.data(), x_bits.data(),
+                                          gamma.data(), mean.data(), invstd.data(), k.N * k.HW, k.C);
+    CHECK(dx_b == dx_w);
+    CHECK(dgamma_b == dgamma_w);
+    CHECK(dbeta_b == dbeta_w);
   }
   Vec one(3);
   CHECK_THROWS_AS(cpu::batchnorm_forward_train_channels_last(one.data(), one.data(), one.data(), nullptr, nullptr,

@@ -92,6 +92,11 @@ void batchnorm_forward_train_channels_last(float* y, float* save_mean, float* sa
 void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                       const float* gamma, const float* save_mean, const float* save_invstd, int64_t M,
                                       int64_t C);
+// The same with x given as bf16 bits (a bf16 run's kept copy), widened inside the loops: the bits of the f32 call
+// on the widened x, without writing that copy out.
+void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const uint16_t* x_bf16,
+                                      const float* gamma, const float* save_mean, const float* save_invstd, int64_t M,
+                                      int64_t C);
 // batchnorm_backward split at its reduction, for a caller that adds other batches' sums in between
 // (synchronized batch norm): the per-channel Σdy and Σdy·(x - mean) (double, C each), then dx from
 // such sums over `count` values per channel. With this batch's sums and count N·HW the two give

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actlab/core/allocator.h"
+#include "actlab/core/bf16.h"
 #include "actlab/core/cpu/kernels.h"
 #include "actlab/core/error.h"
 
@@ -264,31 +265,54 @@ ACTLAB_CPU_CLONES void rows_affine(float* y, const float* x, int64_t C, int64_t 
   }
 }
 
+// The backward's x as f32, or as the bf16 keep it was saved as (widened exactly, in the loop: no f32 copy).
+inline float x_value(float v) { return v; }
+inline float x_value(uint16_t v) { return bf16_to_float(v); }
+
 // s[c] = Σ dy and sx[c] = Σ dy·(x - mean[c]) over rows [r0, r1), in float.
-ACTLAB_CPU_CLONES void rows_grad_sums(float* s, float* sx, const float* dy, const float* x, int64_t C, int64_t r0,
-                                      int64_t r1, const float* mean) {
+template <typename X>
+inline __attribute__((always_inline)) void rows_grad_sums_body(float* s, float* sx, const float* dy, const X* x,
+                                                               int64_t C, int64_t r0, int64_t r1, const float* mean) {
   for (int64_t c = 0; c < C; ++c) s[c] = 0.f, sx[c] = 0.f;
   for (int64_t r = r0; r < r1; ++r) {
     const float* dyr = dy + r * C;
-    const float* xr = x + r * C;
+    const X* xr = x + r * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
       s[c] += dyr[c];
-      sx[c] += dyr[c] * (xr[c] - mean[c]);
+      sx[c] += dyr[c] * (x_value(xr[c]) - mean[c]);
     }
   }
 }
+ACTLAB_CPU_CLONES void rows_grad_sums(float* s, float* sx, const float* dy, const float* x, int64_t C, int64_t r0,
+                                      int64_t r1, const float* mean) {
+  rows_grad_sums_body(s, sx, dy, x, C, r0, r1, mean);
+}
+ACTLAB_CPU_CLONES void rows_grad_sums(float* s, float* sx, const float* dy, const uint16_t* x, int64_t C, int64_t r0,
+                                      int64_t r1, const float* mean) {
+  rows_grad_sums_body(s, sx, dy, x, C, r0, r1, mean);
+}
 
 // dx = a·dy + k·(x - mean) + b over rows [r0, r1).
-ACTLAB_CPU_CLONES void rows_backward_dx(float* dx, const float* dy, const float* x, int64_t C, int64_t r0, int64_t r1,
-                                        const float* mean, const float* a, const float* k, const float* b) {
+template <typename X>
+inline __attribute__((always_inline)) void rows_backward_dx_body(float* dx, const float* dy, const X* x, int64_t C,
+                                                                 int64_t r0, int64_t r1, const float* mean,
+                                                                 const float* a, const float* k, const float* b) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* dyr = dy + r * C;
-    const float* xr = x + r * C;
+    const X* xr = x + r * C;
     float* dxr = dx + r * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dxr[c] = a[c] * dyr[c] + k[c] * (xr[c] - mean[c]) + b[c];
+    for (int64_t c = 0; c < C; ++c) dxr[c] = a[c] * dyr[c] + k[c] * (x_value(xr[c]) - mean[c]) + b[c];
   }
+}
+ACTLAB_CPU_CLONES void rows_backward_dx(float* dx, const float* dy, const float* x, int64_t C, int64_t r0, int64_t r1,
+                                        const float* mean, const float* a, const float* k, const float* b) {
+  rows_backward_dx_body(dx, dy, x, C, r0, r1, mean, a, k, b);
+}
+ACTLAB_CPU_CLONES void rows_backward_dx(float* dx, const float* dy, const uint16_t* x, int64_t C, int64_t r0,
+                                        int64_t r1, const float* mean, const float* a, const float* k, const float* b) {
+  rows_backward_dx_body(dx, dy, x, C, r0, r1, mean, a, k, b);
 }
 
 // Two per-channel sums over all rows: each block's float sums (sum(s, t, r0, r1) writes C each), added in
@@ -332,9 +356,10 @@ void batchnorm_forward_train_channels_last(float* y, float* save_mean, float* sa
   });
 }
 
-void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                                      const float* gamma, const float* save_mean, const float* save_invstd, int64_t M,
-                                      int64_t C) {
+namespace {
+template <typename X>
+void backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const X* x, const float* gamma,
+                            const float* save_mean, const float* save_invstd, int64_t M, int64_t C) {
   check_bn_sizes(1, C, M);
   std::vector<double> sum_dy(C), sum_dy_xc(C);
   row_block_sums(sum_dy.data(), sum_dy_xc.data(), M, C, [&](float* s, float* sx, int64_t r0, int64_t r1) {
@@ -350,6 +375,19 @@ void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, co
   for_each_row_block(M, C, [&](int64_t r0, int64_t r1, int64_t) {
     rows_backward_dx(dx, dy, x, C, r0, r1, save_mean, a.data(), k.data(), b.data());
   });
+}
+}  // namespace
+
+void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                      const float* gamma, const float* save_mean, const float* save_invstd, int64_t M,
+                                      int64_t C) {
+  backward_channels_last(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, M, C);
+}
+
+void batchnorm_backward_channels_last(float* dx, float* dgamma, float* dbeta, const float* dy, const uint16_t* x_bf16,
+                                      const float* gamma, const float* save_mean, const float* save_invstd, int64_t M,
+                                      int64_t C) {
+  backward_channels_last(dx, dgamma, dbeta, dy, x_bf16, gamma, save_mean, save_invstd, M, C);
 }
 
 void batchnorm_forward_eval(float* y, const float* x, const float* gamma, const float* beta,
