@@ -43,12 +43,11 @@ class BatchNormNode final : public Node {
     const Tensor dy = channels_last_ ? grad_outputs[0].channels_last() : grad_outputs[0].contiguous();
     Tensor dgamma, dbeta, dx;
     if (training_ && channels_last_) {
-      // The save's bf16 form (the bf16 keep; a plane codec's channels-last decode where C % 16 == 0) is read as it
-      // is where channels-last; any other form widened and made channels-last.
-      const Tensor kept = load_bf16("input");
-      const Tensor x = kept.defined() && kept.is_channels_last()
-                           ? kept
-                           : (kept.defined() ? ops::from_bf16(kept) : load("input")).channels_last();
+      // The bf16 keep is read as it is (channels-last, widened in the kernel's loop); any other save in f32,
+      // channels-last (a plane codec decodes it so, sixteen channels at a time): not a bf16 rounding of a lossy
+      // decode, whose error would scale with |x| rather than with the codec's range.
+      const Tensor kept = exact_bf16_keep("input");
+      const Tensor x = kept.defined() && kept.is_channels_last() ? kept : load_channels_last("input");
       dx = ops::batchnorm_backward(dy, x, load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
       if (wants_sensitivity("input"))
         observe_sensitivity("input", batchnorm_sensitivity(dx, dgamma, load("weight"), load("invstd")));
@@ -105,11 +104,7 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
                                           eps, &mean, &invstd);
   auto node = make_node<BatchNormNode>({&x, &gamma, &beta}, true, eps, xin.is_channels_last());
   if (node) {
-    // A channels-last input is read back channels-last (the hint: a plane codec decodes it so, as bf16).
-    if (xin.is_channels_last())
-      node->save_lossy_channels_last("input", xin);
-    else
-      node->save_lossy("input", xin);
+    node->save_lossy("input", xin);
     node->save_exact("weight", gamma.data());
     node->save_exact("mean", mean);
     node->save_exact("invstd", invstd);

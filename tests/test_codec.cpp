@@ -418,16 +418,27 @@ TEST_CASE("codec: plane_pack is independent of the thread count and LFC-only unp
 }
 
 TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the channels-last tensor") {
-  // Register shapes (32², 16², 8², 4²), an odd one, channel counts on and off the sixteen grid, tiles of one and
-  // several per image, and the residual output; every SIMD level.
+  // Register shapes (32², 16², 8², 4²), odd ones, planes over 1024 elements (sixteen-channel tiles), channel counts
+  // on and off the sixteen grid, one tile per image and several (a partial last one: 40 channels of 32²), codes
+  // without an LFC (quant) and an LFC without codes (lfc), several code ranges per plane, and the residual output;
+  // every SIMD level.
   struct Case {
-    int64_t n, c, h, w, bits;
+    int64_t n, c, h, w, bits, range_rows;
+    bool with_lfc, with_codes;
   };
-  for (const Case& k : {Case{2, 16, 32, 32, 2}, Case{3, 37, 16, 16, 2}, Case{2, 64, 8, 8, 4}, Case{4, 96, 4, 4, 2},
-                        Case{2, 20, 7, 7, 2}, Case{1, 3, 32, 32, 8}}) {
+  for (const Case& k : {Case{2, 16, 32, 32, 2, 0, true, true}, Case{3, 37, 16, 16, 2, 0, true, true},
+                        Case{2, 64, 8, 8, 4, 0, true, true}, Case{4, 96, 4, 4, 2, 0, true, true},
+                        Case{2, 20, 7, 7, 2, 0, true, true}, Case{1, 3, 32, 32, 8, 0, true, true},
+                        Case{2, 40, 32, 32, 2, 0, true, true}, Case{2, 48, 48, 48, 2, 0, true, true},
+                        Case{2, 32, 16, 16, 2, 0, false, true}, Case{2, 32, 16, 16, 2, 0, true, false},
+                        Case{2, 32, 16, 16, 2, 4, true, true}}) {
     CAPTURE(k.c);
     CAPTURE(k.h);
-    const PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, static_cast<int>(k.bits));
+    CAPTURE(k.range_rows);
+    CAPTURE(k.with_lfc);
+    CAPTURE(k.with_codes);
+    PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, static_cast<int>(k.bits));
+    g.range_rows = k.range_rows;
     const int64_t E = g.plane_elems();
     const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 17);
     std::vector<float> x_cl(x.size());
@@ -445,10 +456,12 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
         auto lfc2 = lfc, mins2 = mins, steps2 = steps;
         auto codes2 = codes;
         auto residual2 = residual;
-        cpu::plane_pack(lfc.data(), codes.data(), mins.data(), steps.data(), with_residual ? residual.data() : nullptr,
-                        x.data(), g, true, 5, 6);
-        cpu::plane_pack_channels_last(lfc2.data(), codes2.data(), mins2.data(), steps2.data(),
-                                      with_residual ? residual2.data() : nullptr, x_cl.data(), g, k.c, true, 5, 6);
+        uint8_t* const c1 = k.with_codes ? codes.data() : nullptr;
+        uint8_t* const c2 = k.with_codes ? codes2.data() : nullptr;
+        cpu::plane_pack(lfc.data(), c1, mins.data(), steps.data(), with_residual ? residual.data() : nullptr, x.data(), g,
+                        k.with_lfc, 5, 6);
+        cpu::plane_pack_channels_last(lfc2.data(), c2, mins2.data(), steps2.data(),
+                                      with_residual ? residual2.data() : nullptr, x_cl.data(), g, k.c, k.with_lfc, 5, 6);
         CHECK(lfc2 == lfc);
         CHECK(codes2 == codes);
         CHECK(mins2 == mins);
@@ -616,9 +629,9 @@ TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 1
                   Error);  // 24 channels: not whole blocks
 }
 
-TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounded to bf16, channels-last") {
-  // The cases of plane_unpack_blocked (its sixteen-channel blocks are what this decode narrows), with and
-  // without the AVX-512 paths, against float_to_bf16 of plane_unpack_ref's values moved to (n, e, c).
+TEST_CASE("codec: plane_unpack_channels_last and its bf16 form are the reference decode, channels-last") {
+  // The cases of plane_unpack_blocked (its sixteen-channel blocks are what these decodes write out), with and
+  // without the AVX-512 paths, against plane_unpack_ref's values moved to (n, e, c), and their float_to_bf16.
   for (const BlockCase& k : kBlockCases) {
     const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 8);
     const PlaneGeometry& g = pk.g;
@@ -628,11 +641,14 @@ TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounde
       CAPTURE(terms);
       const std::vector<float> planes = pk.planes(terms);
       std::vector<uint16_t> expected(planes.size());
+      std::vector<float> expected_f32(planes.size());
       for (int64_t n = 0; n < k.n; ++n)
         for (int64_t ch = 0; ch < k.c; ++ch)
-          for (int64_t e = 0; e < E; ++e)
-            expected[static_cast<size_t>((n * E + e) * k.c + ch)] =
-                float_to_bf16(planes[static_cast<size_t>((n * k.c + ch) * E + e)]);
+          for (int64_t e = 0; e < E; ++e) {
+            const auto at = static_cast<size_t>((n * E + e) * k.c + ch);
+            expected_f32[at] = planes[static_cast<size_t>((n * k.c + ch) * E + e)];
+            expected[at] = float_to_bf16(expected_f32[at]);
+          }
       for (const cpu::CodecSimd simd : simd_levels()) {
         const CodecSimd mode(simd);
         CAPTURE(cpu::codec_simd_name(simd));
@@ -640,6 +656,10 @@ TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounde
         cpu::plane_unpack_bf16_channels_last(got.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
                                              pk.steps.data(), g, k.c);
         CHECK(got == expected);
+        std::vector<float> got_f32(planes.size(), -7.f);
+        cpu::plane_unpack_channels_last(got_f32.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
+                                        pk.steps.data(), g, k.c);
+        CHECK(std::memcmp(got_f32.data(), expected_f32.data(), got_f32.size() * sizeof(float)) == 0);
       }
     }
   }

@@ -1537,8 +1537,9 @@ void block_dequantize_avx2(float*, const uint8_t*, int64_t, const float*, const 
 // scratch instead and written to out16 rounded to bf16, channels-last: value (n, c, e) at
 // out16[(n·E + e)·channels + c] (a block's sixteen channels are one 32-byte run per element).
 ACTLAB_CODEC_CLONES
+// out16 (bf16) or out_cl (f32): the block is written channels-last there, value (n, c, e) at [(n·E + e)·channels + c].
 void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch, uint16_t* out16 = nullptr,
-                     int64_t channels = 0) {
+                     int64_t channels = 0, float* out_cl = nullptr) {
   const PlaneGeometry& g = *a.g;
   const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   const int64_t stride = code_stride16(g);
@@ -1566,7 +1567,7 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
     const uint8_t* codes = a.codes ? cbuf : nullptr;
     const float* lfc = a.lfc ? lfc_t : nullptr;
     float* block = reinterpret_cast<float*>(lfc_index + E);
-    float* out = out16 ? block : a.out + p0 * E;
+    float* out = out16 || out_cl ? block : a.out + p0 * E;
     if (has_avx512f) {
       block_dequantize_avx512(out, codes, stride, lfc, lfc_index, min, step, E);
     } else if (has_avx2) {
@@ -1579,6 +1580,9 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
       uint16_t* dst = out16 + p0 / channels * E * channels + p0 % channels;
       for (int64_t e = 0; e < E; ++e)
         for (int j = 0; j < kChannelBlock; ++j) dst[e * channels + j] = float_to_bf16(block[e * 16 + j]);
+    } else if (out_cl) {
+      float* dst = out_cl + p0 / channels * E * channels + p0 % channels;
+      for (int64_t e = 0; e < E; ++e) std::memcpy(dst + e * channels, block + e * 16, sizeof(float) * kChannelBlock);
     }
   }
 }
@@ -1633,11 +1637,15 @@ void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uin
                g.planes, " planes");
   const UpsampleMap map(g);
   const int64_t E = g.plane_elems(), C = channels, images = g.planes / C;
-  // A task is one image's tile of channels: sixteen-channel multiples of about 64 KiB of f32, whole channels.
-  const int64_t tile = std::min(C, std::max<int64_t>(16, 16384 / E / 16 * 16)), tiles = (C + tile - 1) / tile;
+  // A task is one image's tile of channels: sixteen-channel multiples of about 64 KiB of f32, smaller while there are
+  // fewer tasks than threads (a small batch), never under sixteen channels.
+  int64_t tile = std::min(C, std::max<int64_t>(16, 16384 / E / 16 * 16));
+  while (tile > 16 && images * ((C + tile - 1) / tile) < omp_get_max_threads()) tile = (tile / 2 + 15) / 16 * 16;
+  const int64_t tiles = (C + tile - 1) / tile;
   PackScratch sizing;
   const int64_t pack_bytes = (carve_pack_scratch(sizing, nullptr, g) + 63) / 64 * 64;
-  for_each_thread_range(images * tiles, g.planes * E, pack_bytes + tile * E * 4,
+  const int64_t tile_bytes = (tile * E * 4 + 63) / 64 * 64;  // each thread's scratch stays 64-byte aligned
+  for_each_thread_range(images * tiles, g.planes * E, pack_bytes + tile_bytes,
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
                           auto* planes = reinterpret_cast<float*>(scratch + pack_bytes);
                           for (int64_t t = first; t < last; ++t) {
@@ -1662,17 +1670,20 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
 }
 
 namespace {
-// The sixteen-channel block decodes: out (blocked f32) or out16 (channels-last bf16), whole blocks, one range.
+// The sixteen-channel block decodes: out (blocked f32), out16 (channels-last bf16) or out_cl (channels-last f32),
+// whole blocks, one range.
 void unpack_all_blocks16(const char* op, float* out, uint16_t* out16, const uint16_t* lfc, const uint8_t* codes,
-                         const uint16_t* mins, const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+                         const uint16_t* mins, const uint16_t* steps, const PlaneGeometry& g, int64_t channels,
+                         float* out_cl = nullptr) {
   ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0, op, ": ", channels,
                " channels (need a multiple of ", kChannelBlock, ") for ", g.planes, " planes");
   ACTLAB_CHECK(g.ranges_per_plane() == 1, op, ": ", g.ranges_per_plane(), " code ranges per plane (it decodes one)");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
-  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g, out16 != nullptr),
+  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(),
+                        block_scratch_bytes(g, out16 != nullptr || out_cl != nullptr),
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
-                          unpack_blocks16(args, first, last, scratch, out16, channels);
+                          unpack_blocks16(args, first, last, scratch, out16, channels, out_cl);
                         });
 }
 }  // namespace
@@ -1685,6 +1696,11 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
 void plane_unpack_bf16_channels_last(uint16_t* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                                      const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
   unpack_all_blocks16("plane_unpack_bf16_channels_last", nullptr, out, lfc, codes, mins, steps, g, channels);
+}
+
+void plane_unpack_channels_last(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                                const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  unpack_all_blocks16("plane_unpack_channels_last", nullptr, nullptr, lfc, codes, mins, steps, g, channels, out);
 }
 
 void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
