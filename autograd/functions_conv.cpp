@@ -132,10 +132,10 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const C
   // saved first, the forward reads that copy (the same bits, core/cpu/conv.h), reading half the bytes, and the
   // input is converted once. Where the forward computes channels-last the copy is made in that layout, and it
   // reads it with no reorder (as do backward weights whose kernel takes that layout: on AMX, all of ResNet-18's).
-  // There, when every save is kept exact, the output stays channels-last too (no transpose back), and batch norm,
-  // the ReLUs and the adds after it keep that layout, so the next convolution's keep is a plain narrowing of a
-  // channels-last input (docs/precision.md). Elsewhere the forward runs first, so a bad shape fails before a node
-  // or a pack.
+  // There, when every policy in force takes a channels-last save (takes_channels_last_flow), the output stays
+  // channels-last too (no transpose back), and batch norm, the ReLUs and the adds after it keep that layout, so the
+  // next convolution's save is made from a channels-last input with no transpose (docs/precision.md). Elsewhere
+  // the forward runs first, so a bad shape fails before a node or a pack.
   const bool keep_first = w.requires_grad() && reads_bf16_input(x.data());
   const bool reads_channels_last =
       keep_first && ops::conv2d_bf16_reads_channels_last(x.data(), w.shape(), to_params(opt), b.defined());

@@ -437,7 +437,8 @@ Variable dropout(const Variable& x, float p, bool training, uint64_t seed, uint6
 
 Variable shortcut_pad(const Variable& x, int64_t stride, int64_t c_out) {
   // A channels-last input stays so on the CPU (ops.h).
-  Tensor y = ops::shortcut_pad_forward(x.data().device().is_cpu() ? x.data().dense() : x.data().contiguous(), stride, c_out);
+  const Tensor xin = x.data().device().is_cpu() ? x.data().dense() : x.data().contiguous();
+  Tensor y = ops::shortcut_pad_forward(xin, stride, c_out);
   return make_output(std::move(y), make_node<ShortcutPadNode>({&x}, x.shape(), stride));
 }
 

@@ -32,7 +32,8 @@ GradientSensitivity batchnorm_sensitivity(const Tensor& dx, const Tensor& dgamma
 // saves (eval with grad): input x (lossy_ok), gamma, running mean and var (exact).
 class BatchNormNode final : public Node {
  public:
-  BatchNormNode(bool training, float eps, bool channels_last) : training_(training), eps_(eps), channels_last_(channels_last) {}
+  BatchNormNode(bool training, float eps, bool channels_last)
+      : training_(training), eps_(eps), channels_last_(channels_last) {}
   const char* name() const override { return "batchnorm2d"; }
   const SlotList& slots() const override {
     static const SlotList s = {"input", "weight", "mean", "invstd", "running_mean", "running_var"};

@@ -267,9 +267,10 @@ const char* codec_simd_name(CodecSimd level);
 // Outputs are assigned (never accumulated) and must not alias x; unused outputs may be nullptr.
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
                 const float* x, const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream);
-// plane_pack of x given channels-last: x (N, height, width, channels) with N·channels = g.planes, plane n·channels + c
-// being channel c of image n. Tiles of planes are transposed into a per-thread buffer and packed there: the same
-// bytes as plane_pack of the (N, C, H, W) tensor, without writing that tensor out (a bf16 run's activations).
+// plane_pack of x given channels-last: x (N, height, width, channels) with N·channels = g.planes, plane
+// n·channels + c being channel c of image n. Tiles of planes are transposed into a per-thread buffer and packed
+// there: the same bytes as plane_pack of the (N, C, H, W) tensor, without writing that tensor out (a bf16 run's
+// activations).
 void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
                               const float* x, const PlaneGeometry& g, int64_t channels, bool with_lfc, uint64_t seed,
                               uint64_t stream);

@@ -791,8 +791,8 @@ Tensor narrow(const Tensor& x, DType type, const char* op) {
 }
 Tensor widen(const Tensor& h, DType type, const char* op) {
   const Device dev = op_device(op, {&h});
-  ACTLAB_CHECK(h.dtype() == type && (h.is_contiguous() || h.is_channels_last()), op, ": needs a contiguous or channels-last ",
-               dtype_name(type), " tensor, got ", h.str());
+  ACTLAB_CHECK(h.dtype() == type && (h.is_contiguous() || h.is_channels_last()), op,
+               ": needs a contiguous or channels-last ", dtype_name(type), " tensor, got ", h.str());
   Tensor x = empty_in_layout(h.shape(), !h.is_contiguous(), dev);
   const auto* hp = static_cast<const uint16_t*>(h.raw_data());
   const int64_t n = h.numel();

@@ -457,7 +457,8 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
   ACTLAB_CHECK(other.shape_ == shape_, "add_: shape ", other.str(), " vs ", str());
   ACTLAB_CHECK(other.device() == device(), "add_: a tensor on ", other.device().str(), " into one on ", device().str());
   // Element by element in memory order: both contiguous, or both channels-last (a bf16 run's activations).
-  const bool same_dense = (is_contiguous() && other.is_contiguous()) || (is_channels_last() && other.is_channels_last());
+  const bool same_dense =
+      (is_contiguous() && other.is_contiguous()) || (is_channels_last() && other.is_channels_last());
   ACTLAB_CHECK(same_dense && dtype_ == DType::F32 && other.dtype_ == DType::F32,
                "add_ needs f32 tensors both contiguous or both channels-last, got ", str(), " and ", other.str());
   float* p = data<float>();

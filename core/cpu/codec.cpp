@@ -1537,7 +1537,8 @@ void block_dequantize_avx2(float*, const uint8_t*, int64_t, const float*, const 
 // scratch instead and written to out16 rounded to bf16, channels-last: value (n, c, e) at
 // out16[(n·E + e)·channels + c] (a block's sixteen channels are one 32-byte run per element).
 ACTLAB_CODEC_CLONES
-// out16 (bf16) or out_cl (f32): the block is written channels-last there, value (n, c, e) at [(n·E + e)·channels + c].
+// out16 (bf16) or out_cl (f32): the block is written channels-last there, value (n, c, e) at
+// [(n·E + e)·channels + c].
 void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch, uint16_t* out16 = nullptr,
                      int64_t channels = 0, float* out_cl = nullptr) {
   const PlaneGeometry& g = *a.g;

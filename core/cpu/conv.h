@@ -52,8 +52,9 @@ ConvImpl conv_impl_from_name(const std::string& name);  // inverse; throws on an
 enum class Layout { Nchw, ChannelsLast };
 
 // All three fast-path functions: pointers are NCHW / (K,C/groups,R,S) contiguous fp32 (the activations x, y,
-// dy and dx channels-last instead where `act` says so: bf16 compute only), outputs must not alias inputs, threads follow omp_set_num_threads, scratch memory (reorders, im2col,
-// oneDNN scratchpads) is allocated per call as MemTag::Workspace Buffers and freed before return.
+// dy and dx channels-last instead where `act` says so: bf16 compute only), outputs must not alias inputs,
+// threads follow omp_set_num_threads, scratch memory (reorders, im2col, oneDNN scratchpads) is allocated per
+// call as MemTag::Workspace Buffers and freed before return.
 // compute = BF16: the operands the kernel multiplies are rounded to bf16 on the way in (the reorder into
 // the primitive's layout converts), products are accumulated in f32 and the result is written in f32;
 // Winograd has no bf16 path. The spec of a bf16 call is the _ref loop on the operands rounded to bf16
