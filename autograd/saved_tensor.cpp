@@ -146,15 +146,6 @@ Tensor SavedTensor::unpack_bf16() const {
   return t;
 }
 
-Tensor SavedTensor::unpack_channels_last() const {
-  check_unchanged();
-  const auto start = Clock::now();
-  Tensor t = entry_->policy->unpack_channels_last(*entry_->packed, info_);
-  if (!t.defined()) return unpack().channels_last();
-  CacheStats::global().record_unpack(stats_row_, std::chrono::duration<double>(Clock::now() - start).count());
-  return t;
-}
-
 Tensor SavedTensor::exact_bf16_keep() const {
   if (!entry_ || entry_->policy != &exact_keep_policy()) return {};
   const Tensor t = entry_->policy->unpack_bf16(*entry_->packed, info_);  // a view for bf16, undefined for f32/f16

@@ -33,9 +33,6 @@ class SavedTensor {
   // returns one (a view of the policy's own copy for bf16, SWAP's fetch back from the host, the plane
   // codecs' channel-by-channel decode under bf16).
   Tensor unpack_bf16() const;
-  // unpack()'s values channels-last: the policy's unpack_channels_last where it has one (timed as an unpack), else
-  // unpack() transposed.
-  Tensor unpack_channels_last() const;
   // The bf16 copy a bf16 run's exact keep holds (a view, no work, not timed as an unpack); undefined for every
   // other pack, a SWAP one included (its unpack_bf16 fetches). The forward of the op that saved it may compute
   // on it (conv2d under bf16 on the CPU: autograd/functions_conv.cpp).

@@ -92,8 +92,6 @@ Tensor Node::load_blocked(const std::string& slot, int channel_block) const {
 
 Tensor Node::load_bf16(const std::string& slot) const { return saved(slot).unpack_bf16(); }
 
-Tensor Node::load_channels_last(const std::string& slot) const { return saved(slot).unpack_channels_last(); }
-
 Tensor Node::exact_bf16_keep(const std::string& slot) const { return saved(slot).exact_bf16_keep(); }
 
 std::unique_ptr<ChannelReader> Node::load_channels(const std::string& slot) const {

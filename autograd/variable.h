@@ -94,8 +94,6 @@ class Node {
   // The slot's tensor as a BF16 tensor when its policy keeps or decodes one (SavedTensor::unpack_bf16), else
   // undefined.
   Tensor load_bf16(const std::string& slot) const;
-  // The slot's f32 values channels-last (SavedTensor::unpack_channels_last).
-  Tensor load_channels_last(const std::string& slot) const;
   // The bf16 copy a bf16 run's exact keep of slot holds (SavedTensor::exact_bf16_keep), else undefined: for a
   // forward that computes on it right after the save.
   Tensor exact_bf16_keep(const std::string& slot) const;

@@ -218,16 +218,6 @@ Tensor PlaneCodecPolicy::unpack_bf16(const Packed& p, const SaveInfo& info) cons
   return ops::to_bf16_channels(s, [&](int64_t c, float* out) { reader->read(c, out); });
 }
 
-Tensor PlaneCodecPolicy::unpack_channels_last(const Packed& p, const SaveInfo& info) const {
-  const std::unique_ptr<ChannelReader> reader = channel_reader(p, info);  // the same packs, checked alike
-  if (!reader || reader->shape()[1] % cpu::kChannelBlock != 0) return {};
-  const auto& planes = static_cast<const PackedPlanes&>(p);  // channel_reader checked the type
-  Tensor out = Tensor::empty_channels_last(reader->shape(), DType::F32, Device::cpu());
-  cpu::plane_unpack_channels_last(out.data<float>(), planes.lfc(), planes.codes(), planes.mins(), planes.steps(),
-                                  planes.geometry(), reader->shape()[1]);
-  return out;
-}
-
 std::string PlaneCodecPolicy::name() const {
   const std::string b = std::to_string(config_.pool_block), q = std::to_string(config_.bits);
   const std::string r = config_.range_rows > 0 ? ",R=" + std::to_string(config_.range_rows) : "";

@@ -109,8 +109,6 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   // channels at a time into a channels-last tensor (cpu::plane_unpack_bf16_channels_last); undefined otherwise
   // (fp32, a GPU pack, not 4-D, several ranges per plane, an f32 residual).
   Tensor unpack_bf16(const Packed& p, const SaveInfo& info) const override;
-  // CPU packs of (N, C, H, W) with C % 16 == 0, codes or LFC (cpu::plane_unpack_channels_last).
-  Tensor unpack_channels_last(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
   size_t expected_bytes(const Shape& shape) const override;
   size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const override;  // at bits_for(info)

@@ -100,10 +100,6 @@ class ActivationCachePolicy {
   // unpack()'s values rounded, with no f32 tensor in between), for a consumer that computes in bf16 and
   // would only round unpack()'s f32 again; else an undefined tensor.
   virtual Tensor unpack_bf16(const Packed& /*p*/, const SaveInfo& /*info*/) const { return {}; }
-  // unpack()'s values as a channels-last f32 tensor (Tensor::is_channels_last) where this policy can decode them so
-  // directly (the plane codecs on the CPU, C % 16 == 0), for a consumer computing in that layout (a bf16 run's batch
-  // norm); else an undefined tensor (the consumer transposes unpack()).
-  virtual Tensor unpack_channels_last(const Packed& /*p*/, const SaveInfo& /*info*/) const { return {}; }
   // A reader for a consumer that goes over the channels of a 4-D pack (batch-norm backward; the plane
   // codecs' unpack_bf16): each channel is decoded into the consumer's buffer, which stays in cache, and the
   // full-size f32 tensor is never written.

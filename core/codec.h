@@ -293,10 +293,6 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
 // (PlaneCodecPolicy::unpack_bf16). The same requirements as plane_unpack_blocked.
 void plane_unpack_bf16_channels_last(uint16_t* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                                      const uint16_t* steps, const PlaneGeometry& g, int64_t channels);
-// plane_unpack's f32 values written channels-last, as above (a bf16 run's batch norm, whose backward computes on
-// that layout in f32). The same requirements as plane_unpack_blocked.
-void plane_unpack_channels_last(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
-                                const uint16_t* steps, const PlaneGeometry& g, int64_t channels);
 
 // The planes (n, c) of one channel c, n < g.planes / channels, as plane_unpack computes them, written one
 // after another into out (planes/channels · E f32). Serial: a consumer going over channels in its own

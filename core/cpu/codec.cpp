@@ -1537,10 +1537,8 @@ void block_dequantize_avx2(float*, const uint8_t*, int64_t, const float*, const 
 // scratch instead and written to out16 rounded to bf16, channels-last: value (n, c, e) at
 // out16[(n·E + e)·channels + c] (a block's sixteen channels are one 32-byte run per element).
 ACTLAB_CODEC_CLONES
-// out16 (bf16) or out_cl (f32): the block is written channels-last there, value (n, c, e) at
-// [(n·E + e)·channels + c].
 void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint8_t* scratch, uint16_t* out16 = nullptr,
-                     int64_t channels = 0, float* out_cl = nullptr) {
+                     int64_t channels = 0) {
   const PlaneGeometry& g = *a.g;
   const int64_t E = g.plane_elems(), LE = g.lfc_elems(), code_bytes = g.code_bytes_per_plane();
   const int64_t stride = code_stride16(g);
@@ -1568,7 +1566,7 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
     const uint8_t* codes = a.codes ? cbuf : nullptr;
     const float* lfc = a.lfc ? lfc_t : nullptr;
     float* block = reinterpret_cast<float*>(lfc_index + E);
-    float* out = out16 || out_cl ? block : a.out + p0 * E;
+    float* out = out16 ? block : a.out + p0 * E;
     if (has_avx512f) {
       block_dequantize_avx512(out, codes, stride, lfc, lfc_index, min, step, E);
     } else if (has_avx2) {
@@ -1581,9 +1579,6 @@ void unpack_blocks16(const PlaneUnpackArgs& a, int64_t first, int64_t last, uint
       uint16_t* dst = out16 + p0 / channels * E * channels + p0 % channels;
       for (int64_t e = 0; e < E; ++e)
         for (int j = 0; j < kChannelBlock; ++j) dst[e * channels + j] = float_to_bf16(block[e * 16 + j]);
-    } else if (out_cl) {
-      float* dst = out_cl + p0 / channels * E * channels + p0 % channels;
-      for (int64_t e = 0; e < E; ++e) std::memcpy(dst + e * channels, block + e * 16, sizeof(float) * kChannelBlock);
     }
   }
 }
@@ -1671,20 +1666,17 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
 }
 
 namespace {
-// The sixteen-channel block decodes: out (blocked f32), out16 (channels-last bf16) or out_cl (channels-last f32),
-// whole blocks, one range.
+// The sixteen-channel block decodes: out (blocked f32) or out16 (channels-last bf16), whole blocks, one range.
 void unpack_all_blocks16(const char* op, float* out, uint16_t* out16, const uint16_t* lfc, const uint8_t* codes,
-                         const uint16_t* mins, const uint16_t* steps, const PlaneGeometry& g, int64_t channels,
-                         float* out_cl = nullptr) {
+                         const uint16_t* mins, const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
   ACTLAB_CHECK(channels > 0 && channels % kChannelBlock == 0 && g.planes % channels == 0, op, ": ", channels,
                " channels (need a multiple of ", kChannelBlock, ") for ", g.planes, " planes");
   ACTLAB_CHECK(g.ranges_per_plane() == 1, op, ": ", g.ranges_per_plane(), " code ranges per plane (it decodes one)");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
-  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(),
-                        block_scratch_bytes(g, out16 != nullptr || out_cl != nullptr),
+  for_each_thread_range(g.planes / kChannelBlock, g.planes * g.plane_elems(), block_scratch_bytes(g, out16 != nullptr),
                         [&](int64_t first, int64_t last, uint8_t* scratch) {
-                          unpack_blocks16(args, first, last, scratch, out16, channels, out_cl);
+                          unpack_blocks16(args, first, last, scratch, out16, channels);
                         });
 }
 }  // namespace
@@ -1697,11 +1689,6 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
 void plane_unpack_bf16_channels_last(uint16_t* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                                      const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
   unpack_all_blocks16("plane_unpack_bf16_channels_last", nullptr, out, lfc, codes, mins, steps, g, channels);
-}
-
-void plane_unpack_channels_last(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
-                                const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
-  unpack_all_blocks16("plane_unpack_channels_last", nullptr, nullptr, lfc, codes, mins, steps, g, channels, out);
 }
 
 void plane_unpack_channel(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
