@@ -17,18 +17,6 @@ ops::ConvParams to_params(const Conv2dOptions& o) { return {o.stride, o.padding,
 // codec's decode to bf16). A GPU rounds its fp32 operands itself.
 bool reads_bf16_input(const Tensor& t) { return compute_precision() == Precision::BF16 && t.device().is_cpu(); }
 
-// Whether every policy in force packs a channels-last save without a transpose of its own (exact, whose bf16 keep
-// narrows it in its layout; the plane codecs, DIVISION's family, which pack it tile by tile) or keeps its values
-// exactly (SWAP, which offloads the exact keep, so its gradients stay exact@bf16's bit for bit because both run
-// the same layouts). Only then do activations flow channels-last between a bf16 run's convolutions; the other
-// codecs read (N, C, H, W) and would pay a whole transpose per save.
-bool takes_channels_last_flow() {
-  const std::vector<const ActivationCachePolicy*> policies = current_policy_set().policies();
-  return std::all_of(policies.begin(), policies.end(), [](const ActivationCachePolicy* p) {
-    return p->is_lossless() || p->takes_channels_last();
-  });
-}
-
 // What acgc's bound needs of a weight layer (compress/policy.h GradientSensitivity): an error dx in the
 // input changes dW = Σ dy ⊗ x by at most |dy|²·|dx|² per output position the input reaches, i.e. about
 // (kernel area / stride area)·|dy|²·|dx|² in all (AC-GC's flat approximation), against |dW|²; the factor 2
@@ -132,13 +120,16 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const C
   // saved first, the forward reads that copy (the same bits, core/cpu/conv.h), reading half the bytes, and the
   // input is converted once. Where the forward computes channels-last the copy is made in that layout, and it
   // reads it with no reorder (as do backward weights whose kernel takes that layout: on AMX, all of ResNet-18's).
-  // There, when every policy in force takes a channels-last save (takes_channels_last_flow), the output stays
+  // There, when every policy in force takes a channels-last save (PolicySet::takes_channels_last_flow), the output stays
   // channels-last too (no transpose back), and batch norm, the ReLUs and the adds after it keep that layout, so the
   // next convolution's save is made from a channels-last input with no transpose (docs/precision.md). Elsewhere
   // the forward runs first, so a bad shape fails before a node or a pack.
   const bool keep_first = w.requires_grad() && reads_bf16_input(x.data());
+  // A node is recorded (make_node) and the policies take the flow: the output goes channels-last if the kernel
+  // reads that layout, and the question is asked for that output layout.
+  const bool may_flow = keep_first && grad_enabled() && current_policy_set().takes_channels_last_flow();
   const bool reads_channels_last =
-      keep_first && ops::conv2d_bf16_reads_channels_last(x.data(), w.shape(), to_params(opt), b.defined());
+      keep_first && ops::conv2d_bf16_reads_channels_last(x.data(), w.shape(), to_params(opt), b.defined(), may_flow);
   const Tensor input = reads_channels_last ? x.data().dense() : x.data().contiguous();
   Tensor y = keep_first ? Tensor() : ops::conv2d_forward(input, w.data(), bias, to_params(opt));
   auto node = make_node<Conv2dNode>({&x, &w, b.defined() ? &b : nullptr}, opt, b.defined(), x.shape());
@@ -150,7 +141,7 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const C
   }
   if (keep_first) {
     const Tensor keep = node ? node->exact_bf16_keep("input") : Tensor();
-    const bool channels_last_out = node && reads_channels_last && takes_channels_last_flow();
+    const bool channels_last_out = node && reads_channels_last && may_flow;
     if (channels_last_out) node->set_channels_last_output();
     // Without the keep (SWAP's offload) the f32 input is read in the output's layout, rounded on the way in.
     const Tensor operand = keep.defined() ? keep : channels_last_out ? input.channels_last() : input.contiguous();

@@ -115,6 +115,11 @@ std::vector<const ActivationCachePolicy*> PolicySet::policies() const {
   return out;
 }
 
+bool PolicySet::takes_channels_last_flow() const {
+  const auto takes = [](const ActivationCachePolicy& p) { return p.is_lossless() || p.takes_channels_last(); };
+  return takes(*default_) && std::all_of(rules_.begin(), rules_.end(), [&](const Rule& r) { return takes(*r.policy); });
+}
+
 std::string PolicySet::describe() const {
   std::string s;
   if (checkpoint_.segments != 0)

@@ -172,6 +172,10 @@ class PolicySet {
   const std::shared_ptr<const ActivationCachePolicy>& shared_default() const { return default_; }
   // The default and every rule's policy, each once, in that order (reports of per-policy state: acgc's widths).
   std::vector<const ActivationCachePolicy*> policies() const;
+  // Whether every policy in force keeps its values exactly or takes a channels-last save as it is
+  // (ActivationCachePolicy::takes_channels_last): only then do a bf16 run's activations stay channels-last
+  // between convolutions (autograd/functions_conv.cpp). Asked at every convolution, so it builds no list.
+  bool takes_channels_last_flow() const;
   const CheckpointRequest& checkpoint() const { return checkpoint_; }
   // "checkpoint:segments=4+division:B=8,Q=2|conv1=exact|layer1.*=checkpoint", which parse_policy_set reads back.
   std::string describe() const;

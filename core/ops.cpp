@@ -103,16 +103,21 @@ cpu::Layout check_bf16_conv_input(const char* op, const Tensor& x, Device dev, P
   return x.is_contiguous() ? cpu::Layout::Nchw : cpu::Layout::ChannelsLast;
 }
 
-// The layout of a convolution's f32 activation operand: contiguous, or channels-last where the CPU's bf16
-// kernels compute (cpu::Layout).
-cpu::Layout conv_act_layout(const char* op, const char* what, const Tensor& t, Device dev, Precision pr) {
+// An f32 activation operand of `op`: contiguous, or channels-last where `allowed` (a bf16 run's activations;
+// `where` says when, for the message). Element-wise kernels run over either as over a flat array; batch norm,
+// the shortcut and the convolutions have channels-last kernels of their own. Returns whether it is channels-last.
+bool f32_channels_last(const char* op, const char* what, const Tensor& t, bool allowed, const char* where) {
   ACTLAB_CHECK(t.defined() && t.dtype() == DType::F32, op, ": ", what, " must be a defined f32 tensor, got ",
                t.defined() ? t.str() : std::string("undefined"));
-  if (t.is_contiguous()) return cpu::Layout::Nchw;
-  ACTLAB_CHECK(t.is_channels_last() && dev.is_cpu() && pr == Precision::BF16, op, ": ", what,
-               " must be contiguous (channels-last only under bf16 compute on the CPU), got ", t.str(), " on ",
-               dev.str(), " under ", precision_name(pr));
-  return cpu::Layout::ChannelsLast;
+  if (t.is_contiguous()) return false;
+  ACTLAB_CHECK(allowed && t.is_channels_last(), op, ": ", what, " must be contiguous", where, ", got ", t.str());
+  return true;
+}
+// A convolution's f32 activation operand: channels-last only where the CPU's bf16 kernels compute (cpu::Layout).
+cpu::Layout conv_act_layout(const char* op, const char* what, const Tensor& t, Device dev, Precision pr) {
+  const bool cl = f32_channels_last(op, what, t, dev.is_cpu() && pr == Precision::BF16,
+                                    " (or channels-last under bf16 compute on the CPU)");
+  return cl ? cpu::Layout::ChannelsLast : cpu::Layout::Nchw;
 }
 // A 4-D tensor of one channel or one position: its two layouts are one memory order (and it is contiguous), so it
 // may stand in either.
@@ -121,17 +126,9 @@ bool one_order(const Tensor& t) { return t.dim() == 4 && (t.size(1) == 1 || t.si
 Tensor empty_in_layout(const Shape& shape, bool channels_last, Device dev, DType dtype = DType::F32) {
   return channels_last ? Tensor::empty_channels_last(shape, dtype, dev) : Tensor::empty(shape, dtype, dev);
 }
-Tensor empty_in_layout(const Shape& shape, cpu::Layout layout, Device dev) {
-  return empty_in_layout(shape, layout == cpu::Layout::ChannelsLast, dev);
-}
-// An element-wise operand of `op`: f32, contiguous or channels-last (its elements in memory order either way, so
-// the kernels run over it as over a flat array). Returns whether it is channels-last.
+// An element-wise operand: either layout, on any device.
 bool require_f32_dense(const char* op, const char* what, const Tensor& t) {
-  ACTLAB_CHECK(t.defined(), op, ": ", what, " is undefined");
-  ACTLAB_CHECK(t.dtype() == DType::F32, op, ": ", what, " must be f32, got ", t.str());
-  ACTLAB_CHECK(t.is_contiguous() || t.is_channels_last(), op, ": ", what, " must be contiguous or channels-last, got ",
-               t.str());
-  return !t.is_contiguous();
+  return f32_channels_last(op, what, t, true, " or channels-last");
 }
 // Two element-wise operands of one call: both contiguous or both channels-last, one shape.
 bool require_same_dense(const char* op, const Tensor& a, const Tensor& b, const char* a_name, const char* b_name) {
@@ -160,7 +157,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
     require_f32_contig("conv2d", "bias", b);
     ACTLAB_CHECK(b.numel() == s.K, "conv2d: bias ", b.str(), " for ", s.K, " output channels");
   }
-  Tensor y = empty_in_layout({s.N, s.K, s.P(), s.Q()}, act, dev);
+  Tensor y = empty_in_layout({s.N, s.K, s.P(), s.Q()}, act == cpu::Layout::ChannelsLast, dev);
   if (x.dtype() == DType::BF16) {
     const cpu::Layout layout = check_bf16_conv_input("conv2d", x, dev, pr);
     cpu::conv2d_forward_bf16_input(f32(y), static_cast<const uint16_t*>(x.raw_data()), f32(w), opt_ptr(b), s,
@@ -180,7 +177,7 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
   const cpu::ConvShape s = conv_shape(x_shape, w.shape(), p);
   ACTLAB_CHECK(dy.shape() == Shape({s.N, s.K, s.P(), s.Q()}), "conv2d backward: grad ", dy.str(),
                " does not match the output of ", s.str());
-  Tensor dx = empty_in_layout(x_shape, act, dev);
+  Tensor dx = empty_in_layout(x_shape, act == cpu::Layout::ChannelsLast, dev);
   ACTLAB_DISPATCH(dev, cuda::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, gpu.ctx(), pr),
                   cpu::conv2d_backward_data(f32(dx), f32(dy), f32(w), s, cpu::ConvImpl::Auto, pr, act));
   return dx;
@@ -225,9 +222,11 @@ ConvBackwardScope::ConvBackwardScope(const Tensor& dy) : dy_(dy) {
 
 ConvBackwardScope::~ConvBackwardScope() = default;
 
-bool conv2d_bf16_reads_channels_last(const Tensor& x, const Shape& w_shape, const ConvParams& p, bool with_bias) {
+bool conv2d_bf16_reads_channels_last(const Tensor& x, const Shape& w_shape, const ConvParams& p, bool with_bias,
+                                     bool channels_last_out) {
   if (!x.device().is_cpu() || x.dim() != 4 || compute_precision() != Precision::BF16) return false;
-  return cpu::conv2d_bf16_reads_channels_last(conv_shape(x.shape(), w_shape, p), with_bias);
+  return cpu::conv2d_bf16_reads_channels_last(conv_shape(x.shape(), w_shape, p), with_bias, cpu::ConvImpl::Auto,
+                                              channels_last_out ? cpu::Layout::ChannelsLast : cpu::Layout::Nchw);
 }
 
 int conv2d_backward_weight_input_block(const Tensor& dy, const Shape& x_shape, const Shape& w_shape,
@@ -344,15 +343,9 @@ void check_channel_vec(const char* what, const Tensor& t, int64_t C) {
   ACTLAB_CHECK(t.defined() && t.numel() == C && t.dtype() == DType::F32 && t.is_contiguous(), "batch_norm: ",
                what, " must be (", C, ") f32, got ", t.str());
 }
-// An activation operand of an op with channels-last CPU kernels (batch norm, shortcut_pad): contiguous, or
-// channels-last on the CPU (a bf16 run's activations). Returns whether it is channels-last.
+// An activation operand of batch norm or shortcut_pad: channels-last on the CPU only.
 bool cpu_channels_last(const char* op, const char* what, const Tensor& t, Device dev) {
-  ACTLAB_CHECK(t.defined() && t.dtype() == DType::F32, op, ": ", what, " must be a defined f32 tensor, got ",
-               t.defined() ? t.str() : std::string("undefined"));
-  if (t.is_contiguous()) return false;
-  ACTLAB_CHECK(t.is_channels_last() && dev.is_cpu(), op, ": ", what,
-               " must be contiguous (or channels-last on the CPU), got ", t.str(), " on ", dev.str());
-  return true;
+  return f32_channels_last(op, what, t, dev.is_cpu(), " (or channels-last on the CPU)");
 }
 }  // namespace
 

@@ -31,8 +31,10 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
                       bool channels_last_out = false);
 // Whether conv2d_forward of an f32 x of this shape and device, under the compute precision in force, computes on
 // a channels-last bf16 operand (cpu::conv2d_bf16_reads_channels_last): a bf16 keep of x is best made in that
-// layout (SaveInfo::channels_last). False on a GPU and in fp32.
-bool conv2d_bf16_reads_channels_last(const Tensor& x, const Shape& w_shape, const ConvParams& p, bool with_bias);
+// layout (SaveInfo::channels_last). False on a GPU and in fp32. channels_last_out: the output layout the
+// forward will be asked for (the question then builds the forward's own plan).
+bool conv2d_bf16_reads_channels_last(const Tensor& x, const Shape& w_shape, const ConvParams& p, bool with_bias,
+                                     bool channels_last_out = false);
 // dy (N,K,P,Q), w -> dx of x_shape, in dy's layout (a channels-last dy: bf16 compute on the CPU only).
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);
 // dy, x -> dw of w_shape; db (K) when want_bias. x may be a BF16 tensor on the CPU under bf16 compute,

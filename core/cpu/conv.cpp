@@ -802,14 +802,16 @@ void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w,
   forward_bf16(y, x_bf16, w, b, s, impl, bf16_user_src(layout), false, act == Layout::ChannelsLast);
 }
 
-bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl) {
+bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl, Layout act) {
   check_conv_shape(s);
   if (bf16_forward_is_gemm(s, impl)) return true;  // the matmul route's col is made from channels-last
   impl = resolve(impl, s, Precision::BF16, Direction::Forward);
   if (impl == ConvImpl::DnnlPlain) return false;  // computes on (N, C, H, W) by construction
   try {
     // The plan a channels-last input would run: no reorder of the src means the kernel reads that layout.
-    return !get_plan(s, Direction::Forward, impl, with_bias, Precision::BF16, UserSrc::Bf16Nhwc).in0.reorder;
+    return !get_plan(s, Direction::Forward, impl, with_bias, Precision::BF16, UserSrc::Bf16Nhwc,
+                     act == Layout::ChannelsLast)
+                .in0.reorder;
   } catch (const dnnl::error&) {
     return false;  // the call itself will report it
   }

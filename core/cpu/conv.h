@@ -125,8 +125,10 @@ void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w,
 // then a bf16 copy of x in that layout is read with no reorder, where an (N, C, H, W) one is reordered (oneDNN
 // picks the layout per kernel: its AMX kernels on 3x3 and strided layers took channels-last on an AMX Xeon, as
 // their backward weights did, and the matmul routes make their im2col from channels-last; dnnl-plain's pointwise
-// layers compute on (N, C, H, W)). Only the forward is asked. False in a minimal build.
-bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl = ConvImpl::Auto);
+// layers compute on (N, C, H, W)). Only the forward is asked, with the f32 output layout `act` the call will
+// write (the plan it builds is then the call's own). False in a minimal build.
+bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl = ConvImpl::Auto,
+                                     Layout act = Layout::Nchw);
 
 // While one is alive on this thread, the backward passes (oneDNN's data and weight kernels, and the bf16
 // backward-weights matmul) that read the output gradient at `dy` reorder it into their layout once and share

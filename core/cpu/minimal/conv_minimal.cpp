@@ -103,7 +103,7 @@ bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl, Precision) {
   return false;
 }
 
-bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool, ConvImpl) {
+bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool, ConvImpl, Layout) {
   check_conv_shape(s);
   return false;
 }
