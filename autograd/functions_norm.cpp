@@ -44,11 +44,11 @@ class BatchNormNode final : public Node {
     const Tensor dy = channels_last_ ? grad_outputs[0].channels_last() : grad_outputs[0].contiguous();
     Tensor dgamma, dbeta, dx;
     if (training_ && channels_last_) {
-      // The bf16 keep is read as it is (channels-last, widened in the kernel's loop); any other save in f32, made
-      // channels-last: not a bf16 rounding of a lossy decode, whose error would scale with |x| rather than with
-      // the codec's range.
+      // The bf16 keep is read as it is (channels-last, widened in the kernel's loop); any other save in f32,
+      // channels-last (the plane codecs decode it so): not a bf16 rounding of a lossy decode, whose error would
+      // scale with |x| rather than with the codec's range.
       const Tensor kept = exact_bf16_keep("input");
-      const Tensor x = kept.defined() && kept.is_channels_last() ? kept : load("input").channels_last();
+      const Tensor x = kept.defined() && kept.is_channels_last() ? kept : load_channels_last("input");
       dx = ops::batchnorm_backward(dy, x, load("weight"), load("mean"), load("invstd"), &dgamma, &dbeta);
       if (wants_sensitivity("input"))
         observe_sensitivity("input", batchnorm_sensitivity(dx, dgamma, load("weight"), load("invstd")));

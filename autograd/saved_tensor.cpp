@@ -161,6 +161,15 @@ Tensor SavedTensor::unpack_blocked(int channel_block) const {
   return t;
 }
 
+Tensor SavedTensor::unpack_channels_last() const {
+  check_unchanged();
+  const auto start = Clock::now();
+  Tensor t = entry_->policy->unpack_channels_last(*entry_->packed, info_);
+  if (!t.defined()) return unpack().channels_last();  // unpack() records itself
+  CacheStats::global().record_unpack(stats_row_, std::chrono::duration<double>(Clock::now() - start).count());
+  return t;
+}
+
 namespace {
 // Times the reads of a policy's ChannelReader. They run on the threads of the consumer's channel loop, so
 // the recorded unpack time is their summed time divided by the largest team that called read(): the wall

@@ -29,6 +29,8 @@ class SavedTensor {
   Tensor unpack() const;
   // The policy's unpack_blocked (undefined when it has none for this pack); timed as an unpack.
   Tensor unpack_blocked(int channel_block) const;
+  // The policy's unpack_channels_last, else unpack() transposed to channels-last; timed as an unpack.
+  Tensor unpack_channels_last() const;
   // The policy's unpack_bf16 (undefined when it has no bf16 form of this pack); timed as an unpack when it
   // returns one (a view of the policy's own copy for bf16, SWAP's fetch back from the host, the plane
   // codecs' channel-by-channel decode under bf16).

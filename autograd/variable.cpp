@@ -90,6 +90,8 @@ Tensor Node::load_blocked(const std::string& slot, int channel_block) const {
   return saved(slot).unpack_blocked(channel_block);
 }
 
+Tensor Node::load_channels_last(const std::string& slot) const { return saved(slot).unpack_channels_last(); }
+
 Tensor Node::load_bf16(const std::string& slot) const { return saved(slot).unpack_bf16(); }
 
 Tensor Node::exact_bf16_keep(const std::string& slot) const { return saved(slot).exact_bf16_keep(); }

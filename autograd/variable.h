@@ -91,6 +91,8 @@ class Node {
   // The tensor of slot in the channel-blocked layout (N, C/channel_block, H, W, channel_block) when its policy writes
   // that directly (ActivationCachePolicy::unpack_blocked), else an undefined tensor.
   Tensor load_blocked(const std::string& slot, int channel_block) const;
+  // The tensor of slot channels-last (SavedTensor::unpack_channels_last: the policy's direct decode, else a transpose).
+  Tensor load_channels_last(const std::string& slot) const;
   // The slot's tensor as a BF16 tensor when its policy keeps or decodes one (SavedTensor::unpack_bf16), else
   // undefined.
   Tensor load_bf16(const std::string& slot) const;

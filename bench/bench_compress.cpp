@@ -66,7 +66,7 @@ void parallel_copy(float* dst, const float* src, int64_t n) {
 struct Row {
   std::string policy, shape;
   double pack_gbs, unpack_kernel_gbs, unpack_api_gbs, memcpy_gbs;
-  double blocked_gbs = 0, channels_gbs = 0;  // 0: the policy has no such path
+  double blocked_gbs = 0, channels_gbs = 0, channels_last_gbs = 0;  // 0: the policy has no such path
   double bits_measured, bits_closed;
   double rate_measured, rate_closed;
 };
@@ -91,7 +91,8 @@ Row measure(const ActivationCachePolicy& policy, const SavedShape& saved, int re
   info.min_bits = saved.min_bits;
   info.channels_last = channels_last;
   PhiloxStream rng(1, 2);
-  const Tensor x = Tensor::randn(shape, rng);
+  // A bf16 run's channels-last flow hands its saves over channels-last (the plane codecs' tile packs read them so).
+  const Tensor x = channels_last && shape.size() == 4 ? Tensor::randn(shape, rng).channels_last() : Tensor::randn(shape, rng);
   const int64_t numel = x.numel();
   const double f32_bytes = static_cast<double>(numel) * 4;
   Tensor dst = Tensor::empty(shape);
@@ -136,6 +137,10 @@ Row measure(const ActivationCachePolicy& policy, const SavedShape& saved, int re
                                   planes->mins(), planes->steps(), planes->geometry(), shape[1], c);
     }) / 1e9;
   }
+  // The decode a consumer computing channels-last asks for (batch norm's backward in a bf16 run), where the policy
+  // writes it directly (the plane codecs' lane kernels).
+  if (policy.unpack_channels_last(*packed, info).defined())
+    row.channels_last_gbs = f32_bytes / best_seconds(reps, [&] { policy.unpack_channels_last(*packed, info); }) / 1e9;
   row.bits_measured = 8.0 * static_cast<double>(packed->nbytes()) / static_cast<double>(numel);
   row.bits_closed = 8.0 * static_cast<double>(policy.layer_expected_bytes(shape, info)) / static_cast<double>(numel);
   row.rate_measured = 32.0 / row.bits_measured;
@@ -159,8 +164,9 @@ int main(int argc, char** argv) {
   flags.add("simd", "string", cpu::codec_simd_name(cpu::codec_simd_supported()),
             "portable|avx2|avx512: the widest hand-written codec paths to use (the default is the widest this CPU runs)");
   flags.add("channels-last", "bool", "false",
-            "pack as for a consumer computing channels-last (SaveInfo::channels_last: the bf16 keep a bf16\n"
-            "convolution reads, written by the transposing conversion)");
+            "pack a channels-last f32 tensor for a consumer computing channels-last, as a bf16 run's\n"
+            "channels-last flow does (SaveInfo::channels_last: the bf16 keep narrows it in its layout, the\n"
+            "plane codecs pack it without an (N, C, H, W) copy)");
   flags.add("out", "string", "", "also write the table to this file");
   try {
     if (!flags.parse(argc, argv)) {
@@ -199,8 +205,9 @@ int main(int argc, char** argv) {
 
     std::ostringstream md;
     md << "| policy | shape | pack GB/s | unpack GB/s (kernel) | unpack GB/s (API) | blocked unpack GB/s | "
-          "channel reads GB/s | memcpy GB/s | bits/elem | closed form | rate | closed-form rate |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+          "channel reads GB/s | channels-last unpack GB/s | memcpy GB/s | bits/elem | closed form | rate | "
+          "closed-form rate |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     // Every policy parsed before the first is measured: a typo late in the list fails now.
     std::vector<std::shared_ptr<const ActivationCachePolicy>> parsed;
     for (const std::string& spec : split_list(policies, ';')) parsed.push_back(parse_policy(spec));
@@ -215,9 +222,10 @@ int main(int argc, char** argv) {
           std::snprintf(text, sizeof text, "%.2fx", x);
           return std::isfinite(x) ? std::string(text) : std::string("-");
         };
-        std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %.1f | %.3f | %.3f | %s | %s |\n",
+        std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %s | %.1f | %.3f | %.3f | %s | %s |\n",
                       r.policy.c_str(), r.shape.c_str(), r.pack_gbs, r.unpack_kernel_gbs, r.unpack_api_gbs,
-                      gbs_or_dash(r.blocked_gbs).c_str(), gbs_or_dash(r.channels_gbs).c_str(), r.memcpy_gbs, r.bits_measured,
+                      gbs_or_dash(r.blocked_gbs).c_str(), gbs_or_dash(r.channels_gbs).c_str(),
+                      gbs_or_dash(r.channels_last_gbs).c_str(), r.memcpy_gbs, r.bits_measured,
                       r.bits_closed, rate(r.rate_measured).c_str(), rate(r.rate_closed).c_str());
         md << line;
         std::fputs(line, stdout);

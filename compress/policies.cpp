@@ -202,6 +202,17 @@ std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p,
   return std::make_unique<PlaneChannelReader>(*planes);
 }
 
+Tensor PlaneCodecPolicy::unpack_channels_last(const Packed& p, const SaveInfo& info) const {
+  if (!channel_reader(p, info)) return {};  // the packs a channel reader serves: CPU, 4-D, one range, no residual
+  const auto& planes = static_cast<const PackedPlanes&>(p);
+  const Shape& s = planes.shape();
+  if (!cpu::plane_channels_last_lanes(planes.geometry(), s[1])) return {};
+  Tensor out = Tensor::empty_channels_last(s, DType::F32, Device::cpu());
+  cpu::plane_unpack_channels_last(out.data<float>(), planes.lfc(), planes.codes(), planes.mins(), planes.steps(),
+                                  planes.geometry(), s[1]);
+  return out;
+}
+
 Tensor PlaneCodecPolicy::unpack_bf16(const Packed& p, const SaveInfo& info) const {
   if (compute_precision() != Precision::BF16) return {};
   const std::unique_ptr<ChannelReader> reader = channel_reader(p, info);

@@ -101,6 +101,9 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   // CPU packs of (N, C, H, W) with C % 16 == 0 and block 16, codes or LFC (not a full-precision residual).
   Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int channel_block) const override;
+  // CPU packs of (N, C, H, W), codes or LFC (not a full-precision residual), that the lane kernels decode
+  // (cpu::plane_channels_last_lanes: AVX-512, C and H·W multiples of 16, one range per plane).
+  Tensor unpack_channels_last(const Packed& p, const SaveInfo& info) const override;
   // CPU packs of (N, C, H, W), codes or LFC (not a full-precision residual).
   std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo& info) const override;
   // Under --precision bf16, the packs channel_reader serves decoded and rounded to bf16 (what the bf16

@@ -95,6 +95,10 @@ class ActivationCachePolicy {
   // for a consumer that computes in that layout (ops::conv2d_backward_weight_input_block); an undefined
   // tensor when this policy cannot write it directly (the consumer then takes unpack() and reorders).
   virtual Tensor unpack_blocked(const Packed& /*p*/, const SaveInfo& /*info*/, int /*channel_block*/) const { return {}; }
+  // The same values laid out channels-last (Tensor::is_channels_last) for a consumer computing in that layout (batch
+  // norm's backward in a bf16 run's channels-last flow), written so directly; an undefined tensor when this policy
+  // cannot (the consumer then transposes unpack()'s).
+  virtual Tensor unpack_channels_last(const Packed& /*p*/, const SaveInfo& /*info*/) const { return {}; }
   // The values as a BF16 tensor where this policy holds them so (bf16: its copy itself, not a new one; swap:
   // its offloaded bf16 copy, brought back) or can decode them so under --precision bf16 (the plane codecs:
   // unpack()'s values rounded, with no f32 tensor in between), for a consumer that computes in bf16 and

@@ -421,7 +421,9 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
   // Register shapes (32², 16², 8², 4²), odd ones, planes over 1024 elements (sixteen-channel tiles), channel counts
   // on and off the sixteen grid, one tile per image and several (a partial last one: 40 channels of 32²), codes
   // without an LFC (quant) and an LFC without codes (lfc), several code ranges per plane, and the residual output;
-  // every SIMD level.
+  // every SIMD level. On AVX-512 the sixteen-channel groups (channels % 16 == 0, E % 16 == 0, one range, no
+  // residual) take the lane-per-plane path: Q = 1, 2, 4, 8, blocks that do not tile the plane (12² with B = 8) and
+  // 56² (49 LFC values) among them; a NaN and an inf in one plane each.
   struct Case {
     int64_t n, c, h, w, bits, range_rows;
     bool with_lfc, with_codes;
@@ -431,7 +433,9 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
                         Case{2, 20, 7, 7, 2, 0, true, true}, Case{1, 3, 32, 32, 8, 0, true, true},
                         Case{2, 40, 32, 32, 2, 0, true, true}, Case{2, 48, 48, 48, 2, 0, true, true},
                         Case{2, 32, 16, 16, 2, 0, false, true}, Case{2, 32, 16, 16, 2, 0, true, false},
-                        Case{2, 32, 16, 16, 2, 4, true, true}}) {
+                        Case{2, 32, 16, 16, 2, 4, true, true}, Case{2, 32, 16, 16, 1, 0, true, true},
+                        Case{3, 16, 8, 8, 8, 0, true, true}, Case{2, 16, 12, 12, 2, 0, true, true},
+                        Case{2, 32, 56, 56, 4, 0, true, true}}) {
     CAPTURE(k.c);
     CAPTURE(k.h);
     CAPTURE(k.range_rows);
@@ -440,7 +444,9 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
     PlaneGeometry g = make_plane_geometry(k.n * k.c, k.h, k.w, 8, static_cast<int>(k.bits));
     g.range_rows = k.range_rows;
     const int64_t E = g.plane_elems();
-    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 17);
+    std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 17);
+    x[static_cast<size_t>(E + 3)] = std::numeric_limits<float>::quiet_NaN();  // plane 1
+    x[static_cast<size_t>(2 * E + 5)] = std::numeric_limits<float>::infinity();  // plane 2
     std::vector<float> x_cl(x.size());
     for (int64_t n = 0; n < k.n; ++n)
       for (int64_t ch = 0; ch < k.c; ++ch)
@@ -466,7 +472,7 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
         CHECK(codes2 == codes);
         CHECK(mins2 == mins);
         CHECK(steps2 == steps);
-        CHECK(residual2 == residual);
+        CHECK(std::memcmp(residual2.data(), residual.data(), residual.size() * sizeof(float)) == 0);  // NaN bits too
       }
     }
   }
@@ -662,6 +668,48 @@ TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounde
   CHECK_THROWS_AS(cpu::plane_unpack_bf16_channels_last(out.data(), lfc.data(), nullptr, nullptr, nullptr,
                                                        make_plane_geometry(24, 2, 2, 2, 2), 24),
                   Error);  // 24 channels: not whole blocks
+}
+
+TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-last, where the lane kernels run") {
+  // The cases of plane_unpack_blocked: 32², 4², 16² with Q = 1 and 28² with Q = 8 (3×3 LFC blocks that do not tile
+  // the plane) qualify for the lane kernels on AVX-512; 7² (49 elements a plane) and the narrower SIMD levels do not,
+  // and are refused. Each decode term alone and both, against plane_unpack_ref's values moved to (n, e, c).
+  int decoded = 0;
+  for (const BlockCase& k : kBlockCases) {
+    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 9);
+    const PlaneGeometry& g = pk.g;
+    const int64_t E = g.plane_elems();
+    for (int terms = 0; terms < 3; ++terms) {
+      CAPTURE(k.h);
+      CAPTURE(terms);
+      const std::vector<float> planes = pk.planes(terms);
+      std::vector<float> expected(planes.size());
+      for (int64_t n = 0; n < k.n; ++n)
+        for (int64_t ch = 0; ch < k.c; ++ch)
+          for (int64_t e = 0; e < E; ++e)
+            expected[static_cast<size_t>((n * E + e) * k.c + ch)] = planes[static_cast<size_t>((n * k.c + ch) * E + e)];
+      for (const cpu::CodecSimd simd : simd_levels()) {
+        const CodecSimd mode(simd);
+        CAPTURE(cpu::codec_simd_name(simd));
+        std::vector<float> got(planes.size(), -1.f);
+        const auto decode = [&] {
+          cpu::plane_unpack_channels_last(got.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
+                                          pk.steps.data(), g, k.c);
+        };
+        const bool lanes = cpu::plane_channels_last_lanes(g, k.c);
+        CHECK(lanes == (simd == cpu::CodecSimd::Avx512 && E % 16 == 0));
+        if (!lanes) {
+          CHECK_THROWS_AS(decode(), Error);
+          continue;
+        }
+        decode();
+        CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+        ++decoded;
+      }
+    }
+  }
+  // Where the CPU has AVX-512 the four qualifying cases ran with every term combination.
+  CHECK(decoded == (cpu::codec_simd_supported() == cpu::CodecSimd::Avx512 ? 4 * 3 : 0));
 }
 
 TEST_CASE("codec: group_pack and group_unpack match the per-element spec, padding included") {

@@ -120,30 +120,34 @@ ACTLAB_AVX512 ACTLAB_INLINE void mulhilo_epu32(__m512i& hi, __m512i& lo, __m512i
   hi = _mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_DDBB);   // even lanes: dword 2k+1 of `even`
   lo = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);   // odd lanes: dword 2k of `odd`
 }
+// Ten philox4x32_10 rounds on sixteen blocks in registers: lane l of x0..x3 is word 0..3 of block l.
+ACTLAB_AVX512 ACTLAB_INLINE void philox_rounds_avx512(__m512i& x0, __m512i& x1, __m512i& x2, __m512i& x3, uint32_t key0,
+                                                      uint32_t key1) {
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  for (int round = 0; round < 10; ++round) {
+    __m512i hi0, lo0, hi1, lo1;
+    mulhilo_epu32(hi0, lo0, x0, m0);
+    mulhilo_epu32(hi1, lo1, x2, m1);
+    x0 = _mm512_xor_si512(_mm512_xor_si512(hi1, x1), _mm512_set1_epi32(static_cast<int>(key0)));
+    x2 = _mm512_xor_si512(_mm512_xor_si512(hi0, x3), _mm512_set1_epi32(static_cast<int>(key1)));
+    x1 = lo1, x3 = lo0;
+    key0 += 0x9E3779B9u;
+    key1 += 0xBB67AE85u;
+  }
+}
 // philox_rounds with AVX-512F intrinsics, 16 blocks per register and the four words in registers for all
-// ten rounds, then the blocks stored one after another (block l's words 0..3 at
+// ten rounds (philox_rounds_avx512), then the blocks stored one after another (block l's words 0..3 at
 // dst + 16·l) by a 4×16 register transpose instead of word by word. A plain function with a target
 // attribute, not a clone, so that the intrinsics compile whatever the caller's clone; called only when the
 // CPU has AVX-512F (has_avx512f). Reads the counters of blocks [0, m) rounded up to 16 (those lanes must be
 // initialized) and writes exactly m blocks.
 ACTLAB_AVX512 void philox_blocks_avx512(uint8_t* dst, const uint32_t* c0, const uint32_t* c1, const uint32_t* c2,
                                         const uint32_t* c3, int m, uint32_t k0, uint32_t k1) {
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
   for (int v = 0; v < m; v += 16) {
     __m512i x0 = _mm512_loadu_si512(c0 + v), x1 = _mm512_loadu_si512(c1 + v);
     __m512i x2 = _mm512_loadu_si512(c2 + v), x3 = _mm512_loadu_si512(c3 + v);
-    uint32_t key0 = k0, key1 = k1;
-    for (int round = 0; round < 10; ++round) {
-      __m512i hi0, lo0, hi1, lo1;
-      mulhilo_epu32(hi0, lo0, x0, m0);
-      mulhilo_epu32(hi1, lo1, x2, m1);
-      x0 = _mm512_xor_si512(_mm512_xor_si512(hi1, x1), _mm512_set1_epi32(static_cast<int>(key0)));
-      x2 = _mm512_xor_si512(_mm512_xor_si512(hi0, x3), _mm512_set1_epi32(static_cast<int>(key1)));
-      x1 = lo1, x3 = lo0;
-      key0 += 0x9E3779B9u;
-      key1 += 0xBB67AE85u;
-    }
+    philox_rounds_avx512(x0, x1, x2, x3, k0, k1);
     // Within each 128-bit lane j: u_i holds block 4j + i's words 0..3 after two interleaves; then a 4×4
     // transpose of 128-bit lanes puts blocks 4k..4k+3 into output vector k.
     const __m512i t0 = _mm512_unpacklo_epi32(x0, x1), t1 = _mm512_unpackhi_epi32(x0, x1);
@@ -171,18 +175,24 @@ struct QuantizerAvx512 {
       : min(_mm512_set1_ps(min_value)), scale(_mm512_set1_ps(scale_value)), zero(_mm512_setzero_ps()),
         levels(_mm512_set1_ps(static_cast<float>(level_count))), cell(_mm512_set1_ps(1.0f / 256.0f)),
         half_cell(_mm512_set1_ps(0.5f / 256.0f)), one(_mm512_set1_epi32(1)) {}
+  // Each lane its own plane's constants (the channels-last pack: sixteen planes, one per lane).
+  ACTLAB_AVX512 QuantizerAvx512(__m512 min_lanes, __m512 scale_lanes, int level_count)
+      : min(min_lanes), scale(scale_lanes), zero(_mm512_setzero_ps()),
+        levels(_mm512_set1_ps(static_cast<float>(level_count))), cell(_mm512_set1_ps(1.0f / 256.0f)),
+        half_cell(_mm512_set1_ps(0.5f / 256.0f)), one(_mm512_set1_epi32(1)) {}
   // The codes (one per u32 lane) of 16 values r with their 8-bit uniforms u[0..16). uniform8's
   // (bits + 1/2)·2^-8 is one FMA, bits·2^-8 + 2^-9: exact, as the multiply-add it replaces.
   ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, const uint8_t* u) const {
     return codes(r, _mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
   }
   // The same with the 16 uniforms' bytes in a register.
-  ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, __m128i u) const {
+  ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, __m128i u) const { return codes(r, _mm512_cvtepu8_epi32(u)); }
+  // The same with the uniforms' 8-bit values in the u32 lanes.
+  ACTLAB_AVX512 ACTLAB_INLINE __m512i codes(__m512 r, __m512i bits) const {
     __m512 t = _mm512_mul_ps(_mm512_sub_ps(r, min), scale);
     t = _mm512_min_ps(_mm512_max_ps(t, zero), levels);
     const __m512i lower = _mm512_cvttps_epi32(t);
     const __m512 frac = _mm512_sub_ps(t, _mm512_cvtepi32_ps(lower));
-    const __m512i bits = _mm512_cvtepu8_epi32(u);
     const __m512 uniform = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bits), cell, half_cell);
     return _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, frac, _CMP_LT_OQ), lower, one);
   }
@@ -1596,6 +1606,278 @@ void for_each_thread_range(int64_t n, int64_t work, int64_t scratch_bytes, F f) 
   }
 }
 
+// ---------------------------------------------------------------- channels-last pack, sixteen planes per vector
+// A channels-last activation (plane_pack_channels_last: a bf16 run's) holds sixteen planes' values at one position
+// in one vector: channels c0..c0+15 of image n. Those sixteen planes pack with the planes in the lanes, in three
+// passes over their values: the pool (each lane sums its own plane's blocks in codec.h's order), the order keys of
+// the residual's min and max, then the codes. The uniforms need no transpose either: a plane's draws at positions
+// e0..e0+15 are one Philox block, (p·E + e0)/16 when E % 16 == 0, so the sixteen planes' blocks are one register per
+// word (philox_rounds_avx512), and draw e0 + i of every plane is byte i % 4 of word i / 4: a shift. Each lane's
+// codes are shifted into its run's words in registers, then scattered to the sixteen runs. Per value the IEEE
+// operations of plane_pack, so the same bytes (tests/test_codec.cpp); the transpose into a planar tile it replaces
+// (plane_pack_channels_last's other path) cost about as much as the pack behind it (bench/RESULTS.md §7,
+// forty-fourth session).
+#ifdef ACTLAB_X86_INTRINSICS
+bool lanes16(const PlaneGeometry& g, int64_t channels) {
+  return has_avx512bw && channels > 0 && channels % 16 == 0 && g.planes % channels == 0 && g.plane_elems() % 16 == 0 &&
+         g.ranges_per_plane() == 1;
+}
+// float_to_bf16 of each lane, in the low 16 bits of its u32.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_nearest(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                       _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))),
+      16);
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x007FFFFF);
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent) &
+                        _mm512_test_epi32_mask(u, mantissa);
+  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+// The residual of sixteen planes at one position (their values xv, their LFC↑ at lfc_up): x − LFC↑, or x
+// without an LFC. (Lambdas would not inherit the callers' target attributes.)
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 residual16(const float* xv, const float* lfc_up, bool with_lfc) {
+  return with_lfc ? _mm512_sub_ps(_mm512_loadu_ps(xv), _mm512_load_ps(lfc_up)) : _mm512_loadu_ps(xv);
+}
+// The scratch of one thread: the LFC of sixteen planes widened (lfc_up: LFC value k of lane q at lfc_up[16k + q]),
+// one LFC row's column sums (colsum, width·16 floats) and each position's offset into lfc_up (up_at, E int32: the
+// nearest rule's LFC value × 16), the last computed once per call.
+struct Group16Scratch {
+  float* lfc_up;
+  float* colsum;
+  int32_t* up_at;
+  int64_t plane_elems;
+};
+int64_t group16_scratch(Group16Scratch* s, uint8_t* at, const PlaneGeometry& g) {
+  const int64_t lfc_up = g.lfc_elems() * 64, colsum = g.width * 64, up_at = (g.plane_elems() * 4 + 63) / 64 * 64;
+  if (s) {
+    s->plane_elems = g.plane_elems();
+    s->lfc_up = reinterpret_cast<float*>(at);
+    s->colsum = reinterpret_cast<float*>(at + lfc_up);
+    s->up_at = reinterpret_cast<int32_t*>(at + lfc_up + colsum);
+  }
+  return lfc_up + colsum + up_at;
+}
+void fill_up_at(int32_t* up_at, const UpsampleMap& map, const PlaneGeometry& g) {
+  for (int64_t h = 0; h < g.height; ++h)
+    for (int64_t w = 0; w < g.width; ++w)
+      up_at[h * g.width + w] = static_cast<int32_t>((map.row[h] * g.lfc_w + map.col[w]) * 16);
+}
+// Asks for the sixteen values (one cache line) at position e of this task's planes x, or for e >= E at position
+// e − E of the next task's (next; nullptr: none): the first pass over a task reads one line per position, a
+// stride of `channels` floats that the hardware prefetcher did not follow ahead of the loads.
+ACTLAB_INLINE void prefetch_group16(const float* x, const float* next, int64_t e, int64_t E, int64_t C) {
+  const float* p = e < E ? x + e * C : next ? next + (e - E) * C : nullptr;
+  if (p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+// The order keys of the min and max of positions [e0, e1) of sixteen planes' residuals, folded into lo and hi.
+ACTLAB_AVX512BW ACTLAB_INLINE void keys16(__m512i& lo, __m512i& hi, const float* x, int64_t C, const Group16Scratch& s,
+                                          bool with_lfc, int64_t e0, int64_t e1, const float* next = nullptr,
+                                          int64_t ahead = 0) {
+  const int64_t E = s.plane_elems;
+  for (int64_t e = e0; e < e1; ++e) {
+    if (ahead) prefetch_group16(x, next, e + ahead, E, C);
+    const __m512i key = order_keys(residual16(x + e * C, s.lfc_up + s.up_at[e], with_lfc));
+    lo = _mm512_min_epi32(lo, key), hi = _mm512_max_epi32(hi, key);
+  }
+}
+// Planes p0..p0+15 = channels c0..c0+15 of image n (p0 = n·channels + c0). The pool runs a row of LFC blocks at a
+// time, its column sums row by row (reading the positions in memory order: a first version that summed each block
+// column top to bottom, a stride of a whole row per load, spent a fifth of the pack waiting on those loads), and
+// the residual's keys follow on the rows just pooled, while they are in L1.
+template <int kBits>
+ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int64_t n, int64_t c0,
+                                  const Group16Scratch& s, const float* next) {
+  const PlaneGeometry& g = *a.g;
+  const int64_t H = g.height, W = g.width, E = g.plane_elems(), C = channels, LE = g.lfc_elems(), lw = g.lfc_w;
+  const int64_t p0 = n * C + c0;
+  const float* x = a.x + n * E * C + c0;  // the sixteen values at position e: x + e·C
+  const int64_t ahead = g.block_h * W;    // the first pass asks for the values one LFC row ahead
+  __m512i lo = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(INT32_MIN);
+  int64_t keyed = 0;  // rows whose keys are folded in
+  if (a.with_lfc) {
+    const __m512 area = _mm512_set1_ps(static_cast<float>(g.block_h * g.block_w));
+    const int64_t used_w = lw * g.block_w;
+    for (int64_t i = 0; i < g.lfc_h; ++i) {
+      const float* top = x + i * g.block_h * W * C;
+      for (int64_t w = 0; w < used_w; ++w) {
+        prefetch_group16(x, next, i * g.block_h * W + w + ahead, E, C);
+        _mm512_store_ps(s.colsum + 16 * w, _mm512_loadu_ps(top + w * C));
+      }
+      for (int64_t r = 1; r < g.block_h; ++r)
+        for (int64_t w = 0; w < used_w; ++w)
+          prefetch_group16(x, next, (i * g.block_h + r) * W + w + ahead, E, C),
+          _mm512_store_ps(s.colsum + 16 * w, _mm512_add_ps(_mm512_load_ps(s.colsum + 16 * w),
+                                                           _mm512_loadu_ps(top + (r * W + w) * C)));
+      for (int64_t j = 0; j < lw; ++j) {
+        __m512 sum = _mm512_load_ps(s.colsum + 16 * j * g.block_w);
+        for (int64_t b = 1; b < g.block_w; ++b) sum = _mm512_add_ps(sum, _mm512_load_ps(s.colsum + 16 * (j * g.block_w + b)));
+        const __m512i lfc = bf16_nearest(_mm512_div_ps(sum, area));
+        _mm512_store_ps(s.lfc_up + (i * lw + j) * 16, _mm512_castsi512_ps(_mm512_slli_epi32(lfc, 16)));
+        if (a.lfc) {
+          alignas(32) uint16_t lanes[16];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm512_cvtepi32_epi16(lfc));
+          for (int q = 0; q < 16; ++q) a.lfc[(p0 + q) * LE + i * lw + j] = lanes[q];
+        }
+      }
+      // Rows up to this LFC row's last take their LFC from rows pooled by now (the nearest rule's source row of
+      // row h is at most h / block_h).
+      if constexpr (kBits > 0) {
+        const int64_t rows = (i + 1) * g.block_h;
+        keys16(lo, hi, x, C, s, true, keyed * W, rows * W);
+        keyed = rows;
+      }
+    }
+  }
+  if constexpr (kBits == 0) {
+    return;
+  } else {
+    keys16(lo, hi, x, C, s, a.with_lfc, keyed * W, H * W, next, a.with_lfc ? 0 : ahead);  // the first pass without an LFC
+    alignas(64) int32_t lo_keys[16], hi_keys[16];
+    alignas(64) uint16_t min_bits[16], step_bits[16];
+    alignas(64) float min[16], scale[16];
+    _mm512_store_si512(lo_keys, lo);
+    _mm512_store_si512(hi_keys, hi);
+    for (int q = 0; q < 16; ++q) {  // vectorizes across the lanes, as batch_quant_params does across ranges
+      quant_params(min_bits[q], step_bits[q], float_from_order_key(lo_keys[q]), float_from_order_key(hi_keys[q]), kBits);
+      min[q] = bf16_to_float(min_bits[q]), scale[q] = quant_scale(bf16_to_float(step_bits[q]));
+    }
+    std::memcpy(a.mins + p0, min_bits, sizeof(min_bits));
+    std::memcpy(a.steps + p0, step_bits, sizeof(step_bits));
+    const QuantizerAvx512 quantizer(_mm512_load_ps(min), _mm512_load_ps(scale), quant_levels(kBits));
+    const int64_t run_bytes = g.code_bytes_per_plane(), blocks = E / 16;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i run_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(run_bytes)));
+    const __m512i lane_blocks = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(blocks)));  // < 2^32
+    const uint32_t k0 = static_cast<uint32_t>(a.seed), k1 = static_cast<uint32_t>(a.seed >> 32);
+    const __m512i s0 = _mm512_set1_epi32(static_cast<int>(a.stream));
+    const __m512i s1 = _mm512_set1_epi32(static_cast<int>(a.stream >> 32));
+    const __m512i byte = _mm512_set1_epi32(0xFF);
+    uint8_t* runs = a.codes + p0 * run_bytes;
+    for (int64_t e0 = 0; e0 < E; e0 += 16) {
+      // Philox counters (block, stream) of the lanes: plane p0 + q's block is (p0 + q)·E/16 + e0/16.
+      const uint64_t first = static_cast<uint64_t>(p0 * blocks + e0 / 16);
+      const __m512i first_lo = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first)));
+      const __m512i first_hi = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first >> 32)));
+      __m512i w0 = _mm512_add_epi32(first_lo, lane_blocks), w2 = s0, w3 = s1;
+      __m512i w1 = _mm512_mask_add_epi32(first_hi, _mm512_cmplt_epu32_mask(w0, first_lo), first_hi,
+                                         _mm512_set1_epi32(1));
+      philox_rounds_avx512(w0, w1, w2, w3, k0, k1);
+      const __m512i words[4] = {w0, w1, w2, w3};
+      constexpr int kWords = (16 * kBits + 31) / 32;
+      __m512i run[kWords];
+      for (int k = 0; k < kWords; ++k) run[k] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        const __m512i u = _mm512_and_si512(_mm512_srli_epi32(words[i / 4], 8 * (i % 4)), byte);
+        const int64_t e = e0 + i;
+        const __m512i code = quantizer.codes(residual16(x + e * C, s.lfc_up + s.up_at[e], a.with_lfc), u);
+        run[i * kBits / 32] = _mm512_or_si512(run[i * kBits / 32], _mm512_slli_epi32(code, i * kBits % 32));
+      }
+      uint8_t* dst = runs + e0 * kBits / 8;
+      if constexpr (kBits == 1) {  // two bytes a plane: no dword scatter
+        alignas(32) uint16_t lanes[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm512_cvtepi32_epi16(run[0]));
+        for (int q = 0; q < 16; ++q) std::memcpy(dst + q * run_bytes, &lanes[q], 2);
+      } else {
+        for (int k = 0; k < kWords; ++k) _mm512_i32scatter_epi32(dst + 4 * k, run_offsets, run[k], 1);
+      }
+    }
+  }
+}
+// pack_group16 for g.bits (0: no codes).
+void pack_group16_bits(const PlanePackArgs& a, int64_t channels, int64_t n, int64_t c0, const Group16Scratch& s,
+                       const float* next) {
+  switch (a.codes ? a.g->bits : 0) {
+    case 0: return pack_group16<0>(a, channels, n, c0, s, next);
+    case 1: return pack_group16<1>(a, channels, n, c0, s, next);
+    case 2: return pack_group16<2>(a, channels, n, c0, s, next);
+    case 4: return pack_group16<4>(a, channels, n, c0, s, next);
+    case 8: return pack_group16<8>(a, channels, n, c0, s, next);
+    default: ACTLAB_CHECK(false, "plane_pack_channels_last: ", a.g->bits, "-bit codes");
+  }
+}
+// The decode of pack_group16's planes, channels-last: out + (n·E + e)·channels + c0 gets the sixteen values at
+// position e, f32 (kBf16 false) or rounded to bf16 (float_to_bf16; out16). Each lane reads its own plane's run,
+// sixteen positions' codes per gathered word; per value the operations of plane_unpack (LFC↑ + (min + code·step)),
+// so the same values. lfc_up and up_at as in pack_group16.
+template <int kBits, bool kBf16>
+ACTLAB_AVX512BW void unpack_group16(float* out, uint16_t* out16, const PlaneUnpackArgs& a, int64_t channels, int64_t n,
+                                    int64_t c0, const Group16Scratch& s) {
+  const PlaneGeometry& g = *a.g;
+  const int64_t E = g.plane_elems(), C = channels, LE = g.lfc_elems();
+  const int64_t p0 = n * C + c0, at = n * E * C + c0;  // position e of the sixteen planes: at + e·C
+  if (a.lfc) {
+    for (int64_t k = 0; k < LE; ++k) {
+      alignas(64) uint32_t lanes[16];
+      for (int q = 0; q < 16; ++q) lanes[q] = static_cast<uint32_t>(a.lfc[(p0 + q) * LE + k]) << 16;
+      _mm512_store_si512(s.lfc_up + 16 * k, _mm512_load_si512(lanes));
+    }
+  }
+  __m512 min = _mm512_setzero_ps(), step = _mm512_setzero_ps();
+  if constexpr (kBits > 0) {
+    min = bf16x16(a.mins + p0), step = bf16x16(a.steps + p0);
+  }
+  const int64_t run_bytes = kBits > 0 ? g.code_bytes_per_plane() : 0;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i run_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(run_bytes)));
+  const __m512i mask = _mm512_set1_epi32(quant_levels(kBits > 0 ? kBits : 1));
+  const uint8_t* runs = kBits > 0 ? a.codes + p0 * run_bytes : nullptr;
+  for (int64_t e0 = 0; e0 < E; e0 += 16) {
+    constexpr int kWords = (16 * kBits + 31) / 32;
+    __m512i run[kWords > 0 ? kWords : 1];
+    if constexpr (kBits == 1) {  // two bytes a plane: a dword gather would read past the last run
+      alignas(64) uint32_t lanes[16];
+      for (int q = 0; q < 16; ++q) {
+        uint16_t half;
+        std::memcpy(&half, runs + q * run_bytes + e0 / 8, 2);
+        lanes[q] = half;
+      }
+      run[0] = _mm512_load_si512(lanes);
+    } else if constexpr (kBits > 0) {
+      for (int k = 0; k < kWords; ++k) run[k] = _mm512_i32gather_epi32(run_offsets, runs + e0 * kBits / 8 + 4 * k, 1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      const int64_t e = e0 + i;
+      __m512 v;
+      if constexpr (kBits > 0) {
+        const __m512i code = _mm512_and_si512(_mm512_srli_epi32(run[i * kBits / 32], i * kBits % 32), mask);
+        v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), step, min);  // exact product: dequantize's bits
+        if (a.lfc) v = _mm512_add_ps(_mm512_load_ps(s.lfc_up + s.up_at[e]), v);
+      } else {
+        v = _mm512_load_ps(s.lfc_up + s.up_at[e]);
+      }
+      if constexpr (kBf16) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at + e * C), _mm512_cvtepi32_epi16(bf16_nearest(v)));
+      } else {
+        _mm512_storeu_ps(out + at + e * C, v);
+      }
+    }
+  }
+}
+template <bool kBf16>
+void unpack_group16_bits(float* out, uint16_t* out16, const PlaneUnpackArgs& a, int64_t channels, int64_t n,
+                         int64_t c0, const Group16Scratch& s) {
+  switch (a.codes ? a.g->bits : 0) {
+    case 0: return unpack_group16<0, kBf16>(out, out16, a, channels, n, c0, s);
+    case 1: return unpack_group16<1, kBf16>(out, out16, a, channels, n, c0, s);
+    case 2: return unpack_group16<2, kBf16>(out, out16, a, channels, n, c0, s);
+    case 4: return unpack_group16<4, kBf16>(out, out16, a, channels, n, c0, s);
+    case 8: return unpack_group16<8, kBf16>(out, out16, a, channels, n, c0, s);
+    default: ACTLAB_CHECK(false, "plane_unpack_channels_last: ", a.g->bits, "-bit codes");
+  }
+}
+#else
+struct Group16Scratch {};
+int64_t group16_scratch(Group16Scratch*, uint8_t*, const PlaneGeometry&) { return 0; }
+void fill_up_at(int32_t*, const UpsampleMap&, const PlaneGeometry&) {}
+bool lanes16(const PlaneGeometry&, int64_t) { return false; }
+void pack_group16_bits(const PlanePackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&, const float*) {}
+template <bool kBf16>
+void unpack_group16_bits(float*, uint16_t*, const PlaneUnpackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&) {}
+#endif
+
 }  // namespace
 
 CodecSimd set_codec_simd(CodecSimd widest) {
@@ -1633,7 +1915,23 @@ void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uin
                g.planes, " planes");
   const UpsampleMap map(g);
   const int64_t E = g.plane_elems(), C = channels, images = g.planes / C;
-  // A task is one image's tile of channels: sixteen-channel multiples of about 64 KiB of f32, smaller while there are
+  if (lanes16(g, C) && !residual) {
+    const PlanePackArgs args{lfc, codes, mins, steps, residual, x, &g, &map, with_lfc, seed, stream};
+    const int64_t groups = C / 16;
+    for_each_thread_range(images * groups, g.planes * E, group16_scratch(nullptr, nullptr, g),
+                          [&](int64_t first, int64_t last, uint8_t* scratch) {
+                            Group16Scratch s;
+                            group16_scratch(&s, scratch, g);
+                            fill_up_at(s.up_at, map, g);
+                            for (int64_t t = first; t < last; ++t) {
+                              // The next task's sixteen channels, which this one's first pass asks for ahead.
+                              const float* next = t + 1 < last ? x + (t + 1) / groups * E * C + (t + 1) % groups * 16 : nullptr;
+                              pack_group16_bits(args, C, t / groups, t % groups * 16, s, next);
+                            }
+                          });
+    return;
+  }
+  // Otherwise a task is one image's tile of channels: sixteen-channel multiples of about 64 KiB of f32, smaller while there are
   // fewer tasks than threads (a small batch), never under sixteen channels.
   int64_t tile = std::min(C, std::max<int64_t>(16, 16384 / E / 16 * 16));
   while (tile > 16 && images * ((C + tile - 1) / tile) < omp_get_max_threads()) tile = (tile / 2 + 15) / 16 * 16;
@@ -1665,6 +1963,38 @@ void plane_unpack(float* out, const uint16_t* lfc, const uint8_t* codes, const u
                         [&](int64_t first, int64_t last, uint8_t* scratch) { unpack_planes(args, first, last, scratch); });
 }
 
+bool plane_channels_last_lanes(const PlaneGeometry& g, int64_t channels) { return lanes16(g, channels); }
+
+namespace {
+// The sixteen-channel decodes with the planes in the lanes (unpack_group16), f32 or bf16.
+void unpack_all_groups16(float* out, uint16_t* out16, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                         const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  const UpsampleMap map(g);
+  const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
+  const int64_t groups = channels / 16;
+  for_each_thread_range(g.planes / 16, g.planes * g.plane_elems(), group16_scratch(nullptr, nullptr, g),
+                        [&](int64_t first, int64_t last, uint8_t* scratch) {
+                          Group16Scratch s;
+                          group16_scratch(&s, scratch, g);
+                          fill_up_at(s.up_at, map, g);
+                          for (int64_t t = first; t < last; ++t) {
+                            if (out16)
+                              unpack_group16_bits<true>(nullptr, out16, args, channels, t / groups, t % groups * 16, s);
+                            else
+                              unpack_group16_bits<false>(out, nullptr, args, channels, t / groups, t % groups * 16, s);
+                          }
+                        });
+}
+}  // namespace
+
+void plane_unpack_channels_last(float* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
+                                const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  ACTLAB_CHECK(lanes16(g, channels), "plane_unpack_channels_last: ", channels, " channels of ", g.height, "x", g.width,
+               " planes with ", g.ranges_per_plane(), " code ranges each (plane_channels_last_lanes: AVX-512, channels ",
+               "and plane elements in multiples of 16, one range)");
+  unpack_all_groups16(out, nullptr, lfc, codes, mins, steps, g, channels);
+}
+
 namespace {
 // The sixteen-channel block decodes: out (blocked f32) or out16 (channels-last bf16), whole blocks, one range.
 void unpack_all_blocks16(const char* op, float* out, uint16_t* out16, const uint16_t* lfc, const uint8_t* codes,
@@ -1688,6 +2018,7 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
 
 void plane_unpack_bf16_channels_last(uint16_t* out, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                                      const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  if (lanes16(g, channels)) return unpack_all_groups16(nullptr, out, lfc, codes, mins, steps, g, channels);
   unpack_all_blocks16("plane_unpack_bf16_channels_last", nullptr, out, lfc, codes, mins, steps, g, channels);
 }
 
