@@ -421,9 +421,10 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
   // Register shapes (32², 16², 8², 4²), odd ones, planes over 1024 elements (sixteen-channel tiles), channel counts
   // on and off the sixteen grid, one tile per image and several (a partial last one: 40 channels of 32²), codes
   // without an LFC (quant) and an LFC without codes (lfc), several code ranges per plane, and the residual output;
-  // every SIMD level. On AVX-512 the sixteen-channel groups (channels % 16 == 0, E % 16 == 0, one range, no
-  // residual) take the lane-per-plane path: Q = 1, 2, 4, 8, blocks that do not tile the plane (12² with B = 8) and
-  // 56² (49 LFC values) among them; a NaN and an inf in one plane each.
+  // every SIMD level. On AVX-512 the sixteen-channel groups (channels % 16 == 0, one range, no residual) take the
+  // lane-per-plane path: Q = 1, 2, 4, 8, blocks that do not tile the plane (12² with B = 8) and 56² (49 LFC values)
+  // among them, and planes whose draws do not start on a Philox block (7², 14², 2², 5×3: E % 16 != 0) with their
+  // partial last chunk of positions; a NaN and an inf in one plane each.
   struct Case {
     int64_t n, c, h, w, bits, range_rows;
     bool with_lfc, with_codes;
@@ -435,7 +436,10 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
                         Case{2, 32, 16, 16, 2, 0, false, true}, Case{2, 32, 16, 16, 2, 0, true, false},
                         Case{2, 32, 16, 16, 2, 4, true, true}, Case{2, 32, 16, 16, 1, 0, true, true},
                         Case{3, 16, 8, 8, 8, 0, true, true}, Case{2, 16, 12, 12, 2, 0, true, true},
-                        Case{2, 32, 56, 56, 4, 0, true, true}}) {
+                        Case{2, 32, 56, 56, 4, 0, true, true}, Case{2, 16, 7, 7, 2, 0, true, true},
+                        Case{3, 32, 14, 14, 4, 0, true, true}, Case{2, 16, 14, 14, 1, 0, true, true},
+                        Case{2, 16, 2, 2, 2, 0, true, true}, Case{1, 16, 5, 3, 8, 0, true, true},
+                        Case{2, 16, 7, 7, 2, 0, false, true}}) {
     CAPTURE(k.c);
     CAPTURE(k.h);
     CAPTURE(k.range_rows);
@@ -671,9 +675,9 @@ TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounde
 }
 
 TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-last, where the lane kernels run") {
-  // The cases of plane_unpack_blocked: 32², 4², 16² with Q = 1 and 28² with Q = 8 (3×3 LFC blocks that do not tile
-  // the plane) qualify for the lane kernels on AVX-512; 7² (49 elements a plane) and the narrower SIMD levels do not,
-  // and are refused. Each decode term alone and both, against plane_unpack_ref's values moved to (n, e, c).
+  // The cases of plane_unpack_blocked (32², 4², 16² with Q = 1, 28² with Q = 8: 3×3 LFC blocks that do not tile the
+  // plane, 7²: 49 elements a plane, so a partial last chunk) run the lane kernels on AVX-512; the narrower SIMD
+  // levels are refused. Each decode term alone and both, against plane_unpack_ref's values moved to (n, e, c).
   int decoded = 0;
   for (const BlockCase& k : kBlockCases) {
     const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 9);
@@ -697,7 +701,7 @@ TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-l
                                           pk.steps.data(), g, k.c);
         };
         const bool lanes = cpu::plane_channels_last_lanes(g, k.c);
-        CHECK(lanes == (simd == cpu::CodecSimd::Avx512 && E % 16 == 0));
+        CHECK(lanes == (simd == cpu::CodecSimd::Avx512));
         if (!lanes) {
           CHECK_THROWS_AS(decode(), Error);
           continue;
@@ -708,8 +712,8 @@ TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-l
       }
     }
   }
-  // Where the CPU has AVX-512 the four qualifying cases ran with every term combination.
-  CHECK(decoded == (cpu::codec_simd_supported() == cpu::CodecSimd::Avx512 ? 4 * 3 : 0));
+  // Where the CPU has AVX-512 the five cases ran with every term combination.
+  CHECK(decoded == (cpu::codec_simd_supported() == cpu::CodecSimd::Avx512 ? 5 * 3 : 0));
 }
 
 TEST_CASE("codec: group_pack and group_unpack match the per-element spec, padding included") {

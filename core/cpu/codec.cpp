@@ -1619,8 +1619,7 @@ void for_each_thread_range(int64_t n, int64_t work, int64_t scratch_bytes, F f) 
 // forty-fourth session).
 #ifdef ACTLAB_X86_INTRINSICS
 bool lanes16(const PlaneGeometry& g, int64_t channels) {
-  return has_avx512bw && channels > 0 && channels % 16 == 0 && g.planes % channels == 0 && g.plane_elems() % 16 == 0 &&
-         g.ranges_per_plane() == 1;
+  return has_avx512bw && channels > 0 && channels % 16 == 0 && g.planes % channels == 0 && g.ranges_per_plane() == 1;
 }
 // float_to_bf16 of each lane, in the low 16 bits of its u32.
 ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_nearest(__m512 v) {
@@ -1680,6 +1679,66 @@ ACTLAB_AVX512BW ACTLAB_INLINE void keys16(__m512i& lo, __m512i& hi, const float*
     const __m512i key = order_keys(residual16(x + e * C, s.lfc_up + s.up_at[e], with_lfc));
     lo = _mm512_min_epi32(lo, key), hi = _mm512_max_epi32(hi, key);
   }
+}
+// The Philox draws of sixteen planes, one per lane (pack_group16): blocks(w, first) computes the four words of
+// block first + lane_block of every lane, funnel(words, current, next) the sixteen draws of each lane that start
+// byte_of bytes into its current block and run into its next one.
+struct LaneDrawSource {
+  __m512i lane_block, s0, s1, right, left;
+  __mmask16 at1, at2, at3;  // lanes whose draws start in word 1, 2, 3 of their block
+  uint32_t k0, k1;
+  ACTLAB_AVX512BW LaneDrawSource(__m512i lane_blocks, __m512i byte_of, uint64_t seed, uint64_t stream)
+      : lane_block(lane_blocks), s0(_mm512_set1_epi32(static_cast<int>(stream))),
+        s1(_mm512_set1_epi32(static_cast<int>(stream >> 32))),
+        right(_mm512_slli_epi32(_mm512_and_si512(byte_of, _mm512_set1_epi32(3)), 3)),
+        left(_mm512_sub_epi32(_mm512_set1_epi32(32), right)),
+        at1(_mm512_cmpeq_epi32_mask(_mm512_srli_epi32(byte_of, 2), _mm512_set1_epi32(1))),
+        at2(_mm512_cmpeq_epi32_mask(_mm512_srli_epi32(byte_of, 2), _mm512_set1_epi32(2))),
+        at3(_mm512_cmpeq_epi32_mask(_mm512_srli_epi32(byte_of, 2), _mm512_set1_epi32(3))),
+        k0(static_cast<uint32_t>(seed)), k1(static_cast<uint32_t>(seed >> 32)) {}
+  ACTLAB_AVX512BW ACTLAB_INLINE void blocks(__m512i (&w)[4], uint64_t first) const {
+    const __m512i first_lo = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first)));
+    const __m512i first_hi = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first >> 32)));
+    w[0] = _mm512_add_epi32(first_lo, lane_block);
+    w[1] = _mm512_mask_add_epi32(first_hi, _mm512_cmplt_epu32_mask(w[0], first_lo), first_hi, _mm512_set1_epi32(1));
+    w[2] = s0, w[3] = s1;
+    philox_rounds_avx512(w[0], w[1], w[2], w[3], k0, k1);
+  }
+  ACTLAB_AVX512BW ACTLAB_INLINE void funnel(__m512i (&words)[4], const __m512i (&current)[4],
+                                            const __m512i (&next)[4]) const {
+    const __m512i all[8] = {current[0], current[1], current[2], current[3], next[0], next[1], next[2], next[3]};
+    __m512i from[5];  // lane q: word k + (its start byte) / 4 of the two blocks
+    for (int k = 0; k < 5; ++k) {
+      from[k] = _mm512_mask_mov_epi32(all[k], at1, all[k + 1]);
+      from[k] = _mm512_mask_mov_epi32(from[k], at2, all[k + 2]);
+      from[k] = _mm512_mask_mov_epi32(from[k], at3, all[k + 3]);
+    }
+    for (int k = 0; k < 4; ++k)  // a shift by 32 gives 0: lanes that start on a word take it whole
+      words[k] = _mm512_or_si512(_mm512_srlv_epi32(from[k], right), _mm512_sllv_epi32(from[k + 1], left));
+  }
+};
+// Each lane's run words (kWords vectors, lane q's bytes in little-endian order) → its first `bytes` bytes at
+// dst + q·run_bytes, no further (the next plane's run follows).
+template <int kWords>
+ACTLAB_AVX512BW void store_lane_runs(uint8_t* dst, int64_t run_bytes, const __m512i (&run)[kWords], int64_t bytes) {
+  alignas(64) uint32_t lanes[kWords][16];
+  for (int k = 0; k < kWords; ++k) _mm512_store_si512(lanes[k], run[k]);
+  for (int q = 0; q < 16; ++q) {
+    uint32_t words[kWords];
+    for (int k = 0; k < kWords; ++k) words[k] = lanes[k][q];
+    std::memcpy(dst + q * run_bytes, words, static_cast<size_t>(bytes));
+  }
+}
+// The inverse: lane q's first `bytes` bytes at src + q·run_bytes → its run words (the rest zero).
+template <int kWords>
+ACTLAB_AVX512BW void load_lane_runs(__m512i (&run)[kWords], const uint8_t* src, int64_t run_bytes, int64_t bytes) {
+  alignas(64) uint32_t lanes[kWords][16];
+  for (int q = 0; q < 16; ++q) {
+    uint32_t words[kWords] = {};
+    std::memcpy(words, src + q * run_bytes, static_cast<size_t>(bytes));
+    for (int k = 0; k < kWords; ++k) lanes[k][q] = words[k];
+  }
+  for (int k = 0; k < kWords; ++k) run[k] = _mm512_load_si512(lanes[k]);
 }
 // Planes p0..p0+15 = channels c0..c0+15 of image n (p0 = n·channels + c0). The pool runs a row of LFC blocks at a
 // time, its column sums row by row (reading the positions in memory order: a first version that summed each block
@@ -1745,40 +1804,60 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
     std::memcpy(a.mins + p0, min_bits, sizeof(min_bits));
     std::memcpy(a.steps + p0, step_bits, sizeof(step_bits));
     const QuantizerAvx512 quantizer(_mm512_load_ps(min), _mm512_load_ps(scale), quant_levels(kBits));
-    const int64_t run_bytes = g.code_bytes_per_plane(), blocks = E / 16;
+    const int64_t run_bytes = g.code_bytes_per_plane();
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i run_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(run_bytes)));
-    const __m512i lane_blocks = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(blocks)));  // < 2^32
-    const uint32_t k0 = static_cast<uint32_t>(a.seed), k1 = static_cast<uint32_t>(a.seed >> 32);
-    const __m512i s0 = _mm512_set1_epi32(static_cast<int>(a.stream));
-    const __m512i s1 = _mm512_set1_epi32(static_cast<int>(a.stream >> 32));
-    const __m512i byte = _mm512_set1_epi32(0xFF);
+    // Lane q's draw at e is byte ((p0 + q)·E + e) mod 16 of Philox block ((p0 + q)·E + e) / 16: the lanes' first
+    // blocks as offsets from plane p0's (< 2^32), and the byte a lane's draws start at in its block, the same in
+    // every chunk of sixteen positions (0 for all lanes when E % 16 == 0).
+    alignas(64) uint32_t block_of[16];
+    alignas(64) int32_t byte_of[16];
+    const uint64_t base = static_cast<uint64_t>(p0 * E) >> 4;
+    for (int q = 0; q < 16; ++q) {
+      const uint64_t d = static_cast<uint64_t>((p0 + q) * E);
+      block_of[q] = static_cast<uint32_t>((d >> 4) - base), byte_of[q] = static_cast<int32_t>(d & 15);
+    }
+    const LaneDrawSource draws(_mm512_load_si512(block_of), _mm512_load_si512(byte_of), a.seed, a.stream);
+    const bool whole_blocks = E % 16 == 0;
+    __m512i current[4];
+    if (!whole_blocks) draws.blocks(current, base);
     uint8_t* runs = a.codes + p0 * run_bytes;
+    constexpr int kWords = (16 * kBits + 31) / 32;
     for (int64_t e0 = 0; e0 < E; e0 += 16) {
-      // Philox counters (block, stream) of the lanes: plane p0 + q's block is (p0 + q)·E/16 + e0/16.
-      const uint64_t first = static_cast<uint64_t>(p0 * blocks + e0 / 16);
-      const __m512i first_lo = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first)));
-      const __m512i first_hi = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first >> 32)));
-      __m512i w0 = _mm512_add_epi32(first_lo, lane_blocks), w2 = s0, w3 = s1;
-      __m512i w1 = _mm512_mask_add_epi32(first_hi, _mm512_cmplt_epu32_mask(w0, first_lo), first_hi,
-                                         _mm512_set1_epi32(1));
-      philox_rounds_avx512(w0, w1, w2, w3, k0, k1);
-      const __m512i words[4] = {w0, w1, w2, w3};
-      constexpr int kWords = (16 * kBits + 31) / 32;
+      __m512i words[4];  // the sixteen draws of every lane, four to a word
+      if (whole_blocks) {
+        draws.blocks(words, base + static_cast<uint64_t>(e0 / 16));
+      } else {
+        __m512i next[4];
+        draws.blocks(next, base + static_cast<uint64_t>(e0 / 16) + 1);
+        draws.funnel(words, current, next);
+        for (int k = 0; k < 4; ++k) current[k] = next[k];
+      }
       __m512i run[kWords];
       for (int k = 0; k < kWords; ++k) run[k] = _mm512_setzero_si512();
+      uint8_t* dst = runs + e0 * kBits / 8;
+      const int64_t n = std::min<int64_t>(16, E - e0);
+      if (n < 16) {  // a plane's last, partial chunk: only its positions, and each lane's bytes alone
+        for (int64_t i = 0; i < n; ++i) {
+          const __m512i u = _mm512_and_si512(_mm512_srlv_epi32(words[i / 4], _mm512_set1_epi32(static_cast<int>(8 * (i % 4)))),
+                                             _mm512_set1_epi32(0xFF));
+          const __m512 r = residual16(x + (e0 + i) * C, s.lfc_up + s.up_at[e0 + i], a.with_lfc);
+          run[i * kBits / 32] = _mm512_or_si512(
+              run[i * kBits / 32],
+              _mm512_sllv_epi32(quantizer.codes(r, u), _mm512_set1_epi32(static_cast<int>(i * kBits % 32))));
+        }
+        store_lane_runs<kWords>(dst, run_bytes, run, (n * kBits + 7) / 8);
+        continue;
+      }
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) {
-        const __m512i u = _mm512_and_si512(_mm512_srli_epi32(words[i / 4], 8 * (i % 4)), byte);
+        const __m512i u = _mm512_and_si512(_mm512_srli_epi32(words[i / 4], 8 * (i % 4)), _mm512_set1_epi32(0xFF));
         const int64_t e = e0 + i;
         const __m512i code = quantizer.codes(residual16(x + e * C, s.lfc_up + s.up_at[e], a.with_lfc), u);
         run[i * kBits / 32] = _mm512_or_si512(run[i * kBits / 32], _mm512_slli_epi32(code, i * kBits % 32));
       }
-      uint8_t* dst = runs + e0 * kBits / 8;
       if constexpr (kBits == 1) {  // two bytes a plane: no dword scatter
-        alignas(32) uint16_t lanes[16];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm512_cvtepi32_epi16(run[0]));
-        for (int q = 0; q < 16; ++q) std::memcpy(dst + q * run_bytes, &lanes[q], 2);
+        store_lane_runs<kWords>(dst, run_bytes, run, 2);
       } else {
         for (int k = 0; k < kWords; ++k) _mm512_i32scatter_epi32(dst + 4 * k, run_offsets, run[k], 1);
       }
@@ -1795,6 +1874,25 @@ void pack_group16_bits(const PlanePackArgs& a, int64_t channels, int64_t n, int6
     case 4: return pack_group16<4>(a, channels, n, c0, s, next);
     case 8: return pack_group16<8>(a, channels, n, c0, s, next);
     default: ACTLAB_CHECK(false, "plane_pack_channels_last: ", a.g->bits, "-bit codes");
+  }
+}
+// One position of unpack_group16: the sixteen lanes' values, LFC↑ (up; nullptr: none) + (min + code·step) (no
+// codes: LFC↑ alone), stored at out + at (f32) or out16 + at (rounded to bf16).
+template <int kBits, bool kBf16>
+ACTLAB_AVX512BW ACTLAB_INLINE void put_lanes16(float* out, uint16_t* out16, int64_t at, __m512i code, __m512 min,
+                                               __m512 step, const float* up) {
+  __m512 v;
+  if constexpr (kBits > 0) {
+    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), step, min);  // exact product: dequantize's bits
+    if (up) v = _mm512_add_ps(_mm512_load_ps(up), v);
+  } else {
+    (void)code, (void)min, (void)step;
+    v = _mm512_load_ps(up);
+  }
+  if constexpr (kBf16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at), _mm512_cvtepi32_epi16(bf16_nearest(v)));
+  } else {
+    _mm512_storeu_ps(out + at, v);
   }
 }
 // The decode of pack_group16's planes, channels-last: out + (n·E + e)·channels + c0 gets the sixteen values at
@@ -1823,36 +1921,34 @@ ACTLAB_AVX512BW void unpack_group16(float* out, uint16_t* out16, const PlaneUnpa
   const __m512i run_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(run_bytes)));
   const __m512i mask = _mm512_set1_epi32(quant_levels(kBits > 0 ? kBits : 1));
   const uint8_t* runs = kBits > 0 ? a.codes + p0 * run_bytes : nullptr;
+  constexpr int kWords = kBits > 0 ? (16 * kBits + 31) / 32 : 1;
+  const bool with_lfc = a.lfc != nullptr;
   for (int64_t e0 = 0; e0 < E; e0 += 16) {
-    constexpr int kWords = (16 * kBits + 31) / 32;
-    __m512i run[kWords > 0 ? kWords : 1];
-    if constexpr (kBits == 1) {  // two bytes a plane: a dword gather would read past the last run
-      alignas(64) uint32_t lanes[16];
-      for (int q = 0; q < 16; ++q) {
-        uint16_t half;
-        std::memcpy(&half, runs + q * run_bytes + e0 / 8, 2);
-        lanes[q] = half;
+    __m512i run[kWords];
+    const int64_t n = std::min<int64_t>(16, E - e0);
+    if constexpr (kBits > 0) {
+      if (n < 16 || kBits == 1)  // a partial chunk, or two bytes a lane: a dword gather would read past the runs
+        load_lane_runs<kWords>(run, runs + e0 * kBits / 8, run_bytes, (n * kBits + 7) / 8);
+      else
+        for (int k = 0; k < kWords; ++k) run[k] = _mm512_i32gather_epi32(run_offsets, runs + e0 * kBits / 8 + 4 * k, 1);
+    }
+    if (n < 16) {
+      for (int64_t i = 0; i < n; ++i) {
+        __m512i code = _mm512_setzero_si512();
+        if constexpr (kBits > 0)
+          code = _mm512_and_si512(_mm512_srlv_epi32(run[i * kBits / 32], _mm512_set1_epi32(static_cast<int>(i * kBits % 32))),
+                                  mask);
+        put_lanes16<kBits, kBf16>(out, out16, at + (e0 + i) * C, code, min, step,
+                                  with_lfc ? s.lfc_up + s.up_at[e0 + i] : nullptr);
       }
-      run[0] = _mm512_load_si512(lanes);
-    } else if constexpr (kBits > 0) {
-      for (int k = 0; k < kWords; ++k) run[k] = _mm512_i32gather_epi32(run_offsets, runs + e0 * kBits / 8 + 4 * k, 1);
+      continue;
     }
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) {
-      const int64_t e = e0 + i;
-      __m512 v;
-      if constexpr (kBits > 0) {
-        const __m512i code = _mm512_and_si512(_mm512_srli_epi32(run[i * kBits / 32], i * kBits % 32), mask);
-        v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), step, min);  // exact product: dequantize's bits
-        if (a.lfc) v = _mm512_add_ps(_mm512_load_ps(s.lfc_up + s.up_at[e]), v);
-      } else {
-        v = _mm512_load_ps(s.lfc_up + s.up_at[e]);
-      }
-      if constexpr (kBf16) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at + e * C), _mm512_cvtepi32_epi16(bf16_nearest(v)));
-      } else {
-        _mm512_storeu_ps(out + at + e * C, v);
-      }
+      __m512i code = _mm512_setzero_si512();
+      if constexpr (kBits > 0) code = _mm512_and_si512(_mm512_srli_epi32(run[i * kBits / 32], i * kBits % 32), mask);
+      put_lanes16<kBits, kBf16>(out, out16, at + (e0 + i) * C, code, min, step,
+                                with_lfc ? s.lfc_up + s.up_at[e0 + i] : nullptr);
     }
   }
 }
