@@ -299,12 +299,15 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::DnnlBlocked, Precision::BF16));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(small_strided, ConvImpl::Auto, Precision::BF16));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(grouped, ConvImpl::Auto, Precision::BF16));
-  CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(shape(2, 16, 8, 8, 32, 1, 1, 1, 0, 1), ConvImpl::Auto,
-                                                           Precision::BF16));
-  // Which input layout the bf16 forward reads: never channels-last on dnnl-plain's (N, C, H, W) kernels (Auto's
-  // pointwise layers); dnnl-nhwc's by construction.
+  // Pointwise layers on AMX run all three passes as matmuls on channels-last operands: backward data as the
+  // forward of the transposed weights, the forward as one matmul (so it reads channels-last); elsewhere Auto's
+  // pointwise forward is dnnl-plain's (N, C, H, W) kernel, which never reads channels-last. Grouped (depthwise)
+  // layers run dnnl-nhwc on AMX, so they read channels-last there too.
   const ConvShape pointwise = shape(2, 16, 8, 8, 32, 1, 1, 1, 0, 1);
-  CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::Auto));
+  CHECK(actlab::cpu::conv2d_backward_data_as_forward(pointwise, ConvImpl::Auto, Precision::BF16) == amx);
+  CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::Auto) == amx);
+  CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::DnnlPlain));
+  CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(grouped, false, ConvImpl::Auto) == amx);
   // The 4x4 maps' forward as one matmul (Auto on AMX) reads its im2col from a channels-last input.
   if (amx) CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(shape(2, 16, 4, 4, 80, 3, 3, 1, 1, 1), true, ConvImpl::Auto));
   CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(large, true, ConvImpl::DnnlPlain));

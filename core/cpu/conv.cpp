@@ -105,11 +105,13 @@ bool dense_pointwise(const ConvShape& s) {
 // projections; and on maps of at most 64 output positions, strided layers, pointwise layers and layers with
 // 256 or more input channels (the measured wins had 256 and 512, the loss 64; 128 was not measured).
 // oneDNN's kernel stayed faster on the 64-channel 8x8 layer, on pointwise layers at 16x16 and on every larger
-// map. Without AMX the route is unmeasured, so oneDNN's kernel runs.
+// map, measured on (N, C, H, W) operands; pointwise layers now take the route at every size, as their forward and
+// backward data do, so a channels-last run needs no reorder there (resolve). Without AMX the route is unmeasured,
+// so oneDNN's kernel runs.
 bool bf16_weight_gemm_pays(const ConvShape& s) {
   if (s.groups != 1 || !dnnl_runs_amx()) return false;
   const bool strided = s.stride_h > 1 || s.stride_w > 1, pointwise = s.R * s.S == 1;
-  if (pointwise && strided) return true;
+  if (pointwise) return true;  // strided projections, and dense pointwise layers (see above)
   return s.P() * s.Q() <= 64 && (strided || pointwise || s.C >= 256);
 }
 
@@ -119,12 +121,17 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
     // Measured (bench/RESULTS_conv.md, "bf16"): pointwise convs are fastest on plain NCHW in bf16 too (up to 2x
     // over blocked at 32x32), depthwise and 3x3 ones on blocked layouts (plain is 4x slower for depthwise).
     // im2col under bf16 is the matmul route of backward weights (one group only); its forward and backward
-    // data, and a grouped layer's backward weights, run dnnl-blocked.
+    // data, and a grouped layer's backward weights, run dnnl-blocked. On AMX, pointwise layers run all three
+    // passes as matmuls instead (bf16_forward_gemm_pays) and grouped ones dnnl-nhwc, so that every layer of
+    // MobileNetV2 reads and writes channels-last and its activations stay so between layers (docs/precision.md):
+    // its bf16 step became 1.32-1.37x as fast (bench/RESULTS.md §7, "forty-fourth session"), where dnnl-plain and
+    // dnnl-blocked had cost it a reorder on each side of every layer.
     if (dir == Direction::BackwardWeight && s.groups == 1 &&
         (impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && bf16_weight_gemm_pays(s))))
       return ConvImpl::Im2colGemm;
     if (impl == ConvImpl::Im2colGemm) return ConvImpl::DnnlBlocked;
     if (impl != ConvImpl::Auto) return impl;
+    if (s.groups > 1 && dnnl_runs_amx()) return ConvImpl::DnnlNhwc;  // depthwise: no AMX kernel either way
     return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
   }
   if (impl != ConvImpl::Auto) return impl;
@@ -705,9 +712,11 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
 // rows: ResNet-18's 512-channel 3x3 layers on 4x4 maps ran at 0.9 TFLOP/s where the same work on 8x8 maps ran at
 // 3.4 (DNNL_VERBOSE on an AMX Xeon, bench/RESULTS.md §7, "forty-second session"). As one matmul over the batch the
 // rows are all N·P·Q output positions: y (rows, K) = col (rows, R·S·C) · Wᵀ, W as (K, R·S·C) in (k, r, s, c)
-// order, col the im2col of the channels-last input (as in gemm_backward_weight_bf16).
+// order, col the im2col of the channels-last input (as in gemm_backward_weight_bf16). Dense pointwise layers too
+// on AMX: col is the channels-last input itself, and the matmul reads and writes channels-last, where
+// dnnl-plain's kernel computes on (N, C, H, W) (resolve).
 bool bf16_forward_gemm_pays(const ConvShape& s) {
-  return s.groups == 1 && s.R * s.S > 1 && s.P() * s.Q() <= 16 && dnnl_runs_amx();
+  return s.groups == 1 && dnnl_runs_amx() && (dense_pointwise(s) || (s.R * s.S > 1 && s.P() * s.Q() <= 16));
 }
 
 struct GemmForwardPlan {
@@ -822,7 +831,7 @@ bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl, Precisio
   if (compute != Precision::BF16 || s.groups != 1 || s.stride_h != 1 || s.stride_w != 1 || s.pad_h > s.R - 1 ||
       s.pad_w > s.S - 1)
     return false;
-  return impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && !dense_pointwise(s) && dnnl_runs_amx());
+  return impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && dnnl_runs_amx());
 }
 
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,

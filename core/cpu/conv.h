@@ -80,9 +80,9 @@ ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl = ConvImp
                                      Precision compute = Precision::F32);
 // Whether conv2d_backward_data runs as the forward convolution of dy with the kernels flipped and the channels
 // swapped, padded by R - 1 - pad (the forward Auto or Im2colGemm would run for that shape): under bf16 for
-// one-group stride-1 layers with pad <= R - 1, with Im2colGemm, and with Auto on AMX CPUs for layers that are not
-// dense pointwise (dnnl-plain's). oneDNN 2.6's AMX backward-data kernel took 1.2-1.7 times its forward kernel's
-// time on ResNet-18's stride-1 layers (bench/RESULTS.md §7, "forty-second session").
+// one-group stride-1 layers with pad <= R - 1, with Im2colGemm, and with Auto on AMX CPUs (a dense pointwise layer's
+// then a matmul with the transposed weights). oneDNN 2.6's AMX backward-data kernel took 1.2-1.7 times its forward
+// kernel's time on ResNet-18's stride-1 layers (bench/RESULTS.md §7, "forty-second session").
 bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
                                      Precision compute = Precision::F32);
 // Throws Error, one line, unless `impl` has a path at `compute` (dnnl-wino has no bf16 one): the check every
