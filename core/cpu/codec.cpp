@@ -1722,7 +1722,7 @@ struct LaneDrawSource {
 template <int kWords>
 ACTLAB_AVX512BW void store_lane_runs(uint8_t* dst, int64_t run_bytes, const __m512i (&run)[kWords], int64_t bytes) {
   alignas(64) uint32_t lanes[kWords][16];
-  for (int k = 0; k < kWords; ++k) _mm512_store_si512(lanes[k], run[k]);
+  for (int k = 0; k < kWords; ++k) _mm512_storeu_si512(lanes[k], run[k]);
   for (int q = 0; q < 16; ++q) {
     uint32_t words[kWords];
     for (int k = 0; k < kWords; ++k) words[k] = lanes[k][q];
@@ -1738,7 +1738,7 @@ ACTLAB_AVX512BW void load_lane_runs(__m512i (&run)[kWords], const uint8_t* src, 
     std::memcpy(words, src + q * run_bytes, static_cast<size_t>(bytes));
     for (int k = 0; k < kWords; ++k) lanes[k][q] = words[k];
   }
-  for (int k = 0; k < kWords; ++k) run[k] = _mm512_load_si512(lanes[k]);
+  for (int k = 0; k < kWords; ++k) run[k] = _mm512_loadu_si512(lanes[k]);
 }
 // Planes p0..p0+15 = channels c0..c0+15 of image n (p0 = n·channels + c0). The pool runs a row of LFC blocks at a
 // time, its column sums row by row (reading the positions in memory order: a first version that summed each block
@@ -1775,7 +1775,7 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
         _mm512_store_ps(s.lfc_up + (i * lw + j) * 16, _mm512_castsi512_ps(_mm512_slli_epi32(lfc, 16)));
         if (a.lfc) {
           alignas(32) uint16_t lanes[16];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm512_cvtepi32_epi16(lfc));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm512_cvtepi32_epi16(lfc));
           for (int q = 0; q < 16; ++q) a.lfc[(p0 + q) * LE + i * lw + j] = lanes[q];
         }
       }
@@ -1795,15 +1795,15 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
     alignas(64) int32_t lo_keys[16], hi_keys[16];
     alignas(64) uint16_t min_bits[16], step_bits[16];
     alignas(64) float min[16], scale[16];
-    _mm512_store_si512(lo_keys, lo);
-    _mm512_store_si512(hi_keys, hi);
+    _mm512_storeu_si512(lo_keys, lo);
+    _mm512_storeu_si512(hi_keys, hi);
     for (int q = 0; q < 16; ++q) {  // vectorizes across the lanes, as batch_quant_params does across ranges
       quant_params(min_bits[q], step_bits[q], float_from_order_key(lo_keys[q]), float_from_order_key(hi_keys[q]), kBits);
       min[q] = bf16_to_float(min_bits[q]), scale[q] = quant_scale(bf16_to_float(step_bits[q]));
     }
     std::memcpy(a.mins + p0, min_bits, sizeof(min_bits));
     std::memcpy(a.steps + p0, step_bits, sizeof(step_bits));
-    const QuantizerAvx512 quantizer(_mm512_load_ps(min), _mm512_load_ps(scale), quant_levels(kBits));
+    const QuantizerAvx512 quantizer(_mm512_loadu_ps(min), _mm512_loadu_ps(scale), quant_levels(kBits));
     const int64_t run_bytes = g.code_bytes_per_plane();
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i run_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(run_bytes)));
@@ -1817,7 +1817,7 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
       const uint64_t d = static_cast<uint64_t>((p0 + q) * E);
       block_of[q] = static_cast<uint32_t>((d >> 4) - base), byte_of[q] = static_cast<int32_t>(d & 15);
     }
-    const LaneDrawSource draws(_mm512_load_si512(block_of), _mm512_load_si512(byte_of), a.seed, a.stream);
+    const LaneDrawSource draws(_mm512_loadu_si512(block_of), _mm512_loadu_si512(byte_of), a.seed, a.stream);
     const bool whole_blocks = E % 16 == 0;
     __m512i current[4];
     if (!whole_blocks) draws.blocks(current, base);
@@ -1909,7 +1909,7 @@ ACTLAB_AVX512BW void unpack_group16(float* out, uint16_t* out16, const PlaneUnpa
     for (int64_t k = 0; k < LE; ++k) {
       alignas(64) uint32_t lanes[16];
       for (int q = 0; q < 16; ++q) lanes[q] = static_cast<uint32_t>(a.lfc[(p0 + q) * LE + k]) << 16;
-      _mm512_store_si512(s.lfc_up + 16 * k, _mm512_load_si512(lanes));
+      _mm512_store_si512(s.lfc_up + 16 * k, _mm512_loadu_si512(lanes));
     }
   }
   __m512 min = _mm512_setzero_ps(), step = _mm512_setzero_ps();
