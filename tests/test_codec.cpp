@@ -73,6 +73,17 @@ std::vector<cpu::CodecSimd> simd_levels() {
   return levels;
 }
 
+// Planes of a 4-D tensor, (n, c, e) with `channels` per image and E elements each, moved to channels-last (n, e, c).
+std::vector<float> moved_channels_last(const std::vector<float>& planes, int64_t channels, int64_t E) {
+  std::vector<float> out(planes.size());
+  const int64_t images = static_cast<int64_t>(planes.size()) / (channels * E);
+  for (int64_t n = 0; n < images; ++n)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t e = 0; e < E; ++e)
+        out[static_cast<size_t>((n * E + e) * channels + c)] = planes[static_cast<size_t>((n * channels + c) * E + e)];
+  return out;
+}
+
 // Bitwise float equality (tells −0 from +0; the unpack paths must agree to the bit).
 bool same_bits(float a, float b) { return float_bits(a) == float_bits(b); }
 
@@ -451,11 +462,7 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
     std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 17);
     x[static_cast<size_t>(E + 3)] = std::numeric_limits<float>::quiet_NaN();  // plane 1
     x[static_cast<size_t>(2 * E + 5)] = std::numeric_limits<float>::infinity();  // plane 2
-    std::vector<float> x_cl(x.size());
-    for (int64_t n = 0; n < k.n; ++n)
-      for (int64_t ch = 0; ch < k.c; ++ch)
-        for (int64_t e = 0; e < E; ++e)
-          x_cl[static_cast<size_t>((n * E + e) * k.c + ch)] = x[static_cast<size_t>((n * k.c + ch) * E + e)];
+    const std::vector<float> x_cl = moved_channels_last(x, k.c, E);
     for (const cpu::CodecSimd simd : simd_levels()) {
       const CodecSimd mode(simd);
       CAPTURE(cpu::codec_simd_name(simd));
@@ -650,12 +657,8 @@ TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounde
       CAPTURE(k.h);
       CAPTURE(terms);
       const std::vector<float> planes = pk.planes(terms);
-      std::vector<uint16_t> expected(planes.size());
-      for (int64_t n = 0; n < k.n; ++n)
-        for (int64_t ch = 0; ch < k.c; ++ch)
-          for (int64_t e = 0; e < E; ++e)
-            expected[static_cast<size_t>((n * E + e) * k.c + ch)] =
-                float_to_bf16(planes[static_cast<size_t>((n * k.c + ch) * E + e)]);
+      std::vector<uint16_t> expected;
+      for (const float v : moved_channels_last(planes, k.c, E)) expected.push_back(float_to_bf16(v));
       for (const cpu::CodecSimd simd : simd_levels()) {
         const CodecSimd mode(simd);
         CAPTURE(cpu::codec_simd_name(simd));
@@ -687,11 +690,7 @@ TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-l
       CAPTURE(k.h);
       CAPTURE(terms);
       const std::vector<float> planes = pk.planes(terms);
-      std::vector<float> expected(planes.size());
-      for (int64_t n = 0; n < k.n; ++n)
-        for (int64_t ch = 0; ch < k.c; ++ch)
-          for (int64_t e = 0; e < E; ++e)
-            expected[static_cast<size_t>((n * E + e) * k.c + ch)] = planes[static_cast<size_t>((n * k.c + ch) * E + e)];
+      const std::vector<float> expected = moved_channels_last(planes, k.c, E);
       for (const cpu::CodecSimd simd : simd_levels()) {
         const CodecSimd mode(simd);
         CAPTURE(cpu::codec_simd_name(simd));
