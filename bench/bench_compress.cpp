@@ -91,8 +91,10 @@ Row measure(const ActivationCachePolicy& policy, const SavedShape& saved, int re
   info.min_bits = saved.min_bits;
   info.channels_last = channels_last;
   PhiloxStream rng(1, 2);
-  // A bf16 run's channels-last flow hands its saves over channels-last (the plane codecs' tile packs read them so).
-  const Tensor x = channels_last && shape.size() == 4 ? Tensor::randn(shape, rng).channels_last() : Tensor::randn(shape, rng);
+  // A bf16 run's channels-last flow hands its saves over channels-last to the policies that take them so
+  // (takes_channels_last: the bf16 keep, the plane codecs); the others keep the (N, C, H, W) flow and get that.
+  const bool cl = channels_last && shape.size() == 4 && policy.takes_channels_last();
+  const Tensor x = cl ? Tensor::randn(shape, rng).channels_last() : Tensor::randn(shape, rng);
   const int64_t numel = x.numel();
   const double f32_bytes = static_cast<double>(numel) * 4;
   Tensor dst = Tensor::empty(shape);

@@ -194,22 +194,30 @@ class PlaneChannelReader final : public ChannelReader {
 };
 }  // namespace
 
-std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p, const SaveInfo&) const {
+namespace {
+// p as this kind's pack of a 4-D tensor on the CPU with one range per plane and no f32 residual, the packs the
+// channel reader and the channels-last decode serve; else nullptr.
+const PackedPlanes* cpu_planes_4d(const Packed& p, PlaneCodecKind kind) {
   const auto* planes = dynamic_cast<const PackedPlanes*>(&p);
-  if (planes == nullptr || planes->config().kind != config_.kind || planes->residual() != nullptr ||
+  if (planes == nullptr || planes->config().kind != kind || planes->residual() != nullptr ||
       planes->geometry().ranges_per_plane() > 1 || !planes->buffer().device().is_cpu() || planes->shape().size() != 4)
     return nullptr;
-  return std::make_unique<PlaneChannelReader>(*planes);
+  return planes;
+}
+}  // namespace
+
+std::unique_ptr<ChannelReader> PlaneCodecPolicy::channel_reader(const Packed& p, const SaveInfo&) const {
+  const PackedPlanes* planes = cpu_planes_4d(p, config_.kind);
+  return planes ? std::make_unique<PlaneChannelReader>(*planes) : nullptr;
 }
 
-Tensor PlaneCodecPolicy::unpack_channels_last(const Packed& p, const SaveInfo& info) const {
-  if (!channel_reader(p, info)) return {};  // the packs a channel reader serves: CPU, 4-D, one range, no residual
-  const auto& planes = static_cast<const PackedPlanes&>(p);
-  const Shape& s = planes.shape();
-  if (!cpu::plane_channels_last_lanes(planes.geometry(), s[1])) return {};
+Tensor PlaneCodecPolicy::unpack_channels_last(const Packed& p, const SaveInfo&) const {
+  const PackedPlanes* planes = cpu_planes_4d(p, config_.kind);
+  if (!planes || !cpu::plane_channels_last_lanes(planes->geometry(), planes->shape()[1])) return {};
+  const Shape& s = planes->shape();
   Tensor out = Tensor::empty_channels_last(s, DType::F32, Device::cpu());
-  cpu::plane_unpack_channels_last(out.data<float>(), planes.lfc(), planes.codes(), planes.mins(), planes.steps(),
-                                  planes.geometry(), s[1]);
+  cpu::plane_unpack_channels_last(out.data<float>(), planes->lfc(), planes->codes(), planes->mins(), planes->steps(),
+                                  planes->geometry(), s[1]);
   return out;
 }
 

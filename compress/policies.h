@@ -102,7 +102,7 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   // CPU packs of (N, C, H, W) with C % 16 == 0 and block 16, codes or LFC (not a full-precision residual).
   Tensor unpack_blocked(const Packed& p, const SaveInfo& info, int channel_block) const override;
   // CPU packs of (N, C, H, W), codes or LFC (not a full-precision residual), that the lane kernels decode
-  // (cpu::plane_channels_last_lanes: AVX-512, C and H·W multiples of 16, one range per plane).
+  // (cpu::plane_channels_last_lanes: AVX-512, C a multiple of 16, one range per plane).
   Tensor unpack_channels_last(const Packed& p, const SaveInfo& info) const override;
   // CPU packs of (N, C, H, W), codes or LFC (not a full-precision residual).
   std::unique_ptr<ChannelReader> channel_reader(const Packed& p, const SaveInfo& info) const override;

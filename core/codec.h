@@ -269,9 +269,9 @@ void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, 
                 const float* x, const PlaneGeometry& g, bool with_lfc, uint64_t seed, uint64_t stream);
 // plane_pack of x given channels-last: x (N, height, width, channels) with N·channels = g.planes, plane
 // n·channels + c being channel c of image n: the same bytes as plane_pack of the (N, C, H, W) tensor, without
-// writing that tensor out (a bf16 run's activations). On AVX-512 CPUs, groups of sixteen channels pack with the
-// planes in the vector lanes (channels % 16 == 0, plane_elems() % 16 == 0, one code range per plane, no
-// residual); otherwise tiles of planes are transposed into a per-thread buffer and packed there.
+// writing that tensor out (a bf16 run's activations). Where plane_channels_last_lanes holds and no residual is
+// asked for, groups of sixteen channels pack with the planes in the vector lanes; otherwise tiles of planes are
+// transposed into a per-thread buffer and packed there.
 void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
                               const float* x, const PlaneGeometry& g, int64_t channels, bool with_lfc, uint64_t seed,
                               uint64_t stream);
@@ -290,8 +290,8 @@ void plane_unpack_blocked(float* out, const uint16_t* lfc, const uint8_t* codes,
                           const uint16_t* steps, const PlaneGeometry& g, int64_t channels);
 
 // Whether the sixteen-channel lane kernels run for this geometry on this CPU (under the codec SIMD level in force):
-// AVX-512, channels and plane_elems() multiples of 16, one code range per plane. They keep sixteen planes (channels
-// c..c+15 of an image) in the vector lanes, so a channels-last tensor is read or written as it lies:
+// AVX-512, channels a multiple of 16, one code range per plane (any plane size). They keep sixteen planes
+// (channels c..c+15 of an image) in the vector lanes, so a channels-last tensor is read or written as it lies:
 // plane_pack_channels_last's fast path, plane_unpack_channels_last, plane_unpack_bf16_channels_last's fast path.
 bool plane_channels_last_lanes(const PlaneGeometry& g, int64_t channels);
 // The same values as plane_unpack written channels-last: value (n, c, e) at out[(n·E + e)·channels + c] (batch

@@ -115,8 +115,11 @@ bool f32_channels_last(const char* op, const char* what, const Tensor& t, bool a
 }
 // A convolution's f32 activation operand: channels-last only where the CPU's bf16 kernels compute (cpu::Layout).
 cpu::Layout conv_act_layout(const char* op, const char* what, const Tensor& t, Device dev, Precision pr) {
-  const bool cl = f32_channels_last(op, what, t, dev.is_cpu() && pr == Precision::BF16,
-                                    " (or channels-last under bf16 compute on the CPU)");
+  const bool allowed = dev.is_cpu() && pr == Precision::BF16;
+  ACTLAB_CHECK(allowed || !t.defined() || t.is_contiguous(), op, ": ", what,
+               " must be contiguous (channels-last only under bf16 compute on the CPU), got ", t.str(), " on ",
+               dev.str(), " under ", precision_name(pr));
+  const bool cl = f32_channels_last(op, what, t, allowed, " (or channels-last under bf16 compute on the CPU)");
   return cl ? cpu::Layout::ChannelsLast : cpu::Layout::Nchw;
 }
 // A 4-D tensor of one channel or one position: its two layouts are one memory order (and it is contiguous), so it

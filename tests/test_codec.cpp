@@ -487,6 +487,29 @@ TEST_CASE("codec: plane_pack_channels_last writes plane_pack's bytes from the ch
       }
     }
   }
+  // The residual's codes with the LFC pooled but not stored (hfc's pack), and a seed and stream whose high words
+  // are set (the Philox counter's and key's upper halves), on a plane whose draws do not start on a block.
+  {
+    const PlaneGeometry g = make_plane_geometry(3 * 32, 14, 14, 8, 2);
+    const int64_t E = g.plane_elems();
+    const std::vector<float> x = random_values(static_cast<size_t>(g.planes * E), 23);
+    const std::vector<float> x_cl = moved_channels_last(x, 32, E);
+    const uint64_t seed = 0x9E3779B97F4A7C15ull, stream = 0xD1B54A32D192ED03ull;
+    for (const cpu::CodecSimd simd : simd_levels()) {
+      const CodecSimd mode(simd);
+      CAPTURE(cpu::codec_simd_name(simd));
+      std::vector<uint16_t> mins(g.ranges()), steps(g.ranges());
+      std::vector<uint8_t> codes(g.planes * g.code_bytes_per_plane());
+      auto mins2 = mins, steps2 = steps;
+      auto codes2 = codes;
+      cpu::plane_pack(nullptr, codes.data(), mins.data(), steps.data(), nullptr, x.data(), g, true, seed, stream);
+      cpu::plane_pack_channels_last(nullptr, codes2.data(), mins2.data(), steps2.data(), nullptr, x_cl.data(), g, 32,
+                                    true, seed, stream);
+      CHECK(codes2 == codes);
+      CHECK(mins2 == mins);
+      CHECK(steps2 == steps);
+    }
+  }
   std::vector<float> x(24);
   CHECK_THROWS_AS(cpu::plane_pack_channels_last(nullptr, nullptr, nullptr, nullptr, nullptr, x.data(),
                                                 make_plane_geometry(6, 2, 2, 2, 2), 4, true, 1, 2),
@@ -612,7 +635,7 @@ TEST_CASE("codec: plane_unpack_channel writes the reference decode's planes of o
 // != 0: the tail), 4×4, several samples, sizes above and below the parallel threshold.
 struct BlockCase { int64_t n, c, h, w; int bits; };
 constexpr BlockCase kBlockCases[] = {{2, 32, 32, 32, 2}, {3, 16, 7, 7, 4}, {1, 48, 4, 4, 2}, {4, 16, 16, 16, 1},
-                                     {2, 16, 28, 28, 8}};
+                                     {2, 16, 28, 28, 8}, {2, 16, 14, 14, 2}, {2, 32, 5, 3, 1}, {1, 16, 3, 3, 8}};
 
 TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 16-channel blocks") {
   for (const BlockCase& k : kBlockCases) {
@@ -679,8 +702,9 @@ TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounde
 
 TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-last, where the lane kernels run") {
   // The cases of plane_unpack_blocked (32², 4², 16² with Q = 1, 28² with Q = 8: 3×3 LFC blocks that do not tile the
-  // plane, 7²: 49 elements a plane, so a partial last chunk) run the lane kernels on AVX-512; the narrower SIMD
-  // levels are refused. Each decode term alone and both, against plane_unpack_ref's values moved to (n, e, c).
+  // plane; 7², 14², 5×3 and 3² with Q = 1, 2, 4, 8: planes of E % 16 != 0, so a partial last chunk) run the lane
+  // kernels on AVX-512; the narrower SIMD levels are refused, and so are channels off the sixteen grid. Each
+  // decode term alone and both, against plane_unpack_ref's values moved to (n, e, c).
   int decoded = 0;
   for (const BlockCase& k : kBlockCases) {
     const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 9);
@@ -711,8 +735,14 @@ TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-l
       }
     }
   }
-  // Where the CPU has AVX-512 the five cases ran with every term combination.
-  CHECK(decoded == (cpu::codec_simd_supported() == cpu::CodecSimd::Avx512 ? 5 * 3 : 0));
+  // Where the CPU has AVX-512 every case ran with every term combination.
+  const int cases = static_cast<int>(sizeof(kBlockCases) / sizeof(kBlockCases[0]));
+  CHECK(decoded == (cpu::codec_simd_supported() == cpu::CodecSimd::Avx512 ? cases * 3 : 0));
+  const PlaneGeometry g24 = make_plane_geometry(2 * 24, 4, 4, 8, 2);
+  CHECK_FALSE(cpu::plane_channels_last_lanes(g24, 24));
+  std::vector<float> out(static_cast<size_t>(g24.planes * 16));
+  std::vector<uint16_t> lfc(static_cast<size_t>(g24.planes));
+  CHECK_THROWS_AS(cpu::plane_unpack_channels_last(out.data(), lfc.data(), nullptr, nullptr, nullptr, g24, 24), Error);
 }
 
 TEST_CASE("codec: group_pack and group_unpack match the per-element spec, padding included") {

@@ -290,7 +290,7 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Im2colGemm, Precision::F32) == ConvImpl::Im2colGemm);
   // Which layers' bf16 backward data runs as the forward of the flipped kernels: one-group stride-1 layers, with
   // im2col (the matmul forward: so the loop above checks that route on every CPU with bf16 kernels), and with
-  // Auto on AMX (not dense pointwise ones); never strided or grouped ones, other implementations or fp32.
+  // Auto on AMX (dense pointwise ones included); never strided or grouped ones, other implementations or fp32.
   const bool amx = actlab::cpu::dnnl_runs_amx();
   CHECK(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Auto, Precision::BF16) == amx);
   CHECK(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Im2colGemm, Precision::BF16));

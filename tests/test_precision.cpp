@@ -14,6 +14,7 @@
 #include "actlab/compress/exact.h"
 #include "actlab/compress/policies.h"
 #include "actlab/core/bf16.h"
+#include "actlab/core/codec.h"
 #include "actlab/core/ops.h"
 #include "actlab/core/philox.h"
 #include "actlab/core/precision.h"
@@ -292,6 +293,42 @@ TEST_CASE("precision: under bf16 the plane codecs decode straight to bf16, unpac
     const Tensor dw_bf16 =
         ops::conv2d_backward_weight(dy, policy->unpack_bf16(*packed, lossy), {8, 16, 3, 3}, {1, 1, 1}, false, nullptr);
     CHECK(std::memcmp(dw_f32.raw_data(), dw_bf16.raw_data(), static_cast<size_t>(dw_f32.nbytes())) == 0);
+  }
+}
+
+TEST_CASE("precision: the plane codecs pack a channels-last save as the planar one, and decode it channels-last") {
+  // What a bf16 run's channels-last flow asks of a policy: pack() takes the channels-last tensor as it is
+  // (takes_channels_last) with the (N, C, H, W) pack's bytes, so unpack() gives the same values; and
+  // unpack_channels_last, where the lane kernels run (AVX-512, C % 16 == 0, one range), writes those values
+  // channels-last. Elsewhere it is undefined and SavedTensor transposes unpack()'s tensor instead.
+  PhiloxStream rng(9, 0);
+  const SaveInfo lossy{"batch_norm", "input", true, "bn1"};
+  const bool avx512 = cpu::codec_simd_supported() == cpu::CodecSimd::Avx512;
+  for (const char* spec : {"division:B=8,Q=2", "quant:Q=4", "lfc:B=8", "hfc:B=8,Q=2", "division:B=8,Q=2,R=2",
+                           "pergroup:G=256,Q=2"}) {
+    for (const Shape& shape : {Shape{4, 16, 14, 14}, Shape{2, 32, 8, 8}, Shape{3, 5, 8, 8}}) {
+      CAPTURE(spec);
+      CAPTURE(shape_str(shape));
+      const auto policy = parse_policy(spec);
+      const Tensor x = Tensor::randn(shape, rng);
+      const bool plane_codec = std::string(spec).find("pergroup") == std::string::npos;
+      CHECK(policy->takes_channels_last() == plane_codec);
+      const auto planar = policy->pack(x, lossy, PackContext{3, 4});
+      const Tensor want = policy->unpack(*planar, lossy);
+      if (plane_codec) {
+        const auto packed_cl = policy->pack(x.channels_last(), lossy, PackContext{3, 4});
+        CHECK(packed_cl->nbytes() == planar->nbytes());
+        const Tensor from_cl = policy->unpack(*packed_cl, lossy);
+        CHECK(std::memcmp(from_cl.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())) == 0);
+      }
+      const Tensor got = policy->unpack_channels_last(*planar, lossy);
+      const bool ranged = std::string(spec).find("R=2") != std::string::npos;
+      CHECK(got.defined() == (avx512 && plane_codec && !ranged && shape[1] % 16 == 0));
+      if (!got.defined()) continue;
+      CHECK(got.is_channels_last());
+      const Tensor got_nchw = got.contiguous();
+      CHECK(std::memcmp(got_nchw.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())) == 0);
+    }
   }
 }
 

@@ -1612,32 +1612,13 @@ void for_each_thread_range(int64_t n, int64_t work, int64_t scratch_bytes, F f) 
 // passes over their values: the pool (each lane sums its own plane's blocks in codec.h's order), the order keys of
 // the residual's min and max, then the codes. The uniforms need no transpose either: a plane's draws at positions
 // e0..e0+15 are one Philox block, (p·E + e0)/16 when E % 16 == 0, so the sixteen planes' blocks are one register per
-// word (philox_rounds_avx512), and draw e0 + i of every plane is byte i % 4 of word i / 4: a shift. Each lane's
+// word (philox_rounds_avx512), and draw e0 + i of every plane is byte i % 4 of word i / 4: a shift. When (p·E) mod 16
+// != 0 a lane's sixteen draws start that many bytes into one block and end in the next, and are funnelled out of
+// the two (LaneDrawSource); a plane's last chunk may hold fewer than sixteen positions. Each lane's
 // codes are shifted into its run's words in registers, then scattered to the sixteen runs. Per value the IEEE
 // operations of plane_pack, so the same bytes (tests/test_codec.cpp); the transpose into a planar tile it replaces
 // (plane_pack_channels_last's other path) cost about as much as the pack behind it (bench/RESULTS.md §7,
 // forty-fourth session).
-#ifdef ACTLAB_X86_INTRINSICS
-bool lanes16(const PlaneGeometry& g, int64_t channels) {
-  return has_avx512bw && channels > 0 && channels % 16 == 0 && g.planes % channels == 0 && g.ranges_per_plane() == 1;
-}
-// float_to_bf16 of each lane, in the low 16 bits of its u32.
-ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_nearest(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
-                       _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))),
-      16);
-  const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x007FFFFF);
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent) &
-                        _mm512_test_epi32_mask(u, mantissa);
-  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-}
-// The residual of sixteen planes at one position (their values xv, their LFC↑ at lfc_up): x − LFC↑, or x
-// without an LFC. (Lambdas would not inherit the callers' target attributes.)
-ACTLAB_AVX512BW ACTLAB_INLINE __m512 residual16(const float* xv, const float* lfc_up, bool with_lfc) {
-  return with_lfc ? _mm512_sub_ps(_mm512_loadu_ps(xv), _mm512_load_ps(lfc_up)) : _mm512_loadu_ps(xv);
-}
 // The scratch of one thread: the LFC of sixteen planes widened (lfc_up: LFC value k of lane q at lfc_up[16k + q]),
 // one LFC row's column sums (colsum, width·16 floats) and each position's offset into lfc_up (up_at, E int32: the
 // nearest rule's LFC value × 16), the last computed once per call.
@@ -1661,6 +1642,27 @@ void fill_up_at(int32_t* up_at, const UpsampleMap& map, const PlaneGeometry& g) 
   for (int64_t h = 0; h < g.height; ++h)
     for (int64_t w = 0; w < g.width; ++w)
       up_at[h * g.width + w] = static_cast<int32_t>((map.row[h] * g.lfc_w + map.col[w]) * 16);
+}
+#ifdef ACTLAB_X86_INTRINSICS
+bool lanes16(const PlaneGeometry& g, int64_t channels) {
+  return has_avx512bw && channels > 0 && channels % 16 == 0 && g.planes % channels == 0 && g.ranges_per_plane() == 1;
+}
+// float_to_bf16 of each lane, in the low 16 bits of its u32.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_nearest(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                       _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))),
+      16);
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x007FFFFF);
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent) &
+                        _mm512_test_epi32_mask(u, mantissa);
+  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+// The residual of sixteen planes at one position (their values xv, their LFC↑ at lfc_up): x − LFC↑, or x
+// without an LFC. (Lambdas would not inherit the callers' target attributes.)
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 residual16(const float* xv, const float* lfc_up, bool with_lfc) {
+  return with_lfc ? _mm512_sub_ps(_mm512_loadu_ps(xv), _mm512_load_ps(lfc_up)) : _mm512_loadu_ps(xv);
 }
 // Asks for the sixteen values (one cache line) at position e of this task's planes x, or for e >= E at position
 // e − E of the next task's (next; nullptr: none): the first pass over a task reads one line per position, a
@@ -1873,7 +1875,7 @@ void pack_group16_bits(const PlanePackArgs& a, int64_t channels, int64_t n, int6
     case 2: return pack_group16<2>(a, channels, n, c0, s, next);
     case 4: return pack_group16<4>(a, channels, n, c0, s, next);
     case 8: return pack_group16<8>(a, channels, n, c0, s, next);
-    default: ACTLAB_CHECK(false, "plane_pack_channels_last: ", a.g->bits, "-bit codes");
+    default: return;  // plane_pack_channels_last refused other widths before the threads started
   }
 }
 // One position of unpack_group16: the sixteen lanes' values, LFC↑ (up; nullptr: none) + (min + code·step) (no
@@ -1961,13 +1963,10 @@ void unpack_group16_bits(float* out, uint16_t* out16, const PlaneUnpackArgs& a, 
     case 2: return unpack_group16<2, kBf16>(out, out16, a, channels, n, c0, s);
     case 4: return unpack_group16<4, kBf16>(out, out16, a, channels, n, c0, s);
     case 8: return unpack_group16<8, kBf16>(out, out16, a, channels, n, c0, s);
-    default: ACTLAB_CHECK(false, "plane_unpack_channels_last: ", a.g->bits, "-bit codes");
+    default: return;  // unpack_all_groups16 refused other widths before the threads started
   }
 }
 #else
-struct Group16Scratch {};
-int64_t group16_scratch(Group16Scratch*, uint8_t*, const PlaneGeometry&) { return 0; }
-void fill_up_at(int32_t*, const UpsampleMap&, const PlaneGeometry&) {}
 bool lanes16(const PlaneGeometry&, int64_t) { return false; }
 void pack_group16_bits(const PlanePackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&, const float*) {}
 template <bool kBf16>
@@ -2012,6 +2011,8 @@ void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uin
   const UpsampleMap map(g);
   const int64_t E = g.plane_elems(), C = channels, images = g.planes / C;
   if (lanes16(g, C) && !residual) {
+    ACTLAB_CHECK(!codes || g.bits == 1 || g.bits == 2 || g.bits == 4 || g.bits == 8, "plane_pack_channels_last: ",
+                 g.bits, "-bit codes (1, 2, 4 or 8)");  // here, not inside the threads
     const PlanePackArgs args{lfc, codes, mins, steps, residual, x, &g, &map, with_lfc, seed, stream};
     const int64_t groups = C / 16;
     for_each_thread_range(images * groups, g.planes * E, group16_scratch(nullptr, nullptr, g),
@@ -2065,6 +2066,9 @@ namespace {
 // The sixteen-channel decodes with the planes in the lanes (unpack_group16), f32 or bf16.
 void unpack_all_groups16(float* out, uint16_t* out16, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
+  ACTLAB_CHECK(!codes || g.bits == 1 || g.bits == 2 || g.bits == 4 || g.bits == 8, "plane decode: ", g.bits,
+               "-bit codes (1, 2, 4 or 8)");  // here, not inside the threads
+  ACTLAB_CHECK(lfc || codes, "plane decode: neither an LFC nor codes to decode");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};
   const int64_t groups = channels / 16;
@@ -2087,7 +2091,7 @@ void plane_unpack_channels_last(float* out, const uint16_t* lfc, const uint8_t* 
                                 const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
   ACTLAB_CHECK(lanes16(g, channels), "plane_unpack_channels_last: ", channels, " channels of ", g.height, "x", g.width,
                " planes with ", g.ranges_per_plane(), " code ranges each (plane_channels_last_lanes: AVX-512, channels ",
-               "and plane elements in multiples of 16, one range)");
+               "a multiple of 16, one range)");
   unpack_all_groups16(out, nullptr, lfc, codes, mins, steps, g, channels);
 }
 

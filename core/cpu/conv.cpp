@@ -110,9 +110,9 @@ bool dense_pointwise(const ConvShape& s) {
 // so oneDNN's kernel runs.
 bool bf16_weight_gemm_pays(const ConvShape& s) {
   if (s.groups != 1 || !dnnl_runs_amx()) return false;
-  const bool strided = s.stride_h > 1 || s.stride_w > 1, pointwise = s.R * s.S == 1;
-  if (pointwise) return true;  // strided projections, and dense pointwise layers (see above)
-  return s.P() * s.Q() <= 64 && (strided || pointwise || s.C >= 256);
+  if (s.R * s.S == 1) return true;  // every 1x1 layer: the strided projections, and pointwise ones (see above)
+  const bool strided = s.stride_h > 1 || s.stride_w > 1;
+  return s.P() * s.Q() <= 64 && (strided || s.C >= 256);
 }
 
 ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction dir) {
@@ -124,7 +124,7 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
     // data, and a grouped layer's backward weights, run dnnl-blocked. On AMX, pointwise layers run all three
     // passes as matmuls instead (bf16_forward_gemm_pays) and grouped ones dnnl-nhwc, so that every layer of
     // MobileNetV2 reads and writes channels-last and its activations stay so between layers (docs/precision.md):
-    // its bf16 step became 1.32-1.37x as fast (bench/RESULTS.md §7, "forty-fourth session"), where dnnl-plain and
+    // its bf16 step became 1.33-1.41x as fast (bench/RESULTS.md §7, "forty-fourth session"), where dnnl-plain and
     // dnnl-blocked had cost it a reorder on each side of every layer.
     if (dir == Direction::BackwardWeight && s.groups == 1 &&
         (impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && bf16_weight_gemm_pays(s))))
@@ -575,8 +575,9 @@ void im2col_backward_weight(float* dw, float* db, const float* dy, const float* 
 // K values) and col the input window of each output position (rows of R·S·C values, the im2col of the
 // channels-last input; for a 1x1 layer the input at the positions it reads), dW as (K, R·S·C) = dyᵀ·col,
 // reordered into (K, C, R, S). dy's channels-last bf16 copy goes through the ConvGradShare, so backward data
-// reuses it where its kernel reads that layout (oneDNN's AMX kernels on 3x3 and strided layers; a dense
-// pointwise layer's dnnl-plain backward data reads NCHW and converts dy again).
+// reuses it where its kernel reads that layout (oneDNN's AMX kernels on 3x3 and strided layers, and the matmul
+// forward that a stride-1 layer's backward data runs as on AMX; without AMX a dense pointwise layer's dnnl-plain
+// backward data reads NCHW and converts dy again).
 
 // A 1x1 layer without padding reads the input at positions (p·stride, q·stride) only: channels-last, those
 // positions are its col, which one reorder of a strided view of the input makes (no im2col pass, and a
@@ -707,7 +708,7 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
   }
 }
 
-// ---- bf16 forward of 4x4 maps as one matmul
+// ---- bf16 forward of 4x4 maps (and of dense pointwise layers) as one matmul
 // oneDNN 2.6's AMX forward kernel tiles a layer's output by rows of one image, so a 4x4 map gives its tiles four
 // rows: ResNet-18's 512-channel 3x3 layers on 4x4 maps ran at 0.9 TFLOP/s where the same work on 8x8 maps ran at
 // 3.4 (DNNL_VERBOSE on an AMX Xeon, bench/RESULTS.md §7, "forty-second session"). As one matmul over the batch the
@@ -772,8 +773,9 @@ void gemm_forward_bf16(float* y, const void* x, const float* w, const float* b, 
   }
 }
 
-// The bf16 forward: one matmul on 4x4 maps (Auto on AMX) and wherever im2col is asked for (one group), else
-// oneDNN's kernel of the resolved implementation (a grouped im2col request: dnnl-blocked).
+// The bf16 forward: one matmul on 4x4 maps and dense pointwise layers (Auto on AMX: bf16_forward_gemm_pays) and
+// wherever im2col is asked for (one group), else oneDNN's kernel of the resolved implementation (a grouped im2col
+// request: dnnl-blocked).
 bool bf16_forward_is_gemm(const ConvShape& s, ConvImpl impl) {
   return (impl == ConvImpl::Auto && bf16_forward_gemm_pays(s)) || (impl == ConvImpl::Im2colGemm && s.groups == 1);
 }
