@@ -1626,12 +1626,10 @@ struct Group16Scratch {
   float* lfc_up;
   float* colsum;
   int32_t* up_at;
-  int64_t plane_elems;
 };
 int64_t group16_scratch(Group16Scratch* s, uint8_t* at, const PlaneGeometry& g) {
   const int64_t lfc_up = g.lfc_elems() * 64, colsum = g.width * 64, up_at = (g.plane_elems() * 4 + 63) / 64 * 64;
   if (s) {
-    s->plane_elems = g.plane_elems();
     s->lfc_up = reinterpret_cast<float*>(at);
     s->colsum = reinterpret_cast<float*>(at + lfc_up);
     s->up_at = reinterpret_cast<int32_t*>(at + lfc_up + colsum);
@@ -1664,20 +1662,10 @@ ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_nearest(__m512 v) {
 ACTLAB_AVX512BW ACTLAB_INLINE __m512 residual16(const float* xv, const float* lfc_up, bool with_lfc) {
   return with_lfc ? _mm512_sub_ps(_mm512_loadu_ps(xv), _mm512_load_ps(lfc_up)) : _mm512_loadu_ps(xv);
 }
-// Asks for the sixteen values (one cache line) at position e of this task's planes x, or for e >= E at position
-// e − E of the next task's (next; nullptr: none): the first pass over a task reads one line per position, a
-// stride of `channels` floats that the hardware prefetcher did not follow ahead of the loads.
-ACTLAB_INLINE void prefetch_group16(const float* x, const float* next, int64_t e, int64_t E, int64_t C) {
-  const float* p = e < E ? x + e * C : next ? next + (e - E) * C : nullptr;
-  if (p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
 // The order keys of the min and max of positions [e0, e1) of sixteen planes' residuals, folded into lo and hi.
 ACTLAB_AVX512BW ACTLAB_INLINE void keys16(__m512i& lo, __m512i& hi, const float* x, int64_t C, const Group16Scratch& s,
-                                          bool with_lfc, int64_t e0, int64_t e1, const float* next = nullptr,
-                                          int64_t ahead = 0) {
-  const int64_t E = s.plane_elems;
+                                          bool with_lfc, int64_t e0, int64_t e1) {
   for (int64_t e = e0; e < e1; ++e) {
-    if (ahead) prefetch_group16(x, next, e + ahead, E, C);
     const __m512i key = order_keys(residual16(x + e * C, s.lfc_up + s.up_at[e], with_lfc));
     lo = _mm512_min_epi32(lo, key), hi = _mm512_max_epi32(hi, key);
   }
@@ -1743,17 +1731,16 @@ ACTLAB_AVX512BW void load_lane_runs(__m512i (&run)[kWords], const uint8_t* src, 
   for (int k = 0; k < kWords; ++k) run[k] = _mm512_loadu_si512(lanes[k]);
 }
 // Planes p0..p0+15 = channels c0..c0+15 of image n (p0 = n·channels + c0). The pool runs a row of LFC blocks at a
-// time, its column sums row by row (reading the positions in memory order: a first version that summed each block
-// column top to bottom, a stride of a whole row per load, spent a fifth of the pack waiting on those loads), and
-// the residual's keys follow on the rows just pooled, while they are in L1.
+// time, its column sums row by row (the positions in memory order), and the residual's keys follow on the rows just
+// pooled, while they are in L1. A quarter of the pack's time still waits on that first read of each activation,
+// which a bf16 step has written past L2 by then; asking for it one LFC row ahead (_mm_prefetch) did not help.
 template <int kBits>
 ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int64_t n, int64_t c0,
-                                  const Group16Scratch& s, const float* next) {
+                                  const Group16Scratch& s) {
   const PlaneGeometry& g = *a.g;
   const int64_t H = g.height, W = g.width, E = g.plane_elems(), C = channels, LE = g.lfc_elems(), lw = g.lfc_w;
   const int64_t p0 = n * C + c0;
   const float* x = a.x + n * E * C + c0;  // the sixteen values at position e: x + e·C
-  const int64_t ahead = g.block_h * W;    // the first pass asks for the values one LFC row ahead
   __m512i lo = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(INT32_MIN);
   int64_t keyed = 0;  // rows whose keys are folded in
   if (a.with_lfc) {
@@ -1761,13 +1748,9 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
     const int64_t used_w = lw * g.block_w;
     for (int64_t i = 0; i < g.lfc_h; ++i) {
       const float* top = x + i * g.block_h * W * C;
-      for (int64_t w = 0; w < used_w; ++w) {
-        prefetch_group16(x, next, i * g.block_h * W + w + ahead, E, C);
-        _mm512_store_ps(s.colsum + 16 * w, _mm512_loadu_ps(top + w * C));
-      }
+      for (int64_t w = 0; w < used_w; ++w) _mm512_store_ps(s.colsum + 16 * w, _mm512_loadu_ps(top + w * C));
       for (int64_t r = 1; r < g.block_h; ++r)
         for (int64_t w = 0; w < used_w; ++w)
-          prefetch_group16(x, next, (i * g.block_h + r) * W + w + ahead, E, C),
           _mm512_store_ps(s.colsum + 16 * w, _mm512_add_ps(_mm512_load_ps(s.colsum + 16 * w),
                                                            _mm512_loadu_ps(top + (r * W + w) * C)));
       for (int64_t j = 0; j < lw; ++j) {
@@ -1793,7 +1776,7 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
   if constexpr (kBits == 0) {
     return;
   } else {
-    keys16(lo, hi, x, C, s, a.with_lfc, keyed * W, H * W, next, a.with_lfc ? 0 : ahead);  // the first pass without an LFC
+    keys16(lo, hi, x, C, s, a.with_lfc, keyed * W, H * W);
     alignas(64) int32_t lo_keys[16], hi_keys[16];
     alignas(64) uint16_t min_bits[16], step_bits[16];
     alignas(64) float min[16], scale[16];
@@ -1867,14 +1850,13 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
   }
 }
 // pack_group16 for g.bits (0: no codes).
-void pack_group16_bits(const PlanePackArgs& a, int64_t channels, int64_t n, int64_t c0, const Group16Scratch& s,
-                       const float* next) {
+void pack_group16_bits(const PlanePackArgs& a, int64_t channels, int64_t n, int64_t c0, const Group16Scratch& s) {
   switch (a.codes ? a.g->bits : 0) {
-    case 0: return pack_group16<0>(a, channels, n, c0, s, next);
-    case 1: return pack_group16<1>(a, channels, n, c0, s, next);
-    case 2: return pack_group16<2>(a, channels, n, c0, s, next);
-    case 4: return pack_group16<4>(a, channels, n, c0, s, next);
-    case 8: return pack_group16<8>(a, channels, n, c0, s, next);
+    case 0: return pack_group16<0>(a, channels, n, c0, s);
+    case 1: return pack_group16<1>(a, channels, n, c0, s);
+    case 2: return pack_group16<2>(a, channels, n, c0, s);
+    case 4: return pack_group16<4>(a, channels, n, c0, s);
+    case 8: return pack_group16<8>(a, channels, n, c0, s);
     default: return;  // plane_pack_channels_last refused other widths before the threads started
   }
 }
@@ -1968,7 +1950,7 @@ void unpack_group16_bits(float* out, uint16_t* out16, const PlaneUnpackArgs& a, 
 }
 #else
 bool lanes16(const PlaneGeometry&, int64_t) { return false; }
-void pack_group16_bits(const PlanePackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&, const float*) {}
+void pack_group16_bits(const PlanePackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&) {}
 template <bool kBf16>
 void unpack_group16_bits(float*, uint16_t*, const PlaneUnpackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&) {}
 #endif
@@ -2020,11 +2002,7 @@ void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uin
                             Group16Scratch s;
                             group16_scratch(&s, scratch, g);
                             fill_up_at(s.up_at, map, g);
-                            for (int64_t t = first; t < last; ++t) {
-                              // The next task's sixteen channels, which this one's first pass asks for ahead.
-                              const float* next = t + 1 < last ? x + (t + 1) / groups * E * C + (t + 1) % groups * 16 : nullptr;
-                              pack_group16_bits(args, C, t / groups, t % groups * 16, s, next);
-                            }
+                            for (int64_t t = first; t < last; ++t) pack_group16_bits(args, C, t / groups, t % groups * 16, s);
                           });
     return;
   }
