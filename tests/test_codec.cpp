@@ -638,31 +638,41 @@ struct BlockCase { int64_t n, c, h, w; int bits; };
 constexpr BlockCase kBlockCases[] = {{2, 32, 32, 32, 2}, {3, 16, 7, 7, 4}, {1, 48, 4, 4, 2}, {4, 16, 16, 16, 1},
                                      {2, 16, 28, 28, 8}, {2, 16, 14, 14, 2}, {2, 32, 5, 3, 1}, {1, 16, 3, 3, 8}};
 
-TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 16-channel blocks") {
+// check(k, pk, terms, planes, simd) for every case of kBlockCases, every decode term (terms 0: LFC and codes, 1:
+// codes only, 2: LFC only) and every SIMD level in force, planes being plane_unpack_ref's values of that pack.
+template <typename F>
+void for_each_block_case(uint32_t seed, F check) {
   for (const BlockCase& k : kBlockCases) {
-    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 7);
-    const PlaneGeometry& g = pk.g;
-    const int64_t E = g.plane_elems();
+    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, seed);
     for (int terms = 0; terms < 3; ++terms) {
       CAPTURE(k.h);
       CAPTURE(terms);
       const std::vector<float> planes = pk.planes(terms);
-      for (const cpu::CodecSimd simd : simd_levels()) {  // the register transpose of code bytes, and the portable loop
+      for (const cpu::CodecSimd simd : simd_levels()) {
         const CodecSimd mode(simd);
         CAPTURE(cpu::codec_simd_name(simd));
-        std::vector<float> blocked(planes.size(), -1.f);
-        cpu::plane_unpack_blocked(blocked.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
-                                  pk.steps.data(), g, k.c);
-        bool all_equal = true;
-        for (int64_t n = 0; n < k.n; ++n)
-          for (int64_t ch = 0; ch < k.c; ++ch)
-            for (int64_t e = 0; e < E; ++e)
-              all_equal = all_equal && same_bits(blocked[((n * (k.c / 16) + ch / 16) * E + e) * 16 + ch % 16],
-                                                 planes[(n * k.c + ch) * E + e]);
-        CHECK(all_equal);
+        check(k, pk, terms, planes, simd);
       }
     }
   }
+}
+
+TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 16-channel blocks") {
+  // Every SIMD level: the register transpose of code bytes, and the portable loop.
+  for_each_block_case(7, [](const BlockCase& k, const RandomPlanePack& pk, int terms, const std::vector<float>& planes,
+                            cpu::CodecSimd) {
+    const int64_t E = pk.g.plane_elems();
+    std::vector<float> blocked(planes.size(), -1.f);
+    cpu::plane_unpack_blocked(blocked.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(), pk.steps.data(),
+                              pk.g, k.c);
+    bool all_equal = true;
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t ch = 0; ch < k.c; ++ch)
+        for (int64_t e = 0; e < E; ++e)
+          all_equal = all_equal && same_bits(blocked[((n * (k.c / 16) + ch / 16) * E + e) * 16 + ch % 16],
+                                             planes[(n * k.c + ch) * E + e]);
+    CHECK(all_equal);
+  });
   std::vector<float> out(16 * 4);
   std::vector<uint16_t> lfc(24);
   CHECK_THROWS_AS(cpu::plane_unpack_blocked(out.data(), lfc.data(), nullptr, nullptr, nullptr,
@@ -671,29 +681,18 @@ TEST_CASE("codec: plane_unpack_blocked writes the reference decode's values in 1
 }
 
 TEST_CASE("codec: plane_unpack_bf16_channels_last is the reference decode rounded to bf16, channels-last") {
-  // The cases of plane_unpack_blocked (its sixteen-channel blocks are what this decode narrows), with and
-  // without the AVX-512 paths, against float_to_bf16 of plane_unpack_ref's values moved to (n, e, c).
-  for (const BlockCase& k : kBlockCases) {
-    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 8);
-    const PlaneGeometry& g = pk.g;
-    const int64_t E = g.plane_elems();
-    for (int terms = 0; terms < 3; ++terms) {
-      CAPTURE(k.h);
-      CAPTURE(terms);
-      const std::vector<float> planes = pk.planes(terms);
-      std::vector<uint16_t> expected;
-      for (const float v : moved_channels_last(planes, k.c, E)) expected.push_back(float_to_bf16(v));
-      for (const cpu::CodecSimd simd : simd_levels()) {
-        const CodecSimd mode(simd);
-        CAPTURE(cpu::codec_simd_name(simd));
-        std::vector<uint16_t> got(planes.size(), 0xAAAA);
-        cpu::plane_unpack_bf16_channels_last(got.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
-                                             pk.steps.data(), g, k.c);
-        CHECK(got == expected);
-
-      }
-    }
-  }
+  // The cases of plane_unpack_blocked (its sixteen-channel blocks are what this decode narrows where the lane
+  // kernels do not run), with and without the AVX-512 paths, against float_to_bf16 of plane_unpack_ref's values
+  // moved to (n, e, c).
+  for_each_block_case(8, [](const BlockCase& k, const RandomPlanePack& pk, int terms, const std::vector<float>& planes,
+                            cpu::CodecSimd) {
+    std::vector<uint16_t> expected;
+    for (const float v : moved_channels_last(planes, k.c, pk.g.plane_elems())) expected.push_back(float_to_bf16(v));
+    std::vector<uint16_t> got(planes.size(), 0xAAAA);
+    cpu::plane_unpack_bf16_channels_last(got.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
+                                         pk.steps.data(), pk.g, k.c);
+    CHECK(got == expected);
+  });
   std::vector<uint16_t> out(16 * 4);
   std::vector<uint16_t> lfc(24);
   CHECK_THROWS_AS(cpu::plane_unpack_bf16_channels_last(out.data(), lfc.data(), nullptr, nullptr, nullptr,
@@ -707,35 +706,24 @@ TEST_CASE("codec: plane_unpack_channels_last is the reference decode, channels-l
   // kernels on AVX-512; the narrower SIMD levels are refused, and so are channels off the sixteen grid. Each
   // decode term alone and both, against plane_unpack_ref's values moved to (n, e, c).
   int decoded = 0;
-  for (const BlockCase& k : kBlockCases) {
-    const RandomPlanePack pk(k.n * k.c, k.h, k.w, k.bits, 9);
-    const PlaneGeometry& g = pk.g;
-    const int64_t E = g.plane_elems();
-    for (int terms = 0; terms < 3; ++terms) {
-      CAPTURE(k.h);
-      CAPTURE(terms);
-      const std::vector<float> planes = pk.planes(terms);
-      const std::vector<float> expected = moved_channels_last(planes, k.c, E);
-      for (const cpu::CodecSimd simd : simd_levels()) {
-        const CodecSimd mode(simd);
-        CAPTURE(cpu::codec_simd_name(simd));
-        std::vector<float> got(planes.size(), -1.f);
-        const auto decode = [&] {
-          cpu::plane_unpack_channels_last(got.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
-                                          pk.steps.data(), g, k.c);
-        };
-        const bool lanes = cpu::plane_channels_last_lanes(g, k.c);
-        CHECK(lanes == (simd == cpu::CodecSimd::Avx512));
-        if (!lanes) {
-          CHECK_THROWS_AS(decode(), Error);
-          continue;
-        }
-        decode();
-        CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
-        ++decoded;
-      }
+  for_each_block_case(9, [&](const BlockCase& k, const RandomPlanePack& pk, int terms,
+                             const std::vector<float>& planes, cpu::CodecSimd simd) {
+    std::vector<float> got(planes.size(), -1.f);
+    const auto decode = [&] {
+      cpu::plane_unpack_channels_last(got.data(), pk.lfc_for(terms), pk.codes_for(terms), pk.mins.data(),
+                                      pk.steps.data(), pk.g, k.c);
+    };
+    const bool lanes = cpu::plane_channels_last_lanes(pk.g, k.c);
+    CHECK(lanes == (simd == cpu::CodecSimd::Avx512));
+    if (!lanes) {
+      CHECK_THROWS_AS(decode(), Error);
+      return;
     }
-  }
+    decode();
+    const std::vector<float> expected = moved_channels_last(planes, k.c, pk.g.plane_elems());
+    CHECK(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+    ++decoded;
+  });
   // Where the CPU has AVX-512 every case ran with every term combination.
   const int cases = static_cast<int>(sizeof(kBlockCases) / sizeof(kBlockCases[0]));
   CHECK(decoded == (cpu::codec_simd_supported() == cpu::CodecSimd::Avx512 ? cases * 3 : 0));
