@@ -1636,6 +1636,12 @@ int64_t group16_scratch(Group16Scratch* s, uint8_t* at, const PlaneGeometry& g) 
   }
   return lfc_up + colsum + up_at;
 }
+// The code widths the lane kernels' switches take, checked before their threads start (a throw inside an OpenMP
+// region would end the process).
+void check_lane_bits(const char* op, const PlaneGeometry& g, bool with_codes) {
+  ACTLAB_CHECK(!with_codes || g.bits == 1 || g.bits == 2 || g.bits == 4 || g.bits == 8, op, ": ", g.bits,
+               "-bit codes (1, 2, 4 or 8)");
+}
 void fill_up_at(int32_t* up_at, const UpsampleMap& map, const PlaneGeometry& g) {
   for (int64_t h = 0; h < g.height; ++h)
     for (int64_t w = 0; w < g.width; ++w)
@@ -1644,18 +1650,6 @@ void fill_up_at(int32_t* up_at, const UpsampleMap& map, const PlaneGeometry& g) 
 #ifdef ACTLAB_X86_INTRINSICS
 bool lanes16(const PlaneGeometry& g, int64_t channels) {
   return has_avx512bw && channels > 0 && channels % 16 == 0 && g.planes % channels == 0 && g.ranges_per_plane() == 1;
-}
-// float_to_bf16 of each lane, in the low 16 bits of its u32.
-ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_nearest(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
-                       _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))),
-      16);
-  const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x007FFFFF);
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent) &
-                        _mm512_test_epi32_mask(u, mantissa);
-  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
 }
 // The residual of sixteen planes at one position (their values xv, their LFC↑ at lfc_up): x − LFC↑, or x
 // without an LFC. (Lambdas would not inherit the callers' target attributes.)
@@ -1756,11 +1750,12 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
       for (int64_t j = 0; j < lw; ++j) {
         __m512 sum = _mm512_load_ps(s.colsum + 16 * j * g.block_w);
         for (int64_t b = 1; b < g.block_w; ++b) sum = _mm512_add_ps(sum, _mm512_load_ps(s.colsum + 16 * (j * g.block_w + b)));
-        const __m512i lfc = bf16_nearest(_mm512_div_ps(sum, area));
-        _mm512_store_ps(s.lfc_up + (i * lw + j) * 16, _mm512_castsi512_ps(_mm512_slli_epi32(lfc, 16)));
+        const __m256i lfc = narrow_bf16(_mm512_div_ps(sum, area));
+        _mm512_store_ps(s.lfc_up + (i * lw + j) * 16,
+                        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(lfc), 16)));
         if (a.lfc) {
           alignas(32) uint16_t lanes[16];
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm512_cvtepi32_epi16(lfc));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), lfc);
           for (int q = 0; q < 16; ++q) a.lfc[(p0 + q) * LE + i * lw + j] = lanes[q];
         }
       }
@@ -1874,7 +1869,7 @@ ACTLAB_AVX512BW ACTLAB_INLINE void put_lanes16(float* out, uint16_t* out16, int6
     v = _mm512_load_ps(up);
   }
   if constexpr (kBf16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at), _mm512_cvtepi32_epi16(bf16_nearest(v)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at), narrow_bf16(v));
   } else {
     _mm512_storeu_ps(out + at, v);
   }
@@ -1993,8 +1988,7 @@ void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uin
   const UpsampleMap map(g);
   const int64_t E = g.plane_elems(), C = channels, images = g.planes / C;
   if (lanes16(g, C) && !residual) {
-    ACTLAB_CHECK(!codes || g.bits == 1 || g.bits == 2 || g.bits == 4 || g.bits == 8, "plane_pack_channels_last: ",
-                 g.bits, "-bit codes (1, 2, 4 or 8)");  // here, not inside the threads
+    check_lane_bits("plane_pack_channels_last", g, codes != nullptr);
     const PlanePackArgs args{lfc, codes, mins, steps, residual, x, &g, &map, with_lfc, seed, stream};
     const int64_t groups = C / 16;
     for_each_thread_range(images * groups, g.planes * E, group16_scratch(nullptr, nullptr, g),
@@ -2044,8 +2038,7 @@ namespace {
 // The sixteen-channel decodes with the planes in the lanes (unpack_group16), f32 or bf16.
 void unpack_all_groups16(float* out, uint16_t* out16, const uint16_t* lfc, const uint8_t* codes, const uint16_t* mins,
                          const uint16_t* steps, const PlaneGeometry& g, int64_t channels) {
-  ACTLAB_CHECK(!codes || g.bits == 1 || g.bits == 2 || g.bits == 4 || g.bits == 8, "plane decode: ", g.bits,
-               "-bit codes (1, 2, 4 or 8)");  // here, not inside the threads
+  check_lane_bits("plane decode", g, codes != nullptr);
   ACTLAB_CHECK(lfc || codes, "plane decode: neither an LFC nor codes to decode");
   const UpsampleMap map(g);
   const PlaneUnpackArgs args{out, lfc, codes, mins, steps, &g, &map};

@@ -23,5 +23,17 @@ namespace actlab::cpu {
 inline const bool cpu_has_avx512f = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
 inline const bool cpu_has_avx512bw = cpu_has_avx512f && __builtin_cpu_supports("avx512bw");
 inline const bool cpu_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+// float_to_bf16 (core/bf16.h) on 16 lanes: the same integer rounding, NaN kept NaN. The bf16 conversions
+// (kernels_copy.cpp) and the codec's bf16 LFC and decode (codec.cpp) share it.
+ACTLAB_AVX512 inline __m256i narrow_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
 }  // namespace actlab::cpu
 #endif

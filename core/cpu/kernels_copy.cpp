@@ -143,17 +143,6 @@ ACTLAB_AVX512 inline void transpose16(__m512 (&r)[16]) {
   }
 }
 
-// float_to_bf16 (core/bf16.h) on 16 lanes: the same integer rounding, NaN kept NaN.
-ACTLAB_AVX512 inline __m256i narrow_bf16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                _mm512_set1_epi32(0x7F800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
-
 // The tile on AVX-512: whole 16 x 16 blocks transposed in registers and narrowed there, one 32-byte store of 16
 // channels per position; the ragged edges (C or np not a multiple of 16) one element at a time.
 ACTLAB_AVX512 void to_bf16_channels_last_tile_avx512(uint16_t* y, const float* x, int64_t C, int64_t HW, int64_t p0,
