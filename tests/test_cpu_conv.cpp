@@ -276,12 +276,19 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
         if (with_bias) CHECK(relative_error(db, db_ref) < (matmul ? 1e-6 : 1e-2));
       }
   CHECK(actlab::memory_stats().total.current == live_before);
-  // Which route bf16 backward weights take: the matmul for im2col (one group) and, on AMX only, for Auto on
-  // small strided maps; oneDNN's kernel on large maps and for grouped layers.
+  // Which route bf16 backward weights take: the matmul for im2col (one group) and, for Auto, on small strided maps;
+  // on small unstrided maps by the CPU's rule (AMX: 256 input channels or more; avx512_bf16 alone: 4x4 maps);
+  // oneDNN's kernel on large maps and for grouped layers.
+  const bool amx = actlab::cpu::dnnl_runs_amx();
   const ConvShape large = shape(2, 16, 12, 12, 16, 3, 3, 1, 1, 1), grouped = shape(2, 8, 6, 6, 12, 3, 3, 1, 1, 2);
   const ConvShape small_strided = shape(2, 16, 8, 8, 32, 3, 3, 2, 1, 1);
+  const ConvShape wide_8x8 = shape(2, 256, 8, 8, 16, 3, 3, 1, 1, 1), narrow_4x4 = shape(2, 16, 4, 4, 16, 3, 3, 1, 1, 1);
   CHECK(actlab::cpu::conv2d_backward_weight_impl(small_strided, ConvImpl::Auto, Precision::BF16) ==
-        (actlab::cpu::dnnl_runs_amx() ? ConvImpl::Im2colGemm : ConvImpl::DnnlBlocked));
+        ConvImpl::Im2colGemm);
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(wide_8x8, ConvImpl::Auto, Precision::BF16) ==
+        (amx ? ConvImpl::Im2colGemm : ConvImpl::DnnlBlocked));
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(narrow_4x4, ConvImpl::Auto, Precision::BF16) ==
+        (amx ? ConvImpl::DnnlBlocked : ConvImpl::Im2colGemm));
   CHECK(actlab::cpu::conv2d_backward_weight_impl(small_strided, ConvImpl::Im2colGemm, Precision::BF16) ==
         ConvImpl::Im2colGemm);
   CHECK(actlab::cpu::conv2d_backward_weight_impl(large, ConvImpl::Auto, Precision::BF16) == ConvImpl::DnnlBlocked);
@@ -291,7 +298,6 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   // Which layers' bf16 backward data runs as the forward of the flipped kernels: one-group stride-1 layers, with
   // im2col (the matmul forward: so the loop above checks that route on every CPU with bf16 kernels), and with
   // Auto on AMX (dense pointwise ones included); never strided or grouped ones, other implementations or fp32.
-  const bool amx = actlab::cpu::dnnl_runs_amx();
   CHECK(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Auto, Precision::BF16) == amx);
   CHECK(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Im2colGemm, Precision::BF16));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::Im2colGemm, Precision::F32));
@@ -299,15 +305,16 @@ TEST_CASE("cpu conv: bf16 compute equals the reference loops on bf16-rounded ope
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(large, ConvImpl::DnnlBlocked, Precision::BF16));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(small_strided, ConvImpl::Auto, Precision::BF16));
   CHECK_FALSE(actlab::cpu::conv2d_backward_data_as_forward(grouped, ConvImpl::Auto, Precision::BF16));
-  // Pointwise layers on AMX run all three passes as matmuls on channels-last operands: backward data as the
-  // forward of the transposed weights, the forward as one matmul (so it reads channels-last); elsewhere Auto's
-  // pointwise forward is dnnl-plain's (N, C, H, W) kernel, which never reads channels-last. Grouped (depthwise)
-  // layers run dnnl-nhwc on AMX, so they read channels-last there too.
+  // Pointwise layers under Auto run all three passes as matmuls on channels-last operands: backward data as the
+  // forward of the transposed weights, the forward as one matmul (so it reads channels-last), backward weights as
+  // one matmul; dnnl-plain's pointwise kernel computes on (N, C, H, W) and never reads channels-last. Grouped
+  // (depthwise) layers run dnnl-nhwc under Auto, so they read channels-last too.
   const ConvShape pointwise = shape(2, 16, 8, 8, 32, 1, 1, 1, 0, 1);
-  CHECK(actlab::cpu::conv2d_backward_data_as_forward(pointwise, ConvImpl::Auto, Precision::BF16) == amx);
-  CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::Auto) == amx);
+  CHECK(actlab::cpu::conv2d_backward_data_as_forward(pointwise, ConvImpl::Auto, Precision::BF16));
+  CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::Auto));
+  CHECK(actlab::cpu::conv2d_backward_weight_impl(pointwise, ConvImpl::Auto, Precision::BF16) == ConvImpl::Im2colGemm);
   CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(pointwise, false, ConvImpl::DnnlPlain));
-  CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(grouped, false, ConvImpl::Auto) == amx);
+  CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(grouped, false, ConvImpl::Auto));
   // The 4x4 maps' forward as one matmul (Auto on AMX) reads its im2col from a channels-last input.
   if (amx) CHECK(actlab::cpu::conv2d_bf16_reads_channels_last(shape(2, 16, 4, 4, 80, 3, 3, 1, 1, 1), true, ConvImpl::Auto));
   CHECK_FALSE(actlab::cpu::conv2d_bf16_reads_channels_last(large, true, ConvImpl::DnnlPlain));
@@ -423,11 +430,14 @@ TEST_CASE("cpu conv: a ConvGradShare reorders dy once for both backward passes, 
       CHECK(shared <= plain);
       CHECK(shared >= plain - 1);
       // bf16 converts dy on the way in, always; both oneDNN passes then read it in the same layout. The
-      // matmul route of backward weights (Auto's on AMX CPUs) reads it channels-last, as oneDNN's AMX backward
-      // data does on every layer but a dense pointwise one, which runs on NCHW.
+      // matmul route of backward weights (Auto's on small maps) reads it channels-last, as oneDNN's AMX backward
+      // data does; without AMX a strided layer's backward data reads it channel-blocked, so nothing is shared. A
+      // dense pointwise layer's two passes are matmuls reading it channels-last on every CPU.
       const bool matmul = actlab::cpu::conv2d_backward_weight_impl(s, ConvImpl::Auto, pr) == ConvImpl::Im2colGemm;
       const bool dense_pointwise = s.R == 1 && s.S == 1 && s.stride_h == 1 && s.pad_h == 0 && s.groups == 1;
-      if (pr == Precision::BF16 && (!matmul || !dense_pointwise)) CHECK(shared == plain - 1);
+      if (pr == Precision::BF16 && (!matmul || dense_pointwise || actlab::cpu::dnnl_runs_amx()))
+        CHECK(shared == plain - 1);
+      if (pr == Precision::BF16 && matmul && !dense_pointwise && !actlab::cpu::dnnl_runs_amx()) CHECK(shared == plain);
     }
   CHECK(actlab::memory_stats().total.current == live_before);
   // Where the layouts agree in fp32: the Winograd and blocked shapes.

@@ -459,8 +459,10 @@ TEST_CASE("precision: a bf16 ResNet-20 step keeps half the exact bytes, and its 
   CHECK(div.result.saved.packed < bf16.result.saved.packed);
 }
 
-// Under exact@bf16 (and DIVISION@bf16) a convolution writes its output channels-last and batch norm, ReLU, the
-// residual add and option-A shortcuts keep that layout (no transposes between layers).
+// Under exact@bf16 (and DIVISION@bf16) a convolution whose kernel reads channels-last writes its output so, and
+// batch norm, ReLU, the residual add and option-A shortcuts keep that layout (no transposes between layers). Which
+// convolutions read channels-last depends on the CPU (cpu::conv2d_bf16_reads_channels_last): 3x3 ones on AMX,
+// dense pointwise ones on every CPU with bf16 kernels; the block is run with 3x3 and with 1x1 kernels.
 // A policy in the set that reads (N, C, H, W) (per-group, on a module this block does not have) keeps everything
 // planar: the two runs differ only in the order batch norm sums in, and must agree to float rounding, forward and
 // backward.
@@ -471,62 +473,76 @@ TEST_CASE("precision: under exact@bf16 activations flow channels-last between co
     std::vector<Tensor> grads;
     bool conv_cl = false, bn_relu_cl = false, block_cl = false, grad_cl = false;
   };
-  const auto run = [](const std::string& policy) {
-    end_pack_step();  // the same pack streams in every run (stochastic rounding draws)
-    set_pack_seed(7);
-    set_pack_step(0);
-    PhiloxStream rng(3, 1);
-    const Tensor x = Tensor::randn({8, 16, 8, 8}, rng);
-    Variable w1(Tensor::randn({16, 16, 3, 3}, rng, 0.f, 0.1f), true), w2(Tensor::randn({32, 16, 3, 3}, rng, 0.f, 0.1f), true);
-    Variable g1(Tensor::full({16}, 1.f), true), b1(Tensor::zeros({16}), true);
-    Variable g2(Tensor::full({32}, 1.f), true), b2(Tensor::zeros({32}), true);
-    Variable fc(Tensor::randn({10, 32}, rng, 0.f, 0.1f), true);
-    Tensor rm1 = Tensor::zeros({16}), rv1 = Tensor::full({16}, 1.f), rm2 = Tensor::zeros({32}), rv2 = Tensor::full({32}, 1.f);
-    Tensor labels = Tensor::zeros({8}, DType::I64);
-    for (int64_t i = 0; i < 8; ++i) labels.data<int64_t>()[i] = i % 10;
-    PrecisionScope bf16(Precision::BF16);
-    const PolicySet set = parse_policy_set(policy);
-    ActivationCacheScope scope(set);
-    Run r;
-    Variable xv(x.clone(), true);
-    Variable h = conv2d(xv, w1, Variable(), {1, 1, 1});
-    r.conv_cl = h.data().is_channels_last();
-    h = relu(batch_norm(h, g1, b1, rm1, rv1, true));
-    r.bn_relu_cl = h.data().is_channels_last();
-    Variable h2 = batch_norm(conv2d(h, w2, Variable(), {2, 1, 1}), g2, b2, rm2, rv2, true);
-    h2 = add_relu(h2, shortcut_pad(h, 2, 32));
-    r.block_cl = h2.data().is_channels_last();
-    const Variable loss = cross_entropy(linear(flatten(global_avg_pool(h2)), fc, Variable()), labels);
-    backward(loss);
-    r.loss = loss.data().data<float>()[0];
-    for (const Variable* v : {&xv, &w1, &w2, &g1, &b1, &g2, &fc}) r.grads.push_back(v->grad().contiguous().clone());
-    r.grad_cl = xv.grad().is_channels_last();
-    return r;
-  };
-  const Run flow = run("exact"), planar = run("exact|nomatch=pergroup:G=256,Q=2");
-  CHECK(flow.conv_cl);
-  CHECK(flow.bn_relu_cl);
-  CHECK(flow.block_cl);
-  CHECK_FALSE(planar.conv_cl);
-  CHECK_FALSE(planar.bn_relu_cl);
-  CHECK_FALSE(planar.block_cl);
-  CHECK_FALSE(flow.grad_cl);  // a leaf's gradient is its own contiguous tensor
-  CHECK(std::fabs(flow.loss - planar.loss) < 1e-5f * std::fabs(planar.loss));
-  const double distance = relative_distance(flow.grads, planar.grads);
-  MESSAGE("channels-last flow against the (N, C, H, W) run: relative gradient distance " << distance);
-  CHECK(distance < 1e-3);
-  // DIVISION flows channels-last too (its packs are the same bytes, made tile by tile, and batch norm's backward
-  // reads its f32 decode channels-last): again only batch norm's summation order differs.
-  const Run div_flow = run("division:B=8,Q=2"), div_planar = run("division:B=8,Q=2|nomatch=pergroup:G=256,Q=2");
-  CHECK(div_flow.conv_cl);
-  CHECK(div_flow.bn_relu_cl);
-  CHECK(div_flow.block_cl);
-  CHECK_FALSE(div_planar.conv_cl);
-  CHECK_FALSE(div_planar.block_cl);
-  CHECK(std::fabs(div_flow.loss - div_planar.loss) < 1e-5f * std::fabs(div_planar.loss));
-  const double div_distance = relative_distance(div_flow.grads, div_planar.grads);
-  MESSAGE("DIVISION, channels-last flow against the (N, C, H, W) run: relative gradient distance " << div_distance);
-  CHECK(div_distance < 1e-3);
+  for (const int64_t k : {3, 1}) {
+    CAPTURE(k);
+    const auto run = [k](const std::string& policy) {
+      end_pack_step();  // the same pack streams in every run (stochastic rounding draws)
+      set_pack_seed(7);
+      set_pack_step(0);
+      PhiloxStream rng(3, 1);
+      const Tensor x = Tensor::randn({8, 16, 8, 8}, rng);
+      Variable w1(Tensor::randn({16, 16, k, k}, rng, 0.f, 0.1f), true);
+      Variable w2(Tensor::randn({32, 16, k, k}, rng, 0.f, 0.1f), true);
+      Variable g1(Tensor::full({16}, 1.f), true), b1(Tensor::zeros({16}), true);
+      Variable g2(Tensor::full({32}, 1.f), true), b2(Tensor::zeros({32}), true);
+      Variable fc(Tensor::randn({10, 32}, rng, 0.f, 0.1f), true);
+      Tensor rm1 = Tensor::zeros({16}), rv1 = Tensor::full({16}, 1.f), rm2 = Tensor::zeros({32}), rv2 = Tensor::full({32}, 1.f);
+      Tensor labels = Tensor::zeros({8}, DType::I64);
+      for (int64_t i = 0; i < 8; ++i) labels.data<int64_t>()[i] = i % 10;
+      PrecisionScope bf16(Precision::BF16);
+      const PolicySet set = parse_policy_set(policy);
+      ActivationCacheScope scope(set);
+      Run r;
+      Variable xv(x.clone(), true);
+      Variable h = conv2d(xv, w1, Variable(), {1, k / 2, 1});
+      r.conv_cl = h.data().is_channels_last();
+      h = relu(batch_norm(h, g1, b1, rm1, rv1, true));
+      r.bn_relu_cl = h.data().is_channels_last();
+      Variable h2 = batch_norm(conv2d(h, w2, Variable(), {2, k / 2, 1}), g2, b2, rm2, rv2, true);
+      h2 = add_relu(h2, shortcut_pad(h, 2, 32));
+      r.block_cl = h2.data().is_channels_last();
+      const Variable loss = cross_entropy(linear(flatten(global_avg_pool(h2)), fc, Variable()), labels);
+      backward(loss);
+      r.loss = loss.data().data<float>()[0];
+      for (const Variable* v : {&xv, &w1, &w2, &g1, &b1, &g2, &fc}) r.grads.push_back(v->grad().contiguous().clone());
+      r.grad_cl = xv.grad().is_channels_last();
+      return r;
+    };
+    // What the routing says of the two convolutions (asked under bf16, for a channels-last output); a pointwise one
+    // reads channels-last on every CPU with bf16 kernels, so each CPU runs at least one flow.
+    bool first_cl = false, second_cl = false;
+    {
+      PrecisionScope bf16(Precision::BF16);
+      const Tensor x = Tensor::zeros({8, 16, 8, 8});
+      first_cl = ops::conv2d_bf16_reads_channels_last(x, {16, 16, k, k}, {1, k / 2, 1}, false, true);
+      second_cl = ops::conv2d_bf16_reads_channels_last(x, {32, 16, k, k}, {2, k / 2, 1}, false, true);
+    }
+    if (k == 1) CHECK(first_cl);
+    const Run flow = run("exact"), planar = run("exact|nomatch=pergroup:G=256,Q=2");
+    CHECK(flow.conv_cl == first_cl);
+    CHECK(flow.bn_relu_cl == first_cl);
+    CHECK(flow.block_cl == (first_cl && second_cl));  // the add pairs the shortcut's layout with the branch's
+    CHECK_FALSE(planar.conv_cl);
+    CHECK_FALSE(planar.bn_relu_cl);
+    CHECK_FALSE(planar.block_cl);
+    CHECK_FALSE(flow.grad_cl);  // a leaf's gradient is its own contiguous tensor
+    CHECK(std::fabs(flow.loss - planar.loss) < 1e-5f * std::fabs(planar.loss));
+    const double distance = relative_distance(flow.grads, planar.grads);
+    MESSAGE("channels-last flow against the (N, C, H, W) run: relative gradient distance " << distance);
+    CHECK(distance < 1e-3);
+    // DIVISION flows channels-last too (its packs are the same bytes, made tile by tile, and batch norm's backward
+    // reads its f32 decode channels-last): again only batch norm's summation order differs.
+    const Run div_flow = run("division:B=8,Q=2"), div_planar = run("division:B=8,Q=2|nomatch=pergroup:G=256,Q=2");
+    CHECK(div_flow.conv_cl == first_cl);
+    CHECK(div_flow.bn_relu_cl == first_cl);
+    CHECK(div_flow.block_cl == (first_cl && second_cl));
+    CHECK_FALSE(div_planar.conv_cl);
+    CHECK_FALSE(div_planar.block_cl);
+    CHECK(std::fabs(div_flow.loss - div_planar.loss) < 1e-5f * std::fabs(div_planar.loss));
+    const double div_distance = relative_distance(div_flow.grads, div_planar.grads);
+    MESSAGE("DIVISION, channels-last flow against the (N, C, H, W) run: relative gradient distance " << div_distance);
+    CHECK(div_distance < 1e-3);
+  }
 }
 
 // A tensor of one channel (or one position) is contiguous and channels-last at once in memory: as a convolution's

@@ -105,14 +105,20 @@ bool dense_pointwise(const ConvShape& s) {
 // projections; and on maps of at most 64 output positions, strided layers, pointwise layers and layers with
 // 256 or more input channels (the measured wins had 256 and 512, the loss 64; 128 was not measured).
 // oneDNN's kernel stayed faster on the 64-channel 8x8 layer, on pointwise layers at 16x16 and on every larger
-// map, measured on (N, C, H, W) operands; pointwise layers now take the route at every size, as their forward and
-// backward data do, so a channels-last run needs no reorder there (resolve). Without AMX the route is unmeasured,
-// so oneDNN's kernel runs.
+// map, measured on (N, C, H, W) operands. Without AMX (avx512_bf16 kernels, measured on a Zen 5 EPYC,
+// bench/RESULTS_conv.md, "bf16 backward weights as one matmul without AMX") the matmul won on every 4x4 map
+// (ResNet-18's layer 4, 1.4-2.1x) and on the strided layers onto 8x8 maps (1.3-1.5x; a 1x1 projection 6x);
+// oneDNN's kernel won or tied on the unstrided 8x8 layers and on every 16x16 or larger map. On both, dense pointwise
+// layers take the route at every size, as their forward and backward data do, so that a channels-last run needs no
+// reorder there (resolve).
 bool bf16_weight_gemm_pays(const ConvShape& s) {
-  if (s.groups != 1 || !dnnl_runs_amx()) return false;
-  if (s.R * s.S == 1) return true;  // every 1x1 layer: the strided projections, and pointwise ones (see above)
+  if (s.groups != 1) return false;
+  if (dense_pointwise(s)) return true;
   const bool strided = s.stride_h > 1 || s.stride_w > 1;
-  return s.P() * s.Q() <= 64 && (strided || s.C >= 256);
+  const int64_t positions = s.P() * s.Q();
+  if (!dnnl_runs_amx()) return positions <= 16 || (positions <= 64 && strided);
+  if (s.R * s.S == 1) return true;  // the strided 1x1 projections (see above)
+  return positions <= 64 && (strided || s.C >= 256);
 }
 
 ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction dir) {
@@ -121,17 +127,18 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
     // Measured (bench/RESULTS_conv.md, "bf16"): pointwise convs are fastest on plain NCHW in bf16 too (up to 2x
     // over blocked at 32x32), depthwise and 3x3 ones on blocked layouts (plain is 4x slower for depthwise).
     // im2col under bf16 is the matmul route of backward weights (one group only); its forward and backward
-    // data, and a grouped layer's backward weights, run dnnl-blocked. On AMX, pointwise layers run all three
+    // data, and a grouped layer's backward weights, run dnnl-blocked. Under Auto, pointwise layers run all three
     // passes as matmuls instead (bf16_forward_gemm_pays) and grouped ones dnnl-nhwc, so that every layer of
     // MobileNetV2 reads and writes channels-last and its activations stay so between layers (docs/precision.md):
-    // its bf16 step became 1.33-1.41x as fast (bench/RESULTS.md §7, "forty-fourth session"), where dnnl-plain and
-    // dnnl-blocked had cost it a reorder on each side of every layer.
+    // its bf16 step became 1.33-1.41x as fast on an AMX Xeon (bench/RESULTS.md §7, "forty-fourth session") and
+    // 1.3-1.5x on a Zen 5 without AMX ("forty-fifth session"), where dnnl-plain and dnnl-blocked had cost it a
+    // reorder on each side of every layer.
     if (dir == Direction::BackwardWeight && s.groups == 1 &&
         (impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && bf16_weight_gemm_pays(s))))
       return ConvImpl::Im2colGemm;
     if (impl == ConvImpl::Im2colGemm) return ConvImpl::DnnlBlocked;
     if (impl != ConvImpl::Auto) return impl;
-    if (s.groups > 1 && dnnl_runs_amx()) return ConvImpl::DnnlNhwc;  // depthwise: no AMX kernel either way
+    if (s.groups > 1) return ConvImpl::DnnlNhwc;  // depthwise (no AMX kernel either way)
     return dense_pointwise(s) ? ConvImpl::DnnlPlain : ConvImpl::DnnlBlocked;
   }
   if (impl != ConvImpl::Auto) return impl;
@@ -713,11 +720,12 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
 // rows: ResNet-18's 512-channel 3x3 layers on 4x4 maps ran at 0.9 TFLOP/s where the same work on 8x8 maps ran at
 // 3.4 (DNNL_VERBOSE on an AMX Xeon, bench/RESULTS.md §7, "forty-second session"). As one matmul over the batch the
 // rows are all N·P·Q output positions: y (rows, K) = col (rows, R·S·C) · Wᵀ, W as (K, R·S·C) in (k, r, s, c)
-// order, col the im2col of the channels-last input (as in gemm_backward_weight_bf16). Dense pointwise layers too
-// on AMX: col is the channels-last input itself, and the matmul reads and writes channels-last, where
-// dnnl-plain's kernel computes on (N, C, H, W) (resolve).
+// order, col the im2col of the channels-last input (as in gemm_backward_weight_bf16). Without AMX oneDNN's
+// kernel stays faster on those maps (bench/RESULTS_conv.md, "bf16 backward weights as one matmul without AMX").
+// Dense pointwise layers on every CPU: col is the channels-last input itself, and the matmul reads and writes
+// channels-last, where dnnl-plain's kernel computes on (N, C, H, W) (resolve).
 bool bf16_forward_gemm_pays(const ConvShape& s) {
-  return s.groups == 1 && dnnl_runs_amx() && (dense_pointwise(s) || (s.R * s.S > 1 && s.P() * s.Q() <= 16));
+  return s.groups == 1 && (dense_pointwise(s) || (dnnl_runs_amx() && s.R * s.S > 1 && s.P() * s.Q() <= 16));
 }
 
 struct GemmForwardPlan {
@@ -833,7 +841,10 @@ bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl, Precisio
   if (compute != Precision::BF16 || s.groups != 1 || s.stride_h != 1 || s.stride_w != 1 || s.pad_h > s.R - 1 ||
       s.pad_w > s.S - 1)
     return false;
-  return impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && dnnl_runs_amx());
+  // Auto: on AMX, where oneDNN's backward-data kernel lost to its forward; elsewhere on dense pointwise layers only,
+  // so that their three passes read channels-last (bf16_forward_gemm_pays), where oneDNN's kernel stays faster on
+  // 3x3 layers (bench/RESULTS_conv.md, "bf16 backward weights as one matmul without AMX").
+  return impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && (dnnl_runs_amx() || dense_pointwise(s)));
 }
 
 void conv2d_backward_data(float* dx, const float* dy, const float* w, const ConvShape& s,

@@ -31,10 +31,11 @@ void check_conv_shape(const ConvShape& s);
 enum class ConvImpl {
   Auto,          // the measured choice: DnnlWinograd for 3x3 stride-1 convs with >= 64 channels
                  // in and out, DnnlPlain for pointwise (1x1 stride 1), DnnlBlocked for the rest
-                 // (depthwise included: oneDNN's jit_dw kernels); under bf16 no Winograd, and on AMX CPUs
-                 // backward weights as Im2colGemm on the small maps and the forward of 4x4 maps as that
-                 // matmul, where they measured faster, and backward data of one-group stride-1 layers (not
-                 // dense 1x1) as the forward of the flipped kernels (conv.cpp)
+                 // (depthwise included: oneDNN's jit_dw kernels); under bf16 no Winograd, dense pointwise
+                 // layers as Im2colGemm's matmuls in all three passes and depthwise ones DnnlNhwc, backward
+                 // weights as Im2colGemm on small maps (each instruction set its measured rule), and on AMX CPUs
+                 // the forward of 4x4 maps as that matmul and backward data of one-group stride-1 layers as the
+                 // forward of the flipped kernels (conv.cpp)
   DnnlBlocked,   // oneDNN, memory format `any` (nChw16c / blocked weights), NCHW reordered in and out
   DnnlNhwc,      // oneDNN on channels-last activations, NCHW transposed in and out
   DnnlPlain,     // oneDNN on the user's NCHW / OIHW memory directly (no reorders)
@@ -80,17 +81,19 @@ ConvImpl conv2d_backward_weight_impl(const ConvShape& s, ConvImpl impl = ConvImp
                                      Precision compute = Precision::F32);
 // Whether conv2d_backward_data runs as the forward convolution of dy with the kernels flipped and the channels
 // swapped, padded by R - 1 - pad (the forward Auto or Im2colGemm would run for that shape): under bf16 for
-// one-group stride-1 layers with pad <= R - 1, with Im2colGemm, and with Auto on AMX CPUs (a dense pointwise layer's
-// then a matmul with the transposed weights). oneDNN 2.6's AMX backward-data kernel took 1.2-1.7 times its forward
-// kernel's time on ResNet-18's stride-1 layers (bench/RESULTS.md §7, "forty-second session").
+// one-group stride-1 layers with pad <= R - 1, with Im2colGemm, and with Auto on AMX CPUs and for dense pointwise
+// layers on any (a dense pointwise layer's then a matmul with the transposed weights). oneDNN 2.6's AMX backward-data
+// kernel took 1.2-1.7 times its forward kernel's time on ResNet-18's stride-1 layers (bench/RESULTS.md §7,
+// "forty-second session").
 bool conv2d_backward_data_as_forward(const ConvShape& s, ConvImpl impl = ConvImpl::Auto,
                                      Precision compute = Precision::F32);
 // Throws Error, one line, unless `impl` has a path at `compute` (dnnl-wino has no bf16 one): the check every
 // call makes, for a caller that wants it before its first call.
 void check_conv_impl(ConvImpl impl, Precision compute);
 // Whether oneDNN runs its AMX kernels in this process (its effective instruction set: the CPU's amx_bf16,
-// the kernel's permission and ONEDNN_MAX_CPU_ISA all count). Auto takes the bf16 matmul routes and the flipped
-// backward data only then: they were measured on AMX alone. False in a minimal build.
+// the kernel's permission and ONEDNN_MAX_CPU_ISA all count). Auto's bf16 routes differ with it: the forward of 4x4
+// maps as a matmul and the flipped backward data of 3x3 layers only then, and each its own rule for which backward
+// weights run as a matmul (measured on an AMX Xeon and on a Zen 5 without AMX). False in a minimal build.
 bool dnnl_runs_amx();
 
 // The input layout conv2d_backward_weight's oneDNN primitive computes on, as a channel block: 16 when it
@@ -124,8 +127,8 @@ void conv2d_forward_bf16_input(float* y, const uint16_t* x_bf16, const float* w,
 // Whether conv2d_forward under bf16 (with a bias or not, as with_bias says) computes on a channels-last input:
 // then a bf16 copy of x in that layout is read with no reorder, where an (N, C, H, W) one is reordered (oneDNN
 // picks the layout per kernel: its AMX kernels on 3x3 and strided layers took channels-last on an AMX Xeon, as
-// their backward weights did, and the matmul routes make their im2col from channels-last; dnnl-plain's pointwise
-// layers compute on (N, C, H, W)). Only the forward is asked, with the f32 output layout `act` the call will
+// their backward weights did, and the matmul routes (dense pointwise layers on every CPU) make their im2col from
+// channels-last; dnnl-plain's pointwise layers compute on (N, C, H, W)). Only the forward is asked, with the f32 output layout `act` the call will
 // write (the plan it builds is then the call's own). False in a minimal build.
 bool conv2d_bf16_reads_channels_last(const ConvShape& s, bool with_bias, ConvImpl impl = ConvImpl::Auto,
                                      Layout act = Layout::Nchw);
