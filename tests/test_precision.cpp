@@ -15,6 +15,7 @@
 #include "actlab/compress/policies.h"
 #include "actlab/core/bf16.h"
 #include "actlab/core/codec.h"
+#include "actlab/core/cpu/conv.h"
 #include "actlab/core/ops.h"
 #include "actlab/core/philox.h"
 #include "actlab/core/precision.h"
@@ -281,7 +282,8 @@ TEST_CASE("precision: under bf16 the plane codecs decode straight to bf16, unpac
   if (!testing::have_bf16_kernels()) return;
   // A DIVISION@bf16 convolution's backward weights from that bf16 decode are those of the f32 decode
   // rounded on the way into the bf16 kernels: a 3×3 layer on 16² maps, and one on 4² maps (16 output
-  // positions: on AMX CPUs the backward weights' bf16 matmul route, core/cpu/conv.cpp).
+  // positions: without AMX the backward weights' bf16 matmul route, core/cpu/conv.cpp; on AMX oneDNN's kernel,
+  // as on 16²).
   PrecisionScope bf16(Precision::BF16);
   const auto policy = parse_policy("division:B=8,Q=2");
   for (const int64_t hw : {16, 4}) {
@@ -518,6 +520,7 @@ TEST_CASE("precision: under exact@bf16 activations flow channels-last between co
       second_cl = ops::conv2d_bf16_reads_channels_last(x, {32, 16, k, k}, {2, k / 2, 1}, false, true);
     }
     if (k == 1) CHECK(first_cl);
+    if (k == 3 && actlab::cpu::dnnl_runs_amx()) CHECK((first_cl && second_cl));  // AMX kernels compute 3x3 so
     const Run flow = run("exact"), planar = run("exact|nomatch=pergroup:G=256,Q=2");
     CHECK(flow.conv_cl == first_cl);
     CHECK(flow.bn_relu_cl == first_cl);

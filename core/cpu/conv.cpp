@@ -1,8 +1,9 @@
 // The fast CPU convolution path: oneDNN primitives (created once per shape, direction and
 // implementation, then cached) with NCHW user memory reordered into the layout the primitive
-// picked; an im2col + gemm candidate kept for comparison in fp32; and under bf16 on AMX CPUs, the backward
-// weights of small maps and the forward of 4x4 maps as one bf16 matmul on channels-last operands, and the
-// backward data of stride-1 layers as the forward of the flipped kernels. The reorders between f32 (N, C, H, W)
+// picked; an im2col + gemm candidate kept for comparison in fp32; and under bf16, dense pointwise layers' three
+// passes and the backward weights of small maps as bf16 matmuls on channels-last operands, and on AMX CPUs the
+// forward of 4x4 maps as one matmul too and the backward data of stride-1 layers as the forward of the flipped
+// kernels. The reorders between f32 (N, C, H, W)
 // and channels-last operands run actlab's own transposing kernels. The spec lives in conv_ref.cpp.
 // Tested against it in tests/test_cpu_conv.cpp; the candidates are timed in bench/bench_conv.cpp.
 #include "actlab/core/cpu/conv.h"
@@ -107,8 +108,9 @@ bool dense_pointwise(const ConvShape& s) {
 // oneDNN's kernel stayed faster on the 64-channel 8x8 layer, on pointwise layers at 16x16 and on every larger
 // map, measured on (N, C, H, W) operands. Without AMX (avx512_bf16 kernels, measured on a Zen 5 EPYC,
 // bench/RESULTS_conv.md, "bf16 backward weights as one matmul without AMX") the matmul won on every 4x4 map
-// (ResNet-18's layer 4, 1.4-2.1x) and on the strided layers onto 8x8 maps (1.3-1.5x; a 1x1 projection 6x);
-// oneDNN's kernel won or tied on the unstrided 8x8 layers and on every 16x16 or larger map. On both, dense pointwise
+// (ResNet-18's layer 4, 1.5-1.8x in alternated runs) and by less on the strided layers onto 8x8 maps (1.2x on
+// ResNet-18's 3x3 one, 1.5-2x on ResNet-20's 1x1 projection, even on its 3x3 one); oneDNN's kernel won or tied on
+// the unstrided 8x8 layers and on every 16x16 or larger map. On both, dense pointwise
 // layers take the route at every size, as their forward and backward data do, so that a channels-last run needs no
 // reorder there (resolve).
 bool bf16_weight_gemm_pays(const ConvShape& s) {
@@ -131,8 +133,9 @@ ConvImpl resolve(ConvImpl impl, const ConvShape& s, Precision compute, Direction
     // passes as matmuls instead (bf16_forward_gemm_pays) and grouped ones dnnl-nhwc, so that every layer of
     // MobileNetV2 reads and writes channels-last and its activations stay so between layers (docs/precision.md):
     // its bf16 step became 1.33-1.41x as fast on an AMX Xeon (bench/RESULTS.md §7, "forty-fourth session") and
-    // 1.3-1.5x on a Zen 5 without AMX ("forty-fifth session"), where dnnl-plain and dnnl-blocked had cost it a
-    // reorder on each side of every layer.
+    // 1.4-1.5x on a Zen 5 without AMX (DIVISION@bf16's 1.2x; "forty-fifth session"), where dnnl-plain and
+    // dnnl-blocked had cost it a reorder on each side of every layer. (Under Auto a dense pointwise layer never
+    // resolves here: its three passes are matmuls. dnnl-plain stays its kernel for an explicit request.)
     if (dir == Direction::BackwardWeight && s.groups == 1 &&
         (impl == ConvImpl::Im2colGemm || (impl == ConvImpl::Auto && bf16_weight_gemm_pays(s))))
       return ConvImpl::Im2colGemm;
@@ -583,8 +586,8 @@ void im2col_backward_weight(float* dw, float* db, const float* dy, const float* 
 // channels-last input; for a 1x1 layer the input at the positions it reads), dW as (K, R·S·C) = dyᵀ·col,
 // reordered into (K, C, R, S). dy's channels-last bf16 copy goes through the ConvGradShare, so backward data
 // reuses it where its kernel reads that layout (oneDNN's AMX kernels on 3x3 and strided layers, and the matmul
-// forward that a stride-1 layer's backward data runs as on AMX; without AMX a dense pointwise layer's dnnl-plain
-// backward data reads NCHW and converts dy again).
+// forward that a stride-1 layer's backward data runs as: on AMX, and for dense pointwise layers on every CPU;
+// without AMX oneDNN's backward data of a strided layer reads dy channel-blocked and converts it again).
 
 // A 1x1 layer without padding reads the input at positions (p·stride, q·stride) only: channels-last, those
 // positions are its col, which one reorder of a strided view of the input makes (no im2col pass, and a
@@ -721,7 +724,8 @@ void gemm_backward_weight_bf16(float* dw, float* db, const float* dy, const void
 // 3.4 (DNNL_VERBOSE on an AMX Xeon, bench/RESULTS.md §7, "forty-second session"). As one matmul over the batch the
 // rows are all N·P·Q output positions: y (rows, K) = col (rows, R·S·C) · Wᵀ, W as (K, R·S·C) in (k, r, s, c)
 // order, col the im2col of the channels-last input (as in gemm_backward_weight_bf16). Without AMX oneDNN's
-// kernel stays faster on those maps (bench/RESULTS_conv.md, "bf16 backward weights as one matmul without AMX").
+// kernel was faster on ResNet-18's unstrided 512-channel 4x4 layer (the matmul about 10 % faster on its strided one)
+// (bench/RESULTS_conv.md, "bf16 backward weights as one matmul without AMX"), so the route stays AMX-only.
 // Dense pointwise layers on every CPU: col is the channels-last input itself, and the matmul reads and writes
 // channels-last, where dnnl-plain's kernel computes on (N, C, H, W) (resolve).
 bool bf16_forward_gemm_pays(const ConvShape& s) {
@@ -781,7 +785,7 @@ void gemm_forward_bf16(float* y, const void* x, const float* w, const float* b, 
   }
 }
 
-// The bf16 forward: one matmul on 4x4 maps and dense pointwise layers (Auto on AMX: bf16_forward_gemm_pays) and
+// The bf16 forward: one matmul on dense pointwise layers and, on AMX, 4x4 maps (Auto: bf16_forward_gemm_pays) and
 // wherever im2col is asked for (one group), else oneDNN's kernel of the resolved implementation (a grouped im2col
 // request: dnnl-blocked).
 bool bf16_forward_is_gemm(const ConvShape& s, ConvImpl impl) {

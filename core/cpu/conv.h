@@ -32,7 +32,7 @@ enum class ConvImpl {
   Auto,          // the measured choice: DnnlWinograd for 3x3 stride-1 convs with >= 64 channels
                  // in and out, DnnlPlain for pointwise (1x1 stride 1), DnnlBlocked for the rest
                  // (depthwise included: oneDNN's jit_dw kernels); under bf16 no Winograd, dense pointwise
-                 // layers as Im2colGemm's matmuls in all three passes and depthwise ones DnnlNhwc, backward
+                 // layers as Im2colGemm's matmuls in all three passes and grouped ones DnnlNhwc, backward
                  // weights as Im2colGemm on small maps (each instruction set its measured rule), and on AMX CPUs
                  // the forward of 4x4 maps as that matmul and backward data of one-group stride-1 layers as the
                  // forward of the flipped kernels (conv.cpp)
