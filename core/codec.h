@@ -257,6 +257,12 @@ CodecSimd set_codec_simd(CodecSimd widest);
 CodecSimd codec_simd_supported();
 const char* codec_simd_name(CodecSimd level);
 
+// quant_params of n ranges from the order keys (float_order_key) of their min and max, the bf16 bits to mins and
+// steps: sixteen ranges at a time in the vector lanes as the lane pack computes them (AVX-512 under the codec
+// SIMD level in force), the scalar function for the rest and on other CPUs. For tests: the same bits either way.
+void quant_params_from_keys(uint16_t* mins, uint16_t* steps, const int32_t* lo_keys, const int32_t* hi_keys, int64_t n,
+                            int bits);
+
 // Division-family pack of x: (g.planes, g.height, g.width) f32 contiguous. Per plane p:
 //   with_lfc: L = bf16 block means (written to lfc[p·lfc_elems ..] when lfc != nullptr), R = x − L↑;
 //   otherwise R = x.

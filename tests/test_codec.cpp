@@ -115,6 +115,60 @@ TEST_CASE("codec: bf16 directed rounding matches a search over all bf16 values")
   }
 }
 
+TEST_CASE("codec: quant_params_from_keys gives quant_params' bits on every path, edge ranges included") {
+  // Random ranges over the whole exponent range, constant ones (±0, subnormal, huge), ranges whose step falls
+  // below the smallest normal float or whose width overflows, infinite ends, NaN at either end (a negative NaN
+  // sorts below −inf, a positive one above +inf), inverted keys (an empty reduction's INT32_MAX/INT32_MIN), and
+  // bf16-exact ends; n = 16k + 5, so the sixteen-lane batches and the scalar tail both run.
+  std::mt19937 gen(29);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::pair<float, float>> ranges = {
+      {0.f, 0.f},      {-0.f, 0.f},     {-0.f, -0.f},  {1e-40f, 1e-40f}, {-1e-40f, 1e-40f}, {3e38f, 3e38f},
+      {-3e38f, 3e38f}, {1.f, 1.f + 1e-7f}, {1e-38f, 1.1e-38f}, {0.f, 1e-44f}, {-inf, 1.f}, {-1.f, inf},
+      {-inf, inf},     {nan, 1.f},      {1.f, nan},    {-nan, -nan},     {1.5f, 2.25f},     {-0.375f, 0.5f}};
+  for (int i = 0; i < 4000; ++i) {
+    const auto value = [&] {
+      const float mag = std::ldexp(std::uniform_real_distribution<float>(1.f, 2.f)(gen),
+                                   std::uniform_int_distribution<int>(-149, 127)(gen));
+      return gen() % 2 ? mag : -mag;
+    };
+    float lo = value(), hi = value();
+    if (lo > hi) std::swap(lo, hi);
+    if (i % 7 == 0) hi = lo;
+    ranges.emplace_back(lo, hi);
+  }
+  const int64_t n = static_cast<int64_t>(ranges.size() / 16 * 16 + 5);
+  std::vector<int32_t> lo_keys(static_cast<size_t>(n)), hi_keys(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    lo_keys[static_cast<size_t>(j)] = float_order_key(ranges[static_cast<size_t>(j)].first);
+    hi_keys[static_cast<size_t>(j)] = float_order_key(ranges[static_cast<size_t>(j)].second);
+  }
+  lo_keys[40] = INT32_MAX, hi_keys[40] = INT32_MIN;  // what a reduction over no values leaves
+  for (const int bits : {1, 2, 4, 8}) {
+    std::vector<uint16_t> want_mins(static_cast<size_t>(n)), want_steps(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j)
+      quant_params(want_mins[static_cast<size_t>(j)], want_steps[static_cast<size_t>(j)],
+                   float_from_order_key(lo_keys[static_cast<size_t>(j)]), float_from_order_key(hi_keys[static_cast<size_t>(j)]), bits);
+    for (const cpu::CodecSimd simd : simd_levels()) {
+      const CodecSimd mode(simd);
+      CAPTURE(cpu::codec_simd_name(simd));
+      CAPTURE(bits);
+      std::vector<uint16_t> mins(static_cast<size_t>(n)), steps(static_cast<size_t>(n));
+      cpu::quant_params_from_keys(mins.data(), steps.data(), lo_keys.data(), hi_keys.data(), n, bits);
+      int64_t differing = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t k = static_cast<size_t>(j);
+        if (mins[k] != want_mins[k] || steps[k] != want_steps[k]) {
+          if (differing++ < 5)
+            MESSAGE("range " << j << " [" << ranges[k].first << ", " << ranges[k].second << "]: min " << mins[k] << " step "
+                             << steps[k] << ", quant_params " << want_mins[k] << " " << want_steps[k]);
+        }
+      }
+      CHECK(differing == 0);
+    }
+  }
+}
+
 TEST_CASE("codec: quant_params covers the range with the stored bf16 min and step") {
   std::mt19937 gen(11);
   for (int bits : {1, 2, 4, 8}) {

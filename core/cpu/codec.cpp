@@ -197,6 +197,70 @@ struct QuantizerAvx512 {
     return _mm512_mask_add_epi32(lower, _mm512_cmp_ps_mask(uniform, frac, _CMP_LT_OQ), lower, one);
   }
 };
+// quant_params of sixteen ranges at once, one per lane, from the order keys of their min and max: the bf16 bits
+// of the stored min and step (in the low halves of the u32 lanes), and the quantizer's f32 min and
+// quant_scale(step). The scalar function's IEEE operations and selects, lane by lane, so the same bits
+// (tests/test_codec.cpp compares them on edge ranges). Why: the lane pack called the scalar function sixteen
+// times a group, and GCC left that loop scalar (two divisions and branches per range), about a tenth of the
+// pack's samples in a MobileNetV2 step; the lane pack of 8² planes ran 1.13× and of 4² planes 1.36× faster
+// without it (bench/RESULTS_compress.md, "The lane kernels ask for the next group").
+struct QuantParams16 {
+  __m512i min_bits, step_bits;
+  __m512 min, scale;
+};
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 bf16_lanes_to_float(__m512i bits) { return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)); }
+// float_to_bf16 of the f32 bits u, lane by lane.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i float_to_bf16_lanes(__m512i u) {
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000);
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent) &
+                        _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007FFFFF));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+// bf16_round_down (kUp false) or bf16_round_up (kUp true) of the f32 bits u, lane by lane.
+template <bool kUp>
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_round_lanes(__m512i u) {
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000);
+  const __m512i truncated = _mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  const __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent);
+  const __mmask16 negative = _mm512_cmplt_epi32_mask(u, _mm512_setzero_si512());
+  const __mmask16 away = _mm512_cmpneq_epi32_mask(truncated, u) & (kUp ? static_cast<__mmask16>(~negative) : negative);
+  const __m512i high = _mm512_srli_epi32(truncated, 16);
+  const __m512i rounded = _mm512_and_si512(_mm512_mask_add_epi32(high, away, high, _mm512_set1_epi32(1)),
+                                           _mm512_set1_epi32(0xFFFF));
+  return _mm512_mask_mov_epi32(rounded, special, float_to_bf16_lanes(u));
+}
+ACTLAB_AVX512BW ACTLAB_INLINE QuantParams16 quant_params16(__m512i lo_keys, __m512i hi_keys, int bits) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  // float_from_order_key's bits: key ^ ((key >> 31) & 0x7FFFFFFF).
+  const __m512i lo = _mm512_xor_si512(lo_keys, _mm512_and_si512(_mm512_srai_epi32(lo_keys, 31), magnitude));
+  const __m512i hi = _mm512_xor_si512(hi_keys, _mm512_and_si512(_mm512_srai_epi32(hi_keys, 31), magnitude));
+  QuantParams16 q;
+  q.min_bits = bf16_round_lanes<false>(lo);
+  q.min = bf16_lanes_to_float(q.min_bits);
+  const __m512 range = _mm512_sub_ps(_mm512_castsi512_ps(hi), q.min);
+  const __m512 levels = _mm512_set1_ps(static_cast<float>(quant_levels(bits)));
+  __m512i step = bf16_round_lanes<true>(_mm512_castps_si512(_mm512_div_ps(range, levels)));
+  const __mmask16 short_of_range =
+      _mm512_cmp_ps_mask(_mm512_mul_ps(bf16_lanes_to_float(step), levels), range, _CMP_LT_OQ);
+  step = _mm512_and_si512(_mm512_mask_add_epi32(step, short_of_range, step, _mm512_set1_epi32(1)),
+                          _mm512_set1_epi32(0xFFFF));
+  const __mmask16 keep = _mm512_cmp_ps_mask(bf16_lanes_to_float(step), _mm512_setzero_ps(), _CMP_GT_OQ) |
+                         _mm512_cmp_ps_mask(range, range, _CMP_UNORD_Q);
+  step = _mm512_mask_mov_epi32(_mm512_set1_epi32(float_to_bf16(1.f)), keep, step);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(bf16_lanes_to_float(step), _mm512_set1_ps(0x1p-126f), _CMP_LT_OQ);
+  q.step_bits = _mm512_mask_mov_epi32(step, tiny, _mm512_set1_epi32(0x0080));
+  q.scale = _mm512_div_ps(_mm512_set1_ps(1.f), bf16_lanes_to_float(q.step_bits));
+  return q;
+}
+// quant_params_from_keys's sixteen ranges: quant_params16 on keys in memory, its bits stored.
+ACTLAB_AVX512BW void quant_params16_store(uint16_t* mins, uint16_t* steps, const int32_t* lo_keys, const int32_t* hi_keys,
+                                          int bits) {
+  const QuantParams16 q = quant_params16(_mm512_loadu_si512(lo_keys), _mm512_loadu_si512(hi_keys), bits);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins), _mm512_cvtepi32_epi16(q.min_bits));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(steps), _mm512_cvtepi32_epi16(q.step_bits));
+}
 // quantize_plane's loop (c[e] = stochastic_code(r[e], min, scale, uniform8(u[e]), levels)) for whole
 // vectors of 16, with the same IEEE operations in the same order: vmaxps(t, 0) is `t > 0 ? t : 0` (NaN
 // → 0) and vminps(t, L) is `t < L ? t : L` exactly, so the codes are the scalar function's. Returns the
@@ -1776,18 +1840,10 @@ ACTLAB_AVX512BW void pack_group16(const PlanePackArgs& a, int64_t channels, int6
     return;
   } else {
     keys16(lo, hi, x, C, s, a.with_lfc, keyed * W, H * W);
-    alignas(64) int32_t lo_keys[16], hi_keys[16];
-    alignas(64) uint16_t min_bits[16], step_bits[16];
-    alignas(64) float min[16], scale[16];
-    _mm512_storeu_si512(lo_keys, lo);
-    _mm512_storeu_si512(hi_keys, hi);
-    for (int q = 0; q < 16; ++q) {  // vectorizes across the lanes, as batch_quant_params does across ranges
-      quant_params(min_bits[q], step_bits[q], float_from_order_key(lo_keys[q]), float_from_order_key(hi_keys[q]), kBits);
-      min[q] = bf16_to_float(min_bits[q]), scale[q] = quant_scale(bf16_to_float(step_bits[q]));
-    }
-    std::memcpy(a.mins + p0, min_bits, sizeof(min_bits));
-    std::memcpy(a.steps + p0, step_bits, sizeof(step_bits));
-    const QuantizerAvx512 quantizer(_mm512_loadu_ps(min), _mm512_loadu_ps(scale), quant_levels(kBits));
+    const QuantParams16 params = quant_params16(lo, hi, kBits);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.mins + p0), _mm512_cvtepi32_epi16(params.min_bits));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.steps + p0), _mm512_cvtepi32_epi16(params.step_bits));
+    const QuantizerAvx512 quantizer(params.min, params.scale, quant_levels(kBits));
     const int64_t run_bytes = g.code_bytes_per_plane();
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i run_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(run_bytes)));
@@ -1980,6 +2036,16 @@ const char* codec_simd_name(CodecSimd level) {
     case CodecSimd::Portable: return "portable";
   }
   return "?";
+}
+
+void quant_params_from_keys(uint16_t* mins, uint16_t* steps, const int32_t* lo_keys, const int32_t* hi_keys, int64_t n,
+                            int bits) {
+  int64_t j = 0;
+#ifdef ACTLAB_X86_INTRINSICS
+  if (has_avx512bw)
+    for (; j + 16 <= n; j += 16) quant_params16_store(mins + j, steps + j, lo_keys + j, hi_keys + j, bits);
+#endif
+  for (; j < n; ++j) quant_params(mins[j], steps[j], float_from_order_key(lo_keys[j]), float_from_order_key(hi_keys[j]), bits);
 }
 
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
