@@ -209,14 +209,9 @@ struct QuantParams16 {
   __m512 min, scale;
 };
 ACTLAB_AVX512BW ACTLAB_INLINE __m512 bf16_lanes_to_float(__m512i bits) { return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)); }
-// float_to_bf16 of the f32 bits u, lane by lane.
+// float_to_bf16 of the f32 bits u, lane by lane (narrow_bf16's rounding, widened back to the u32 lanes).
 ACTLAB_AVX512BW ACTLAB_INLINE __m512i float_to_bf16_lanes(__m512i u) {
-  const __m512i exponent = _mm512_set1_epi32(0x7F800000);
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent) &
-                        _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007FFFFF));
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
-  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepu16_epi32(narrow_bf16(_mm512_castsi512_ps(u)));
 }
 // bf16_round_down (kUp false) or bf16_round_up (kUp true) of the f32 bits u, lane by lane.
 template <bool kUp>
