@@ -259,7 +259,8 @@ const char* codec_simd_name(CodecSimd level);
 
 // quant_params of n ranges from the order keys (float_order_key) of their min and max, the bf16 bits to mins and
 // steps: sixteen ranges at a time in the vector lanes as the lane pack computes them (AVX-512 under the codec
-// SIMD level in force), the scalar function for the rest and on other CPUs. For tests: the same bits either way.
+// SIMD level in force), the scalar function for the rest and on other CPUs. The same bits either way: its user is
+// tests/test_codec.cpp, which compares the lanes with quant_params.
 void quant_params_from_keys(uint16_t* mins, uint16_t* steps, const int32_t* lo_keys, const int32_t* hi_keys, int64_t n,
                             int bits);
 

@@ -117,15 +117,30 @@ TEST_CASE("codec: bf16 directed rounding matches a search over all bf16 values")
 
 TEST_CASE("codec: quant_params_from_keys gives quant_params' bits on every path, edge ranges included") {
   // Random ranges over the whole exponent range, constant ones (±0, subnormal, huge), ranges whose step falls
-  // below the smallest normal float or whose width overflows, infinite ends, NaN at either end (a negative NaN
-  // sorts below −inf, a positive one above +inf), inverted keys (an empty reduction's INT32_MAX/INT32_MIN), and
-  // bf16-exact ends; n = 16k + 5, so the sixteen-lane batches and the scalar tail both run.
+  // below the smallest normal float or whose width overflows (a min that rounds down to −inf, a step that rounds
+  // up to +inf), infinite ends, NaN at either end (a negative NaN sorts below −inf, a positive one above +inf),
+  // signalling NaNs (which truncate to ±inf but round to a quiet NaN), inverted keys (an empty reduction's
+  // INT32_MAX/INT32_MIN), and bf16-exact ends; n = 16k + 5, so the sixteen-lane batches and the scalar tail both
+  // run. Only the AVX-512 level has the lanes: at the others both sides are the scalar function (the message at
+  // the top of this file names the levels this CPU checked).
   std::mt19937 gen(29);
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<std::pair<float, float>> ranges = {
-      {0.f, 0.f},      {-0.f, 0.f},     {-0.f, -0.f},  {1e-40f, 1e-40f}, {-1e-40f, 1e-40f}, {3e38f, 3e38f},
-      {-3e38f, 3e38f}, {1.f, 1.f + 1e-7f}, {1e-38f, 1.1e-38f}, {0.f, 1e-44f}, {-inf, 1.f}, {-1.f, inf},
-      {-inf, inf},     {nan, 1.f},      {1.f, nan},    {-nan, -nan},     {1.5f, 2.25f},     {-0.375f, 0.5f}};
+  const float lowest = std::numeric_limits<float>::lowest(), largest = std::numeric_limits<float>::max();
+  const auto key_of_bits = [](uint32_t bits) {  // float_order_key of the float with these bits, never in a register
+    const int32_t i = static_cast<int32_t>(bits);
+    return i ^ ((i >> 31) & 0x7FFFFFFF);
+  };
+  std::vector<std::pair<int32_t, int32_t>> keys;
+  for (const auto& [lo, hi] : std::vector<std::pair<float, float>>{
+           {0.f, 0.f},       {-0.f, 0.f},     {-0.f, -0.f},     {1e-40f, 1e-40f},  {-1e-40f, 1e-40f}, {3e38f, 3e38f},
+           {-3e38f, 3e38f},  {1.f, 1.f + 1e-7f}, {1e-38f, 1.1e-38f}, {0.f, 1e-44f}, {-inf, 1.f},       {-1.f, inf},
+           {-inf, inf},      {nan, 1.f},      {1.f, nan},       {-nan, -nan},      {1.5f, 2.25f},     {-0.375f, 0.5f},
+           {lowest, 0.f},    {lowest, lowest}, {0.f, largest},  {lowest, largest}})
+    keys.emplace_back(float_order_key(lo), float_order_key(hi));
+  keys.emplace_back(key_of_bits(0xFF800001u), key_of_bits(0x3F800000u));  // a negative signalling NaN min
+  keys.emplace_back(key_of_bits(0x3F800000u), key_of_bits(0x7F800001u));  // a positive signalling NaN max
+  keys.emplace_back(key_of_bits(0xFFC00001u), key_of_bits(0x7FC00001u));  // quiet NaNs with payloads
+  keys.emplace_back(INT32_MAX, INT32_MIN);                                // what a reduction over no values leaves
   for (int i = 0; i < 4000; ++i) {
     const auto value = [&] {
       const float mag = std::ldexp(std::uniform_real_distribution<float>(1.f, 2.f)(gen),
@@ -135,34 +150,28 @@ TEST_CASE("codec: quant_params_from_keys gives quant_params' bits on every path,
     float lo = value(), hi = value();
     if (lo > hi) std::swap(lo, hi);
     if (i % 7 == 0) hi = lo;
-    ranges.emplace_back(lo, hi);
+    keys.emplace_back(float_order_key(lo), float_order_key(hi));
   }
-  const int64_t n = static_cast<int64_t>(ranges.size() / 16 * 16 + 5);
-  std::vector<int32_t> lo_keys(static_cast<size_t>(n)), hi_keys(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) {
-    lo_keys[static_cast<size_t>(j)] = float_order_key(ranges[static_cast<size_t>(j)].first);
-    hi_keys[static_cast<size_t>(j)] = float_order_key(ranges[static_cast<size_t>(j)].second);
-  }
-  lo_keys[40] = INT32_MAX, hi_keys[40] = INT32_MIN;  // what a reduction over no values leaves
+  const size_t n = (keys.size() - 5) / 16 * 16 + 5;
+  REQUIRE(n <= keys.size());
+  std::vector<int32_t> lo_keys(n), hi_keys(n);
+  for (size_t j = 0; j < n; ++j) lo_keys[j] = keys[j].first, hi_keys[j] = keys[j].second;
   for (const int bits : {1, 2, 4, 8}) {
-    std::vector<uint16_t> want_mins(static_cast<size_t>(n)), want_steps(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j)
-      quant_params(want_mins[static_cast<size_t>(j)], want_steps[static_cast<size_t>(j)],
-                   float_from_order_key(lo_keys[static_cast<size_t>(j)]), float_from_order_key(hi_keys[static_cast<size_t>(j)]), bits);
+    std::vector<uint16_t> want_mins(n), want_steps(n);
+    for (size_t j = 0; j < n; ++j)
+      quant_params(want_mins[j], want_steps[j], float_from_order_key(lo_keys[j]), float_from_order_key(hi_keys[j]), bits);
     for (const cpu::CodecSimd simd : simd_levels()) {
       const CodecSimd mode(simd);
       CAPTURE(cpu::codec_simd_name(simd));
       CAPTURE(bits);
-      std::vector<uint16_t> mins(static_cast<size_t>(n)), steps(static_cast<size_t>(n));
-      cpu::quant_params_from_keys(mins.data(), steps.data(), lo_keys.data(), hi_keys.data(), n, bits);
+      std::vector<uint16_t> mins(n), steps(n);
+      cpu::quant_params_from_keys(mins.data(), steps.data(), lo_keys.data(), hi_keys.data(), static_cast<int64_t>(n),
+                                  bits);
       int64_t differing = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const size_t k = static_cast<size_t>(j);
-        if (mins[k] != want_mins[k] || steps[k] != want_steps[k]) {
-          if (differing++ < 5)
-            MESSAGE("range " << j << " [" << ranges[k].first << ", " << ranges[k].second << "]: min " << mins[k] << " step "
-                             << steps[k] << ", quant_params " << want_mins[k] << " " << want_steps[k]);
-        }
+      for (size_t j = 0; j < n; ++j) {
+        if ((mins[j] != want_mins[j] || steps[j] != want_steps[j]) && differing++ < 5)
+          MESSAGE("keys " << lo_keys[j] << ", " << hi_keys[j] << ": min " << mins[j] << " step " << steps[j]
+                          << ", quant_params " << want_mins[j] << " " << want_steps[j]);
       }
       CHECK(differing == 0);
     }

@@ -201,14 +201,16 @@ struct QuantizerAvx512 {
 // of the stored min and step (in the low halves of the u32 lanes), and the quantizer's f32 min and
 // quant_scale(step). The scalar function's IEEE operations and selects, lane by lane, so the same bits
 // (tests/test_codec.cpp compares them on edge ranges). Why: the lane pack called the scalar function sixteen
-// times a group, and GCC left that loop scalar (two divisions and branches per range), about a tenth of the
-// pack's samples in a MobileNetV2 step; the lane pack of 8² planes ran 1.13× and of 4² planes 1.36× faster
-// without it (bench/RESULTS_compress.md, "The lane kernels ask for the next group").
+// times a group, and GCC left that loop scalar (its disassembly: two vdivss and compare-and-branch per range),
+// about a tenth of the pack's samples in a MobileNetV2 step; the lane pack of 8² planes ran 1.14× and of 4² planes
+// 1.36× faster without it (bench/RESULTS_compress.md, "The lane kernels ask for the next group").
 struct QuantParams16 {
   __m512i min_bits, step_bits;
   __m512 min, scale;
 };
-ACTLAB_AVX512BW ACTLAB_INLINE __m512 bf16_lanes_to_float(__m512i bits) { return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)); }
+ACTLAB_AVX512BW ACTLAB_INLINE __m512 bf16_lanes_to_float(__m512i bits) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
+}
 // float_to_bf16 of the f32 bits u, lane by lane (narrow_bf16's rounding, widened back to the u32 lanes).
 ACTLAB_AVX512BW ACTLAB_INLINE __m512i float_to_bf16_lanes(__m512i u) {
   return _mm512_cvtepu16_epi32(narrow_bf16(_mm512_castsi512_ps(u)));
@@ -250,8 +252,8 @@ ACTLAB_AVX512BW ACTLAB_INLINE QuantParams16 quant_params16(__m512i lo_keys, __m5
   return q;
 }
 // quant_params_from_keys's sixteen ranges: quant_params16 on keys in memory, its bits stored.
-ACTLAB_AVX512BW void quant_params16_store(uint16_t* mins, uint16_t* steps, const int32_t* lo_keys, const int32_t* hi_keys,
-                                          int bits) {
+ACTLAB_AVX512BW void quant_params16_store(uint16_t* mins, uint16_t* steps, const int32_t* lo_keys,
+                                          const int32_t* hi_keys, int bits) {
   const QuantParams16 q = quant_params16(_mm512_loadu_si512(lo_keys), _mm512_loadu_si512(hi_keys), bits);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins), _mm512_cvtepi32_epi16(q.min_bits));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(steps), _mm512_cvtepi32_epi16(q.step_bits));
@@ -1937,7 +1939,8 @@ ACTLAB_AVX512BW ACTLAB_INLINE void put_lanes16(float* out, uint16_t* out16, int6
 // sixteen positions' codes per gathered word; per value the operations of plane_unpack (LFC↑ + (min + code·step)),
 // so the same values. lfc_up and up_at as in pack_group16; ahead: the next group's output at position 0 (nullptr
 // for none), asked for into L2 during this group's chunks as pack_group16 asks for its input, with the next group's
-// codes (the channels-last f32 decode of 32² planes ran 1.3× faster for the output, 1.15× more for the codes).
+// codes (the channels-last f32 decode of 32² planes ran 1.3× faster for the output, 1.15× more for the codes:
+// bench/RESULTS_compress.md, "The lane kernels ask for the next group").
 template <int kBits, bool kBf16>
 ACTLAB_AVX512BW void unpack_group16(float* out, uint16_t* out16, const PlaneUnpackArgs& a, int64_t channels, int64_t n,
                                     int64_t c0, const Group16Scratch& s, const char* ahead) {
@@ -1984,8 +1987,9 @@ ACTLAB_AVX512BW void unpack_group16(float* out, uint16_t* out16, const PlaneUnpa
     }
     if (ahead != nullptr) {  // the next group's lines, so that its stores find them in L2 (pack_group16's reason)
       for (int i = 0; i < 16; ++i) _mm_prefetch(ahead + (e0 + i) * C * (kBf16 ? 2 : 4), _MM_HINT_T1);
-      // And its codes: the next sixteen planes' runs follow these (16·run_bytes = 2·E·kBits bytes, so kBits/2
-      // lines a chunk), read for the first time since the pack, where the gathers waited on them.
+      // And its codes: the next sixteen planes' runs follow these (16·run_bytes ≥ 2·E·kBits bytes, equal when a
+      // plane's codes are whole bytes: kBits/2 lines a chunk), read for the first time since the pack, where the
+      // gathers waited on them.
       if constexpr (kBits > 0)
         for (int k = 0; k < (kBits + 1) / 2; ++k)
           _mm_prefetch(reinterpret_cast<const char*>(runs + 16 * run_bytes + e0 * 2 * kBits + 64 * k), _MM_HINT_T1);
@@ -2015,7 +2019,8 @@ void unpack_group16_bits(float* out, uint16_t* out16, const PlaneUnpackArgs& a, 
 bool lanes16(const PlaneGeometry&, int64_t) { return false; }
 void pack_group16_bits(const PlanePackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&, const float*) {}
 template <bool kBf16>
-void unpack_group16_bits(float*, uint16_t*, const PlaneUnpackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&, const char*) {}
+void unpack_group16_bits(float*, uint16_t*, const PlaneUnpackArgs&, int64_t, int64_t, int64_t, const Group16Scratch&,
+                         const char*) {}
 #endif
 
 }  // namespace
@@ -2046,7 +2051,8 @@ void quant_params_from_keys(uint16_t* mins, uint16_t* steps, const int32_t* lo_k
   if (has_avx512bw)
     for (; j + 16 <= n; j += 16) quant_params16_store(mins + j, steps + j, lo_keys + j, hi_keys + j, bits);
 #endif
-  for (; j < n; ++j) quant_params(mins[j], steps[j], float_from_order_key(lo_keys[j]), float_from_order_key(hi_keys[j]), bits);
+  for (; j < n; ++j)
+    quant_params(mins[j], steps[j], float_from_order_key(lo_keys[j]), float_from_order_key(hi_keys[j]), bits);
 }
 
 void plane_pack(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uint16_t* steps, float* residual,
@@ -2075,7 +2081,8 @@ void plane_pack_channels_last(uint16_t* lfc, uint8_t* codes, uint16_t* mins, uin
                             group16_scratch(&s, scratch, g);
                             fill_up_at(s.up_at, map, g);
                             for (int64_t t = first; t < last; ++t) {
-                              const float* ahead = t + 1 < last ? x + (t + 1) / groups * E * C + (t + 1) % groups * 16 : nullptr;
+                              const float* ahead =
+                                  t + 1 < last ? x + (t + 1) / groups * E * C + (t + 1) % groups * 16 : nullptr;
                               pack_group16_bits(args, C, t / groups, t % groups * 16, s, ahead);
                             }
                           });
@@ -2132,13 +2139,16 @@ void unpack_all_groups16(float* out, uint16_t* out16, const uint16_t* lfc, const
                           const int64_t E = g.plane_elems();
                           for (int64_t t = first; t < last; ++t) {
                             // The next group's first value (its position e at + e·channels), or none.
-                            const int64_t next = t + 1 < last ? (t + 1) / groups * E * channels + (t + 1) % groups * 16 : -1;
+                            const int64_t next =
+                                t + 1 < last ? (t + 1) / groups * E * channels + (t + 1) % groups * 16 : -1;
                             if (out16)
-                              unpack_group16_bits<true>(nullptr, out16, args, channels, t / groups, t % groups * 16, s,
-                                                        next < 0 ? nullptr : reinterpret_cast<const char*>(out16 + next));
+                              unpack_group16_bits<true>(
+                                  nullptr, out16, args, channels, t / groups, t % groups * 16, s,
+                                  next < 0 ? nullptr : reinterpret_cast<const char*>(out16 + next));
                             else
-                              unpack_group16_bits<false>(out, nullptr, args, channels, t / groups, t % groups * 16, s,
-                                                         next < 0 ? nullptr : reinterpret_cast<const char*>(out + next));
+                              unpack_group16_bits<false>(
+                                  out, nullptr, args, channels, t / groups, t % groups * 16, s,
+                                  next < 0 ? nullptr : reinterpret_cast<const char*>(out + next));
                           }
                         });
 }
