@@ -208,6 +208,11 @@ struct QuantParams16 {
   __m512i min_bits, step_bits;
   __m512 min, scale;
 };
+// float_order_key's map on each lane's bits, i ^ ((i >> 31) & 0x7FFFFFFF). It is its own inverse, so on keys it
+// gives float_from_order_key's bits.
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i order_key_lanes(__m512i i) {
+  return _mm512_xor_si512(i, _mm512_and_si512(_mm512_srai_epi32(i, 31), _mm512_set1_epi32(0x7FFFFFFF)));
+}
 ACTLAB_AVX512BW ACTLAB_INLINE __m512 bf16_lanes_to_float(__m512i bits) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
 }
@@ -229,10 +234,7 @@ ACTLAB_AVX512BW ACTLAB_INLINE __m512i bf16_round_lanes(__m512i u) {
   return _mm512_mask_mov_epi32(rounded, special, float_to_bf16_lanes(u));
 }
 ACTLAB_AVX512BW ACTLAB_INLINE QuantParams16 quant_params16(__m512i lo_keys, __m512i hi_keys, int bits) {
-  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
-  // float_from_order_key's bits: key ^ ((key >> 31) & 0x7FFFFFFF).
-  const __m512i lo = _mm512_xor_si512(lo_keys, _mm512_and_si512(_mm512_srai_epi32(lo_keys, 31), magnitude));
-  const __m512i hi = _mm512_xor_si512(hi_keys, _mm512_and_si512(_mm512_srai_epi32(hi_keys, 31), magnitude));
+  const __m512i lo = order_key_lanes(lo_keys), hi = order_key_lanes(hi_keys);  // float_from_order_key's bits
   QuantParams16 q;
   q.min_bits = bf16_round_lanes<false>(lo);
   q.min = bf16_lanes_to_float(q.min_bits);
@@ -682,10 +684,7 @@ constexpr bool kRegisterLfc = (kVectorRows<kH, kW, kB> || kOneLfc<kH, kW, kB>) &
 
 #ifdef ACTLAB_X86_INTRINSICS
 // The order key (float_order_key) of each lane.
-ACTLAB_AVX512BW ACTLAB_INLINE __m512i order_keys(__m512 v) {
-  const __m512i i = _mm512_castps_si512(v);
-  return _mm512_xor_si512(i, _mm512_and_si512(_mm512_srai_epi32(i, 31), _mm512_set1_epi32(0x7FFFFFFF)));
-}
+ACTLAB_AVX512BW ACTLAB_INLINE __m512i order_keys(__m512 v) { return order_key_lanes(_mm512_castps_si512(v)); }
 // up[i·(kW/16) + v] = vector v of LFC row i nearest-up-sampled to the plane width (f32), for kVectorRows
 // planes.
 template <int kH, int kW, int kB>
