@@ -61,7 +61,12 @@ FloatArray float32_array(const py::object& obj, const char* what) {
   if (a.dtype().kind() != 'f' || a.dtype().itemsize() != 4)
     throw py::type_error(std::string(what) + ": a float32 array is expected, got dtype " +
                          py::str(a.dtype()).cast<std::string>() + " (convert with .astype(numpy.float32) or .float())");
-  return FloatArray::ensure(a);  // float32 already: only a strided array is copied, to C order
+  // float32 already: only a strided or byte-swapped array is copied, to native C order. NumPy makes that copy,
+  // so a copy that cannot be allocated is its MemoryError (FloatArray::ensure returned an empty handle and
+  // cleared the error, and the empty array was read: a broadcast of 2^40 elements crashed the process).
+  const FloatArray c = FloatArray::ensure(a.attr("astype")("float32", py::arg("order") = "C", py::arg("copy") = false));
+  if (!c) throw std::runtime_error(std::string(what) + ": NumPy gave no C-ordered float32 array for this input");
+  return c;
 }
 
 // A float32 array as an actlab tensor. The bytes are copied once into actlab's tracked memory, so the
@@ -157,12 +162,13 @@ const PyPacked& packed_of(const py::handle& self) {
 
 // The policy's reconstruction as a new array. exact hands back the tensor it keeps, so that one is copied:
 // a write to the returned array must not reach the pack (every other policy decodes into a fresh buffer).
-py::array unpack(const py::object& packed) {
+py::array unpack(const py::object& packed, bool positive) {
   if (!py::isinstance<PyPacked>(packed)) throw py::type_error("unpack: an actlab.Packed from pack() is expected");
   const PyPacked& p = packed_of(packed);
   const Tensor out = p.policy->unpack(*p.packed, p.info);
   if (p.sign.defined())  // a lossy policy's decode is a fresh buffer of its own: corrected in place
-    cpu::restore_sign(out.data<float>(), reinterpret_cast<const uint32_t*>(p.sign.data<int32_t>()), out.numel());
+    cpu::restore_sign(out.data<float>(), reinterpret_cast<const uint32_t*>(p.sign.data<int32_t>()), out.numel(),
+                      positive);
   return array_of(p.policy->is_exact() ? out.clone() : out);
 }
 
@@ -314,16 +320,21 @@ PYBIND11_MODULE(_actlab, m) {
         "output's backward reads). min_bits: the fewest code bits a Q-bit policy may use for this array "
         "(actlab's softmax probabilities take 8, since their backward's error counts relative to each "
         "probability); 0 leaves the policy's own width.");
-  m.def("unpack", &unpack, py::arg("packed"),
-        "The float32 array the policy reconstructs, a new array each call (it owns actlab's buffer: no further copy).");
+  m.def("unpack", &unpack, py::arg("packed"), py::arg("positive") = true,
+        "The float32 array the policy reconstructs, a new array each call (it owns actlab's buffer: no further copy). "
+        "After pack(keep_sign=True), positive=True gives the mask's signs (0 where it was clear, a positive value "
+        "where it was set: what a ReLU's backward tests); positive=False only its zeros, and the decoded values "
+        "where it was set, negative ones included, which keeps them unbiased for a layer that multiplies by them.");
   m.def(
       "expected_bytes",
       [](const std::string& policy, const std::vector<int64_t>& shape) {
         for (int64_t d : shape) ACTLAB_CHECK(d >= 0, "expected_bytes: shape dimensions must be >= 0, got ", d);
-        // The closed forms count up to 4 bytes per element in a 64-bit size: a shape past that would wrap them.
-        ACTLAB_CHECK(shape_numel(Shape(shape.begin(), shape.end())) <= INT64_MAX / 4, "expected_bytes: a float32 tensor of shape ",
-                     shape_str(Shape(shape.begin(), shape.end())), " has more bytes than a 64-bit count holds");
-        return parse_policy(policy)->expected_bytes(Shape(shape.begin(), shape.end()));
+        // The closed forms count bits (up to 8 per element, plus per-group headers) in 64-bit sizes: a shape of
+        // 2^60 elements wrapped blpa's, mesa's and actnn's. 2^57 elements leaves them 3 bits of headroom.
+        const Shape s(shape.begin(), shape.end());
+        ACTLAB_CHECK(shape_numel(s) <= (int64_t(1) << 57), "expected_bytes: a float32 tensor of shape ", shape_str(s),
+                     " has more elements than the closed forms count (2^57)");
+        return parse_policy(policy)->expected_bytes(s);
       },
       py::arg("policy"), py::arg("shape"), "The closed-form bytes the policy keeps for a float32 tensor of this shape.");
   m.def("policy_forms", &policy_forms, "The accepted policy strings, one per line.");

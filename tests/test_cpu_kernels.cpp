@@ -340,29 +340,39 @@ TEST_CASE("cpu kernels: batchnorm backward (eval) matches central differences") 
 // ---------------------------------------------------------------------------------------------
 // element-wise
 
-TEST_CASE("cpu kernels: restore_sign gives a decode the signs of its mask, NaN kept, tail word included") {
+TEST_CASE("cpu kernels: restore_sign gives a decode the signs (or only the zeros) of its mask, NaN kept, tail word "
+          "included") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const int64_t n : {int64_t(75), int64_t(100003)}) {
-    CAPTURE(n);
-    const Vec x = random_vec(n, 52, -1.f, 1.f);          // what was packed
-    Vec v = random_vec(n, 53, -1.f, 1.f);                // a lossy decode of it: signs often wrong
-    v[0] = 0.f, v[1] = -2e-38f, v[2] = nan, v[3] = 5e-39f;  // a subnormal where x was positive
-    std::vector<uint32_t> mask(cpu::mask_words(n));
-    cpu::relu_mask_from_output(mask.data(), x.data(), n);
-    Vec out = v;
-    cpu::restore_sign(out.data(), mask.data(), n);
-    int64_t wrong = 0, first_wrong = -1;
-    for (int64_t i = 0; i < n; ++i) {
-      const bool positive = x[i] > 0.f;
-      const float want = std::isnan(v[i]) ? v[i] : !positive ? 0.f : std::max(v[i], FLT_MIN);
-      if (!(std::isnan(want) ? std::isnan(out[i]) : out[i] == want && (out[i] > 0.f) == positive)) {
-        if (wrong++ == 0) first_wrong = i;
+    for (const bool signs : {true, false}) {
+      CAPTURE(n);
+      CAPTURE(signs);
+      const Vec x = random_vec(n, 52, -1.f, 1.f);          // what was packed
+      Vec v = random_vec(n, 53, -1.f, 1.f);                // a lossy decode of it: signs often wrong
+      v[0] = 0.f, v[1] = -2e-38f, v[2] = nan, v[3] = 5e-39f;  // a subnormal where x was positive
+      std::vector<uint32_t> mask(cpu::mask_words(n));
+      cpu::relu_mask_from_output(mask.data(), x.data(), n);
+      Vec out = v;
+      cpu::restore_sign(out.data(), mask.data(), n, signs);
+      int64_t wrong = 0, first_wrong = -1, kept_negative = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool positive = x[i] > 0.f;
+        const float want = std::isnan(v[i]) ? v[i] : !positive ? 0.f : signs ? std::max(v[i], FLT_MIN) : v[i];
+        const bool sign_ok = !signs || (out[i] > 0.f) == positive;
+        if (!(std::isnan(want) ? std::isnan(out[i]) : out[i] == want && sign_ok)) {
+          if (wrong++ == 0) first_wrong = i;
+        }
+        kept_negative += positive && out[i] < 0.f;
+      }
+      CAPTURE(first_wrong);
+      CHECK(wrong == 0);
+      CHECK(std::isnan(out[2]));
+      if (signs) {
+        CHECK((out[3] > 0.f) == (x[3] > 0.f));
+      } else {
+        CHECK(kept_negative > 0);  // the decode's own values where x was positive, negative ones included
       }
     }
-    CAPTURE(first_wrong);
-    CHECK(wrong == 0);
-    CHECK(std::isnan(out[2]));
-    CHECK((out[3] > 0.f) == (x[3] > 0.f));
   }
 }
 

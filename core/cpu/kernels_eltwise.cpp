@@ -142,8 +142,10 @@ void relu_mask_from_output(uint32_t* mask, const float* y, int64_t n) {
 }
 
 namespace {
-// Element j of a word: bit set -> max(v, FLT_MIN), clear -> +0, NaN either way (selects, which vectorize).
-ACTLAB_CPU_CLONES void restore_sign_range(float* v, const uint32_t* mask, int64_t w0, int64_t w1, int64_t n) {
+// Element j of a word: bit set -> max(v, FLT_MIN) (positive) or v, clear -> +0, NaN either way (selects, which
+// vectorize).
+ACTLAB_CPU_CLONES void restore_sign_range(float* v, const uint32_t* mask, bool positive, int64_t w0, int64_t w1,
+                                          int64_t n) {
   for (int64_t w = w0; w < w1; ++w) {
     const int64_t first = w * 32;
     const uint32_t bits = mask[w];
@@ -152,16 +154,16 @@ ACTLAB_CPU_CLONES void restore_sign_range(float* v, const uint32_t* mask, int64_
 #pragma omp simd
     for (int j = 0; j < count; ++j) {
       const float x = p[j];
-      const float positive = x > FLT_MIN ? x : FLT_MIN;
-      const float signed_value = (bits & kBit[j]) ? positive : 0.f;
+      const float set = positive && !(x > FLT_MIN) ? FLT_MIN : x;
+      const float signed_value = (bits & kBit[j]) ? set : 0.f;
       p[j] = x != x ? x : signed_value;
     }
   }
 }
 }  // namespace
 
-void restore_sign(float* v, const uint32_t* mask, int64_t n) {
-  parallel_words(n, [=](int64_t w0, int64_t w1) { restore_sign_range(v, mask, w0, w1, n); });
+void restore_sign(float* v, const uint32_t* mask, int64_t n, bool positive) {
+  parallel_words(n, [=](int64_t w0, int64_t w1) { restore_sign_range(v, mask, positive, w0, w1, n); });
 }
 
 void relu_backward(float* dx, const uint32_t* mask, const float* dy, int64_t n) {

@@ -40,7 +40,13 @@ so a code that moved a value across 0 would open or close the gradient there (ac
 that mask exact). The mask is counted in packed_bytes.
 
 A tensor saved twice in one block (a ReLU output that ReLU and the next convolution both save; the same
-storage, shape, strides and version) is packed once and both saves share it; raw_bytes counts it once.
+storage, shape, strides and version) is packed once and both saves share it; raw_bytes counts it once. So is a
+view of a packed tensor (a flatten before a linear layer): the view is taken again of the decoded tensor. A
+ReLU output's first save is ReLU's own and gets the mask's signs back; a later save of it (the next layer's)
+gets the decode with only the mask's zeros (actlab.unpack's positive=False): clipping the decode's negative
+noise where the output was positive would raise the next layer's weight gradient by about 2 % at 2 bits.
+A view whose windows overlap (x.unfold(...): more elements than the storage it reads) is packed as the
+tensor it views, which is what PyTorch keeps, and taken again of its decode.
 
 Second-order gradients (torch.autograd.grad(..., create_graph=True), then a backward through the result)
 would differentiate through decoded values: a lossy pack refuses to be read with gradients enabled, in one
@@ -88,6 +94,16 @@ class _Packed:
         self.version = source._version
         self.memory_format = memory_format
         self.shape = shape  # a broadcast save's shape, to expand the decoded source back to (or None)
+
+
+class _Share:
+    """A later save of a packed tensor, or a view of one (`view`: its size, strides and storage offset from the
+    packed tensor's; None: the tensor itself). Decoded without the ReLU sign clipping (see the module's text)."""
+    __slots__ = ("packed", "view")
+
+    def __init__(self, packed, view=None):
+        self.packed = packed
+        self.view = view
 
 
 class _Kept:
@@ -195,6 +211,22 @@ def _min_bits(t):
     return 8 if _node(t).startswith("SoftmaxBackward") else 0  # autograd/functions.h: kProbabilityBits
 
 
+def _dense(t):
+    # A tensor whose decode (contiguous, or channels_last through _memory_format) has its strides.
+    return t.layout == torch.strided and (t.is_contiguous() or _memory_format(t) is not None)
+
+
+def _view_of(t):
+    """(base, (size, stride, offset)) when t is a view of a dense float32 tensor on the same device, else
+    (None, None): the view to take again of the base's decode."""
+    base = t._base
+    if base is None or t.layout != torch.strided or base.dtype != t.dtype or base.device != t.device:
+        return None, None
+    if not _dense(base):
+        return None, None
+    return base, (tuple(t.shape), t.stride(), t.storage_offset() - base.storage_offset())
+
+
 def _memory_format(t):
     # The layout to hand back: channels_last when the tensor has it (and is not also plainly contiguous).
     if t.is_contiguous():
@@ -233,32 +265,53 @@ def saved_tensors(policy="division:B=8,Q=2", seed=None, keep=None):
                 or (keep is not None and keep(t))):
             stats.kept_as_is += 1
             return _Kept(source, shape, version_of=t)
-        key = (t.data_ptr(), tuple(t.shape), t.stride(), t._version)
-        earlier = packs.get(key)
-        shared = earlier[1]() if earlier is not None and earlier[0]() is not None else None
-        if shared is not None:  # the tensor is alive, so its storage was not reused
+        shared = packed_earlier(t)
+        if shared is not None:
             stats.shared += 1
-            return shared
+            return _Share(shared)
+        base, view = _view_of(t) if shape is None else (None, None)
+        if base is not None:
+            shared = packed_earlier(base)
+            if shared is not None:  # a view of a packed tensor
+                stats.shared += 1
+                return _Share(shared, view)
+            if t.numel() > base.numel():  # overlapping windows: pack the storage they read, as PyTorch keeps it
+                return _Share(pack_new(base, base, None), view)
+        return pack_new(t, source, shape)
+
+    def packed_earlier(t):
+        # The _Packed of t, when this block packed it and it is still alive (so its storage was not reused).
+        earlier = packs.get((t.data_ptr(), tuple(t.shape), t.stride(), t._version))
+        return earlier[1]() if earlier is not None and earlier[0]() is not None else None
+
+    def pack_new(t, source, shape):
         stats.packs += 1
         saved = _Packed(_actlab.pack(source.detach().contiguous().numpy(), policy, stats.seed, stats.packs,
                                      keep_sign=_is_relu_output(t), min_bits=_min_bits(t)),
                         t, _memory_format(t) if shape is None else None, shape)
         stats.raw_bytes += source.numel() * 4
         stats.packed_bytes += saved.packed.nbytes
-        packs[key] = (weakref.ref(t), weakref.ref(saved))
+        packs[(t.data_ptr(), tuple(t.shape), t.stride(), t._version)] = (weakref.ref(t), weakref.ref(saved))
         return saved
 
     def unpack_hook(saved):
         if isinstance(saved, _Kept):
             _check_version(saved.tensor, saved.version)
             return saved.get()
+        if isinstance(saved, _Share):
+            t = decode(saved.packed, positive=False)
+            return t if saved.view is None else t.as_strided(saved.view[0], saved.view[1],
+                                                             t.storage_offset() + saved.view[2])
+        return decode(saved, positive=True)
+
+    def decode(saved, positive):
         _check_version(saved.source(), saved.version)
         if torch.is_grad_enabled() and not saved.packed.lossless:
             raise RuntimeError(
                 "actlab.torch: a backward with create_graph=True reads a save that %s coded lossily, so its "
                 "second-order gradient would differentiate through decoded values; run that part outside "
                 "saved_tensors, or under policy='exact'" % saved.packed.policy)
-        t = torch.from_numpy(_actlab.unpack(saved.packed))
+        t = torch.from_numpy(_actlab.unpack(saved.packed, positive=positive))
         if saved.shape is not None:
             return t.expand(saved.shape)
         return t if saved.memory_format is None else t.contiguous(memory_format=saved.memory_format)
