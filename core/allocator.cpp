@@ -250,7 +250,7 @@ const char* out_of_memory_advice(MemTag tag) {
     case MemTag::Grad:
     case MemTag::OptimState:
       return "the model's weights, gradients and optimizer state do not depend on the batch: try a larger "
-             "--memory-limit or a smaller model";
+             "memory limit (actlab-train: --memory-limit) or a smaller model";
     case MemTag::Offloaded: return "these are swap's host copies of the saves: try a smaller batch or a larger limit";
     // A kernel's or the codec's scratch: a compressing policy would not shrink it (the codec's grows with
     // the largest plane it packs), and a library caller has no --policy to change.
