@@ -491,7 +491,8 @@ void declare_flags(FlagParser& flags) {
   for (const auto& m : model_names()) models += (models.empty() ? "" : ", ") + m.first;
   flags.add("checkpoint", "string", "", "a checkpoint of actlab-train (model and data set come from its configuration)");
   flags.add("model", "string", "resnet20", "model without a checkpoint: " + models);
-  flags.add("dataset", "string", "fashion-mnist", "data set without a checkpoint: fashion-mnist, mnist, cifar10, cifar100, synthetic");
+  flags.add("dataset", "string", "fashion-mnist",
+            "data set without a checkpoint: fashion-mnist, mnist, cifar10, cifar100, folder (with --data-dir), synthetic");
   flags.add("data-dir", "string", "", "directory of the data set files (default: the data set's usual place)");
   flags.add("out", "string", "", "output directory (created; required)");
   flags.add("layers", "string", "", "comma-separated conv layers to draw in Fig. 3(a) (default: the first conv at each resolution)");
