@@ -133,8 +133,11 @@ void check_writable(const std::string& path, bool overwrite, const char* what, b
 }
 
 std::string resolved_path(const std::string& path) {
+  // The link's target first: weakly_canonical stops at a dangling link and gives the link's own path, but a
+  // write through the link (write_file_atomic, open(2) with O_CREAT) creates the file its target names.
+  namespace fs = std::filesystem;
   std::error_code ec;
-  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  const fs::path p = fs::weakly_canonical(fs::absolute(link_target(path), ec), ec);
   return ec ? path : p.string();
 }
 

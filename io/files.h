@@ -31,7 +31,9 @@ void write_all(int fd, const void* data, size_t n, const std::string& path);
 void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic = true,
                     const std::string& planned_dir = "");
 // The path with `.`, `..` and symbolic links resolved as far as it exists (the path as given where it
-// cannot be), so that two spellings of one file compare equal.
+// cannot be), so that two spellings of one file compare equal. A link whose target does not exist yet
+// (a dangling one, through a chain of links) resolves to the path its target names, where a write through
+// the link lands; Error for a chain of links that does not end.
 std::string resolved_path(const std::string& path);
 // Throws Error naming both options when two of `outputs` ({path, option name}; empty paths skipped) name
 // one file: the second write would destroy the first without a word.

@@ -289,12 +289,19 @@ TEST_CASE("atomic writes follow links and write devices in place instead of repl
   fs::create_symlink("later.txt", dir.path / "dangling.txt");
   fs::create_symlink("dangling.txt", dir.path / "chain.txt");
   check_writable((dir.path / "chain.txt").string(), false, "output");
+  // Before the write the links already name later.txt: two outputs on them are one file (resolved_path used
+  // to stop at a dangling link, and the second write destroyed the first).
+  CHECK(resolved_path((dir.path / "chain.txt").string()) == resolved_path((dir.path / "later.txt").string()));
+  CHECK(error_of([&] {
+          check_distinct_outputs({{(dir.path / "later.txt").string(), "--out"}, {(dir.path / "chain.txt").string(), "--csv"}});
+        }).find("--out and --csv name the same file") != std::string::npos);
   write_text_atomic((dir.path / "chain.txt").string(), "made");
   CHECK(fs::is_symlink(dir.path / "dangling.txt"));
   CHECK(fs::is_symlink(dir.path / "chain.txt"));
   std::ifstream later(dir.path / "later.txt");
   CHECK(std::string(std::istreambuf_iterator<char>(later), {}) == "made");
   fs::create_symlink(dir.path / "no" / "dir.txt", dir.path / "nowhere.txt");
+  CHECK(resolved_path((dir.path / "nowhere.txt").string()) == resolved_path((dir.path / "no" / "dir.txt").string()));
   CHECK(error_of([&] { check_writable((dir.path / "nowhere.txt").string(), true, "output"); }).find("does not exist") !=
         std::string::npos);
   CHECK(fs::is_symlink(dir.path / "nowhere.txt"));

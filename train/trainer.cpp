@@ -248,12 +248,19 @@ void validate(const TrainConfig& c) {
   PolicySet set = parse_policy_set(c.policy);
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_distinct_files(c);  // first: an output on a file the run reads says so, whatever else is wrong with it
-  // A resumed run appends to its log and rewrites the log's side file: allowed where the log is an epoch
-  // log already (a file of other content is refused as for a new run).
+  // A resumed run cuts its log back to the checkpoint's epoch, appends to it and rewrites the log's side file:
+  // allowed where the log is an epoch log already (a file of other content is refused as for a new run) and
+  // the checkpoint's run wrote it (another run's would lose its later rows and gain this run's).
   const bool own_log = !c.resume.empty() && !c.log_file.empty() && is_epoch_log(c.log_file);
   ACTLAB_CHECK(c.resume.empty() || c.overwrite || c.log_file.empty() || !std::filesystem::exists(c.log_file) || own_log,
                "log file '", c.log_file, "' exists and is not an epoch log (a resumed run appends to its own); "
                "pass --overwrite to replace it or choose another name");
+  if (own_log && !c.overwrite && !c.eval_only) {  // an evaluation writes no log
+    const std::string other =
+        log_owner_mismatch(c.log_file, config_from_json(checkpoint_state(read_safetensors(c.resume)).config_json));
+    ACTLAB_CHECK(other.empty(), "log file '", c.log_file, "' is not the epoch log of the run being resumed (", other,
+                 "); a resumed run appends to its own; pass --overwrite to write to it anyway or choose another name");
+  }
   // An output directly in --save-dir (--save-dir runs/a --log runs/a/log.csv) may name it before the run
   // creates it (prepare_save_dir; an evaluation or --summary creates none).
   const std::string dir = c.eval_only || c.summary_only ? std::string() : c.save_dir;

@@ -77,6 +77,10 @@ check "memtable unknown model, late in the list" "unknown model 'resnet7'" \
   actlab-memtable --models mlp,resnet7 --batches 2 --image-size 8 --channels 1 --policies exact
 check "memtable --out and --csv on one file" "--out and --csv name the same file" \
   actlab-memtable "${tiny_mem[@]}" --out "$work/same.txt" --csv "$work/./same.txt"
+ln -s later.txt "$work/later-link"  # dangling: a write through it creates later.txt
+check "memtable --csv through a dangling link to --out" "--out and --csv name the same file" \
+  actlab-memtable "${tiny_mem[@]}" --out "$work/later.txt" --csv "$work/later-link"
+[ ! -e "$work/later.txt" ] || fail "memtable wrote through a dangling link to its other output"
 check "memtable image too small for a later model" "image size 2 is too small for resnet20 \\(at least" \
   actlab-memtable --models mlp,resnet20 --batches 2 --image-size 2 --channels 1 --policies exact
 check "memtable image size a later ViT cannot take" "image size 6 is not a multiple of the patch size 4" \

@@ -230,6 +230,15 @@ check "export over best.safetensors" "export-weights and --save-dir's best.safet
   "${tiny[@]}" --save-dir "$work/run2" --export-weights "$work/run2/best.safetensors"
 check "two outputs, one file"   "log and --summary-json name the same file" \
   "${tiny[@]}" --log "$work/one.csv" --summary-json "$work/./one.csv"
+# A symbolic link whose target does not exist yet is the file its target names (relative to the link's
+# directory, through a chain of links): a write through it creates that file.
+ln -s dangling-save/last.safetensors "$work/export-link"
+check "export through a dangling link to last.safetensors" "export-weights and --save-dir's last.safetensors name the same file" \
+  "${tiny[@]}" --save-dir "$work/dangling-save" --export-weights "$work/export-link"
+ln -s two.csv "$work/two-link" && ln -s two-link "$work/two-chain"
+check "summary through a chain of dangling links to the log" "log and --summary-json name the same file" \
+  "${tiny[@]}" --log "$work/two.csv" --summary-json "$work/two-chain"
+[ ! -e "$work/dangling-save" ] && [ ! -e "$work/two.csv" ] || fail "a refused run wrote through a dangling link"
 check "export over --init-weights" "export-weights names the file --init-weights reads" \
   "${tiny[@]}" --init-weights "$ckpt/last.safetensors" --export-weights "$ckpt/last.safetensors" --eval-only
 check "log's side file exists"  "configuration file .*side.csv.config.txt' already exists" \
