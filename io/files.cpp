@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,6 +104,21 @@ void make_output_dir(const std::string& dir, const char* what) {
   fs::create_directories(dir, ec);
   ACTLAB_CHECK(fs::is_directory(dir), "cannot create ", what, " '", dir, "'", ec ? ": " + ec.message() : std::string());
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", dir, "' is not writable");
+}
+
+DirectoryLock::DirectoryLock(const std::string& dir, const std::string& busy) {
+  const std::string path = (std::filesystem::path(dir) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ACTLAB_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    ACTLAB_FAIL(busy);
+  }
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic,

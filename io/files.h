@@ -41,6 +41,20 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
 // Creates `dir` and its parents if needed and checks that it is a writable directory; Error names `what`,
 // the directory and the reason ("cannot create output directory '/proc/x': No such file or directory").
 void make_output_dir(const std::string& dir, const char* what);
+// One writer per output directory: an exclusive flock on DIR/.lock, held until the object is destroyed (the
+// kernel drops it with the process, even after a SIGKILL). Error `busy` when another open of that file holds
+// it (another process, or another run in this one).
+class DirectoryLock {
+ public:
+  DirectoryLock(const std::string& dir, const std::string& busy);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
 // Removes the temp files (`NAME.tmp.<pid>`, beside NAME) of `outputs`, files this program writes atomically
 // (checkpoints, exported weights, summaries), left by a writer that was killed mid-write (SIGKILL, power
 // loss: no chance to unlink): regular files of this user whose process no longer exists. Anything else, a

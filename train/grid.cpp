@@ -590,26 +590,17 @@ namespace {
 // OUT/.lock for the run's duration (the kernel drops it with the process, even after a SIGKILL).
 class OutputDirLock {
  public:
-  explicit OutputDirLock(const fs::path& out) {
-    const std::string path = (out / ".lock").string();
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    ACTLAB_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd_);
-      ACTLAB_FAIL("another actlab-ablate is using '", out.string(), "' (it or a training run it started holds ",
-                  path, "); wait for it to end, or choose another --out");
-    }
-    g_lock_fd.store(fd_);
+  explicit OutputDirLock(const fs::path& out)
+      : lock_(out.string(), "another actlab-ablate is using '" + out.string() + "' (it or a training run it started holds " +
+                                (out / ".lock").string() + "); wait for it to end, or choose another --out") {
+    g_lock_fd.store(lock_.fd());
   }
-  ~OutputDirLock() {
-    g_lock_fd.store(-1);
-    if (fd_ >= 0) ::close(fd_);
-  }
+  ~OutputDirLock() { g_lock_fd.store(-1); }
   OutputDirLock(const OutputDirLock&) = delete;
   OutputDirLock& operator=(const OutputDirLock&) = delete;
 
  private:
-  int fd_ = -1;
+  DirectoryLock lock_;
 };
 
 // --report-only rewrites results.csv and tables.md from the cells' directories alone. A cell that the old

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -33,28 +32,6 @@ bool is_epoch_log(const std::string& path) {
   std::string first;
   if (!std::getline(in, first)) return true;  // empty
   return first == kCsvHeader || first.rfind("{\"epoch\":", 0) == 0;
-}
-
-std::string log_owner_mismatch(const std::string& path, const TrainConfig& run) {
-  std::error_code ec;
-  if (std::filesystem::file_size(path, ec) == 0 && !ec) return "";
-  // The checkpoint's run logged here: its own log, also where a resume that changed the recipe was stopped
-  // before its first row, so that the side file still describes the run before the change.
-  if (!run.log_file.empty() && resolved_path(run.log_file) == resolved_path(path)) return "";
-  const std::string logged_to = run.log_file.empty() ? "the checkpoint's run kept no log"
-                                                     : "the checkpoint's run logged to '" + run.log_file + "'";
-  const std::string side = path + ".config.txt";
-  if (!std::filesystem::exists(side)) return logged_to + ", and '" + side + "' is missing";
-  TrainConfig logged;
-  try {
-    apply_config_file(logged, side);
-  } catch (const Error& e) {
-    return logged_to + ", and its configuration file cannot be read: " + e.message();
-  }
-  // --save-dir is compared: it is what tells two runs of one recipe apart.
-  const std::string differences = config_differences(run, logged, {"epochs", "init-weights"});
-  if (differences.empty()) return "";
-  return logged_to + ", and '" + side + "' describes another run: the checkpoint's has " + differences;
 }
 
 namespace {

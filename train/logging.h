@@ -16,15 +16,8 @@
 namespace actlab {
 
 // Whether `path` holds an epoch log (EpochLogger's): empty, or its first line is the CSV header or a JSON
-// row with an "epoch" field first. What a resumed run may append to without --overwrite, when it is the
-// run's own (log_owner_mismatch).
+// row with an "epoch" field first. What a resumed run may append to without --overwrite.
 bool is_epoch_log(const std::string& path);
-// Why the epoch log `path` is not the log of the run whose configuration is `run` (the one a checkpoint
-// stores), "" when it is, or when it holds no row to lose. It is that run's when the run's --log names it,
-// or when `<path>.config.txt` (rewritten by every run at its first row) describes the run: besides
-// placement and outputs, only --epochs and --init-weights may differ (a resume changes them). What a
-// resumed run may cut back and append to without --overwrite.
-std::string log_owner_mismatch(const std::string& path, const TrainConfig& run);
 
 class EpochLogger {
  public:

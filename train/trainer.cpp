@@ -248,19 +248,12 @@ void validate(const TrainConfig& c) {
   PolicySet set = parse_policy_set(c.policy);
   for (const auto& r : c.policy_rules) set.add_rule(r);
   check_distinct_files(c);  // first: an output on a file the run reads says so, whatever else is wrong with it
-  // A resumed run cuts its log back to the checkpoint's epoch, appends to it and rewrites the log's side file:
-  // allowed where the log is an epoch log already (a file of other content is refused as for a new run) and
-  // the checkpoint's run wrote it (another run's would lose its later rows and gain this run's).
+  // A resumed run appends to its log and rewrites the log's side file: allowed where the log is an epoch
+  // log already (a file of other content is refused as for a new run).
   const bool own_log = !c.resume.empty() && !c.log_file.empty() && is_epoch_log(c.log_file);
   ACTLAB_CHECK(c.resume.empty() || c.overwrite || c.log_file.empty() || !std::filesystem::exists(c.log_file) || own_log,
                "log file '", c.log_file, "' exists and is not an epoch log (a resumed run appends to its own); "
                "pass --overwrite to replace it or choose another name");
-  if (own_log && !c.overwrite && !c.eval_only) {  // an evaluation writes no log
-    const std::string other =
-        log_owner_mismatch(c.log_file, config_from_json(checkpoint_state(read_safetensors(c.resume)).config_json));
-    ACTLAB_CHECK(other.empty(), "log file '", c.log_file, "' is not the epoch log of the run being resumed (", other,
-                 "); a resumed run appends to its own; pass --overwrite to write to it anyway or choose another name");
-  }
   // An output directly in --save-dir (--save-dir runs/a --log runs/a/log.csv) may name it before the run
   // creates it (prepare_save_dir; an evaluation or --summary creates none).
   const std::string dir = c.eval_only || c.summary_only ? std::string() : c.save_dir;
@@ -1054,13 +1047,20 @@ TrainSummary Run::go() {
   return summary_;
 }
 
-// Creates the save directory and refuses to clobber another run's checkpoints.
-void prepare_save_dir(const TrainConfig& c, bool lead) {
-  if (c.save_dir.empty()) return;
+// Creates the save directory, locks it for the lead rank's run (two runs writing one directory's checkpoints
+// both ended with exit 0, one of them without its checkpoint) and refuses to clobber another run's
+// checkpoints.
+std::unique_ptr<DirectoryLock> prepare_save_dir(const TrainConfig& c, bool lead) {
+  if (c.save_dir.empty()) return nullptr;
   namespace fs = std::filesystem;
   make_output_dir(c.save_dir, "save directory");
+  std::unique_ptr<DirectoryLock> lock;
+  if (lead)
+    lock = std::make_unique<DirectoryLock>(c.save_dir, "another training run is using --save-dir '" + c.save_dir +
+                                                           "' (it holds " + (fs::path(c.save_dir) / ".lock").string() +
+                                                           "); wait for it to end, or choose another --save-dir");
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";
-  if (c.overwrite || !fs::exists(last)) return;
+  if (c.overwrite || !fs::exists(last)) return lock;
   ACTLAB_CHECK(!c.resume.empty(), "'", last.string(), "' already exists; pass --resume ", last.string(),
                " to continue that run, or --overwrite");
   // A resumed run replaces its own checkpoints; a --save-dir holding another run's is refused as above.
@@ -1068,6 +1068,7 @@ void prepare_save_dir(const TrainConfig& c, bool lead) {
   ACTLAB_CHECK(from == resolved_path(last.string()) || from == resolved_path((fs::path(c.save_dir) / "best.safetensors").string()),
                "'", last.string(), "' already exists and is not the checkpoint being resumed ('", c.resume,
                "'); pass --overwrite to replace it, or a --save-dir of its own");
+  return lock;
 }
 
 }  // namespace
@@ -1136,9 +1137,10 @@ TrainSummary train(const TrainConfig& c) {
     rank_config.quiet = true;
     rank_config.log_file = rank_config.memory_report = rank_config.summary_json = rank_config.export_weights = "";
   }
+  std::unique_ptr<DirectoryLock> save_dir_lock;  // the whole run's, the last checkpoint's write included
   try {
     dist.check_same_config(c);  // before any rank writes or trains
-    if (!c.eval_only && !c.summary_only) prepare_save_dir(rank_config, dist.lead());
+    if (!c.eval_only && !c.summary_only) save_dir_lock = prepare_save_dir(rank_config, dist.lead());
     if (dist.lead()) {  // the rank that writes the outputs: what a killed run of them left half-written
       const auto in_save_dir = [&](const char* name) {
         return c.save_dir.empty() ? std::string() : (std::filesystem::path(c.save_dir) / name).string();

@@ -257,6 +257,14 @@ check "resume into another run's save dir" "other/last.safetensors' already exis
   --resume "$ckpt/last.safetensors" --save-dir "$work/other" --epochs 3
 check "resume appending to a file that is no log" "log file .*existing.csv' exists and is not an epoch log" \
   --resume "$ckpt/last.safetensors" --epochs 3 --log "$log"
+# Two runs on one --save-dir: the second is refused while the first holds the directory's lock (flock(1) holds
+# it here; -o: the lock stays with flock itself, which the kill below ends).
+flock -o "$ckpt/.lock" sleep 60 &
+holder=$!
+for _ in $(seq 100); do flock -n "$ckpt/.lock" true 2>/dev/null || break; sleep 0.05; done
+check "save dir in use by another run" "another training run is using --save-dir .* \(it holds .*/\.lock\)" \
+  --resume "$ckpt/last.safetensors" --epochs 3
+kill "$holder" && wait "$holder" 2>/dev/null
 # A name whose temporary file (<name>.tmp.<pid>) would pass the file system's limit fails before training.
 check "output name too long"    "the name is too long" "${tiny[@]}" --export-weights "$work/$(printf 'c%.0s' $(seq 252))"
 if [ "$(id -u)" -ne 0 ]; then  # root may write anywhere: the mode bits would not stop it
