@@ -238,6 +238,11 @@ void check_value_alone(const std::string& key, const std::string& value) {
   if (key == "warmup-epochs") d.epochs = d.warmup_epochs + 1;
   if (key == "nesterov") d.momentum = 0.9;
   if (key == "drop-path") d.model = "vit_tiny_cifar";  // whether the file's model has one is checked with it
+  // Keys valid only beside another key's value (checked with it): without these a run's own side file
+  // (<log>.config.txt, every key written) of a streamed, coarse-label or synchronized-BN run could not be read.
+  if (key == "stream") d.dataset = "folder";
+  if (key == "coarse") d.dataset = "cifar100";
+  if (key == "sync-bn") d.distributed = true;
   validate(d);
 }
 
