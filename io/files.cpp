@@ -111,9 +111,12 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& busy) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ACTLAB_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
     ::close(fd_);
     fd_ = -1;
-    ACTLAB_FAIL(busy);
+    // Only EWOULDBLOCK means another holder; a file system without locks (ENOLCK) is said as it is.
+    ACTLAB_CHECK(error != EWOULDBLOCK, busy);
+    ACTLAB_FAIL("cannot lock '", path, "': ", std::strerror(error));
   }
 }
 

@@ -43,7 +43,7 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
 void make_output_dir(const std::string& dir, const char* what);
 // One writer per output directory: an exclusive flock on DIR/.lock, held until the object is destroyed (the
 // kernel drops it with the process, even after a SIGKILL). Error `busy` when another open of that file holds
-// it (another process, or another run in this one).
+// it (another process, or another run in this one); Error naming the reason when the lock cannot be taken.
 class DirectoryLock {
  public:
   DirectoryLock(const std::string& dir, const std::string& busy);
