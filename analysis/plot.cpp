@@ -177,8 +177,7 @@ Frame make_frame(const std::vector<std::string>& legend, const std::vector<std::
 }
 
 void open_svg(std::ostringstream& o, const Frame& f, const std::string& title) {
-  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(f.width) << "\" height=\"" << num(f.height)
+  o << kSvgStart << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(f.width) << "\" height=\"" << num(f.height)
     << "\" viewBox=\"0 0 " << num(f.width) << ' ' << num(f.height)
     << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
     << "<title>" << xml_escape(title) << "</title>\n"

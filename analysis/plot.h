@@ -4,6 +4,7 @@
 // (Okabe–Ito). Output is one self-contained SVG string. Tested in tests/test_ablate.cpp ("plot: ...").
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace actlab::plot {
@@ -83,6 +84,9 @@ std::string bar_chart_svg(const BarChart& chart);
 // axis with lo >= hi, or a value outside its axis.
 std::string radar_chart_svg(const RadarChart& chart);
 
+// The first bytes of every chart drawn here: a file that begins so is one of them, which a program
+// replaces without --overwrite (replaceable_output, io/files.h); any other SVG is a user's.
+inline constexpr std::string_view kSvgStart = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!-- drawn by actlab -->\n";
 // Writes `svg` to `path` atomically (temp file + rename, io/files.h).
 void write_svg(const std::string& path, const std::string& svg);
 

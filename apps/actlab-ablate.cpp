@@ -78,6 +78,7 @@ void declare_flags(FlagParser& f) {
         "draw Fig. 1's radar (accuracy, memory, throughput per method) from --results, --memory and --throughput "
         "into --out (default: fig1_radar.svg beside --results); no training");
   f.add("results", "string", "", "--radar: the grid's results.csv (accuracy per method)");
+  f.add("overwrite", "bool", "false", "--radar: replace an --out file that exists and is not a chart actlab drew");
   f.add("memory", "string", "",
         "--radar: actlab-memtable --csv output (activation memory per method), measured at the grid's batch and "
         "input shape");
@@ -177,12 +178,12 @@ int draw_radar(const FlagParser& f) {
   const std::string out = f.get("out").empty()
                               ? (std::filesystem::path(in.results_csv).parent_path() / "fig1_radar.svg").string()
                               : f.get("out");
-  check_writable(out, true, "--out file");
-  // The SVG replaces an existing --out; never one of the files it is drawn from (a throughput CSV takes a
-  // bench run to measure again).
+  // Never one of the files it is drawn from (a throughput CSV takes a bench run to measure again), said first;
+  // then an existing --out is replaced where it is an earlier chart.
   for (const auto& [path, option] : {std::pair{in.results_csv, "--results"}, std::pair{in.memory_csv, "--memory"},
                                      std::pair{in.throughput_csv, "--throughput"}})
     check_distinct_outputs({{out, "--out"}, {path, option}});
+  check_writable(out, f.get_bool("overwrite") || replaceable_output(out, plot::kSvgStart), "--out file");
   const RadarData data = read_radar_data(in);
   for (const auto& s : data.skipped) std::fprintf(stderr, "actlab-ablate: left out of the radar: %s\n", s.c_str());
   ACTLAB_CHECK(!data.points.empty(), "no method has all three values; nothing to draw");
@@ -222,6 +223,8 @@ int main(int argc, char** argv) {
     ACTLAB_CHECK(!(flags.get_bool("dry-run") && flags.get_bool("report-only")),
                  "--dry-run and --report-only exclude each other");
     if (flags.get_bool("radar")) return draw_radar(flags);
+    // A grid's --out directory is resumed cell by cell, never replaced: the switch would do nothing there.
+    ACTLAB_CHECK(!flags.given("overwrite"), "--overwrite applies to --radar's --out file only");
     const Grid grid = make_grid(grid_options(flags));
     RunOptions run;
     run.out_dir = flags.get("out").empty() ? "ablate-" + grid.preset : flags.get("out");

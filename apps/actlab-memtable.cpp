@@ -25,6 +25,11 @@
 using namespace actlab;
 
 namespace {
+// The first bytes of each output: a file that begins so is an earlier table of this program, which a rerun
+// replaces without --overwrite (the rest of each header follows them).
+constexpr const char* kMdStart = "| model | batch | method | policy |";
+constexpr const char* kCsvStart = "model,batch,policy,method,";
+constexpr const char* kKindsStart = "model,batch,policy,save,";
 // Policies contain commas ("division:B=8,Q=2"): split on ';' when present, else on ',' only before a
 // name (a token with ':' or a bare "exact").
 std::vector<std::string> split_policies(const std::string& s) {
@@ -68,6 +73,8 @@ int main(int argc, char** argv) {
   flags.add("seed", "int", "0", "random seed");
   flags.add("out", "string", "", "also write the Markdown table to this file");
   flags.add("csv", "string", "", "also write one CSV row per cell to this file");
+  flags.add("overwrite", "bool", "false",
+            "replace an --out, --csv or --by-kind file that exists and is not an earlier table of this program");
   flags.add("by-kind", "string", "",
             "also write, per cell, the saves summed by kind (linear.input, softmax.output, ...) as CSV to this file");
   flags.add("table", "string", "",
@@ -113,19 +120,20 @@ int main(int argc, char** argv) {
     ACTLAB_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
     omp_set_num_threads(static_cast<int>(threads));
     // Before the measurements, which can take minutes: an output that cannot be written fails now.
-    check_writable(flags.get("out"), true, "--out file");
-    check_writable(flags.get("csv"), true, "--csv file");
-    check_writable(flags.get("by-kind"), true, "--by-kind file");
+    const bool overwrite = flags.get_bool("overwrite");
+    for (const auto& [flag, start] : {std::pair{"out", kMdStart}, std::pair{"csv", kCsvStart}, std::pair{"by-kind", kKindsStart}})
+      check_writable(flags.get(flag), overwrite || replaceable_output(flags.get(flag), start),
+                     ("--" + std::string(flag) + " file").c_str());
     check_distinct_outputs({{flags.get("out"), "--out"}, {flags.get("csv"), "--csv"}, {flags.get("by-kind"), "--by-kind"}});
     remove_stale_outputs("actlab-memtable", {flags.get("out"), flags.get("csv"), flags.get("by-kind")});
 
     std::ostringstream md, csv, kinds;
-    kinds << "model,batch,policy,save,lossy,raw_mib,kept_mib,rate\n";
-    csv << "model,batch,policy,method,total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
+    kinds << kKindsStart << "lossy,raw_mib,kept_mib,rate\n";
+    csv << kCsvStart << "total_gib,activation_gib,activation_rate,saved_raw_mib,saved_packed_mib,"
            "saved_expected_mib,measured_vs_closed_form,peak_gib,step_s,recompute_s,offloaded_gib,paper_total_gb,"
            "paper_activation_gb,precision,activation_rate_vs_fp32_exact,threads,image_size,channels\n";
     // The peak includes per-thread workspaces (docs/measures.md), so its column says at how many threads.
-    md << "| model | batch | method | policy | total GiB | activation GiB (rate vs exact) | peak GiB ("
+    md << kMdStart << " total GiB | activation GiB (rate vs exact) | peak GiB ("
        << threads << (threads == 1 ? " thread" : " threads") << ") | "
           "policy-kept inputs: measured / closed form | recompute s | offloaded GiB |"
        << (mixed ? " rate vs fp32 exact |" : "") << (paper_cells ? " paper total GB | paper activation GB (rate) |" : "")

@@ -27,6 +27,8 @@
 #include "actlab/train/cli.h"
 
 namespace {
+// The first bytes of the --out file: a file that begins so is an earlier run's, replaced without --overwrite.
+constexpr const char* kOutStart = "GB/s = f32 bytes of the tensor";
 
 using namespace actlab;
 bool g_cpu_clock = false;
@@ -170,6 +172,7 @@ int main(int argc, char** argv) {
             "channels-last flow does (SaveInfo::channels_last: the bf16 keep narrows it in its layout, the\n"
             "plane codecs pack it without an (N, C, H, W) copy)");
   flags.add("out", "string", "", "also write the table to this file");
+  flags.add("overwrite", "bool", "false", "replace an --out file that exists and is not an earlier table of this program");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
@@ -196,7 +199,7 @@ int main(int argc, char** argv) {
     std::printf("codec paths: %s (this CPU runs up to %s)\n", simd.c_str(),
                 cpu::codec_simd_name(cpu::codec_simd_supported()));
     omp_set_num_threads(threads);
-    check_writable(out_path, true, "--out file");
+    check_writable(out_path, flags.get_bool("overwrite") || replaceable_output(out_path, kOutStart), "--out file");
     ACTLAB_CHECK(shape_set == "resnet18" || shape_set == "vit", "--shapes: resnet18 or vit, got '", shape_set, "'");
     const std::vector<SavedShape> shapes =
         shape_set == "vit"
@@ -236,7 +239,7 @@ int main(int argc, char** argv) {
     }
     if (!out_path.empty()) {
       std::ostringstream f;
-      f << "GB/s = f32 bytes of the tensor / best " << (g_cpu_clock ? "process CPU" : "wall") << " time of " << reps
+      f << kOutStart << " / best " << (g_cpu_clock ? "process CPU" : "wall") << " time of " << reps
         << " reps, " << threads << " threads; memcpy copies the same f32 bytes.\n\n"
         << md.str();
       write_text_atomic(out_path, f.str());

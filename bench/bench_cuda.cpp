@@ -41,6 +41,9 @@ using namespace actlab;
 using namespace actlab::bench;
 
 namespace {
+// The first bytes of the --json object (JsonWriter writes its first field so): a file that begins so is an
+// earlier run's, replaced without --overwrite.
+constexpr const char* kJsonStart = "{\"device\":";
 
 #if defined(ACTLAB_WITH_CUDA)
 
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
   flags.add("tf32", "bool", "false", "TF32 tensor cores for convolutions and GEMMs");
   flags.add("cudnn-benchmark", "bool", "true", "time cuDNN's algorithms per shape (like cudnn.benchmark)");
   flags.add("json", "string", "", "also write the results as one JSON object to this file");
+  flags.add("overwrite", "bool", "false", "replace a --json file that exists and is not an earlier result of this program");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
@@ -276,7 +280,8 @@ int main(int argc, char** argv) {
     std::printf("device: %s\n", cuda_device_name(0).c_str());
     const std::vector<std::string> what = split_list(flags.get("what"), ',');
     const auto wants = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
-    check_writable(flags.get("json"), true, "--json file");
+    check_writable(flags.get("json"), flags.get_bool("overwrite") || replaceable_output(flags.get("json"), kJsonStart),
+                   "--json file");
     JsonWriter json;
     json.begin_object().field("device", cuda_device_name(0));
     if (wants("kernels")) json.key("kernels").raw(run_kernels(static_cast<int>(flags.get_int("kernel-reps"))));

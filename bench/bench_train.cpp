@@ -37,6 +37,8 @@ using namespace actlab;
 using namespace actlab::bench;
 
 namespace {
+// The first bytes of the --csv table: a file that begins so is an earlier run's, replaced without --overwrite.
+constexpr const char* kCsvStart = "model,policy,batch,img_per_s,";
 
 // One model, optimizer and random batch trained under one policy: step() is a full training step.
 struct TrainStep {
@@ -86,6 +88,7 @@ int main(int argc, char** argv) {
   flags.add("rounds", "int", "1", "repeat the policy list this many times (paired comparisons)");
   flags.add("interleave", "bool", "false", "one model per policy, timed steps alternating (per-step pairs)");
   flags.add("csv", "string", "", "also write one CSV row per timed run to this file");
+  flags.add("overwrite", "bool", "false", "replace a --csv file that exists and is not an earlier table of this program");
   try {
     if (!flags.parse(argc, argv)) {
       std::printf("%s", flags.help().c_str());
@@ -103,7 +106,8 @@ int main(int argc, char** argv) {
     for (int64_t round = 0; round < rounds; ++round)
       for (const auto& policy : split_list(flags.get("policies"), ';')) runs.push_back(policy);
     const StepTiming timing = StepTiming::from_flags(flags);
-    check_writable(flags.get("csv"), true, "--csv file");  // now, not after minutes of timing
+    check_writable(flags.get("csv"), flags.get_bool("overwrite") || replaceable_output(flags.get("csv"), kCsvStart),
+                   "--csv file");  // now, not after minutes of timing
     // So is a model or a policy entry late in its list that cannot run.
     const std::vector<std::string> models = split_list(flags.get("models"), ',');
     check_models(models, C, 10, S);
@@ -116,7 +120,7 @@ int main(int argc, char** argv) {
     std::ostringstream csv;
     // With --interleave, paired_* are the entry's step over the first entry's, median and quartiles of the
     // adjacent pairs (the figure the docs compare; empty for the first entry and without --interleave).
-    csv << "model,policy,batch,img_per_s,best_img_per_s,steps,activation_mib,wall_ms,cpu_ms,threads,"
+    csv << kCsvStart << "best_img_per_s,steps,activation_mib,wall_ms,cpu_ms,threads,"
            "paired_with,paired_ratio,paired_q1,paired_q3,image_size,channels\n";
     struct Paired {
       std::string with;

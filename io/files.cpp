@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "actlab/core/error.h"
 
@@ -149,6 +150,25 @@ void check_writable(const std::string& path, bool overwrite, const char* what, b
   ACTLAB_CHECK(name_max <= 0 || static_cast<long>(tmp_name.size()) <= name_max, what, " '", path,
                "': the name is too long (it is written through '", tmp_name, "', ", tmp_name.size(),
                " characters; this file system allows ", name_max, ")");
+}
+
+bool replaceable_output(const std::string& path, const std::function<bool(const std::string&)>& own) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(link_target(path));
+  const fs::file_status st = fs::status(p, ec);
+  if (!fs::exists(st)) return true;
+  if (!fs::is_regular_file(st)) return true;  // a device or FIFO is written in place; a directory is refused by check_writable
+  return fs::file_size(p, ec) == 0 || own(p.string());
+}
+
+bool replaceable_output(const std::string& path, std::string_view start) {
+  return replaceable_output(path, [start](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    std::string head(start.size(), '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    return in.gcount() == static_cast<std::streamsize>(start.size()) && head == start;
+  });
 }
 
 std::string resolved_path(const std::string& path) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,13 @@ void write_all(int fd, const void* data, size_t n, const std::string& path);
 // training run's --save-dir); a path directly in it passes the directory checks while it does not exist yet.
 void check_writable(const std::string& path, bool overwrite, const char* what, bool atomic = true,
                     const std::string& planned_dir = "");
+// Whether a program may replace `path` without being told to (--overwrite): nothing is there, or nothing
+// that could be lost (an empty file; a device or FIFO, written in place), or `own(path)` says the file is
+// this output's from an earlier run, not a user's file that happens to have the name. A link is judged by
+// what it points to.
+bool replaceable_output(const std::string& path, const std::function<bool(const std::string&)>& own);
+// The common case: the file begins with `start`, the first bytes the program writes to that output.
+bool replaceable_output(const std::string& path, std::string_view start);
 // The path with `.`, `..` and symbolic links resolved as far as it exists (the path as given where it
 // cannot be), so that two spellings of one file compare equal. A link whose target does not exist yet
 // (a dangling one, through a chain of links) resolves to the path its target names, where a write through

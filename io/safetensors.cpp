@@ -183,43 +183,70 @@ std::string directory_error(const std::string& path) {
   return message;
 }
 
-}  // namespace
+// An open safetensors file's header, read and parsed: the file, its size and header length, and the JSON.
+struct Header {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file{nullptr, &std::fclose};
+  uint64_t file_size = 0, length = 0;
+  JsonValue root;
+};
 
-SafetensorsFile read_safetensors(const std::string& path) {
+Header read_header(const std::string& path) {
   std::error_code ec;
   ACTLAB_CHECK(!std::filesystem::is_directory(path, ec), directory_error(path));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  ACTLAB_CHECK(f != nullptr, "cannot open checkpoint '", path, "': ", std::strerror(errno));
+  Header h;
+  h.file.reset(std::fopen(path.c_str(), "rb"));
+  ACTLAB_CHECK(h.file != nullptr, "cannot open checkpoint '", path, "': ", std::strerror(errno));
   struct stat st {};
-  ACTLAB_CHECK(::fstat(::fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode), "checkpoint '", path,
+  ACTLAB_CHECK(::fstat(::fileno(h.file.get()), &st) == 0 && S_ISREG(st.st_mode), "checkpoint '", path,
                "' is not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  ACTLAB_CHECK(file_size >= 8, "checkpoint '", path, "' is truncated: ", file_size, " bytes, no header length");
+  h.file_size = static_cast<uint64_t>(st.st_size);
+  ACTLAB_CHECK(h.file_size >= 8, "checkpoint '", path, "' is truncated: ", h.file_size, " bytes, no header length");
   unsigned char len[8];
-  read_exact(f.get(), len, 8, path, "the header length");
+  read_exact(h.file.get(), len, 8, path, "the header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  ACTLAB_CHECK(n >= 2 && n <= kMaxHeaderBytes && n <= file_size - 8, "checkpoint '", path, "': header length ", n,
-               " does not fit the file size ", file_size, " (truncated or not a safetensors file)");
+  ACTLAB_CHECK(n >= 2 && n <= kMaxHeaderBytes && n <= h.file_size - 8, "checkpoint '", path, "': header length ", n,
+               " does not fit the file size ", h.file_size, " (truncated or not a safetensors file)");
+  h.length = n;
   std::string header(n, '\0');
-  read_exact(f.get(), header.data(), n, path, "the header");
+  read_exact(h.file.get(), header.data(), n, path, "the header");
   const std::string where = "checkpoint '" + path + "' header";
-  const JsonValue root = parse_json(header, where);
-  ACTLAB_CHECK(root.kind == JsonValue::Kind::Object, where, ": not a JSON object");
+  h.root = parse_json(header, where);
+  ACTLAB_CHECK(h.root.kind == JsonValue::Kind::Object, where, ": not a JSON object");
+  return h;
+}
+
+// The "__metadata__" member of a header (empty where there is none).
+Metadata header_metadata(const JsonValue& root, const std::string& where) {
+  Metadata out;
+  for (const auto& m : root.members) {
+    if (m.first != "__metadata__") continue;
+    ACTLAB_CHECK(m.second.kind == JsonValue::Kind::Object, where, ": __metadata__ is not an object");
+    for (const auto& kv : m.second.members) {
+      ACTLAB_CHECK(kv.second.kind == JsonValue::Kind::String, where, ": metadata '", kv.first, "' is not a string");
+      out.emplace_back(kv.first, kv.second.string);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Metadata read_safetensors_metadata(const std::string& path) {
+  return header_metadata(read_header(path).root, "checkpoint '" + path + "' header");
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const Header h = read_header(path);
+  const uint64_t file_size = h.file_size, n = h.length;
+  std::FILE* const f = h.file.get();
+  const std::string where = "checkpoint '" + path + "' header";
 
   SafetensorsFile out;
+  out.metadata = header_metadata(h.root, where);
   std::vector<HeaderEntry> entries;
-  for (const auto& m : root.members) {
-    if (m.first == "__metadata__") {
-      ACTLAB_CHECK(m.second.kind == JsonValue::Kind::Object, where, ": __metadata__ is not an object");
-      for (const auto& kv : m.second.members) {
-        ACTLAB_CHECK(kv.second.kind == JsonValue::Kind::String, where, ": metadata '", kv.first, "' is not a string");
-        out.metadata.emplace_back(kv.first, kv.second.string);
-      }
-      continue;
-    }
-    entries.push_back(parse_entry(m.first, m.second, where));
-  }
+  for (const auto& m : h.root.members)
+    if (m.first != "__metadata__") entries.push_back(parse_entry(m.first, m.second, where));
   // Offsets: sorted by begin they must tile [0, data_bytes) exactly.
   std::vector<size_t> order(entries.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -243,7 +270,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   for (const size_t i : order) {
     const HeaderEntry& e = entries[i];
     loaded[i] = Tensor::empty(e.shape, e.dtype);
-    read_exact(f.get(), loaded[i].raw_data(), loaded[i].nbytes(), path, "the tensor data");
+    read_exact(f, loaded[i].raw_data(), loaded[i].nbytes(), path, "the tensor data");
     checksum = fnv1a64(loaded[i].raw_data(), loaded[i].nbytes(), checksum);
   }
   for (size_t i = 0; i < entries.size(); ++i) out.tensors.emplace_back(entries[i].name, std::move(loaded[i]));

@@ -37,5 +37,8 @@ bool is_writer_metadata_key(const std::string& key);
 // checked only). Throws Error naming the file and the first problem; for a directory (a save directory
 // given for its checkpoint), the .safetensors files in it.
 SafetensorsFile read_safetensors(const std::string& path);
+// The metadata alone, from the header (the tensors are neither read nor checked): enough to tell what
+// wrote a file, at the cost of its header. Error as read_safetensors for a file without a well-formed one.
+Metadata read_safetensors_metadata(const std::string& path);
 
 }  // namespace actlab

@@ -69,6 +69,12 @@ bool xml_balanced(const std::string& s, std::string* why) {
       }
     }
     if (s[i] != '<') continue;
+    if (s.compare(i, 4, "<!--") == 0) {  // a comment: skipped whole, and it must end
+      const size_t close = s.find("-->", i + 4);
+      if (close == std::string::npos) { *why = "unclosed comment"; return false; }
+      i = close + 2;
+      continue;
+    }
     const size_t end = s.find('>', i);
     if (end == std::string::npos) { *why = "unclosed tag"; return false; }
     const std::string tag = s.substr(i + 1, end - i - 1);
@@ -199,7 +205,7 @@ TEST_CASE("plot: line chart is well-formed SVG with one path per series, gaps an
   const std::string svg = plot::line_chart_svg(chart);
   std::string why;
   CHECK_MESSAGE(xml_balanced(svg, &why), why);
-  CHECK(svg.rfind("<?xml", 0) == 0);
+  CHECK(svg.rfind(plot::kSvgStart, 0) == 0);  // what --radar --out and others replace without --overwrite
   CHECK(count_of(svg, "<svg ") == 1);
   CHECK(count_of(svg, "class=\"series\"") == 3);
   // The NaN splits the second series into two sub-paths; the others have one.
@@ -963,6 +969,7 @@ TEST_CASE("plot: radar chart draws one polygon per series, each value where the 
   const std::string svg = plot::radar_chart_svg(chart);
   std::string why;
   CHECK_MESSAGE(xml_balanced(svg, &why), why);
+  CHECK(svg.rfind(plot::kSvgStart, 0) == 0);
   CHECK(count_of(svg, "<svg ") == 1);
   CHECK(count_of(svg, "class=\"series\"") == 2);
   CHECK(svg.find("Fig. 1 &lt;test&gt;") != std::string::npos);

@@ -312,6 +312,39 @@ TEST_CASE("atomic writes follow links and write devices in place instead of repl
   CHECK(fs::is_character_file("/dev/null"));
 }
 
+TEST_CASE("outputs: a program replaces without --overwrite only nothing, an empty file or its own earlier output") {
+  namespace fs = std::filesystem;
+  TempDir dir("replaceable");
+  const std::string start = "model,batch,";
+  const auto at = [&](const char* name) { return (dir.path / name).string(); };
+  CHECK(replaceable_output(at("none.csv"), start));
+  write_text_atomic(at("empty.csv"), "");
+  CHECK(replaceable_output(at("empty.csv"), start));
+  write_text_atomic(at("own.csv"), start + "policy\nmlp,4,exact\n");
+  CHECK(replaceable_output(at("own.csv"), start));
+  write_text_atomic(at("user.csv"), "name,score\n");
+  CHECK_FALSE(replaceable_output(at("user.csv"), start));
+  write_text_atomic(at("short.csv"), "model");  // a prefix of the start is not the start
+  CHECK_FALSE(replaceable_output(at("short.csv"), start));
+  fs::create_symlink("user.csv", dir.path / "to-user.csv");  // judged by what it points to
+  CHECK_FALSE(replaceable_output(at("to-user.csv"), start));
+  fs::create_symlink("later.csv", dir.path / "dangling.csv");
+  CHECK(replaceable_output(at("dangling.csv"), start));
+  CHECK(replaceable_output("/dev/null", start));  // written in place; nothing there to lose
+  fs::create_directory(dir.path / "sub");         // check_writable names a directory as such
+  CHECK(replaceable_output(at("sub"), start));
+  CHECK(error_of([&] { check_writable(at("sub"), replaceable_output(at("sub"), start), "--csv file"); })
+            .find("is a directory") != std::string::npos);
+  // The predicate form: `own` is asked only about a non-empty regular file.
+  int asked = 0;
+  const auto own = [&](const std::string&) { return ++asked, true; };
+  CHECK(replaceable_output(at("empty.csv"), own));
+  CHECK(replaceable_output(at("none.csv"), own));
+  CHECK(asked == 0);
+  CHECK(replaceable_output(at("user.csv"), own));
+  CHECK(asked == 1);
+}
+
 TEST_CASE("checkpoint: temp files of killed writers are removed, a live writer's are kept") {
   TempDir dir("stale");
   const pid_t child = ::fork();  // a process that existed and is gone: its pid names a dead writer
@@ -533,6 +566,16 @@ TEST_CASE("state dicts: an export imports back exactly, and a file that does not
     }
   }
   CHECK(tracked == 19);  // ResNet-20: bn1 + 9 blocks x 2
+  // --export-weights replaces an earlier export, never a checkpoint, another program's weights or other files.
+  CHECK(is_exported_state_dict(path));
+  CHECK(read_safetensors_metadata(path) == file.metadata);
+  save_checkpoint(dir.file("ckpt.safetensors"), *model, opt, TrainState{});
+  CHECK_FALSE(is_exported_state_dict(dir.file("ckpt.safetensors")));
+  write_safetensors(dir.file("torch.safetensors"), file.tensors, {{"format", "pt"}});
+  CHECK_FALSE(is_exported_state_dict(dir.file("torch.safetensors")));
+  write_text_atomic(dir.file("notes.txt"), "not weights");
+  CHECK_FALSE(is_exported_state_dict(dir.file("notes.txt")));
+  CHECK_FALSE(is_exported_state_dict(dir.file("none.safetensors")));
   CHECK(file.find_metadata("format") != nullptr);
   CHECK(file.find_metadata("config") == nullptr);
 

@@ -17,6 +17,7 @@
 #include "actlab/autograd/functions.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/data/idx.h"
+#include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/layers/optim/sgd.h"
 #include "actlab/models/registry.h"
@@ -155,6 +156,17 @@ TEST_CASE("--summary-json writes the run's summary as one JSON object that match
   const std::string text2((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
   CHECK(parse_json(text2, "summary").find("saved_raw_bytes")->number ==
         parse_json(text2, "summary").find("saved_packed_bytes")->number);
+  // ...because it begins as every summary does; a JSON file of anything else is not replaced without --overwrite.
+  CHECK(text2.rfind(kSummaryJsonStart, 0) == 0);
+  c.summary_json = (dir / "mine.json").string();
+  write_text_atomic(c.summary_json, "{\"config\": \"mine\"}\n");
+  CHECK(error_of([&] { train(c); }).find("already exists; pass --overwrite") != std::string::npos);
+  std::ifstream mine(c.summary_json);
+  CHECK(std::string(std::istreambuf_iterator<char>(mine), {}) == "{\"config\": \"mine\"}\n");
+  c.overwrite = true;
+  train(c);
+  std::ifstream replaced(c.summary_json);
+  CHECK(std::string(std::istreambuf_iterator<char>(replaced), {}).rfind(kSummaryJsonStart, 0) == 0);
   std::filesystem::remove_all(dir);
 }
 

@@ -172,7 +172,9 @@ const std::vector<Field>& fields() {
                               "per-layer saved-tensor table of the first step (.csv or .json)")),
         path_field(ACTLAB_STR("summary-json", summary_json,
                    "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON")),
-        ACTLAB_BOOL("overwrite", overwrite, "allow replacing an existing log or memory report"),
+        ACTLAB_BOOL("overwrite", overwrite,
+                    "allow replacing an existing log or memory report, and a --summary-json or --export-weights file "
+                    "that is not an earlier run's"),
         ACTLAB_INT("print-every", print_every, "progress line every N steps (0: about 10 per epoch)"),
         path_field(ACTLAB_STR("save-dir", save_dir,
                    "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best")),

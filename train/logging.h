@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actlab/compress/policy.h"
@@ -72,12 +73,14 @@ std::string rate_text(double img_per_s);
 
 void print_first_step_report(const TrainSummary& s, const StepResult& first, const TrainConfig& c);
 void print_summary(const TrainSummary& s, const TrainConfig& c);
-// Per-layer table of what the first step saved: module, op, policy, shape, raw/packed/expected bytes.
 // The run's summary as one JSON object (configuration, final/best accuracy, throughput, memory, the
 // saved-tensor totals, per-epoch rows, whether it was interrupted). Written to a temp file and renamed,
 // so a reader (actlab-ablate) never sees half a file.
 void write_summary_json(const std::string& path, const TrainSummary& s, const TrainConfig& c);
 std::string summary_to_json(const TrainSummary& s, const TrainConfig& c);  // the same object as text
+// The first bytes of every summary file: one that begins so is an earlier run's, which a run replaces
+// without --overwrite (replaceable_output, io/files.h).
+inline constexpr std::string_view kSummaryJsonStart = "{\n  \"config\": {";
 void write_memory_report(const std::string& path, const std::vector<CacheEntryStats>& entries);
 // One CSV field (RFC 4180): as it is, or in double quotes with inner quotes doubled when it holds a
 // comma, a quote or a line break (policy strings such as "division:B=8,Q=2" do).

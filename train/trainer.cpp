@@ -261,8 +261,11 @@ void validate(const TrainConfig& c) {
   if (!c.log_file.empty())  // written beside the log at start, rewritten by a resumed run
     check_writable(c.log_file + ".config.txt", c.overwrite || own_log, "log's configuration file", true, dir);
   check_writable(c.memory_report, c.overwrite || !c.resume.empty(), "memory report", true, dir);  // not rewritten on resume
-  check_writable(c.summary_json, true, "summary file", true, dir);  // rewritten at the end of every (resumed) run
-  check_writable(c.export_weights, true, "--export-weights file", true, dir);  // before training, not after
+  // Both are rewritten by every run, a resumed one too: an earlier run's file is replaced, anything else kept.
+  check_writable(c.summary_json, c.overwrite || replaceable_output(c.summary_json, kSummaryJsonStart), "summary file",
+                 true, dir);
+  check_writable(c.export_weights, c.overwrite || replaceable_output(c.export_weights, is_exported_state_dict),
+                 "--export-weights file", true, dir);  // before training, not after
 }
 
 // ---------------------------------------------------------------- stop requests

@@ -198,6 +198,29 @@ if "$build/actlab-memtable" "${tiny_mem[@]}" --out "$work/t.md" --csv "$work/t.c
 else
   fail "[memtable writes --out and --csv] $(ls "$work")"
 fi
+# A rerun replaces its own earlier tables (above: t.md twice); a file of anything else only with --overwrite.
+echo "my notes" > "$work/notes.csv"
+check "memtable --csv over a file it did not write" "--csv file '$work/notes.csv' already exists; pass --overwrite" \
+  actlab-memtable "${tiny_mem[@]}" --csv "$work/notes.csv"
+check "bench_train --csv over a file it did not write" "--csv file '$work/notes.csv' already exists; pass --overwrite" \
+  bench_train --models mlp --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0 --csv "$work/notes.csv"
+check "bench_compress --out over a file it did not write" "--out file '$work/notes.csv' already exists; pass --overwrite" \
+  bench_compress --batch 1 --reps 1 --threads 1 --policies quant:Q=2 --out "$work/notes.csv"
+check "memtable --by-kind over its own --csv table" "--by-kind file '$work/t.csv' already exists; pass --overwrite" \
+  actlab-memtable "${tiny_mem[@]}" --by-kind "$work/t.csv"
+echo '<svg xmlns="http://www.w3.org/2000/svg"/>' > "$work/logo.svg"
+check "ablate --radar --out over an SVG it did not draw" "--out file '$work/logo.svg' already exists; pass --overwrite" \
+  actlab-ablate --radar --results "$work/none.csv" --out "$work/logo.svg"
+check "ablate --overwrite without --radar" "--overwrite applies to --radar's --out file only" \
+  actlab-ablate --policies exact --models mlp --seeds 0 --overwrite --out "$work/abl-ow"
+[ "$(cat "$work/notes.csv")" = "my notes" ] && grep -q '^<svg' "$work/logo.svg" || fail "a refused output was changed"
+cases=$((cases + 1))
+if "$build/actlab-memtable" "${tiny_mem[@]}" --csv "$work/notes.csv" --overwrite >/dev/null 2>&1 &&
+   head -1 "$work/notes.csv" | grep -q '^model,batch,policy,method,'; then
+  echo "ok   [memtable --overwrite replaces a file it did not write]"
+else
+  fail "[memtable --overwrite replaces a file it did not write] $(head -1 "$work/notes.csv")"
+fi
 
 # The table on stdout has its header, and a policy string with a rule stays one Markdown cell ('|' escaped).
 cases=$((cases + 1))

@@ -257,6 +257,14 @@ check "resume into another run's save dir" "other/last.safetensors' already exis
   --resume "$ckpt/last.safetensors" --save-dir "$work/other" --epochs 3
 check "resume appending to a file that is no log" "log file .*existing.csv' exists and is not an epoch log" \
   --resume "$ckpt/last.safetensors" --epochs 3 --log "$log"
+# --summary-json and --export-weights replace an earlier run's file only: not a user's JSON, not a checkpoint.
+echo '{"config": "mine"}' > "$work/mine.json"
+protected+=("$work/mine.json")
+sums_before=$(md5sum "${protected[@]}")
+check "summary over a file of other content" "summary file .*mine.json' already exists; pass --overwrite" \
+  "${tiny[@]}" --summary-json "$work/mine.json"
+check "export over another run's checkpoint" "export-weights file .*other/last.safetensors' already exists; pass --overwrite" \
+  "${tiny[@]}" --export-weights "$work/other/last.safetensors"
 # Two runs on one --save-dir: the second is refused while the first holds the directory's lock (flock(1) holds
 # it here; -o: the lock stays with flock itself, which the kill below ends).
 flock -o "$ckpt/.lock" sleep 60 &
