@@ -72,8 +72,9 @@ void declare_flags(FlagParser& f) {
   f.add("train-bin", "string", "", "the actlab-train executable (default: next to this program)");
   f.add("dry-run", "bool", "false", "print the cells, their commands and the time estimate; run nothing");
   f.add("report-only", "bool", "false",
-        "regenerate results.csv, tables.md and the figures from the cells; no training (refused, writing nothing, "
-        "when a cell results.csv records as finished has lost its summary.json or failed.txt)");
+        "regenerate results.csv, tables.md and the figures from the cells; no training. With --out alone, under the "
+        "flags that trained the grid there (OUT/command.txt). Refused, writing nothing, when a cell results.csv "
+        "records as finished has lost its summary.json or failed.txt, or is not in this grid");
   f.add("radar", "bool", "false",
         "draw Fig. 1's radar (accuracy, memory, throughput per method) from --results, --memory and --throughput "
         "into --out (default: fig1_radar.svg beside --results); no training");
@@ -204,6 +205,15 @@ std::string default_train_bin() {
   return (std::filesystem::path(std::string(buf, static_cast<size_t>(n))).parent_path() / "actlab-train").string();
 }
 
+// The first flag the command line set that is not one of `names` ("" where there is none).
+std::string first_given_except(const FlagParser& f, std::initializer_list<const char*> names) {
+  for (const auto& option : f.effective()) {
+    const std::string& name = option.first;
+    if (f.given(name) && std::find(names.begin(), names.end(), name) == names.end()) return name;
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,7 +232,32 @@ int main(int argc, char** argv) {
     }
     ACTLAB_CHECK(!(flags.get_bool("dry-run") && flags.get_bool("report-only")),
                  "--dry-run and --report-only exclude each other");
-    if (flags.get_bool("radar")) return draw_radar(flags);
+    // --report-only --out DIR alone reports the grid DIR holds under the flags that trained it (its
+    // command.txt; a later --out wins over the one there): they were long to type, and any other set fails.
+    const std::vector<std::string> trained =
+        flags.get_bool("report-only") && flags.given("out") &&
+                first_given_except(flags, {"report-only", "out", "train-bin"}).empty()
+            ? trained_grid_args(flags.get("out"))
+            : std::vector<std::string>{};
+    if (!trained.empty()) {
+      std::vector<std::string> args = {argv[0]};
+      args.insert(args.end(), trained.begin(), trained.end());
+      args.insert(args.end(), argv + 1, argv + argc);
+      std::vector<const char*> c_args;
+      for (const auto& a : args) c_args.push_back(a.c_str());
+      FlagParser again("actlab-ablate", "");
+      declare_flags(again);
+      again.parse(static_cast<int>(c_args.size()), c_args.data());
+      flags = again;
+      std::printf("actlab-ablate: the grid's flags from %s/command.txt\n", flags.get("out").c_str());
+    }
+    if (flags.get_bool("radar")) {  // a grid's flags would change nothing in the chart: said, not ignored
+      const std::string grid_flag = first_given_except(
+          flags, {"radar", "results", "memory", "throughput", "out", "overwrite", "model", "models", "dataset", "datasets"});
+      ACTLAB_CHECK(grid_flag.empty(), "--", grid_flag, " is a grid's flag; --radar draws from --results, --memory and "
+                   "--throughput alone");
+      return draw_radar(flags);
+    }
     // A grid's --out directory is resumed cell by cell, never replaced: the switch would do nothing there.
     ACTLAB_CHECK(!flags.given("overwrite"), "--overwrite applies to --radar's --out file only");
     const Grid grid = make_grid(grid_options(flags));

@@ -670,13 +670,14 @@ TEST_CASE("ablate: one grid per directory, a dry run writes nothing, --report-on
 TEST_CASE("ablate: --model with --models (or --dataset with --datasets) is refused, not merged") {
   REQUIRE_MESSAGE(fs::exists(app_bin("actlab-ablate")), "build the actlab-ablate target next to actlab_tests");
   testing::TempDir dir("ablate_two_spellings");
-  const std::string dry = app_bin("actlab-ablate") + " --dry-run --out " + dir.file("out");
+  const std::string app = app_bin("actlab-ablate") + " --out " + dir.file("out");
+  const std::string dry = app + " --dry-run";
   const std::pair<const char*, const char*> cases[] = {
-      {" --model resnet20 --models resnet18", "--models and --model"},
-      {" --dataset fashion-mnist --datasets mnist", "--datasets and --dataset"},
-      {" --radar --results r.csv --model resnet20 --models resnet18", "--models and --model"}};
+      {" --dry-run --model resnet20 --models resnet18", "--models and --model"},
+      {" --dry-run --dataset fashion-mnist --datasets mnist", "--datasets and --dataset"},
+      {" --radar --results r.csv --model resnet20 --models resnet18", "--models and --model"}};  // a grid flag: refused
   for (const auto& [args, flags] : cases) {
-    const CommandOutput o = run_command(dry + args);
+    const CommandOutput o = run_command(app + args);
     INFO(args, ": ", o.text);
     CHECK(o.rc == 2);
     CHECK(o.text.find("actlab-ablate: error: " + std::string(flags) + " are two spellings of one list; give one of them") == 0);

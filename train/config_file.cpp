@@ -167,9 +167,10 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("steps-per-epoch", steps_per_epoch, "stop each epoch after N steps (0: full epochs)"),
         ACTLAB_INT("train-limit", train_limit, "use only N training images, the first N (a folder data set: N spread evenly over its class-sorted list, every class keeping its share) (0: all)"),
         ACTLAB_INT("test-limit", test_limit, "evaluate on N test images, chosen as --train-limit chooses (0: all)"),
-        path_field(ACTLAB_STR("log", log_file, "per-epoch log file (.csv or .jsonl)")),
+        path_field(ACTLAB_STR("log", log_file,
+                              "per-epoch log file: JSON Lines where the name ends in .jsonl or .json, CSV otherwise")),
         path_field(ACTLAB_STR("memory-report", memory_report,
-                              "per-layer saved-tensor table of the first step (.csv or .json)")),
+                              "per-layer saved-tensor table of the first step: JSON where the name ends in .json, CSV otherwise")),
         path_field(ACTLAB_STR("summary-json", summary_json,
                    "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON")),
         ACTLAB_BOOL("overwrite", overwrite,
@@ -195,7 +196,7 @@ const std::vector<Field>& fields() {
                     "check after every step that live bytes per tag return to the same value and the peak does not grow"),
         ACTLAB_STR("memory-limit", memory_limit,
                    "cap the live bytes on the device (e.g. 2GiB): past it the run fails with out of memory, as a "
-                   "smaller GPU would; finds the batch size that fits"),
+                   "smaller GPU would (try batch sizes against it to find the one that fits)"),
         ACTLAB_BOOL("distributed", distributed,
                     "data-parallel training, one process per rank (mpirun -np N actlab-train --distributed ...): "
                     "--batch-size is per rank, each rank reads a disjoint shard, gradients are averaged"),

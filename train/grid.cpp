@@ -20,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <sstream>
 
@@ -412,7 +413,7 @@ std::vector<std::string> comparable_args(const std::vector<std::string>& args) {
 
 // Error before anything runs when OUT/cells/<id>/command.txt holds a run with other settings
 // (another epoch count, learning rate, ...): its results would be reported under this grid's recipe.
-void check_cell_commands(const Grid& grid, const fs::path& cells_dir) {
+void check_cell_commands(const Grid& grid, const fs::path& cells_dir, bool report_only) {
   for (const Cell& c : grid.cells) {
     const fs::path file = cells_dir / c.id() / "command.txt";
     if (!fs::exists(file)) continue;
@@ -425,6 +426,9 @@ void check_cell_commands(const Grid& grid, const fs::path& cells_dir) {
     if (k > 0 && k < before.size() && before[k].rfind("--", 0) != 0) --k;  // show "--flag value"
     const std::string was = k < before.size() ? before[k] + (k + 1 < before.size() ? " " + before[k + 1] : "") : "(end)";
     const std::string is = k < now.size() ? now[k] + (k + 1 < now.size() ? " " + now[k + 1] : "") : "(end)";
+    ACTLAB_CHECK(!report_only, "'", (cells_dir / c.id()).string(), "' holds a run with other settings (", was,
+                 " there, ", is, " now); --report-only reports a grid under the flags that trained it: give "
+                 "them, or --out alone to take them from its command.txt");
     ACTLAB_FAIL("'", (cells_dir / c.id()).string(), "' holds a run with other settings (", was, " there, ", is,
                 " now); use another --out or delete that directory");
   }
@@ -623,9 +627,25 @@ void check_report_keeps_results(const Grid& grid, const std::vector<CellResult>&
                " records as finished read as unfinished from their directories (no summary.json or failed.txt), the "
                "first ", first, "; rewriting it would lose their rows, so nothing was written (restore those files, "
                "or move results.csv away to report the cells as they are)");
+  // Finished cells of another grid (other flags than those that trained this directory) would lose their rows too.
+  std::set<std::string> ids;
+  for (const Cell& c : grid.cells) ids.insert(c.id());
+  for (const auto& [cell, status] : recorded)
+    if (!ids.count(cell) && (status == "done" || status == "diverged" || status == "failed") && lost++ == 0) first = cell;
+  ACTLAB_CHECK(lost == 0, "--report-only: ", results.string(), " records ", lost, " finished cell", lost == 1 ? "" : "s",
+               " this grid does not have (the first ", first, "); rewriting it would lose their rows, so nothing was "
+               "written (give the flags that trained the grid, or --out alone to take them from its command.txt)");
 }
 
 }  // namespace
+
+std::vector<std::string> trained_grid_args(const std::string& out_dir) {
+  const fs::path file = fs::path(out_dir) / "command.txt";
+  if (!fs::is_regular_file(file)) return {};
+  std::vector<std::string> args = shell_split(read_text(file));
+  if (!args.empty()) args.erase(args.begin());
+  return args;
+}
 
 int run_grid(const Grid& grid, const RunOptions& o) {
   ACTLAB_CHECK(!grid.cells.empty(), "the grid has no cells");
@@ -636,8 +656,13 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   if (!o.dry_run) {  // a dry run writes nothing, the directory included
     make_output_dir(o.out_dir, "output directory");
     lock = std::make_unique<OutputDirLock>(o.out_dir);
+  } else {  // ... but says what the real run would refuse: a file where the directory (or a parent) goes
+    fs::path p = o.out_dir;
+    while (!p.empty() && !fs::exists(p)) p = p.parent_path();
+    ACTLAB_CHECK(p.empty() || fs::is_directory(p), "cannot create output directory '", o.out_dir, "': '",
+                 p.string(), "' is not a directory");
   }
-  check_cell_commands(grid, cells_dir);
+  check_cell_commands(grid, cells_dir, o.report_only);
   std::vector<CellResult> before;
   for (const Cell& c : grid.cells) before.push_back(read_cell((cells_dir / c.id()).string()));
   if (o.report_only) check_report_keeps_results(grid, before, fs::path(o.out_dir) / "results.csv");

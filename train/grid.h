@@ -158,6 +158,11 @@ std::vector<std::string> write_reports(const Grid& grid, const std::string& out_
 // and tables.md show it.
 std::string shell_command_line(const std::vector<std::string>& argv);
 
+// The arguments (the program left out) of the command that last trained the grid in `out_dir`, from
+// out_dir/command.txt; empty where it holds none. What `actlab-ablate --report-only --out DIR` alone reports
+// under, so that a report of a finished grid need not repeat its flags.
+std::vector<std::string> trained_grid_args(const std::string& out_dir);
+
 // SIGINT/SIGTERM/SIGHUP handlers for the grid process: the signal is forwarded to the running child (which
 // checkpoints and exits) and the grid stops after it; SIGPIPE is ignored, so a dead reader of the output
 // does not stop the reports being written. Apps call this once before run_grid.

@@ -212,8 +212,10 @@ void validate(const TrainConfig& c) {
   if (!c.memory_limit.empty()) parse_byte_size(c.memory_limit, "--memory-limit");
   ACTLAB_CHECK(c.warmup_epochs == 0 || (c.warmup_epochs > 0 && c.warmup_epochs < c.epochs),
                "warm-up epochs must be in [0, epochs), got ", c.warmup_epochs);
-  ACTLAB_CHECK(c.steps_per_epoch >= 0 && c.train_limit >= 0 && c.test_limit >= 0 && c.print_every >= 0,
-               "step and sample limits must be >= 0");
+  for (const auto& [value, flag] : {std::pair{c.steps_per_epoch, "--steps-per-epoch"},
+                                    std::pair{c.train_limit, "--train-limit"}, std::pair{c.test_limit, "--test-limit"}})
+    ACTLAB_CHECK(value >= 0, flag, " must be >= 0 (0: no limit), got ", value);
+  ACTLAB_CHECK(c.print_every >= 0, "--print-every must be >= 0 (0: about 10 lines per epoch), got ", c.print_every);
   ACTLAB_CHECK(c.step_epochs >= 1, "--step-epochs must be >= 1, got ", c.step_epochs);
   ACTLAB_CHECK(!c.sync_bn || c.distributed, "--sync-bn needs --distributed");
   // Buckets are sized in bytes as int64: 2^40 MiB is far past any model and still fits.

@@ -178,6 +178,24 @@ if out=$("$build/actlab-ablate" --policies exact --models mlp --seeds 0 --epochs
 else
   fail "[ablate shows a cell's epochs as they end] $out"
 fi
+# --report-only --out alone reports that grid under the flags that trained it (its command.txt) ...
+cases=$((cases + 1))
+cp "$work/abl-epochs/results.csv" "$work/abl-epochs.csv"
+if out=$("$build/actlab-ablate" --report-only --out "$work/abl-epochs" 2>&1) &&
+   printf '%s\n' "$out" | grep -q "the grid's flags from $work/abl-epochs/command.txt" &&
+   cmp -s "$work/abl-epochs/results.csv" "$work/abl-epochs.csv"; then
+  echo "ok   [ablate --report-only --out alone reports the grid there]"
+else
+  fail "[ablate --report-only --out alone reports the grid there] $out"
+fi
+# ... and another grid's flags (here the preset's) would drop its finished rows: refused, nothing written.
+check "ablate --report-only of another grid" "records 1 finished cell this grid does not have \\(the first mlp-" \
+  actlab-ablate --report-only --out "$work/abl-epochs" --epochs 3
+cmp -s "$work/abl-epochs/results.csv" "$work/abl-epochs.csv" || fail "[ablate --report-only of another grid] results.csv changed"
+check "ablate --radar with a grid's flag" "--table is a grid's flag; --radar draws from --results" \
+  actlab-ablate --radar --table 1c --results "$work/none.csv" --out "$work/r.svg"
+check "ablate --dry-run, --out a file" "cannot create output directory '$work/a-file': '$work/a-file' is not a directory" \
+  actlab-ablate --dry-run --policies exact --models mlp --seeds 0 --out "$work/a-file"
 check "ablate seed past int64"        "--seeds needs non-negative integers below 2\\^63" \
   actlab-ablate --policies exact --models mlp --seeds 99999999999999999999 --dry-run
 check "inspect unknown data set"      "unknown data set 'imagenet'" \

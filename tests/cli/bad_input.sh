@@ -60,6 +60,7 @@ check "flag without value"      "needs a value"                    --epochs
 check "non-numeric value"       "needs an integer"                 --batch-size ten
 check "batch size 0"            "batch size must be >= 1"          --batch-size 0
 check "epochs -1"               "epochs must be >= 1"              --epochs -1
+check "print-every -1"          "print-every must be >= 0"         --print-every -1
 check "threads 0"               "threads must be in \\[1, 1024\\]" --threads 0
 check "unknown device"          "bad device 'gpu'"                 --device gpu
 check "memory limit not a size" "memory-limit '12XB' is not a size" --memory-limit 12XB
