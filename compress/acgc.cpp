@@ -101,9 +101,9 @@ size_t AcgcPolicy::bytes_at(const Shape& shape, int bits) const {
   return at_width(bits).expected_bytes(shape);
 }
 
-size_t AcgcPolicy::expected_bytes(const Shape& shape) const { return bytes_at(shape, kInitialBits); }
+size_t AcgcPolicy::closed_form_bytes(const Shape& shape) const { return bytes_at(shape, kInitialBits); }
 
-size_t AcgcPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+size_t AcgcPolicy::layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = layers_.find(save_path(info));
   return it == layers_.end() || it->second.bits == 0 ? bytes_at(shape, kInitialBits) : bytes_at(shape, it->second.bits);

@@ -30,10 +30,6 @@ class AcgcPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;  // "acgc:E=0,I=100,G=256"
-  // The closed form at kInitialBits (a layer before its first measurement; the policy holds no layer).
-  size_t expected_bytes(const Shape& shape) const override;
-  // The closed form at the width this layer's last pack took (pergroup's at that width).
-  size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const override;
   bool wants_gradient_sensitivity(const SaveInfo& info) const override;
   void observe_gradient_sensitivity(const SaveInfo& info, const GradientSensitivity& s) const override;
 
@@ -64,6 +60,10 @@ class AcgcPolicy final : public ActivationCachePolicy {
   std::vector<WidthChange> width_changes() const;
 
  private:
+  // The closed form at kInitialBits (a layer before its first measurement; the policy holds no layer).
+  size_t closed_form_bytes(const Shape& shape) const override;
+  // The closed form at the width this layer's last pack took (pergroup's at that width).
+  size_t layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const override;
   struct LayerState {
     std::deque<GradientSensitivity> history;  // oldest first, at most kHistory
     uint64_t measured_step = 0;               // the step of history.back()

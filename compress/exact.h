@@ -28,8 +28,9 @@ class ExactPolicy final : public ActivationCachePolicy {
     return packed_as<PackedExact>(p, name()).tensor();
   }
   std::string name() const override { return "exact"; }
-  size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 4; }
   bool is_exact() const override { return true; }
+ private:
+  size_t closed_form_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 4; }
 };
 
 // A 16-bit copy (DType::BF16 or F16).
@@ -65,9 +66,9 @@ class Bf16Policy final : public ActivationCachePolicy {
   }
   std::string name() const override { return "bf16"; }
   bool takes_channels_last() const override { return true; }
-  size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
 
  private:
+  size_t closed_form_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
   const Tensor& half_of(const Packed& p) const {
     const Tensor& h = packed_as<PackedHalf>(p, name()).half();
     ACTLAB_CHECK(h.dtype() == DType::BF16, "policy bf16 cannot unpack a pack it did not make (an fp16 copy)");
@@ -102,7 +103,8 @@ class F16Policy final : public ActivationCachePolicy {
     return ops::from_f16(h);
   }
   std::string name() const override { return "f16"; }
-  size_t expected_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
+ private:
+  size_t closed_form_bytes(const Shape& shape) const override { return static_cast<size_t>(shape_numel(shape)) * 2; }
 };
 
 // The shared instances of the three keeps, and the precision's exact keep: what an exact save is kept as at

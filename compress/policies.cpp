@@ -253,9 +253,9 @@ std::string PlaneCodecPolicy::name() const {
 //   division P·(2h'w' + ceil(QE/8) + 4); quant and hfc:Q P·(ceil(QE/8) + 4); lfc P·2h'w';
 //   hfc (f32) and every passthrough 4·numel. With R rows per range on H×W planes (R' = min(R, H)), the
 //   codes' term ceil(QE/8) + 4 becomes ceil(H/R')·(ceil(Q·R'·W/8) + 4).
-size_t PlaneCodecPolicy::expected_bytes(const Shape& shape) const { return bytes_at(shape, config_.bits); }
+size_t PlaneCodecPolicy::closed_form_bytes(const Shape& shape) const { return bytes_at(shape, config_.bits); }
 
-size_t PlaneCodecPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+size_t PlaneCodecPolicy::layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const {
   return bytes_at(shape, bits_for(info));
 }
 
@@ -415,9 +415,11 @@ std::string PerGroupPolicy::name() const {
 }
 
 // N samples of D elements: N·ceil(D/G)·(ceil(G·Q/8) + 4); D == 1 (and numel 0) is an f32 copy.
-size_t PerGroupPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+size_t PerGroupPolicy::closed_form_bytes(const Shape& shape) const {
+  return layer_closed_form_bytes(shape, SaveInfo{});
+}
 
-size_t PerGroupPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+size_t PerGroupPolicy::layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const {
   GroupGeometry g;
   if (!group_view(shape, g, info)) return to_size(shape_numel(shape)) * 4;
   const int64_t groups = g.samples * ((g.sample_elems + group_size_ - 1) / group_size_);
@@ -506,9 +508,11 @@ size_t AdaptiveGroupPolicy::bytes_for_widths(const Shape& shape, const std::vect
 }
 
 // N samples of D elements, K = ceil(D/G) groups each: N·K·4 + N·K·G·Q/8 + N (G % 8 == 0 and Σ b_n = N·Q).
-size_t AdaptiveGroupPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+size_t AdaptiveGroupPolicy::closed_form_bytes(const Shape& shape) const {
+  return layer_closed_form_bytes(shape, SaveInfo{});
+}
 
-size_t AdaptiveGroupPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+size_t AdaptiveGroupPolicy::layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const {
   GroupGeometry g;
   if (!group_view(shape, g)) return to_size(shape_numel(shape)) * 4;
   const int64_t K = g.groups_per_sample();
@@ -564,9 +568,11 @@ Tensor BlpaPolicy::unpack(const Packed& p, const SaveInfo&) const {
 
 std::string BlpaPolicy::name() const { return "blpa:Q=" + std::to_string(bits_); }
 
-size_t BlpaPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+size_t BlpaPolicy::closed_form_bytes(const Shape& shape) const {
+  return layer_closed_form_bytes(shape, SaveInfo{});
+}
 
-size_t BlpaPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+size_t BlpaPolicy::layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const {
   BlpaGeometry g;
   if (!blpa_view(shape, g, info)) return 0;  // an empty f32 copy
   return to_size(g.code_bytes() + g.channels * 16);
@@ -617,9 +623,11 @@ Tensor MesaPolicy::unpack(const Packed& p, const SaveInfo&) const {
 std::string MesaPolicy::name() const { return "mesa:Q=" + std::to_string(bits_); }
 
 // R ranges (dim 1's size for 4-D, else 1) of E = numel/R elements: R·(ceil(E·Q/8) + 4); numel <= 1 is a copy.
-size_t MesaPolicy::expected_bytes(const Shape& shape) const { return layer_expected_bytes(shape, SaveInfo{}); }
+size_t MesaPolicy::closed_form_bytes(const Shape& shape) const {
+  return layer_closed_form_bytes(shape, SaveInfo{});
+}
 
-size_t MesaPolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+size_t MesaPolicy::layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const {
   GroupGeometry g;
   if (!range_view(shape, g, info)) return to_size(shape_numel(shape)) * 4;
   return to_size(g.samples * ((g.sample_elems * g.bits + 7) / 8 + 4));

@@ -113,12 +113,12 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   // (fp32, a GPU pack, not 4-D, several ranges per plane, an f32 residual).
   Tensor unpack_bf16(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
-  size_t expected_bytes(const Shape& shape) const override;
-  size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const override;  // at bits_for(info)
   const PlaneCodecConfig& config() const { return config_; }
   // The plane view of a shape, or false when it is kept as an f32 copy (rank not 2..4, numel 0, H·W == 1).
   bool plane_view(const Shape& shape, PlaneGeometry& g) const;
  private:
+  size_t closed_form_bytes(const Shape& shape) const override;
+  size_t layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const override;  // at bits_for(info)
   int bits_for(const SaveInfo& info) const;  // the codes' width for this save: code_bits(Q, info)
   bool plane_view(const Shape& shape, PlaneGeometry& g, int bits) const;
   size_t bytes_at(const Shape& shape, int bits) const;
@@ -166,11 +166,11 @@ class PerGroupPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
-  size_t expected_bytes(const Shape& shape) const override;
-  size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const override;  // at code_bits(Q, info)
   // The group view of a shape, or false when it is kept as an f32 copy (rank 0, numel 0, D == 1).
   bool group_view(const Shape& shape, GroupGeometry& g) const;
  private:
+  size_t closed_form_bytes(const Shape& shape) const override;
+  size_t layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const override;  // at code_bits(Q, info)
   bool group_view(const Shape& shape, GroupGeometry& g, const SaveInfo& info) const;
   int64_t group_size_;
   int bits_;
@@ -188,12 +188,12 @@ class AdaptiveGroupPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
-  size_t expected_bytes(const Shape& shape) const override;
-  size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const override;  // average code_bits(Q, info)
   // The closed form for one allocation: N·K·4 + Σ_n K·ceil(G·b_n/8) + N with K = ceil(D/G).
   size_t bytes_for_widths(const Shape& shape, const std::vector<uint8_t>& sample_bits) const;
   bool group_view(const Shape& shape, GroupGeometry& g) const;  // as PerGroupPolicy's
  private:
+  size_t closed_form_bytes(const Shape& shape) const override;
+  size_t layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const override;  // average code_bits(Q, info)
   int64_t group_size_;
   int average_bits_;
 };
@@ -237,11 +237,11 @@ class BlpaPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
-  // ceil(numel·Q/8) + 16·C (C = dim 1 of a 4-D shape, else 1); an empty tensor is a 0-byte copy.
-  size_t expected_bytes(const Shape& shape) const override;
-  size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const override;  // at code_bits(Q, info)
   bool blpa_view(const Shape& shape, BlpaGeometry& g) const;  // false: kept as an f32 copy (numel 0)
  private:
+  // ceil(numel·Q/8) + 16·C (C = dim 1 of a 4-D shape, else 1); an empty tensor is a 0-byte copy.
+  size_t closed_form_bytes(const Shape& shape) const override;
+  size_t layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const override;  // at code_bits(Q, info)
   bool blpa_view(const Shape& shape, BlpaGeometry& g, const SaveInfo& info) const;
   int bits_;
 };
@@ -257,11 +257,11 @@ class MesaPolicy final : public ActivationCachePolicy {
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext& ctx) const override;
   Tensor unpack(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
-  size_t expected_bytes(const Shape& shape) const override;
-  size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const override;  // at code_bits(Q, info)
   // The ranges of a shape as the per-group codec sees them (one group per row), or false for a copy.
   bool range_view(const Shape& shape, GroupGeometry& g) const;
  private:
+  size_t closed_form_bytes(const Shape& shape) const override;
+  size_t layer_closed_form_bytes(const Shape& shape, const SaveInfo& info) const override;  // at code_bits(Q, info)
   bool range_view(const Shape& shape, GroupGeometry& g, const SaveInfo& info) const;
   int bits_;
 };

@@ -45,6 +45,27 @@ bool glob_match(const std::string& pattern, const std::string& text) {
 
 std::string save_path(const SaveInfo& info) { return info.module_path + "/" + info.op + "/" + info.role; }
 
+namespace {
+// A negative extent or a count past kMaxClosedFormElements would give a wrapped size, not an error.
+void check_closed_form_shape(const ActivationCachePolicy& policy, const Shape& shape) {
+  for (int64_t d : shape)
+    ACTLAB_CHECK(d >= 0, "policy ", policy.name(), ": shape dimensions must be >= 0, got ", shape_str(shape));
+  ACTLAB_CHECK(shape_numel(shape) <= ActivationCachePolicy::kMaxClosedFormElements, "policy ", policy.name(),
+               ": a float32 tensor of shape ", shape_str(shape),
+               " has more elements than the closed forms count (2^57)");
+}
+}  // namespace
+
+size_t ActivationCachePolicy::expected_bytes(const Shape& shape) const {
+  check_closed_form_shape(*this, shape);
+  return closed_form_bytes(shape);
+}
+
+size_t ActivationCachePolicy::layer_expected_bytes(const Shape& shape, const SaveInfo& info) const {
+  check_closed_form_shape(*this, shape);
+  return layer_closed_form_bytes(shape, info);
+}
+
 PolicySet::PolicySet() : default_(std::make_shared<ExactPolicy>()) {}
 PolicySet::PolicySet(std::shared_ptr<const ActivationCachePolicy> default_policy)
     : default_(std::move(default_policy)) {

@@ -113,14 +113,16 @@ class ActivationCachePolicy {
     return nullptr;
   }
   virtual std::string name() const = 0;    // the canonical string, parseable by parse_policy
-  // The closed-form number of bytes pack() holds for an f32 tensor of this shape.
-  virtual size_t expected_bytes(const Shape& shape) const = 0;
+  // The closed-form number of bytes pack() holds for an f32 tensor of this shape. Throws Error for a shape
+  // with a negative extent or more than kMaxClosedFormElements elements.
+  size_t expected_bytes(const Shape& shape) const;
   // The closed form for this layer's save (what CacheStats records right after pack()): equal to
   // expected_bytes(shape) unless the policy keeps per-layer state that sets the size (acgc's widths) or
-  // the save asks for wider codes than the policy's (SaveInfo::min_bits).
-  virtual size_t layer_expected_bytes(const Shape& shape, const SaveInfo& /*info*/) const {
-    return expected_bytes(shape);
-  }
+  // the save asks for wider codes than the policy's (SaveInfo::min_bits). Throws as expected_bytes does.
+  size_t layer_expected_bytes(const Shape& shape, const SaveInfo& info) const;
+  // The closed forms count bits (up to 8 per element, plus per-range headers) in 64-bit sizes: 2^60 elements
+  // wrapped blpa's, mesa's and actnn's. 2^57 leaves them 3 bits of headroom.
+  static constexpr int64_t kMaxClosedFormElements = int64_t(1) << 57;
   virtual bool is_exact() const { return false; }
   // Whether unpack gives back every value bit for bit (exact; swap, which only moves the bytes away).
   virtual bool is_lossless() const { return is_exact(); }
@@ -132,6 +134,14 @@ class ActivationCachePolicy {
   // report to it (their sensitivities add up, as the gradient errors they cause do).
   virtual bool wants_gradient_sensitivity(const SaveInfo& /*info*/) const { return false; }
   virtual void observe_gradient_sensitivity(const SaveInfo& /*info*/, const GradientSensitivity& /*s*/) const {}
+
+ private:
+  // Each policy's closed forms, reached only through expected_bytes and layer_expected_bytes, which check
+  // the shape first: one check for every policy, not one per closed form.
+  virtual size_t closed_form_bytes(const Shape& shape) const = 0;
+  virtual size_t layer_closed_form_bytes(const Shape& shape, const SaveInfo& /*info*/) const {
+    return closed_form_bytes(shape);
+  }
 };
 
 // Parses "exact", "division:B=8,Q=2", "quant:Q=2", "lfc:B=8", "hfc:B=8,Q=2", "hfc:B=8",

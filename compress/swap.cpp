@@ -31,7 +31,7 @@ std::string SwapPolicy::name() const {
   return "swap:P=" + std::to_string(ahead_) + (mib == kDefaultInFlightMiB ? "" : ",F=" + std::to_string(mib));
 }
 
-size_t SwapPolicy::expected_bytes(const Shape&) const { return 0; }
+size_t SwapPolicy::closed_form_bytes(const Shape&) const { return 0; }
 
 namespace {
 // What leaves the device: what the precision's exact keep keeps (compress/exact.h), always contiguous,

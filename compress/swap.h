@@ -91,9 +91,6 @@ class SwapPolicy final : public ActivationCachePolicy {
   Tensor unpack_bf16(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
   bool is_lossless() const override { return true; }
-  // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes, 2·numel under bf16/fp16;
-  // StepResult::offloaded_bytes).
-  size_t expected_bytes(const Shape& shape) const override;
 
   // What moved since the policy was made: bytes out to the host, bytes back, and how many unpacks found
   // their save already back (prefetched) or had to copy it themselves.
@@ -107,6 +104,9 @@ class SwapPolicy final : public ActivationCachePolicy {
   size_t ordered_saves() const;
 
  private:
+  // Device bytes kept: none (the host copy is MemTag::Offloaded, 4·numel bytes, 2·numel under bf16/fp16;
+  // StepResult::offloaded_bytes).
+  size_t closed_form_bytes(const Shape& shape) const override;
   void copy_thread();
   bool all_freed() const;  // every entry of order_ released by its pack (mutex_ held)
   void prefetch_before(size_t index) const;

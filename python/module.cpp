@@ -328,13 +328,8 @@ PYBIND11_MODULE(_actlab, m) {
   m.def(
       "expected_bytes",
       [](const std::string& policy, const std::vector<int64_t>& shape) {
-        for (int64_t d : shape) ACTLAB_CHECK(d >= 0, "expected_bytes: shape dimensions must be >= 0, got ", d);
-        // The closed forms count bits (up to 8 per element, plus per-group headers) in 64-bit sizes: a shape of
-        // 2^60 elements wrapped blpa's, mesa's and actnn's. 2^57 elements leaves them 3 bits of headroom.
-        const Shape s(shape.begin(), shape.end());
-        ACTLAB_CHECK(shape_numel(s) <= (int64_t(1) << 57), "expected_bytes: a float32 tensor of shape ", shape_str(s),
-                     " has more elements than the closed forms count (2^57)");
-        return parse_policy(policy)->expected_bytes(s);
+        // A negative extent or a shape past what the closed forms count is the policy's Error.
+        return parse_policy(policy)->expected_bytes(Shape(shape.begin(), shape.end()));
       },
       py::arg("policy"), py::arg("shape"), "The closed-form bytes the policy keeps for a float32 tensor of this shape.");
   m.def("policy_forms", &policy_forms, "The accepted policy strings, one per line.");

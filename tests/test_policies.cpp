@@ -14,6 +14,7 @@
 
 #include "actlab/compress/policies.h"
 #include "actlab/core/allocator.h"
+#include "error_of.h"
 
 namespace {
 
@@ -253,6 +254,55 @@ TEST_CASE("policies: nbytes matches the closed forms") {
   CHECK(bytes("pergroup:G=256,Q=2", {3, 5, 7, 7}) == 3 * 1 * (64 + 4));
   CHECK(bytes("pergroup:G=5,Q=2", {4, 12}) == 4 * 3 * (2 + 4));
   CHECK(bytes("pergroup:G=256,Q=2", {4, 1}) == 16);  // passthrough
+}
+
+TEST_CASE("policies: every policy's closed forms refuse a shape past what they count and answer up to it") {
+  // Every registered form: policy_forms() is one line per form, its examples in the first 24 columns
+  // (" | " between two), then a closing line of keys without a newline.
+  std::vector<std::string> specs;
+  const std::string forms = policy_forms();
+  for (size_t at = 0, end; (end = forms.find('\n', at)) != std::string::npos; at = end + 1) {
+    std::string examples = forms.substr(at, std::min<size_t>(24, end - at));
+    for (size_t bar; (bar = examples.find(" | ")) != std::string::npos; examples.erase(0, bar + 3))
+      specs.push_back(examples.substr(0, bar));
+    specs.push_back(examples.substr(0, examples.find(' ')));
+  }
+  REQUIRE(specs.size() >= 13);  // exact, bf16, division, quant, lfc, hfc (2), pergroup, actnn, blpa, mesa, acgc, swap
+  const int64_t most = ActivationCachePolicy::kMaxClosedFormElements;
+  SaveInfo wide;
+  wide.min_bits = 8;
+  for (const std::string& spec : specs) {
+    CAPTURE(spec);
+    const auto policy = parse_policy(spec);
+    // 2^60 elements: 8 bits each is 2^63, which a 64-bit count of bits wraps (blpa's, mesa's and actnn's did).
+    const Shape past = {8, most};
+    const std::string message = testing::error_of([&] { policy->expected_bytes(past); });
+    CHECK(message.find("policy " + policy->name() + ": a float32 tensor of shape " + shape_str(past) +
+                       " has more elements than the closed forms count (2^57)") == 0);
+    CHECK(testing::error_of([&] { policy->layer_expected_bytes(past, wide); }) == message);
+    CHECK(testing::error_of([&] { policy->expected_bytes({most + 1}); }).find("more elements than") != std::string::npos);
+    CHECK(testing::error_of([&] { policy->expected_bytes({-1, 4, 16, 16}); })
+              .find("shape dimensions must be >= 0, got (-1,4,16,16)") != std::string::npos);
+    // A product past int64 is shape_numel's own refusal, not a wrapped count.
+    CHECK(testing::error_of([&] { policy->expected_bytes({int64_t(1) << 32, int64_t(1) << 32}); })
+              .find("has more elements than a 64-bit count holds") != std::string::npos);
+    // Up to the bound every count grows with the shape (no wrap), and a normal shape is answered as before.
+    // 8-bit codes (min_bits) are the widest count.
+    const size_t at_most = policy->expected_bytes({8, most / 8}), half = policy->expected_bytes({8, most / 16});
+    const size_t wide_most = policy->layer_expected_bytes({8, most / 8}, wide);
+    const size_t wide_half = policy->layer_expected_bytes({8, most / 16}, wide);
+    CHECK(policy->expected_bytes({2, 3, 32, 32}) == policy->layer_expected_bytes({2, 3, 32, 32}, {}));
+    CHECK(policy->expected_bytes({3, 0, int64_t(1) << 62}) == 0);  // a zero extent holds nothing
+    if (spec == "swap:P=2,F=64") {
+      CHECK(at_most + wide_most == 0);  // swap keeps nothing on the device
+    } else {
+      CHECK(at_most > half);
+      CHECK(half > 0);
+      CHECK(wide_most > wide_half);
+      CHECK(wide_most >= at_most);
+      CHECK(policy->expected_bytes({2, 3, 32, 32}) > 0);
+    }
+  }
 }
 
 TEST_CASE("policies: R rows per range keeps a min and step per row group, R >= H packs the one-range bytes") {

@@ -116,10 +116,11 @@ def hostile_inputs_are_clear_errors_not_crashes_or_casts():
     for use in (lambda: actlab.unpack(empty), lambda: empty.nbytes, lambda: repr(empty)):
         expect_error(use, TypeError, "holds nothing")
     expect_error(lambda: actlab.expected_bytes("quant:Q=2", [-1, 4, 16, 16]), RuntimeError, "dimensions must be >= 0")
-    # Past 2^57 elements the closed forms' bit counts would wrap (blpa's 8 bits of 2^60 elements did): refused,
-    # and up to there every policy's count grows with the shape; a zero extent anywhere is 0 elements.
+    # Past 2^57 elements the closed forms' bit counts would wrap (blpa's 8 bits of 2^60 elements did): the policy
+    # refuses it, and up to there every policy's count grows with the shape; a zero extent anywhere is 0 elements.
     for policy in ("exact", "blpa:Q=8", "mesa:Q=8", "actnn:G=8,Q=8", "division:B=8,Q=8", "pergroup:G=8,Q=8"):
-        expect_error(lambda: actlab.expected_bytes(policy, [8, 2 ** 57]), RuntimeError, "more elements than")
+        expect_error(lambda: actlab.expected_bytes(policy, [8, 2 ** 57]), RuntimeError,
+                     "policy %s: a float32 tensor of shape (8,%d) has more elements than" % (policy, 2 ** 57))
         assert actlab.expected_bytes(policy, [8, 2 ** 54]) > actlab.expected_bytes(policy, [8, 2 ** 53]) > 0, policy
     assert actlab.expected_bytes("exact", [3, 2 ** 62, 0, 2]) == actlab.expected_bytes("exact", [2 ** 40, 0, 3, 3]) == 0
     # A strided array whose C-ordered copy cannot be allocated: NumPy's MemoryError, not a crash.
