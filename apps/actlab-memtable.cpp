@@ -15,7 +15,6 @@
 #include "actlab/core/allocator.h"
 #include "actlab/io/files.h"
 #include "actlab/io/markdown.h"
-#include "actlab/models/registry.h"
 #include "actlab/train/cli.h"
 #include "actlab/train/logging.h"
 #include "actlab/train/memtable.h"
@@ -108,10 +107,11 @@ int main(int argc, char** argv) {
     const int64_t channels = positive(flags.get("channels"), "--channels");
     std::vector<int64_t> batches;
     for (const auto& b : split_list(pick("batches", t1a ? "64" : "128"), ',')) batches.push_back(positive(b, "batch size"));
-    check_models(models, channels, classes, image_size);
     ACTLAB_CHECK(!models.empty() && !policies.empty() && !batches.empty(), "empty grid");
     const std::vector<RunEntry> entries =
         parse_run_entries(policies, parse_precision(flags.get("precision")), Device::cpu());
+    // A model or an entry late in its list that cannot run fails now, not after the rows before it.
+    check_run_grid(models, entries, channels, classes, image_size);
     bool mixed = false;  // some entry is not fp32: a column of rates against the fp32 exact run too
     for (const auto& e : entries) mixed = mixed || e.precision != Precision::F32;
     // The paper's Table 1(a) cells exist for ImageNet inputs only.

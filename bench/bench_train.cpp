@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
                    "--csv file");  // now, not after minutes of timing
     // So is a model or a policy entry late in its list that cannot run.
     const std::vector<std::string> models = split_list(flags.get("models"), ',');
-    check_models(models, C, 10, S);
-    parse_run_entries(split_list(flags.get("policies"), ';'), precision, Device::cpu());
+    const auto entries = parse_run_entries(split_list(flags.get("policies"), ';'), precision, Device::cpu());
+    check_run_grid(models, entries, C, 10, S);
     ACTLAB_CHECK(!flags.given("rounds") || !flags.get_bool("interleave"),
                  "--rounds repeats the policy list of a run without --interleave; --interleave pairs every step "
                  "(give --steps for more pairs)");

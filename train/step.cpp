@@ -1,10 +1,13 @@
 // One training step and the activation measure (train/step.h).
 #include "actlab/train/step.h"
 
+#include <utility>
+
 #include "actlab/autograd/checkpoint.h"
 #include "actlab/autograd/functions.h"
 #include "actlab/autograd/tape.h"
 #include "actlab/layers/checkpoint.h"
+#include "actlab/models/registry.h"
 
 namespace actlab {
 
@@ -30,6 +33,27 @@ std::vector<RunEntry> parse_run_entries(const std::vector<std::string>& entries,
     check_precision_supported(out.back().precision, device);
   }
   return out;
+}
+
+void check_run_grid(const std::vector<std::string>& models, const std::vector<RunEntry>& entries,
+                    int64_t in_channels, int64_t num_classes, int64_t image_size) {
+  check_models(models, in_channels, num_classes, image_size);
+  std::vector<std::pair<const RunEntry*, CheckpointRequest>> requests;
+  for (const RunEntry& e : entries) {
+    const CheckpointRequest request = parse_policy_set(e.policy).checkpoint();
+    if (request.any()) requests.emplace_back(&e, request);
+  }
+  if (requests.empty()) return;  // no model is built twice for a grid that checkpoints nothing
+  for (const std::string& name : models) {
+    const std::shared_ptr<Module> model = make_model({name, in_channels, num_classes, image_size});
+    for (const auto& [entry, request] : requests) {
+      try {
+        make_checkpoint_plan(*model, request);
+      } catch (const Error& e) {
+        throw Error("policy '" + entry->label() + "' cannot run on " + name + ": " + e.message(), e.where());
+      }
+    }
+  }
 }
 
 StepResult run_step(Module& model, Optimizer* opt, const PolicySet& policies, const Tensor& images, const Tensor& labels,

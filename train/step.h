@@ -79,6 +79,13 @@ RunEntry parse_run_entry(const std::string& entry, Precision fallback);
 // on `device`), so that a typo late in the list fails before the measurements of the earlier ones, not
 // after them. Throws Error naming the entry.
 std::vector<RunEntry> parse_run_entries(const std::vector<std::string>& entries, Precision fallback, Device device);
+// Every (model, entry) cell of such a list checked before any is measured, by the rules the step applies:
+// each model builds at this input (check_models) and each entry's checkpoint request applies to each model
+// (make_checkpoint_plan: a model with no blocks to cut into segments, a checkpoint rule naming none of its
+// modules). Throws Error naming the model and the entry. A codec rule that takes no save is found only by a
+// step (PolicySet::check_rules_matched).
+void check_run_grid(const std::vector<std::string>& models, const std::vector<RunEntry>& entries,
+                    int64_t in_channels, int64_t num_classes, int64_t image_size);
 
 // Runs one step of `model` on (images, labels), both on the model's device, with `policies` in force:
 // forward and cross-entropy under MemTag::Activation, then zero_grad, backward and opt->step() (opt may

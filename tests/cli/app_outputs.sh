@@ -10,12 +10,12 @@ build="$1"
 source "$(dirname "$0")/lib.sh"
 cases=0
 
-check() {  # check "description" "expected words (grep -E)" app args...
+check() {  # [late=1] [silent=1] check "description" "expected words (grep -E)" app args...
   local what="$1" expect="$2" app="$3"
   shift 3
   cases=$((cases + 1))
   local out rc
-  out=$(timeout 120 "$build/$app" "$@" 2>&1 >/dev/null)
+  out=$(timeout 120 "$build/$app" "$@" 2>&1 >"$work/check.stdout")
   rc=$?
   local errors
   errors=$(printf '%s\n' "$out" | grep -c "$app: error:")
@@ -26,6 +26,8 @@ check() {  # check "description" "expected words (grep -E)" app args...
   fi
   # "before its long work": nothing was measured or trained first (a full disk shows only at the write).
   if [ "${late:-0}" -eq 0 ] && printf '%s\n' "$out" | grep -q "^measuring\|^training"; then fail "[$what] the error came after the work: $out"; return; fi
+  # silent=1: not even a table's header reached stdout (a table's rows print there as each is measured).
+  if [ "${silent:-0}" -eq 1 ] && [ -s "$work/check.stdout" ]; then fail "[$what] printed before failing: $(head -3 "$work/check.stdout")"; return; fi
   echo "ok   [$what] $(printf '%s\n' "$out" | grep "$app: error:")"
 }
 
@@ -85,6 +87,17 @@ check "memtable image too small for a later model" "image size 2 is too small fo
   actlab-memtable --models mlp,resnet20 --batches 2 --image-size 2 --channels 1 --policies exact
 check "memtable image size a later ViT cannot take" "image size 6 is not a multiple of the patch size 4" \
   actlab-memtable --models mlp,vit_tiny_cifar --batches 2 --image-size 6 --channels 1 --policies exact
+# A policy that one model of the grid cannot follow (mlp has no blocks to checkpoint, nor a layer1) fails by the
+# step's own rule before any cell is measured, not at its own cell after the rows before it.
+silent=1 check "memtable checkpoint a later model cannot take" \
+  "policy 'checkpoint' cannot run on mlp: checkpoint: this model has no blocks" \
+  actlab-memtable --models resnet20,mlp --batches 2 --image-size 8 --channels 1 --policies 'exact;checkpoint'
+silent=1 check "memtable checkpoint rule naming no module of a later model" \
+  "policy 'exact\|layer1\.\*=checkpoint' cannot run on mlp: checkpoint rule 'layer1\.\*=checkpoint' matches no module" \
+  actlab-memtable --models resnet20,mlp --batches 2 --image-size 8 --channels 1 --policies 'exact;exact|layer1.*=checkpoint'
+silent=1 check "bench_train checkpoint a later model cannot take" "policy 'checkpoint' cannot run on mlp" \
+  bench_train --models resnet20,mlp --batch 2 --image-size 8 --channels 1 --steps 1 --warmup 0 --min-time 0 \
+  --policies 'exact;checkpoint'
 check "ablate --models empty"         "--models names no model" \
   actlab-ablate --dry-run --policies exact --models '' --out "$work/abx"
 check "ablate --seeds empty"          "--seeds names no seed" \
