@@ -148,6 +148,7 @@ const CapturedInput& find_map(const std::vector<const CapturedInput*>& maps, con
     if (m->path == name) return *m;
     names += (names.empty() ? "" : ", ") + m->path;
   }
+  ACTLAB_CHECK(!names.empty(), "unknown layer '", name, "' in --layers: this model has no activation maps to draw");
   ACTLAB_FAIL("unknown layer '", name, "' in --layers; available: ", names);
 }
 
@@ -596,7 +597,11 @@ int inspect(const FlagParser& flags, int argc, char** argv) {
     r.precision = s.config.precision;
     check_precision_supported(parse_precision(r.precision), Device::cpu());
   }
-  make_output_dir(st.out, "output directory");  // before the minutes of work, not after
+  // Before the minutes of work, not after; taken back if the work fails before it writes (a --layers typo).
+  struct TakeBack {
+    std::vector<std::string> made;
+    ~TakeBack() { remove_empty_directories(made); }
+  } const out_dir{make_output_dir(st.out, "output directory")};
   r.model_note = s.model_note;
   r.trained = s.trained;
   r.data_note = s.data.note;

@@ -99,12 +99,22 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, [&](int fd, const std::string& tmp) { write_all(fd, text.data(), text.size(), tmp); });
 }
 
-void make_output_dir(const std::string& dir, const char* what) {
+std::vector<std::string> make_output_dir(const std::string& dir, const char* what) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  std::vector<std::string> made;
+  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    made.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(dir, ec);
   ACTLAB_CHECK(fs::is_directory(dir), "cannot create ", what, " '", dir, "'", ec ? ": " + ec.message() : std::string());
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", dir, "' is not writable");
+  return made;
+}
+
+void remove_empty_directories(const std::vector<std::string>& dirs) {
+  for (const std::string& d : dirs) ::rmdir(d.c_str());  // refused (ENOTEMPTY) where anything is in it
 }
 
 DirectoryLock::DirectoryLock(const std::string& dir, const std::string& busy) {

@@ -48,7 +48,11 @@ std::string resolved_path(const std::string& path);
 void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);
 // Creates `dir` and its parents if needed and checks that it is a writable directory; Error names `what`,
 // the directory and the reason ("cannot create output directory '/proc/x': No such file or directory").
-void make_output_dir(const std::string& dir, const char* what);
+// Returns the directories it created, deepest first (none where `dir` existed), for remove_empty_directories.
+std::vector<std::string> make_output_dir(const std::string& dir, const char* what);
+// Removes those of `dirs` (deepest first, as make_output_dir returns them) that are empty: a program that
+// failed before its first output takes back the folders it made. One something was written into stays.
+void remove_empty_directories(const std::vector<std::string>& dirs);
 // One writer per output directory: an exclusive flock on DIR/.lock, held until the object is destroyed (the
 // kernel drops it with the process, even after a SIGKILL). Error `busy` when another open of that file holds
 // it (another process, or another run in this one); Error naming the reason when the lock cannot be taken.

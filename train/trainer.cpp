@@ -1055,17 +1055,41 @@ TrainSummary Run::go() {
 // Creates the save directory, locks it for the lead rank's run (two runs writing one directory's checkpoints
 // both ended with exit 0, one of them without its checkpoint) and refuses to clobber another run's
 // checkpoints.
-std::unique_ptr<DirectoryLock> prepare_save_dir(const TrainConfig& c, bool lead) {
-  if (c.save_dir.empty()) return nullptr;
-  namespace fs = std::filesystem;
-  make_output_dir(c.save_dir, "save directory");
+// The --save-dir's lock, and the folders the lead rank made for it: a run that ends with nothing saved
+// there (no data, out of memory at its first step) takes them back, its lock file included.
+struct SaveDir {
+  std::vector<std::string> made;  // the save dir first, when this run created it
   std::unique_ptr<DirectoryLock> lock;
-  if (lead)
-    lock = std::make_unique<DirectoryLock>(c.save_dir, "another training run is using --save-dir '" + c.save_dir +
-                                                           "' (it holds " + (fs::path(c.save_dir) / ".lock").string() +
-                                                           "); wait for it to end, or choose another --save-dir");
+  SaveDir() = default;
+  SaveDir(SaveDir&&) = default;
+  SaveDir& operator=(SaveDir&&) = default;
+  ~SaveDir() {
+    if (made.empty() || !lock) return;
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    bool only_lock = true;
+    for (fs::directory_iterator it(made.front(), ec), end; !ec && it != end; it.increment(ec))
+      only_lock = only_lock && it->path().filename() == ".lock";
+    if (ec || !only_lock) return;
+    fs::remove(fs::path(made.front()) / ".lock", ec);  // while it is still held: no other run took it meanwhile
+    lock.reset();
+    remove_empty_directories(made);
+  }
+};
+
+SaveDir prepare_save_dir(const TrainConfig& c, bool lead) {
+  SaveDir out;
+  if (c.save_dir.empty()) return out;
+  namespace fs = std::filesystem;
+  const std::vector<std::string> made = make_output_dir(c.save_dir, "save directory");
+  if (lead) {
+    out.lock = std::make_unique<DirectoryLock>(c.save_dir, "another training run is using --save-dir '" + c.save_dir +
+                                                               "' (it holds " + (fs::path(c.save_dir) / ".lock").string() +
+                                                               "); wait for it to end, or choose another --save-dir");
+    out.made = made;
+  }
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";
-  if (c.overwrite || !fs::exists(last)) return lock;
+  if (c.overwrite || !fs::exists(last)) return out;
   ACTLAB_CHECK(!c.resume.empty(), "'", last.string(), "' already exists; pass --resume ", last.string(),
                " to continue that run, or --overwrite");
   // A resumed run replaces its own checkpoints; a --save-dir holding another run's is refused as above.
@@ -1073,7 +1097,7 @@ std::unique_ptr<DirectoryLock> prepare_save_dir(const TrainConfig& c, bool lead)
   ACTLAB_CHECK(from == resolved_path(last.string()) || from == resolved_path((fs::path(c.save_dir) / "best.safetensors").string()),
                "'", last.string(), "' already exists and is not the checkpoint being resumed ('", c.resume,
                "'); pass --overwrite to replace it, or a --save-dir of its own");
-  return lock;
+  return out;
 }
 
 }  // namespace
@@ -1142,10 +1166,10 @@ TrainSummary train(const TrainConfig& c) {
     rank_config.quiet = true;
     rank_config.log_file = rank_config.memory_report = rank_config.summary_json = rank_config.export_weights = "";
   }
-  std::unique_ptr<DirectoryLock> save_dir_lock;  // the whole run's, the last checkpoint's write included
+  SaveDir save_dir;  // locked for the whole run, the last checkpoint's write included
   try {
     dist.check_same_config(c);  // before any rank writes or trains
-    if (!c.eval_only && !c.summary_only) save_dir_lock = prepare_save_dir(rank_config, dist.lead());
+    if (!c.eval_only && !c.summary_only) save_dir = prepare_save_dir(rank_config, dist.lead());
     if (dist.lead()) {  // the rank that writes the outputs: what a killed run of them left half-written
       const auto in_save_dir = [&](const char* name) {
         return c.save_dir.empty() ? std::string() : (std::filesystem::path(c.save_dir) / name).string();

@@ -219,6 +219,7 @@ check "inspect --checkpoint a directory" "checkpoint '$work/runs' is a directory
 late=1 check "inspect rule matching nothing" "policy rule for 'nosuch' matched no save of mlp" \
   actlab-inspect --model mlp --out "$work/i2" --threads 1 --policies 'quant:Q=2' --policy-rule nosuch=exact
 [ -e "$work/i" ] && fail "[inspect bad flags] created --out '$work/i' before failing"
+[ -e "$work/i2" ] && fail "[inspect rule matching nothing] left the --out folder it made: $(find "$work/i2")"
 
 # The good path: both files written, complete, no temp file left beside them.
 cases=$((cases + 1))

@@ -142,6 +142,9 @@ make_idx "$work/idx-valid"
 "$bin" --dataset mnist --data-dir "$work/idx-valid" --model mlp --batch-size 4 --quiet ||
   { echo "FAIL: the valid IDX layout does not train"; failures=$((failures + 1)); }
 check "missing data directory"  "not found"                        --data-dir "$work/nope"
+# ... also with a --save-dir to be made: the folders it made (and its lock file) are taken back.
+check "missing data, new save dir" "not found"                     --data-dir "$work/nope" --save-dir "$work/new/run"
+[ ! -e "$work/new" ] || fail "a run that failed before its first checkpoint left '$work/new': $(find "$work/new")"
 check "garbage data files"      "train-images-idx3-ubyte"          --data-dir "$work"
 idx_case "missing file"   "train-images-idx3-ubyte: not found"     rm train-images-idx3-ubyte
 idx_case "empty file"     "train-images-idx3-ubyte: empty file"    truncate -s 0 train-images-idx3-ubyte
