@@ -338,6 +338,11 @@ bool sample_rows(const Shape& shape, int64_t group_size, int bits, GroupGeometry
   g.sample_elems = numel / shape[0];
   g.group_size = group_size;
   g.bits = bits;
+  // Each row is padded to whole groups, and the closed forms count the padded values: a large G on short
+  // rows passes their 64 bits long before the element count does (ActivationCachePolicy's own check).
+  const int64_t limit = ActivationCachePolicy::kMaxClosedFormElements;
+  ACTLAB_CHECK(g.groups_per_sample() <= limit / group_size / g.samples, "shape ", shape_str(shape),
+               " padded to whole groups of G=", group_size, " has more values than the closed forms count (2^57)");
   return true;
 }
 }  // namespace

@@ -303,6 +303,15 @@ TEST_CASE("policies: every policy's closed forms refuse a shape past what they c
       CHECK(policy->expected_bytes({2, 3, 32, 32}) > 0);
     }
   }
+  // The per-group forms pad every row to whole groups: a huge G on short rows passes 64 bits far below 2^57
+  // elements (pergroup's count of (2^36, 2) at G = 999999999 wrapped to 1.3e19 of a true 6.9e19).
+  for (const char* spec : {"pergroup:G=999999999,Q=8", "actnn:G=999999992,Q=8", "acgc:E=0,I=100,G=999999999"}) {
+    CAPTURE(spec);
+    const auto policy = parse_policy(spec);
+    CHECK(testing::error_of([&] { policy->expected_bytes({int64_t(1) << 36, 2}); })
+              .find("padded to whole groups of G=99999999") != std::string::npos);
+    CHECK(policy->expected_bytes({4, 2}) > 0);  // a short tensor is still answered
+  }
 }
 
 TEST_CASE("policies: R rows per range keeps a min and step per row group, R >= H packs the one-range bytes") {
