@@ -105,9 +105,18 @@ Tensor tensor_over(const FloatArray& a) {
 // (swap's copy thread): its first swap unpack waited forever for a copy no thread would make. A child
 // parses its own; the parent's objects are left alone, as their destructors would join threads that do
 // not exist in this process.
+// The cache holds the kCachedPolicies strings used last: a sweep over swap's F or P in one process kept a
+// copy thread per string for the process's life. An evicted policy lives on in the packs that hold it.
+constexpr size_t kCachedPolicies = 16;
+
 std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) {
-  using Cache = std::map<std::string, std::shared_ptr<const ActivationCachePolicy>>;
+  struct Entry {
+    std::shared_ptr<const ActivationCachePolicy> policy;
+    uint64_t used = 0;
+  };
+  using Cache = std::map<std::string, Entry>;
   static Cache cache;
+  static uint64_t uses = 0;
   static pid_t owner = ::getpid();
   if (owner != ::getpid()) {
     (void)new Cache(std::move(cache));  // never destroyed, on purpose
@@ -116,6 +125,17 @@ std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) 
   }
   auto it = cache.find(spec);
   if (it == cache.end()) {
+    if (cache.size() >= kCachedPolicies) {
+      auto oldest = cache.begin();
+      for (auto e = cache.begin(); e != cache.end(); ++e)
+        if (e->second.used < oldest->second.used) oldest = e;
+      std::shared_ptr<const ActivationCachePolicy> evicted = std::move(oldest->second.policy);
+      cache.erase(oldest);  // under the GIL, which guards the cache
+      // Without it: a swap policy's destructor joins its copy thread, which may be handing back a NumPy
+      // buffer (that takes the GIL).
+      py::gil_scoped_release release;
+      evicted.reset();
+    }
     auto policy = parse_policy(spec);
     // acgc picks each save's width from gradient measurements that only actlab's trainer makes (run_step's
     // sensitivity pass); a pack from Python never gets one, so it would code everything at its initial width.
@@ -123,9 +143,10 @@ std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) 
                  "': acgc chooses its widths from actlab's own training loop, which a pack from Python does not run; "
                  "every array would be coded at its initial ", AcgcPolicy::kInitialBits,
                  " bits (pergroup with the same G and Q=", AcgcPolicy::kInitialBits, " is that layout by name)");
-    it = cache.emplace(spec, std::move(policy)).first;
+    it = cache.emplace(spec, Entry{std::move(policy), 0}).first;
   }
-  return it->second;
+  it->second.used = ++uses;
+  return it->second.policy;
 }
 
 PyPacked pack(const py::object& array, const std::string& policy, uint64_t seed, uint64_t stream, bool keep_sign,

@@ -223,6 +223,11 @@ def packs_of_one_policy_string_share_one_policy():
     kept = [actlab.pack(maps((2, 2, 8, 8), i), "swap:P=2") for i in range(40)]  # swap runs a copy thread
     assert os_threads() - before <= 2, (before, os_threads())
     assert all(np.array_equal(actlab.unpack(p), maps((2, 2, 8, 8), i)) for i, p in enumerate(kept))
+    # A sweep over many policy strings keeps a bounded number of copy threads once its packs are gone (the
+    # cache keeps the last 16 strings' policies; each pack holds its own).
+    for f in range(1, 41):
+        actlab.unpack(actlab.pack(maps((2, 2, 8, 8), f), "swap:P=2,F=%d" % f))
+    assert os_threads() - before <= 16 + 2, (before, os_threads())
 
 
 @case
