@@ -234,11 +234,16 @@ int main(int argc, char** argv) {
                  "--dry-run and --report-only exclude each other");
     // --report-only --out DIR alone reports the grid DIR holds under the flags that trained it (its
     // command.txt; a later --out wins over the one there): they were long to type, and any other set fails.
-    const std::vector<std::string> trained =
-        flags.get_bool("report-only") && flags.given("out") &&
-                first_given_except(flags, {"report-only", "out", "train-bin"}).empty()
-            ? trained_grid_args(flags.get("out"))
-            : std::vector<std::string>{};
+    const bool out_alone = flags.get_bool("report-only") && flags.given("out") &&
+                           first_given_except(flags, {"report-only", "out", "train-bin"}).empty();
+    const std::vector<std::string> trained = out_alone ? trained_grid_args(flags.get("out")) : std::vector<std::string>{};
+    // What a --report-only refused for its grid's flags is told to do: it depends on where they came from.
+    std::string report_hint = "give the flags that trained the grid, or --out alone to take them from its command.txt";
+    if (out_alone)
+      report_hint = trained.empty() ? "'" + flags.get("out") + "' has no command.txt to take them from; give the flags "
+                                      "that trained the grid"
+                                    : "they came from " + flags.get("out") + "/command.txt, the last command that "
+                                      "trained there; give the flags of the whole grid";
     if (!trained.empty()) {
       std::vector<std::string> args = {argv[0]};
       args.insert(args.end(), trained.begin(), trained.end());
@@ -266,6 +271,7 @@ int main(int argc, char** argv) {
     run.train_bin = flags.get("train-bin").empty() ? default_train_bin() : flags.get("train-bin");
     run.dry_run = flags.get_bool("dry-run");
     run.report_only = flags.get_bool("report-only");
+    run.report_hint = report_hint;
     run.command_line = shell_command_line(std::vector<std::string>(argv, argv + argc));
     if (run.dry_run) {
       try {

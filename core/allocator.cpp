@@ -244,8 +244,9 @@ namespace {
 const char* out_of_memory_advice(MemTag tag) {
   switch (tag) {
     case MemTag::Data:
-      return "these are the images held in memory: try smaller or fewer ones (actlab-train: --image-size, --train-limit, "
-             "or --stream for an image folder; actlab-memtable: a smaller --batches or --image-size)";
+      return "these are the images held in memory, the whole data set whatever --train-limit takes of it: try "
+             "smaller ones (actlab-train: --image-size, or --stream for an image folder; actlab-memtable: a smaller "
+             "--batches or --image-size)";
     case MemTag::Param:
     case MemTag::Grad:
     case MemTag::OptimState:

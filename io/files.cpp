@@ -102,12 +102,16 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 std::vector<std::string> make_output_dir(const std::string& dir, const char* what) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // One component at a time, as the kernel resolves them (`x/..` creates x), recording the ones this call
+  // made: an existing directory, or one another process makes meanwhile (EEXIST), is never recorded.
   std::vector<std::string> made;
-  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    made.push_back(p.string());
-    if (p == p.parent_path()) break;
+  fs::path at;
+  for (const fs::path& part : fs::path(dir)) {
+    at /= part;
+    if (part.empty() || part == "." || part == ".." || part == "/") continue;
+    if (::mkdir(at.c_str(), 0777) == 0) made.insert(made.begin(), at.string());
+    else if (errno != EEXIST) ec = std::error_code(errno, std::generic_category());
   }
-  fs::create_directories(dir, ec);
   ACTLAB_CHECK(fs::is_directory(dir), "cannot create ", what, " '", dir, "'", ec ? ": " + ec.message() : std::string());
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", dir, "' is not writable");
   return made;

@@ -15,8 +15,6 @@ namespace actlab {
 namespace {
 
 constexpr int kFormatVersion = 1;
-// The metadata entry that marks an export_state_dict file (PyTorch's loaders ignore metadata).
-const std::pair<std::string, std::string> kExportedBy{"written_by", "actlab export_state_dict"};
 const char* const kOptimPrefix = "optim.";  // + slot + "." + parameter name
 // The file's name of one optimizer buffer: written by save, looked up by restore.
 std::string optim_tensor_name(const char* slot, const std::string& param) {
@@ -212,16 +210,23 @@ void export_state_dict(const std::string& path, const Module& model, int64_t bat
     count.data<int64_t>()[0] = batches_tracked;
     tensors.emplace_back(prefix + kBatchesTracked, count);
   }
-  write_safetensors(path, tensors, {{"format", "pt"}, {kExportedBy.first, kExportedBy.second}});
+  write_safetensors(path, tensors, {{"format", "pt"}});
 }
 
 bool is_exported_state_dict(const std::string& path) {
+  // PyTorch's format tag with the entries only write_safetensors adds: a checkpoint says "actlab-checkpoint",
+  // and another program's weights lack the writer's checksums.
   try {
-    for (const auto& m : read_safetensors_metadata(path))
-      if (m == kExportedBy) return true;
+    bool pt = false;
+    int writer_keys = 0;
+    for (const auto& [key, value] : read_safetensors_metadata(path)) {
+      pt = pt || (key == "format" && value == "pt");
+      writer_keys += is_writer_metadata_key(key);
+    }
+    return pt && writer_keys == 3;
   } catch (const Error&) {  // not a safetensors file at all
+    return false;
   }
-  return false;
 }
 
 void import_state_dict(const SafetensorsFile& f, Module& model, const std::string& what) {

@@ -54,11 +54,12 @@ void restore_checkpoint(const SafetensorsFile& file, Module& model, Optimizer* o
 // ---- plain state dicts: weights to and from other programs. The model's parameters and buffers under
 // their torchvision names, plus "<module>.num_batches_tracked" (an I64 scalar: PyTorch's batch-norm
 // counter, here the optimizer steps taken) for every batch-norm module; no optimizer state and no
-// actlab metadata but the writer's name, so PyTorch's model.load_state_dict(safetensors.torch.load_file(path), strict=True)
+// actlab metadata, so PyTorch's model.load_state_dict(safetensors.torch.load_file(path), strict=True)
 // takes it. Written atomically (io/safetensors.h).
 void export_state_dict(const std::string& path, const Module& model, int64_t batches_tracked);
-// Whether `path` is a file export_state_dict wrote (its metadata says so; a checkpoint or another program's
-// weights are not): what --export-weights replaces without --overwrite.
+// Whether `path` is a file export_state_dict wrote ("format": "pt" with write_safetensors' own checksum
+// entries; a checkpoint or another program's weights are not): what --export-weights replaces without
+// --overwrite.
 bool is_exported_state_dict(const std::string& path);
 // Copies a plain state dict (written by export_state_dict, or by another program under torchvision names)
 // into the model's parameters and buffers. Every tensor of the model must be there with its shape and

@@ -76,15 +76,21 @@ void DistRun::sum(std::vector<double>& values) const {
   if (on()) comm_->allreduce(values, ReduceOp::Sum);
 }
 
+void DistRun::broadcast(Tensor t) const {
+  Tensor host = t.to(Device::cpu()).contiguous();
+  comm_->broadcast(host.raw_data(), host.nbytes(), 0);
+  t.copy_(host);
+}
+
 void DistRun::broadcast_model(Module& model) const {
   if (!on() || world_ == 1) return;
-  auto send = [&](Tensor t) {
-    Tensor host = t.to(Device::cpu()).contiguous();
-    comm_->broadcast(host.raw_data(), host.nbytes(), 0);
-    t.copy_(host);
-  };
-  for (const auto& p : model.named_parameters()) send(p.second.data());
-  for (const auto& b : model.named_buffers()) send(b.second);
+  for (const auto& p : model.named_parameters()) broadcast(p.second.data());
+  broadcast_buffers(model);
+}
+
+void DistRun::broadcast_buffers(Module& model) const {
+  if (!on() || world_ == 1) return;
+  for (const auto& b : model.named_buffers()) broadcast(b.second);
 }
 
 BatchNormTrainFn DistRun::sync_bn() const {

@@ -47,12 +47,17 @@ class DistRun {
   void sum(std::vector<double>& values) const;
   // Rank 0's parameters and buffers into every rank's model (through host copies). Collective.
   void broadcast_model(Module& model) const;
+  // Rank 0's buffers alone (batch norm's running statistics, which each rank updates from its own batches
+  // without --sync-bn): before an evaluation, whose shards would otherwise be scored with statistics the
+  // checkpoint (rank 0's) does not hold. Collective.
+  void broadcast_buffers(Module& model) const;
   // This rank is failing: end the whole job at exit rather than leave the others waiting.
   void fail_job() const;
   // What --sync-bn makes every BatchNorm2d run in training (dist/sync_batch_norm.h over comm()).
   BatchNormTrainFn sync_bn() const;
 
  private:
+  void broadcast(Tensor t) const;  // rank 0's values into t on every rank
   std::unique_ptr<Communicator> comm_;
   Device device_ = Device::cpu();
   int rank_ = 0, world_ = 1;

@@ -413,7 +413,7 @@ std::vector<std::string> comparable_args(const std::vector<std::string>& args) {
 
 // Error before anything runs when OUT/cells/<id>/command.txt holds a run with other settings
 // (another epoch count, learning rate, ...): its results would be reported under this grid's recipe.
-void check_cell_commands(const Grid& grid, const fs::path& cells_dir, bool report_only) {
+void check_cell_commands(const Grid& grid, const fs::path& cells_dir, const RunOptions& o) {
   for (const Cell& c : grid.cells) {
     const fs::path file = cells_dir / c.id() / "command.txt";
     if (!fs::exists(file)) continue;
@@ -426,9 +426,9 @@ void check_cell_commands(const Grid& grid, const fs::path& cells_dir, bool repor
     if (k > 0 && k < before.size() && before[k].rfind("--", 0) != 0) --k;  // show "--flag value"
     const std::string was = k < before.size() ? before[k] + (k + 1 < before.size() ? " " + before[k + 1] : "") : "(end)";
     const std::string is = k < now.size() ? now[k] + (k + 1 < now.size() ? " " + now[k + 1] : "") : "(end)";
-    ACTLAB_CHECK(!report_only, "'", (cells_dir / c.id()).string(), "' holds a run with other settings (", was,
-                 " there, ", is, " now); --report-only reports a grid under the flags that trained it: give "
-                 "them, or --out alone to take them from its command.txt");
+    ACTLAB_CHECK(!o.report_only, "'", (cells_dir / c.id()).string(), "' holds a run with other settings (", was,
+                 " there, ", is, " now); --report-only reports a grid under the flags that trained it: ",
+                 o.report_hint);
     ACTLAB_FAIL("'", (cells_dir / c.id()).string(), "' holds a run with other settings (", was, " there, ", is,
                 " now); use another --out or delete that directory");
   }
@@ -611,7 +611,8 @@ class OutputDirLock {
 // results.csv records as finished but whose directory no longer says so (its summary.json or failed.txt gone:
 // a copy of the grid that kept only the logs, as docs/results/ablate-cpu does) would lose its row, so the
 // rewrite is refused before anything is written.
-void check_report_keeps_results(const Grid& grid, const std::vector<CellResult>& now, const fs::path& results) {
+void check_report_keeps_results(const Grid& grid, const std::vector<CellResult>& now, const fs::path& results,
+                                const std::string& hint) {
   std::map<std::string, std::string> recorded;  // cell id → its status in the old results.csv
   for (const auto& row : read_csv(results))
     if (row.count("cell") && row.count("status")) recorded[row.at("cell")] = row.at("status");
@@ -634,7 +635,7 @@ void check_report_keeps_results(const Grid& grid, const std::vector<CellResult>&
     if (!ids.count(cell) && (status == "done" || status == "diverged" || status == "failed") && lost++ == 0) first = cell;
   ACTLAB_CHECK(lost == 0, "--report-only: ", results.string(), " records ", lost, " finished cell", lost == 1 ? "" : "s",
                " this grid does not have (the first ", first, "); rewriting it would lose their rows, so nothing was "
-               "written (give the flags that trained the grid, or --out alone to take them from its command.txt)");
+               "written (", hint, ")");
 }
 
 }  // namespace
@@ -652,6 +653,21 @@ int run_grid(const Grid& grid, const RunOptions& o) {
   const fs::path cells_dir = fs::path(o.out_dir) / "cells";
   ACTLAB_CHECK(!o.report_only || fs::is_directory(cells_dir), "--report-only: '", o.out_dir,
                "' holds no grid (no cells/ directory); run the grid there first");
+  // A folder with files of its own and no grid (no cells/): the reports (results.csv, tables.md, the figures,
+  // command.txt) would replace any of the same names. Its lock and a grid's command.txt, written before its
+  // first cell, are a grid's.
+  std::error_code ec;
+  if (!fs::is_directory(cells_dir))
+    for (fs::directory_iterator it(o.out_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const auto grid_command = [&] {
+        const std::vector<std::string> argv = shell_split(read_text(it->path()));
+        return !argv.empty() && fs::path(argv[0]).filename() == "actlab-ablate";
+      };
+      ACTLAB_CHECK(name == ".lock" || (name == "command.txt" && grid_command()), "output directory '", o.out_dir,
+                   "' holds files and no grid (no cells/ folder), '", name,
+                   "' among them; the reports would replace files of the same names: choose an empty or new --out");
+    }
   std::unique_ptr<OutputDirLock> lock;
   if (!o.dry_run) {  // a dry run writes nothing, the directory included
     make_output_dir(o.out_dir, "output directory");
@@ -662,10 +678,10 @@ int run_grid(const Grid& grid, const RunOptions& o) {
     ACTLAB_CHECK(p.empty() || fs::is_directory(p), "cannot create output directory '", o.out_dir, "': '",
                  p.string(), "' is not a directory");
   }
-  check_cell_commands(grid, cells_dir, o.report_only);
+  check_cell_commands(grid, cells_dir, o);
   std::vector<CellResult> before;
   for (const Cell& c : grid.cells) before.push_back(read_cell((cells_dir / c.id()).string()));
-  if (o.report_only) check_report_keeps_results(grid, before, fs::path(o.out_dir) / "results.csv");
+  if (o.report_only) check_report_keeps_results(grid, before, fs::path(o.out_dir) / "results.csv", o.report_hint);
   std::printf("actlab-ablate: preset %s, %s; output in %s\n", grid.preset.c_str(),
               grid.tables.size() == 1 ? ("table " + grid.tables[0]).c_str() : (std::to_string(grid.tables.size()) + " tables").c_str(),
               o.out_dir.c_str());

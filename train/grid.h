@@ -140,6 +140,7 @@ struct RunOptions {
   std::string train_bin;       // the actlab-train executable
   bool dry_run = false;        // print cells, estimates and commands; run nothing, write nothing
   bool report_only = false;    // only regenerate results.csv, tables.md and the figures
+  std::string report_hint = "give the flags that trained the grid";  // for a report_only run refused its flags
   std::string command_line;    // the command that started the grid (for tables.md)
 };
 

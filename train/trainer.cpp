@@ -522,6 +522,9 @@ void Run::restore() {
     if (!changed.empty())
       std::fprintf(stderr, "actlab-train: note: resuming with options the checkpoint's run did not have: %s\n",
                    changed.c_str());
+    if (acgc_average_bits(*policies_) >= 0)  // -1: no acgc policy in the set
+      std::fprintf(stderr, "actlab-train: note: acgc's gradient measurements are not in checkpoints: this run "
+                           "measures again, so it does not end bit-identical to an uninterrupted one\n");
   }
   // The checkpoint stores --save-dir as given, so a relative one is taken from this run's directory: when
   // that is not where the resumed save-dir checkpoint lies, say where the checkpoints now go (even --quiet).
@@ -850,6 +853,7 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
   summary_.reserved_peak_bytes = std::max(summary_.reserved_peak_bytes, stats.reserved_peak);
   const bool poison_eval = c_.inject_nan_into == "eval" && c_.inject_nan_step > 0 && epoch + 1 >= c_.inject_nan_step &&
                            epoch + 1 < c_.inject_nan_step + c_.inject_nan_count;
+  dist_.broadcast_buffers(*model_);  // the statistics the checkpoint holds score every shard
   const EvalResult ev = evaluate(*model_, *test_loader_, data_.test->name(), device_, dist_, poison_eval);
   row.test_loss = ev.loss;
   row.test_acc = ev.acc;
@@ -870,9 +874,12 @@ void Run::finish_epoch(int64_t epoch, EpochRow& row, Clock::time_point start) {
     row_error = std::current_exception();
   }
   if (!c_.save_dir.empty()) {
+    // The best first: last.safetensors records the raised best accuracy, so a kill (or a failed write)
+    // between the two in the other order left an older model as the best for good, as the resumed run
+    // believed it had this one. In this order a resume redoes the epoch and writes both.
     const TrainState st = state(epoch + 1, 0);
-    save("last.safetensors", st);
     if (best) save("best.safetensors", st);
+    save("last.safetensors", st);
   }
   if (row_error) std::rethrow_exception(row_error);
   progress_->epoch_done(row, c_.epochs);

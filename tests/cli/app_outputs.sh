@@ -205,6 +205,13 @@ fi
 check "ablate --report-only of another grid" "records 1 finished cell this grid does not have \\(the first mlp-" \
   actlab-ablate --report-only --out "$work/abl-epochs" --epochs 3
 cmp -s "$work/abl-epochs/results.csv" "$work/abl-epochs.csv" || fail "[ablate --report-only of another grid] results.csv changed"
+# A grid trained in two commands (seed 0, then seed 1): command.txt holds the second, which lacks seed 0's cell.
+"$build/actlab-ablate" --policies exact --models mlp --seeds 1 --epochs 2 --steps-per-epoch 4 --test-limit 64 \
+  --threads 1 --out "$work/abl-epochs" > /dev/null 2>&1 || fail "[ablate second seed] did not run"
+"$build/actlab-ablate" --report-only --policies exact --models mlp --seeds 0,1 --epochs 2 --steps-per-epoch 4 \
+  --test-limit 64 --out "$work/abl-epochs" > /dev/null 2>&1 || fail "[ablate report of both seeds] refused"
+check "ablate --report-only --out alone, grid trained in two commands" "the first mlp-.*-s0\\); .*they came from .*command.txt, the last command that trained there; give the flags of the whole grid" \
+  actlab-ablate --report-only --out "$work/abl-epochs"
 check "ablate --radar with a grid's flag" "--table is a grid's flag; --radar draws from --results" \
   actlab-ablate --radar --table 1c --results "$work/none.csv" --out "$work/r.svg"
 check "ablate --dry-run, --out a file" "cannot create output directory '$work/a-file': '$work/a-file' is not a directory" \

@@ -83,5 +83,14 @@ grep -q "rank 1 of 2: launched with other options than rank 0: --policy-rule '' 
 "${mpmd[@]}" --log "$work/mpmd.csv" : -np 1 "$bin" "${small[@]}" --threads 2 > "$work/mpmd-ok.out" 2>&1 ||
   fail "ranks differing only in --threads and rank 0's --log were refused: $(tail -3 "$work/mpmd-ok.out")"
 [ -s "$work/mpmd.csv" ] || fail "rank 0's --log was not written"
+# Batch norm without --sync-bn: each rank's running statistics are its own batches', and the evaluation is
+# sharded; the test figures logged must be those of the model saved (rank 0's statistics on every shard).
+"${launch[@]}" --model resnet20 --dataset synthetic --synthetic-size 96 --batch-size 16 --epochs 2 --threads 1 \
+  --test-limit 64 --save-dir "$work/bn" --log "$work/bn.csv" --quiet > "$work/bn.out" 2>&1 ||
+  fail "the batch-norm run failed: $(tail -3 "$work/bn.out")"
+logged=$(tail -1 "$work/bn.csv" | cut -d, -f5)
+evaluated=$("$bin" --resume "$work/bn/last.safetensors" --eval-only --threads 1 2>&1 | sed -n 's/.*test loss \([0-9.]*\) .*/\1/p')
+[ -n "$evaluated" ] && [ "$(printf '%.4f' "$logged")" = "$evaluated" ] ||
+  fail "2 ranks logged test loss $logged; the saved model evaluates to '$evaluated'"
 echo "dist fault checks: $failures failed"
 [ "$failures" -eq 0 ]
