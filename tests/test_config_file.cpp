@@ -73,6 +73,10 @@ TEST_CASE("config file: unknown keys and bad values name the file and line") {
   CHECK(error_of_file("nesterov = maybe\n").rfind(":1: nesterov needs true or false", 0) == 0);
   CHECK(error_of_file("resume = x.safetensors\n").find("command line only") != std::string::npos);
   CHECK(error_of_file("warmup-epochs = 3\n").empty());  // valid alone; checked against epochs later
+  // Quoted values (config_to_text writes a value with '#' or end spaces so): closed, then only a comment.
+  CHECK(error_of_file("log = \"a #1.csv\"  # the log\n").empty());
+  CHECK(error_of_file("log = \"a.csv\n").find(":1: a quoted value without its closing quote") != std::string::npos);
+  CHECK(error_of_file("log = \"a\" b.csv\n").find(":1: text after the closing quote: 'b.csv'") != std::string::npos);
   TrainConfig c;
   CHECK_THROWS_WITH_AS(apply_config_file(c, "/nonexistent/actlab.conf"), doctest::Contains("cannot read"), Error);
 }
@@ -86,6 +90,7 @@ TEST_CASE("config: the effective configuration round-trips through text and JSON
   c.policy_rules = {"conv1=exact", "layer1.*=quant:Q=4"};
   c.augment = false;
   c.save_dir = "runs/a b";
+  c.log_file = "log #1 \"quoted\" \\ .csv ";  // a '#', quotes, a backslash, a trailing space: written quoted
   ConfFile f(config_to_text(c));
   TrainConfig from_text;
   apply_config_file(from_text, f.path);

@@ -321,9 +321,24 @@ std::vector<std::pair<std::string, std::string>> config_entries(const TrainConfi
   return out;
 }
 
+namespace {
+// A value as a config line holds it: as it is, or in double quotes (with \" and \\) where it has a '#' (a
+// comment otherwise), starts with a quote, or has spaces at either end (trimmed otherwise): `save-dir = "run #1"`.
+std::string config_value_text(const std::string& v) {
+  const bool plain = v.find('#') == std::string::npos && (v.empty() || (v.front() != '"' && v.front() != ' ' &&
+                                                                          v.front() != '\t' && v.back() != ' ' &&
+                                                                          v.back() != '\t'));
+  if (plain) return v;
+  std::string q = "\"";
+  for (const char ch : v) q += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+  return q + "\"";
+}
+
+}  // namespace
+
 std::string config_to_text(const TrainConfig& c) {
   std::string s;
-  for (const auto& e : config_entries(c)) s += e.first + " = " + e.second + "\n";
+  for (const auto& e : config_entries(c)) s += e.first + " = " + config_value_text(e.second) + "\n";
   return s;
 }
 
@@ -370,6 +385,26 @@ std::string excerpt(const std::string& text) {
   for (size_t i = 0; i < text.size() && i < 60; ++i) out += text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
   return text.size() > 60 ? out + "..." : out;
 }
+
+// The value after a line's '=': a quoted one up to its closing quote (then only a comment may follow), or
+// the text up to a '#' (a comment), trimmed.
+std::string config_value_of(const std::string& rest) {
+  const std::string v = trim(rest);
+  if (v.empty() || v.front() != '"') return trim(v.substr(0, v.find('#')));
+  std::string out;
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i] == '\\' && i + 1 < v.size() && (v[i + 1] == '"' || v[i + 1] == '\\')) {
+      out += v[++i];
+    } else if (v[i] == '"') {
+      const std::string after = trim(v.substr(i + 1));
+      ACTLAB_CHECK(after.empty() || after.front() == '#', "text after the closing quote: '", excerpt(after), "'");
+      return out;
+    } else {
+      out += v[i];
+    }
+  }
+  ACTLAB_FAIL("a quoted value without its closing quote");
+}
 }  // namespace
 
 void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& skip) {
@@ -390,13 +425,12 @@ void apply_config_file(TrainConfig& c, const std::string& path, const std::set<s
   bool rules_reset = false;
   while (std::getline(in, line)) {
     ++number;
-    const size_t hash = line.find('#');
+    const size_t hash = line.find('#'), eq = line.find('=');
     const std::string body = trim(hash == std::string::npos ? line : line.substr(0, hash));
     if (body.empty()) continue;
     try {
-      const size_t eq = body.find('=');
-      ACTLAB_CHECK(eq != std::string::npos, "expected 'key = value', got '", excerpt(body), "'");
-      const std::string key = trim(body.substr(0, eq)), value = trim(body.substr(eq + 1));
+      ACTLAB_CHECK(eq < hash, "expected 'key = value', got '", excerpt(body), "'");
+      const std::string key = trim(line.substr(0, eq)), value = config_value_of(line.substr(eq + 1));
       ACTLAB_CHECK(!key.empty(), "missing key before '='");
       ACTLAB_CHECK(key != "config" && key != "resume" && key != "summary",
                    "'", key, "' cannot be set in a config file (command line only)");

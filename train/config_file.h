@@ -48,7 +48,8 @@ std::string config_to_json(const TrainConfig& c);
 TrainConfig config_from_json(const std::string& json);
 
 // Reads a config file into `c`. Lines: `key = value`, blank, or `# comment` (a `#` after a value
-// starts a comment too; values cannot contain '#'). Keys are the long flag names without "--";
+// starts a comment too); a value in double quotes is taken as it is, '#' and end spaces included (\" and
+// \\ inside), as config_to_text writes one that needs them. Keys are the long flag names without "--";
 // keys listed in `skip` (given on the command line, which overrides the file) are checked but not
 // applied; a file with policy-rule lines replaces c.policy_rules. Errors: "FILE:LINE: ...".
 void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& skip = {});
