@@ -112,7 +112,11 @@ int main(int argc, char** argv) {
     }
     TrainConfig c = effective_config(flags);
     apply_test_hooks(c);
-    install_stop_handlers();
+    // A write past a file-size limit (ulimit -f) fails with EFBIG, one error line with the earlier
+    // checkpoint kept, instead of SIGXFSZ ending the process mid-write.
+    std::signal(SIGXFSZ, SIG_IGN);
+    // An evaluation has no state to save: Ctrl-C ends it at once, as the signal's default does.
+    if (!c.eval_only && !c.summary_only) install_stop_handlers();
     const TrainSummary s = train(c);
     if (!s.interrupted) return 0;
     end_progress_line();
