@@ -34,11 +34,7 @@ void DistRun::check_same_config(const TrainConfig& config) const {
   const auto mode = [](const TrainConfig& c) {
     return std::string(c.resume.empty() ? "" : "resume ") + (c.summary_only ? "summary " : "");
   };
-  std::string lead = mode(config) + "\n" + config_to_json(config);
-  uint64_t length = lead.size();
-  comm_->broadcast(&length, sizeof length, 0);
-  lead.resize(static_cast<size_t>(length));
-  comm_->broadcast(lead.data(), lead.size(), 0);
+  const std::string lead = broadcast_text(mode(config) + "\n" + config_to_json(config));
   const size_t newline = lead.find('\n');
   std::string difference = config_differences(config, config_from_json(lead.substr(newline + 1)));
   if (mode(config) != lead.substr(0, newline))
@@ -54,6 +50,26 @@ void DistRun::check_same_config(const TrainConfig& config) const {
     ACTLAB_FAIL(differ.size() > 1 ? "ranks " : "rank ", list, differ.size() > 1 ? " were" : " was",
                 " launched with other options than rank 0 (each names its differences); ", rule);
   ACTLAB_FAIL("launched with other options than rank 0: ", difference, " (rank 0's in '(was ...)'); ", rule);
+}
+
+std::string DistRun::broadcast_text(std::string text) const {
+  uint64_t length = text.size();
+  comm_->broadcast(&length, sizeof length, 0);
+  text.resize(static_cast<size_t>(length));
+  comm_->broadcast(text.data(), text.size(), 0);
+  return text;
+}
+
+void DistRun::check_same_data(const std::string& identity) const {
+  if (!on() || world_ == 1) return;
+  const std::string lead = broadcast_text(identity);
+  const std::vector<int> differ = ranks_with(identity != lead);
+  if (differ.empty()) return;
+  std::string list;
+  for (const int r : differ) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  const char* rule = "every rank must read the same data set (--data-dir may differ between them, its contents may not)";
+  ACTLAB_CHECK(identity == lead, "its data set has ", identity, ", rank 0's ", lead, "; ", rule);
+  ACTLAB_FAIL(differ.size() > 1 ? "ranks " : "rank ", list, " read another data set than rank 0 (", lead, "); ", rule);
 }
 
 std::vector<int> DistRun::ranks_with(bool flag) const {

@@ -39,6 +39,10 @@ class DistRun {
   // but those that place a rank and rank 0's outputs (is_placement_or_output_key), and whether the run
   // resumes, evaluates or prints its summary. Collective; a no-op when not distributed.
   void check_same_config(const TrainConfig& config) const;
+  // Error on every rank unless all read the data set rank 0 reads (load_data's identity: sizes, classes, a
+  // folder's files), checked before the first step: other sizes shard into other step counts, and the job
+  // ended in an MPI abort. Collective; a no-op when not distributed.
+  void check_same_data(const std::string& identity) const;
   // The ranks on which `flag` is true, in order (empty: none). Collective: every rank calls it.
   std::vector<int> ranks_with(bool flag) const;
   // Every rank's `value`, by rank (just {value} when not distributed). Collective.
@@ -58,6 +62,7 @@ class DistRun {
 
  private:
   void broadcast(Tensor t) const;  // rank 0's values into t on every rank
+  std::string broadcast_text(std::string text) const;  // rank 0's text, on every rank
   std::unique_ptr<Communicator> comm_;
   Device device_ = Device::cpu();
   int rank_ = 0, world_ = 1;

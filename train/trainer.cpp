@@ -428,6 +428,7 @@ class Run {
 
 void Run::setup() {
   data_ = load_data(c_);
+  dist_.check_same_data(data_.identity);
   const ImageSpec spec = data_.train->spec();
   const ImageSpec test_spec = data_.test->spec();
   ACTLAB_CHECK(test_spec.channels == spec.channels && test_spec.height == spec.height && test_spec.width == spec.width,
