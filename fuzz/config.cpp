@@ -2,8 +2,8 @@
 // even: a config file (apply_config_file: `key = value` lines, comments, per-key range checks);
 // odd: the JSON configuration stored in checkpoints (config_from_json). Whatever is accepted must
 // round-trip through JSON, and a configuration read from a file also through config_to_text (the
-// `<log>.config.txt` format; JSON strings may hold '#' or newlines, which that format cannot, so
-// JSON input is only held to the JSON round trip). Seeds: fuzz/corpus/config
+// `<log>.config.txt` format; JSON strings may hold newlines, which that format cannot, so JSON input is
+// only held to the JSON round trip). Seeds: fuzz/corpus/config
 // (fuzz/make_seeds.cpp). Replayed by the fuzz_replay_config test.
 #include "fuzz/fuzz_util.h"
 #include "actlab/train/config_file.h"

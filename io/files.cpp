@@ -109,8 +109,12 @@ std::vector<std::string> make_output_dir(const std::string& dir, const char* wha
   for (const fs::path& part : fs::path(dir)) {
     at /= part;
     if (part.empty() || part == "." || part == ".." || part == "/") continue;
-    if (::mkdir(at.c_str(), 0777) == 0) made.insert(made.begin(), at.string());
-    else if (errno != EEXIST) ec = std::error_code(errno, std::generic_category());
+    if (::mkdir(at.c_str(), 0777) == 0) {
+      made.insert(made.begin(), at.string());
+    } else if (errno != EEXIST) {  // the first cause (a read-only parent), not a later ENOENT
+      ec = std::error_code(errno, std::generic_category());
+      break;
+    }
   }
   ACTLAB_CHECK(fs::is_directory(dir), "cannot create ", what, " '", dir, "'", ec ? ": " + ec.message() : std::string());
   ACTLAB_CHECK(::access(dir.c_str(), W_OK) == 0, what, " '", dir, "' is not writable");

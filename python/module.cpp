@@ -125,24 +125,21 @@ std::shared_ptr<const ActivationCachePolicy> policy_of(const std::string& spec) 
   }
   auto it = cache.find(spec);
   if (it == cache.end()) {
-    if (cache.size() >= kCachedPolicies) {
-      auto oldest = cache.begin();
-      for (auto e = cache.begin(); e != cache.end(); ++e)
-        if (e->second.used < oldest->second.used) oldest = e;
-      std::shared_ptr<const ActivationCachePolicy> evicted = std::move(oldest->second.policy);
-      cache.erase(oldest);  // under the GIL, which guards the cache
-      // Without it: a swap policy's destructor joins its copy thread, which may be handing back a NumPy
-      // buffer (that takes the GIL).
-      py::gil_scoped_release release;
-      evicted.reset();
-    }
-    auto policy = parse_policy(spec);
+    auto policy = parse_policy(spec);  // a bad string evicts nothing
     // acgc picks each save's width from gradient measurements that only actlab's trainer makes (run_step's
     // sensitivity pass); a pack from Python never gets one, so it would code everything at its initial width.
     ACTLAB_CHECK(dynamic_cast<const AcgcPolicy*>(policy.get()) == nullptr, "'", spec,
                  "': acgc chooses its widths from actlab's own training loop, which a pack from Python does not run; "
                  "every array would be coded at its initial ", AcgcPolicy::kInitialBits,
                  " bits (pergroup with the same G and Q=", AcgcPolicy::kInitialBits, " is that layout by name)");
+    // Under the GIL, which guards the cache (a swap policy's destructor joins its copy thread, which holds
+    // only actlab tensors: it never waits for the GIL).
+    if (cache.size() >= kCachedPolicies) {
+      auto oldest = cache.begin();
+      for (auto e = cache.begin(); e != cache.end(); ++e)
+        if (e->second.used < oldest->second.used) oldest = e;
+      cache.erase(oldest);
+    }
     it = cache.emplace(spec, Entry{std::move(policy), 0}).first;
   }
   it->second.used = ++uses;

@@ -225,10 +225,12 @@ const Field* find_field(const std::string& key) {
   return nullptr;
 }
 
+constexpr const char* kBlank = " \t\r";  // what a config line's key and value are trimmed of
+
 std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r");
+  const size_t b = s.find_first_not_of(kBlank);
   if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+  return s.substr(b, s.find_last_not_of(kBlank) - b + 1);
 }
 
 // Range checks of one value on its own: validate() on the defaults with only this key changed. Paths,
@@ -325,9 +327,9 @@ namespace {
 // A value as a config line holds it: as it is, or in double quotes (with \" and \\) where it has a '#' (a
 // comment otherwise), starts with a quote, or has spaces at either end (trimmed otherwise): `save-dir = "run #1"`.
 std::string config_value_text(const std::string& v) {
-  const bool plain = v.find('#') == std::string::npos && (v.empty() || (v.front() != '"' && v.front() != ' ' &&
-                                                                          v.front() != '\t' && v.back() != ' ' &&
-                                                                          v.back() != '\t'));
+  const bool plain = v.find('#') == std::string::npos &&
+                     (v.empty() || (v.front() != '"' && trim(v.substr(0, 1)) == v.substr(0, 1) &&
+                                    trim(v.substr(v.size() - 1)) == v.substr(v.size() - 1)));
   if (plain) return v;
   std::string q = "\"";
   for (const char ch : v) q += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);

@@ -1066,20 +1066,26 @@ TrainSummary Run::go() {
 // The --save-dir's lock, and the folders the lead rank made for it: a run that ends with nothing saved
 // there (no data, out of memory at its first step) takes them back, its lock file included.
 struct SaveDir {
-  std::vector<std::string> made;  // the save dir first, when this run created it
+  std::string dir;
+  std::vector<std::string> made;  // what make_output_dir created for it (a/b/.. makes a/b, the save dir a too)
   std::unique_ptr<DirectoryLock> lock;
   SaveDir() = default;
   SaveDir(SaveDir&&) = default;
   SaveDir& operator=(SaveDir&&) = default;
   ~SaveDir() {
-    if (made.empty() || !lock) return;
+    if (!lock) return;
     namespace fs = std::filesystem;
     std::error_code ec;
-    bool only_lock = true;
-    for (fs::directory_iterator it(made.front(), ec), end; !ec && it != end; it.increment(ec))
-      only_lock = only_lock && it->path().filename() == ".lock";
+    const fs::path real = fs::canonical(dir, ec);  // a/b/.. stops resolving once a/b is gone
+    if (ec) return;
+    bool created = false;  // the save dir itself, not only a folder on the way to it
+    for (const std::string& m : made) created = created || fs::equivalent(m, real, ec);
+    remove_empty_directories(made);  // first the ones inside it (a/b of a/b/..); its parents are not empty yet
+    bool only_lock = created;
+    for (fs::directory_iterator it(real, ec), end; only_lock && !ec && it != end; it.increment(ec))
+      only_lock = it->path().filename() == ".lock";
     if (ec || !only_lock) return;
-    fs::remove(fs::path(made.front()) / ".lock", ec);  // while it is still held: no other run took it meanwhile
+    fs::remove(real / ".lock", ec);  // while it is still held: no other run took it meanwhile
     lock.reset();
     remove_empty_directories(made);
   }
@@ -1095,6 +1101,7 @@ SaveDir prepare_save_dir(const TrainConfig& c, bool lead) {
                                                                "' (it holds " + (fs::path(c.save_dir) / ".lock").string() +
                                                                "); wait for it to end, or choose another --save-dir");
     out.made = made;
+    out.dir = c.save_dir;
   }
   const fs::path last = fs::path(c.save_dir) / "last.safetensors";
   if (c.overwrite || !fs::exists(last)) return out;

@@ -212,6 +212,11 @@ cmp -s "$work/abl-epochs/results.csv" "$work/abl-epochs.csv" || fail "[ablate --
   --test-limit 64 --out "$work/abl-epochs" > /dev/null 2>&1 || fail "[ablate report of both seeds] refused"
 check "ablate --report-only --out alone, grid trained in two commands" "the first mlp-.*-s0\\); .*they came from .*command.txt, the last command that trained there; give the flags of the whole grid" \
   actlab-ablate --report-only --out "$work/abl-epochs"
+mkdir -p "$work/notes" && echo "my table" > "$work/notes/tables.md"
+check "ablate --out a folder of other files" "output directory '$work/notes' holds files and no grid \\(no cells/ folder\\), 'tables.md' among them" \
+  actlab-ablate --policies exact --models mlp --seeds 0 --epochs 1 --out "$work/notes"
+[ "$(cat "$work/notes/tables.md")" = "my table" ] && [ ! -e "$work/notes/.lock" ] ||
+  fail "[ablate --out a folder of other files] changed the folder: $(ls -A "$work/notes")"
 check "ablate --radar with a grid's flag" "--table is a grid's flag; --radar draws from --results" \
   actlab-ablate --radar --table 1c --results "$work/none.csv" --out "$work/r.svg"
 check "ablate --dry-run, --out a file" "cannot create output directory '$work/a-file': '$work/a-file' is not a directory" \
