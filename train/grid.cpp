@@ -20,8 +20,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <fcntl.h>

@@ -1060,9 +1060,6 @@ TrainSummary Run::go() {
   return summary_;
 }
 
-// Creates the save directory, locks it for the lead rank's run (two runs writing one directory's checkpoints
-// both ended with exit 0, one of them without its checkpoint) and refuses to clobber another run's
-// checkpoints.
 // The --save-dir's lock, and the folders the lead rank made for it: a run that ends with nothing saved
 // there (no data, out of memory at its first step) takes them back, its lock file included.
 struct SaveDir {
@@ -1091,6 +1088,9 @@ struct SaveDir {
   }
 };
 
+// Creates the save directory, locks it for the lead rank's run (two runs writing one directory's checkpoints
+// both ended with exit 0, one of them without its checkpoint) and refuses to clobber another run's
+// checkpoints.
 SaveDir prepare_save_dir(const TrainConfig& c, bool lead) {
   SaveDir out;
   if (c.save_dir.empty()) return out;
