@@ -327,9 +327,7 @@ namespace {
 // A value as a config line holds it: as it is, or in double quotes (with \" and \\) where it has a '#' (a
 // comment otherwise), starts with a quote, or has spaces at either end (trimmed otherwise): `save-dir = "run #1"`.
 std::string config_value_text(const std::string& v) {
-  const bool plain = v.find('#') == std::string::npos &&
-                     (v.empty() || (v.front() != '"' && trim(v.substr(0, 1)) == v.substr(0, 1) &&
-                                    trim(v.substr(v.size() - 1)) == v.substr(v.size() - 1)));
+  const bool plain = v.find('#') == std::string::npos && trim(v) == v && (v.empty() || v.front() != '"');
   if (plain) return v;
   std::string q = "\"";
   for (const char ch : v) q += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
