@@ -337,6 +337,71 @@ TEST_CASE("epoch log: a resumed run's log is cut back to its checkpoint, a row t
   CHECK(opened == 1);
 }
 
+TEST_CASE("epoch log: a resume continues only the log its checkpoint recorded, not another run's under its name") {
+  testing::TempDir dir("logmark");
+  for (const std::string ext : {"csv", "jsonl"}) {
+    CAPTURE(ext);
+    const std::string log = dir.file("run." + ext), other = dir.file("other." + ext);
+    LogMark at2, at3;
+    {
+      EpochLogger logger(log);
+      CHECK(logger.mark().bytes == 0);  // a new log holds nothing before its first row
+      for (int64_t e = 1; e <= 3; ++e) {
+        logger.write(row_of_epoch(e));
+        if (e == 2) at2 = logger.mark();
+        if (e == 3) at3 = logger.mark();
+      }
+    }
+    const std::string text = read_all(log);
+    CHECK(at3.bytes == static_cast<int64_t>(text.size()));
+    CHECK(at2.bytes < at3.bytes);
+    CHECK(at2.checksum != at3.checksum);
+    // Its own log continues from either checkpoint (from epoch 2's the row of epoch 3 is cut back), also
+    // after a kill left half a row.
+    CHECK(resumed_log_continues(log, 3, at3));
+    CHECK(resumed_log_continues(log, 2, at2));
+    { std::ofstream(log, std::ios::app) << "4,0.1"; }
+    CHECK(resumed_log_continues(log, 3, at3));
+    // A resumed run's logger, before its first row, marks what the cut back will keep: epoch 2's prefix.
+    CHECK(EpochLogger(log, true, 2).mark().checksum == at2.checksum);
+    CHECK(read_all(log) == text + "4,0.1");  // and has not cut anything yet
+    {  // another run's log under the same name: other rows up to the checkpoint's epoch
+      EpochLogger logger(other);
+      for (int64_t e = 1; e <= 3; ++e) {
+        EpochRow r = row_of_epoch(e);
+        r.train_loss += 1;
+        logger.write(r);
+      }
+    }
+    CHECK_FALSE(resumed_log_continues(other, 3, at3));
+    CHECK_FALSE(resumed_log_continues(other, 2, at2));
+    // A log shorter than the mark (cut by hand, or the first rows of another run) does not continue.
+    std::filesystem::resize_file(other, static_cast<uintmax_t>(at2.bytes));
+    CHECK_FALSE(resumed_log_continues(other, 3, at3));
+    // A checkpoint written with no log: a log continues if it has no rows up to the checkpoint's epoch (a
+    // retry from that checkpoint wrote the later ones), and the rows of another run up to it do not.
+    const LogMark none = EpochLogger("").mark();
+    CHECK(none.bytes == 0);
+    CHECK_FALSE(resumed_log_continues(log, 2, none));
+    {
+      const std::string retry = dir.file("retry." + ext);
+      EpochLogger logger(retry);
+      logger.write(row_of_epoch(3));
+      logger.write(row_of_epoch(4));
+      CHECK(resumed_log_continues(retry, 2, none));
+      CHECK_FALSE(resumed_log_continues(retry, 3, none));
+    }
+    // No file or an empty one starts afresh; checkpoints from before the mark cannot tell an epoch log.
+    CHECK(resumed_log_continues(dir.file("absent." + ext), 3, at3));
+    { std::ofstream(dir.file("empty." + ext)); }
+    CHECK(resumed_log_continues(dir.file("empty." + ext), 3, at3));
+    CHECK(resumed_log_continues(other, 3, LogMark{}));
+  }
+  // Not a log at all: never continued, whatever the checkpoint recorded.
+  { std::ofstream(dir.file("notes.txt")) << "my notes\n"; }
+  CHECK_FALSE(resumed_log_continues(dir.file("notes.txt"), 3, LogMark{}));
+}
+
 TEST_CASE("JSON logs: a NaN loss is written as null and module names are escaped, so every line parses") {
   testing::TempDir dir("jsonlog");
   const std::string log = dir.file("run.jsonl");

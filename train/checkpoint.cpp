@@ -74,6 +74,8 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
       {"loss_scale_good_steps", std::to_string(st.loss_scale_good_steps)},
       {"data", st.data_identity},
       {"epoch_wall_s", round_trip_double(st.epoch_wall_s)},
+      {"log_bytes", std::to_string(st.log.bytes)},
+      {"log_checksum", st.log.checksum},
   };
   write_safetensors(path, tensors, meta);
 }
@@ -107,6 +109,10 @@ TrainState checkpoint_state(const SafetensorsFile& f) {
   }
   if (const std::string* data = f.find_metadata("data")) st.data_identity = *data;
   if (f.find_metadata("epoch_wall_s") != nullptr) st.epoch_wall_s = meta_double(f, "epoch_wall_s");
+  if (f.find_metadata("log_bytes") != nullptr) {
+    st.log.bytes = meta_int(f, "log_bytes");
+    st.log.checksum = f.metadata_value("log_checksum");
+  }
   ACTLAB_CHECK(st.epoch >= 0 && st.step_in_epoch >= 0 && st.global_step >= 0 && st.seen >= 0 && st.epoch_wall_s >= 0,
                "checkpoint loop position is negative");
   return st;

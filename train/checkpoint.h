@@ -14,6 +14,15 @@
 
 namespace actlab {
 
+// What the run's epoch log held when a checkpoint was written: its length and the FNV-1a checksum of those
+// bytes (hex64), so that a resume can tell the log it continues from another run's log under the same name
+// (resumed_log_continues in train/logging.h). bytes 0: no log or an empty one; -1: not recorded (checkpoints
+// from before it).
+struct LogMark {
+  int64_t bytes = -1;
+  std::string checksum;
+};
+
 // ---- training checkpoints: model parameters and buffers under their torchvision names, the optimizer's
 // per-parameter state as "optim.<slot>.<parameter name>" (SGD: optim.momentum.*; AdamW: optim.exp_avg.*,
 // optim.exp_avg_sq.*), and the optimizer's name and counters and the loop position as metadata.
@@ -38,6 +47,7 @@ struct TrainState {
   // Wall seconds the unfinished epoch had run (step_in_epoch > 0; 0 otherwise and in checkpoints from before
   // it), so that a resumed epoch's logged wall time counts the part before the stop.
   double epoch_wall_s = 0;
+  LogMark log;  // the epoch log as the checkpoint's own epoch left it (after its row)
 };
 
 // Saves model + optimizer + state atomically (write_safetensors).

@@ -168,14 +168,15 @@ const std::vector<Field>& fields() {
         ACTLAB_INT("train-limit", train_limit, "use only N training images, the first N (a folder data set: N spread evenly over its class-sorted list, every class keeping its share) (0: all)"),
         ACTLAB_INT("test-limit", test_limit, "evaluate on N test images, chosen as --train-limit chooses (0: all)"),
         path_field(ACTLAB_STR("log", log_file,
-                              "per-epoch log file: JSON Lines where the name ends in .jsonl or .json, CSV otherwise")),
+                              "per-epoch log file: JSON Lines where the name ends in .jsonl or .json, CSV otherwise (a resume "
+                              "appends to its own run's log only)")),
         path_field(ACTLAB_STR("memory-report", memory_report,
                               "per-layer saved-tensor table of the first step: JSON where the name ends in .json, CSV otherwise")),
         path_field(ACTLAB_STR("summary-json", summary_json,
                    "write the final summary (accuracy, img/s, memory, per-epoch rows) as JSON")),
         ACTLAB_BOOL("overwrite", overwrite,
-                    "allow replacing an existing log or memory report, and a --summary-json or --export-weights file "
-                    "that is not an earlier run's"),
+                    "allow replacing an existing log (a resume's: one not its own run's) or memory report, and a "
+                    "--summary-json or --export-weights file that is not an earlier run's"),
         ACTLAB_INT("print-every", print_every, "progress line every N steps (0: about 10 per epoch)"),
         path_field(ACTLAB_STR("save-dir", save_dir,
                    "write DIR/last.safetensors every epoch and DIR/best.safetensors on a new best")),

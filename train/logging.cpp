@@ -4,17 +4,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
 #include "actlab/core/allocator.h"
 #include "actlab/core/precision.h"
+#include "actlab/io/checksum.h"
 #include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/train/config_file.h"
@@ -44,33 +47,55 @@ int64_t row_epoch(const std::string& line) {
   return i > start && i < line.size() && line[i] == ',' ? e : -1;
 }
 
-// Cuts a resumed run's log back to what its checkpoint holds (see EpochLogger's constructor).
-void trim_resumed_log(const std::string& path, int64_t epochs_done) {
+// The text of the file at path ("" where it cannot be read).
+std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return;  // a new log: the open below says what is wrong
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-  const bool partial = keep < text.size();
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// What of a resumed run's log its checkpoint holds (see EpochLogger's constructor): the length of the
+// whole lines before the first row of an epoch after `epochs_done`; dropped counts the rows after it,
+// partial says whether the text ends in a line cut short.
+struct KeptLog {
+  size_t keep = 0;
   int64_t dropped = 0;
-  for (size_t at = 0; at < keep;) {
+  bool partial = false;
+};
+
+KeptLog kept_log(const std::string& text, int64_t epochs_done) {
+  KeptLog k;
+  k.keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  k.partial = k.keep < text.size();
+  for (size_t at = 0; at < k.keep;) {
     const size_t end = text.find('\n', at);
     if (row_epoch(text.substr(at, end - at)) > epochs_done) {
-      for (size_t r = at; r < keep; r = text.find('\n', r) + 1) ++dropped;
-      keep = at;
+      for (size_t r = at; r < k.keep; r = text.find('\n', r) + 1) ++k.dropped;
+      k.keep = at;
       break;
     }
     at = end + 1;
   }
-  if (keep == text.size()) return;
-  ACTLAB_CHECK(::truncate(path.c_str(), static_cast<off_t>(keep)) == 0, "cannot cut log file '", path,
+  return k;
+}
+
+// Cuts a resumed run's log back to what its checkpoint holds.
+void trim_resumed_log(const std::string& path, int64_t epochs_done) {
+  const std::string text = read_all(path);
+  const KeptLog k = kept_log(text, epochs_done);
+  if (k.keep == text.size()) return;  // a new log (the open then says what is wrong) or nothing to cut
+  ACTLAB_CHECK(::truncate(path.c_str(), static_cast<off_t>(k.keep)) == 0, "cannot cut log file '", path,
                "' back to its checkpoint's epoch: ", std::strerror(errno));
   std::string what;
-  if (dropped > 0)
-    what = " removed " + std::to_string(dropped) + (dropped == 1 ? " row" : " rows") +
+  if (k.dropped > 0)
+    what = " removed " + std::to_string(k.dropped) + (k.dropped == 1 ? " row" : " rows") +
            " of later epochs, which this run writes again";
-  if (partial) what += std::string(dropped > 0 ? ";" : "") + " removed a last line cut short";
+  if (k.partial) what += std::string(k.dropped > 0 ? ";" : "") + " removed a last line cut short";
   std::fprintf(stderr, "actlab-train: note: log '%s' cut back to epoch %lld, where the checkpoint is:%s\n", path.c_str(),
                static_cast<long long>(epochs_done), what.c_str());
+}
+
+LogMark mark_of(const std::string& text, size_t bytes) {
+  return {static_cast<int64_t>(bytes), hex64(fnv1a64(text.data(), bytes))};
 }
 }  // namespace
 
@@ -78,6 +103,30 @@ EpochLogger::EpochLogger(const std::string& path, bool append, int64_t epochs_do
     : path_(path), append_(append), epochs_done_(epochs_done), on_open_(std::move(on_open)) {
   const std::string ext = path.size() >= 5 ? path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.')) : "";
   json_ = ext == ".jsonl" || ext == ".json";
+}
+
+bool resumed_log_continues(const std::string& path, int64_t epochs_done, const LogMark& mark) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) || std::filesystem::is_empty(path, ec)) return true;
+  if (!is_epoch_log(path)) return false;
+  if (mark.bytes < 0) return true;
+  const std::string text = read_all(path);
+  if (mark.bytes > 0)
+    return static_cast<uint64_t>(mark.bytes) <= text.size() &&
+           mark_of(text, static_cast<size_t>(mark.bytes)).checksum == mark.checksum;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const int64_t e = row_epoch(text.substr(at, end - at));
+    if (e >= 0 && e <= epochs_done) return false;
+    at = end + 1;
+  }
+  return true;
+}
+
+LogMark EpochLogger::mark() const {
+  if (path_.empty() || (!file_ && !append_)) return mark_of("", 0);  // no log, or one this run writes afresh
+  const std::string text = read_all(path_);
+  return mark_of(text, file_ ? text.size() : kept_log(text, epochs_done_).keep);
 }
 
 void EpochLogger::open() {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "actlab/compress/policy.h"
+#include "actlab/train/checkpoint.h"
 #include "actlab/train/config.h"
 #include "actlab/train/step.h"
 #include "actlab/train/summary.h"
@@ -19,6 +20,14 @@ namespace actlab {
 // Whether `path` holds an epoch log (EpochLogger's): empty, or its first line is the CSV header or a JSON
 // row with an "epoch" field first. What a resumed run may append to without --overwrite.
 bool is_epoch_log(const std::string& path);
+
+// Whether a run resumed from a checkpoint at `epochs_done` continues the log at `path` (what EpochLogger
+// may cut back and append to): no file or an empty one; or an epoch log that begins with the bytes `mark`
+// recorded (mark.bytes 0, a checkpoint written with no log or an empty one: a log with no rows of epochs up
+// to epochs_done, which a retry from that checkpoint wrote). Anything else is another run's log (or not a
+// log), which the resume would cut back or write into. A mark not recorded (bytes -1) cannot tell: an epoch
+// log passes.
+bool resumed_log_continues(const std::string& path, int64_t epochs_done, const LogMark& mark);
 
 class EpochLogger {
  public:
@@ -39,6 +48,9 @@ class EpochLogger {
   // again (the file ends with the last whole row; a log this logger created and wrote nothing to is
   // removed) and the write throws Error.
   void write(const EpochRow& row);
+  // What the log holds now, as the run sees it (before the first row of a resumed run: what the cut back
+  // will keep; of a new log: nothing), for the checkpoint written next.
+  LogMark mark() const;
  private:
   void open();
   std::FILE* file_ = nullptr;

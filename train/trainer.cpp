@@ -409,6 +409,7 @@ class Run {
   std::unique_ptr<LossScaler> scaler_;       // --loss-scale (disabled: scale 1)
   int64_t nonfinite_in_a_row_ = 0;
   bool first_step_done_ = false;
+  bool fresh_log_ = false;  // a resumed run writes its log afresh (--overwrite over a log not its own)
   bool resumed_mid_run_ = false;  // the first process printed the first-step report and wrote the memory report
   LrSchedule sched_;
   int64_t steps_per_epoch_ = 0;
@@ -493,6 +494,13 @@ void Run::restore() {
                st.step_in_epoch, " of an epoch of ", steps_per_epoch_, " steps");
   ACTLAB_CHECK(c_.eval_only || st.epoch < c_.epochs, "checkpoint '", c_.resume, "' has already completed ", st.epoch,
                " of ", c_.epochs, " epochs; raise --epochs to train further");
+  // Cutting back or appending to another run's log under the same name would lose its rows or mix the two.
+  if (!c_.eval_only && !resumed_log_continues(c_.log_file, st.epoch, st.log)) {
+    ACTLAB_CHECK(c_.overwrite, "log file '", c_.log_file, "' is not the log of the run checkpointed in '", c_.resume,
+                 "' (its rows differ from those the checkpoint recorded: another run's log?); choose another --log, "
+                 "or pass --overwrite to start it afresh");
+    fresh_log_ = true;
+  }
   first_epoch_ = st.epoch;
   if (!c_.eval_only) summary_.epochs_before = st.epoch;  // an evaluation trains no epochs
   resume_step_ = st.step_in_epoch;
@@ -556,6 +564,7 @@ TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {
   st.loss_scale_good_steps = scaler_->good_steps();
   st.data_identity = data_.identity;
   st.epoch_wall_s = step_in_epoch > 0 ? seconds_since(epoch_start_) : 0;
+  if (logger_) st.log = logger_->mark();
   return st;
 }
 
@@ -1011,7 +1020,7 @@ TrainSummary Run::go() {
   // The configuration is written beside the log once the log's first row is written: a log that cannot be
   // written leaves no side file (nor a log it created), and a run that fails before then leaves both as
   // they were. (A side file that cannot be written then fails the run with the first row logged.)
-  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty(), first_epoch_, [this] {
+  logger_ = std::make_unique<EpochLogger>(c_.log_file, !c_.resume.empty() && !fresh_log_, first_epoch_, [this] {
     write_text_atomic(c_.log_file + ".config.txt",
                       "# effective configuration of the run logged in " + c_.log_file + "\n" + config_to_text(c_));
   });

@@ -122,5 +122,20 @@ cmp -s "$work/trunk/log.csv" "$work/trunk-log2.csv" || fail "a resume that faile
   fail "a resume with --memory-report failed"
 [ -s "$work/trunk/mr.csv" ] || fail "a resume's --memory-report was not written"
 
+
+# A resume onto another run's log under the name (a --log typed wrong) would cut that log back to the
+# checkpoint's epoch and append to it: refused, the log as it was; --overwrite starts the log afresh.
+"$bin" "${tiny[@]}" --epochs 2 --lr 0.05 --log "$work/other.csv" || fail "the other run failed"
+cp "$work/other.csv" "$work/other-before.csv"
+"$bin" "${tiny[@]}" --epochs 3 --resume "$work/trunk-epoch1.safetensors" --save-dir "$work/wronglog" \
+  --log "$work/other.csv" 2> "$work/wronglog.err"
+[ $? -eq 2 ] && grep -q "log file '$work/other.csv' is not the log of the run checkpointed in" "$work/wronglog.err" ||
+  fail "a resume onto another run's log was not refused: $(cat "$work/wronglog.err")"
+cmp -s "$work/other.csv" "$work/other-before.csv" || fail "a refused resume changed the other run's log"
+"$bin" "${tiny[@]}" --epochs 3 --resume "$work/trunk-epoch1.safetensors" --save-dir "$work/wronglog" \
+  --log "$work/other.csv" --overwrite || fail "the resume with --overwrite failed"
+[ "$(cut -d, -f1 "$work/other.csv" | tr '\n' ' ')" = "epoch 2 3 " ] ||
+  fail "--overwrite did not start the log afresh: $(cat "$work/other.csv")"
+
 echo "resume checks: $failures failed"
 [ "$failures" -eq 0 ]
