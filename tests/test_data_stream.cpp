@@ -460,6 +460,14 @@ TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, a
   CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
   fs::rename(root.path() / "train" / "cat" / "moved.png", root.path() / "train" / "emu" / "img0.png");
   CHECK(load_data(c).identity == before.identity);
+  // The same names, one image's pixels replaced: a folder held in memory hashes its images (a small one all).
+  const fs::path img0 = root.path() / "train" / "emu" / "img0.png", kept = runs.path() / "img0.png";
+  fs::copy_file(img0, kept);
+  write_png(img0, pattern_image(12, 12, 3, 98));
+  CHECK(load_data(c).identity != before.identity);
+  CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
+  fs::copy_file(kept, img0, fs::copy_options::overwrite_existing);
+  CHECK(load_data(c).identity == before.identity);
   for (const char* tail : {"/", "/./", "//"}) {  // the same folder however its root is spelled
     TrainConfig spelled = c;
     spelled.data_dir += tail;
@@ -473,6 +481,29 @@ TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, a
   CHECK(same_data_identity(before.identity.substr(0, files), before.identity));
   CHECK(!same_data_identity(before.identity.substr(0, files - 1), before.identity));
   CHECK(!same_data_identity(before.identity.substr(0, files) + ", files 0000000000000000", before.identity));
+  // And one from before the contents' hash.
+  const size_t contents = before.identity.rfind(", contents ");
+  REQUIRE(contents > files);
+  REQUIRE(contents != std::string::npos);
+  CHECK(same_data_identity(before.identity.substr(0, contents), before.identity));
+  CHECK(!same_data_identity(before.identity.substr(0, contents) + ", contents 0000000000000000", before.identity));
+}
+
+TEST_CASE("data: in-memory data sets of one size and classes differ in identity when their contents differ") {
+  // Synthetic data is drawn from --seed: another seed is other images and labels of the same sizes.
+  TrainConfig c;
+  c.dataset = "synthetic";
+  c.synthetic_size = 64;
+  const std::string seed0 = load_data(c).identity;
+  CHECK(load_data(c).identity == seed0);
+  c.seed = 1;
+  const std::string seed1 = load_data(c).identity;
+  CHECK(seed1 != seed0);
+  CHECK(seed1.substr(0, seed1.rfind(", contents ")) == seed0.substr(0, seed0.rfind(", contents ")));
+  CHECK_FALSE(same_data_identity(seed0, seed1));
+  // --train-limit takes a part of the same data: the identity is the whole set's.
+  c.train_limit = 16;
+  CHECK(load_data(c).identity == seed1);
 }
 
 TEST_CASE("data: a streamed file that cannot be read mid-epoch leaves the state so far saved, and --resume goes on") {

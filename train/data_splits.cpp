@@ -51,8 +51,29 @@ constexpr ImageSpec kSyntheticSpec{1, 28, 28, 10};
 // is at most std / sqrt(512), under 5 % of a std.
 constexpr int64_t kStreamStatsSamples = 512;
 
-// How a folder's identity names its files' hash (ImageFolderList::fingerprint); same_data_identity reads it.
+// How a folder's identity names its files' hash (ImageFolderList::fingerprint), and an in-memory data set's
+// the hash of its contents (contents_hash); same_data_identity reads them.
 constexpr const char* kFilesPart = ", files ";
+constexpr const char* kContentsPart = ", contents ";
+
+// What of an in-memory split's bytes its identity hashes: every label and the pixels of this many images,
+// evenly spaced (all of a smaller split). Every pixel would cost a pass over CIFAR's 150 MB at each start;
+// the labels alone tell two copies of one size apart (MNIST where Fashion-MNIST was), the sampled images a
+// copy re-encoded or cut short.
+constexpr int64_t kIdentityImages = 256;
+
+// FNV-1a over the split's labels and sampled images, continuing h. A split read from files as it is
+// trained (a streamed folder) has no contents in memory: h as it was.
+uint64_t contents_hash(const Dataset& split, uint64_t h) {
+  const auto* in_memory = dynamic_cast<const InMemoryImageDataset*>(&split);
+  if (in_memory == nullptr) return h;
+  const int64_t n = in_memory->size();
+  h = fnv1a64(in_memory->labels().data<int64_t>(), static_cast<size_t>(n) * sizeof(int64_t), h);
+  const int64_t picks = std::min(n, kIdentityImages);
+  for (int64_t k = 0; k < picks; ++k)
+    h = fnv1a64(in_memory->image_data(k * n / picks), static_cast<size_t>(in_memory->spec().image_bytes()), h);
+  return h;
+}
 
 // The image-folder and IDX readers need stb_image and zlib, which the minimal GPU-check build
 // (ACTLAB_GPU_CHECK, docs/cuda.md) leaves out: there those data sets are one clear error.
@@ -138,10 +159,16 @@ void load_idx_splits(const TrainConfig& c, DataSplits&) {
 
 bool same_data_identity(const std::string& stored, const std::string& now) {
   if (stored == now) return true;
-  // Checkpoints written before the files' hash was part of a folder's identity: compare what they have.
-  const size_t files = now.rfind(kFilesPart);
-  return stored.find(kFilesPart) == std::string::npos && files != std::string::npos &&
-         stored == now.substr(0, files);
+  // Checkpoints written before the contents' hash, or the files' hash of a folder, was part of the identity:
+  // compare what they have (the parts end the identity, the newer last).
+  std::string comparable = now;
+  for (const char* part : {kContentsPart, kFilesPart}) {
+    const size_t at = comparable.rfind(part);
+    if (at == std::string::npos || stored.find(part) != std::string::npos) continue;
+    comparable.resize(at);
+    if (stored == comparable) return true;
+  }
+  return false;
 }
 
 int data_workers(const TrainConfig& c) {
@@ -196,6 +223,13 @@ DataSplits load_data(const TrainConfig& c) {
   ACTLAB_CHECK(d.test->size() > 0, "the test split of ", d.note, " is empty");
   d.identity = std::to_string(d.train->size()) + " training and " + std::to_string(d.test->size()) + " test images, " +
                std::to_string(d.train->spec().num_classes) + " classes" + (d.identity.empty() ? "" : ", " + d.identity);
+  if (std::dynamic_pointer_cast<InMemoryImageDataset>(d.train)) {
+    const uint64_t nothing = fnv1a64(nullptr, 0);  // FNV's offset basis
+    const uint64_t contents = contents_hash(*d.test, contents_hash(*d.train, nothing));
+    char hash[48];
+    std::snprintf(hash, sizeof hash, "%s%016llx", kContentsPart, static_cast<unsigned long long>(contents));
+    d.identity += hash;
+  }
   const bool spread = c.dataset == "folder";
   if (c.train_limit > 0) d.train = std::make_shared<SubsetDataset>(d.train, c.train_limit, spread);
   if (c.test_limit > 0) d.test = std::make_shared<SubsetDataset>(d.test, c.test_limit, spread);

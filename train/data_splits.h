@@ -23,12 +23,15 @@ struct DataSplits {
   // What a resumed run must find again (train/trainer.cpp): the splits' sizes before --train-limit and
   // --test-limit, the classes and, for a folder, a hash of the class names and one of the file names with
   // their labels, so that a folder that gained files, renamed a class (shifting every label after it) or
-  // had files renamed or moved between classes or splits is not resumed as if it were the same. A file
-  // replaced under its own name is not seen: nothing is read to build it.
+  // had files renamed or moved between classes or splits is not resumed as if it were the same; for data
+  // held in memory (everything but a streamed folder) a hash of every label and 256 evenly spaced images
+  // per split, so that another copy of the same sizes (MNIST under Fashion-MNIST's name, another rank's
+  // other copy) is not taken for it either. A streamed folder's file replaced under its own name is not
+  // seen: nothing is read to build it.
   std::string identity;
 };
-// Whether a checkpoint's stored identity names the data `now` names; one stored before folders' identities
-// had the files' hash is compared without it.
+// Whether a checkpoint's stored identity names the data `now` names; one stored before identities had the
+// contents' hash, or folders' the files' hash, is compared without them.
 bool same_data_identity(const std::string& stored, const std::string& now);
 DataSplits load_data(const TrainConfig& config);
 // The spec of load_data's splits when it is known without reading any data (CIFAR-10/100, synthetic), so

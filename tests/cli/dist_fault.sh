@@ -85,22 +85,28 @@ grep -q "rank 1 of 2: launched with other options than rank 0: --policy-rule '' 
 [ -s "$work/mpmd.csv" ] || fail "rank 0's --log was not written"
 # Ranks given other data through --data-dir (which may differ between ranks): refused by every rank, the
 # differing one naming both data sets, instead of an MPI abort in a collective of another size.
-make_idx() {  # make_idx DIR N: N train and N test images of 28x28, all of label 1
+make_idx() {  # make_idx DIR N [LABEL]: N train and N test images of 28x28, all of label LABEL (1)
   mkdir -p "$1"
   local n; n=$(printf '\\x%02x' "$2")
   { printf "\x00\x00\x08\x03\x00\x00\x00$n\x00\x00\x00\x1c\x00\x00\x00\x1c"; head -c $(($2 * 784)) /dev/zero; } > "$1/train-images-idx3-ubyte"
-  { printf "\x00\x00\x08\x01\x00\x00\x00$n"; head -c "$2" /dev/zero | tr '\0' '\1'; } > "$1/train-labels-idx1-ubyte"
+  { printf "\x00\x00\x08\x01\x00\x00\x00$n"; head -c "$2" /dev/zero | tr '\0' "\\${3:-1}"; } > "$1/train-labels-idx1-ubyte"
   cp "$1/train-images-idx3-ubyte" "$1/t10k-images-idx3-ubyte"
   cp "$1/train-labels-idx1-ubyte" "$1/t10k-labels-idx1-ubyte"
 }
-make_idx "$work/idx16" 16 && make_idx "$work/idx32" 32
+make_idx "$work/idx16" 16 && make_idx "$work/idx32" 32 && make_idx "$work/idx16b" 16 2
 data=(--distributed --model mlp --dataset mnist --batch-size 8 --epochs 1 --threads 1 --dist-timeout 60 --quiet)
 mpirun --allow-run-as-root --oversubscribe -np 1 "$bin" "${data[@]}" --data-dir "$work/idx16" : \
   -np 1 "$bin" "${data[@]}" --data-dir "$work/idx32" > "$work/data.out" 2>&1
 [ $? -ne 0 ] || fail "ranks reading other data sets trained (exit 0)"
-grep -q "rank 1 of 2: its data set has 32 training and 32 test images, 10 classes, rank 0's 16 training and 16 test images" "$work/data.out" ||
+grep -q "rank 1 of 2: its data set has 32 training and 32 test images, 10 classes, contents [0-9a-f]*, rank 0's 16 training and 16 test images" "$work/data.out" ||
   fail "rank 1 does not name both data sets: $(tail -4 "$work/data.out")"
 grep -q "MPI_ERR\|MPI_ABORT was invoked" "$work/data.out" && fail "an MPI error, not one line: $(tail -4 "$work/data.out")"
+# The same sizes and classes, other labels (another copy under the same shape: MNIST where Fashion-MNIST was).
+mpirun --allow-run-as-root --oversubscribe -np 1 "$bin" "${data[@]}" --data-dir "$work/idx16" : \
+  -np 1 "$bin" "${data[@]}" --data-dir "$work/idx16b" > "$work/data-labels.out" 2>&1
+[ $? -ne 0 ] || fail "ranks reading data sets of other labels trained (exit 0)"
+grep -q "rank 1 of 2: its data set has 16 training and 16 test images, 10 classes, contents [0-9a-f]*, rank 0's 16 training" "$work/data-labels.out" ||
+  fail "rank 1 does not name both data sets of other labels: $(tail -4 "$work/data-labels.out")"
 # Batch norm without --sync-bn: each rank's running statistics are its own batches', and the evaluation is
 # sharded; the test figures logged must be those of the model saved (rank 0's statistics on every shard).
 "${launch[@]}" --model resnet20 --dataset synthetic --synthetic-size 96 --batch-size 16 --epochs 2 --threads 1 \
