@@ -287,6 +287,9 @@ int main(int argc, char** argv) {
     if (wants("kernels")) json.key("kernels").raw(run_kernels(static_cast<int>(flags.get_int("kernel-reps"))));
     if (wants("train")) json.key("train").raw(run_training(flags));
     json.end_object();
+    // The rule above knows this output by kJsonStart: a writer that began otherwise would make every rerun
+    // refuse its own file.
+    ACTLAB_CHECK(json.str().rfind(kJsonStart, 0) == 0, "the --json object does not begin with ", kJsonStart);
     if (!flags.get("json").empty()) write_text_atomic(flags.get("json"), json.str() + "\n");
     return 0;
 #endif
