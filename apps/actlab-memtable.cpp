@@ -30,12 +30,15 @@ constexpr const char* kMdStart = "| model | batch | method | policy |";
 constexpr const char* kCsvStart = "model,batch,policy,method,";
 constexpr const char* kKindsStart = "model,batch,policy,save,";
 // Policies contain commas ("division:B=8,Q=2"): split on ';' when present, else on ',' only before a
-// name (a token with ':' or a bare "exact").
+// name: a token whose first ':', '=' or '|' is a ':' ("division:B=8"), or that has none ("exact",
+// "exact@bf16"). A parameter ("Q=2") or a parameter before a rule ("R=1|*.attn.proj=division:B=8") goes on
+// the policy before it.
 std::vector<std::string> split_policies(const std::string& s) {
   if (s.find(';') != std::string::npos) return split_list(s, ';');
   std::vector<std::string> out;
   for (const auto& tok : split_list(s, ',')) {
-    const bool starts_policy = tok.find(':') != std::string::npos || tok.find('=') == std::string::npos;
+    const size_t sep = tok.find_first_of(":=|");
+    const bool starts_policy = sep == std::string::npos || tok[sep] == ':';
     if (starts_policy || out.empty()) out.push_back(tok);
     else out.back() += "," + tok;
   }

@@ -277,6 +277,21 @@ else
   fail "[memtable prints its header and escapes '|' in a cell] $out"
 fi
 
+# Without ';' the list splits on ',' only before a policy name: one policy with parameters and a rule whose
+# policy has parameters of its own stays one entry, and a ','-list of names still splits.
+cases=$((cases + 1))
+out2=""
+if out=$("$build/actlab-memtable" --models mlp --batches 2 --image-size 8 --channels 1 --threads 1 \
+           --policies 'quant:Q=2,R=1|fc1=division:B=8,Q=2,R=1' 2>&1) &&
+   printf '%s\n' "$out" | grep -q '| quant:Q=2,R=1\\|fc1=division:B=8,Q=2,R=1 | 0\.' &&
+   out2=$("$build/actlab-memtable" --models mlp --batches 2 --image-size 8 --channels 1 --threads 1 \
+            --policies 'exact,quant:Q=2,R=1,exact@bf16' 2>&1) &&
+   [ "$(printf '%s\n' "$out2" | grep -c '^| mlp | 2 |')" = 3 ]; then
+  echo "ok   [memtable splits a ','-list before names only]"
+else
+  fail "[memtable splits a ','-list before names only] $out $out2"
+fi
+
 # The rates against exact do not depend on where exact stands in the list: with it last, the rows before it
 # still get theirs, in the table and the CSV, equal to the exact-first run's. SWAP keeps nothing on the
 # "device" (0 kept / 0 closed form): its ratio cell is empty, as every undefined cell is, not a 0.
