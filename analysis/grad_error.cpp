@@ -172,7 +172,11 @@ GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tenso
   }
   for (const PolicySet& set : policy_sets) {
     report.policies.push_back(set.describe());
-    std::vector<Tensor> sum;  // Σ over draws of ∇̂W, in f32 like the gradients themselves
+    // Σ over draws of ∇̂W in double: K equal draws (a lossless policy's) sum to K·g exactly and their mean is g,
+    // where an f32 sum rounded (1e-7 of error reported for exact). `mean` holds the first draw's ∇̂W, its
+    // shape, until the mean overwrites it.
+    std::vector<std::vector<double>> sum(layers.size());
+    std::vector<Tensor> mean;
     for (int draw = 0; draw < options.draws; ++draw) {
       double loss = 0;
       std::vector<Tensor> approx = weight_gradients(model, layers, images, labels, set, options, draw, state, &loss);
@@ -180,23 +184,23 @@ GradErrorReport gradient_errors(Module& model, const Tensor& images, const Tenso
       // comparison would measure something else.
       ACTLAB_CHECK(loss == report.loss, "gradient_errors: the forward under ", set.describe(), " gave loss ", loss,
                    ", the exact one ", report.loss, " (non-deterministic forward?)");
-      if (draw == 0) {
-        for (size_t l = 0; l < layers.size(); ++l)
-          report.layers[l].relative_error.push_back(relative_difference(approx[l], exact[l]));
-        sum = std::move(approx);
-        continue;
-      }
       for (size_t l = 0; l < layers.size(); ++l) {
-        float* total = sum[l].data<float>();
         const float* g = approx[l].data<float>();
-        for (int64_t i = 0; i < sum[l].numel(); ++i) total[i] += g[i];
+        if (draw == 0) {
+          report.layers[l].relative_error.push_back(relative_difference(approx[l], exact[l]));
+          sum[l].assign(g, g + approx[l].numel());
+          continue;
+        }
+        for (int64_t i = 0; i < approx[l].numel(); ++i) sum[l][static_cast<size_t>(i)] += g[i];
       }
+      if (draw == 0) mean = std::move(approx);
     }
-    // Dividing by one draw is exact, so with draws = 1 mean_error equals relative_error bit for bit.
+    // One draw's mean is its gradient, so with draws = 1 mean_error equals relative_error bit for bit.
     for (size_t l = 0; l < layers.size(); ++l) {
-      float* mean = sum[l].data<float>();
-      for (int64_t i = 0; i < sum[l].numel(); ++i) mean[i] /= static_cast<float>(options.draws);
-      report.layers[l].mean_error.push_back(relative_difference(sum[l], exact[l]));
+      float* m = mean[l].data<float>();
+      for (int64_t i = 0; i < mean[l].numel(); ++i)
+        m[i] = static_cast<float>(sum[l][static_cast<size_t>(i)] / options.draws);
+      report.layers[l].mean_error.push_back(relative_difference(mean[l], exact[l]));
     }
   }
   return report;

@@ -339,9 +339,9 @@ TEST_CASE("grad_error draws: stochastic rounding's error of the mean falls as 1/
       // One draw: the mean is that draw. Draw 0 of the 16 is the same pass as the single draw.
       CHECK(r1.layers[l].mean_error == r1.layers[l].relative_error);
       CHECK(r16.layers[l].relative_error == r1.layers[l].relative_error);
-      CHECK(r16.layers[l].mean_error[0] < 1e-6);  // exact: only the f32 rounding of the sum of 16 equal gradients
+      CHECK(r16.layers[l].mean_error[0] == 0);  // exact: 16 equal gradients average to that gradient
       // lfc rounds to nearest: every draw is the same gradient, so averaging removes nothing.
-      CHECK(r16.layers[l].mean_error[2] == doctest::Approx(r16.layers[l].relative_error[2]).epsilon(1e-5));
+      CHECK(r16.layers[l].mean_error[2] == r16.layers[l].relative_error[2]);
     }
     // DIVISION's draws are independent zero-mean noise: over 20 layers the mean of 16 has about a quarter of
     // one draw's error (a bias would keep it near one draw's).
