@@ -195,7 +195,7 @@ PolicySet parse_policy_set(const std::string& spec) {
     const std::string value = head.substr(key.size());
     if (value != "auto") {
       if (value.empty() || value.size() > 6 || value.find_first_not_of("0123456789") != std::string::npos)
-        bad("segments needs a positive integer or 'auto', got '" + value + "'");
+        bad("segments needs a whole number of at most 6 digits or 'auto', got '" + value + "'");
       segments = std::stoi(value);
       if (segments < 1) bad("segments must be >= 1");
     }

@@ -61,7 +61,7 @@ std::map<char, int64_t> parse_args(const std::string& spec, const std::string& a
                            (allowed.empty() ? std::string("none") : allowed) + ")");
     const std::string value = item.substr(2);
     if (value.empty() || value.size() > 9 || value.find_first_not_of("0123456789") != std::string::npos)
-      bad_policy(spec, "parameter " + item.substr(0, 1) + " needs a positive integer, got '" + value + "'");
+      bad_policy(spec, "parameter " + item.substr(0, 1) + " needs a whole number of at most 9 digits, got '" + value + "'");
     if (!out.emplace(item[0], std::stoll(value)).second) bad_policy(spec, "parameter " + item.substr(0, 1) + " given twice");
     at = comma + 1;
   }

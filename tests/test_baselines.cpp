@@ -299,7 +299,8 @@ TEST_CASE("swap: bit-identical gradients, no device bytes kept for the offered s
   CHECK(parse_policy("swap:P=2,F=64")->name() == "swap:P=2");
   CHECK(parse_policy("swap:F=16")->name() == "swap:P=2,F=16");
   CHECK(parse_policy("swap:P=1,F=0")->name() == "swap:P=1,F=0");
-  CHECK(error_of([] { parse_policy("swap:F=-1"); }).find("positive integer") != std::string::npos);
+  CHECK(error_of([] { parse_policy("swap:F=-1"); }).find("needs a whole number of at most 9 digits, got '-1'") != std::string::npos);
+  CHECK(error_of([] { parse_policy("division:B=2147483648"); }).find("at most 9 digits, got '2147483648'") != std::string::npos);
   CHECK(error_of([] { parse_policy("swap:P=x"); }).find("bad policy") != std::string::npos);
   CHECK(error_of([] { parse_policy("swap:Q=2"); }).find("unknown parameter") != std::string::npos);
 }
