@@ -67,6 +67,9 @@ TrainConfig effective_config(const FlagParser& flags) {
       c.resume_note = "this resume saves to another --save-dir, so it leaves the first run's outputs alone: " +
                       dropped + " (give them again to write this run's)";
   }
+  // --overwrite is this command's permission, not part of the run: a resume never takes it from the
+  // checkpoint (a run started with it would otherwise replace another run's log under a mistyped --log).
+  if (!resume.empty()) c.overwrite = merge(TrainConfig()).overwrite;
   c.resume = resume;
   c.config_path = flags.get("config");
   c.summary_only = flags.given("summary") && flags.get_bool("summary");

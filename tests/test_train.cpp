@@ -10,13 +10,16 @@
 #include <fstream>
 #include <set>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "actlab/autograd/functions.h"
 #include "actlab/data/dataloader.h"
 #include "actlab/data/idx.h"
+#include "actlab/io/checksum.h"
 #include "actlab/io/files.h"
 #include "actlab/io/json.h"
 #include "actlab/layers/optim/sgd.h"
@@ -358,10 +361,10 @@ TEST_CASE("epoch log: a resume continues only the log its checkpoint recorded, n
     CHECK(at2.checksum != at3.checksum);
     // Its own log continues from either checkpoint (from epoch 2's the row of epoch 3 is cut back), also
     // after a kill left half a row.
-    CHECK(resumed_log_continues(log, 3, at3));
-    CHECK(resumed_log_continues(log, 2, at2));
+    CHECK(resumed_log_continues(log, at3));
+    CHECK(resumed_log_continues(log, at2));
     { std::ofstream(log, std::ios::app) << "4,0.1"; }
-    CHECK(resumed_log_continues(log, 3, at3));
+    CHECK(resumed_log_continues(log, at3));
     // A resumed run's logger, before its first row, marks what the cut back will keep: epoch 2's prefix.
     CHECK(EpochLogger(log, true, 2).mark().checksum == at2.checksum);
     CHECK(read_all(log) == text + "4,0.1");  // and has not cut anything yet
@@ -373,33 +376,57 @@ TEST_CASE("epoch log: a resume continues only the log its checkpoint recorded, n
         logger.write(r);
       }
     }
-    CHECK_FALSE(resumed_log_continues(other, 3, at3));
-    CHECK_FALSE(resumed_log_continues(other, 2, at2));
+    CHECK_FALSE(resumed_log_continues(other, at3));
+    CHECK_FALSE(resumed_log_continues(other, at2));
     // A log shorter than the mark (cut by hand, or the first rows of another run) does not continue.
     std::filesystem::resize_file(other, static_cast<uintmax_t>(at2.bytes));
-    CHECK_FALSE(resumed_log_continues(other, 3, at3));
-    // A checkpoint written with no log: a log continues if it has no rows up to the checkpoint's epoch (a
-    // retry from that checkpoint wrote the later ones), and the rows of another run up to it do not.
+    CHECK_FALSE(resumed_log_continues(other, at3));
+    // A checkpoint written before its log's first row (a stop in epoch 1) or with no log: a log with rows
+    // is another run's (or holds only rows the resume would cut), a header alone is not.
     const LogMark none = EpochLogger("").mark();
     CHECK(none.bytes == 0);
-    CHECK_FALSE(resumed_log_continues(log, 2, none));
+    CHECK_FALSE(resumed_log_continues(log, none));
     {
-      const std::string retry = dir.file("retry." + ext);
-      EpochLogger logger(retry);
+      const std::string later = dir.file("later." + ext);
+      EpochLogger logger(later);
       logger.write(row_of_epoch(3));
-      logger.write(row_of_epoch(4));
-      CHECK(resumed_log_continues(retry, 2, none));
-      CHECK_FALSE(resumed_log_continues(retry, 3, none));
+      CHECK_FALSE(resumed_log_continues(later, none));
+      if (ext == "csv") {
+        const std::string header = read_all(later).substr(0, read_all(later).find('\n') + 1);
+        std::ofstream(dir.file("header.csv")) << header;
+        CHECK(resumed_log_continues(dir.file("header.csv"), none));
+      }
     }
     // No file or an empty one starts afresh; checkpoints from before the mark cannot tell an epoch log.
-    CHECK(resumed_log_continues(dir.file("absent." + ext), 3, at3));
+    CHECK(resumed_log_continues(dir.file("absent." + ext), at3));
     { std::ofstream(dir.file("empty." + ext)); }
-    CHECK(resumed_log_continues(dir.file("empty." + ext), 3, at3));
-    CHECK(resumed_log_continues(other, 3, LogMark{}));
+    CHECK(resumed_log_continues(dir.file("empty." + ext), at3));
+    CHECK(resumed_log_continues(other, LogMark{}));
   }
   // Not a log at all: never continued, whatever the checkpoint recorded.
   { std::ofstream(dir.file("notes.txt")) << "my notes\n"; }
-  CHECK_FALSE(resumed_log_continues(dir.file("notes.txt"), 3, LogMark{}));
+  CHECK_FALSE(resumed_log_continues(dir.file("notes.txt"), LogMark{}));
+
+  // A FIFO is a stream: a resume writes to it without reading it (a read would take the reader's rows or
+  // wait for a writer), and the mark counts what was written, reading nothing back.
+  const std::string fifo = dir.file("fifo.csv");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(is_epoch_log(fifo));
+  CHECK(resumed_log_continues(fifo, LogMark{5, "0000000000000000"}));
+  CHECK(EpochLogger(fifo, true, 2).mark().bytes == 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  {
+    EpochLogger logger(fifo, true, 2);
+    logger.write(row_of_epoch(3));
+    const LogMark m = logger.mark();
+    char buf[1024];
+    const ssize_t got = ::read(reader, buf, sizeof buf);
+    REQUIRE(got > 0);
+    CHECK(m.bytes == got);  // header and row, all still in the pipe for its reader
+    CHECK(m.checksum == hex64(fnv1a64(buf, static_cast<size_t>(got))));
+  }
+  ::close(reader);
 }
 
 TEST_CASE("JSON logs: a NaN loss is written as null and module names are escaped, so every line parses") {

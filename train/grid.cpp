@@ -462,7 +462,10 @@ std::vector<std::string> cell_command(const Cell& c, const std::string& train_bi
     try {
       const TrainState st = checkpoint_state(read_safetensors(ckpt.string()));
       if (st.epoch < c.epochs) {
-        argv.insert(argv.end(), {"--resume", ckpt.string()});
+        // --overwrite: the cell's files are the grid's. Its log goes on where the checkpoint recorded it;
+        // one that does not (an earlier attempt's rows, left when the cell was restarted fresh and
+        // stopped before its first row) starts afresh instead of failing the cell.
+        argv.insert(argv.end(), {"--resume", ckpt.string(), "--overwrite"});
         if (from_epoch) *from_epoch = st.epoch;
         *mode = "resume from epoch " + std::to_string(st.epoch) +
                 (st.step_in_epoch > 0 ? " step " + std::to_string(st.step_in_epoch) : "");

@@ -29,7 +29,19 @@ constexpr const char* kCsvHeader =
     "epoch,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,peak_mib,activation_mib,wall_s";
 }  // namespace
 
+namespace {
+// A log on a FIFO or a device is a stream: written to, never read back (a read would take the reader's
+// rows, or wait for a writer for ever), so never cut back either.
+bool is_stream(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  return !ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) &&
+         !std::filesystem::is_directory(st);
+}
+}  // namespace
+
 bool is_epoch_log(const std::string& path) {
+  if (is_stream(path)) return true;
   std::ifstream in(path);
   if (!in) return false;
   std::string first;
@@ -80,6 +92,7 @@ KeptLog kept_log(const std::string& text, int64_t epochs_done) {
 
 // Cuts a resumed run's log back to what its checkpoint holds.
 void trim_resumed_log(const std::string& path, int64_t epochs_done) {
+  if (is_stream(path)) return;
   const std::string text = read_all(path);
   const KeptLog k = kept_log(text, epochs_done);
   if (k.keep == text.size()) return;  // a new log (the open then says what is wrong) or nothing to cut
@@ -105,34 +118,39 @@ EpochLogger::EpochLogger(const std::string& path, bool append, int64_t epochs_do
   json_ = ext == ".jsonl" || ext == ".json";
 }
 
-bool resumed_log_continues(const std::string& path, int64_t epochs_done, const LogMark& mark) {
+bool resumed_log_continues(const std::string& path, const LogMark& mark) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec) || std::filesystem::is_empty(path, ec)) return true;
+  if (!std::filesystem::exists(path, ec) || is_stream(path) || std::filesystem::is_empty(path, ec)) return true;
   if (!is_epoch_log(path)) return false;
   if (mark.bytes < 0) return true;
   const std::string text = read_all(path);
   if (mark.bytes > 0)
     return static_cast<uint64_t>(mark.bytes) <= text.size() &&
            mark_of(text, static_cast<size_t>(mark.bytes)).checksum == mark.checksum;
+  // Nothing recorded: a log with rows is not this run's, or holds only rows a resume cuts off anyway.
   for (size_t at = 0; at < text.size();) {
     const size_t end = std::min(text.find('\n', at), text.size());
-    const int64_t e = row_epoch(text.substr(at, end - at));
-    if (e >= 0 && e <= epochs_done) return false;
+    if (row_epoch(text.substr(at, end - at)) >= 0) return false;
     at = end + 1;
   }
   return true;
 }
 
 LogMark EpochLogger::mark() const {
-  if (path_.empty() || (!file_ && !append_)) return mark_of("", 0);  // no log, or one this run writes afresh
-  const std::string text = read_all(path_);
-  return mark_of(text, file_ ? text.size() : kept_log(text, epochs_done_).keep);
+  if (file_) return {written_, hex64(hash_)};
+  if (path_.empty() || !append_ || is_stream(path_)) return mark_of("", 0);  // nothing, or written afresh
+  const std::string text = read_all(path_);  // a resumed log before its first row: what the cut keeps
+  return mark_of(text, kept_log(text, epochs_done_).keep);
 }
 
 void EpochLogger::open() {
   if (append_) trim_resumed_log(path_, epochs_done_);
   struct stat st {};
   created_ = ::stat(path_.c_str(), &st) != 0;
+  // What the log holds from here on is counted as it is written (mark() reads nothing back).
+  const std::string kept = append_ && !is_stream(path_) ? read_all(path_) : std::string();
+  written_ = static_cast<int64_t>(kept.size());
+  hash_ = fnv1a64(kept.data(), kept.size());
   file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
   ACTLAB_CHECK(file_ != nullptr, "cannot open log file '", path_, "': ", std::strerror(errno));
   std::fseek(file_, 0, SEEK_END);
@@ -164,9 +182,12 @@ void EpochLogger::write(const EpochRow& r) {
   const long before = std::ftell(file_);
   // An empty CSV log gets its header in the same write as its first row, so a failed first write leaves
   // no header-only log behind.
-  if (!json_ && !opened_ && before == 0) line = std::string(kCsvHeader) + "\n" + line;
+  // (A stream has no position: its first row is its start.)
+  if (!json_ && !opened_ && (before == 0 || (before < 0 && is_stream(path_)))) line = std::string(kCsvHeader) + "\n" + line;
   const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
   if (written) {
+    written_ += static_cast<int64_t>(line.size());
+    hash_ = fnv1a64(line.data(), line.size(), hash_);
     if (!opened_ && on_open_) on_open_();
     opened_ = true;
     return;

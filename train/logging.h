@@ -21,13 +21,13 @@ namespace actlab {
 // row with an "epoch" field first. What a resumed run may append to without --overwrite.
 bool is_epoch_log(const std::string& path);
 
-// Whether a run resumed from a checkpoint at `epochs_done` continues the log at `path` (what EpochLogger
-// may cut back and append to): no file or an empty one; or an epoch log that begins with the bytes `mark`
-// recorded (mark.bytes 0, a checkpoint written with no log or an empty one: a log with no rows of epochs up
-// to epochs_done, which a retry from that checkpoint wrote). Anything else is another run's log (or not a
-// log), which the resume would cut back or write into. A mark not recorded (bytes -1) cannot tell: an epoch
-// log passes.
-bool resumed_log_continues(const std::string& path, int64_t epochs_done, const LogMark& mark);
+// Whether a run resumed from a checkpoint that recorded `mark` continues the log at `path` (what EpochLogger
+// may cut back and append to): no file, an empty one or a stream (a FIFO, a device: never read back); or
+// an epoch log that begins with the bytes `mark` recorded (mark.bytes 0, a checkpoint written before the
+// log's first row or with no log: a log with no rows). Anything else is another run's log (or not a log),
+// which the resume would cut back or write into. A mark not recorded (bytes -1, checkpoints from before
+// it) cannot tell: an epoch log passes.
+bool resumed_log_continues(const std::string& path, const LogMark& mark);
 
 class EpochLogger {
  public:
@@ -61,6 +61,8 @@ class EpochLogger {
   std::function<void()> on_open_;
   bool created_ = false;  // the file did not exist before open()
   bool opened_ = false;   // a row has been written (on_open_ has run)
+  int64_t written_ = 0;   // bytes the open log holds, and their FNV-1a (mark)
+  uint64_t hash_ = 0;
 };
 
 class Progress {

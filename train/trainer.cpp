@@ -410,6 +410,9 @@ class Run {
   int64_t nonfinite_in_a_row_ = 0;
   bool first_step_done_ = false;
   bool fresh_log_ = false;  // a resumed run writes its log afresh (--overwrite over a log not its own)
+  // The log as the run this one continues left it: what a run without --log records in its checkpoints, so
+  // that a later resume with the log finds it still the run's (bytes 0: none, nothing to compare).
+  LogMark log_before_{0, ""};
   bool resumed_mid_run_ = false;  // the first process printed the first-step report and wrote the memory report
   LrSchedule sched_;
   int64_t steps_per_epoch_ = 0;
@@ -495,12 +498,16 @@ void Run::restore() {
   ACTLAB_CHECK(c_.eval_only || st.epoch < c_.epochs, "checkpoint '", c_.resume, "' has already completed ", st.epoch,
                " of ", c_.epochs, " epochs; raise --epochs to train further");
   // Cutting back or appending to another run's log under the same name would lose its rows or mix the two.
-  if (!c_.eval_only && !resumed_log_continues(c_.log_file, st.epoch, st.log)) {
+  if (!c_.eval_only && !resumed_log_continues(c_.log_file, st.log)) {
     ACTLAB_CHECK(c_.overwrite, "log file '", c_.log_file, "' is not the log of the run checkpointed in '", c_.resume,
                  "' (its rows differ from those the checkpoint recorded: another run's log?); choose another --log, "
                  "or pass --overwrite to start it afresh");
     fresh_log_ = true;
+    if (dist_.lead())
+      std::fprintf(stderr, "actlab-train: note: log '%s' is not this run's; --overwrite: it is written afresh\n",
+                   c_.log_file.c_str());
   }
+  log_before_ = st.log;
   first_epoch_ = st.epoch;
   if (!c_.eval_only) summary_.epochs_before = st.epoch;  // an evaluation trains no epochs
   resume_step_ = st.step_in_epoch;
@@ -564,7 +571,7 @@ TrainState Run::state(int64_t epochs_done, int64_t step_in_epoch) const {
   st.loss_scale_good_steps = scaler_->good_steps();
   st.data_identity = data_.identity;
   st.epoch_wall_s = step_in_epoch > 0 ? seconds_since(epoch_start_) : 0;
-  if (logger_) st.log = logger_->mark();
+  st.log = logger_ && !c_.log_file.empty() ? logger_->mark() : log_before_;
   return st;
 }
 

@@ -136,6 +136,25 @@ cmp -s "$work/other.csv" "$work/other-before.csv" || fail "a refused resume chan
   --log "$work/other.csv" --overwrite || fail "the resume with --overwrite failed"
 [ "$(cut -d, -f1 "$work/other.csv" | tr '\n' ' ')" = "epoch 2 3 " ] ||
   fail "--overwrite did not start the log afresh: $(cat "$work/other.csv")"
+# --overwrite is the command's, not the run's: a run started with it does not pass it on to its resume.
+cp "$work/other-before.csv" "$work/other.csv"
+"$bin" "${tiny[@]}" --epochs 2 --save-dir "$work/ow" --log "$work/ow.csv" --overwrite || fail "the --overwrite run failed"
+"$bin" "${tiny[@]}" --epochs 3 --resume "$work/ow/last.safetensors" --log "$work/other.csv" 2> "$work/ow.err"
+[ $? -eq 2 ] && cmp -s "$work/other.csv" "$work/other-before.csv" ||
+  fail "a resume took --overwrite from its checkpoint and replaced another run's log: $(cat "$work/ow.err")"
+# A checkpoint of a stop in epoch 1 recorded no rows: a log with rows is not its run's.
+ACTLAB_STOP_AFTER_STEPS=1 "$bin" "${tiny[@]}" --epochs 2 --save-dir "$work/early" --log "$work/early.csv" 2>/dev/null
+[ $? -eq 130 ] && [ "$(epoch_of "$work/early/last.safetensors")" = 0 ] || fail "the early stop did not checkpoint epoch 0"
+"$bin" "${tiny[@]}" --epochs 2 --resume "$work/early/last.safetensors" --log "$work/other.csv" 2> "$work/early.err"
+[ $? -eq 2 ] && cmp -s "$work/other.csv" "$work/other-before.csv" ||
+  fail "a resume of an epoch-0 checkpoint took another run's log: $(cat "$work/early.err")"
+"$bin" "${tiny[@]}" --epochs 2 --resume "$work/early/last.safetensors" || fail "the early stop's own resume failed"
+[ "$(cut -d, -f1 "$work/early.csv" | tr '\n' ' ')" = "epoch 1 2 " ] || fail "the early stop's log: $(cat "$work/early.csv")"
+# A segment resumed without a log passes the log's mark on: the log is still the run's afterwards.
+"$bin" "${tiny[@]}" --epochs 3 --resume "$work/early/last.safetensors" --log "" || fail "the segment without a log failed"
+"$bin" "${tiny[@]}" --epochs 4 --resume "$work/early/last.safetensors" --log "$work/early.csv" 2> "$work/seg.err" ||
+  fail "the log was refused after a segment without it: $(cat "$work/seg.err")"
+[ "$(cut -d, -f1 "$work/early.csv" | tr '\n' ' ')" = "epoch 1 2 4 " ] || fail "the log after the segment: $(cat "$work/early.csv")"
 
 echo "resume checks: $failures failed"
 [ "$failures" -eq 0 ]
