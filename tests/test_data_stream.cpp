@@ -460,14 +460,6 @@ TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, a
   CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
   fs::rename(root.path() / "train" / "cat" / "moved.png", root.path() / "train" / "emu" / "img0.png");
   CHECK(load_data(c).identity == before.identity);
-  // The same names, one image's pixels replaced: a folder held in memory hashes its images (a small one all).
-  const fs::path img0 = root.path() / "train" / "emu" / "img0.png", kept = runs.path() / "img0.png";
-  fs::copy_file(img0, kept);
-  write_png(img0, pattern_image(12, 12, 3, 98));
-  CHECK(load_data(c).identity != before.identity);
-  CHECK(has(error_of([&] { train(resumed); }), "(the data must be the same)"));
-  fs::copy_file(kept, img0, fs::copy_options::overwrite_existing);
-  CHECK(load_data(c).identity == before.identity);
   for (const char* tail : {"/", "/./", "//"}) {  // the same folder however its root is spelled
     TrainConfig spelled = c;
     spelled.data_dir += tail;
@@ -481,29 +473,51 @@ TEST_CASE("data: a folder's limits keep every class, its split ignores --seed, a
   CHECK(same_data_identity(before.identity.substr(0, files), before.identity));
   CHECK(!same_data_identity(before.identity.substr(0, files - 1), before.identity));
   CHECK(!same_data_identity(before.identity.substr(0, files) + ", files 0000000000000000", before.identity));
-  // And one from before the contents' hash.
-  const size_t contents = before.identity.rfind(", contents ");
-  REQUIRE(contents > files);
-  REQUIRE(contents != std::string::npos);
-  CHECK(same_data_identity(before.identity.substr(0, contents), before.identity));
-  CHECK(!same_data_identity(before.identity.substr(0, contents) + ", contents 0000000000000000", before.identity));
+  // A folder's pixels are not hashed: they depend on --image-size (which a resume may change, with a
+  // note) and on how the resampler was compiled.
+  CHECK(before.identity.find(", contents ") == std::string::npos);
 }
 
-TEST_CASE("data: in-memory data sets of one size and classes differ in identity when their contents differ") {
-  // Synthetic data is drawn from --seed: another seed is other images and labels of the same sizes.
-  TrainConfig c;
-  c.dataset = "synthetic";
-  c.synthetic_size = 64;
-  const std::string seed0 = load_data(c).identity;
-  CHECK(load_data(c).identity == seed0);
-  c.seed = 1;
-  const std::string seed1 = load_data(c).identity;
-  CHECK(seed1 != seed0);
-  CHECK(seed1.substr(0, seed1.rfind(", contents ")) == seed0.substr(0, seed0.rfind(", contents ")));
-  CHECK_FALSE(same_data_identity(seed0, seed1));
+TEST_CASE("data: IDX data sets of one size and classes differ in identity when their labels or images differ") {
+  TempDir root;
+  // n images of 28x28 with every pixel `pixel`, all of label `label`, in both splits.
+  const auto write_idx = [&](const std::string& name, int n, uint8_t label, uint8_t pixel) {
+    const fs::path dir = root.path() / name;
+    fs::create_directories(dir);
+    for (const char* split : {"train", "t10k"}) {
+      std::ofstream images(dir / (std::string(split) + "-images-idx3-ubyte"), std::ios::binary);
+      const unsigned char head[16] = {0, 0, 8, 3, 0, 0, 0, static_cast<unsigned char>(n), 0, 0, 0, 28, 0, 0, 0, 28};
+      images.write(reinterpret_cast<const char*>(head), sizeof head);
+      images << std::string(static_cast<size_t>(n) * 784, static_cast<char>(pixel));
+      std::ofstream labels(dir / (std::string(split) + "-labels-idx1-ubyte"), std::ios::binary);
+      const unsigned char lhead[8] = {0, 0, 8, 1, 0, 0, 0, static_cast<unsigned char>(n)};
+      labels.write(reinterpret_cast<const char*>(lhead), sizeof lhead);
+      labels << std::string(static_cast<size_t>(n), static_cast<char>(label));
+    }
+    TrainConfig c;
+    c.dataset = "mnist";
+    c.data_dir = dir.string();
+    return c;
+  };
+  const TrainConfig a = write_idx("a", 16, 1, 0), same = write_idx("same", 16, 1, 0),
+                    labels = write_idx("labels", 16, 2, 0), pixels = write_idx("pixels", 16, 1, 7);
+  const std::string id = load_data(a).identity;
+  CHECK(load_data(same).identity == id);  // another copy of the same bytes
+  for (const TrainConfig& other : {labels, pixels}) {
+    const std::string o = load_data(other).identity;
+    CHECK(o != id);
+    CHECK(o.substr(0, o.rfind(", contents ")) == id.substr(0, id.rfind(", contents ")));  // sizes, classes
+    CHECK_FALSE(same_data_identity(id, o));
+  }
   // --train-limit takes a part of the same data: the identity is the whole set's.
-  c.train_limit = 16;
-  CHECK(load_data(c).identity == seed1);
+  TrainConfig limited = a;
+  limited.train_limit = 8;
+  CHECK(load_data(limited).identity == id);
+  // A checkpoint from before the contents' hash is compared on what it stored.
+  const size_t contents = id.rfind(", contents ");
+  REQUIRE(contents != std::string::npos);
+  CHECK(same_data_identity(id.substr(0, contents), id));
+  CHECK_FALSE(same_data_identity(id.substr(0, contents) + ", contents 0000000000000000", id));
 }
 
 TEST_CASE("data: a streamed file that cannot be read mid-epoch leaves the state so far saved, and --resume goes on") {

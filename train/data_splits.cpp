@@ -52,26 +52,24 @@ constexpr ImageSpec kSyntheticSpec{1, 28, 28, 10};
 constexpr int64_t kStreamStatsSamples = 512;
 
 // How a folder's identity names its files' hash (ImageFolderList::fingerprint), and an in-memory data set's
-// the hash of its contents (contents_hash); same_data_identity reads them.
+// an IDX or CIFAR data set's the hash of its contents (contents_hash); same_data_identity reads them.
 constexpr const char* kFilesPart = ", files ";
 constexpr const char* kContentsPart = ", contents ";
 
-// What of an in-memory split's bytes its identity hashes: every label and the pixels of this many images,
+// What of an IDX or CIFAR split's bytes its identity hashes: every label and the pixels of this many images,
 // evenly spaced (all of a smaller split). Every pixel would cost a pass over CIFAR's 150 MB at each start;
 // the labels alone tell two copies of one size apart (MNIST where Fashion-MNIST was), the sampled images a
-// copy re-encoded or cut short.
+// copy re-encoded or cut short. (A folder's pixels depend on --image-size and on how the resampler was
+// compiled, so its identity stays its names and labels; synthetic data is its --seed and size.)
 constexpr int64_t kIdentityImages = 256;
 
-// FNV-1a over the split's labels and sampled images, continuing h. A split read from files as it is
-// trained (a streamed folder) has no contents in memory: h as it was.
-uint64_t contents_hash(const Dataset& split, uint64_t h) {
-  const auto* in_memory = dynamic_cast<const InMemoryImageDataset*>(&split);
-  if (in_memory == nullptr) return h;
-  const int64_t n = in_memory->size();
-  h = fnv1a64(in_memory->labels().data<int64_t>(), static_cast<size_t>(n) * sizeof(int64_t), h);
+// FNV-1a over the split's labels and sampled images, continuing h.
+uint64_t contents_hash(const InMemoryImageDataset& split, uint64_t h) {
+  const int64_t n = split.size();
+  h = fnv1a64(split.labels().data<int64_t>(), static_cast<size_t>(n) * sizeof(int64_t), h);
   const int64_t picks = std::min(n, kIdentityImages);
   for (int64_t k = 0; k < picks; ++k)
-    h = fnv1a64(in_memory->image_data(k * n / picks), static_cast<size_t>(in_memory->spec().image_bytes()), h);
+    h = fnv1a64(split.image_data(k * n / picks), static_cast<size_t>(split.spec().image_bytes()), h);
   return h;
 }
 
@@ -223,9 +221,11 @@ DataSplits load_data(const TrainConfig& c) {
   ACTLAB_CHECK(d.test->size() > 0, "the test split of ", d.note, " is empty");
   d.identity = std::to_string(d.train->size()) + " training and " + std::to_string(d.test->size()) + " test images, " +
                std::to_string(d.train->spec().num_classes) + " classes" + (d.identity.empty() ? "" : ", " + d.identity);
-  if (std::dynamic_pointer_cast<InMemoryImageDataset>(d.train)) {
+  const auto train = std::dynamic_pointer_cast<InMemoryImageDataset>(d.train);
+  const auto test = std::dynamic_pointer_cast<InMemoryImageDataset>(d.test);
+  if (c.dataset != "folder" && c.dataset != "synthetic" && train && test) {
     const uint64_t nothing = fnv1a64(nullptr, 0);  // FNV's offset basis
-    const uint64_t contents = contents_hash(*d.test, contents_hash(*d.train, nothing));
+    const uint64_t contents = contents_hash(*test, contents_hash(*train, nothing));
     char hash[48];
     std::snprintf(hash, sizeof hash, "%s%016llx", kContentsPart, static_cast<unsigned long long>(contents));
     d.identity += hash;

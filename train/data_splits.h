@@ -23,11 +23,11 @@ struct DataSplits {
   // What a resumed run must find again (train/trainer.cpp): the splits' sizes before --train-limit and
   // --test-limit, the classes and, for a folder, a hash of the class names and one of the file names with
   // their labels, so that a folder that gained files, renamed a class (shifting every label after it) or
-  // had files renamed or moved between classes or splits is not resumed as if it were the same; for data
-  // held in memory (everything but a streamed folder) a hash of every label and 256 evenly spaced images
-  // per split, so that another copy of the same sizes (MNIST under Fashion-MNIST's name, another rank's
-  // other copy) is not taken for it either. A streamed folder's file replaced under its own name is not
-  // seen: nothing is read to build it.
+  // had files renamed or moved between classes or splits is not resumed as if it were the same; for IDX and
+  // CIFAR data a hash of every label and 256 evenly spaced images per split, so that another copy of the
+  // same sizes (MNIST under Fashion-MNIST's name, another rank's other copy) is not taken for it either. A
+  // folder's file replaced under its own name is not seen (its resized pixels depend on --image-size and
+  // the build, so they are not hashed).
   std::string identity;
 };
 // Whether a checkpoint's stored identity names the data `now` names; one stored before identities had the
