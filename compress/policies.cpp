@@ -297,9 +297,10 @@ int64_t group_pack_bytes(const GroupGeometry& g, const std::vector<int64_t>& off
 }
 }  // namespace
 
-PackedGroups::PackedGroups(const Shape& shape, const GroupGeometry& g, Device device, std::vector<uint8_t> sample_bits)
+PackedGroups::PackedGroups(const Shape& shape, const GroupGeometry& g, Device device, std::vector<uint8_t> sample_bits,
+                           GroupRows rows)
     : shape_(shape), geometry_(g), sample_bits_(std::move(sample_bits)),
-      code_offsets_(sample_code_offsets(g, sample_bits_)),
+      code_offsets_(sample_code_offsets(g, sample_bits_)), rows_(rows),
       buffer_(Tensor::empty_tagged({group_pack_bytes(g, code_offsets_)}, MemTag::ActivationPacked, DType::U8,
                                    device)) {
   if (!sample_bits_.empty())
@@ -367,8 +368,9 @@ GroupGeometry run_geometry(const GroupGeometry& g, const PackedGroups::Run& run)
 // `shape` (which may differ from x's: a policy that reorders first records the caller's shape), one codec
 // call per run of samples of one width (a single call unless sample_bits gives each sample its own).
 std::unique_ptr<PackedGroups> pack_groups(const Tensor& x, const Shape& shape, const GroupGeometry& g,
-                                          const PackContext& ctx, std::vector<uint8_t> sample_bits = {}) {
-  auto packed = std::make_unique<PackedGroups>(shape, g, x.device(), std::move(sample_bits));
+                                          const PackContext& ctx, std::vector<uint8_t> sample_bits = {},
+                                          GroupRows rows = GroupRows::Samples) {
+  auto packed = std::make_unique<PackedGroups>(shape, g, x.device(), std::move(sample_bits), rows);
   const int64_t K = g.groups_per_sample();
   for (const PackedGroups::Run& run : packed->runs()) {
     const GroupGeometry r = run_geometry(g, run);
@@ -402,6 +404,8 @@ Tensor unpack_groups(const PackedGroups& groups, const Shape& shape) {
 Tensor unpack_sample_rows(const Packed& p, const std::string& policy) {
   if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
   const PackedGroups& groups = packed_as<PackedGroups>(p, policy);
+  ACTLAB_CHECK(groups.rows() == GroupRows::Samples, "policy ", policy, " cannot unpack a pack it did not make (",
+               "its rows are dim 1 of ", shape_str(groups.shape()), ", as mesa keeps them)");
   return unpack_groups(groups, groups.shape());
 }
 }  // namespace
@@ -609,13 +613,15 @@ std::unique_ptr<Packed> MesaPolicy::pack(const Tensor& x_in, const SaveInfo& inf
   // Each head's values across the batch made contiguous (a scratch copy, freed before returning).
   MemTagScope tag(MemTag::Workspace);
   const Tensor by_head = x.permute({1, 0, 2, 3}).contiguous();
-  return pack_groups(by_head, x.shape(), g, ctx);
+  return pack_groups(by_head, x.shape(), g, ctx, {}, GroupRows::Dim1);
 }
 
 Tensor MesaPolicy::unpack(const Packed& p, const SaveInfo&) const {
   if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
   const PackedGroups& groups = packed_as<PackedGroups>(p, name());
   const Shape& s = groups.shape();
+  ACTLAB_CHECK((s.size() == 4) == (groups.rows() == GroupRows::Dim1), "policy ", name(),
+               " cannot unpack a pack it did not make (its rows are the samples of ", shape_str(s), ")");
   if (s.size() != 4) return unpack_groups(groups, s);
   Tensor by_head;
   {

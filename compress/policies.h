@@ -125,6 +125,11 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   PlaneCodecConfig config_;
 };
 
+// What a PackedGroups' rows are: the samples of shape() in its own order (pergroup, actnn, acgc), or the
+// indices of dim 1 of a 4-D shape() across the batch (mesa's head-major copy). The two decode to other
+// orders, so a policy refuses a pack of the other kind rather than read it as its own.
+enum class GroupRows { Samples, Dim1 };
+
 // ActNN-style per-group pack: (N, ...) → N samples of D = numel/N elements, zero-padded to groups of G.
 // Buffer: mins bf16 [groups] | steps bf16 [groups] | codes u8 [Σ_n groups_per_sample·ceil(G·b_n/8)] |
 // bits u8 [N] — the last section only when the samples have their own widths b_n (actnn); otherwise every
@@ -133,7 +138,8 @@ class PackedGroups final : public Packed {
  public:
   // sample_bits: empty (every sample g.bits) or one width in {1,2,4,8} per sample.
   PackedGroups(const Shape& shape, const GroupGeometry& g, Device device = Device::cpu(),
-               std::vector<uint8_t> sample_bits = {});
+               std::vector<uint8_t> sample_bits = {}, GroupRows rows = GroupRows::Samples);
+  GroupRows rows() const { return rows_; }
   size_t nbytes() const override { return buffer_.nbytes(); }
   const Shape& shape() const override { return shape_; }
   const GroupGeometry& geometry() const { return geometry_; }
@@ -157,6 +163,7 @@ class PackedGroups final : public Packed {
   GroupGeometry geometry_;
   std::vector<uint8_t> sample_bits_;
   std::vector<int64_t> code_offsets_;  // per sample, when sample_bits_ is not empty
+  GroupRows rows_;
   Tensor buffer_;  // u8, MemTag::ActivationPacked
 };
 

@@ -93,6 +93,23 @@ TEST_CASE("policies: a pack handed to a policy that did not make it is an error 
       CHECK_THROWS_WITH_AS(other->unpack(*packed, {}), doctest::Contains("cannot unpack a pack it did not make"), Error);
     }
   }
+  // mesa keeps a 4-D map's groups by dim 1 across the batch: the sample-row policies (one pack type with
+  // it) must refuse its packs, and it theirs, where each would decode the other's into the wrong order.
+  const char* rows[] = {"pergroup:G=16,Q=2", "actnn:G=16,Q=2", "acgc:E=0,I=100,G=16"};
+  const auto mesa = parse_policy("mesa:Q=8");
+  const auto by_head = mesa->pack(x, {}, {1, 1});
+  for (const char* reader : rows) {
+    INFO("mesa -> ", reader);
+    CHECK_THROWS_WITH_AS(parse_policy(reader)->unpack(*by_head, {}), doctest::Contains("cannot unpack a pack it did not make"),
+                         Error);
+    INFO(reader, " -> mesa");
+    CHECK_THROWS_WITH_AS(mesa->unpack(*parse_policy(reader)->pack(x, {}, {1, 1}), {}),
+                         doctest::Contains("cannot unpack a pack it did not make"), Error);
+  }
+  // Below 4-D both keep rows in order: mesa reads a 2-D pergroup pack as its values.
+  const Tensor flat = random_tensor({6, 32}, 10);
+  const auto rows_2d = parse_policy("pergroup:G=16,Q=8")->pack(flat, {}, {1, 1});
+  CHECK(mesa->unpack(*rows_2d, {}).to_vector() == parse_policy("pergroup:G=16,Q=8")->unpack(*rows_2d, {}).to_vector());
 }
 
 TEST_CASE("policies: a NaN of either sign reaches backward through every lossy policy") {
