@@ -31,7 +31,8 @@ class Tape {
   size_t saved_bytes() const;
 
   // Runs backward from `root` (seed gradient: ones, or `grad` when given), accumulating into leaf
-  // gradients, then clears the tape.
+  // gradients, then clears the tape; also when it fails once the walk has begun (the graph is then
+  // part-consumed). A root or seed refused up front leaves the tape as it was.
   void backward(const Variable& root, const Tensor& grad = Tensor());
 
   // Called during backward once a leaf's gradient is final for this pass: no node left on the tape

@@ -174,30 +174,37 @@ void Tape::backward(const Variable& root, const Tensor& grad) {
     for (const Node::Edge& e : n.inputs)
       if (e.leaf && --pending[e.leaf.get()] == 0) grad_ready_hook_(*e.leaf);
   };
-  for (size_t i = nodes_.size(); i-- > 0;) {
-    std::shared_ptr<Node> node = std::move(nodes_[i]);
-    nodes_.pop_back();
-    const bool reached = std::any_of(node->grad_outputs.begin(), node->grad_outputs.end(),
-                                     [](const Tensor& g) { return g.defined(); });
-    if (!reached) {  // not on the path to root: its saved tensors go with it
-      walked(*node);
-      continue;
-    }
-    std::vector<Tensor> grads_in = node->backward(node->grad_outputs);
-    node->release_saved();
-    node->grad_outputs.clear();
-    ACTLAB_CHECK(grads_in.size() == node->inputs.size(), node->name(), " returned ", grads_in.size(),
-                 " gradients for ", node->inputs.size(), " inputs");
-    for (size_t j = 0; j < grads_in.size(); ++j) {
-      if (!grads_in[j].defined()) continue;
-      const Node::Edge& e = node->inputs[j];
-      if (e.leaf) {
-        accumulate_leaf(*e.leaf, grads_in[j]);
-      } else if (auto producer = e.node.lock()) {
-        accumulate(producer->grad_outputs[e.index], grads_in[j]);
+  // A backward that fails part way (a save changed in place, out of memory) has consumed part of the graph:
+  // what is left cannot be walked again, so it goes too, saved tensors and all, as after a whole walk.
+  try {
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      std::shared_ptr<Node> node = std::move(nodes_[i]);
+      nodes_.pop_back();
+      const bool reached = std::any_of(node->grad_outputs.begin(), node->grad_outputs.end(),
+                                       [](const Tensor& g) { return g.defined(); });
+      if (!reached) {  // not on the path to root: its saved tensors go with it
+        walked(*node);
+        continue;
       }
+      std::vector<Tensor> grads_in = node->backward(node->grad_outputs);
+      node->release_saved();
+      node->grad_outputs.clear();
+      ACTLAB_CHECK(grads_in.size() == node->inputs.size(), node->name(), " returned ", grads_in.size(),
+                   " gradients for ", node->inputs.size(), " inputs");
+      for (size_t j = 0; j < grads_in.size(); ++j) {
+        if (!grads_in[j].defined()) continue;
+        const Node::Edge& e = node->inputs[j];
+        if (e.leaf) {
+          accumulate_leaf(*e.leaf, grads_in[j]);
+        } else if (auto producer = e.node.lock()) {
+          accumulate(producer->grad_outputs[e.index], grads_in[j]);
+        }
+      }
+      walked(*node);
     }
-    walked(*node);
+  } catch (...) {
+    clear();
+    throw;
   }
   clear();
 }

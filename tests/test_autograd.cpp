@@ -54,6 +54,19 @@ TEST_CASE("a saved tensor written in place before backward is an error, not a gr
                          Error);
     Tape::current().clear();
   }
+  // A walk that fails leaves nodes it had not reached: they go too, with their saves. A seed refused up front
+  // changes nothing.
+  {
+    Variable a = param({2, 4}, 9);
+    Variable h = relu(a);  // recorded first, walked after the linear node that fails
+    Variable w2 = param({3, 4}, 10);
+    Variable y = linear(h, w2, Variable());
+    w2.data().mul_(2.f);
+    CHECK_THROWS(backward(y, Tensor::full({5}, 1.f)));
+    CHECK(Tape::current().size() == 2);
+    CHECK_THROWS_WITH_AS(backward(y, Tensor::full({2, 3}, 1.f)), doctest::Contains("modified in place"), Error);
+    CHECK(Tape::current().size() == 0);
+  }
   // A pack that copied the tensor is checked too while the tensor lives.
   Variable w = param({3, 4}, 7);
   PhiloxStream rng(8);
