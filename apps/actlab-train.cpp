@@ -133,9 +133,11 @@ int main(int argc, char** argv) {
       const std::string launch = s.world_size > 1 ? "mpirun -np " + std::to_string(s.world_size) +
                                                         " actlab-train --distributed"
                                                   : std::string("actlab-train");
-      std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; resume with: %s --resume %s\n",
+      // A resume does not take --overwrite from the checkpoint (effective_config): the command that goes on
+      // passes the permission this one was given (an export or a log it had not yet replaced).
+      std::fprintf(stderr, "actlab-train: interrupted at epoch %lld step %lld; resume with: %s --resume %s%s\n",
                    static_cast<long long>(s.stop_epoch), static_cast<long long>(s.stop_step), launch.c_str(),
-                   s.stop_checkpoint.c_str());
+                   s.stop_checkpoint.c_str(), c.overwrite ? " --overwrite" : "");
     }
     return 128 + sig;
   } catch (const OutOfMemory& e) {

@@ -395,6 +395,9 @@ TEST_CASE("epoch log: a resume continues only the log its checkpoint recorded, n
         const std::string header = read_all(later).substr(0, read_all(later).find('\n') + 1);
         std::ofstream(dir.file("header.csv")) << header;
         CHECK(resumed_log_continues(dir.file("header.csv"), none));
+        // A row a kill cut short is no row: the resume cuts it off.
+        std::ofstream(dir.file("half.csv")) << header << "1,0.09";
+        CHECK(resumed_log_continues(dir.file("half.csv"), none));
       }
     }
     // No file or an empty one starts afresh; checkpoints from before the mark cannot tell an epoch log.

@@ -127,12 +127,12 @@ bool resumed_log_continues(const std::string& path, const LogMark& mark) {
   if (mark.bytes > 0)
     return static_cast<uint64_t>(mark.bytes) <= text.size() &&
            mark_of(text, static_cast<size_t>(mark.bytes)).checksum == mark.checksum;
-  // Nothing recorded: a log with rows is not this run's, or holds only rows a resume cuts off anyway.
-  for (size_t at = 0; at < text.size();) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    if (row_epoch(text.substr(at, end - at)) >= 0) return false;
-    at = end + 1;
-  }
+  // Nothing recorded: a log with whole rows is not this run's, or holds only rows a resume cuts off anyway
+  // (this run's own, written after the checkpoint: the trainer's error says so). A last line cut short is
+  // cut off in either case.
+  const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  for (size_t at = 0; at < whole; at = text.find('\n', at) + 1)
+    if (row_epoch(text.substr(at, text.find('\n', at) - at)) >= 0) return false;
   return true;
 }
 

@@ -499,13 +499,18 @@ void Run::restore() {
                " of ", c_.epochs, " epochs; raise --epochs to train further");
   // Cutting back or appending to another run's log under the same name would lose its rows or mix the two.
   if (!c_.eval_only && !resumed_log_continues(c_.log_file, st.log)) {
+    // A checkpoint written before its log's first row cannot tell another run's rows from its own run's
+    // written after it (a kill between a row and the checkpoint): either way a resume would cut them all.
     ACTLAB_CHECK(c_.overwrite, "log file '", c_.log_file, "' is not the log of the run checkpointed in '", c_.resume,
-                 "' (its rows differ from those the checkpoint recorded: another run's log?); choose another --log, "
-                 "or pass --overwrite to start it afresh");
+                 st.log.bytes == 0 ? "' (it holds rows where the checkpoint recorded none: another run's, or this run's "
+                                     "own written after the checkpoint, which a resume cuts); choose another --log, or "
+                                     "pass --overwrite to start it afresh"
+                                   : "' (its rows differ from those the checkpoint recorded: another run's log?); choose "
+                                     "another --log, or pass --overwrite to start it afresh");
     fresh_log_ = true;
     if (dist_.lead())
-      std::fprintf(stderr, "actlab-train: note: log '%s' is not this run's; --overwrite: it is written afresh\n",
-                   c_.log_file.c_str());
+      std::fprintf(stderr, "actlab-train: note: log '%s' does not go on from the checkpoint's rows; --overwrite: it is "
+                   "written afresh\n", c_.log_file.c_str());
   }
   log_before_ = st.log;
   first_epoch_ = st.epoch;

@@ -142,6 +142,16 @@ cp "$work/other-before.csv" "$work/other.csv"
 "$bin" "${tiny[@]}" --epochs 3 --resume "$work/ow/last.safetensors" --log "$work/other.csv" 2> "$work/ow.err"
 [ $? -eq 2 ] && cmp -s "$work/other.csv" "$work/other-before.csv" ||
   fail "a resume took --overwrite from its checkpoint and replaced another run's log: $(cat "$work/ow.err")"
+# The resume command a stop prints passes on the --overwrite the stopped run was given: the export it had
+# not yet replaced is replaced by the run that goes on.
+echo "my notes" > "$work/ow-export.pt"
+ACTLAB_STOP_AFTER_STEPS=1 "$bin" "${tiny[@]}" --epochs 2 --save-dir "$work/ow2" --export-weights "$work/ow-export.pt" \
+  --overwrite 2> "$work/ow2.err"
+hint=$(sed -n 's/.*resume with: actlab-train //p' "$work/ow2.err")
+[ "$hint" = "--resume $work/ow2/last.safetensors --overwrite" ] || fail "the hint of an --overwrite run: $(cat "$work/ow2.err")"
+# shellcheck disable=SC2086
+"$bin" $hint --quiet || fail "the printed resume command failed"
+grep -q "my notes" "$work/ow-export.pt" && fail "the resumed run did not write its export"
 # A checkpoint of a stop in epoch 1 recorded no rows: a log with rows is not its run's.
 ACTLAB_STOP_AFTER_STEPS=1 "$bin" "${tiny[@]}" --epochs 2 --save-dir "$work/early" --log "$work/early.csv" 2>/dev/null
 [ $? -eq 130 ] && [ "$(epoch_of "$work/early/last.safetensors")" = 0 ] || fail "the early stop did not checkpoint epoch 0"
