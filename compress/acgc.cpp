@@ -50,8 +50,8 @@ double AcgcPolicy::budget(const std::deque<GradientSensitivity>& history) const 
 }
 
 std::unique_ptr<Packed> AcgcPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext& ctx) const {
-  ACTLAB_CHECK(x_in.defined() && x_in.dtype() == DType::F32, "policy ", name(), " packs f32 tensors, got ",
-               x_in.defined() ? x_in.str() : std::string("an undefined tensor"));
+  check_defined_input(x_in, name());
+  ACTLAB_CHECK(x_in.dtype() == DType::F32, "policy ", name(), " packs f32 tensors, got ", x_in.str());
   const Tensor x = x_in.contiguous();
   const std::string key = save_path(info);
   GroupGeometry g;

@@ -22,6 +22,7 @@ class PackedExact final : public Packed {
 class ExactPolicy final : public ActivationCachePolicy {
  public:
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo&, const PackContext&) const override {
+    check_defined_input(x, name());
     return std::make_unique<PackedExact>(x);
   }
   Tensor unpack(const Packed& p, const SaveInfo&) const override {
@@ -50,6 +51,7 @@ class Bf16Policy final : public ActivationCachePolicy {
   // convolution reads it as it is, in forward and in backward, where an (N, C, H, W) copy is reordered twice. A
   // channels-last x (a bf16 run's activation) is copied in its own layout either way: one narrowing pass.
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo& info, const PackContext&) const override {
+    check_defined_input(x, name());
     const bool transpose = info.channels_last && x.dim() == 4 && x.device().is_cpu() && !x.is_channels_last();
     return std::make_unique<PackedHalf>(transpose ? ops::to_bf16_channels_last(x) : ops::to_bf16(x.dense()));
   }
@@ -95,6 +97,7 @@ class Bf16Policy final : public ActivationCachePolicy {
 class F16Policy final : public ActivationCachePolicy {
  public:
   std::unique_ptr<Packed> pack(const Tensor& x, const SaveInfo&, const PackContext&) const override {
+    check_defined_input(x, name());
     return std::make_unique<PackedHalf>(ops::to_f16(x));
   }
   Tensor unpack(const Packed& p, const SaveInfo&) const override {

@@ -24,7 +24,7 @@ size_t to_size(int64_t v) { return static_cast<size_t>(v); }
 
 // x as a contiguous f32 tensor (a copy only when x is strided).
 Tensor checked_input(const Tensor& x, const std::string& policy) {
-  ACTLAB_CHECK(x.defined(), "policy ", policy, ": cannot pack an undefined tensor");
+  check_defined_input(x, policy);
   ACTLAB_CHECK(x.dtype() == DType::F32, "policy ", policy, " packs f32 tensors, got ", x.str());
   return x.contiguous();
 }

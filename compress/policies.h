@@ -14,8 +14,7 @@
 
 namespace actlab {
 
-// A tensor kept as an f32 copy (shapes a policy does not compress: a 1×1 plane, D == 1, rank 1 or > 4,
-// empty). nbytes() = 4·numel. The copy is owned: nothing references the packed input.
+// A tensor kept as an f32 copy (shapes a policy does not compress: a 1×1 plane, D == 1, rank 1, empty). nbytes() = 4·numel. The copy is owned: nothing references the packed input.
 class PackedPassthrough final : public Packed {
  public:
   explicit PackedPassthrough(const Tensor& x);  // x: contiguous f32 on any device; the copy stays there
@@ -114,7 +113,7 @@ class PlaneCodecPolicy final : public ActivationCachePolicy {
   Tensor unpack_bf16(const Packed& p, const SaveInfo& info) const override;
   std::string name() const override;
   const PlaneCodecConfig& config() const { return config_; }
-  // The plane view of a shape, or false when it is kept as an f32 copy (rank not 2..4, numel 0, H·W == 1).
+  // The plane view of a shape, or false when it is kept as an f32 copy (rank below 2, numel 0, H·W == 1).
   bool plane_view(const Shape& shape, PlaneGeometry& g) const;
  private:
   size_t closed_form_bytes(const Shape& shape) const override;

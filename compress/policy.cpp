@@ -45,6 +45,10 @@ bool glob_match(const std::string& pattern, const std::string& text) {
 
 std::string save_path(const SaveInfo& info) { return info.module_path + "/" + info.op + "/" + info.role; }
 
+void check_defined_input(const Tensor& x, const std::string& policy) {
+  ACTLAB_CHECK(x.defined(), "policy ", policy, ": cannot pack an undefined tensor");
+}
+
 namespace {
 // A negative extent or a count past kMaxClosedFormElements would give a wrapped size, not an error.
 void check_closed_form_shape(const ActivationCachePolicy& policy, const Shape& shape) {
@@ -105,7 +109,7 @@ void PolicySet::set_checkpoint_segments(int segments) {
 const ActivationCachePolicy& PolicySet::for_module(const std::string& module_path) const {
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it)
     if (!it->names_saves && glob_match(it->pattern, module_path)) {
-      it->matched = true;
+      it->matched.set();
       return *it->policy;
     }
   return *default_;
@@ -116,7 +120,7 @@ const ActivationCachePolicy& PolicySet::for_save(const SaveInfo& info) const {
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it) {
     if (it->names_saves && path.empty()) path = save_path(info);
     if (glob_match(it->pattern, it->names_saves ? path : info.module_path)) {
-      it->matched = true;
+      it->matched.set();
       return *it->policy;
     }
   }
@@ -125,7 +129,7 @@ const ActivationCachePolicy& PolicySet::for_save(const SaveInfo& info) const {
 
 void PolicySet::check_rules_matched(const std::string& model) const {
   for (const auto& rule : rules_)
-    ACTLAB_CHECK(rule.matched, "the policy rule for '", rule.pattern, "' matched no save of ", model,
+    ACTLAB_CHECK(rule.matched.get(), "the policy rule for '", rule.pattern, "' matched no save of ", model,
                  " in a training step (module paths: actlab-train --model ", model, " --summary)");
 }
 

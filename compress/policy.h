@@ -16,7 +16,9 @@
 namespace actlab {
 
 // What a node says about a tensor it saves. lossy_ok: backward tolerates an approximation
-// (conv/linear/batchnorm inputs); false for masks, indices and anything that must stay exact.
+// (conv/linear/batchnorm inputs); false for masks, indices and anything that must stay exact. SavedTensor
+// keeps a save that is not lossy_ok exact whatever the policy (autograd/saved_tensor.cpp); a policy's own
+// pack() does not read the flag and codes what it is given.
 struct SaveInfo {
   std::string op;           // "conv2d", "linear", "batchnorm2d", "relu", ...
   std::string role;         // "input", "mask", "indices", ...
@@ -37,6 +39,8 @@ inline int code_bits(int policy_bits, const SaveInfo& info) { return policy_bits
 // "layer2.0.conv1/conv2d/input": one save's name, the key of the per-save accounting and what a policy
 // rule with a '/' in its pattern is matched against.
 std::string save_path(const SaveInfo& info);
+// The first check of every policy's pack(): an undefined tensor is one error naming the policy.
+void check_defined_input(const Tensor& x, const std::string& policy);
 
 // Where stochastic rounding draws its numbers: element i of this pack uses philox(seed, stream, i).
 struct PackContext {
@@ -204,8 +208,19 @@ class PolicySet {
     std::string pattern;
     bool names_saves;  // the pattern holds a '/': matched against save_path, not the module path
     std::shared_ptr<const ActivationCachePolicy> policy;
-    // A lookup has returned this rule. Diagnostics for check_rules_matched only: no lookup reads it.
-    mutable bool matched = false;
+    // A lookup has returned this rule. Diagnostics for check_rules_matched only: no lookup reads it. Atomic
+    // (relaxed) because the lookups are const and a set may serve models on several threads at once.
+    struct Flag {
+      mutable std::atomic<bool> value{false};
+      Flag() = default;
+      Flag(const Flag& o) : value(o.value.load(std::memory_order_relaxed)) {}
+      Flag& operator=(const Flag& o) {
+        value.store(o.value.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        return *this;
+      }
+      void set() const { value.store(true, std::memory_order_relaxed); }
+      bool get() const { return value.load(std::memory_order_relaxed); }
+    } matched;
   };
   std::vector<Rule> rules_;
   CheckpointRequest checkpoint_;

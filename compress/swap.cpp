@@ -47,6 +47,7 @@ Tensor offloaded_form(const Tensor& view, const SaveInfo& info, const PackContex
 }  // namespace
 
 std::unique_ptr<Packed> SwapPolicy::pack(const Tensor& view, const SaveInfo& info, const PackContext& ctx) const {
+  check_defined_input(view, name());
   const Tensor x = offloaded_form(view, info, ctx);
   auto s = std::make_shared<SwapState>();
   s->device = x.device();

@@ -112,6 +112,17 @@ TEST_CASE("policies: a pack handed to a policy that did not make it is an error 
   CHECK(mesa->unpack(*rows_2d, {}).to_vector() == parse_policy("pergroup:G=16,Q=8")->unpack(*rows_2d, {}).to_vector());
 }
 
+TEST_CASE("policies: every policy refuses an undefined tensor in one error naming itself") {
+  for (const char* spec : {"exact", "bf16", "swap:P=2", "division:B=8,Q=2", "quant:Q=2", "lfc:B=8", "pergroup:G=16,Q=2",
+                           "actnn:G=16,Q=2", "blpa:Q=4", "acgc:E=0,I=100,G=16", "mesa:Q=8"}) {
+    const auto policy = parse_policy(spec);
+    const std::string error = testing::error_of([&] { policy->pack(Tensor(), {}, {1, 1}); });
+    INFO(error);
+    CHECK(error.find("cannot pack an undefined tensor") != std::string::npos);
+    CHECK(error.find(policy->name()) != std::string::npos);
+  }
+}
+
 TEST_CASE("policies: a NaN of either sign reaches backward through every lossy policy") {
   // A NaN from numpy, PyTorch or std::numeric_limits has its sign bit clear: its order key sorts above +inf,
   // so only the range's max sees it (a sign-set NaN, x86's 0/0, is the min's). Either must decode as NaN.
