@@ -73,17 +73,19 @@ class TapeClearGuard {
 };
 
 // Clears the current tape only when the scope is left by an exception (run_step: a step that throws
-// leaves no saves behind, and a step that succeeds ends one pack step, in its backward).
+// leaves no saves behind, and a step that succeeds ends one pack step, in its backward). A backward that
+// failed part way has cleared the tape and ended the step itself: then nothing is left to do.
 class TapeClearOnError {
  public:
   TapeClearOnError() = default;
   ~TapeClearOnError() {
-    if (std::uncaught_exceptions() > exceptions_) Tape::current().clear();
+    if (std::uncaught_exceptions() > exceptions_ && pack_step() == step_) Tape::current().clear();
   }
   TapeClearOnError(const TapeClearOnError&) = delete;
   TapeClearOnError& operator=(const TapeClearOnError&) = delete;
  private:
   int exceptions_ = std::uncaught_exceptions();
+  uint64_t step_ = pack_step();
 };
 
 // Creates node N (constructed from args) for an op with these inputs, wires the edges and records it

@@ -100,8 +100,9 @@ TEST_CASE("policies: a pack handed to a policy that did not make it is an error 
   const auto by_head = mesa->pack(x, {}, {1, 1});
   for (const char* reader : rows) {
     INFO("mesa -> ", reader);
-    CHECK_THROWS_WITH_AS(parse_policy(reader)->unpack(*by_head, {}), doctest::Contains("cannot unpack a pack it did not make"),
-                         Error);
+    const auto policy = parse_policy(reader);
+    const std::string want = "policy " + policy->name() + " cannot unpack a pack it did not make";
+    CHECK_THROWS_WITH_AS(policy->unpack(*by_head, {}), doctest::Contains(want.c_str()), Error);
     INFO(reader, " -> mesa");
     CHECK_THROWS_WITH_AS(mesa->unpack(*parse_policy(reader)->pack(x, {}, {1, 1}), {}),
                          doctest::Contains("cannot unpack a pack it did not make"), Error);

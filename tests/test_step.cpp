@@ -73,6 +73,17 @@ TEST_CASE("run_step: a step that throws leaves nothing on the tape") {
   const uint64_t before = pack_step();
   run_step(*f.model, f.opt.get(), exact, f.x, f.y);
   CHECK(pack_step() == before + 1);
+  // So does one whose backward throws part way (a weight written in place after the forward saved it):
+  // backward clears the tape and ends the step, and run_step's own clear on error does not end another.
+  StepOptions o;
+  o.after_forward = [&](float) {
+    f.model->parameters().front().data().mul_(2.f);
+    return true;
+  };
+  const uint64_t at = pack_step();
+  CHECK_THROWS_WITH_AS(run_step(*f.model, f.opt.get(), exact, f.x, f.y, o), doctest::Contains("modified in place"), Error);
+  CHECK(Tape::current().size() == 0);
+  CHECK(pack_step() == at + 1);
 }
 
 TEST_CASE("run_step: after_forward false ends the step before backward, before_update false skips the update") {

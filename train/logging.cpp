@@ -27,9 +27,7 @@ namespace actlab {
 namespace {
 constexpr const char* kCsvHeader =
     "epoch,lr,train_loss,train_acc,test_loss,test_acc,img_per_s,peak_mib,activation_mib,wall_s";
-}  // namespace
 
-namespace {
 // A log on a FIFO or a device is a stream: written to, never read back (a read would take the reader's
 // rows, or wait for a writer for ever), so never cut back either.
 bool is_stream(const std::string& path) {
@@ -181,9 +179,9 @@ void EpochLogger::write(const EpochRow& r) {
   }
   const long before = std::ftell(file_);
   // An empty CSV log gets its header in the same write as its first row, so a failed first write leaves
-  // no header-only log behind.
-  // (A stream has no position: its first row is its start.)
-  if (!json_ && !opened_ && (before == 0 || (before < 0 && is_stream(path_)))) line = std::string(kCsvHeader) + "\n" + line;
+  // no header-only log behind. (A stream has no position: its first row is its start.)
+  const bool at_start = before == 0 || (before < 0 && is_stream(path_));
+  if (!json_ && !opened_ && at_start) line = std::string(kCsvHeader) + "\n" + line;
   const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
   if (written) {
     written_ += static_cast<int64_t>(line.size());

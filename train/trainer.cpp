@@ -964,7 +964,7 @@ bool Run::run_epoch(int64_t epoch) {
       stop(epoch, step);
       throw Error(detail::concat(e.message(), "; the state after ", step, step == 1 ? " step" : " steps",
                                  " of epoch ", epoch + 1, " is in ", summary_.stop_checkpoint,
-                                 " (--resume it once the data reads again)"),
+                                 " (--resume it once the data reads again", c_.overwrite ? ", with --overwrite" : "", ")"),
                   e.where());
     }
     if (!more) break;
