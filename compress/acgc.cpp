@@ -88,10 +88,7 @@ std::unique_ptr<Packed> AcgcPolicy::pack(const Tensor& x_in, const SaveInfo& inf
 
 Tensor AcgcPolicy::unpack(const Packed& p, const SaveInfo& info) const {
   if (dynamic_cast<const PackedPassthrough*>(&p)) return at_width(kInitialBits).unpack(p, info);
-  const PackedGroups& groups = packed_as<PackedGroups>(p, name());
-  ACTLAB_CHECK(groups.rows() == GroupRows::Samples, "policy ", name(), " cannot unpack a pack it did not make (",
-               "its rows are dim 1 of ", shape_str(groups.shape()), ", as mesa keeps them)");
-  return at_width(groups.geometry().bits).unpack(p, info);
+  return at_width(sample_rows_pack(p, name()).geometry().bits).unpack(p, info);
 }
 
 std::string AcgcPolicy::name() const {

@@ -403,12 +403,17 @@ Tensor unpack_groups(const PackedGroups& groups, const Shape& shape) {
 // The unpack of the policies that keep samples as rows (pergroup, actnn): an f32 copy, or the groups.
 Tensor unpack_sample_rows(const Packed& p, const std::string& policy) {
   if (const auto* pass = dynamic_cast<const PackedPassthrough*>(&p)) return unpack_passthrough(*pass);
-  const PackedGroups& groups = packed_as<PackedGroups>(p, policy);
-  ACTLAB_CHECK(groups.rows() == GroupRows::Samples, "policy ", policy, " cannot unpack a pack it did not make (",
-               "its rows are dim 1 of ", shape_str(groups.shape()), ", as mesa keeps them)");
+  const PackedGroups& groups = sample_rows_pack(p, policy);
   return unpack_groups(groups, groups.shape());
 }
 }  // namespace
+
+const PackedGroups& sample_rows_pack(const Packed& p, const std::string& policy) {
+  const PackedGroups& groups = packed_as<PackedGroups>(p, policy);
+  ACTLAB_CHECK(groups.rows() == GroupRows::Samples, "policy ", policy, " cannot unpack a pack it did not make (",
+               "its rows are dim 1 of ", shape_str(groups.shape()), ", as mesa keeps them)");
+  return groups;
+}
 
 std::unique_ptr<Packed> PerGroupPolicy::pack(const Tensor& x_in, const SaveInfo& info, const PackContext& ctx) const {
   const Tensor x = checked_input(x_in, name());

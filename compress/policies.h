@@ -14,7 +14,8 @@
 
 namespace actlab {
 
-// A tensor kept as an f32 copy (shapes a policy does not compress: a 1×1 plane, D == 1, rank 1, empty). nbytes() = 4·numel. The copy is owned: nothing references the packed input.
+// A tensor kept as an f32 copy (shapes a policy does not compress: a 1×1 plane, D == 1, rank 1, empty).
+// nbytes() = 4·numel. The copy is owned: nothing references the packed input.
 class PackedPassthrough final : public Packed {
  public:
   explicit PackedPassthrough(const Tensor& x);  // x: contiguous f32 on any device; the copy stays there
@@ -165,6 +166,9 @@ class PackedGroups final : public Packed {
   GroupRows rows_;
   Tensor buffer_;  // u8, MemTag::ActivationPacked
 };
+// `p` as the PackedGroups of a policy that keeps samples as rows (pergroup, actnn, acgc), or one Error naming
+// `policy` (packed_as's, and for mesa's head-major groups).
+const PackedGroups& sample_rows_pack(const Packed& p, const std::string& policy);
 
 class PerGroupPolicy final : public ActivationCachePolicy {
  public:

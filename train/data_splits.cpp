@@ -51,8 +51,8 @@ constexpr ImageSpec kSyntheticSpec{1, 28, 28, 10};
 // is at most std / sqrt(512), under 5 % of a std.
 constexpr int64_t kStreamStatsSamples = 512;
 
-// How a folder's identity names its files' hash (ImageFolderList::fingerprint), and an in-memory data set's
-// an IDX or CIFAR data set's the hash of its contents (contents_hash); same_data_identity reads them.
+// How an identity names a folder's files' hash (ImageFolderList::fingerprint) and an IDX or CIFAR data set's
+// contents' hash (contents_hash); same_data_identity reads them.
 constexpr const char* kFilesPart = ", files ";
 constexpr const char* kContentsPart = ", contents ";
 
