@@ -221,11 +221,11 @@ DataSplits load_data(const TrainConfig& c) {
   ACTLAB_CHECK(d.test->size() > 0, "the test split of ", d.note, " is empty");
   d.identity = std::to_string(d.train->size()) + " training and " + std::to_string(d.test->size()) + " test images, " +
                std::to_string(d.train->spec().num_classes) + " classes" + (d.identity.empty() ? "" : ", " + d.identity);
-  const auto train = std::dynamic_pointer_cast<InMemoryImageDataset>(d.train);
-  const auto test = std::dynamic_pointer_cast<InMemoryImageDataset>(d.test);
-  if (c.dataset != "folder" && c.dataset != "synthetic" && train && test) {
+  const auto train_split = std::dynamic_pointer_cast<InMemoryImageDataset>(d.train);
+  const auto test_split = std::dynamic_pointer_cast<InMemoryImageDataset>(d.test);
+  if (c.dataset != "folder" && c.dataset != "synthetic" && train_split && test_split) {
     const uint64_t nothing = fnv1a64(nullptr, 0);  // FNV's offset basis
-    const uint64_t contents = contents_hash(*test, contents_hash(*train, nothing));
+    const uint64_t contents = contents_hash(*test_split, contents_hash(*train_split, nothing));
     char hash[48];
     std::snprintf(hash, sizeof hash, "%s%016llx", kContentsPart, static_cast<unsigned long long>(contents));
     d.identity += hash;

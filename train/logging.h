@@ -18,7 +18,8 @@
 namespace actlab {
 
 // Whether `path` holds an epoch log (EpochLogger's): empty, or its first line is the CSV header or a JSON
-// row with an "epoch" field first. What a resumed run may append to without --overwrite.
+// row with an "epoch" field first; a FIFO or device counts without being read (a stream the log goes to).
+// What a resumed run may append to without --overwrite.
 bool is_epoch_log(const std::string& path);
 
 // Whether a run resumed from a checkpoint that recorded `mark` continues the log at `path` (what EpochLogger
